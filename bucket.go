@@ -1,0 +1,354 @@
+package sluice
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/tokenbucket"
+)
+
+// Never is the wait reported for tokens that can never be had, for example
+// more than a bandwidth's capacity: math.MaxInt64 nanoseconds, about 292
+// years.
+const Never = time.Duration(math.MaxInt64)
+
+// Bucket is a token bucket in local memory: Bucket4j's model with one or
+// more bandwidths, in exact integer arithmetic.
+//
+// Bucket is safe for simultaneous use by multiple goroutines. A call reads
+// the clock once, before it takes the bucket's lock, so concurrent calls may
+// reach the lock with slightly out-of-order times; a time before the last
+// refill simply refills nothing.
+type Bucket struct {
+	clock    Clock
+	sleeper  Sleeper
+	listener Listener // nil when there is none
+
+	mu      sync.Mutex
+	cfg     *tokenbucket.Config
+	state   tokenbucket.State
+	scratch tokenbucket.State // same length as state; holds a call's work until it is stored
+}
+
+// Option configures NewBucket.
+type Option func(*options)
+
+type options struct {
+	clock    Clock
+	sleeper  Sleeper
+	listener Listener
+}
+
+// WithClock sets the bucket's clock. The default is MonotonicClock, or
+// WallClock when the configuration has aligned refill. nil keeps the default.
+func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithSleeper sets how blocking calls wait. The default is TimerSleeper;
+// tests pass a *FakeClock. nil keeps the default.
+func WithSleeper(s Sleeper) Option { return func(o *options) { o.sleeper = s } }
+
+// WithListener sets a listener told of consumption, rejection and waits. The
+// default is none. nil keeps the default.
+func WithListener(l Listener) Option { return func(o *options) { o.listener = l } }
+
+// NewBucket returns a bucket with the configuration cfg, created now by its
+// clock. It returns a *ConfigError when cfg breaks a rule, including aligned
+// refill on a clock that is not a wall clock.
+func NewBucket(cfg Config, opts ...Option) (*Bucket, error) {
+	c, err := cfg.compile()
+	if err != nil {
+		return nil, err
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	b := &Bucket{clock: o.clock, sleeper: o.sleeper, listener: o.listener, cfg: c}
+	if b.clock == nil {
+		b.clock = MonotonicClock()
+		if hasAligned(c) {
+			b.clock = WallClock()
+		}
+	}
+	if b.sleeper == nil {
+		b.sleeper = TimerSleeper()
+	}
+	if err := checkClock(c, b.clock); err != nil {
+		return nil, err
+	}
+	b.state = tokenbucket.New(c, b.clock.Now())
+	b.scratch = make(tokenbucket.State, len(b.state))
+	return b, nil
+}
+
+func checkClock(cfg *tokenbucket.Config, c Clock) error {
+	if !hasAligned(cfg) || c.IsWallClock() {
+		return nil
+	}
+	for i, bw := range cfg.Bandwidths {
+		if bw.Aligned {
+			return &ConfigError{Rule: RuleAlignedNeedsWallClock, Bandwidth: i, ID: bw.ID,
+				Msg: "intervally aligned refill needs a wall clock (WithClock(WallClock()))"}
+		}
+	}
+	return nil
+}
+
+// apply runs req at now under the lock and stores the new state if the
+// operation changed it. With snap it also takes a snapshot of the state
+// after the operation.
+func (b *Bucket) apply(now int64, req tokenbucket.Request, snap *Snapshot) tokenbucket.Result {
+	b.mu.Lock()
+	copy(b.scratch, b.state)
+	res, changed := tokenbucket.Apply(b.cfg, b.scratch, now, req)
+	if changed {
+		b.state, b.scratch = b.scratch, b.state
+	}
+	if snap != nil {
+		after := b.scratch
+		if changed {
+			after = b.state
+		}
+		snap.fill(b.cfg, after, now)
+	}
+	b.mu.Unlock()
+	return res
+}
+
+// argError turns the argument error a tokenbucket call reported into an
+// *ArgumentError, or nil.
+func argError(op string, res tokenbucket.Result, req tokenbucket.Request) error {
+	switch res.Code {
+	case tokenbucket.OK:
+		return nil
+	case tokenbucket.NonPositiveMaxWait:
+		return &ArgumentError{Op: op, Arg: "maxWait", Value: req.MaxWait, Want: "must be positive"}
+	case tokenbucket.ReservationOverflow:
+		return &ArgumentError{Op: op, Arg: "tokens", Value: req.Tokens,
+			Want: "can never be had: their wait overflows int64 nanoseconds"}
+	}
+	return &ArgumentError{Op: op, Arg: "tokens", Value: req.Tokens, Want: "must be positive"}
+}
+
+func (b *Bucket) notify(consumed bool, n int64) {
+	if b.listener == nil {
+		return
+	}
+	if consumed {
+		b.listener.OnConsumed(n)
+	} else {
+		b.listener.OnRejected(n)
+	}
+}
+
+// Allow is shorthand for TryConsume(1), which cannot fail.
+func (b *Bucket) Allow() bool {
+	ok, _ := b.TryConsume(1)
+	return ok
+}
+
+// TryConsume takes n tokens if every bandwidth has them, and reports whether
+// it did. It returns an *ArgumentError for n ≤ 0.
+func (b *Bucket) TryConsume(n int64) (bool, error) {
+	return b.tryConsume(b.clock.Now(), n, nil)
+}
+
+// TryConsumeAt is TryConsume at time t instead of the clock's reading, for
+// callers that read the time themselves. t is taken as t.UnixNano(), so it
+// should come from the same timeline as the bucket's clock (the default
+// clocks count from the Unix epoch).
+func (b *Bucket) TryConsumeAt(t time.Time, n int64) (bool, error) {
+	return b.tryConsume(unixNano(t), n, nil)
+}
+
+func (b *Bucket) tryConsume(now, n int64, snap *Snapshot) (bool, error) {
+	req := tokenbucket.Request{Op: tokenbucket.OpTryConsume, Tokens: n}
+	res := b.apply(now, req, snap)
+	if res.Code != tokenbucket.OK {
+		return false, argError("TryConsume", res, req)
+	}
+	b.notify(res.Consumed, n)
+	return res.Consumed, nil
+}
+
+// ConsumptionProbe is the result of TryConsumeAndReturnRemaining.
+type ConsumptionProbe struct {
+	// Consumed reports whether the tokens were taken.
+	Consumed bool
+	// Remaining is the number of tokens left, never below 0.
+	Remaining int64
+	// WaitForRefill is how long until the tokens asked for would be there:
+	// 0 when consumed, Never when they exceed a capacity.
+	WaitForRefill time.Duration
+	// WaitForReset is how long until the bucket is full again.
+	WaitForReset time.Duration
+}
+
+// TryConsumeAndReturnRemaining is TryConsume that also says how many tokens
+// are left and how long to wait, for Retry-After and rate-limit headers.
+func (b *Bucket) TryConsumeAndReturnRemaining(n int64) (ConsumptionProbe, error) {
+	return b.tryConsumeAndReturnRemaining(n, nil)
+}
+
+func (b *Bucket) tryConsumeAndReturnRemaining(n int64, snap *Snapshot) (ConsumptionProbe, error) {
+	req := tokenbucket.Request{Op: tokenbucket.OpTryConsumeAndReturnRemaining, Tokens: n}
+	res := b.apply(b.clock.Now(), req, snap)
+	if res.Code != tokenbucket.OK {
+		return ConsumptionProbe{}, argError("TryConsumeAndReturnRemaining", res, req)
+	}
+	b.notify(res.Consumed, n)
+	return ConsumptionProbe{
+		Consumed:      res.Consumed,
+		Remaining:     res.Remaining,
+		WaitForRefill: time.Duration(res.WaitForRefill),
+		WaitForReset:  time.Duration(res.WaitForReset),
+	}, nil
+}
+
+// EstimationProbe is the result of EstimateAbilityToConsume.
+type EstimationProbe struct {
+	// CanBeConsumed reports whether the tokens are there now.
+	CanBeConsumed bool
+	// Remaining is the number of tokens available, never below 0.
+	Remaining int64
+	// WaitForRefill is how long until the tokens would be there: 0 when
+	// they are, Never when they exceed a capacity.
+	WaitForRefill time.Duration
+}
+
+// EstimateAbilityToConsume reports whether n tokens could be taken now, and
+// if not, how long until they could. It takes nothing.
+func (b *Bucket) EstimateAbilityToConsume(n int64) (EstimationProbe, error) {
+	return b.estimate(n, nil)
+}
+
+func (b *Bucket) estimate(n int64, snap *Snapshot) (EstimationProbe, error) {
+	req := tokenbucket.Request{Op: tokenbucket.OpEstimate, Tokens: n}
+	res := b.apply(b.clock.Now(), req, snap)
+	if res.Code != tokenbucket.OK {
+		return EstimationProbe{}, argError("EstimateAbilityToConsume", res, req)
+	}
+	return EstimationProbe{CanBeConsumed: res.Consumed, Remaining: res.Remaining, WaitForRefill: time.Duration(res.WaitForRefill)}, nil
+}
+
+// TryConsumeAsMuchAsPossible takes every available token and returns how
+// many it took (0 when the bucket is empty or overdrawn).
+func (b *Bucket) TryConsumeAsMuchAsPossible() int64 {
+	n, _ := b.tryConsumeUpTo(math.MaxInt64, nil)
+	return n
+}
+
+// TryConsumeUpTo takes as many available tokens as it can, at most limit,
+// and returns how many it took. It is Bucket4j's
+// tryConsumeAsMuchAsPossible(limit). It returns an *ArgumentError for
+// limit ≤ 0.
+func (b *Bucket) TryConsumeUpTo(limit int64) (int64, error) {
+	return b.tryConsumeUpTo(limit, nil)
+}
+
+func (b *Bucket) tryConsumeUpTo(limit int64, snap *Snapshot) (int64, error) {
+	req := tokenbucket.Request{Op: tokenbucket.OpConsumeAsMuchAsPossible, Tokens: limit}
+	res := b.apply(b.clock.Now(), req, snap)
+	if res.Code != tokenbucket.OK {
+		return 0, argError("TryConsumeUpTo", res, req)
+	}
+	if res.Value > 0 && b.listener != nil {
+		b.listener.OnConsumed(res.Value)
+	}
+	return res.Value, nil
+}
+
+// ConsumeIgnoringRateLimits takes n tokens whether or not they are there,
+// overdrawing the bucket, and returns the time the caller would have had to
+// wait for them (0 when they were there). It returns an *ArgumentError for
+// n ≤ 0 or when that wait overflows, and then takes nothing.
+func (b *Bucket) ConsumeIgnoringRateLimits(n int64) (time.Duration, error) {
+	return b.consumeIgnoringRateLimits(n, nil)
+}
+
+func (b *Bucket) consumeIgnoringRateLimits(n int64, snap *Snapshot) (time.Duration, error) {
+	req := tokenbucket.Request{Op: tokenbucket.OpConsumeIgnoringRateLimits, Tokens: n}
+	res := b.apply(b.clock.Now(), req, snap)
+	if res.Code != tokenbucket.OK {
+		return 0, argError("ConsumeIgnoringRateLimits", res, req)
+	}
+	b.notify(true, n)
+	return time.Duration(res.Value), nil
+}
+
+// AddTokens adds n tokens to every bandwidth, up to its capacity; a
+// bandwidth above capacity is brought down to it. Use it to give back tokens
+// taken for work that then failed. It returns an *ArgumentError for n ≤ 0.
+func (b *Bucket) AddTokens(n int64) error {
+	return b.add(tokenbucket.OpAddTokens, "AddTokens", n, nil)
+}
+
+// ForceAddTokens adds n tokens to every bandwidth even past its capacity.
+// While above capacity a bandwidth refills nothing, but keeps the surplus.
+// It returns an *ArgumentError for n ≤ 0.
+func (b *Bucket) ForceAddTokens(n int64) error {
+	return b.add(tokenbucket.OpForceAddTokens, "ForceAddTokens", n, nil)
+}
+
+func (b *Bucket) add(op tokenbucket.Op, name string, n int64, snap *Snapshot) error {
+	req := tokenbucket.Request{Op: op, Tokens: n}
+	return argError(name, b.apply(b.clock.Now(), req, snap), req)
+}
+
+// Reset fills every bandwidth to its capacity.
+func (b *Bucket) Reset() {
+	b.apply(b.clock.Now(), tokenbucket.Request{Op: tokenbucket.OpReset}, nil)
+}
+
+// AvailableTokens is the number of tokens that could be taken now: the
+// least over the bandwidths. It is negative while the bucket is overdrawn.
+func (b *Bucket) AvailableTokens() int64 {
+	return b.apply(b.clock.Now(), tokenbucket.Request{Op: tokenbucket.OpAvailable}, nil).Value
+}
+
+// Configuration returns the bucket's current configuration.
+func (b *Bucket) Configuration() Config {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return configOf(b.cfg)
+}
+
+// ReplaceConfiguration switches the bucket to cfg, carrying its tokens over
+// by strategy.
+//
+// Bandwidths are matched by ID, as in Bucket4j: a new bandwidth takes over
+// from the old one with the same ID, and a bandwidth without an ID from the
+// old one without an ID while each configuration has at most one such
+// bandwidth. There is no matching by position; an unmatched bandwidth starts
+// as in a new bucket. A matched bandwidth keeps its last refill time, and
+// its partly refilled token when both are greedy.
+//
+// It returns a *ConfigError, and changes nothing, when cfg is invalid.
+func (b *Bucket) ReplaceConfiguration(cfg Config, strategy TokensInheritance) error {
+	return b.replace(cfg, strategy, nil)
+}
+
+func (b *Bucket) replace(cfg Config, strategy TokensInheritance, snap *Snapshot) error {
+	if strategy < Proportionally || strategy > Additive {
+		return &ConfigError{Rule: RuleUnknownStrategy, Bandwidth: -1, Field: "strategy", Value: strategy.String(),
+			Msg: "must be Proportionally, AsIs, Reset or Additive"}
+	}
+	c, err := cfg.compile()
+	if err != nil {
+		return err
+	}
+	if err := checkClock(c, b.clock); err != nil {
+		return err
+	}
+	now := b.clock.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.state = tokenbucket.Replace(b.cfg, b.state, now, c, tokenbucket.Strategy(strategy))
+	b.scratch = make(tokenbucket.State, len(b.state))
+	b.cfg = c
+	if snap != nil {
+		snap.fill(b.cfg, b.state, now)
+	}
+	return nil
+}

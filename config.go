@@ -1,0 +1,258 @@
+package sluice
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/tokenbucket"
+)
+
+const never = math.MaxInt64
+
+type refillKind uint8
+
+const (
+	greedy refillKind = iota + 1
+	intervally
+	intervallyAligned
+)
+
+// Refill says how a bandwidth regains tokens. Make one with Greedy,
+// Intervally or IntervallyAligned; the zero Refill is invalid.
+type Refill struct {
+	kind        refillKind
+	tokens      int64
+	period      time.Duration
+	firstRefill time.Time
+	adaptive    bool
+}
+
+// Greedy adds tokens as soon as possible: tokens per period, spread evenly,
+// so Greedy(10, time.Second) gives one token every 100ms.
+func Greedy(tokens int64, period time.Duration) Refill {
+	return Refill{kind: greedy, tokens: tokens, period: period}
+}
+
+// Intervally adds all tokens at once when a whole period has passed since
+// the last refill, and nothing in between.
+func Intervally(tokens int64, period time.Duration) Refill {
+	return Refill{kind: intervally, tokens: tokens, period: period}
+}
+
+// IntervallyAligned is Intervally on a fixed grid that passes through
+// firstRefill (which must not be before the Unix epoch), for limits that
+// reset at wall-clock times such as the top of the hour. With
+// adaptiveInitialTokens, a bucket created before firstRefill starts with the
+// tokens it would have had if it had existed since the previous grid point:
+// min(capacity, max(0, capacity-tokens) + tokens·(firstRefill-now)/period).
+// A bucket with aligned refill needs a wall clock.
+func IntervallyAligned(tokens int64, period time.Duration, firstRefill time.Time, adaptiveInitialTokens bool) Refill {
+	return Refill{kind: intervallyAligned, tokens: tokens, period: period, firstRefill: firstRefill, adaptive: adaptiveInitialTokens}
+}
+
+// Tokens is the number of tokens added per period.
+func (r Refill) Tokens() int64 { return r.tokens }
+
+// Period is the refill period.
+func (r Refill) Period() time.Duration { return r.period }
+
+// Bandwidth is one limit of a bucket: a capacity and a refill. A bucket may
+// have several; a call consumes from all of them or from none.
+//
+// Bandwidth is a value: the With methods return a changed copy.
+type Bandwidth struct {
+	capacity   int64
+	refill     Refill
+	initial    int64
+	hasInitial bool
+	id         string
+}
+
+// Limit returns a bandwidth of capacity tokens, refilled by refill, that
+// starts full. A capacity above the tokens per period allows bursts; below
+// it, the bucket can never hold a whole period's refill.
+func Limit(capacity int64, refill Refill) Bandwidth {
+	return Bandwidth{capacity: capacity, refill: refill}
+}
+
+// Simple returns a bandwidth of capacity tokens that refills greedily, all of
+// them per period: Limit(capacity, Greedy(capacity, period)).
+func Simple(capacity int64, period time.Duration) Bandwidth {
+	return Limit(capacity, Greedy(capacity, period))
+}
+
+// WithInitialTokens returns b starting with n tokens instead of a full
+// bucket. n may exceed the capacity; it may not be negative. Unlike
+// Bucket4j's withInitialTokens, it keeps the ID.
+func (b Bandwidth) WithInitialTokens(n int64) Bandwidth {
+	b.initial, b.hasInitial = n, true
+	return b
+}
+
+// WithID returns b with an ID, which ReplaceConfiguration uses to match
+// bandwidths of the old and the new configuration. IDs of a bucket must be
+// unique; "" means no ID.
+func (b Bandwidth) WithID(id string) Bandwidth {
+	b.id = id
+	return b
+}
+
+// Capacity is the most tokens the bandwidth refills to.
+func (b Bandwidth) Capacity() int64 { return b.capacity }
+
+// Refill is how the bandwidth regains tokens.
+func (b Bandwidth) Refill() Refill { return b.refill }
+
+// InitialTokens is the number of tokens a new bucket starts with, and
+// whether it was set; when it was not, the bucket starts full.
+func (b Bandwidth) InitialTokens() (int64, bool) { return b.initial, b.hasInitial }
+
+// ID is the bandwidth's ID, or "".
+func (b Bandwidth) ID() string { return b.id }
+
+// Config is a bucket's configuration: one or more bandwidths. NewBucket and
+// ReplaceConfiguration validate it; Validate does so alone.
+type Config struct {
+	Bandwidths []Bandwidth
+}
+
+// Validate checks every rule of the configuration and returns a *ConfigError
+// for the first one broken.
+func (c Config) Validate() error {
+	_, err := c.compile()
+	return err
+}
+
+// compile validates c and returns the internal form, which shares nothing
+// with c.
+func (c Config) compile() (*tokenbucket.Config, error) {
+	if len(c.Bandwidths) == 0 {
+		return nil, &ConfigError{Rule: RuleNoLimits, Bandwidth: -1, Msg: "at least one bandwidth is required"}
+	}
+	out := &tokenbucket.Config{Bandwidths: make([]tokenbucket.Bandwidth, len(c.Bandwidths))}
+	for i, b := range c.Bandwidths {
+		bad := func(rule Rule, field, value, msg string) error {
+			return &ConfigError{Rule: rule, Bandwidth: i, ID: b.id, Field: field, Value: value, Msg: msg}
+		}
+		r := b.refill
+		switch {
+		case b.capacity <= 0:
+			return nil, bad(RuleNonPositiveCapacity, "capacity", itoa(b.capacity), "must be positive")
+		case r.kind == 0:
+			return nil, bad(RuleUnknownRefill, "refill", "the zero Refill", "must be made by Greedy, Intervally or IntervallyAligned")
+		case r.tokens <= 0:
+			return nil, bad(RuleNonPositiveRefillTokens, "refill.tokens", itoa(r.tokens), "must be positive")
+		case r.period <= 0:
+			return nil, bad(RuleNonPositivePeriod, "refill.period", r.period.String(), "must be positive")
+		case r.tokens > int64(r.period):
+			return nil, bad(RuleRefillRateTooHigh, "refill", fmt.Sprintf("%d tokens per %v", r.tokens, r.period),
+				"must not exceed 1 token per nanosecond")
+		case b.hasInitial && b.initial < 0:
+			return nil, bad(RuleNegativeInitialTokens, "initial tokens", itoa(b.initial), "must not be negative")
+		case r.kind == intervallyAligned && r.adaptive && b.hasInitial:
+			return nil, bad(RuleAdaptiveWithManual, "initial tokens", itoa(b.initial),
+				"must not be set together with adaptive initial tokens")
+		}
+		if r.kind == intervallyAligned && r.firstRefill.Before(time.Unix(0, 0)) {
+			return nil, bad(RuleNegativeFirstRefill, "refill.first_refill", r.firstRefill.UTC().Format(time.RFC3339Nano),
+				"must not be before the Unix epoch")
+		}
+		if b.id != "" {
+			for j := range i {
+				if c.Bandwidths[j].id == b.id {
+					return nil, bad(RuleDuplicateID, "id", strconv.Quote(b.id),
+						fmt.Sprintf("must be unique, bandwidth %d has it too", j))
+				}
+			}
+		}
+		out.Bandwidths[i] = tokenbucket.Bandwidth{
+			Capacity:     b.capacity,
+			RefillTokens: r.tokens,
+			Period:       int64(r.period),
+			Intervally:   r.kind != greedy,
+			Aligned:      r.kind == intervallyAligned,
+			Adaptive:     r.adaptive,
+			Initial:      b.initial,
+			HasInitial:   b.hasInitial,
+			ID:           b.id,
+		}
+		if r.kind == intervallyAligned {
+			out.Bandwidths[i].FirstRefill = unixNano(r.firstRefill)
+		}
+	}
+	return out, nil
+}
+
+// unixNano is t.UnixNano, saturating where t is beyond the int64 range
+// (year 2262) instead of returning an undefined value.
+func unixNano(t time.Time) int64 {
+	if t.After(time.Unix(0, never)) {
+		return never
+	}
+	return t.UnixNano()
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// hasAligned reports whether cfg refills on a wall-clock grid.
+func hasAligned(cfg *tokenbucket.Config) bool {
+	for i := range cfg.Bandwidths {
+		if cfg.Bandwidths[i].Aligned {
+			return true
+		}
+	}
+	return false
+}
+
+// configOf rebuilds the user-facing form of a compiled configuration.
+func configOf(cfg *tokenbucket.Config) Config {
+	out := Config{Bandwidths: make([]Bandwidth, len(cfg.Bandwidths))}
+	for i, b := range cfg.Bandwidths {
+		period := time.Duration(b.Period)
+		var r Refill
+		switch {
+		case b.Aligned:
+			r = IntervallyAligned(b.RefillTokens, period, time.Unix(0, b.FirstRefill), b.Adaptive)
+		case b.Intervally:
+			r = Intervally(b.RefillTokens, period)
+		default:
+			r = Greedy(b.RefillTokens, period)
+		}
+		out.Bandwidths[i] = Bandwidth{capacity: b.Capacity, refill: r, initial: b.Initial, hasInitial: b.HasInitial, id: b.ID}
+	}
+	return out
+}
+
+// TokensInheritance is how ReplaceConfiguration carries the tokens of the
+// old configuration into the new one. Bandwidths are matched by ID; see
+// ReplaceConfiguration.
+type TokensInheritance uint8
+
+// The token inheritance strategies, as Bucket4j names them.
+const (
+	// Proportionally keeps the fill ratio: 40 of 100 become 80 of 200.
+	Proportionally TokensInheritance = TokensInheritance(tokenbucket.Proportionally)
+	// AsIs keeps the token count, cut down to the new capacity.
+	AsIs TokensInheritance = TokensInheritance(tokenbucket.AsIs)
+	// Reset starts afresh, as a new bucket with the new configuration.
+	Reset TokensInheritance = TokensInheritance(tokenbucket.ResetStrategy)
+	// Additive adds the capacity gained: 80 of 200 become 180 of 300. A
+	// capacity that shrinks is handled as AsIs.
+	Additive TokensInheritance = TokensInheritance(tokenbucket.Additive)
+)
+
+func (s TokensInheritance) String() string {
+	switch s {
+	case Proportionally:
+		return "proportionally"
+	case AsIs:
+		return "as_is"
+	case Reset:
+		return "reset"
+	case Additive:
+		return "additive"
+	}
+	return "TokensInheritance(" + strconv.Itoa(int(s)) + ")"
+}

@@ -1,0 +1,42 @@
+// Package sluice is a rate limiter: Bucket4j's token-bucket model in exact
+// integer arithmetic, for Go.
+//
+// # Buckets
+//
+// A [Bucket] has one or more bandwidths ([Limit], [Simple]), each a capacity
+// and a [Refill]: [Greedy] (tokens spread evenly over the period),
+// [Intervally] (all at once when a period has passed) or [IntervallyAligned]
+// (on a wall-clock grid). A call consumes from every bandwidth or from none:
+//
+//	b, err := sluice.NewBucket(sluice.Config{Bandwidths: []sluice.Bandwidth{
+//		sluice.Simple(1000, time.Minute),                        // 1000 a minute
+//		sluice.Limit(50, sluice.Greedy(50, time.Second)),        // in bursts of at most 50
+//	}})
+//	if err != nil { ... }
+//	if b.Allow() { ... }
+//
+// Bandwidths may be overdrawn ([Bucket.ConsumeIgnoringRateLimits],
+// reservations) and may hold more than their capacity
+// ([Bucket.ForceAddTokens], initial tokens).
+//
+// # Waiting
+//
+// [Bucket.Blocking] returns a view whose calls wait for their tokens and
+// honour a context; [Bucket.Reserve] hands out a [Reservation] for callers
+// who schedule work themselves. Both reserve fairly: tokens are taken first
+// and the caller then waits, so later callers queue behind.
+//
+// # Time
+//
+// Every decision is integer arithmetic on nanoseconds from a [Clock]:
+// [MonotonicClock] by default, [WallClock] for aligned refill, [Millis] for
+// millisecond resolution, and [FakeClock] for tests, which also serves as a
+// [Sleeper] so blocking calls run instantly.
+//
+// # Differences from Bucket4j
+//
+// Where Bucket4j falls back to floating point on overflow, sluice computes
+// exactly with 128-bit intermediates. TryConsumeAsMuchAsPossible on an
+// overdrawn bucket takes nothing (Bucket4j 7 returned a negative count, bug
+// #417). WithInitialTokens keeps a bandwidth's ID.
+package sluice

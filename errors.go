@@ -1,0 +1,100 @@
+package sluice
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrInvalidArgument is matched (errors.Is) by every *ArgumentError.
+	ErrInvalidArgument = errors.New("sluice: invalid argument")
+	// ErrInvalidConfig is matched (errors.Is) by every *ConfigError.
+	ErrInvalidConfig = errors.New("sluice: invalid configuration")
+	// ErrMaxWaitExceeded is returned by Reserve when the tokens would not be
+	// there within the maximum wait. Nothing was reserved.
+	ErrMaxWaitExceeded = errors.New("sluice: max wait exceeded")
+)
+
+// ArgumentError reports an argument out of its bounds. The call that
+// returned it changed nothing.
+type ArgumentError struct {
+	Op    string // the method, e.g. "TryConsume"
+	Arg   string // the argument, e.g. "tokens"
+	Value int64  // the value given
+	Want  string // the bound it broke, e.g. "must be positive"
+}
+
+func (e *ArgumentError) Error() string {
+	return fmt.Sprintf("sluice: %s: %s %s, got %d", e.Op, e.Arg, e.Want, e.Value)
+}
+
+// Is reports whether target is ErrInvalidArgument.
+func (e *ArgumentError) Is(target error) bool { return target == ErrInvalidArgument }
+
+// Rule names a configuration rule. The values are the codes of the
+// conformance vector format.
+type Rule string
+
+// The configuration rules, those Bucket4j enforces.
+const (
+	RuleNonPositiveCapacity      Rule = "non_positive_capacity"
+	RuleNonPositiveRefillTokens  Rule = "non_positive_refill_tokens"
+	RuleNonPositivePeriod        Rule = "non_positive_period"
+	RuleRefillRateTooHigh        Rule = "refill_rate_too_high"         // more than 1 token per nanosecond
+	RuleNegativeInitialTokens    Rule = "negative_initial_tokens"      //
+	RuleNegativeFirstRefill      Rule = "negative_first_refill"        // aligned first refill before the Unix epoch
+	RuleAdaptiveWithManual       Rule = "adaptive_with_manual_initial" // adaptive initial tokens and WithInitialTokens
+	RuleNoLimits                 Rule = "no_limits"                    // no bandwidth at all
+	RuleDuplicateID              Rule = "duplicate_id"                 // two bandwidths with one ID
+	RuleAlignedNeedsWallClock    Rule = "aligned_needs_wall_clock"     // aligned refill on a clock not counting from the epoch
+	RuleUnknownRefill            Rule = "unknown_refill"               // the zero Refill
+	RuleUnknownStrategy          Rule = "unknown_strategy"             // a TokensInheritance value that is none of the four
+	ruleNone                     Rule = ""
+)
+
+// ConfigError reports a configuration that breaks a rule: which bandwidth
+// (its index and ID), which field, and the value.
+type ConfigError struct {
+	Rule      Rule
+	Bandwidth int    // index in Config.Bandwidths, or -1 for the whole configuration
+	ID        string // the bandwidth's ID, if it has one
+	Field     string // e.g. "capacity", "refill.period"
+	Value     string // the offending value as written
+	Msg       string // what the rule requires
+}
+
+func (e *ConfigError) Error() string {
+	where := "sluice: config"
+	if e.Bandwidth >= 0 {
+		where = fmt.Sprintf("sluice: bandwidth %d", e.Bandwidth)
+		if e.ID != "" {
+			where += fmt.Sprintf(" (id %q)", e.ID)
+		}
+	}
+	if e.Field == "" {
+		return fmt.Sprintf("%s: %s", where, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s %s, got %s", where, e.Field, e.Msg, e.Value)
+}
+
+// Is reports whether target is ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// MaxWaitError is returned when tokens cannot be reserved within the maximum
+// wait. It matches ErrMaxWaitExceeded. Wait is the wait the tokens would
+// need, or math.MaxInt64 nanoseconds when they can never be had.
+type MaxWaitError struct {
+	Tokens  int64
+	Wait    int64 // nanoseconds
+	MaxWait int64 // nanoseconds
+}
+
+func (e *MaxWaitError) Error() string {
+	if e.Wait == never {
+		return fmt.Sprintf("sluice: max wait exceeded: %d tokens can never be had", e.Tokens)
+	}
+	return fmt.Sprintf("sluice: max wait exceeded: %d tokens need %dns, at most %dns allowed", e.Tokens, e.Wait, e.MaxWait)
+}
+
+// Is reports whether target is ErrMaxWaitExceeded.
+func (e *MaxWaitError) Is(target error) bool { return target == ErrMaxWaitExceeded }

@@ -37,19 +37,18 @@ type Rule string
 
 // The configuration rules, those Bucket4j enforces.
 const (
-	RuleNonPositiveCapacity      Rule = "non_positive_capacity"
-	RuleNonPositiveRefillTokens  Rule = "non_positive_refill_tokens"
-	RuleNonPositivePeriod        Rule = "non_positive_period"
-	RuleRefillRateTooHigh        Rule = "refill_rate_too_high"         // more than 1 token per nanosecond
-	RuleNegativeInitialTokens    Rule = "negative_initial_tokens"      //
-	RuleNegativeFirstRefill      Rule = "negative_first_refill"        // aligned first refill before the Unix epoch
-	RuleAdaptiveWithManual       Rule = "adaptive_with_manual_initial" // adaptive initial tokens and WithInitialTokens
-	RuleNoLimits                 Rule = "no_limits"                    // no bandwidth at all
-	RuleDuplicateID              Rule = "duplicate_id"                 // two bandwidths with one ID
-	RuleAlignedNeedsWallClock    Rule = "aligned_needs_wall_clock"     // aligned refill on a clock not counting from the epoch
-	RuleUnknownRefill            Rule = "unknown_refill"               // the zero Refill
-	RuleUnknownStrategy          Rule = "unknown_strategy"             // a TokensInheritance value that is none of the four
-	ruleNone                     Rule = ""
+	RuleNonPositiveCapacity     Rule = "non_positive_capacity"
+	RuleNonPositiveRefillTokens Rule = "non_positive_refill_tokens"
+	RuleNonPositivePeriod       Rule = "non_positive_period"
+	RuleRefillRateTooHigh       Rule = "refill_rate_too_high"         // more than 1 token per nanosecond
+	RuleNegativeInitialTokens   Rule = "negative_initial_tokens"      //
+	RuleNegativeFirstRefill     Rule = "negative_first_refill"        // aligned first refill before the Unix epoch
+	RuleAdaptiveWithManual      Rule = "adaptive_with_manual_initial" // adaptive initial tokens and WithInitialTokens
+	RuleNoLimits                Rule = "no_limits"                    // no bandwidth at all
+	RuleDuplicateID             Rule = "duplicate_id"                 // two bandwidths with one ID
+	RuleAlignedNeedsWallClock   Rule = "aligned_needs_wall_clock"     // aligned refill on a clock not counting from the epoch
+	RuleUnknownRefill           Rule = "unknown_refill"               // the zero Refill
+	RuleUnknownStrategy         Rule = "unknown_strategy"             // a TokensInheritance value that is none of the four
 )
 
 // ConfigError reports a configuration that breaks a rule: which bandwidth

@@ -151,7 +151,7 @@ func (b *Bucket) Allow() bool {
 // TryConsume takes n tokens if every bandwidth has them, and reports whether
 // it did. It returns an *ArgumentError for n ≤ 0.
 func (b *Bucket) TryConsume(n int64) (bool, error) {
-	return b.tryConsume(b.clock.Now(), n, nil)
+	return b.tryConsume(b.clock.Now(), n)
 }
 
 // TryConsumeAt is TryConsume at time t instead of the clock's reading, for
@@ -159,12 +159,29 @@ func (b *Bucket) TryConsume(n int64) (bool, error) {
 // should come from the same timeline as the bucket's clock (the default
 // clocks count from the Unix epoch).
 func (b *Bucket) TryConsumeAt(t time.Time, n int64) (bool, error) {
-	return b.tryConsume(unixNano(t), n, nil)
+	return b.tryConsume(t.UnixNano(), n)
 }
 
-func (b *Bucket) tryConsume(now, n int64, snap *Snapshot) (bool, error) {
+// tryConsume is the hot path: no request, no result struct, no copy call.
+func (b *Bucket) tryConsume(now, n int64) (bool, error) {
+	if n <= 0 {
+		return false, &ArgumentError{Op: "TryConsume", Arg: "tokens", Value: n, Want: "must be positive"}
+	}
+	b.mu.Lock()
+	ok := tokenbucket.TryConsume(b.cfg, b.state, b.scratch, now, n)
+	if ok {
+		b.state, b.scratch = b.scratch, b.state
+	}
+	b.mu.Unlock()
+	if b.listener != nil {
+		b.notify(ok, n)
+	}
+	return ok, nil
+}
+
+func (b *Bucket) tryConsumeVerbose(n int64, snap *Snapshot) (bool, error) {
 	req := tokenbucket.Request{Op: tokenbucket.OpTryConsume, Tokens: n}
-	res := b.apply(now, req, snap)
+	res := b.apply(b.clock.Now(), req, snap)
 	if res.Code != tokenbucket.OK {
 		return false, argError("TryConsume", res, req)
 	}

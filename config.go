@@ -131,7 +131,7 @@ func (c Config) compile() (*tokenbucket.Config, error) {
 	if len(c.Bandwidths) == 0 {
 		return nil, &ConfigError{Rule: RuleNoLimits, Bandwidth: -1, Msg: "at least one bandwidth is required"}
 	}
-	out := &tokenbucket.Config{Bandwidths: make([]tokenbucket.Bandwidth, len(c.Bandwidths))}
+	bws := make([]tokenbucket.Bandwidth, len(c.Bandwidths))
 	for i, b := range c.Bandwidths {
 		bad := func(rule Rule, field, value, msg string) error {
 			return &ConfigError{Rule: rule, Bandwidth: i, ID: b.id, Field: field, Value: value, Msg: msg}
@@ -167,7 +167,7 @@ func (c Config) compile() (*tokenbucket.Config, error) {
 				}
 			}
 		}
-		out.Bandwidths[i] = tokenbucket.Bandwidth{
+		bws[i] = tokenbucket.Bandwidth{
 			Capacity:     b.capacity,
 			RefillTokens: r.tokens,
 			Period:       int64(r.period),
@@ -179,10 +179,10 @@ func (c Config) compile() (*tokenbucket.Config, error) {
 			ID:           b.id,
 		}
 		if r.kind == intervallyAligned {
-			out.Bandwidths[i].FirstRefill = unixNano(r.firstRefill)
+			bws[i].FirstRefill = unixNano(r.firstRefill)
 		}
 	}
-	return out, nil
+	return tokenbucket.NewConfig(bws...), nil
 }
 
 // unixNano is t.UnixNano, saturating where t is beyond the int64 range

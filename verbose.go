@@ -54,7 +54,7 @@ func verbose[T any](f func(*Snapshot) (T, error)) (Verbose[T], error) {
 
 // TryConsume is Bucket.TryConsume with a snapshot.
 func (v VerboseBucket) TryConsume(n int64) (Verbose[bool], error) {
-	return verbose(func(s *Snapshot) (bool, error) { return v.b.tryConsume(v.b.clock.Now(), n, s) })
+	return verbose(func(s *Snapshot) (bool, error) { return v.b.tryConsumeVerbose(n, s) })
 }
 
 // TryConsumeAndReturnRemaining is Bucket.TryConsumeAndReturnRemaining with a snapshot.

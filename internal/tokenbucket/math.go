@@ -17,17 +17,18 @@ const Never = math.MaxInt64
 // A clock that goes backwards is ignored: nothing happens until now passes
 // LastRefill again. LastRefill always advances, even while full, so a bucket
 // above capacity keeps its surplus without growing it.
-func refill(bw *Bandwidth, s *BandwidthState, now int64) {
+func refill(cfg *Config, i int, s *BandwidthState, now int64) {
 	prev := s.LastRefill
 	if now <= prev {
 		return
 	}
+	bw, dv, p := &cfg.Bandwidths[i], cfg.divisor(i), uint64(cfg.Bandwidths[i].Period)
 	// The difference of two int64 always fits in a uint64.
 	dur := uint64(now) - uint64(prev)
-	p := uint64(bw.Period)
 	if bw.Intervally {
 		// Snap to the refill grid, prev + k·period.
-		dur -= dur % p
+		_, r := divmod(dv, dur, p)
+		dur -= r
 		if dur == 0 {
 			return
 		}
@@ -40,7 +41,7 @@ func refill(bw *Bandwidth, s *BandwidthState, now int64) {
 	r := uint64(bw.RefillTokens)
 	var whole uint64
 	if dur >= p {
-		whole, dur = dur/p, dur%p
+		whole, dur = divmod(dv, dur, p)
 	}
 	// Whole periods: whole·r tokens; past int64 the bucket is full anyway.
 	hi, lo := bits.Mul64(whole, r)
@@ -49,13 +50,19 @@ func refill(bw *Bandwidth, s *BandwidthState, now int64) {
 		return
 	}
 	add := lo
-	// The partial period: (dur·r + err) / p. dur < p and err < p, so the
-	// quotient is at most r and hi < p, as bits.Div64 requires.
+	// The partial period: (dur·r + err) / period. dur < period and
+	// err < period, so the quotient is at most r, and hi < period as
+	// bits.Div64 requires.
 	hi, lo = bits.Mul64(dur, r)
 	var carry uint64
 	lo, carry = bits.Add64(lo, uint64(s.Err), 0)
 	hi += carry
-	q, rem := bits.Div64(hi, lo, p)
+	var q, rem uint64
+	if hi == 0 {
+		q, rem = divmod(dv, lo, p)
+	} else {
+		q, rem = bits.Div64(hi, lo, p)
+	}
 	add += q // both ≤ MaxInt64, so the sum fits in a uint64
 	if add > math.MaxInt64 {
 		fill(bw, s)

@@ -27,9 +27,42 @@ type Bandwidth struct {
 	ID           string // "" means no ID
 }
 
-// Config is the validated, immutable list of a bucket's bandwidths.
+// Config is the validated, immutable list of a bucket's bandwidths. Make it
+// with NewConfig; a Config literal works too, only with slower refills.
 type Config struct {
 	Bandwidths []Bandwidth
+	periods    []Divisor // by each bandwidth's period; empty if not prepared
+}
+
+// NewConfig returns a Config of bws, prepared for fast refills unless a
+// period is 1ns (which needs no division, and the fast path cannot do).
+func NewConfig(bws ...Bandwidth) *Config {
+	c := &Config{Bandwidths: bws}
+	periods := make([]Divisor, len(bws))
+	for i, bw := range bws {
+		if bw.Period < 2 {
+			return c
+		}
+		periods[i] = NewDivisor(uint64(bw.Period))
+	}
+	c.periods = periods
+	return c
+}
+
+// divisor returns the prepared divisor by bandwidth i's period, or nil.
+func (c *Config) divisor(i int) *Divisor {
+	if i < len(c.periods) {
+		return &c.periods[i]
+	}
+	return nil
+}
+
+// divmod returns n / d and n % d, by dv when it is prepared for d.
+func divmod(dv *Divisor, n, d uint64) (q, r uint64) {
+	if dv != nil {
+		return dv.Div(n)
+	}
+	return n / d, n % d
 }
 
 // BandwidthState is the mutable part of one bandwidth.
@@ -79,7 +112,7 @@ func initial(bw *Bandwidth, now int64) BandwidthState {
 // Refill brings every bandwidth of st up to now.
 func Refill(cfg *Config, st State, now int64) {
 	for i := range cfg.Bandwidths {
-		refill(&cfg.Bandwidths[i], &st[i], now)
+		refill(cfg, i, &st[i], now)
 	}
 }
 
@@ -113,6 +146,25 @@ func TimeToFull(cfg *Config, st State, now int64) int64 {
 		d = max(d, timeToFull(&cfg.Bandwidths[i], &st[i], now))
 	}
 	return d
+}
+
+// TryConsume is OpTryConsume without the copy Apply needs, for the hot path:
+// it writes st refilled at now into out (of the same length) and, if every
+// bandwidth has n > 0 tokens, takes them from out and reports true. When it
+// reports false, out holds the refilled state, which need not be stored.
+func TryConsume(cfg *Config, st, out State, now, n int64) bool {
+	out = out[:len(st)]
+	avail := int64(Never)
+	for i := range st {
+		out[i] = st[i]
+		refill(cfg, i, &out[i], now)
+		avail = min(avail, out[i].Size)
+	}
+	if n > avail {
+		return false
+	}
+	Consume(out, n)
+	return true
 }
 
 // Consume takes n tokens from every bandwidth. The caller ensures the result

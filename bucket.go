@@ -19,7 +19,8 @@ const Never = time.Duration(math.MaxInt64)
 // Bucket is safe for simultaneous use by multiple goroutines. A call reads
 // the clock once, before it takes the bucket's lock, so concurrent calls may
 // reach the lock with slightly out-of-order times; a time before the last
-// refill simply refills nothing.
+// refill simply refills nothing. Make a Bucket with NewBucket; the zero
+// Bucket is not usable.
 type Bucket struct {
 	clock    Clock
 	sleeper  Sleeper

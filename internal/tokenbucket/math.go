@@ -38,22 +38,24 @@ func refill(cfg *Config, i int, s *BandwidthState, now int64) {
 	if s.Size >= bw.Capacity {
 		return
 	}
+	// room is what fills the bandwidth, exactly: Size may be negative, so
+	// the difference can exceed MaxInt64, but never 2^64-1.
+	room := uint64(bw.Capacity) - uint64(s.Size)
 	r := uint64(bw.RefillTokens)
 	var whole uint64
 	if dur >= p {
 		whole, dur = divmod(dv, dur, p)
 	}
-	// Whole periods: whole·r tokens; past int64 the bucket is full anyway.
-	hi, lo := bits.Mul64(whole, r)
-	if hi != 0 || lo > math.MaxInt64 {
+	// Whole periods add whole·r tokens.
+	hi, add := bits.Mul64(whole, r)
+	if hi != 0 || add >= room {
 		fill(bw, s)
 		return
 	}
-	add := lo
 	// The partial period: (dur·r + err) / period. dur < period and
 	// err < period, so the quotient is at most r, and hi < period as
 	// bits.Div64 requires.
-	hi, lo = bits.Mul64(dur, r)
+	hi, lo := bits.Mul64(dur, r)
 	var carry uint64
 	lo, carry = bits.Add64(lo, uint64(s.Err), 0)
 	hi += carry
@@ -63,17 +65,12 @@ func refill(cfg *Config, i int, s *BandwidthState, now int64) {
 	} else {
 		q, rem = bits.Div64(hi, lo, p)
 	}
-	add += q // both ≤ MaxInt64, so the sum fits in a uint64
-	if add > math.MaxInt64 {
+	if q >= room-add {
 		fill(bw, s)
 		return
 	}
-	next, overflow := addInt64(s.Size, int64(add))
-	if overflow || next >= bw.Capacity {
-		fill(bw, s)
-		return
-	}
-	s.Size = next
+	// Size + add + q < Capacity: the uint64 sum wraps back into range.
+	s.Size = int64(uint64(s.Size) + add + q)
 	s.Err = int64(rem)
 }
 
@@ -96,21 +93,18 @@ func delay(bw *Bandwidth, s *BandwidthState, n int64, now int64, check bool) int
 	if n <= s.Size {
 		return 0
 	}
-	deficit, overflow := subInt64(n, s.Size)
-	if overflow {
-		return Never
-	}
-	return waitFor(bw, s, deficit, now)
+	// n > Size, so the difference is positive and below 2^64.
+	return waitFor(bw, s, uint64(n)-uint64(s.Size), now)
 }
 
 // waitFor is the time until deficit > 0 more tokens have been refilled.
-func waitFor(bw *Bandwidth, s *BandwidthState, deficit int64, now int64) int64 {
+func waitFor(bw *Bandwidth, s *BandwidthState, deficit uint64, now int64) int64 {
 	r := uint64(bw.RefillTokens)
 	p := uint64(bw.Period)
 	if bw.Intervally {
 		// The next grid point, then whole periods for what it does not cover.
 		next := satAdd(satSub(s.LastRefill, now), bw.Period)
-		periods := (uint64(deficit) - 1) / r // ceil(deficit/r) - 1
+		periods := (deficit - 1) / r // ceil(deficit/r) - 1
 		hi, lo := bits.Mul64(periods, p)
 		if hi != 0 || lo > math.MaxInt64 {
 			return Never
@@ -118,7 +112,7 @@ func waitFor(bw *Bandwidth, s *BandwidthState, deficit int64, now int64) int64 {
 		return satAdd(int64(lo), next)
 	}
 	// (period·deficit - err) / r, exactly: the product needs 128 bits.
-	hi, lo := bits.Mul64(p, uint64(deficit))
+	hi, lo := bits.Mul64(p, deficit)
 	var borrow uint64
 	lo, borrow = bits.Sub64(lo, uint64(s.Err), 0)
 	hi -= borrow
@@ -137,11 +131,7 @@ func timeToFull(bw *Bandwidth, s *BandwidthState, now int64) int64 {
 	if s.Size >= bw.Capacity {
 		return 0
 	}
-	deficit, overflow := subInt64(bw.Capacity, s.Size)
-	if overflow {
-		return Never
-	}
-	return waitFor(bw, s, deficit, now)
+	return waitFor(bw, s, uint64(bw.Capacity)-uint64(s.Size), now)
 }
 
 // adaptiveInitial is Bucket4j's adaptive initial tokens for an aligned

@@ -1,0 +1,330 @@
+package conformance_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
+)
+
+// writeFiles writes files (name to content) into a new directory and
+// returns it.
+func writeFiles(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// run runs the vector files at paths against the local target.
+func run(t *testing.T, paths ...string) *conformance.Report {
+	t.Helper()
+	r, err := conformance.Run(t.Context(), conformance.Local{}, paths...)
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	return r
+}
+
+// doc wraps cases (JSON objects) into a vector document.
+func doc(cases ...string) string {
+	return `{"suite": "test", "cases": [` + strings.Join(cases, ",") + `]}`
+}
+
+// tenPerSecond is a full bucket of capacity 10 refilling 10 per second.
+const tenPerSecond = `{"limits": [{"capacity": 10, "refill": {"kind": "greedy", "tokens": 10, "period": "1s"}}]}`
+
+func bucketCase(name, steps string) string {
+	return `{"name": "` + name + `", "bucket": ` + tenPerSecond + `, "steps": [` + steps + `]}`
+}
+
+// caseReport returns the report of the only case of the only file in r.
+func caseReport(t *testing.T, r *conformance.Report) conformance.CaseReport {
+	t.Helper()
+	if len(r.Files) != 1 || len(r.Files[0].Cases) != 1 {
+		t.Fatalf("report has %d files (%+v), want 1 with 1 case", len(r.Files), r.Files)
+	}
+	return r.Files[0].Cases[0]
+}
+
+func TestRunReportsWrongExpectation(t *testing.T) {
+	dir := writeFiles(t, map[string]string{"v.json": doc(
+		bucketCase("right", `{"op": "try_consume", "tokens": 4, "want": true}, {"op": "available", "want": 6}`),
+		bucketCase("wrong", `{"op": "try_consume", "tokens": 4, "want": true}, {"advance": "100ms"}, {"op": "available", "want": 6}`),
+	)})
+	r := run(t, dir)
+	if p, f, s := r.Counts(); p != 1 || f != 1 || s != 0 {
+		t.Errorf("Counts() = %d, %d, %d, want 1, 1, 0", p, f, s)
+	}
+	if got, want := r.Summary(), "1 passed, 1 failed, 0 skipped"; got != want {
+		t.Errorf("Summary() = %q, want %q", got, want)
+	}
+	fs := r.Failures()
+	if len(fs) != 1 {
+		t.Fatalf("Failures() = %v, want 1 failure", fs)
+	}
+	want := conformance.Failure{File: filepath.Join(dir, "v.json"), Case: "wrong", Step: 2, Op: "available", Want: "6", Got: "7"}
+	if *fs[0] != want {
+		t.Errorf("failure = %+v, want %+v", *fs[0], want)
+	}
+	if got, want := fs[0].Error(), `v.json: case "wrong": step 2 (available): want 6, got 7`; !strings.HasSuffix(got, want) {
+		t.Errorf("Error() = %q, want it to end in %q", got, want)
+	}
+}
+
+func TestRunComparesOnlyWantedFields(t *testing.T) {
+	tests := []struct {
+		name, step, want, got string // want and got "" when the step passes
+	}{
+		{"fields present pass", `{"op": "try_consume_and_return_remaining", "tokens": 11, "want": {"consumed": false, "remaining": 10}}`, "", ""},
+		{"a wrong field fails", `{"op": "try_consume_and_return_remaining", "tokens": 4, "want": {"remaining": 7}}`,
+			`{"remaining": 7}`,
+			`{"consumed": true, "remaining": 6, "nanos_to_wait_for_refill": 0, "nanos_to_wait_for_reset": 400000000}`},
+		{"int64 max", `{"op": "estimate_ability_to_consume", "tokens": 11, "want": {"nanos_to_wait_for_refill": 9223372036854775807}}`, "", ""},
+		{"int64 max minus 1 is not int64 max", `{"op": "estimate_ability_to_consume", "tokens": 11, "want": {"nanos_to_wait_for_refill": 9223372036854775806}}`,
+			`{"nanos_to_wait_for_refill": 9223372036854775806}`,
+			`{"can_be_consumed": false, "remaining": 10, "nanos_to_wait_for_refill": 9223372036854775807}`},
+		{"a step without want is not compared", `{"op": "try_consume", "tokens": 11}`, "", ""},
+		{"want_error matched", `{"op": "try_consume", "tokens": 0, "want_error": "invalid_argument"}`, "", ""},
+		{"want_error without an error", `{"op": "try_consume", "tokens": 1, "want_error": "invalid_argument"}`,
+			"error invalid_argument", "no error, true"},
+		{"an unexpected error", `{"op": "add_tokens", "tokens": 0}`, "no error",
+			"error invalid_argument (sluice: AddTokens: tokens must be positive, got 0)"},
+		{"blocking", `{"op": "blocking_try_consume", "tokens": 12, "max_wait": "1s", "want": {"consumed": true, "slept": 100000000}}`,
+			`{"consumed": true, "slept": 100000000}`, `{"consumed": true, "slept": 200000000}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := caseReport(t, run(t, writeFiles(t, map[string]string{"v.json": doc(bucketCase("c", tt.step))})))
+			if tt.want == "" {
+				if c.Status != conformance.Passed {
+					t.Errorf("status = %v (%v), want passed", c.Status, c.Failure)
+				}
+				return
+			}
+			if c.Status != conformance.Failed {
+				t.Fatalf("status = %v, want failed", c.Status)
+			}
+			if c.Failure.Step != 0 || c.Failure.Want != tt.want || c.Failure.Got != tt.got {
+				t.Errorf("failure = step %d, want %s, got %s; want step 0, want %s, got %s",
+					c.Failure.Step, c.Failure.Want, c.Failure.Got, tt.want, tt.got)
+			}
+		})
+	}
+}
+
+func TestRunMalformedCases(t *testing.T) {
+	limits := `"limits": [{"capacity": 10, "refill": {"kind": "greedy", "tokens": 10, "period": "1s"}}]`
+	tests := []struct {
+		name    string
+		kase    string
+		step    int
+		wantMsg string
+	}{
+		{"bucket and limiter", `{"name": "c", "bucket": {` + limits + `}, "limiter": {"policy": "no_limit"}, "steps": []}`, -1, "not both"},
+		{"neither bucket nor limiter", `{"name": "c", "steps": []}`, -1, "neither a bucket nor a limiter"},
+		{"no name", `{"bucket": {` + limits + `}, "steps": []}`, -1, "no name"},
+		{"bad duration", `{"name": "c", "bucket": {"limits": [{"capacity": 10, "refill": {"kind": "greedy", "tokens": 10, "period": "1x"}}]}}`, -1, `bad duration "1x"`},
+		{"integer as float", `{"name": "c", "bucket": {"limits": [{"capacity": 10.5, "refill": {"kind": "greedy", "tokens": 10, "period": "1s"}}]}}`, -1, "limits[0]: 10.5 is not an integer"},
+		{"unknown refill kind", `{"name": "c", "bucket": {"limits": [{"capacity": 10, "refill": {"kind": "smooth", "tokens": 10, "period": "1s"}}]}}`, -1, `refill.kind "smooth"`},
+		{"missing capacity", `{"name": "c", "bucket": {"limits": [{"refill": {"kind": "greedy", "tokens": 10, "period": "1s"}}]}}`, -1, "capacity is missing"},
+		{"missing limits", `{"name": "c", "bucket": {}}`, -1, "limits is missing"},
+		{"bad precision", `{"name": "c", "bucket": {"precision": "micros", ` + limits + `}}`, -1, `precision "micros"`},
+		{"want_config_error with steps", `{"name": "c", "bucket": {` + limits + `}, "want_config_error": true, "steps": [{"advance": 1}]}`, -1, "has no steps"},
+		{"want_config_error of a bad type", `{"name": "c", "bucket": {` + limits + `}, "want_config_error": 1}`, -1, "want true or a rule name"},
+		{"unknown op", bucketCase("c", `{"advance": 1}, {"op": "frobnicate"}`), 1, `unknown op "frobnicate"`},
+		{"missing tokens", bucketCase("c", `{"op": "try_consume", "want": true}`), 0, "tokens is missing"},
+		{"bad max_wait", bucketCase("c", `{"op": "blocking_try_consume", "tokens": 1, "max_wait": "soon"}`), 0, `bad duration "soon"`},
+		{"want of the wrong type", bucketCase("c", `{"op": "try_consume", "tokens": 1, "want": 1}`), 0, "want: 1 is not true or false"},
+		{"unknown want field", bucketCase("c", `{"op": "estimate_ability_to_consume", "tokens": 1, "want": {"remainng": 1}}`), 0, `"remainng" is not one of the fields`},
+		{"want for an op without value", bucketCase("c", `{"op": "reset", "want": 1}`), 0, "returns nothing"},
+		{"want and want_error", bucketCase("c", `{"op": "try_consume", "tokens": 0, "want": false, "want_error": "invalid_argument"}`), 0, "not both"},
+		{"unknown error code", bucketCase("c", `{"op": "try_consume", "tokens": 0, "want_error": "oops"}`), 0, `want_error "oops"`},
+		{"advance and op", bucketCase("c", `{"advance": 1, "op": "reset"}`), 0, "exactly one of advance, set_clock and op"},
+		{"empty step", bucketCase("c", `{}`), 0, "exactly one of advance, set_clock and op"},
+		{"unknown strategy", bucketCase("c", `{"op": "replace_configuration", "bucket": {`+limits+`}, "strategy": "merge"}`), 0, `strategy "merge"`},
+		{"replacement bucket malformed", bucketCase("c", `{"op": "replace_configuration", "bucket": {}, "strategy": "as_is"}`), 0, "bucket: limits is missing"},
+		{"step not an object", bucketCase("c", `[1]`), 0, "cannot unmarshal"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			good := bucketCase("good", `{"op": "available", "want": 10}`)
+			r := run(t, writeFiles(t, map[string]string{"v.json": doc(good, tt.kase, good[:len(good)-1]+`, "name": "good too"}`)}))
+			if p, f, s := r.Counts(); p != 2 || f != 1 || s != 0 {
+				t.Fatalf("Counts() = %d, %d, %d, want 2, 1, 0 (%v)", p, f, s, r.Failures())
+			}
+			f := r.Files[0].Cases[1].Failure
+			if f.Step != tt.step || !strings.Contains(f.Msg, tt.wantMsg) {
+				t.Errorf("failure = %v, want step %d and a message with %q", f, tt.step, tt.wantMsg)
+			}
+		})
+	}
+}
+
+func TestRunDuplicateNames(t *testing.T) {
+	c := bucketCase("same", `{"op": "available", "want": 10}`)
+	r := run(t, writeFiles(t, map[string]string{"v.json": doc(c, c)}))
+	if p, f, _ := r.Counts(); p != 1 || f != 1 {
+		t.Fatalf("Counts() = %d passed, %d failed, want 1, 1", p, f)
+	}
+	if msg := r.Files[0].Cases[1].Failure.Msg; !strings.Contains(msg, "same name") {
+		t.Errorf("failure message = %q, want one about the same name", msg)
+	}
+}
+
+func TestRunBadFiles(t *testing.T) {
+	dir := writeFiles(t, map[string]string{
+		"a.json":     doc(bucketCase("ok", `{"op": "available", "want": 10}`)),
+		"b.json":     "{\n  \"cases\": [\n    {\"name\": \"x\",}\n  ]\n}",
+		"c.json":     `{"suite": "empty", "cases": []}`,
+		"d.json":     doc(bucketCase("ok", `{"op": "available", "want": 10}`)),
+		"notes.txt":  "not a vector",
+		"e.json.bak": "{",
+	})
+	empty := t.TempDir()
+	r := run(t, dir, filepath.Join(dir, "missing.json"), empty)
+	if p, f, s := r.Counts(); p != 2 || f != 4 || s != 0 {
+		t.Errorf("Counts() = %d, %d, %d, want 2, 4, 0", p, f, s)
+	}
+	var got []string
+	for _, f := range r.Failures() {
+		got = append(got, f.Error())
+	}
+	for i, want := range []string{"b.json: invalid JSON at line 3, column 18", "c.json: the file has no cases", "missing.json: stat", "no *.json files"} {
+		if i >= len(got) || !strings.Contains(got[i], want) {
+			t.Errorf("failures = %q, want #%d to contain %q", got, i, want)
+		}
+	}
+}
+
+func TestRunNoPaths(t *testing.T) {
+	if _, err := conformance.Run(t.Context(), conformance.Local{}); err == nil {
+		t.Error("Run() with no paths: no error")
+	}
+}
+
+func TestRunLimiterSkipped(t *testing.T) {
+	dir := writeFiles(t, map[string]string{"v.json": doc(
+		`{"name": "fixed", "limiter": {"policy": "fixed_window", "limit": 3, "interval": "10s"}, "steps": [{"op": "consume", "want": {"accepted": true}}]}`,
+	)})
+	c := caseReport(t, run(t, dir))
+	if c.Status != conformance.Skipped || c.Reason != "limiter policies are not implemented yet" {
+		t.Errorf("limiter case = %v %q, want skipped, limiter policies are not implemented yet", c.Status, c.Reason)
+	}
+}
+
+func TestRunConfigErrors(t *testing.T) {
+	zero := `{"limits": [{"capacity": 0, "refill": {"kind": "greedy", "tokens": 1, "period": "1s"}}]}`
+	tests := []struct {
+		name, bucket, want string
+		pass               bool
+		got                string
+	}{
+		{"rule matches", zero, `"non_positive_capacity"`, true, ""},
+		{"any rule", zero, "true", true, ""},
+		{"other rule", zero, `"no_limits"`, false, "config error non_positive_capacity (sluice: bandwidth 0: capacity must be positive, got 0)"},
+		{"no error", tenPerSecond, "true", false, "no error"},
+		{"unexpected error", zero, "false", false, "error (sluice: bandwidth 0: capacity must be positive, got 0)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			kase := `{"name": "c", "bucket": ` + tt.bucket + `, "want_config_error": ` + tt.want + `}`
+			c := caseReport(t, run(t, writeFiles(t, map[string]string{"v.json": doc(kase)})))
+			if tt.pass {
+				if c.Status != conformance.Passed {
+					t.Errorf("status = %v (%v), want passed", c.Status, c.Failure)
+				}
+				return
+			}
+			if c.Status != conformance.Failed || c.Failure.Step != -1 || c.Failure.Got != tt.got {
+				t.Errorf("case = %v %v, want failed at step -1 with got %q", c.Status, c.Failure, tt.got)
+			}
+		})
+	}
+}
+
+// noBlocking is a target whose buckets do not implement BlockingBucket.
+type noBlocking struct{ conformance.Local }
+
+func (noBlocking) Name() string { return "no-blocking" }
+
+func (t noBlocking) NewBucket(ctx context.Context, cfg sluice.Config, c sluice.Clock, s sluice.Sleeper) (conformance.Bucket, error) {
+	b, err := t.Local.NewBucket(ctx, cfg, c, s)
+	return struct{ conformance.Bucket }{b}, err
+}
+
+func TestRunSkipsBlockingCasesOfTargetsWithout(t *testing.T) {
+	dir := writeFiles(t, map[string]string{"v.json": doc(
+		bucketCase("blocking", `{"op": "blocking_consume", "tokens": 1, "want": {"slept": 0}}`),
+		bucketCase("plain", `{"op": "available", "want": 10}`),
+	)})
+	r, err := conformance.Run(t.Context(), noBlocking{}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Summary(); got != "1 passed, 0 failed, 1 skipped" {
+		t.Errorf("Summary() = %q, want 1 passed, 0 failed, 1 skipped", got)
+	}
+	if c := r.Files[0].Cases[0]; !strings.Contains(c.Reason, "no blocking operations") {
+		t.Errorf("skip reason = %q, want one about blocking operations", c.Reason)
+	}
+}
+
+// panicking is a target whose buckets panic on AvailableTokens.
+type panicking struct{ conformance.Local }
+
+type panickingBucket struct{ conformance.Bucket }
+
+func (panickingBucket) AvailableTokens(context.Context) (int64, error) { panic("boom") }
+
+func (t panicking) NewBucket(ctx context.Context, cfg sluice.Config, c sluice.Clock, s sluice.Sleeper) (conformance.Bucket, error) {
+	b, err := t.Local.NewBucket(ctx, cfg, c, s)
+	return panickingBucket{b}, err
+}
+
+func TestRunRecoversPanics(t *testing.T) {
+	dir := writeFiles(t, map[string]string{"v.json": doc(
+		bucketCase("panics", `{"advance": 1}, {"op": "available", "want": 10}`),
+		bucketCase("runs", `{"op": "try_consume", "tokens": 1, "want": true}`),
+	)})
+	r, err := conformance.Run(t.Context(), panicking{}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, f, _ := r.Counts(); p != 1 || f != 1 {
+		t.Fatalf("Counts() = %d passed, %d failed, want 1, 1", p, f)
+	}
+	if f := r.Files[0].Cases[0].Failure; f.Step != 1 || f.Op != "available" || !strings.HasPrefix(f.Msg, "panic: boom") {
+		t.Errorf("failure = %v, want a panic at step 1 (available)", f)
+	}
+}
+
+func TestRunCancelled(t *testing.T) {
+	dir := writeFiles(t, map[string]string{"v.json": doc(bucketCase("c", `{"op": "available", "want": 10}`))})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	r, err := conformance.Run(ctx, conformance.Local{}, dir)
+	if err != context.Canceled {
+		t.Errorf("Run with a cancelled context = %v, want context.Canceled", err)
+	}
+	if r == nil || len(r.Files) != 1 || len(r.Files[0].Cases) != 0 {
+		t.Errorf("report = %+v, want the file with no case run", r)
+	}
+}
+
+func TestRunSetClockAndMillis(t *testing.T) {
+	kase := `{"name": "c", "start": 1500000, "bucket": {"precision": "millis", "limits": [{"capacity": 1000, "refill": {"kind": "greedy", "tokens": 1000, "period": "1s"}, "initial": 0}]},
+	  "steps": [{"op": "available", "want": 0}, {"set_clock": 2999999}, {"op": "available", "want": 1}, {"advance": 1}, {"op": "available", "want": 2}]}`
+	c := caseReport(t, run(t, writeFiles(t, map[string]string{"v.json": doc(kase)})))
+	if c.Status != conformance.Passed {
+		t.Errorf("status = %v (%v), want passed", c.Status, c.Failure)
+	}
+}

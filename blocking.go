@@ -22,7 +22,8 @@ func (b *Bucket) Blocking() BlockingBucket { return BlockingBucket{b} }
 // returns false at once, takes nothing and does not wait.
 //
 // When ctx ends during the wait, the tokens are given back and ctx.Err() is
-// returned. It returns an *ArgumentError for n ≤ 0 or maxWait ≤ 0.
+// returned. It returns an *ArgumentError for n ≤ 0 or maxWait ≤ 0, and with
+// maxWait == Never when the wait would overflow.
 func (bb BlockingBucket) TryConsume(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
 	return bb.b.wait(ctx, "BlockingBucket.TryConsume", n, int64(maxWait))
 }

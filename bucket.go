@@ -156,11 +156,12 @@ func (b *Bucket) TryConsume(n int64) (bool, error) {
 }
 
 // TryConsumeAt is TryConsume at time t instead of the clock's reading, for
-// callers that read the time themselves. t is taken as t.UnixNano(), so it
-// should come from the same timeline as the bucket's clock (the default
-// clocks count from the Unix epoch).
+// callers that read the time themselves. t is taken as nanoseconds since the
+// Unix epoch, so it should come from the same timeline as the bucket's clock
+// (the default clocks count from the Unix epoch). Times beyond the int64
+// range (before 1678 or after 2262) count as its bounds.
 func (b *Bucket) TryConsumeAt(t time.Time, n int64) (bool, error) {
-	return b.tryConsume(t.UnixNano(), n)
+	return b.tryConsume(unixNano(t), n)
 }
 
 // tryConsume is the hot path: no request, no result struct, no copy call.

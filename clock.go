@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 )
@@ -59,7 +60,9 @@ type millisClock struct{ c Clock }
 func (m millisClock) Now() int64 {
 	t := m.c.Now()
 	r := t % 1e6
-	if r < 0 { // before the epoch: still round down
+	// Before the epoch, still round down, except in the last millisecond
+	// above MinInt64, which rounds toward zero rather than wrap around.
+	if r < 0 && t >= math.MinInt64+1e6 {
 		r += 1e6
 	}
 	return t - r

@@ -185,14 +185,26 @@ func (c Config) compile() (*tokenbucket.Config, error) {
 	return tokenbucket.NewConfig(bws...), nil
 }
 
-// unixNano is t.UnixNano, saturating where t is beyond the int64 range
-// (year 2262) instead of returning an undefined value.
+// unixNano is t.UnixNano, saturating at the int64 bounds where t is beyond
+// them (before 1678 or after 2262) instead of wrapping around.
 func unixNano(t time.Time) int64 {
-	if t.After(time.Unix(0, never)) {
-		return never
+	// Seconds well inside the range take the fast path.
+	if s := t.Unix(); s > math.MinInt64/int64(time.Second) && s < math.MaxInt64/int64(time.Second) {
+		return t.UnixNano()
+	}
+	switch {
+	case t.Before(minTime):
+		return math.MinInt64
+	case t.After(maxTime):
+		return math.MaxInt64
 	}
 	return t.UnixNano()
 }
+
+var (
+	minTime = time.Unix(0, math.MinInt64)
+	maxTime = time.Unix(0, math.MaxInt64)
+)
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 

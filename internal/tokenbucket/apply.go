@@ -18,8 +18,8 @@ const (
 	OpReturnTokens                               // a cancelled reservation: as OpAddTokens
 )
 
-// Code is an argument error found by Apply. Apply changes nothing when it
-// reports one.
+// Code is an argument error found by Apply. Apply reports changed=false
+// with one, so the caller stores nothing (st may hold a refill by then).
 type Code uint8
 
 // The argument errors.

@@ -1,0 +1,619 @@
+package sluice_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// op is one call on a bucket, named as it reads in a failure message.
+type op struct {
+	name string
+	do   func(b *sluice.Bucket) (any, error)
+}
+
+func tryConsume(n int64) op {
+	return op{fmt.Sprintf("TryConsume(%d)", n), func(b *sluice.Bucket) (any, error) { return b.TryConsume(n) }}
+}
+
+func probe(n int64) op {
+	return op{fmt.Sprintf("TryConsumeAndReturnRemaining(%d)", n), func(b *sluice.Bucket) (any, error) { return b.TryConsumeAndReturnRemaining(n) }}
+}
+
+func estimate(n int64) op {
+	return op{fmt.Sprintf("EstimateAbilityToConsume(%d)", n), func(b *sluice.Bucket) (any, error) { return b.EstimateAbilityToConsume(n) }}
+}
+
+func upTo(n int64) op {
+	return op{fmt.Sprintf("TryConsumeUpTo(%d)", n), func(b *sluice.Bucket) (any, error) { return b.TryConsumeUpTo(n) }}
+}
+
+var asMuchAsPossible = op{"TryConsumeAsMuchAsPossible()", func(b *sluice.Bucket) (any, error) { return b.TryConsumeAsMuchAsPossible(), nil }}
+
+func ignoring(n int64) op {
+	return op{fmt.Sprintf("ConsumeIgnoringRateLimits(%d)", n), func(b *sluice.Bucket) (any, error) { return b.ConsumeIgnoringRateLimits(n) }}
+}
+
+func addTokens(n int64) op {
+	return op{fmt.Sprintf("AddTokens(%d)", n), func(b *sluice.Bucket) (any, error) { return nil, b.AddTokens(n) }}
+}
+
+func forceAddTokens(n int64) op {
+	return op{fmt.Sprintf("ForceAddTokens(%d)", n), func(b *sluice.Bucket) (any, error) { return nil, b.ForceAddTokens(n) }}
+}
+
+var reset = op{"Reset()", func(b *sluice.Bucket) (any, error) { b.Reset(); return nil, nil }}
+
+// step runs op at t0+at and then expects AvailableTokens to be avail.
+type step struct {
+	at    time.Duration
+	op    op
+	want  any
+	avail int64
+}
+
+func runSteps(t *testing.T, clock *sluice.FakeClock, b *sluice.Bucket, steps []step) {
+	t.Helper()
+	for i, s := range steps {
+		clock.Set(t0 + int64(s.at))
+		got, err := s.op.do(b)
+		if err != nil {
+			t.Fatalf("step %d at %v: %s: unexpected error %v", i, s.at, s.op.name, err)
+		}
+		if !reflect.DeepEqual(got, s.want) {
+			t.Errorf("step %d at %v: %s = %+v, want %+v", i, s.at, s.op.name, got, s.want)
+		}
+		if avail := b.AvailableTokens(); avail != s.avail {
+			t.Errorf("step %d at %v: AvailableTokens() after %s = %d, want %d", i, s.at, s.op.name, avail, s.avail)
+		}
+	}
+}
+
+// TestBucketTimelines runs each operation on a fake clock. Simple(10, 1s)
+// refills one token per 100ms; the partial token counts towards waits.
+func TestBucketTimelines(t *testing.T) {
+	tenPerSecond := sluice.Simple(10, time.Second)
+	type probeResult = sluice.ConsumptionProbe
+	type estimation = sluice.EstimationProbe
+	tests := []struct {
+		name  string
+		bws   []sluice.Bandwidth
+		steps []step
+	}{
+		{"try consume", []sluice.Bandwidth{tenPerSecond}, []step{
+			{0, tryConsume(10), true, 0},
+			{0, tryConsume(1), false, 0},
+			{99 * ms, tryConsume(1), false, 0},
+			{100 * ms, tryConsume(1), true, 0},
+			{350 * ms, tryConsume(3), false, 2},
+			{350 * ms, tryConsume(2), true, 0},
+			{400 * ms, tryConsume(1), true, 0}, // the half token of 350ms counts
+			{10 * time.Second, tryConsume(11), false, 10},
+			{10 * time.Second, tryConsume(1), true, 9},
+			// The clock goes back 5s: nothing is refilled until it passes 10s.
+			{5 * time.Second, tryConsume(9), true, 0},
+			{5 * time.Second, tryConsume(1), false, 0},
+			{10*time.Second + 99*ms, tryConsume(1), false, 0},
+			{10*time.Second + 100*ms, tryConsume(1), true, 0},
+		}},
+		{"try consume and return remaining", []sluice.Bandwidth{tenPerSecond}, []step{
+			{0, probe(3), probeResult{Consumed: true, Remaining: 7, WaitForReset: 300 * ms}, 7},
+			{0, probe(8), probeResult{Remaining: 7, WaitForRefill: 100 * ms, WaitForReset: 300 * ms}, 7},
+			{0, probe(11), probeResult{Remaining: 7, WaitForRefill: sluice.Never, WaitForReset: 300 * ms}, 7},
+			{0, probe(7), probeResult{Consumed: true, Remaining: 0, WaitForReset: time.Second}, 0},
+			// 2.5 tokens: the third in 50ms, full (7.5 more) in 750ms.
+			{250 * ms, probe(3), probeResult{Remaining: 2, WaitForRefill: 50 * ms, WaitForReset: 750 * ms}, 2},
+			{250 * ms, ignoring(7), 450 * ms, -5},
+			// Overdrawn: Remaining is clamped at 0.
+			{250 * ms, probe(1), probeResult{Remaining: 0, WaitForRefill: 550 * ms, WaitForReset: 1450 * ms}, -5},
+		}},
+		{"estimate", []sluice.Bandwidth{tenPerSecond.WithInitialTokens(4)}, []step{
+			{0, estimate(4), estimation{CanBeConsumed: true, Remaining: 4}, 4},
+			{0, estimate(5), estimation{Remaining: 4, WaitForRefill: 100 * ms}, 4},
+			{0, estimate(11), estimation{Remaining: 4, WaitForRefill: sluice.Never}, 4},
+			{50 * ms, estimate(5), estimation{Remaining: 4, WaitForRefill: 50 * ms}, 4},
+		}},
+		{"consume up to", []sluice.Bandwidth{tenPerSecond.WithInitialTokens(7)}, []step{
+			{0, upTo(3), int64(3), 4},
+			{0, asMuchAsPossible, int64(4), 0},
+			{0, asMuchAsPossible, int64(0), 0},
+			{0, upTo(5), int64(0), 0},
+			{0, ignoring(5), 500 * ms, -5},
+			// Bucket4j 7 (#417) returned -5 here and gave 5 tokens back.
+			{0, asMuchAsPossible, int64(0), -5},
+			{600 * ms, asMuchAsPossible, int64(1), 0},
+		}},
+		// ConsumeIgnoringLimitsSpecification: 100 per 100ns, empty, +120ns.
+		{"consume ignoring rate limits", []sluice.Bandwidth{sluice.Limit(100, sluice.Greedy(100, 100)).WithInitialTokens(0)}, []step{
+			{120, ignoring(151), 51 * time.Nanosecond, -51},
+			{171, asMuchAsPossible, int64(0), 0},
+			{172, asMuchAsPossible, int64(1), 0},
+			// No capacity check: 1000 of capacity 100 are 10 periods away.
+			{172, ignoring(1000), 1000 * time.Nanosecond, -1000},
+		}},
+		{"add, force add and reset", []sluice.Bandwidth{tenPerSecond.WithInitialTokens(5)}, []step{
+			{50 * ms, addTokens(2), nil, 7},
+			// 6.5 after taking one: full in 350ms.
+			{50 * ms, probe(1), probeResult{Consumed: true, Remaining: 6, WaitForReset: 350 * ms}, 6},
+			{50 * ms, addTokens(4), nil, 10},
+			// Reaching capacity dropped the half token: full again in 100ms.
+			{50 * ms, probe(1), probeResult{Consumed: true, Remaining: 9, WaitForReset: 100 * ms}, 9},
+			{50 * ms, addTokens(math.MaxInt64 - 1), nil, 10},
+			{50 * ms, forceAddTokens(5), nil, 15},
+			// Above capacity the surplus neither grows nor is lost, and the
+			// refill time moves on: only 100ms count after taking 10.
+			{1050 * ms, tryConsume(10), true, 5},
+			{1150 * ms, estimate(1), estimation{CanBeConsumed: true, Remaining: 6}, 6},
+			{1150 * ms, ignoring(20), 1400 * ms, -14},
+			{1150 * ms, reset, nil, 10},
+			{1150 * ms, forceAddTokens(math.MaxInt64), nil, math.MaxInt64},
+			{1150 * ms, addTokens(1), nil, 10},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := sluice.NewFakeClock(t0)
+			runSteps(t, clock, newBucket(t, clock, tt.bws), tt.steps)
+		})
+	}
+}
+
+// TestMultipleBandwidths: 10 a second in bursts, but only 100 a minute.
+// After the first burst the minute bandwidth gains 100/60 a second, so 11
+// bursts of 10 fit in 11 seconds (100 - 8⅓k ≥ 10 for k ≤ 10).
+func TestMultipleBandwidths(t *testing.T) {
+	clock := sluice.NewFakeClock(t0)
+	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(100, time.Minute), sluice.Simple(10, time.Second)})
+	checkAvailable(t, b, 10)
+	for k := range 12 {
+		clock.Set(t0 + int64(k)*int64(time.Second))
+		want := k <= 10
+		if got, err := b.TryConsume(10); got != want || err != nil {
+			t.Errorf("at %ds: TryConsume(10) = %v, %v, want %v", k, got, err, want)
+		}
+	}
+	// At 11s the minute bandwidth has 8⅓: 2 more take 1s, 92 more 55s.
+	p, err := b.TryConsumeAndReturnRemaining(10)
+	if want := (sluice.ConsumptionProbe{Remaining: 8, WaitForRefill: time.Second, WaitForReset: 55 * time.Second}); p != want || err != nil {
+		t.Errorf("TryConsumeAndReturnRemaining(10) = %+v, %v, want %+v", p, err, want)
+	}
+	if s := b.Verbose().AvailableTokens().Snapshot; !reflect.DeepEqual(s.Bandwidths, []int64{8, 10}) {
+		t.Errorf("Bandwidths = %v, want [8 10]", s.Bandwidths)
+	}
+}
+
+func TestTryConsumeAt(t *testing.T) {
+	clock := sluice.NewFakeClock(t0)
+	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)})
+	steps := []struct {
+		at   time.Duration
+		n    int64
+		want bool
+	}{
+		{99 * ms, 1, false},
+		{100 * ms, 1, true},
+		{300 * ms, 3, false},
+		{300 * ms, 2, true},
+		{200 * ms, 1, false}, // before the last refill: nothing
+	}
+	for _, s := range steps {
+		at := time.Unix(0, t0+int64(s.at))
+		if got, err := b.TryConsumeAt(at, s.n); got != s.want || err != nil {
+			t.Errorf("TryConsumeAt(t0+%v, %d) = %v, %v, want %v", s.at, s.n, got, err, s.want)
+		}
+	}
+	if clock.Now() != t0 {
+		t.Errorf("clock moved to t0%+d", clock.Now()-t0)
+	}
+	// The clock reads t0, before the last refill at t0+300ms: nothing new.
+	checkAvailable(t, b, 0)
+}
+
+// TestTryConsumeAtOutOfRange: time.Time covers more than int64 nanoseconds
+// (1678 to 2262). A time outside that range must act as the far past or the
+// far future; t.UnixNano() wraps around instead, so year 1600 reads as year
+// 2184 (filling the bucket, then freezing its refill for 160 years) and year
+// 2300 as year 1716.
+func TestTryConsumeAtOutOfRange(t *testing.T) {
+	tests := []struct {
+		name  string
+		at    time.Time
+		want  bool
+		avail int64 // at t0+1s afterwards
+	}{
+		{"before 1678 is the past", time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC), false, 10},
+		{"zero time is the past", time.Time{}, false, 10},
+		{"after 2262 is the future", time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC), true, 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := sluice.NewFakeClock(t0)
+			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)})
+			if ok, err := b.TryConsume(10); !ok || err != nil {
+				t.Fatalf("TryConsume(10) = %v, %v, want true", ok, err)
+			}
+			if got, err := b.TryConsumeAt(tt.at, 1); got != tt.want || err != nil {
+				t.Errorf("TryConsumeAt(%v, 1) = %v, %v, want %v", tt.at, got, err, tt.want)
+			}
+			clock.Advance(time.Second)
+			// In the past: a second of refill. In the future: nothing until then.
+			checkAvailable(t, b, tt.avail)
+		})
+	}
+}
+
+// TestArgumentErrors: every bad argument gives an *ArgumentError that
+// matches ErrInvalidArgument, and the call changes nothing.
+func TestArgumentErrors(t *testing.T) {
+	ctx := t.Context()
+	tests := []struct {
+		name string
+		call func(b *sluice.Bucket) error
+		want sluice.ArgumentError // Op, Arg, Value
+	}{
+		{"TryConsume(0)", func(b *sluice.Bucket) error { _, err := b.TryConsume(0); return err }, sluice.ArgumentError{Op: "TryConsume", Arg: "tokens", Value: 0}},
+		{"TryConsume(-1)", func(b *sluice.Bucket) error { _, err := b.TryConsume(-1); return err }, sluice.ArgumentError{Op: "TryConsume", Arg: "tokens", Value: -1}},
+		{"TryConsumeAt(0)", func(b *sluice.Bucket) error { _, err := b.TryConsumeAt(time.Unix(0, t0), 0); return err }, sluice.ArgumentError{Op: "TryConsume", Arg: "tokens", Value: 0}},
+		{"TryConsumeAndReturnRemaining(0)", func(b *sluice.Bucket) error { _, err := b.TryConsumeAndReturnRemaining(0); return err },
+			sluice.ArgumentError{Op: "TryConsumeAndReturnRemaining", Arg: "tokens", Value: 0}},
+		{"EstimateAbilityToConsume(-5)", func(b *sluice.Bucket) error { _, err := b.EstimateAbilityToConsume(-5); return err },
+			sluice.ArgumentError{Op: "EstimateAbilityToConsume", Arg: "tokens", Value: -5}},
+		{"TryConsumeUpTo(0)", func(b *sluice.Bucket) error { _, err := b.TryConsumeUpTo(0); return err }, sluice.ArgumentError{Op: "TryConsumeUpTo", Arg: "tokens", Value: 0}},
+		{"ConsumeIgnoringRateLimits(0)", func(b *sluice.Bucket) error { _, err := b.ConsumeIgnoringRateLimits(0); return err },
+			sluice.ArgumentError{Op: "ConsumeIgnoringRateLimits", Arg: "tokens", Value: 0}},
+		{"ConsumeIgnoringRateLimits overflow", func(b *sluice.Bucket) error { _, err := b.ConsumeIgnoringRateLimits(math.MaxInt64); return err },
+			sluice.ArgumentError{Op: "ConsumeIgnoringRateLimits", Arg: "tokens", Value: math.MaxInt64}},
+		{"AddTokens(0)", func(b *sluice.Bucket) error { return b.AddTokens(0) }, sluice.ArgumentError{Op: "AddTokens", Arg: "tokens", Value: 0}},
+		{"ForceAddTokens(-1)", func(b *sluice.Bucket) error { return b.ForceAddTokens(-1) }, sluice.ArgumentError{Op: "ForceAddTokens", Arg: "tokens", Value: -1}},
+		{"Blocking TryConsume tokens", func(b *sluice.Bucket) error { _, err := b.Blocking().TryConsume(ctx, 0, time.Second); return err },
+			sluice.ArgumentError{Op: "BlockingBucket.TryConsume", Arg: "tokens", Value: 0}},
+		{"Blocking TryConsume zero max wait", func(b *sluice.Bucket) error { _, err := b.Blocking().TryConsume(ctx, 1, 0); return err },
+			sluice.ArgumentError{Op: "BlockingBucket.TryConsume", Arg: "maxWait", Value: 0}},
+		{"Blocking TryConsume negative max wait", func(b *sluice.Bucket) error { _, err := b.Blocking().TryConsume(ctx, 100, -1); return err },
+			sluice.ArgumentError{Op: "BlockingBucket.TryConsume", Arg: "maxWait", Value: -1}},
+		{"Blocking Consume(0)", func(b *sluice.Bucket) error { return b.Blocking().Consume(ctx, 0) }, sluice.ArgumentError{Op: "BlockingBucket.Consume", Arg: "tokens", Value: 0}},
+		{"Blocking Consume overflow", func(b *sluice.Bucket) error { return b.Blocking().Consume(ctx, math.MaxInt64) },
+			sluice.ArgumentError{Op: "BlockingBucket.Consume", Arg: "tokens", Value: math.MaxInt64}},
+		{"Reserve(0)", func(b *sluice.Bucket) error { _, err := b.Reserve(0, time.Second); return err }, sluice.ArgumentError{Op: "Reserve", Arg: "tokens", Value: 0}},
+		{"Reserve zero max wait", func(b *sluice.Bucket) error { _, err := b.Reserve(1, 0); return err }, sluice.ArgumentError{Op: "Reserve", Arg: "maxWait", Value: 0}},
+		{"Reserve overflow", func(b *sluice.Bucket) error { _, err := b.Reserve(math.MaxInt64, sluice.Never); return err },
+			sluice.ArgumentError{Op: "Reserve", Arg: "tokens", Value: math.MaxInt64}},
+		{"Verbose TryConsume(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().TryConsume(0); return err }, sluice.ArgumentError{Op: "TryConsume", Arg: "tokens", Value: 0}},
+		{"Verbose TryConsumeAndReturnRemaining(-1)", func(b *sluice.Bucket) error { _, err := b.Verbose().TryConsumeAndReturnRemaining(-1); return err },
+			sluice.ArgumentError{Op: "TryConsumeAndReturnRemaining", Arg: "tokens", Value: -1}},
+		{"Verbose EstimateAbilityToConsume(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().EstimateAbilityToConsume(0); return err },
+			sluice.ArgumentError{Op: "EstimateAbilityToConsume", Arg: "tokens", Value: 0}},
+		{"Verbose TryConsumeUpTo(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().TryConsumeUpTo(0); return err },
+			sluice.ArgumentError{Op: "TryConsumeUpTo", Arg: "tokens", Value: 0}},
+		{"Verbose ConsumeIgnoringRateLimits overflow", func(b *sluice.Bucket) error {
+			_, err := b.Verbose().ConsumeIgnoringRateLimits(math.MaxInt64)
+			return err
+		}, sluice.ArgumentError{Op: "ConsumeIgnoringRateLimits", Arg: "tokens", Value: math.MaxInt64}},
+		{"Verbose AddTokens(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().AddTokens(0); return err }, sluice.ArgumentError{Op: "AddTokens", Arg: "tokens", Value: 0}},
+		{"Verbose ForceAddTokens(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().ForceAddTokens(0); return err },
+			sluice.ArgumentError{Op: "ForceAddTokens", Arg: "tokens", Value: 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := sluice.NewFakeClock(t0)
+			var l sluice.CountingListener
+			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(7)}, sluice.WithListener(&l))
+			clock.Advance(50 * ms) // 7.5 tokens: the half token must survive too
+			before := stateOf(t, b)
+
+			err := tt.call(b)
+			var ae *sluice.ArgumentError
+			if !errors.As(err, &ae) {
+				t.Fatalf("%s = %v (%T), want a *sluice.ArgumentError", tt.name, err, err)
+			}
+			if ae.Op != tt.want.Op || ae.Arg != tt.want.Arg || ae.Value != tt.want.Value || ae.Want == "" {
+				t.Errorf("%s = %+v, want Op %q, Arg %q, Value %d", tt.name, *ae, tt.want.Op, tt.want.Arg, tt.want.Value)
+			}
+			if !errors.Is(err, sluice.ErrInvalidArgument) || errors.Is(err, sluice.ErrInvalidConfig) || errors.Is(err, sluice.ErrMaxWaitExceeded) {
+				t.Errorf("%s: errors.Is matches the wrong sentinels for %v", tt.name, err)
+			}
+			if msg := err.Error(); !strings.HasPrefix(msg, "sluice: ") || !strings.Contains(msg, strconv.FormatInt(tt.want.Value, 10)) || !strings.Contains(msg, tt.want.Op) {
+				t.Errorf("Error() = %q, want it to name %s and %d", msg, tt.want.Op, tt.want.Value)
+			}
+			checkUnchanged(t, b, before)
+			if got := countsOf(&l); got != (counts{}) {
+				t.Errorf("listener saw %+v, want nothing", got)
+			}
+			if clock.Slept() != 0 {
+				t.Errorf("slept %v, want 0", clock.Slept())
+			}
+		})
+	}
+}
+
+// TestListener: each call reports what it did; estimates, additions,
+// resets, reads and replacements report nothing.
+func TestListener(t *testing.T) {
+	ctx := t.Context()
+	empty := func(b *sluice.Bucket) { b.TryConsume(10) } // reports 10 consumed
+	tests := []struct {
+		name string
+		call func(b *sluice.Bucket)
+		want counts
+	}{
+		{"try consume", func(b *sluice.Bucket) { b.TryConsume(3) }, counts{consumed: 3}},
+		{"try consume rejected", func(b *sluice.Bucket) { b.TryConsume(11) }, counts{rejected: 11}},
+		{"allow", func(b *sluice.Bucket) { b.Allow() }, counts{consumed: 1}},
+		{"try consume at", func(b *sluice.Bucket) { b.TryConsumeAt(time.Unix(0, t0), 2) }, counts{consumed: 2}},
+		{"probe consumed", func(b *sluice.Bucket) { b.TryConsumeAndReturnRemaining(4) }, counts{consumed: 4}},
+		{"probe rejected", func(b *sluice.Bucket) { b.TryConsumeAndReturnRemaining(20) }, counts{rejected: 20}},
+		{"estimate", func(b *sluice.Bucket) { b.EstimateAbilityToConsume(5); b.EstimateAbilityToConsume(50) }, counts{}},
+		{"consume up to", func(b *sluice.Bucket) { b.TryConsumeUpTo(4) }, counts{consumed: 4}},
+		{"as much as possible, then nothing", func(b *sluice.Bucket) { b.TryConsumeAsMuchAsPossible(); b.TryConsumeAsMuchAsPossible() }, counts{consumed: 10}},
+		{"ignoring rate limits", func(b *sluice.Bucket) { b.ConsumeIgnoringRateLimits(15) }, counts{consumed: 15}},
+		{"add, force add, reset, read, replace", func(b *sluice.Bucket) {
+			b.AddTokens(1)
+			b.ForceAddTokens(1)
+			b.Reset()
+			b.AvailableTokens()
+			b.ReplaceConfiguration(sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(5, time.Second)}}, sluice.AsIs)
+			b.Verbose().AvailableTokens()
+			b.Verbose().Reset()
+			b.Verbose().AddTokens(1)
+		}, counts{}},
+		{"blocking after a wait", func(b *sluice.Bucket) { empty(b); b.Blocking().TryConsume(ctx, 3, time.Second) }, counts{consumed: 13, waited: 300 * ms}},
+		{"blocking rejected", func(b *sluice.Bucket) { empty(b); b.Blocking().TryConsume(ctx, 3, 100*ms) }, counts{consumed: 10, rejected: 3}},
+		{"blocking rejected, never", func(b *sluice.Bucket) { b.Blocking().TryConsume(ctx, math.MaxInt64, time.Hour) }, counts{rejected: math.MaxInt64}},
+		{"blocking consume", func(b *sluice.Bucket) { empty(b); b.Blocking().Consume(ctx, 2) }, counts{consumed: 12, waited: 200 * ms}},
+		{"blocking without a wait", func(b *sluice.Bucket) { b.Blocking().Consume(ctx, 2) }, counts{consumed: 2}},
+		{"reserve with a delay", func(b *sluice.Bucket) { empty(b); b.Reserve(4, time.Second) }, counts{consumed: 14, delayed: 400 * ms}},
+		{"reserve now", func(b *sluice.Bucket) { b.Reserve(4, time.Second) }, counts{consumed: 4}},
+		{"reserve rejected", func(b *sluice.Bucket) { empty(b); b.Reserve(4, 100*ms) }, counts{consumed: 10, rejected: 4}},
+		{"reservation cancelled", func(b *sluice.Bucket) {
+			empty(b)
+			r, _ := b.Reserve(4, time.Second)
+			r.Cancel()
+		}, counts{consumed: 14, delayed: 400 * ms}},
+		{"verbose", func(b *sluice.Bucket) {
+			b.Verbose().TryConsume(3)
+			b.Verbose().TryConsume(30)
+			b.Verbose().TryConsumeAndReturnRemaining(2)
+			b.Verbose().TryConsumeUpTo(1)
+			b.Verbose().EstimateAbilityToConsume(1)
+			b.Verbose().ConsumeIgnoringRateLimits(10)
+			b.Verbose().TryConsumeUpTo(5)
+		}, counts{consumed: 16, rejected: 30}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := sluice.NewFakeClock(t0)
+			var l sluice.CountingListener
+			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)}, sluice.WithListener(&l))
+			tt.call(b)
+			if got := countsOf(&l); got != tt.want {
+				t.Errorf("listener saw %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestNopListener: embedding NopListener implements the rest.
+func TestNopListener(t *testing.T) {
+	clock := sluice.NewFakeClock(t0)
+	l := &rejections{}
+	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(1, time.Second)}, sluice.WithListener(l))
+	b.TryConsume(1)
+	b.TryConsume(1)
+	b.Blocking().Consume(t.Context(), 1)
+	if l.n != 1 {
+		t.Errorf("OnRejected called %d times, want 1", l.n)
+	}
+}
+
+type rejections struct {
+	sluice.NopListener
+	n int
+}
+
+func (r *rejections) OnRejected(int64) { r.n++ }
+
+// TestConcurrentTryConsume: with the clock stopped, goroutines racing on one
+// bucket get exactly its tokens, whichever methods they call.
+func TestConcurrentTryConsume(t *testing.T) {
+	clock := sluice.NewFakeClock(t0)
+	var l sluice.CountingListener
+	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(1000, time.Hour), sluice.Simple(5000, time.Minute)}, sluice.WithListener(&l))
+	calls := []func() (bool, error){
+		func() (bool, error) { return b.TryConsume(1) },
+		func() (bool, error) { return b.Allow(), nil },
+		func() (bool, error) { v, err := b.Verbose().TryConsume(1); return v.Value, err },
+		func() (bool, error) { p, err := b.TryConsumeAndReturnRemaining(1); return p.Consumed, err },
+		func() (bool, error) { n, err := b.TryConsumeUpTo(1); return n == 1, err },
+		func() (bool, error) { return b.TryConsumeAt(time.Unix(0, t0), 1) },
+	}
+	const goroutines, perGoroutine = 48, 100
+	const upToIndex = 4 // TryConsumeUpTo reports nothing when it takes nothing
+	var admitted [6]atomic.Int64
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		kind := g % len(calls)
+		wg.Go(func() {
+			for range perGoroutine {
+				ok, err := calls[kind]()
+				if err != nil {
+					t.Errorf("unexpected error %v", err)
+					return
+				}
+				if ok {
+					admitted[kind].Add(1)
+				}
+				b.AvailableTokens()
+			}
+		})
+	}
+	wg.Wait()
+	var total, wantRejected int64
+	for kind := range admitted {
+		n := admitted[kind].Load()
+		total += n
+		if kind != upToIndex {
+			wantRejected += goroutines/int64(len(calls))*perGoroutine - n
+		}
+	}
+	if total != 1000 {
+		t.Errorf("admitted %d tokens, want 1000", total)
+	}
+	checkAvailable(t, b, 0)
+	if got := (counts{consumed: l.Consumed(), rejected: l.Rejected()}); got != (counts{consumed: 1000, rejected: wantRejected}) {
+		t.Errorf("listener saw %+v, want consumed 1000, rejected %d", got, wantRejected)
+	}
+}
+
+func TestReplaceConfiguration(t *testing.T) {
+	// ConfigurationReplacementSpecification: simple(3, 5ns), empty, +3ns
+	// holds 1 token and 0.8 of the next; then simple(60, 1000ns).
+	next := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(60, 1000)}}
+	tests := []struct {
+		strategy sluice.TokensInheritance
+		want     int64
+		later    time.Duration // after which
+		wantThen int64
+	}{
+		{sluice.AsIs, 1, 4, 2},
+		{sluice.Additive, 58, 4, 59},
+		{sluice.Proportionally, 36, 17, 37},
+		{sluice.Reset, 60, 1000, 60},
+	}
+	for _, tt := range tests {
+		t.Run(tt.strategy.String(), func(t *testing.T) {
+			clock := sluice.NewFakeClock(t0)
+			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(3, 5).WithInitialTokens(0)})
+			clock.Advance(3)
+			if err := b.ReplaceConfiguration(next, tt.strategy); err != nil {
+				t.Fatalf("ReplaceConfiguration(%v) = %v", tt.strategy, err)
+			}
+			checkAvailable(t, b, tt.want)
+			clock.Advance(tt.later)
+			checkAvailable(t, b, tt.wantThen)
+		})
+	}
+}
+
+// TestReplaceConfigurationErrors: a rejected replacement changes nothing.
+func TestReplaceConfigurationErrors(t *testing.T) {
+	good := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(5, time.Second)}}
+	tests := []struct {
+		name     string
+		cfg      sluice.Config
+		strategy sluice.TokensInheritance
+		rule     sluice.Rule
+	}{
+		{"invalid configuration", sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(0, time.Second)}}, sluice.AsIs, sluice.RuleNonPositiveCapacity},
+		{"no bandwidths", sluice.Config{}, sluice.Reset, sluice.RuleNoLimits},
+		{"zero strategy", good, 0, sluice.RuleUnknownStrategy},
+		{"strategy past the last", good, sluice.Additive + 1, sluice.RuleUnknownStrategy},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := sluice.NewFakeClock(t0)
+			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Hour).WithInitialTokens(4)})
+			clock.Advance(time.Second)
+			before := stateOf(t, b)
+			err := b.ReplaceConfiguration(tt.cfg, tt.strategy)
+			var ce *sluice.ConfigError
+			if !errors.As(err, &ce) || ce.Rule != tt.rule || !errors.Is(err, sluice.ErrInvalidConfig) {
+				t.Errorf("ReplaceConfiguration() = %v, want a *ConfigError with rule %q", err, tt.rule)
+			}
+			if _, verr := b.Verbose().ReplaceConfiguration(tt.cfg, tt.strategy); !errors.As(verr, &ce) || ce.Rule != tt.rule {
+				t.Errorf("Verbose().ReplaceConfiguration() = %v, want a *ConfigError with rule %q", verr, tt.rule)
+			}
+			checkUnchanged(t, b, before)
+		})
+	}
+}
+
+// TestReplaceConfigurationAlignedNeedsWallClock: a bucket on a clock that is
+// not a wall clock cannot switch to aligned refill, and keeps its
+// configuration.
+func TestReplaceConfigurationAlignedNeedsWallClock(t *testing.T) {
+	cfg := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Hour)}}
+	b, err := sluice.NewBucket(cfg, sluice.WithClock(sluice.MonotonicClock()))
+	if err != nil {
+		t.Fatalf("NewBucket: %v", err)
+	}
+	aligned := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Limit(5, sluice.IntervallyAligned(5, time.Hour, time.Unix(0, 0), false))}}
+	err = b.ReplaceConfiguration(aligned, sluice.AsIs)
+	var ce *sluice.ConfigError
+	if !errors.As(err, &ce) || ce.Rule != sluice.RuleAlignedNeedsWallClock || ce.Bandwidth != 0 {
+		t.Errorf("ReplaceConfiguration() = %v, want a *ConfigError with rule %q", err, sluice.RuleAlignedNeedsWallClock)
+	}
+	if got := b.Configuration(); !reflect.DeepEqual(got, cfg) {
+		t.Errorf("Configuration() = %+v, want %+v", got, cfg)
+	}
+	checkAvailable(t, b, 10)
+}
+
+// TestAlignedRefillOnFakeClock: adaptive initial tokens and the first
+// refill exactly at FirstRefill (IntervallyAlignedRefillSpecification).
+func TestAlignedRefillOnFakeClock(t *testing.T) {
+	first := time.Unix(1_700_000_400, 0)
+	clock := sluice.NewFakeClock(first.UnixNano() - int64(40*time.Second))
+	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Limit(400, sluice.IntervallyAligned(100, time.Minute, first, true))})
+	// 400-100 + 40s·100/60s = 366.
+	checkAvailable(t, b, 366)
+	if ok, err := b.TryConsume(366); !ok || err != nil {
+		t.Fatalf("TryConsume(366) = %v, %v, want true", ok, err)
+	}
+	clock.Set(first.UnixNano() - 1)
+	checkAvailable(t, b, 0)
+	clock.Set(first.UnixNano())
+	checkAvailable(t, b, 100)
+	clock.Set(first.UnixNano() + int64(time.Minute) - 1)
+	checkAvailable(t, b, 100)
+	// The probe counts from the grid, not from now.
+	p, err := b.TryConsumeAndReturnRemaining(150)
+	if want := (sluice.ConsumptionProbe{Remaining: 100, WaitForRefill: 1, WaitForReset: 2*time.Minute + 1}); p != want || err != nil {
+		t.Errorf("TryConsumeAndReturnRemaining(150) = %+v, %v, want %+v", p, err, want)
+	}
+}
+
+// TestConcurrentReplaceConfiguration: replacing the configuration (and with
+// it the number of bandwidths) while other goroutines use the bucket is
+// safe; run with -race.
+func TestConcurrentReplaceConfiguration(t *testing.T) {
+	clock := sluice.NewFakeClock(t0)
+	one := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(100, time.Second)}}
+	two := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(100, time.Second), sluice.Simple(1000, time.Minute).WithID("m")}}
+	b := newBucket(t, clock, one.Bandwidths)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 200 {
+				b.TryConsume(1)
+				b.Verbose().TryConsumeAndReturnRemaining(1)
+				b.AvailableTokens()
+				b.Configuration()
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range 100 {
+			cfg := one
+			if i%2 == 0 {
+				cfg = two
+			}
+			if err := b.ReplaceConfiguration(cfg, sluice.TokensInheritance(1+i%4)); err != nil {
+				t.Errorf("ReplaceConfiguration() = %v", err)
+			}
+			clock.Advance(10 * ms)
+		}
+	})
+	wg.Wait()
+	if avail := b.AvailableTokens(); avail < 0 || avail > 100 {
+		t.Errorf("AvailableTokens() = %d, want 0 to 100", avail)
+	}
+}

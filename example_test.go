@@ -1,0 +1,154 @@
+package sluice_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// The examples run on a FakeClock so that their output is fixed; a real
+// bucket leaves out WithClock and WithSleeper.
+
+func ExampleNewBucket() {
+	clock := sluice.NewFakeClock(0)
+	b, err := sluice.NewBucket(sluice.Config{Bandwidths: []sluice.Bandwidth{
+		sluice.Simple(10, time.Second), // 10 a second, one every 100ms
+	}}, sluice.WithClock(clock))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	allowed := 0
+	for range 11 {
+		if b.Allow() {
+			allowed++
+		}
+	}
+	fmt.Println("allowed at once:", allowed)
+
+	clock.Advance(100 * time.Millisecond)
+	ok, err := b.TryConsume(1)
+	fmt.Println("100ms later:", ok, err)
+	// Output:
+	// allowed at once: 10
+	// 100ms later: true <nil>
+}
+
+// A probe has what rate-limit headers need.
+func ExampleBucket_TryConsumeAndReturnRemaining() {
+	clock := sluice.NewFakeClock(0)
+	b, err := sluice.NewBucket(sluice.Config{Bandwidths: []sluice.Bandwidth{
+		sluice.Simple(2, time.Minute),
+	}}, sluice.WithClock(clock))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	for range 3 {
+		p, err := b.TryConsumeAndReturnRemaining(1)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if p.Consumed {
+			fmt.Printf("200 OK, X-Rate-Limit-Remaining: %d\n", p.Remaining)
+			continue
+		}
+		// Retry-After is in whole seconds, rounded up.
+		retry := (p.WaitForRefill + time.Second - 1) / time.Second
+		fmt.Printf("429 Too Many Requests, Retry-After: %d\n", retry)
+	}
+	// Output:
+	// 200 OK, X-Rate-Limit-Remaining: 1
+	// 200 OK, X-Rate-Limit-Remaining: 0
+	// 429 Too Many Requests, Retry-After: 30
+}
+
+// A FakeClock serves as the sleeper too: blocking calls move it forward
+// instead of waiting.
+func ExampleBucket_Blocking() {
+	clock := sluice.NewFakeClock(0)
+	b, err := sluice.NewBucket(sluice.Config{Bandwidths: []sluice.Bandwidth{
+		sluice.Simple(5, time.Second), // one every 200ms
+	}}, sluice.WithClock(clock), sluice.WithSleeper(clock))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	if err := b.Blocking().Consume(ctx, 5); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("slept:", clock.Slept())
+
+	if err := b.Blocking().Consume(ctx, 2); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("slept:", clock.Slept())
+
+	// 5 more would take 1s: more than we are willing to wait.
+	ok, err := b.Blocking().TryConsume(ctx, 5, 500*time.Millisecond)
+	fmt.Println("took 5:", ok, err, "slept:", clock.Slept())
+	// Output:
+	// slept: 0s
+	// slept: 400ms
+	// took 5: false <nil> slept: 400ms
+}
+
+func ExampleBucket_ReplaceConfiguration() {
+	clock := sluice.NewFakeClock(0)
+	b, err := sluice.NewBucket(sluice.Config{Bandwidths: []sluice.Bandwidth{
+		sluice.Simple(100, time.Minute),
+	}}, sluice.WithClock(clock))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := b.TryConsume(60); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("before:", b.AvailableTokens())
+
+	// 40 of 100 become 80 of 200.
+	err = b.ReplaceConfiguration(sluice.Config{Bandwidths: []sluice.Bandwidth{
+		sluice.Simple(200, time.Minute),
+	}}, sluice.Proportionally)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("proportionally:", b.AvailableTokens())
+
+	// 80 of 200 become 180 of 300.
+	err = b.ReplaceConfiguration(sluice.Config{Bandwidths: []sluice.Bandwidth{
+		sluice.Simple(300, time.Minute),
+	}}, sluice.Additive)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("additive:", b.AvailableTokens())
+	// Output:
+	// before: 40
+	// proportionally: 80
+	// additive: 180
+}
+
+// Several bandwidths: a call takes from all of them or from none.
+func Example_multipleBandwidths() {
+	clock := sluice.NewFakeClock(0)
+	b, err := sluice.NewBucket(sluice.Config{Bandwidths: []sluice.Bandwidth{
+		sluice.Simple(1000, time.Minute).WithID("per-minute"),
+		sluice.Limit(50, sluice.Greedy(50, time.Second)).WithID("burst"),
+	}}, sluice.WithClock(clock))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	fmt.Println("first burst:", b.TryConsumeAsMuchAsPossible())
+	clock.Advance(time.Second)
+	v := b.Verbose().AvailableTokens()
+	fmt.Println("a second later:", v.Value, v.Snapshot.Bandwidths)
+	// Output:
+	// first burst: 50
+	// a second later: 50 [966 50]
+}

@@ -1,0 +1,64 @@
+package sluice_test
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// t0 is the fake clock's start in most tests: a Unix time in nanoseconds.
+const t0 = int64(1_700_000_000) * int64(time.Second)
+
+const ms = time.Millisecond
+
+// newBucket returns a bucket of bws on clock, which is also its sleeper.
+func newBucket(t *testing.T, clock *sluice.FakeClock, bws []sluice.Bandwidth, opts ...sluice.Option) *sluice.Bucket {
+	t.Helper()
+	opts = append([]sluice.Option{sluice.WithClock(clock), sluice.WithSleeper(clock)}, opts...)
+	b, err := sluice.NewBucket(sluice.Config{Bandwidths: bws}, opts...)
+	if err != nil {
+		t.Fatalf("NewBucket: %v", err)
+	}
+	return b
+}
+
+// state is what a read-only call can see of a bucket: the tokens of each
+// bandwidth, the time to full refill (which depends on the partial tokens
+// too) and the configuration.
+type state struct {
+	bandwidths []int64
+	toFull     time.Duration
+	cfg        sluice.Config
+}
+
+func stateOf(t *testing.T, b *sluice.Bucket) state {
+	t.Helper()
+	s := b.Verbose().AvailableTokens().Snapshot
+	return state{bandwidths: s.Bandwidths, toFull: s.TimeToFullRefill, cfg: s.Config}
+}
+
+func checkUnchanged(t *testing.T, b *sluice.Bucket, before state) {
+	t.Helper()
+	if after := stateOf(t, b); !reflect.DeepEqual(after, before) {
+		t.Errorf("bucket changed from %+v to %+v", before, after)
+	}
+}
+
+func checkAvailable(t *testing.T, b *sluice.Bucket, want int64) {
+	t.Helper()
+	if got := b.AvailableTokens(); got != want {
+		t.Errorf("AvailableTokens() = %d, want %d", got, want)
+	}
+}
+
+// counts is what a CountingListener has seen.
+type counts struct {
+	consumed, rejected, cancelled int64
+	waited, delayed               time.Duration
+}
+
+func countsOf(l *sluice.CountingListener) counts {
+	return counts{consumed: l.Consumed(), rejected: l.Rejected(), cancelled: l.Cancelled(), waited: l.Waited(), delayed: l.Delayed()}
+}

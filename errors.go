@@ -10,6 +10,9 @@ var (
 	ErrInvalidArgument = errors.New("sluice: invalid argument")
 	// ErrInvalidConfig is matched (errors.Is) by every *ConfigError.
 	ErrInvalidConfig = errors.New("sluice: invalid configuration")
+	// ErrReserveNotSupported is returned by Limiter.Reserve for a policy
+	// that cannot reserve tokens ahead, such as the sliding window.
+	ErrReserveNotSupported = errors.New("sluice: policy does not support reservations")
 	// ErrMaxWaitExceeded is returned by Reserve when the tokens would not be
 	// there within the maximum wait. Nothing was reserved.
 	ErrMaxWaitExceeded = errors.New("sluice: max wait exceeded")
@@ -49,6 +52,8 @@ const (
 	RuleAlignedNeedsWallClock   Rule = "aligned_needs_wall_clock"     // aligned refill on a clock not counting from the epoch
 	RuleUnknownRefill           Rule = "unknown_refill"               // the zero Refill
 	RuleUnknownStrategy         Rule = "unknown_strategy"             // a TokensInheritance value that is none of the four
+	RuleNonPositiveLimit        Rule = "non_positive_limit"           // a policy's limit
+	RuleNoMembers               Rule = "no_members"                   // a compound policy without members
 )
 
 // ConfigError reports a configuration that breaks a rule: which bandwidth

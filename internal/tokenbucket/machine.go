@@ -1,0 +1,315 @@
+package tokenbucket
+
+import (
+	"fmt"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// Single is a keyed policy of one bandwidth whose state is one fixed-size
+// BandwidthState: Symfony's token_bucket (intervally refill) and the leaky
+// bucket as a meter (greedy drain) are both this. Make it with NewSingle.
+type Single struct {
+	cfg *Config
+	// strict makes asking for more than the capacity an argument error
+	// (Symfony's token bucket) instead of a rejection that never succeeds.
+	strict bool
+}
+
+// NewSingle returns the policy of the validated bandwidth bw.
+func NewSingle(bw Bandwidth, strict bool) Single {
+	return Single{cfg: NewConfig(bw), strict: strict}
+}
+
+var _ policy.Machine[BandwidthState] = Single{}
+
+// load returns the state to work on: *s, or a new bucket's.
+func (m Single) load(s *BandwidthState, exists bool, now int64) State {
+	if !exists {
+		return State{initial(&m.cfg.Bandwidths[0], now)}
+	}
+	return State{*s}
+}
+
+// Consume takes n tokens if they are there, as TryConsumeAndReturnRemaining.
+func (m Single) Consume(s *BandwidthState, exists bool, now, n int64) (policy.Result, bool) {
+	if code := m.check(n); code != policy.OK {
+		return policy.Result{Code: code}, false
+	}
+	st := m.load(s, exists, now)
+	var out [1]BandwidthState
+	ok := TryConsume(m.cfg, st, out[:], now, n)
+	res := result(m.cfg, out[:], now, ok, n)
+	if !ok {
+		return res, false
+	}
+	*s = out[0]
+	return res, true
+}
+
+// Peek answers as Consume would, taking nothing.
+func (m Single) Peek(s *BandwidthState, exists bool, now, n int64) policy.Result {
+	next := *s
+	res, _ := m.Consume(&next, exists, now, n)
+	return res
+}
+
+// Reserve takes n tokens now that will be there within maxWait, overdrawing.
+func (m Single) Reserve(s *BandwidthState, exists bool, now, n, maxWait int64) (policy.Result, bool) {
+	st := m.load(s, exists, now)
+	res, changed := reserve(m.cfg, st, now, n, maxWait, m.check(n))
+	if changed {
+		*s = st[0]
+	}
+	return res, changed
+}
+
+// ExpiresAt is when the bandwidth is full again, counted from its last
+// refill: from then on a new bucket would do as well (or be stricter, if
+// it starts with fewer initial tokens).
+func (m Single) ExpiresAt(s *BandwidthState) int64 {
+	return expiresAt(m.cfg, State{*s})
+}
+
+// Quota is the capacity.
+func (m Single) Quota() int64 { return m.cfg.Bandwidths[0].Capacity }
+
+func (m Single) check(n int64) policy.Code {
+	switch {
+	case n <= 0:
+		return policy.NonPositiveTokens
+	case m.strict && n > m.cfg.Bandwidths[0].Capacity:
+		return policy.TokensAboveLimit
+	}
+	return policy.OK
+}
+
+// AppendState appends the encoding of *s to dst.
+func (m Single) AppendState(dst []byte, s *BandwidthState) []byte {
+	return appendState(dst, State{*s})
+}
+
+// DecodeState decodes a state written by AppendState.
+func (m Single) DecodeState(src []byte, s *BandwidthState) error {
+	var buf [1]BandwidthState
+	if err := decodeState(src, m.cfg, buf[:]); err != nil {
+		return err
+	}
+	*s = buf[0]
+	return nil
+}
+
+// Multi is the keyed policy of a whole Bucket4j configuration, several
+// bandwidths. Its state is a State of one element per bandwidth.
+type Multi struct {
+	cfg *Config
+}
+
+// NewMulti returns the policy of the validated configuration cfg.
+func NewMulti(cfg *Config) Multi { return Multi{cfg: cfg} }
+
+var _ policy.Machine[State] = Multi{}
+
+// scratch returns a copy of *s (or a new bucket's state) to work on, in buf
+// when it is large enough, so a decision on an existing key allocates
+// nothing for up to len(buf) bandwidths.
+func (m Multi) scratch(buf []BandwidthState, s *State, exists bool, now int64) State {
+	n := len(m.cfg.Bandwidths)
+	var st State
+	if n <= len(buf) {
+		st = buf[:n]
+	} else {
+		st = make(State, n)
+	}
+	if exists && len(*s) == n {
+		copy(st, *s)
+	} else {
+		Init(m.cfg, st, now)
+	}
+	return st
+}
+
+// store copies st into *s, allocating only for a new key.
+func store(s *State, st State) {
+	if len(*s) != len(st) {
+		*s = make(State, len(st))
+	}
+	copy(*s, st)
+}
+
+// Consume takes n tokens from every bandwidth if they all have them.
+func (m Multi) Consume(s *State, exists bool, now, n int64) (policy.Result, bool) {
+	if n <= 0 {
+		return policy.Result{Code: policy.NonPositiveTokens}, false
+	}
+	var buf, out [4]BandwidthState
+	st := m.scratch(buf[:], s, exists, now)
+	dst := out[:]
+	if len(st) > len(dst) {
+		dst = make(State, len(st))
+	}
+	dst = dst[:len(st)]
+	ok := TryConsume(m.cfg, st, dst, now, n)
+	res := result(m.cfg, dst, now, ok, n)
+	if ok {
+		store(s, dst)
+	}
+	return res, ok
+}
+
+// Peek answers as Consume would, taking nothing.
+func (m Multi) Peek(s *State, exists bool, now, n int64) policy.Result {
+	if n <= 0 {
+		return policy.Result{Code: policy.NonPositiveTokens}
+	}
+	var buf [4]BandwidthState
+	st := m.scratch(buf[:], s, exists, now)
+	Refill(m.cfg, st, now)
+	avail := Available(st)
+	if n > avail {
+		return result(m.cfg, st, now, false, n)
+	}
+	Consume(st, n)
+	return result(m.cfg, st, now, true, n)
+}
+
+// Reserve takes n tokens now that will be there within maxWait, overdrawing.
+func (m Multi) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Result, bool) {
+	var code policy.Code
+	if n <= 0 {
+		code = policy.NonPositiveTokens
+	}
+	var buf [4]BandwidthState
+	st := m.scratch(buf[:], s, exists, now)
+	res, changed := reserve(m.cfg, st, now, n, maxWait, code)
+	if changed {
+		store(s, st)
+	}
+	return res, changed
+}
+
+// ExpiresAt is when every bandwidth is full again.
+func (m Multi) ExpiresAt(s *State) int64 {
+	if len(*s) != len(m.cfg.Bandwidths) {
+		return 0
+	}
+	return expiresAt(m.cfg, *s)
+}
+
+// Quota is the smallest capacity.
+func (m Multi) Quota() int64 {
+	q := m.cfg.Bandwidths[0].Capacity
+	for _, bw := range m.cfg.Bandwidths[1:] {
+		q = min(q, bw.Capacity)
+	}
+	return q
+}
+
+// AppendState appends the encoding of *s to dst.
+func (m Multi) AppendState(dst []byte, s *State) []byte { return appendState(dst, *s) }
+
+// DecodeState decodes a state written by AppendState.
+func (m Multi) DecodeState(src []byte, s *State) error {
+	st := make(State, len(m.cfg.Bandwidths))
+	if err := decodeState(src, m.cfg, st); err != nil {
+		return err
+	}
+	*s = st
+	return nil
+}
+
+// result describes st, after a decision for n tokens, as a policy result:
+// the numbers of TryConsumeAndReturnRemaining.
+func result(cfg *Config, st State, now int64, allowed bool, n int64) policy.Result {
+	avail := Available(st)
+	res := policy.Result{
+		Allowed:    allowed,
+		Remaining:  max(avail, 0),
+		ResetAfter: TimeToFull(cfg, st, now),
+		Limit:      policy.Never,
+	}
+	for i := range cfg.Bandwidths {
+		res.Limit = min(res.Limit, cfg.Bandwidths[i].Capacity)
+	}
+	if !allowed {
+		res.RetryAfter = Delay(cfg, st, n, now, true)
+	}
+	return res
+}
+
+// reserve refills st in place and takes n tokens from it if they will be
+// there within maxWait (Never: no bound), overdrawing; changed means st must
+// be stored.
+func reserve(cfg *Config, st State, now, n, maxWait int64, code policy.Code) (policy.Result, bool) {
+	if code != policy.OK {
+		return policy.Result{Code: code}, false
+	}
+	if maxWait < 0 {
+		return policy.Result{Code: policy.NonPositiveMaxWait}, false
+	}
+	Refill(cfg, st, now)
+	d := Delay(cfg, st, n, now, false)
+	ok := d <= maxWait && d != Never
+	if ok {
+		Consume(st, n)
+	}
+	res := result(cfg, st, now, true, n)
+	res.Allowed = ok
+	if ok {
+		res.Wait = d
+	} else {
+		res.RetryAfter = d
+	}
+	return res, ok
+}
+
+// expiresAt is the time every bandwidth of st is full, measured from each
+// bandwidth's last refill.
+func expiresAt(cfg *Config, st State) int64 {
+	var at int64 = -Never - 1
+	for i := range cfg.Bandwidths {
+		s := st[i]
+		at = max(at, satAdd(s.LastRefill, timeToFull(&cfg.Bandwidths[i], &s, s.LastRefill)))
+	}
+	return at
+}
+
+func appendState(dst []byte, st State) []byte {
+	dst = policy.AppendHeader(dst, policy.TagTokenBucket)
+	dst = policy.AppendInt(dst, int64(len(st)))
+	for _, s := range st {
+		dst = policy.AppendInt(policy.AppendInt(policy.AppendInt(dst, s.LastRefill), s.Size), s.Err)
+	}
+	return dst
+}
+
+// decodeState decodes src into st, which has one element per bandwidth of
+// cfg, and checks the invariants the math relies on.
+func decodeState(src []byte, cfg *Config, st State) error {
+	rest, err := policy.ReadHeader(src, policy.TagTokenBucket)
+	if err != nil {
+		return err
+	}
+	var n int64
+	if n, rest, err = policy.ReadInt(rest); err != nil {
+		return err
+	}
+	if n != int64(len(st)) {
+		return fmt.Errorf("%w: %d bandwidths, want %d", policy.ErrBadState, n, len(st))
+	}
+	for i := range st {
+		s := &st[i]
+		for _, p := range []*int64{&s.LastRefill, &s.Size, &s.Err} {
+			if *p, rest, err = policy.ReadInt(rest); err != nil {
+				return err
+			}
+		}
+		if s.Err < 0 || s.Err >= cfg.Bandwidths[i].Period {
+			return fmt.Errorf("%w: bandwidth %d rounding error %d outside [0, %d)", policy.ErrBadState, i, s.Err, cfg.Bandwidths[i].Period)
+		}
+	}
+	if len(rest) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", policy.ErrBadState, len(rest))
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package sluice
+
+import (
+	"hash/maphash"
+	"sync"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// keyed is a Limiter's state for every key: the in-memory implementation
+// of its policy.
+type keyed interface {
+	consume(key string, now, n int64) policy.Result
+	peek(key string, now, n int64) policy.Result
+	reserve(key string, now, n, maxWait int64) policy.Result
+	reset(key string)
+	len() int
+	quota() int64
+}
+
+const shardCount = 64 // a power of two; enough to keep 2-8 cores off each other's locks
+
+// memKeyed keeps each key's typed state in a sharded map, so a key costs
+// its state and the map's slot, nothing more: no pointer, no encoding.
+//
+// A state past its machine's ExpiresAt is treated as absent and removed
+// when next seen; each insertion also checks a couple of other keys of
+// its shard, so idle keys do not accumulate.
+type memKeyed[S any, M policy.Machine[S]] struct {
+	m      M
+	seed   maphash.Seed
+	shards [shardCount]memShard[S]
+}
+
+type memShard[S any] struct {
+	mu sync.Mutex
+	m  map[string]S
+	_  [48]byte // keep shards on separate cache lines
+}
+
+func newMemKeyed[S any, M policy.Machine[S]](m M) *memKeyed[S, M] {
+	k := &memKeyed[S, M]{m: m, seed: maphash.MakeSeed()}
+	for i := range k.shards {
+		k.shards[i].m = make(map[string]S)
+	}
+	return k
+}
+
+func (k *memKeyed[S, M]) shard(key string) *memShard[S] {
+	return &k.shards[maphash.String(k.seed, key)&(shardCount-1)]
+}
+
+// load returns key's state and whether it exists and is still live.
+// load requires that sh.mu is held.
+func (k *memKeyed[S, M]) load(sh *memShard[S], key string, now int64) (S, bool) {
+	s, ok := sh.m[key]
+	if ok && k.m.ExpiresAt(&s) <= now {
+		var zero S
+		return zero, false
+	}
+	return s, ok
+}
+
+// save stores s for key, and on an insertion drops up to two expired
+// states of other keys. save requires that sh.mu is held.
+func (k *memKeyed[S, M]) save(sh *memShard[S], key string, s S, now int64) {
+	if _, ok := sh.m[key]; !ok {
+		i := 0
+		for other, st := range sh.m { // map iteration starts at a random key
+			if k.m.ExpiresAt(&st) <= now {
+				delete(sh.m, other)
+			}
+			if i++; i == 2 {
+				break
+			}
+		}
+	}
+	sh.m[key] = s
+}
+
+func (k *memKeyed[S, M]) consume(key string, now, n int64) policy.Result {
+	sh := k.shard(key)
+	sh.mu.Lock()
+	s, ok := k.load(sh, key, now)
+	res, changed := k.m.Consume(&s, ok, now, n)
+	if changed {
+		k.save(sh, key, s, now)
+	}
+	sh.mu.Unlock()
+	return res
+}
+
+func (k *memKeyed[S, M]) peek(key string, now, n int64) policy.Result {
+	sh := k.shard(key)
+	sh.mu.Lock()
+	s, ok := k.load(sh, key, now)
+	res := k.m.Peek(&s, ok, now, n)
+	sh.mu.Unlock()
+	return res
+}
+
+func (k *memKeyed[S, M]) reserve(key string, now, n, maxWait int64) policy.Result {
+	sh := k.shard(key)
+	sh.mu.Lock()
+	s, ok := k.load(sh, key, now)
+	res, changed := k.m.Reserve(&s, ok, now, n, maxWait)
+	if changed {
+		k.save(sh, key, s, now)
+	}
+	sh.mu.Unlock()
+	return res
+}
+
+func (k *memKeyed[S, M]) reset(key string) {
+	sh := k.shard(key)
+	sh.mu.Lock()
+	delete(sh.m, key)
+	sh.mu.Unlock()
+}
+
+func (k *memKeyed[S, M]) quota() int64 { return k.m.Quota() }
+
+func (k *memKeyed[S, M]) len() int {
+	n := 0
+	for i := range k.shards {
+		sh := &k.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}

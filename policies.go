@@ -1,0 +1,135 @@
+package sluice
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/fixedwindow"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/tokenbucket"
+)
+
+// Policy is a rate-limiting policy that a Limiter applies to each key. Make
+// one with FixedWindow, TokenBucket, LeakyBucket, BucketPolicy, ... A Policy
+// is an immutable value; an invalid one makes NewLimiter return its
+// *ConfigError.
+type Policy interface {
+	// String names the policy and its parameters, as config files write
+	// them: "fixed_window(limit=100, interval=1h0m0s)".
+	String() string
+	// build validates the policy and returns its in-memory keyed form.
+	build() (keyed, error)
+}
+
+// machinePolicy is a Policy backed by a policy.Machine.
+type machinePolicy[S any, M policy.Machine[S]] struct {
+	name string
+	m    M
+	err  error
+}
+
+func (p machinePolicy[S, M]) String() string { return p.name }
+
+func (p machinePolicy[S, M]) build() (keyed, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	return newMemKeyed[S](p.m), nil
+}
+
+func policyError(policyName string, rule Rule, field, value, msg string) error {
+	return &ConfigError{Rule: rule, Bandwidth: -1, Field: policyName + "." + field, Value: value, Msg: msg}
+}
+
+// checkLimit validates the limit and interval every window policy has.
+func checkLimit(name string, limit int64, interval time.Duration) error {
+	switch {
+	case limit <= 0:
+		return policyError(name, RuleNonPositiveLimit, "limit", itoa(limit), "must be positive")
+	case interval <= 0:
+		return policyError(name, RuleNonPositivePeriod, "interval", interval.String(), "must be positive")
+	}
+	return nil
+}
+
+// FixedWindow lets limit tokens through per window of interval. A window
+// opens at a key's first hit (not on a calendar boundary), as in Symfony;
+// at its end the count starts again. Up to twice the limit can pass around
+// a window boundary. Asking for more than limit at once is an argument
+// error. Reservations take tokens from later windows.
+func FixedWindow(limit int64, interval time.Duration) Policy {
+	return machinePolicy[fixedwindow.State, fixedwindow.Config]{
+		name: fmt.Sprintf("fixed_window(limit=%d, interval=%v)", limit, interval),
+		m:    fixedwindow.Config{Limit: limit, Interval: int64(interval)},
+		err:  checkLimit("fixed_window", limit, interval),
+	}
+}
+
+// TokenBucket is Symfony's token bucket: a bucket of limit tokens, full at a
+// key's first use, to which amount tokens come back at once every interval
+// (counted from the first use). Asking for more than limit at once is an
+// argument error. It is BucketPolicy with one Intervally bandwidth.
+func TokenBucket(limit, amount int64, interval time.Duration) Policy {
+	return singleBandwidth("token_bucket", limit, Intervally(amount, interval), true)
+}
+
+// LeakyBucket is the leaky bucket as a meter (policer): each accepted token
+// raises a level that drains continuously at amount per interval, and a
+// request that would overflow limit is rejected. Remaining is limit minus
+// the level. It is the same arithmetic as a token bucket with greedy
+// refill, whose tokens are the room left in the leaky bucket.
+func LeakyBucket(limit, amount int64, interval time.Duration) Policy {
+	return singleBandwidth("leaky_bucket", limit, Greedy(amount, interval), false)
+}
+
+func singleBandwidth(name string, limit int64, refill Refill, strict bool) Policy {
+	p := machinePolicy[tokenbucket.BandwidthState, tokenbucket.Single]{
+		name: fmt.Sprintf("%s(limit=%d, rate=%d per %v)", name, limit, refill.tokens, refill.period),
+	}
+	cfg, err := Config{Bandwidths: []Bandwidth{Limit(limit, refill)}}.compile()
+	if err != nil {
+		p.err = policyConfigError(name, err)
+		return p
+	}
+	p.m = tokenbucket.NewSingle(cfg.Bandwidths[0], strict)
+	return p
+}
+
+// policyConfigError renames the fields of a bandwidth's ConfigError into
+// the words of the policy that made the bandwidth.
+func policyConfigError(name string, err error) error {
+	ce, ok := err.(*ConfigError)
+	if !ok {
+		return err
+	}
+	out := *ce
+	out.Bandwidth = -1
+	switch ce.Field {
+	case "capacity":
+		out.Field, out.Rule = "limit", RuleNonPositiveLimit
+	case "refill.tokens":
+		out.Field = "rate.amount"
+	case "refill.period":
+		out.Field = "rate.interval"
+	}
+	out.Field = name + "." + out.Field
+	return &out
+}
+
+// BucketPolicy applies a whole Bucket4j configuration, one or more
+// bandwidths, to each key. For one bandwidth prefer TokenBucket or
+// LeakyBucket, whose state per key is smaller.
+func BucketPolicy(cfg Config) Policy {
+	p := machinePolicy[tokenbucket.State, tokenbucket.Multi]{name: fmt.Sprintf("bucket(%d bandwidths)", len(cfg.Bandwidths))}
+	c, err := cfg.compile()
+	if err == nil && hasAligned(c) {
+		err = &ConfigError{Rule: RuleAlignedNeedsWallClock, Bandwidth: -1,
+			Msg: "intervally aligned refill is not available to keyed limiters, whose buckets start at each key's first use"}
+	}
+	if err != nil {
+		p.err = err
+		return p
+	}
+	p.m = tokenbucket.NewMulti(c)
+	return p
+}

@@ -1,0 +1,239 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+const limiterStart = 1_700_000_000_000_000_000
+
+type limiterStep struct {
+	advance time.Duration
+	tokens  int64
+	want    sluice.Result
+}
+
+func runLimiterSteps(t *testing.T, p sluice.Policy, steps []limiterStep) {
+	t.Helper()
+	clock := sluice.NewFakeClock(limiterStart)
+	l, err := sluice.NewLimiter(p, sluice.WithClock(clock))
+	if err != nil {
+		t.Fatalf("NewLimiter(%v): %v", p, err)
+	}
+	ctx := context.Background()
+	for i, s := range steps {
+		clock.Advance(s.advance)
+		got, err := l.AllowN(ctx, "key", s.tokens)
+		if err != nil {
+			t.Fatalf("step %d: AllowN(%d): %v", i, s.tokens, err)
+		}
+		if got != s.want {
+			t.Errorf("step %d: AllowN(%d) = %+v, want %+v", i, s.tokens, got, s.want)
+		}
+	}
+}
+
+func TestLimiterPolicies(t *testing.T) {
+	sec := time.Second
+	tests := []struct {
+		name   string
+		policy sluice.Policy
+		steps  []limiterStep
+	}{
+		{"fixed window opens at the first hit", sluice.FixedWindow(3, 10*sec), []limiterStep{
+			{0, 1, sluice.Result{Allowed: true, Remaining: 2, ResetAfter: 10 * sec, Limit: 3}},
+			{0, 2, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 10 * sec, Limit: 3}},
+			{4 * sec, 1, sluice.Result{Remaining: 0, RetryAfter: 6 * sec, ResetAfter: 6 * sec, Limit: 3}},
+			{6 * sec, 3, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 10 * sec, Limit: 3}},
+		}},
+		{"token bucket refills amount at once per interval from the first use", sluice.TokenBucket(5, 2, 10*sec), []limiterStep{
+			{0, 5, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 30 * sec, Limit: 5}},
+			{9 * sec, 1, sluice.Result{Remaining: 0, RetryAfter: sec, ResetAfter: 21 * sec, Limit: 5}},
+			{sec, 2, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 30 * sec, Limit: 5}},
+			{25 * sec, 3, sluice.Result{Allowed: true, Remaining: 1, ResetAfter: 15 * sec, Limit: 5}},
+		}},
+		{"leaky bucket drains continuously", sluice.LeakyBucket(4, 1, sec), []limiterStep{
+			{0, 4, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 4 * sec, Limit: 4}},
+			{500 * time.Millisecond, 1, sluice.Result{Remaining: 0, RetryAfter: 500 * time.Millisecond, ResetAfter: 3500 * time.Millisecond, Limit: 4}},
+			{2 * sec, 2, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 3500 * time.Millisecond, Limit: 4}},
+			{0, 5, sluice.Result{Remaining: 0, RetryAfter: sluice.Never, ResetAfter: 3500 * time.Millisecond, Limit: 4}},
+		}},
+		{"bucket policy: every bandwidth must allow", sluice.BucketPolicy(sluice.Config{Bandwidths: []sluice.Bandwidth{
+			sluice.Simple(10, time.Minute), sluice.Simple(2, sec)}}), []limiterStep{
+			{0, 2, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 12 * sec, Limit: 2}},
+			// The minute bandwidth has 8 1/6 tokens, 6 1/6 after this; at 1/6
+			// a second it is full 23s later.
+			{sec, 2, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 23 * sec, Limit: 2}},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { runLimiterSteps(t, tt.policy, tt.steps) })
+	}
+}
+
+func TestLimiterKeysAreIndependent(t *testing.T) {
+	l, err := sluice.NewLimiter(sluice.FixedWindow(1, time.Minute), sluice.WithClock(sluice.NewFakeClock(limiterStart)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, key := range []string{"a", "b", "c"} {
+		if r, _ := l.Allow(ctx, key); !r.Allowed {
+			t.Errorf("Allow(%q) = %+v, want allowed", key, r)
+		}
+	}
+	if r, _ := l.Allow(ctx, "a"); r.Allowed {
+		t.Errorf("second Allow(a) = %+v, want rejected", r)
+	}
+	if err := l.Reset(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := l.Allow(ctx, "a"); !r.Allowed {
+		t.Errorf("Allow(a) after Reset = %+v, want allowed", r)
+	}
+}
+
+func TestLimiterArgumentErrors(t *testing.T) {
+	ctx := context.Background()
+	l, err := sluice.NewLimiter(sluice.FixedWindow(5, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int64{0, -1, 6} {
+		if _, err := l.AllowN(ctx, "k", n); !errors.Is(err, sluice.ErrInvalidArgument) {
+			t.Errorf("AllowN(%d) error = %v, want ErrInvalidArgument", n, err)
+		}
+	}
+	if l.Len() != 0 {
+		t.Errorf("Len() = %d after refused calls, want 0", l.Len())
+	}
+	if _, err := l.Reserve(ctx, "k", 1, -time.Second); !errors.Is(err, sluice.ErrInvalidArgument) {
+		t.Errorf("Reserve(maxWait -1s) error = %v, want ErrInvalidArgument", err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := l.Allow(cancelled, "k"); err != context.Canceled {
+		t.Errorf("Allow(cancelled ctx) error = %v, want context.Canceled", err)
+	}
+}
+
+func TestLimiterConfigErrors(t *testing.T) {
+	tests := []struct {
+		policy sluice.Policy
+		rule   sluice.Rule
+	}{
+		{sluice.FixedWindow(0, time.Second), sluice.RuleNonPositiveLimit},
+		{sluice.FixedWindow(1, 0), sluice.RuleNonPositivePeriod},
+		{sluice.TokenBucket(0, 1, time.Second), sluice.RuleNonPositiveLimit},
+		{sluice.TokenBucket(1, 0, time.Second), sluice.RuleNonPositiveRefillTokens},
+		{sluice.LeakyBucket(1, 5, 3), sluice.RuleRefillRateTooHigh},
+		{sluice.BucketPolicy(sluice.Config{}), sluice.RuleNoLimits},
+		{nil, sluice.RuleNoLimits},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.policy), func(t *testing.T) {
+			_, err := sluice.NewLimiter(tt.policy)
+			var ce *sluice.ConfigError
+			if !errors.As(err, &ce) || ce.Rule != tt.rule {
+				t.Fatalf("NewLimiter(%v) = %v, want a ConfigError with rule %s", tt.policy, err, tt.rule)
+			}
+			if !errors.Is(err, sluice.ErrInvalidConfig) {
+				t.Errorf("errors.Is(%v, ErrInvalidConfig) = false", err)
+			}
+		})
+	}
+}
+
+func TestLimiterReserve(t *testing.T) {
+	ctx := context.Background()
+	clock := sluice.NewFakeClock(limiterStart)
+	l, err := sluice.NewLimiter(sluice.FixedWindow(2, 10*time.Second), sluice.WithClock(clock), sluice.WithSleeper(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []time.Duration{0, 0, 10 * time.Second, 10 * time.Second, 20 * time.Second} {
+		got, err := l.Reserve(ctx, "k", 1, time.Minute)
+		if err != nil || got != want {
+			t.Errorf("Reserve #%d = %v, %v, want %v", i, got, err, want)
+		}
+	}
+	// The third window (20s-30s) has one place left, past a 15s bound.
+	_, err = l.Reserve(ctx, "k", 1, 15*time.Second)
+	var mw *sluice.MaxWaitError
+	if !errors.As(err, &mw) || mw.Wait != int64(20*time.Second) {
+		t.Errorf("Reserve past maxWait = %v, want a MaxWaitError with wait 20s", err)
+	}
+	// The debt is repaid window by window: 25s later, the third window
+	// still holds one reserved token.
+	clock.Advance(25 * time.Second)
+	if r, _ := l.Allow(ctx, "k"); !r.Allowed || r.Remaining != 0 {
+		t.Errorf("Allow in the third window = %+v, want allowed with 0 remaining", r)
+	}
+	if err := l.Wait(ctx, "k", 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got := clock.Slept(); got != 5*time.Second {
+		t.Errorf("Wait slept %v, want 5s (to the fourth window)", got)
+	}
+}
+
+// TestLimiterConcurrentExact checks that many goroutines on one key are
+// admitted exactly the limit, on a fixed clock.
+func TestLimiterConcurrentExact(t *testing.T) {
+	clock := sluice.NewFakeClock(limiterStart)
+	for _, p := range []sluice.Policy{sluice.FixedWindow(500, time.Minute), sluice.TokenBucket(500, 1, time.Minute), sluice.LeakyBucket(500, 1, time.Minute)} {
+		l, err := sluice.NewLimiter(p, sluice.WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		admitted := 0
+		for range 8 {
+			wg.Go(func() {
+				for range 200 {
+					if r, _ := l.Allow(context.Background(), "hot"); r.Allowed {
+						mu.Lock()
+						admitted++
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if admitted != 500 {
+			t.Errorf("%v: admitted %d of 1600, want exactly 500", p, admitted)
+		}
+	}
+}
+
+func TestLimiterForgetsExpiredKeys(t *testing.T) {
+	ctx := context.Background()
+	clock := sluice.NewFakeClock(limiterStart)
+	l, err := sluice.NewLimiter(sluice.FixedWindow(1, time.Second), sluice.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10_000 {
+		if _, err := l.Allow(ctx, fmt.Sprint("old", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(time.Minute)
+	for i := range 10_000 {
+		if _, err := l.Allow(ctx, fmt.Sprint("new", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each insertion sweeps up to two expired keys of its shard, so most
+	// of the old keys are gone.
+	if n := l.Len(); n > 12_000 {
+		t.Errorf("Len() = %d after 10000 keys expired and 10000 new ones, want at most 12000", n)
+	}
+}

@@ -171,9 +171,6 @@ func (b *Bucket) tryConsume(now, n int64) (bool, error) {
 	}
 	b.mu.Lock()
 	ok := tokenbucket.TryConsume(b.cfg, b.state, b.scratch, now, n)
-	if ok {
-		b.state, b.scratch = b.scratch, b.state
-	}
 	b.mu.Unlock()
 	if b.listener != nil {
 		b.notify(ok, n)

@@ -173,9 +173,13 @@ func FuzzApply(f *testing.F) {
 			}
 
 			if req.Op == OpTryConsume && req.Tokens > 0 {
-				out := make(State, len(stored))
-				if got := TryConsume(cfg, stored, out, now, req.Tokens); got != res.Consumed || (got && !slices.Equal(out, work)) {
-					t.Fatalf("step %d: TryConsume(%d) = %v, %+v; Apply = %v, %+v", k/fuzzStepLen, req.Tokens, got, out, res.Consumed, work)
+				out := slices.Clone(stored)
+				want := stored // a rejection stores nothing
+				if res.Consumed {
+					want = work
+				}
+				if got := TryConsume(cfg, out, make(State, len(out)), now, req.Tokens); got != res.Consumed || !slices.Equal(out, want) {
+					t.Fatalf("step %d: TryConsume(%d) = %v, %+v; Apply = %v, %+v", k/fuzzStepLen, req.Tokens, got, out, res.Consumed, want)
 				}
 			}
 
@@ -280,8 +284,8 @@ func FuzzNeverOverAdmit(f *testing.F) {
 
 			var ok bool
 			if b[9]&0x80 != 0 {
-				out := make(State, len(st))
-				if ok = TryConsume(cfg, st, out, now, n); ok {
+				out := slices.Clone(st)
+				if ok = TryConsume(cfg, out, make(State, len(out)), now, n); ok {
 					st = out
 				}
 			} else {

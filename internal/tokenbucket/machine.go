@@ -37,14 +37,12 @@ func (m Single) Consume(s *BandwidthState, exists bool, now, n int64) (policy.Re
 		return policy.Result{Code: code}, false
 	}
 	st := m.load(s, exists, now)
-	var out [1]BandwidthState
-	ok := TryConsume(m.cfg, st, out[:], now, n)
-	res := result(m.cfg, out[:], now, ok, n)
-	if !ok {
-		return res, false
+	if !TryConsume(m.cfg, st, nil, now, n) {
+		Refill(m.cfg, st, now) // to describe the refilled state
+		return result(m.cfg, st, now, false, n), false
 	}
-	*s = out[0]
-	return res, true
+	*s = st[0]
+	return result(m.cfg, st, now, true, n), true
 }
 
 // Peek answers as Consume would, taking nothing.
@@ -142,19 +140,18 @@ func (m Multi) Consume(s *State, exists bool, now, n int64) (policy.Result, bool
 	if n <= 0 {
 		return policy.Result{Code: policy.NonPositiveTokens}, false
 	}
-	var buf, out [4]BandwidthState
+	var buf [4]BandwidthState
 	st := m.scratch(buf[:], s, exists, now)
-	dst := out[:]
-	if len(st) > len(dst) {
-		dst = make(State, len(st))
+	var scratch State
+	if len(st) > 4 {
+		scratch = make(State, len(st))
 	}
-	dst = dst[:len(st)]
-	ok := TryConsume(m.cfg, st, dst, now, n)
-	res := result(m.cfg, dst, now, ok, n)
-	if ok {
-		store(s, dst)
+	if !TryConsume(m.cfg, st, scratch, now, n) {
+		Refill(m.cfg, st, now) // to describe the refilled state
+		return result(m.cfg, st, now, false, n), false
 	}
-	return res, ok
+	store(s, st)
+	return result(m.cfg, st, now, true, n), true
 }
 
 // Peek answers as Consume would, taking nothing.

@@ -148,22 +148,42 @@ func TimeToFull(cfg *Config, st State, now int64) int64 {
 	return d
 }
 
-// TryConsume is OpTryConsume without the copy Apply needs, for the hot path:
-// it writes st refilled at now into out (of the same length) and, if every
-// bandwidth has n > 0 tokens, takes them from out and reports true. When it
-// reports false, out holds the refilled state, which need not be stored.
-func TryConsume(cfg *Config, st, out State, now, n int64) bool {
-	out = out[:len(st)]
+// TryConsume is OpTryConsume for the hot path: it refills st at now and
+// takes n > 0 tokens from every bandwidth if they all have them, and then
+// stores the result in st. When it reports false, st is unchanged (the
+// refill is not stored, as Apply would not store it). scratch, of the same
+// length as st, is used only for more than four bandwidths; up to four
+// work on the stack.
+func TryConsume(cfg *Config, st, scratch State, now, n int64) bool {
+	if len(st) == 1 {
+		s := st[0]
+		refill(cfg, 0, &s, now)
+		if n > s.Size {
+			return false
+		}
+		s.Size -= n
+		st[0] = s
+		return true
+	}
+	var buf [4]BandwidthState
+	tmp := buf[:]
+	if len(st) > len(buf) {
+		tmp = scratch
+	}
+	tmp = tmp[:len(st)]
 	avail := int64(Never)
-	for i := range st {
-		out[i] = st[i]
-		refill(cfg, i, &out[i], now)
-		avail = min(avail, out[i].Size)
+	for i := range tmp {
+		tmp[i] = st[i]
+		refill(cfg, i, &tmp[i], now)
+		avail = min(avail, tmp[i].Size)
 	}
 	if n > avail {
 		return false
 	}
-	Consume(out, n)
+	for i := range tmp {
+		tmp[i].Size -= n
+	}
+	copy(st, tmp)
 	return true
 }
 

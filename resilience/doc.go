@@ -1,0 +1,42 @@
+// Package resilience offers Resilience4j's RateLimiter and TimeLimiter for
+// Go, for users moving from Resilience4j who want the same numbers.
+//
+// # RateLimiter
+//
+// [RateLimiter] is Resilience4j's AtomicRateLimiter: time is cut into cycles
+// of Config.LimitRefreshPeriod counted from the limiter's creation; each
+// cycle brings Config.LimitForPeriod permissions, which do not accumulate
+// beyond one cycle's worth. A caller may wait up to Config.Timeout for a
+// later cycle; its permits are reserved at once, so the permissions left
+// can go negative, and later callers queue behind it.
+//
+//	rl, err := resilience.New(resilience.Config{
+//		LimitForPeriod:     100,
+//		LimitRefreshPeriod: time.Second,
+//		Timeout:            500 * time.Millisecond,
+//	})
+//	if err != nil { ... }
+//	ok, err := rl.AcquirePermission(ctx, 1)
+//
+// It follows Resilience4j's arithmetic exactly, in integer nanoseconds,
+// except where sluice decides otherwise:
+//   - a call for n ≤ 0 permits is an *sluice.ArgumentError (Resilience4j
+//     accepts it, and n < 0 adds permissions);
+//   - AcquirePermission returns false at once, without waiting, when the
+//     wait would exceed the timeout (Resilience4j parks for the whole
+//     timeout first), as golang.org/x/time/rate and Bucket4j do;
+//   - a wait cut short by its context gives its permits back and returns
+//     ctx.Err() (Resilience4j keeps them spent);
+//   - [RateLimiter.Drain] takes every permission available now, after the
+//     cycle refresh, and leaves debt alone (Resilience4j takes the stale
+//     stored count and erases debt);
+//   - a clock that goes back refreshes nothing.
+//
+// # TimeLimiter
+//
+// [TimeLimiter], [Call] and [TimeLimit] run a function with a time limit,
+// as Resilience4j's TimeLimiter does with a future: the caller gets a
+// [*TimeoutError] after exactly the timeout, and the function's context is
+// cancelled when [TimeLimiterConfig].CancelRunning is set. Timing out a call
+// does not undo it.
+package resilience

@@ -64,6 +64,24 @@ func TestLimiterPolicies(t *testing.T) {
 			{2 * sec, 2, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 3500 * time.Millisecond, Limit: 4}},
 			{0, 5, sluice.Result{Remaining: 0, RetryAfter: sluice.Never, ResetAfter: 3500 * time.Millisecond, Limit: 4}},
 		}},
+		{"sliding window weighs the previous window", sluice.SlidingWindow(10, time.Minute), []limiterStep{
+			{0, 9, sluice.Result{Allowed: true, Remaining: 1, ResetAfter: 2 * time.Minute, Limit: 10}},
+			// 75s: a quarter into the second window, 9·3/4 = 6.75 still count.
+			{75 * sec, 4, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 105 * sec, Limit: 10}},
+		}},
+		{"sliding log counts each hit for one interval", sluice.SlidingLog(2, 10*sec), []limiterStep{
+			{0, 1, sluice.Result{Allowed: true, Remaining: 1, ResetAfter: 10 * sec, Limit: 2}},
+			{4 * sec, 1, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 10 * sec, Limit: 2}},
+			{5 * sec, 1, sluice.Result{Remaining: 0, RetryAfter: sec, ResetAfter: 5 * sec, Limit: 2}},
+			{sec, 1, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 10 * sec, Limit: 2}},
+		}},
+		{"gcra spaces tokens by period/rate", sluice.GCRA(2, 3, sec), []limiterStep{
+			{0, 2, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 666666667, Limit: 2}},
+			{0, 1, sluice.Result{Remaining: 0, RetryAfter: 333333334, ResetAfter: 666666667, Limit: 2}},
+		}},
+		{"no limit", sluice.NoLimit(), []limiterStep{
+			{0, 1 << 40, sluice.Result{Allowed: true, Remaining: 1<<63 - 1, Limit: 1<<63 - 1}},
+		}},
 		{"bucket policy: every bandwidth must allow", sluice.BucketPolicy(sluice.Config{Bandwidths: []sluice.Bandwidth{
 			sluice.Simple(10, time.Minute), sluice.Simple(2, sec)}}), []limiterStep{
 			{0, 2, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 12 * sec, Limit: 2}},
@@ -134,6 +152,9 @@ func TestLimiterConfigErrors(t *testing.T) {
 		{sluice.TokenBucket(1, 0, time.Second), sluice.RuleNonPositiveRefillTokens},
 		{sluice.LeakyBucket(1, 5, 3), sluice.RuleRefillRateTooHigh},
 		{sluice.BucketPolicy(sluice.Config{}), sluice.RuleNoLimits},
+		{sluice.SlidingWindow(0, time.Second), sluice.RuleNonPositiveLimit},
+		{sluice.SlidingLog(1, -1), sluice.RuleNonPositivePeriod},
+		{sluice.GCRA(1, 0, time.Second), sluice.RuleNonPositiveRefillTokens},
 		{nil, sluice.RuleNoLimits},
 	}
 	for _, tt := range tests {

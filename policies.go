@@ -5,7 +5,11 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/fixedwindow"
+	"github.com/sluicehq/sluice/internal/gcra"
+	"github.com/sluicehq/sluice/internal/nolimit"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/slidinglog"
+	"github.com/sluicehq/sluice/internal/slidingwindow"
 	"github.com/sluicehq/sluice/internal/tokenbucket"
 )
 
@@ -63,6 +67,62 @@ func FixedWindow(limit int64, interval time.Duration) Policy {
 		m:    fixedwindow.Config{Limit: limit, Interval: int64(interval)},
 		err:  checkLimit("fixed_window", limit, interval),
 	}
+}
+
+// SlidingWindow is the sliding window counter, as in Symfony: a key's
+// count is its hits in the current window of interval plus the hits of the
+// previous window weighted by the part of it still inside the sliding
+// interval, floor(previous·(interval-elapsed)/interval) + current, computed
+// exactly. A request passes when count+n ≤ limit. It smooths the
+// boundary burst of a fixed window with two counters of state per key.
+// It cannot reserve.
+func SlidingWindow(limit int64, interval time.Duration) Policy {
+	return machinePolicy[slidingwindow.State, slidingwindow.Config]{
+		name: fmt.Sprintf("sliding_window(limit=%d, interval=%v)", limit, interval),
+		m:    slidingwindow.Config{Limit: limit, Interval: int64(interval)},
+		err:  checkLimit("sliding_window", limit, interval),
+	}
+}
+
+// SlidingLog is the exact sliding window: every accepted request is logged
+// with its time and counts for exactly interval after it, so no interval
+// of that length ever holds more than limit tokens. Rejected requests are
+// not logged. Memory per key is bounded by limit entries. It cannot
+// reserve.
+func SlidingLog(limit int64, interval time.Duration) Policy {
+	return machinePolicy[slidinglog.State, slidinglog.Config]{
+		name: fmt.Sprintf("sliding_log(limit=%d, interval=%v)", limit, interval),
+		m:    slidinglog.Config{Limit: limit, Interval: int64(interval)},
+		err:  checkLimit("sliding_log", limit, interval),
+	}
+}
+
+// GCRA is the generic cell rate algorithm, as go-redis/redis_rate and
+// throttled use it: rate tokens per period, in bursts of at most limit,
+// with one timestamp of state per key (the theoretical arrival time),
+// kept exactly even when period/rate is not a whole number of
+// nanoseconds.
+func GCRA(limit, rate int64, period time.Duration) Policy {
+	p := machinePolicy[gcra.State, gcra.Config]{
+		name: fmt.Sprintf("gcra(limit=%d, rate=%d per %v)", limit, rate, period),
+		m:    gcra.Config{Limit: limit, Rate: rate, Period: int64(period)},
+		err:  checkLimit("gcra", limit, period),
+	}
+	if p.err == nil && rate <= 0 {
+		p.err = policyError("gcra", RuleNonPositiveRefillTokens, "rate.amount", itoa(rate), "must be positive")
+	}
+	if p.err != nil { // keep the field names of the config files
+		if ce := p.err.(*ConfigError); ce.Field == "gcra.interval" {
+			ce.Field = "gcra.rate.interval"
+		}
+	}
+	return p
+}
+
+// NoLimit lets everything through; Remaining and Limit are math.MaxInt64.
+// It keeps no state.
+func NoLimit() Policy {
+	return machinePolicy[nolimit.State, nolimit.Config]{name: "no_limit"}
 }
 
 // TokenBucket is Symfony's token bucket: a bucket of limit tokens, full at a

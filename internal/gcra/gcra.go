@@ -1,0 +1,272 @@
+// Package gcra is the generic cell rate algorithm as a pure state machine,
+// with the semantics of go-redis/redis_rate's AllowN: Rate tokens per
+// Period, bursts of up to Limit tokens, and a single timestamp of state,
+// the theoretical arrival time (TAT).
+//
+// With the emission interval T = Period/Rate, a request for n tokens at now
+// moves the TAT to max(TAT, now) + n·T, and is allowed iff the new TAT is
+// at most Limit·T after now. A key not seen yet is full: Limit tokens are
+// there at once.
+//
+// T may be a fraction of a nanosecond, and sluice keeps it exact: the TAT
+// is whole nanoseconds plus a remainder in units of 1/Rate ns, and every
+// decision is computed in those units, 128 bits wide. There are no floats
+// and no rounding drift (redis_rate keeps the TAT as a float of seconds).
+// Decisions are exact for every positive Limit, Rate and Period and every
+// int64 time; a request whose new TAT would lie past MaxInt64 ns (the year
+// 2262) is rejected with RetryAfter Never.
+package gcra
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// Config is Rate tokens per Period ns with bursts of up to Limit tokens.
+// All three must be positive; the caller validates them. A Config is a
+// value and safe for simultaneous use by multiple goroutines.
+type Config struct {
+	Limit  int64
+	Rate   int64
+	Period int64
+}
+
+// State is a key's theoretical arrival time: TAT ns plus Frac/Rate ns,
+// with 0 ≤ Frac < Rate. A Frac at or above Rate (left by a Config whose
+// Rate was larger) counts as Rate−1: less than 1 ns off. 16 bytes.
+type State struct {
+	TAT  int64
+	Frac int64
+}
+
+var _ policy.Machine[State] = Config{}
+
+// u128 is an unsigned 128-bit integer.
+type u128 struct{ hi, lo uint64 }
+
+func mul(a, b uint64) u128 {
+	hi, lo := bits.Mul64(a, b)
+	return u128{hi, lo}
+}
+
+// add requires that x+y < 2^128.
+func (x u128) add(y u128) u128 {
+	lo, carry := bits.Add64(x.lo, y.lo, 0)
+	return u128{x.hi + y.hi + carry, lo}
+}
+
+// sub requires that x ≥ y.
+func (x u128) sub(y u128) u128 {
+	lo, borrow := bits.Sub64(x.lo, y.lo, 0)
+	return u128{x.hi - y.hi - borrow, lo}
+}
+
+func (x u128) less(y u128) bool { return x.hi < y.hi || x.hi == y.hi && x.lo < y.lo }
+
+// quo is ⌊x/d⌋ and x mod d for d > 0, with ok=false if the quotient does
+// not fit in 64 bits.
+func (x u128) quo(d uint64) (q, r uint64, ok bool) {
+	if x.hi >= d {
+		return 0, 0, false
+	}
+	q, r = bits.Div64(x.hi, x.lo, d)
+	return q, r, true
+}
+
+// Quantities in ticks of 1/Rate ns. The TAT ahead of now is below
+// 2^64·Rate < 2^127; n·Period and Limit·Period are below 2^126; so their
+// sums stay below 2^128.
+
+// ahead is TAT − now in ticks, 0 if the TAT is not after now (or there is
+// no state).
+func (c Config) ahead(s *State, exists bool, now int64) u128 {
+	if !exists || s.TAT < now {
+		return u128{}
+	}
+	frac := uint64(min(max(s.Frac, 0), c.Rate-1))
+	return mul(uint64(s.TAT)-uint64(now), uint64(c.Rate)).add(u128{lo: frac})
+}
+
+// burst is Limit·T in ticks.
+func (c Config) burst() u128 { return mul(uint64(c.Limit), uint64(c.Period)) }
+
+// ceilNs is x ticks rounded up to whole ns, saturating at Never.
+func (c Config) ceilNs(x u128) int64 {
+	q, r, ok := x.quo(uint64(c.Rate))
+	if !ok || q >= policy.Never {
+		return policy.Never
+	}
+	if r > 0 {
+		q++
+	}
+	return int64(q)
+}
+
+// remaining is ⌊(Limit·T − x)/T⌋ for the TAT x ticks ahead of now, 0 if x
+// is beyond the burst. The quotient is at most Limit.
+func (c Config) remaining(x u128) int64 {
+	b := c.burst()
+	if b.less(x) {
+		return 0
+	}
+	q, _, _ := b.sub(x).quo(uint64(c.Period))
+	return int64(q)
+}
+
+// tat is the TAT x ticks after now, with ok=false if it is past MaxInt64 ns.
+func (c Config) tat(now int64, x u128) (State, bool) {
+	q, r, ok := x.quo(uint64(c.Rate))
+	// MaxInt64 − now is in [0, 2^64), so the uint64 difference is exact.
+	if !ok || q > uint64(math.MaxInt64)-uint64(now) {
+		return State{}, false
+	}
+	return State{TAT: int64(uint64(now) + q), Frac: int64(r)}, true
+}
+
+// refused is the result of a request that is not allowed, with the TAT a
+// ticks ahead of now.
+func (c Config) refused(a u128, retryAfter int64) policy.Result {
+	return policy.Result{
+		Remaining:  c.remaining(a),
+		RetryAfter: retryAfter,
+		ResetAfter: c.ceilNs(a),
+		Limit:      c.Limit,
+	}
+}
+
+// granted is the result of a request that moved the TAT to an ticks ahead
+// of now.
+func (c Config) granted(an u128, wait int64) policy.Result {
+	return policy.Result{
+		Allowed:    true,
+		Remaining:  c.remaining(an),
+		ResetAfter: c.ceilNs(an),
+		Limit:      c.Limit,
+		Wait:       wait,
+	}
+}
+
+// wait is the time from now until a TAT an ticks ahead of now conforms:
+// ⌈(an − Limit·T)/Rate⌉ ns, 0 if it does already, saturating at Never.
+func (c Config) wait(an u128) int64 {
+	b := c.burst()
+	if !b.less(an) {
+		return 0
+	}
+	return c.ceilNs(an.sub(b))
+}
+
+// Consume takes n tokens if they conform now. n ≤ 0 is an argument error;
+// n > Limit is rejected with RetryAfter Never.
+func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, bool) {
+	if n <= 0 {
+		return policy.Result{Code: policy.NonPositiveTokens}, false
+	}
+	a := c.ahead(s, exists, now)
+	if n > c.Limit {
+		return c.refused(a, policy.Never), false
+	}
+	an := a.add(mul(uint64(n), uint64(c.Period)))
+	next, ok := c.tat(now, an)
+	if !ok {
+		// The new TAT only grows with time: it never fits.
+		return c.refused(a, policy.Never), false
+	}
+	if w := c.wait(an); w > 0 {
+		return c.refused(a, c.retryAt(a, now, n, w)), false
+	}
+	*s = next
+	return c.granted(an, 0), true
+}
+
+// retryAt checks that n tokens, which conform w > 0 ns after now, can then
+// be taken with a TAT that fits in int64, and returns w, or Never if not.
+func (c Config) retryAt(a u128, now, n, w int64) int64 {
+	if w == policy.Never || uint64(w) > uint64(math.MaxInt64)-uint64(now) {
+		return policy.Never
+	}
+	// The TAT ahead of now+w: a − w·Rate, or 0.
+	passed := mul(uint64(w), uint64(c.Rate))
+	var later u128
+	if passed.less(a) {
+		later = a.sub(passed)
+	}
+	if _, ok := c.tat(now+w, later.add(mul(uint64(n), uint64(c.Period)))); !ok {
+		return policy.Never
+	}
+	return w
+}
+
+// Peek answers as Consume would, taking nothing.
+func (c Config) Peek(s *State, exists bool, now, n int64) policy.Result {
+	next := *s
+	res, _ := c.Consume(&next, exists, now, n)
+	return res
+}
+
+// Reserve takes n tokens that conform within maxWait: the TAT moves on at
+// once, and Result.Wait is the time until the tokens are the caller's. A
+// reservation of more than Limit tokens is refused with RetryAfter Never,
+// even when maxWait is Never.
+func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Result, bool) {
+	switch {
+	case n <= 0:
+		return policy.Result{Code: policy.NonPositiveTokens}, false
+	case maxWait < 0:
+		return policy.Result{Code: policy.NonPositiveMaxWait}, false
+	}
+	a := c.ahead(s, exists, now)
+	if n > c.Limit {
+		return c.refused(a, policy.Never), false
+	}
+	an := a.add(mul(uint64(n), uint64(c.Period)))
+	next, ok := c.tat(now, an)
+	if !ok {
+		return c.refused(a, policy.Never), false
+	}
+	w := c.wait(an)
+	if w == policy.Never || w > maxWait {
+		return c.refused(a, w), false
+	}
+	*s = next
+	return c.granted(an, w), true
+}
+
+// ExpiresAt is the TAT rounded up to whole ns: from then on the key is full
+// again, as a new one is.
+func (c Config) ExpiresAt(s *State) int64 {
+	if s.Frac > 0 {
+		return policy.SatAdd(s.TAT, 1)
+	}
+	return s.TAT
+}
+
+// Quota is the burst, Limit.
+func (c Config) Quota() int64 { return c.Limit }
+
+// AppendState appends the encoding of *s to dst.
+func (c Config) AppendState(dst []byte, s *State) []byte {
+	dst = policy.AppendHeader(dst, policy.TagGCRA)
+	return policy.AppendInt(policy.AppendInt(dst, s.TAT), s.Frac)
+}
+
+// DecodeState decodes a state written by AppendState. A negative Frac is
+// an error matching policy.ErrBadState.
+func (c Config) DecodeState(src []byte, s *State) error {
+	rest, err := policy.ReadHeader(src, policy.TagGCRA)
+	if err != nil {
+		return err
+	}
+	var st State
+	if err := policy.ReadInts(rest, &st.TAT, &st.Frac); err != nil {
+		return err
+	}
+	if st.Frac < 0 {
+		return fmt.Errorf("%w: negative TAT fraction %d", policy.ErrBadState, st.Frac)
+	}
+	*s = st
+	return nil
+}

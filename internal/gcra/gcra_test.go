@@ -1,0 +1,292 @@
+package gcra
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// The expected numbers are worked out in the comments (T is the emission
+// interval Period/Rate); a Python model of the semantics in fractions
+// agrees with every one.
+
+const (
+	t0    = int64(1_700_000_000_000_000_000)
+	sec   = int64(time.Second)
+	ms    = int64(time.Millisecond)
+	never = policy.Never
+)
+
+// step is a Consume at t0+at, or a Reserve if reserve is set.
+type step struct {
+	at, n   int64
+	reserve bool
+	maxWait int64
+	want    policy.Result
+}
+
+func consume(at, n int64, want policy.Result) step { return step{at: at, n: n, want: want} }
+
+func reserve(at, n, maxWait int64, want policy.Result) step {
+	return step{at: at, n: n, reserve: true, maxWait: maxWait, want: want}
+}
+
+func allowed(limit, remaining, resetAfter, wait int64) policy.Result {
+	return policy.Result{Allowed: true, Remaining: remaining, ResetAfter: resetAfter, Limit: limit, Wait: wait}
+}
+
+func rejected(limit, remaining, retryAfter, resetAfter int64) policy.Result {
+	return policy.Result{Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter, Limit: limit}
+}
+
+func TestDecisions(t *testing.T) {
+	tests := []struct {
+		name  string
+		cfg   Config
+		steps []step
+		final State
+	}{
+		{
+			// redis_rate's PerSecond(10): T = 100ms, burst span 1s. After
+			// 1+2 the TAT is 300ms ahead: 8 more would end 1.1s ahead,
+			// 100ms too far; 7 fill the burst exactly.
+			name: "10 per second, bursts of 10",
+			cfg:  Config{Limit: 10, Rate: 10, Period: sec},
+			steps: []step{
+				consume(0, 1, allowed(10, 9, 100*ms, 0)),
+				consume(0, 2, allowed(10, 7, 300*ms, 0)),
+				consume(0, 1000, rejected(10, 7, never, 300*ms)),
+				consume(0, 8, rejected(10, 7, 100*ms, 300*ms)),
+				consume(0, 7, allowed(10, 0, sec, 0)),
+				consume(100*ms, 1, allowed(10, 0, sec, 0)),
+				consume(100*ms, 1, rejected(10, 0, 100*ms, sec)),
+			},
+			final: State{TAT: t0 + 1100*ms},
+		},
+		{
+			// T = 333333333⅓ ns. One token leaves the TAT at ⅓ ns past a
+			// whole ns (Frac 1), reported rounded up. With the burst full,
+			// one more needs the TAT ⅓ s closer: 333333334 ns, and 1 ns
+			// before that it is ⅓ ns short.
+			name: "fractional emission interval",
+			cfg:  Config{Limit: 3, Rate: 3, Period: sec},
+			steps: []step{
+				consume(0, 1, allowed(3, 2, 333333334, 0)),
+				consume(0, 2, allowed(3, 0, sec, 0)),
+				consume(0, 1, rejected(3, 0, 333333334, sec)),
+				consume(333333333, 1, rejected(3, 0, 1, 666666667)),
+				consume(333333334, 1, allowed(3, 0, sec, 0)),
+			},
+			final: State{TAT: t0 + 1333333333, Frac: 1},
+		},
+		{
+			// T = ⅓ ns, burst span 5/3 ns: 5 tokens leave the TAT at t0+1⅔.
+			// At +1 it is ⅔ ahead, and 3 more make it 5/3 ahead again.
+			name: "emission interval below a nanosecond",
+			cfg:  Config{Limit: 5, Rate: 3, Period: 1},
+			steps: []step{
+				consume(0, 5, allowed(5, 0, 2, 0)),
+				consume(0, 1, rejected(5, 0, 1, 2)),
+				consume(1, 3, allowed(5, 0, 2, 0)),
+				consume(1, 1, rejected(5, 0, 1, 2)),
+			},
+			final: State{TAT: t0 + 2, Frac: 2},
+		},
+		{
+			// T = 1s, burst 5: at +2.5s the TAT is 2.5s ahead, so 2 tokens
+			// remain; 3 need it at 2s, 500ms later.
+			name: "tokens come back at the rate",
+			cfg:  Config{Limit: 5, Rate: 1, Period: sec},
+			steps: []step{
+				consume(0, 2, allowed(5, 3, 2*sec, 0)),
+				consume(0, 3, allowed(5, 0, 5*sec, 0)),
+				consume(0, 1, rejected(5, 0, sec, 5*sec)),
+				consume(2500*ms, 3, rejected(5, 2, 500*ms, 2500*ms)),
+				consume(2500*ms, 1, allowed(5, 1, 3500*ms, 0)),
+				consume(20*sec, 5, allowed(5, 0, 5*sec, 0)),
+			},
+			final: State{TAT: t0 + 25*sec},
+		},
+		{
+			// After the burst, 5 more conform 500ms later: refused with a
+			// 400ms bound, granted with 500ms. The TAT is then 1.5s ahead.
+			name: "reservations wait for the TAT",
+			cfg:  Config{Limit: 10, Rate: 10, Period: sec},
+			steps: []step{
+				reserve(0, 10, 0, allowed(10, 0, sec, 0)),
+				reserve(0, 5, 400*ms, rejected(10, 0, 500*ms, sec)),
+				reserve(0, 5, 500*ms, allowed(10, 0, 1500*ms, 500*ms)),
+				consume(500*ms, 1, rejected(10, 0, 100*ms, sec)),
+				reserve(600*ms, 1, never, allowed(10, 0, sec, 0)),
+				reserve(600*ms, 11, never, rejected(10, 0, never, sec)),
+				reserve(600*ms, 10, never, allowed(10, 0, 2*sec, sec)),
+			},
+			final: State{TAT: t0 + 2600*ms},
+		},
+		{
+			// With T = 10 ns the new TAT of a request at MaxInt64−5 would be
+			// 5 ns past the end of time; at MaxInt64−10 it is exactly there.
+			name: "the end of the time line",
+			cfg:  Config{Limit: 1, Rate: 1, Period: 10},
+			steps: []step{
+				consume(math.MaxInt64-5-t0, 1, rejected(1, 1, never, 0)),
+				reserve(math.MaxInt64-5-t0, 1, never, rejected(1, 1, never, 0)),
+				consume(math.MaxInt64-10-t0, 1, allowed(1, 0, 10, 0)),
+			},
+			final: State{TAT: math.MaxInt64},
+		},
+		{
+			name: "argument errors",
+			cfg:  Config{Limit: 1, Rate: 1, Period: sec},
+			steps: []step{
+				consume(0, 0, policy.Result{Code: policy.NonPositiveTokens}),
+				consume(0, -1, policy.Result{Code: policy.NonPositiveTokens}),
+				reserve(0, 0, 0, policy.Result{Code: policy.NonPositiveTokens}),
+				reserve(0, 1, -1, policy.Result{Code: policy.NonPositiveMaxWait}),
+				reserve(0, 1, math.MinInt64, policy.Result{Code: policy.NonPositiveMaxWait}),
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s State
+			exists := false
+			for i, st := range tt.steps {
+				before := s
+				now := t0 + st.at
+				var got policy.Result
+				var changed bool
+				if st.reserve {
+					got, changed = tt.cfg.Reserve(&s, exists, now, st.n, st.maxWait)
+				} else {
+					peek := tt.cfg.Peek(&s, exists, now, st.n)
+					if s != before {
+						t.Fatalf("step %d: Peek changed the state from %+v to %+v", i, before, s)
+					}
+					got, changed = tt.cfg.Consume(&s, exists, now, st.n)
+					if peek != got {
+						t.Errorf("step %d: Peek(%d) = %+v, want %+v as Consume", i, st.n, peek, got)
+					}
+				}
+				if got != st.want {
+					t.Fatalf("step %d: reserve=%v n=%d at +%d: got %+v, want %+v", i, st.reserve, st.n, st.at, got, st.want)
+				}
+				if changed != got.Allowed {
+					t.Errorf("step %d: changed = %v, want %v", i, changed, got.Allowed)
+				}
+				if !changed && s != before {
+					t.Errorf("step %d: the state changed from %+v to %+v but no change was reported", i, before, s)
+				}
+				exists = exists || changed
+			}
+			if s != tt.final {
+				t.Errorf("final state = %+v, want %+v", s, tt.final)
+			}
+		})
+	}
+}
+
+// TestReconfiguredFraction checks that a Frac left by a larger Rate counts
+// as Rate−1, less than 1 ns.
+func TestReconfiguredFraction(t *testing.T) {
+	cfg := Config{Limit: 10, Rate: 10, Period: sec} // T = 100ms
+	s := State{TAT: t0 + 300*ms, Frac: 25}
+	// 300ms + 0.9ns ahead, 400ms + 0.9ns after one token: ResetAfter
+	// 400000001 ns, and ⌊(600ms − 0.9ns)/100ms⌋ = 5 remain.
+	got, _ := cfg.Consume(&s, true, t0, 1)
+	if want := allowed(10, 5, 400*ms+1, 0); got != want {
+		t.Errorf("Consume(1) = %+v, want %+v", got, want)
+	}
+	if want := (State{TAT: t0 + 400*ms, Frac: 9}); s != want {
+		t.Errorf("state = %+v, want %+v", s, want)
+	}
+}
+
+func TestExpiresAt(t *testing.T) {
+	cfg := Config{Limit: 3, Rate: 3, Period: sec}
+	tests := []struct {
+		s    State
+		want int64
+	}{
+		{State{TAT: t0}, t0},
+		{State{TAT: t0, Frac: 1}, t0 + 1},
+		{State{TAT: math.MaxInt64, Frac: 2}, math.MaxInt64},
+		{State{TAT: math.MinInt64}, math.MinInt64},
+	}
+	for _, tt := range tests {
+		if got := cfg.ExpiresAt(&tt.s); got != tt.want {
+			t.Errorf("ExpiresAt(%+v) = %d, want %d", tt.s, got, tt.want)
+		}
+	}
+	// From ExpiresAt on, the key is as full as a new one.
+	s := State{TAT: t0, Frac: 1}
+	a, b := s, State{}
+	ra, _ := cfg.Consume(&a, true, t0+1, 3)
+	rb, _ := cfg.Consume(&b, false, t0+1, 3)
+	if ra != rb || a != b {
+		t.Errorf("Consume(3) at ExpiresAt = %+v %+v, on a new key %+v %+v", ra, a, rb, b)
+	}
+	a = s
+	if res, _ := cfg.Consume(&a, true, t0, 3); res.Allowed {
+		t.Errorf("Consume(3) 1 ns before ExpiresAt = %+v, want rejected", res)
+	}
+}
+
+func TestStateEncoding(t *testing.T) {
+	cfg := Config{Limit: 3, Rate: 3, Period: sec}
+	for _, s := range []State{{}, {TAT: t0, Frac: 2}, {TAT: math.MinInt64, Frac: math.MaxInt64}, {TAT: math.MaxInt64}} {
+		b := cfg.AppendState([]byte("prefix"), &s)
+		var got State
+		if err := cfg.DecodeState(b[len("prefix"):], &got); err != nil || got != s {
+			t.Errorf("DecodeState(AppendState(%+v)) = %+v, %v", s, got, err)
+		}
+	}
+}
+
+func TestDecodeStateErrors(t *testing.T) {
+	cfg := Config{Limit: 3, Rate: 3, Period: sec}
+	good := cfg.AppendState(nil, &State{TAT: t0, Frac: 2})
+	tests := []struct {
+		name string
+		src  []byte
+	}{
+		{"empty", nil},
+		{"header only", good[:2]},
+		{"version 0", append([]byte{0}, good[1:]...)},
+		{"token-bucket tag", append([]byte{policy.Version, byte(policy.TagTokenBucket)}, good[2:]...)},
+		{"truncated", good[:len(good)-1]},
+		{"trailing byte", append(good[:len(good):len(good)], 0)},
+		{"negative fraction", policy.AppendInt(policy.AppendInt(policy.AppendHeader(nil, policy.TagGCRA), t0), -1)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := State{TAT: 1, Frac: 2}
+			if err := cfg.DecodeState(tt.src, &s); !errors.Is(err, policy.ErrBadState) {
+				t.Errorf("DecodeState(%x) = %v, want an error matching ErrBadState", tt.src, err)
+			}
+			if want := (State{TAT: 1, Frac: 2}); s != want {
+				t.Errorf("DecodeState(%x) left %+v, want %+v untouched", tt.src, s, want)
+			}
+		})
+	}
+}
+
+func TestQuota(t *testing.T) {
+	if got := (Config{Limit: 7, Rate: 1, Period: sec}).Quota(); got != 7 {
+		t.Errorf("Quota() = %d, want 7", got)
+	}
+}
+
+func BenchmarkConsume(b *testing.B) {
+	cfg := Config{Limit: 100, Rate: 3, Period: sec}
+	s := State{TAT: t0}
+	now := t0
+	b.ReportAllocs()
+	for b.Loop() {
+		cfg.Consume(&s, true, now, 1)
+		now += 333 * ms
+	}
+}

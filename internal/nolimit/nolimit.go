@@ -1,0 +1,74 @@
+// Package nolimit is the policy that limits nothing, as Symfony's
+// NoLimiter: every request is allowed, Remaining and Limit are MaxInt64,
+// and reservations wait 0. It keeps no state, so a store never needs to
+// save one.
+package nolimit
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// Config is the policy without a limit. Its zero value is ready to use and
+// safe for simultaneous use by multiple goroutines.
+type Config struct{}
+
+// State is empty: there is nothing to remember.
+type State struct{}
+
+var _ policy.Machine[State] = Config{}
+
+// unlimited is the answer to every valid request.
+var unlimited = policy.Result{Allowed: true, Remaining: math.MaxInt64, Limit: math.MaxInt64}
+
+// Consume allows n tokens and changes nothing. n ≤ 0 is an argument
+// error, as for every policy.
+func (Config) Consume(s *State, exists bool, now, n int64) (policy.Result, bool) {
+	if n <= 0 {
+		return policy.Result{Code: policy.NonPositiveTokens}, false
+	}
+	return unlimited, false
+}
+
+// Reserve grants n tokens with a wait of 0 and changes nothing. n ≤ 0 and
+// maxWait < 0 are argument errors.
+func (Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Result, bool) {
+	switch {
+	case n <= 0:
+		return policy.Result{Code: policy.NonPositiveTokens}, false
+	case maxWait < 0:
+		return policy.Result{Code: policy.NonPositiveMaxWait}, false
+	}
+	return unlimited, false
+}
+
+// Peek answers as Consume does.
+func (c Config) Peek(s *State, exists bool, now, n int64) policy.Result {
+	res, _ := c.Consume(s, exists, now, n)
+	return res
+}
+
+// ExpiresAt is MinInt64: the state is worth nothing at any time.
+func (Config) ExpiresAt(s *State) int64 { return math.MinInt64 }
+
+// Quota is MaxInt64.
+func (Config) Quota() int64 { return math.MaxInt64 }
+
+// AppendState appends the encoding of the empty state, its header alone.
+func (Config) AppendState(dst []byte, s *State) []byte {
+	return policy.AppendHeader(dst, policy.TagNoLimit)
+}
+
+// DecodeState checks a state written by AppendState.
+func (Config) DecodeState(src []byte, s *State) error {
+	rest, err := policy.ReadHeader(src, policy.TagNoLimit)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", policy.ErrBadState, len(rest))
+	}
+	return nil
+}

@@ -1,0 +1,371 @@
+package slidingwindow
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// The expected numbers come from SEMANTICS.md Part B, limiter-basics.json
+// or are worked out in the comments; a Python model of the semantics
+// (fractions, and RetryAfter found by searching the time line) agrees with
+// every one of them.
+
+const (
+	t0    = int64(1_700_000_000_000_000_000)
+	sec   = int64(time.Second)
+	never = policy.Never
+)
+
+// step is a Consume at t0+at.
+type step struct {
+	at, n int64
+	want  policy.Result
+}
+
+func accepted(limit, remaining, resetAfter int64) policy.Result {
+	return policy.Result{Allowed: true, Remaining: remaining, ResetAfter: resetAfter, Limit: limit}
+}
+
+func rejected(limit, remaining, retryAfter, resetAfter int64) policy.Result {
+	return policy.Result{Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter, Limit: limit}
+}
+
+func TestConsume(t *testing.T) {
+	tests := []struct {
+		name  string
+		cfg   Config
+		steps []step
+		final State
+	}{
+		{
+			// limiter-basics.json: at +90s the window [60s, 120s) is half
+			// gone, so 80·30/60 = 40 previous hits count. 61 would need
+			// the weight below 39.5, which is 1 ns later: 80·(30s−1ns)/60s
+			// = 39.99… floors to 39.
+			name: "basics: half of the previous minute's 80 hits count",
+			cfg:  Config{Limit: 100, Interval: 60 * sec},
+			steps: []step{
+				{0, 80, accepted(100, 20, 120*sec)},
+				{90 * sec, 61, rejected(100, 60, 1, 30*sec)},
+				{90 * sec, 60, accepted(100, 0, 90*sec)},
+				{90 * sec, 1, rejected(100, 0, 1, 90*sec)},
+			},
+			final: State{Start: t0 + 60*sec, Prev: 80, Hits: 60},
+		},
+		{
+			// limiter-basics.json: at +15s, 4·5/10 = 2 count; at +25s the
+			// window [20s, 30s) starts with the 2 hits of [10s, 20s), and
+			// 2·5/10 = 1 counts.
+			name: "basics: the previous window fades out",
+			cfg:  Config{Limit: 4, Interval: 10 * sec},
+			steps: []step{
+				{0, 4, accepted(4, 0, 20*sec)},
+				{15 * sec, 3, rejected(4, 2, 1, 5*sec)},
+				{15 * sec, 2, accepted(4, 0, 15*sec)},
+				{25 * sec, 3, accepted(4, 0, 15*sec)},
+			},
+			final: State{Start: t0 + 20*sec, Prev: 2, Hits: 3},
+		},
+		{
+			// SEMANTICS.md: 10/min, 9 previous hits, 25% into the window:
+			// ⌊6.75⌋ = 6 count, so 4 fit and 5 do not. 5 fit once
+			// 9·(60s−e)/60s < 6, that is e > 20s: e = 20s+1ns, 5s+1ns later.
+			name: "worked example: 9 previous hits at 25%",
+			cfg:  Config{Limit: 10, Interval: 60 * sec},
+			steps: []step{
+				{0, 9, accepted(10, 1, 120*sec)},
+				{75 * sec, 5, rejected(10, 4, 5*sec+1, 45*sec)},
+				{75 * sec, 4, accepted(10, 0, 105*sec)},
+				{75 * sec, 1, rejected(10, 0, 5*sec+1, 105*sec)},
+			},
+			final: State{Start: t0 + 60*sec, Prev: 9, Hits: 4},
+		},
+		{
+			// The Symfony float quirk: 5·(1−0.8) is exactly 1 here, not
+			// 0.9999999999999998 floored to 0, so 5 are rejected and 4 fit.
+			name: "exact weight at 80%",
+			cfg:  Config{Limit: 5, Interval: 10 * sec},
+			steps: []step{
+				{0, 5, accepted(5, 0, 20*sec)},
+				{18 * sec, 5, rejected(5, 4, 1, 2*sec)},
+				{18 * sec, 4, accepted(5, 0, 12*sec)},
+				{18 * sec, 1, rejected(5, 0, 1, 12*sec)},
+			},
+			final: State{Start: t0 + 10*sec, Prev: 5, Hits: 4},
+		},
+		{
+			// The window ends exactly at start+Interval. 1 ns before it the
+			// 2 hits are current; at the end they weigh 2, and 1 ns later
+			// 2·(10s−1ns)/10s floors to 1.
+			name: "the window ends exactly at start+Interval",
+			cfg:  Config{Limit: 2, Interval: 10 * sec},
+			steps: []step{
+				{0, 2, accepted(2, 0, 20*sec)},
+				{10*sec - 1, 1, rejected(2, 0, 2, 10*sec+1)},
+				{10 * sec, 1, rejected(2, 0, 1, 10*sec)},
+				{10*sec + 1, 1, accepted(2, 0, 20*sec-1)},
+			},
+			final: State{Start: t0 + 10*sec, Prev: 2, Hits: 1},
+		},
+		{
+			// 3 previous hits weigh below 1 once 3·(10s−e)/10s < 1, that
+			// is e > 6.666666666s: at 10s + 6666666667ns.
+			name: "retry in the next window",
+			cfg:  Config{Limit: 3, Interval: 10 * sec},
+			steps: []step{
+				{0, 3, accepted(3, 0, 20*sec)},
+				{0, 3, rejected(3, 0, 16666666667, 20*sec)},
+				{16666666666, 3, rejected(3, 2, 1, 3333333334)},
+				{16666666667, 3, accepted(3, 0, 13333333333)},
+			},
+			final: State{Start: t0 + 10*sec, Prev: 3, Hits: 3},
+		},
+		{
+			// With a 2 ns window, 5 previous hits weigh ⌊5·1/2⌋ = 2 at
+			// +3ns, so the retry is the fresh window at +4ns.
+			name: "retry in a fresh window",
+			cfg:  Config{Limit: 5, Interval: 2},
+			steps: []step{
+				{0, 5, accepted(5, 0, 4)},
+				{0, 5, rejected(5, 0, 4, 4)},
+				{3, 5, rejected(5, 3, 1, 1)},
+				{4, 5, accepted(5, 0, 4)},
+			},
+			final: State{Start: t0 + 4, Prev: 0, Hits: 5},
+		},
+		{
+			name: "two idle windows start a fresh window at now",
+			cfg:  Config{Limit: 3, Interval: 10 * sec},
+			steps: []step{
+				{0, 3, accepted(3, 0, 20*sec)},
+				{20 * sec, 3, accepted(3, 0, 20*sec)},
+				{30 * sec, 1, rejected(3, 0, 1, 10*sec)},
+			},
+			final: State{Start: t0 + 20*sec, Prev: 0, Hits: 3},
+		},
+		{
+			// 1 ns before the second window ends: 3·1ns/10s floors to 0.
+			name: "the next window keeps the alignment",
+			cfg:  Config{Limit: 3, Interval: 10 * sec},
+			steps: []step{
+				{0, 3, accepted(3, 0, 20*sec)},
+				{20*sec - 1, 3, accepted(3, 0, 10*sec+1)},
+				{20*sec - 1, 1, rejected(3, 0, 2, 10*sec+1)},
+			},
+			final: State{Start: t0 + 10*sec, Prev: 3, Hits: 3},
+		},
+		{
+			// Back at +5s, before the window [10s, 20s) started, the 4
+			// previous hits weigh in full: 4+7 = 11. One more fits when
+			// 4·(10s−e)/10s < 3, that is e > 2.5s: at 12.5s+1ns.
+			name: "a clock that goes back counts the previous hits in full",
+			cfg:  Config{Limit: 10, Interval: 10 * sec},
+			steps: []step{
+				{0, 4, accepted(10, 6, 20*sec)},
+				{12 * sec, 7, accepted(10, 0, 18*sec)},
+				{5 * sec, 1, rejected(10, 0, 7*sec+500_000_001, 25*sec)},
+				{12*sec + 500_000_000, 1, rejected(10, 0, 1, 17*sec+500_000_000)},
+				{12*sec + 500_000_001, 1, accepted(10, 0, 17*sec+499_999_999)},
+			},
+			final: State{Start: t0 + 10*sec, Prev: 4, Hits: 8},
+		},
+		{
+			name: "more than the limit is rejected for good",
+			cfg:  Config{Limit: 3, Interval: 10 * sec},
+			steps: []step{
+				{0, 4, rejected(3, 3, never, 0)},
+				{0, 1, accepted(3, 2, 20*sec)},
+				{sec, 4, rejected(3, 2, never, 19*sec)},
+				{sec, math.MaxInt64, rejected(3, 2, never, 19*sec)},
+			},
+			final: State{Start: t0, Prev: 0, Hits: 1},
+		},
+		{
+			name: "limit 0 rejects everything",
+			cfg:  Config{Limit: 0, Interval: 10 * sec},
+			steps: []step{
+				{0, 1, rejected(0, 0, never, 0)},
+			},
+		},
+		{
+			name: "non-positive tokens are an argument error",
+			cfg:  Config{Limit: 3, Interval: 10 * sec},
+			steps: []step{
+				{0, 0, policy.Result{Code: policy.NonPositiveTokens}},
+				{0, -1, policy.Result{Code: policy.NonPositiveTokens}},
+				{0, math.MinInt64, policy.Result{Code: policy.NonPositiveTokens}},
+				{0, 3, accepted(3, 0, 20*sec)},
+				{0, 0, policy.Result{Code: policy.NonPositiveTokens}},
+			},
+			final: State{Start: t0, Prev: 0, Hits: 3},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s State
+			exists := false
+			for i, st := range tt.steps {
+				before := s
+				now := t0 + st.at
+				peek := tt.cfg.Peek(&s, exists, now, st.n)
+				if s != before {
+					t.Fatalf("step %d: Peek changed the state from %+v to %+v", i, before, s)
+				}
+				got, changed := tt.cfg.Consume(&s, exists, now, st.n)
+				if got != st.want {
+					t.Fatalf("step %d: Consume(%d) at +%d = %+v, want %+v", i, st.n, st.at, got, st.want)
+				}
+				if peek != got {
+					t.Errorf("step %d: Peek(%d) at +%d = %+v, want %+v as Consume", i, st.n, st.at, peek, got)
+				}
+				if changed != got.Allowed {
+					t.Errorf("step %d: Consume(%d) changed = %v, want %v", i, st.n, changed, got.Allowed)
+				}
+				if !changed && s != before {
+					t.Errorf("step %d: Consume(%d) changed the state from %+v to %+v but reported no change", i, st.n, before, s)
+				}
+				exists = exists || changed
+			}
+			if s != tt.final {
+				t.Errorf("final state = %+v, want %+v", s, tt.final)
+			}
+		})
+	}
+}
+
+func TestReserveNotSupported(t *testing.T) {
+	cfg := Config{Limit: 3, Interval: 10 * sec}
+	s := State{Start: t0, Prev: 1, Hits: 1}
+	before := s
+	for _, exists := range []bool{false, true} {
+		got, changed := cfg.Reserve(&s, exists, t0, 1, never)
+		if want := (policy.Result{Code: policy.ReserveNotSupported}); got != want || changed {
+			t.Errorf("Reserve(exists=%v) = %+v, %v, want %+v, false", exists, got, changed, want)
+		}
+	}
+	if s != before {
+		t.Errorf("Reserve changed the state from %+v to %+v", before, s)
+	}
+}
+
+func TestExpiresAt(t *testing.T) {
+	const iv = 10 * sec
+	cfg := Config{Limit: 5, Interval: iv}
+	tests := []struct {
+		name string
+		s    State
+		want int64
+	}{
+		{"hits roll over into the next window", State{Start: t0, Hits: 1}, t0 + 2*iv},
+		{"hits and previous hits", State{Start: t0, Prev: 3, Hits: 1}, t0 + 2*iv},
+		{"previous hits only fade with the window", State{Start: t0, Prev: 3}, t0 + iv},
+		{"empty", State{Start: t0}, t0 + iv},
+		{"saturates", State{Start: math.MaxInt64 - iv - 1, Hits: 1}, math.MaxInt64},
+		{"from the past", State{Start: math.MinInt64, Hits: 1}, math.MinInt64 + 2*iv},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := cfg.ExpiresAt(&tt.s); got != tt.want {
+				t.Errorf("ExpiresAt(%+v) = %d, want %d", tt.s, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestExpiredStateIsNoState checks ExpiresAt against the decisions: from
+// ExpiresAt on, a state answers as no state does, and 1 ns before it does
+// not, for a state with hits.
+func TestExpiredStateIsNoState(t *testing.T) {
+	const iv = 10 * sec
+	cfg := Config{Limit: 5, Interval: iv}
+	s := State{Start: t0, Prev: 2, Hits: 5}
+	at := cfg.ExpiresAt(&s)
+	for _, n := range []int64{1, 5} {
+		a, b := s, State{}
+		ra, ca := cfg.Consume(&a, true, at, n)
+		rb, cb := cfg.Consume(&b, false, at, n)
+		if ra != rb || ca != cb || a != b {
+			t.Errorf("Consume(%d) at ExpiresAt: state gives %+v %v %+v, no state gives %+v %v %+v", n, ra, ca, a, rb, cb, b)
+		}
+	}
+	// 1 ns earlier, 5·1ns/10s previous hits floor to 0, so Consume(5) is
+	// accepted as on a new key, but the window is aligned to t0+10s and
+	// ends 1 ns later.
+	a := s
+	res, _ := cfg.Consume(&a, true, at-1, 5)
+	if want := accepted(5, 0, iv+1); res != want {
+		t.Errorf("Consume(5) 1 ns before ExpiresAt = %+v, want %+v", res, want)
+	}
+}
+
+func TestStateEncoding(t *testing.T) {
+	cfg := Config{Limit: 5, Interval: 10 * sec}
+	for _, s := range []State{
+		{},
+		{Start: t0, Prev: 3, Hits: 2},
+		{Start: math.MinInt64, Prev: math.MaxInt64, Hits: math.MaxInt64},
+		{Start: math.MaxInt64},
+	} {
+		b := cfg.AppendState([]byte("prefix"), &s)
+		var got State
+		if err := cfg.DecodeState(b[len("prefix"):], &got); err != nil {
+			t.Fatalf("DecodeState(AppendState(%+v)) = %v", s, err)
+		}
+		if got != s {
+			t.Errorf("DecodeState(AppendState(%+v)) = %+v", s, got)
+		}
+	}
+}
+
+func TestDecodeStateErrors(t *testing.T) {
+	cfg := Config{Limit: 5, Interval: 10 * sec}
+	good := cfg.AppendState(nil, &State{Start: t0, Prev: 3, Hits: 2})
+	tests := []struct {
+		name string
+		src  []byte
+	}{
+		{"empty", nil},
+		{"header only", good[:2]},
+		{"version 2", append([]byte{2}, good[1:]...)},
+		{"fixed-window tag", append([]byte{policy.Version, byte(policy.TagFixedWindow)}, good[2:]...)},
+		{"truncated", good[:len(good)-1]},
+		{"trailing byte", append(good[:len(good):len(good)], 0)},
+		{"negative previous hits", policy.AppendInt(policy.AppendInt(policy.AppendInt(policy.AppendHeader(nil, policy.TagSlidingWindow), t0), -1), 0)},
+		{"negative hits", policy.AppendInt(policy.AppendInt(policy.AppendInt(policy.AppendHeader(nil, policy.TagSlidingWindow), t0), 0), -1)},
+		{"overlong varint", append(policy.AppendHeader(nil, policy.TagSlidingWindow), 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := State{Start: 1, Prev: 2, Hits: 3}
+			err := cfg.DecodeState(tt.src, &s)
+			if !errors.Is(err, policy.ErrBadState) {
+				t.Errorf("DecodeState(%x) = %v, want an error matching ErrBadState", tt.src, err)
+			}
+			if want := (State{Start: 1, Prev: 2, Hits: 3}); s != want {
+				t.Errorf("DecodeState(%x) left %+v, want %+v untouched", tt.src, s, want)
+			}
+		})
+	}
+}
+
+func TestQuota(t *testing.T) {
+	if got := (Config{Limit: 7, Interval: sec}).Quota(); got != 7 {
+		t.Errorf("Quota() = %d, want 7", got)
+	}
+}
+
+func BenchmarkConsume(b *testing.B) {
+	cfg := Config{Limit: 1_000_000, Interval: 60 * sec}
+	s := State{Start: t0, Prev: 500_000, Hits: 1}
+	now := t0 + 30*sec
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, changed := cfg.Consume(&s, true, now, 1); !changed {
+			s.Hits = 1
+		}
+	}
+}

@@ -79,6 +79,19 @@ func TestLimiterPolicies(t *testing.T) {
 			{0, 2, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 666666667, Limit: 2}},
 			{0, 1, sluice.Result{Remaining: 0, RetryAfter: 333333334, ResetAfter: 666666667, Limit: 2}},
 		}},
+		{"shaper spaces requests and bounds its queue", sluice.Shaper(2, sec, 1), []limiterStep{
+			{0, 1, sluice.Result{Allowed: true, Remaining: 1, ResetAfter: 500 * time.Millisecond, Limit: 2}},
+			{100 * time.Millisecond, 1, sluice.Result{Remaining: 1, RetryAfter: 400 * time.Millisecond, ResetAfter: 400 * time.Millisecond, Limit: 2}},
+			{400 * time.Millisecond, 1, sluice.Result{Allowed: true, Remaining: 1, ResetAfter: 500 * time.Millisecond, Limit: 2}},
+		}},
+		{"compound: all or nothing, the strictest member reports", sluice.Compound(sluice.FixedWindow(3, time.Minute), sluice.FixedWindow(1, sec)), []limiterStep{
+			{0, 1, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: time.Minute, Limit: 1}},
+			{0, 1, sluice.Result{Remaining: 0, RetryAfter: sec, ResetAfter: time.Minute, Limit: 1}},
+			{sec, 1, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 59 * sec, Limit: 1}},
+			// Both have 0 left: on a tie the first member reports.
+			{sec, 1, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 58 * sec, Limit: 3}},
+			{sec, 1, sluice.Result{Remaining: 0, RetryAfter: 57 * sec, ResetAfter: 57 * sec, Limit: 3}},
+		}},
 		{"no limit", sluice.NoLimit(), []limiterStep{
 			{0, 1 << 40, sluice.Result{Allowed: true, Remaining: 1<<63 - 1, Limit: 1<<63 - 1}},
 		}},
@@ -156,6 +169,9 @@ func TestLimiterConfigErrors(t *testing.T) {
 		{sluice.SlidingLog(1, -1), sluice.RuleNonPositivePeriod},
 		{sluice.GCRA(1, 0, time.Second), sluice.RuleNonPositiveRefillTokens},
 		{nil, sluice.RuleNoLimits},
+		{sluice.Shaper(1, time.Second, -1), sluice.RuleNonPositiveLimit},
+		{sluice.Compound(), sluice.RuleNoMembers},
+		{sluice.Compound(sluice.NoLimit(), sluice.FixedWindow(0, time.Second)), sluice.RuleNonPositiveLimit},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.policy), func(t *testing.T) {

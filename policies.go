@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/compound"
 	"github.com/sluicehq/sluice/internal/fixedwindow"
 	"github.com/sluicehq/sluice/internal/gcra"
 	"github.com/sluicehq/sluice/internal/nolimit"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/shaper"
 	"github.com/sluicehq/sluice/internal/slidinglog"
 	"github.com/sluicehq/sluice/internal/slidingwindow"
 	"github.com/sluicehq/sluice/internal/tokenbucket"
@@ -23,6 +25,9 @@ type Policy interface {
 	String() string
 	// build validates the policy and returns its in-memory keyed form.
 	build() (keyed, error)
+	// erased validates the policy and returns its machine over encoded
+	// state, for compound policies and byte-oriented stores.
+	erased() (policy.Erased, error)
 }
 
 // machinePolicy is a Policy backed by a policy.Machine.
@@ -39,6 +44,13 @@ func (p machinePolicy[S, M]) build() (keyed, error) {
 		return nil, p.err
 	}
 	return newMemKeyed[S](p.m), nil
+}
+
+func (p machinePolicy[S, M]) erased() (policy.Erased, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	return policy.Erase[S](p.m), nil
 }
 
 func policyError(policyName string, rule Rule, field, value, msg string) error {
@@ -116,6 +128,65 @@ func GCRA(limit, rate int64, period time.Duration) Policy {
 			ce.Field = "gcra.rate.interval"
 		}
 	}
+	return p
+}
+
+// Shaper is the leaky bucket as a shaper: requests leave at a constant
+// rate of amount tokens per interval, each at its own departure time.
+// AllowN lets a request through only when its departure is now; Wait (or
+// Reserve) hands out the departure and sleeps until it. When more than
+// maxQueue 1-token requests would be waiting, a request is rejected, as in
+// the classic synchronous leaky bucket that bounds its blocked callers;
+// maxQueue 0 makes it a strict policer of the spacing.
+func Shaper(amount int64, interval time.Duration, maxQueue int64) Policy {
+	p := machinePolicy[shaper.State, shaper.Config]{
+		name: fmt.Sprintf("shaper(rate=%d per %v, max_queue=%d)", amount, interval, maxQueue),
+		m:    shaper.Config{Amount: amount, Interval: int64(interval), MaxQueue: maxQueue},
+	}
+	switch {
+	case amount <= 0:
+		p.err = policyError("shaper", RuleNonPositiveRefillTokens, "rate.amount", itoa(amount), "must be positive")
+	case interval <= 0:
+		p.err = policyError("shaper", RuleNonPositivePeriod, "rate.interval", interval.String(), "must be positive")
+	case maxQueue < 0:
+		p.err = policyError("shaper", RuleNonPositiveLimit, "max_queue", itoa(maxQueue), "must not be negative")
+	}
+	return p
+}
+
+// Compound lets a request through only when every member policy does, and
+// then takes it from all of them; a rejection by one member takes nothing
+// from the others (Symfony before 8.2 took from every member). The result
+// reports the most restrictive member: among rejecting members the one
+// with the longest RetryAfter, else the one with the fewest Remaining.
+// Reserve takes from every member within maxWait and waits for the
+// slowest; a member that cannot reserve makes the compound unable to.
+func Compound(members ...Policy) Policy {
+	p := machinePolicy[compound.State, compound.Config]{name: "compound("}
+	if len(members) == 0 {
+		p.err = &ConfigError{Rule: RuleNoMembers, Bandwidth: -1, Field: "compound.limiters", Value: "[]",
+			Msg: "must name at least one limiter"}
+	}
+	for i, m := range members {
+		if i > 0 {
+			p.name += ", "
+		}
+		if m == nil {
+			p.err = &ConfigError{Rule: RuleNoLimits, Bandwidth: -1, Field: fmt.Sprintf("compound.limiters[%d]", i),
+				Value: "nil", Msg: "must be a policy"}
+			break
+		}
+		p.name += m.String()
+		e, err := m.erased()
+		if err != nil {
+			if p.err == nil {
+				p.err = err
+			}
+			continue
+		}
+		p.m.Members = append(p.m.Members, e)
+	}
+	p.name += ")"
 	return p
 }
 

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/tokenbucket"
 )
 
 // keyed is a Limiter's state for every key: the in-memory implementation
@@ -129,4 +130,86 @@ func (k *memKeyed[S, M]) len() int {
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// bucketStore is a keyed store whose policy is a token bucket, so that a
+// key's state can be handed out as a *Bucket.
+type bucketStore interface {
+	// withBucket runs f on key's token-bucket state at now (a new bucket's
+	// if the key has none) and stores it if f reports a change. It returns
+	// false when the policy is not a token bucket.
+	withBucket(key string, now int64, f func(cfg *tokenbucket.Config, st tokenbucket.State) bool) bool
+	bucketConfig() *tokenbucket.Config
+}
+
+// bucketMachine is implemented by the token-bucket machines.
+type bucketMachine interface{ Config() *tokenbucket.Config }
+
+func (k *memKeyed[S, M]) bucketConfig() *tokenbucket.Config {
+	if m, ok := any(k.m).(bucketMachine); ok {
+		return m.Config()
+	}
+	return nil
+}
+
+func (k *memKeyed[S, M]) withBucket(key string, now int64, f func(cfg *tokenbucket.Config, st tokenbucket.State) bool) bool {
+	cfg := k.bucketConfig()
+	if cfg == nil {
+		return false
+	}
+	sh := k.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	s, ok := k.load(sh, key, now)
+	var buf [4]tokenbucket.BandwidthState
+	st := buf[:len(cfg.Bandwidths)]
+	if len(cfg.Bandwidths) > len(buf) {
+		st = make(tokenbucket.State, len(cfg.Bandwidths))
+	}
+	switch p := any(&s).(type) {
+	case *tokenbucket.BandwidthState:
+		if ok {
+			st[0] = *p
+		} else {
+			tokenbucket.Init(cfg, st, now)
+		}
+		if f(cfg, st) {
+			*p = st[0]
+			k.save(sh, key, s, now)
+		}
+	case *tokenbucket.State:
+		if ok && len(*p) == len(st) {
+			copy(st, *p)
+		} else {
+			tokenbucket.Init(cfg, st, now)
+		}
+		if f(cfg, st) {
+			*p = append((*p)[:0], st...)
+			k.save(sh, key, s, now)
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// keyedBucket is the state behind the *Bucket of a Limiter's key.
+type keyedBucket struct {
+	store bucketStore
+	cfg   *tokenbucket.Config
+	key   string
+}
+
+// apply is Bucket.apply on the key's state in the store.
+func (kb *keyedBucket) apply(now int64, req tokenbucket.Request, snap *Snapshot) tokenbucket.Result {
+	var res tokenbucket.Result
+	kb.store.withBucket(kb.key, now, func(cfg *tokenbucket.Config, st tokenbucket.State) bool {
+		var changed bool
+		res, changed = tokenbucket.Apply(cfg, st, now, req)
+		if snap != nil {
+			snap.fill(cfg, st, now)
+		}
+		return changed
+	})
+	return res
 }

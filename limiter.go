@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -42,14 +43,16 @@ func resultOf(r policy.Result) Result {
 // Limiter keeps its state in memory. It is safe for simultaneous use by
 // multiple goroutines.
 type Limiter struct {
-	policy  Policy
-	clock   Clock
-	sleeper Sleeper
-	keys    keyed
+	policy   Policy
+	clock    Clock
+	sleeper  Sleeper
+	listener Listener
+	keys     keyed
 }
 
-// NewLimiter returns a limiter that applies p to each key, in memory. Of
-// the options, WithClock and WithSleeper apply. It returns the
+// NewLimiter returns a limiter that applies p to each key, in memory.
+// WithClock and WithSleeper apply to its decisions and waits, and with
+// WithListener to the buckets that Bucket returns. It returns the
 // *ConfigError of an invalid policy.
 func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	if p == nil {
@@ -63,7 +66,7 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	l := &Limiter{policy: p, clock: o.clock, sleeper: o.sleeper, keys: keys}
+	l := &Limiter{policy: p, clock: o.clock, sleeper: o.sleeper, listener: o.listener, keys: keys}
 	if l.clock == nil {
 		l.clock = MonotonicClock()
 	}
@@ -163,6 +166,26 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	}
 	l.keys.reset(key)
 	return nil
+}
+
+// Bucket returns the token bucket of key, for a limiter whose policy is a
+// token bucket (TokenBucket, LeakyBucket, BucketPolicy): the whole Bucket
+// API (probes, blocking calls, reservations, verbose results) acting on
+// the key's state in the limiter, created at first use like any other.
+// Its clock and sleeper are the limiter's; ReplaceConfiguration is not
+// available on it. For other policies it returns an error matching
+// errors.ErrUnsupported.
+func (l *Limiter) Bucket(key string) (*Bucket, error) {
+	store, ok := l.keys.(bucketStore)
+	if !ok || store.bucketConfig() == nil {
+		return nil, fmt.Errorf("sluice: Limiter.Bucket: policy %s is not a token bucket: %w", l.policy, errors.ErrUnsupported)
+	}
+	return &Bucket{
+		clock:    l.clock,
+		sleeper:  l.sleeper,
+		listener: l.listener,
+		keyed:    &keyedBucket{store: store, cfg: store.bucketConfig(), key: key},
+	}, nil
 }
 
 // Len is the number of keys whose state is held, including expired ones

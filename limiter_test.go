@@ -274,3 +274,43 @@ func TestLimiterForgetsExpiredKeys(t *testing.T) {
 		t.Errorf("Len() = %d after 10000 keys expired and 10000 new ones, want at most 12000", n)
 	}
 }
+
+func TestLimiterBucket(t *testing.T) {
+	ctx := context.Background()
+	clock := sluice.NewFakeClock(limiterStart)
+	l, err := sluice.NewLimiter(sluice.TokenBucket(10, 5, time.Second), sluice.WithClock(clock), sluice.WithSleeper(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.Bucket("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.AvailableTokens(); got != 10 {
+		t.Errorf("AvailableTokens() of a new key = %d, want 10", got)
+	}
+	probe, err := b.TryConsumeAndReturnRemaining(7)
+	if err != nil || !probe.Consumed || probe.Remaining != 3 {
+		t.Errorf("TryConsumeAndReturnRemaining(7) = %+v, %v, want consumed with 3 left", probe, err)
+	}
+	// The bucket and the limiter share the key's state.
+	if r, _ := l.AllowN(ctx, "alice", 3); !r.Allowed || r.Remaining != 0 {
+		t.Errorf("AllowN(3) after the bucket took 7 = %+v, want allowed with 0 left", r)
+	}
+	if ok, err := b.Blocking().TryConsume(ctx, 5, 2*time.Second); err != nil || !ok {
+		t.Errorf("Blocking().TryConsume(5, 2s) = %v, %v, want true", ok, err)
+	}
+	if got := clock.Slept(); got != time.Second {
+		t.Errorf("slept %v, want 1s (the next refill of 5)", got)
+	}
+	if r, _ := l.Allow(ctx, "bob"); !r.Allowed || r.Remaining != 9 {
+		t.Errorf("Allow(bob) = %+v, want an independent key", r)
+	}
+	if err := b.ReplaceConfiguration(sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(1, time.Second)}}, sluice.AsIs); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("ReplaceConfiguration on a key's bucket = %v, want ErrUnsupported", err)
+	}
+	fw, _ := sluice.NewLimiter(sluice.FixedWindow(1, time.Second))
+	if _, err := fw.Bucket("k"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Bucket on a fixed window = %v, want ErrUnsupported", err)
+	}
+}

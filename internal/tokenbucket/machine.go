@@ -69,6 +69,9 @@ func (m Single) ExpiresAt(s *BandwidthState) int64 {
 	return expiresAt(m.cfg, State{*s})
 }
 
+// Config is the policy's configuration.
+func (m Single) Config() *Config { return m.cfg }
+
 // Quota is the capacity.
 func (m Single) Quota() int64 { return m.cfg.Bandwidths[0].Capacity }
 
@@ -192,6 +195,9 @@ func (m Multi) ExpiresAt(s *State) int64 {
 	}
 	return expiresAt(m.cfg, *s)
 }
+
+// Config is the policy's configuration.
+func (m Multi) Config() *Config { return m.cfg }
 
 // Quota is the smallest capacity.
 func (m Multi) Quota() int64 {

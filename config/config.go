@@ -1,0 +1,282 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice"
+	"gopkg.in/yaml.v3"
+)
+
+// File is a loaded limiter file: every limiter it names, each with a
+// validated policy. A File is not changed by this package after Load
+// returns it.
+type File struct {
+	// Limiters holds the limiters by name.
+	Limiters map[string]Limiter
+	// Order is the limiters' names in the order the file lists them.
+	Order []string
+}
+
+// Limiter is one named limiter of a file.
+type Limiter struct {
+	// Name is the key under limiters.
+	Name string
+	// Policy is the limiter's policy, ready for sluice.NewLimiter, which
+	// accepts every policy Load returns but one: a bucket with
+	// intervally_aligned refill. Keyed limiters start each key's bucket at
+	// its first use and cannot refill on a wall-clock grid, so such a
+	// bucket is for sluice.NewBucket only; see Bucket.
+	Policy sluice.Policy
+	// Bucket is the configuration of a bucket policy, for a single
+	// sluice.NewBucket (for instance with intervally_aligned refill, which
+	// needs sluice.WallClock). It is nil for every other policy.
+	Bucket *sluice.Config
+	// Line and Column locate the limiter's name in the file, counting
+	// from 1.
+	Line, Column int
+}
+
+// Load decodes and validates a limiter file. It is a pure function of
+// data: it reads no files and keeps no state.
+//
+// Every error is an *Error that says where in the document the problem is;
+// one that a sluice policy constructor found also matches
+// sluice.ErrInvalidConfig. Load returns the first error: it checks each
+// limiter in file order (keys, types, then the policy's own rules), and
+// then the names that compound limiters refer to.
+func Load(data []byte) (*File, error) {
+	root, err := parse(data)
+	if err != nil {
+		return nil, err
+	}
+	d := &decoder{open: make(map[*yaml.Node]bool), specs: make(map[*yaml.Node]*spec)}
+	top, err := d.mapping("", root)
+	if err != nil {
+		return nil, err
+	}
+	if err := top.check([]string{"limiters"}, []string{"limiters"}, plainUnknown([]string{"limiters"})); err != nil {
+		return nil, err
+	}
+	path, v := top.value("limiters")
+	lims, err := d.mapping(path, v)
+	if err != nil {
+		return nil, err
+	}
+	if len(lims.keys) == 0 {
+		return nil, errorAt(path, lims.node, "must name at least one limiter")
+	}
+
+	r := &resolver{specs: make(map[string]*spec, len(lims.keys)), state: make(map[string]int, len(lims.keys))}
+	for i, k := range lims.keys {
+		name := k.Value
+		if !validName.MatchString(name) {
+			return nil, errorAt(path, k,
+				"limiter names are letters, digits, '_' and '-', got %s", describe(k))
+		}
+		s, err := d.spec(join(path, name), lims.vals[i])
+		if err != nil {
+			return nil, err
+		}
+		r.specs[name] = s
+		r.order = append(r.order, name)
+	}
+
+	f := &File{Limiters: make(map[string]Limiter, len(r.order)), Order: r.order}
+	for i, name := range r.order {
+		s, err := r.named(name, "", nil)
+		if err != nil {
+			return nil, err
+		}
+		k := lims.keys[i]
+		l := Limiter{Name: name, Policy: s.policy, Line: k.Line, Column: k.Column}
+		if s.bucket != nil { // a copy per limiter: an alias may share s
+			l.Bucket = &sluice.Config{Bandwidths: slices.Clone(s.bucket.Bandwidths)}
+		}
+		f.Limiters[name] = l
+	}
+	return f, nil
+}
+
+// LoadFile reads the file at path and loads it with Load. Its errors are
+// *Error values with File set to path; when the file cannot be read, Err
+// is the error of the read (errors.Is(err, fs.ErrNotExist) and so on).
+func LoadFile(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		msg := err.Error()
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			msg = pe.Op + ": " + pe.Err.Error()
+		}
+		return nil, &Error{File: path, Msg: msg, Err: err}
+	}
+	f, err := Load(data)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			withFile := *e
+			withFile.File = path
+			return nil, &withFile
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
+// validName is what a limiter may be called: its name appears in error
+// paths and in compound references.
+var validName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// yamlLine picks the line out of the parser's messages, which read
+// "yaml: line 3: mapping values are not allowed in this context".
+var yamlLine = regexp.MustCompile(`^yaml: line ([0-9]+): (.*)$`)
+
+const emptyFile = `the file is empty; it must name at least one limiter under "limiters"`
+
+// parse parses data, which must hold a single YAML document, and returns
+// the document's root node.
+func parse(data []byte) (root *yaml.Node, err error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, &Error{Msg: emptyFile}
+		}
+		return nil, yamlError(err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return nil, yamlError(err)
+		}
+		return nil, &Error{Line: extra.Line, Column: extra.Column, Msg: "a file must hold one YAML document, found a second one"}
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+		return nil, &Error{Msg: emptyFile}
+	}
+	return doc.Content[0], nil
+}
+
+// yamlError turns a parser error into an *Error. The parser's line is
+// sometimes that of the construct it was in rather than of the character
+// it stumbled on.
+func yamlError(err error) *Error {
+	e := &Error{Msg: strings.TrimPrefix(err.Error(), "yaml: "), Err: err}
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		if line, convErr := strconv.Atoi(m[1]); convErr == nil {
+			e.Line, e.Msg = line, m[2]
+		}
+	}
+	return e
+}
+
+// The resolution states of a named limiter.
+const (
+	unresolved = iota
+	resolving
+	resolved
+)
+
+// resolver builds compound policies, whose members may name other
+// limiters, in dependency order.
+type resolver struct {
+	specs map[string]*spec
+	order []string
+	state map[string]int
+	stack []string // names being resolved, outermost first
+}
+
+// named resolves the limiter called name. refPath and ref are the reference
+// to it, or "" and nil for a top-level limiter.
+func (r *resolver) named(name, refPath string, ref *yaml.Node) (*spec, error) {
+	s, ok := r.specs[name]
+	if !ok {
+		return nil, errorAt(refPath, ref, "unknown limiter %q; the file names %s", name, nameList(r.order))
+	}
+	switch r.state[name] {
+	case resolved:
+		return s, nil
+	case resolving:
+		cycle := ""
+		for i, n := range r.stack {
+			if n == name {
+				for _, m := range r.stack[i:] {
+					cycle += m + " -> "
+				}
+				break
+			}
+		}
+		return nil, errorAt(refPath, ref, "compound limiters form a cycle: %s%s", cycle, name)
+	}
+	r.state[name] = resolving
+	r.stack = append(r.stack, name)
+	if err := r.resolve(s); err != nil {
+		return nil, err
+	}
+	r.stack = r.stack[:len(r.stack)-1]
+	r.state[name] = resolved
+	return s, nil
+}
+
+// maxLeaves bounds the policies a compound expands to, counting a limiter
+// each time it is named: compounds of compounds that each name the one
+// below twice grow exponentially.
+const maxLeaves = 1000
+
+// resolve builds the policy of a compound specification from its members;
+// other specifications are built already.
+func (r *resolver) resolve(s *spec) error {
+	if s.policy != nil {
+		return nil
+	}
+	members := make([]sluice.Policy, 0, len(s.members))
+	for _, m := range s.members {
+		ms := m.inline
+		if ms != nil {
+			if err := r.resolve(ms); err != nil {
+				return err
+			}
+		} else {
+			var err error
+			if ms, err = r.named(m.name, m.path, m.node); err != nil {
+				return err
+			}
+		}
+		if ms.aligned {
+			return errorAt(m.path, m.node,
+				"a bucket with intervally_aligned refill cannot be a member: keyed limiters cannot refill on a wall-clock grid")
+		}
+		s.leaves += ms.leaves
+		if s.leaves > maxLeaves {
+			return errorAt(s.path, s.m.node, "expands to more than %d policies", maxLeaves)
+		}
+		members = append(members, ms.policy)
+	}
+	s.policy = sluice.Compound(members...)
+	return s.validate()
+}
+
+// nameList lists names for a message, at most ten of them.
+func nameList(names []string) string {
+	const most = 10
+	out := ""
+	for i, n := range names {
+		if i == most {
+			return out + fmt.Sprintf(" and %d more", len(names)-most)
+		}
+		if i > 0 {
+			out += ", "
+		}
+		out += n
+	}
+	return out
+}

@@ -1,0 +1,116 @@
+// Package config loads limiter files: YAML documents that name rate
+// limiters and give each a sluice policy, in the manner of Symfony's
+// rate_limiter configuration.
+//
+//	limiters:
+//	  anonymous_api: {policy: fixed_window, limit: 100, interval: 60 minutes}
+//	  authenticated_api:
+//	    policy: token_bucket
+//	    limit: 5000
+//	    rate: {interval: 15 minutes, amount: 500}
+//	  business:
+//	    policy: bucket
+//	    limits:
+//	      - {capacity: 10000, refill: {greedy: 10000, per: 1h}, id: business}
+//	      - {capacity: 20, refill: {greedy: 20, per: 1s}, id: burst}
+//	  api: {policy: compound, limiters: [anonymous_api, {policy: sliding_window, limit: 10, interval: 1s}]}
+//
+// [Load] turns the bytes of such a file into a [File], a map from names to
+// [sluice.Policy] values that [sluice.NewLimiter] accepts; [LoadFile] reads
+// the file first. Load is a pure function: it reads nothing and keeps no
+// state.
+//
+// # Policies
+//
+// Every limiter is a mapping with a policy key; the other keys depend on
+// the policy, and all of them are required:
+//
+//	policy          keys                     sluice constructor
+//	fixed_window    limit, interval          FixedWindow(limit, interval)
+//	sliding_window  limit, interval          SlidingWindow(limit, interval)
+//	sliding_log     limit, interval          SlidingLog(limit, interval)
+//	token_bucket    limit, rate              TokenBucket(limit, rate.amount, rate.interval)
+//	leaky_bucket    limit, rate              LeakyBucket(limit, rate.amount, rate.interval)
+//	gcra            limit, rate              GCRA(limit, rate.amount, rate.interval); limit is the burst
+//	shaper          rate, max_queue          Shaper(rate.amount, rate.interval, max_queue)
+//	no_limit        (none)                   NoLimit()
+//	compound        limiters                 Compound(members...)
+//	bucket          limits                   BucketPolicy(Config{Bandwidths: ...})
+//
+// A rate is a mapping {interval: D, amount: N}: amount tokens per
+// interval.
+//
+// The limiters of a compound are a list whose items are either the name
+// of another limiter of the file or a limiter mapping written in place. A
+// name must exist, and compounds must not refer to each other in a cycle.
+// A compound may expand to at most 1000 policies in all.
+//
+// The limits of a bucket are a list of bandwidths, each a mapping:
+//
+//	key       required  meaning
+//	capacity  yes       the most tokens the bandwidth holds
+//	refill    yes       one of the three refill mappings below
+//	initial   no        tokens a new bucket starts with (default: full)
+//	id        no        the bandwidth's ID, unique within the bucket
+//
+//	{greedy: N, per: D}                N tokens per D, spread evenly
+//	{intervally: N, per: D}            N tokens at once every D
+//	{intervally_aligned: N, per: D, first_refill: T, adaptive_initial: B}
+//	                                   intervally, on a grid through the
+//	                                   RFC 3339 time T; adaptive_initial
+//	                                   (default false) and initial exclude
+//	                                   each other
+//
+// A bucket with intervally_aligned refill needs a wall clock, which keyed
+// limiters do not have: sluice.NewLimiter rejects its policy, and it may
+// not be a member of a compound. Use its [Limiter.Bucket] configuration
+// with sluice.NewBucket instead.
+//
+// # Values
+//
+// Integers are int64, written in decimal, or with 0x, 0o or 0b, and may
+// have underscores (1_000_000). Fractions, exponents, quoted numbers,
+// decimals with a leading zero (which YAML 1.1 reads as octal) and values
+// beyond int64 are errors. Whether zero or a negative number is allowed is
+// the policy's rule (limits and capacities must be positive, initial must
+// not be negative).
+//
+// Durations are either Go syntax ("1h30m", "250ms", "1.5s") or a whole
+// count and a unit word, singular or plural, with or without a space:
+// "1 second", "60 minutes", "1 day", "2 weeks", "90sec". The units are
+// ns, us (µs), ms, s, m, h, d and w, and the words nanosecond,
+// microsecond, millisecond, second (sec), minute (min), hour (hr), day and
+// week, with or without a plural s, in any case (single letters in lower
+// case only). A day is 24 hours and a week 7 days. Months and years are
+// rejected, since their length varies. A bare number has no unit and is
+// an error. A duration beyond about 292 years overflows time.Duration and
+// is an error.
+//
+// Limiter names are letters, digits, '_' and '-'. IDs are strings; quote
+// numbers used as IDs.
+//
+// # Strictness
+//
+// Decoding is strict, so that a typo fails loudly instead of leaving a
+// limit out: keys that the format or the policy does not define, duplicate
+// keys, missing keys, values of the wrong type, merge keys (<<) and a
+// second YAML document are all errors. Anchors and aliases may be used.
+//
+// A file without limiters, an empty file included, is an error: a limiter
+// file that limits nothing is far more likely a mistake (a truncated file,
+// the wrong path) than an intent, and a silent success would turn rate
+// limiting off. Write a no_limit limiter to limit nothing on purpose.
+//
+// # Errors
+//
+// Every error is an [*Error] with the path of the offending node in the
+// document, its line and column, the value and a message:
+//
+//	config: limiters.anonymous_api.limit (line 3): must be positive, got 0
+//
+// The policies are validated by the constructors of package sluice, whose
+// rules (positive limits and periods, unique bandwidth IDs, no aligned
+// first refill before the Unix epoch, ...) the format does not repeat;
+// such an error wraps the *sluice.ConfigError, so that
+// errors.Is(err, sluice.ErrInvalidConfig) holds.
+package config

@@ -12,6 +12,9 @@ require (
 require (
 	github.com/hashicorp/golang-lru v0.5.4 // indirect
 	github.com/kr/text v0.2.0 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
+	github.com/sethvargo/go-limiter v0.7.1 // indirect
+	github.com/ulule/limiter/v3 v3.11.2 // indirect
 )
 
 replace github.com/sluicehq/sluice => ../

@@ -26,6 +26,23 @@
 // who schedule work themselves. Both reserve fairly: tokens are taken first
 // and the caller then waits, so later callers queue behind.
 //
+// # Keyed limiters
+//
+// A [Limiter] applies a [Policy] to every key (a user, an IP address, an
+// API key) separately, each key with its own state, created at first use
+// and forgotten once it has expired:
+//
+//	l, err := sluice.NewLimiter(sluice.SlidingWindow(100, time.Minute))
+//	res, err := l.Allow(ctx, userID) // res.Allowed, res.Remaining, res.RetryAfter
+//
+// The policies: [FixedWindow], [SlidingWindow], [SlidingLog], [TokenBucket]
+// (Symfony's), [LeakyBucket] (a meter), [Shaper] (a leaky bucket that
+// spaces requests), [GCRA], [BucketPolicy] (a whole Bucket4j
+// configuration), [Compound] (all must allow) and [NoLimit]. Each is a pure
+// state machine in exact integer arithmetic; docs/policies.md compares
+// them. For token-bucket policies, [Limiter.Bucket] hands out a key's state
+// as a [Bucket].
+//
 // # Time
 //
 // Every decision is integer arithmetic on nanoseconds from a [Clock]:

@@ -1,17 +1,3 @@
-// Package conformance runs conformance vector files against a token bucket.
-//
-// A vector file is a JSON suite of cases; each case builds a bucket on a fake
-// clock and runs steps that move the clock or call an operation and state
-// what it must return. The format is described in FORMAT.md beside the
-// shared examples (conformance/FORMAT.md of the sluice project).
-//
-// The same files run against every implementation through a [Target], which
-// builds the [Bucket] under test: [Local] for the in-memory *sluice.Bucket,
-// and later one per store. [Run] returns a [Report] for the sluice command;
-// [RunT] runs each file and case as a subtest.
-//
-// Limiter cases (fixed window, sliding window and the other policies) are
-// reported as skipped until sluice implements those policies.
 package conformance
 
 import (
@@ -19,6 +5,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/resilience"
+	"github.com/sluicehq/sluice/smooth"
 )
 
 // Bucket is the token bucket under test: the operations of *sluice.Bucket,
@@ -49,7 +37,26 @@ type BlockingBucket interface {
 	BlockingConsume(ctx context.Context, tokens int64) error
 }
 
+// Limiter is the keyed limiter under test: the operations of
+// *sluice.Limiter that the vectors use, each taking a context first so
+// that limiters keeping their keys in a store can implement it. Errors are
+// returned as sluice returns them (an *sluice.ArgumentError for a bad
+// argument, an *sluice.MaxWaitError, sluice.ErrReserveNotSupported); any
+// other error fails the step. A case runs every step on one key.
+type Limiter interface {
+	AllowN(ctx context.Context, key string, n int64) (sluice.Result, error)
+	// Reserve takes n tokens that will be there within maxWait
+	// (sluice.Never: no bound) and returns how long the caller must wait.
+	Reserve(ctx context.Context, key string, n int64, maxWait time.Duration) (time.Duration, error)
+	Reset(ctx context.Context, key string) error
+}
+
 // Target builds the buckets under test. Each case gets a new bucket.
+//
+// A Target offers more through optional interfaces: LimiterTarget for the
+// cases of the window and leaky policies, CompatTarget for those of the
+// compatibility policies. The cases of a target without them are skipped,
+// never passed.
 type Target interface {
 	// Name identifies the target in reports, e.g. "local".
 	Name() string
@@ -59,11 +66,42 @@ type Target interface {
 	NewBucket(ctx context.Context, cfg sluice.Config, clock sluice.Clock, sleeper sluice.Sleeper) (Bucket, error)
 }
 
-// Local is the Target of the in-memory *sluice.Bucket. Its buckets
-// implement BlockingBucket. The zero value is ready to use.
+// LimiterTarget is a Target that builds keyed limiters, for the cases of
+// the window and leaky policies (a case's limiter other than the
+// compatibility policies).
+type LimiterTarget interface {
+	Target
+	// NewLimiter returns a new limiter applying p, on clock; blocking
+	// calls wait on sleeper. It returns the *sluice.ConfigError of an
+	// invalid p.
+	NewLimiter(ctx context.Context, p sluice.Policy, clock sluice.Clock, sleeper sluice.Sleeper) (Limiter, error)
+}
+
+// CompatTarget is a Target that runs the compatibility policies:
+// resilience4j and time_limiter (package resilience), smooth_bursty and
+// smooth_warming_up (package smooth). Their limiters live in the memory of
+// one process and have no store, so Local implements CompatTarget and a
+// store's target does not. Each method is the package's constructor of the
+// same name with a context first; the runner passes the options that put
+// the limiter on the case's fake clock.
+type CompatTarget interface {
+	Target
+	NewRateLimiter(ctx context.Context, cfg resilience.Config, opts ...resilience.Option) (*resilience.RateLimiter, error)
+	NewTimeLimiter(ctx context.Context, cfg resilience.TimeLimiterConfig, opts ...resilience.TimeLimiterOption) (*resilience.TimeLimiter, error)
+	NewBursty(ctx context.Context, permitsPerSecond float64, opts ...smooth.Option) (*smooth.RateLimiter, error)
+	NewWarmingUp(ctx context.Context, permitsPerSecond float64, warmup time.Duration, opts ...smooth.Option) (*smooth.RateLimiter, error)
+}
+
+// Local is the Target of the in-memory *sluice.Bucket and *sluice.Limiter
+// and of the compatibility limiters. Its buckets implement BlockingBucket.
+// The zero value is ready to use.
 type Local struct{}
 
-var _ Target = Local{}
+var (
+	_ LimiterTarget = Local{}
+	_ CompatTarget  = Local{}
+	_ Limiter       = (*sluice.Limiter)(nil)
+)
 
 // Name returns "local".
 func (Local) Name() string { return "local" }
@@ -75,6 +113,35 @@ func (Local) NewBucket(_ context.Context, cfg sluice.Config, clock sluice.Clock,
 		return nil, err
 	}
 	return localBucket{b}, nil
+}
+
+// NewLimiter returns a *sluice.Limiter applying p, with clock and sleeper.
+func (Local) NewLimiter(_ context.Context, p sluice.Policy, clock sluice.Clock, sleeper sluice.Sleeper) (Limiter, error) {
+	l, err := sluice.NewLimiter(p, sluice.WithClock(clock), sluice.WithSleeper(sleeper))
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// NewRateLimiter returns resilience.New(cfg, opts...).
+func (Local) NewRateLimiter(_ context.Context, cfg resilience.Config, opts ...resilience.Option) (*resilience.RateLimiter, error) {
+	return resilience.New(cfg, opts...)
+}
+
+// NewTimeLimiter returns resilience.NewTimeLimiter(cfg, opts...).
+func (Local) NewTimeLimiter(_ context.Context, cfg resilience.TimeLimiterConfig, opts ...resilience.TimeLimiterOption) (*resilience.TimeLimiter, error) {
+	return resilience.NewTimeLimiter(cfg, opts...)
+}
+
+// NewBursty returns smooth.NewBursty(permitsPerSecond, opts...).
+func (Local) NewBursty(_ context.Context, permitsPerSecond float64, opts ...smooth.Option) (*smooth.RateLimiter, error) {
+	return smooth.NewBursty(permitsPerSecond, opts...)
+}
+
+// NewWarmingUp returns smooth.NewWarmingUp(permitsPerSecond, warmup, opts...).
+func (Local) NewWarmingUp(_ context.Context, permitsPerSecond float64, warmup time.Duration, opts ...smooth.Option) (*smooth.RateLimiter, error) {
+	return smooth.NewWarmingUp(permitsPerSecond, warmup, opts...)
 }
 
 // localBucket adapts *sluice.Bucket to BlockingBucket. The local bucket never

@@ -32,18 +32,17 @@ type file struct {
 type testCase struct {
 	file, name string
 	bad        *Failure // the case is malformed and fails without running
-	skip       string   // why the case is skipped, if it is
 
 	start      int64
-	config     sluice.Config
-	millis     bool
-	wantConfig *wantConfig // building the bucket must fail; nil when it must succeed
+	subject    subject     // the bucket or limiter the case builds
+	wantConfig *wantConfig // building the subject must fail; nil when it must succeed
 	steps      []step
 	blocking   bool // some step needs a BlockingBucket
 }
 
-// wantConfig is a case's want_config_error: building the bucket must fail
-// with a *sluice.ConfigError of rule, or of any rule when rule is "".
+// wantConfig is a case's want_config_error: building the bucket or limiter
+// must fail with a *sluice.ConfigError of rule, or of any rule when rule is
+// "".
 type wantConfig struct{ rule sluice.Rule }
 
 // loadPath loads the file at path, or every *.json file of the directory at
@@ -156,26 +155,29 @@ func decodeCase(path string, i int, raw json.RawMessage) *testCase {
 		return c
 	}
 	c.name = d.Name
+	var err error
 	switch {
 	case present(d.Bucket) && present(d.Limiter):
 		c.bad = c.failure(-1, "", "a case has a bucket or a limiter, not both")
 		return c
 	case present(d.Limiter):
-		// Limiter specs and their steps are decoded by the limiter target,
-		// which comes with the limiter policies.
-		c.skip = "limiter policies are not implemented yet"
-		return c
+		if c.subject, err = decodeLimiter(d.Limiter); err != nil {
+			c.bad = c.failure(-1, "", "limiter: "+err.Error())
+			return c
+		}
 	case !present(d.Bucket):
 		c.bad = c.failure(-1, "", "the case has neither a bucket nor a limiter")
 		return c
+	default:
+		b := &bucketSubject{}
+		if b.config, b.millis, err = decodeBucket(d.Bucket); err != nil {
+			c.bad = c.failure(-1, "", "bucket: "+err.Error())
+			return c
+		}
+		c.subject = b
 	}
 	if d.Start != nil {
 		c.start = int64(*d.Start)
-	}
-	var err error
-	if c.config, c.millis, err = decodeBucket(d.Bucket); err != nil {
-		c.bad = c.failure(-1, "", "bucket: "+err.Error())
-		return c
 	}
 	if c.wantConfig, err = decodeWantConfig(d.WantConfigError); err != nil {
 		c.bad = c.failure(-1, "", "want_config_error: "+err.Error())
@@ -185,8 +187,9 @@ func decodeCase(path string, i int, raw json.RawMessage) *testCase {
 		c.bad = c.failure(-1, "", "a case with want_config_error has no steps")
 		return c
 	}
+	ops := c.subject.ops()
 	for j, raw := range d.Steps {
-		s, err := decodeStep(raw)
+		s, err := decodeStep(raw, ops)
 		if err != nil {
 			c.bad = c.failure(j, s.op, err.Error())
 			return c

@@ -66,7 +66,7 @@ type Failure struct {
 	Case string
 	// Step is the index of the failing step in the case's steps, from 0,
 	// or -1 when the case itself failed (it is malformed, or building its
-	// bucket went wrong).
+	// bucket or limiter went wrong).
 	Step int
 	// Op is the failing step's op ("advance" or "set_clock" for clock
 	// steps), or "".

@@ -70,16 +70,12 @@ func RunT(t *testing.T, target Target, paths ...string) {
 	}
 }
 
-// run runs c on a new bucket of target. A panic of the bucket under test
-// fails the case instead of the whole run.
+// run runs c on a new bucket or limiter of target. A panic of the subject
+// under test fails the case instead of the whole run.
 func (c *testCase) run(ctx context.Context, target Target) (r CaseReport) {
 	r.Name = c.name
-	switch {
-	case c.bad != nil:
+	if c.bad != nil {
 		r.Status, r.Failure = Failed, c.bad
-		return r
-	case c.skip != "":
-		r.Status, r.Reason = Skipped, c.skip
 		return r
 	}
 	fail := func(f *Failure) CaseReport {
@@ -96,12 +92,12 @@ func (c *testCase) run(ctx context.Context, target Target) (r CaseReport) {
 		}
 	}()
 
-	clock := sluice.NewFakeClock(c.start)
-	var bucketClock sluice.Clock = clock
-	if c.millis {
-		bucketClock = sluice.Millis(clock)
+	e := &env{clock: sluice.NewFakeClock(c.start)}
+	skip, err := c.subject.build(ctx, target, e)
+	if skip != "" {
+		r.Status, r.Reason = Skipped, skip
+		return r
 	}
-	b, err := target.NewBucket(ctx, c.config, bucketClock, clock)
 	if f := c.checkBuild(err); f != nil {
 		return fail(f)
 	}
@@ -109,14 +105,9 @@ func (c *testCase) run(ctx context.Context, target Target) (r CaseReport) {
 		r.Status = Passed
 		return r
 	}
-	e := &env{clock: clock, bucket: b}
-	if c.blocking {
-		bb, ok := b.(BlockingBucket)
-		if !ok {
-			r.Status, r.Reason = Skipped, fmt.Sprintf("target %s has no blocking operations", target.Name())
-			return r
-		}
-		e.blocking = bb
+	if c.blocking && e.blocking == nil {
+		r.Status, r.Reason = Skipped, fmt.Sprintf("target %s has no blocking operations", target.Name())
+		return r
 	}
 	for i := range c.steps {
 		at = i
@@ -130,10 +121,10 @@ func (c *testCase) run(ctx context.Context, target Target) (r CaseReport) {
 	return r
 }
 
-// checkBuild checks the error of building c's bucket against the case's
+// checkBuild checks the error of building c's subject against the case's
 // want_config_error.
 func (c *testCase) checkBuild(err error) *Failure {
-	f := c.failure(-1, "", "building the bucket")
+	f := c.failure(-1, "", "building the "+c.subject.what())
 	var ce *sluice.ConfigError
 	switch {
 	case c.wantConfig == nil && err == nil:
@@ -144,6 +135,8 @@ func (c *testCase) checkBuild(err error) *Failure {
 		f.Want, f.Got = c.wantConfig.String(), "no error"
 		if err != nil {
 			f.Got = describeError(err)
+		} else if c.wantConfig.rule == "invalid_interval" {
+			f.Msg += ": " + invalidInterval
 		}
 	case c.wantConfig.rule != "" && ce.Rule != c.wantConfig.rule:
 		f.Want, f.Got = c.wantConfig.String(), fmt.Sprintf("config error %s (%v)", ce.Rule, err)

@@ -2,8 +2,10 @@ package conformance_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -211,13 +213,254 @@ func TestRunNoPaths(t *testing.T) {
 	}
 }
 
-func TestRunLimiterSkipped(t *testing.T) {
+// limiterCase is a case named name of the limiter spec with steps.
+func limiterCase(name, limiter, steps string) string {
+	return `{"name": "` + name + `", "limiter": ` + limiter + `, "steps": [` + steps + `]}`
+}
+
+// threePer10s is a fixed window of 3 per 10 seconds.
+const threePer10s = `{"policy": "fixed_window", "limit": 3, "interval": "10s"}`
+
+func TestRunLimiterReportsWrongExpectation(t *testing.T) {
 	dir := writeFiles(t, map[string]string{"v.json": doc(
-		`{"name": "fixed", "limiter": {"policy": "fixed_window", "limit": 3, "interval": "10s"}, "steps": [{"op": "consume", "want": {"accepted": true}}]}`,
+		limiterCase("right", threePer10s, `{"op": "consume", "tokens": 2, "want": {"accepted": true, "remaining": 1}}`),
+		limiterCase("wrong", threePer10s, `{"op": "consume", "tokens": 3}, {"advance": "4s"}, {"op": "consume", "want": {"accepted": false, "retry_after": 5000000000}}`),
 	)})
-	c := caseReport(t, run(t, dir))
-	if c.Status != conformance.Skipped || c.Reason != "limiter policies are not implemented yet" {
-		t.Errorf("limiter case = %v %q, want skipped, limiter policies are not implemented yet", c.Status, c.Reason)
+	r := run(t, dir)
+	if got, want := r.Summary(), "1 passed, 1 failed, 0 skipped"; got != want {
+		t.Errorf("Summary() = %q, want %q", got, want)
+	}
+	fs := r.Failures()
+	if len(fs) != 1 {
+		t.Fatalf("Failures() = %v, want 1 failure", fs)
+	}
+	want := conformance.Failure{File: filepath.Join(dir, "v.json"), Case: "wrong", Step: 2, Op: "consume",
+		Want: `{"accepted": false, "retry_after": 5000000000}`,
+		Got:  `{"accepted": false, "remaining": 0, "retry_after": 6000000000, "limit": 3}`}
+	if *fs[0] != want {
+		t.Errorf("failure = %+v, want %+v", *fs[0], want)
+	}
+	if got, want := fs[0].Error(), `v.json: case "wrong": step 2 (consume): want {"accepted": false, "retry_after": 5000000000}, got {"accepted": false, "remaining": 0, "retry_after": 6000000000, "limit": 3}`; !strings.HasSuffix(got, want) {
+		t.Errorf("Error() = %q, want it to end in %q", got, want)
+	}
+}
+
+func TestRunLimiterSteps(t *testing.T) {
+	const (
+		slidingWindow = `{"policy": "sliding_window", "limit": 3, "interval": "10s"}`
+		r4j           = `{"policy": "resilience4j", "limit_for_period": 2, "limit_refresh_period": "1s", "timeout": "1s"}`
+		timeLimiter   = `{"policy": "time_limiter", "timeout": "1s", "cancel_running_future": true}`
+		bursty        = `{"policy": "smooth_bursty", "permits_per_second": 4}`
+	)
+	tests := []struct {
+		name, limiter, steps string
+		step                 int
+		want, got, msg       string // all "" when the case passes
+	}{
+		{"consume passes", threePer10s, `{"op": "consume", "want": {"accepted": true, "remaining": 2, "retry_after": 0, "limit": 3}}`, 0, "", "", ""},
+		{"consume takes 1 by default", threePer10s, `{"op": "consume"}, {"op": "consume", "tokens": 2, "want": {"remaining": 0}}`, 0, "", "", ""},
+		{"reserve", threePer10s, `{"op": "consume", "tokens": 3}, {"op": "reserve", "tokens": 1, "want": {"wait": 10000000000}}`, 0, "", "", ""},
+		{"reserve over max_wait", threePer10s, `{"op": "consume", "tokens": 3}, {"op": "reserve", "tokens": 1, "max_wait": "9s", "want_error": "max_wait_exceeded"}`, 0, "", "", ""},
+		{"reserve not supported", slidingWindow, `{"op": "reserve", "tokens": 1, "want_error": "reserve_not_supported"}`, 0, "", "", ""},
+		{"reserve not supported unexpected", slidingWindow, `{"op": "reserve", "tokens": 1, "want": {"wait": 0}}`, 0,
+			`{"wait": 0}`, "error reserve_not_supported (sluice: policy does not support reservations: Limiter.Reserve)", ""},
+		{"invalid argument", threePer10s, `{"op": "consume", "tokens": 4, "want_error": "invalid_argument"}`, 0, "", "", ""},
+		{"invalid_interval is a deliberate difference", `{"policy": "sliding_window", "limit": 3, "interval": "500ms"}`,
+			`{"advance": "1s"}, {"op": "consume", "want_error": "invalid_interval"}`, 1,
+			"error invalid_interval", `no error, {"accepted": true, "remaining": 2, "retry_after": 0, "limit": 3}`, "does not reproduce"},
+		{"reset", threePer10s, `{"op": "consume", "tokens": 3}, {"op": "reset"}, {"op": "consume", "tokens": 3, "want": {"accepted": true}}`, 0, "", "", ""},
+		{"resilience4j", r4j, `{"op": "reserve", "permits": 3, "want": {"wait": 1000000000}}, {"op": "available", "want": -1}, {"op": "nanos_to_wait", "want": 1000000000},
+			{"op": "acquire", "want": {"acquired": true, "waited": 1000000000}}, {"op": "available", "want": 0}, {"op": "drain"}, {"op": "change_timeout", "timeout": 0},
+			{"op": "change_limit_for_period", "limit": 5}, {"op": "acquire", "want": {"acquired": false, "waited": 0}}`, 0, "", "", ""},
+		{"resilience4j wrong wait", r4j, `{"op": "acquire", "permits": 2}, {"op": "acquire", "want": {"acquired": true, "waited": 0}}`, 1,
+			`{"acquired": true, "waited": 0}`, `{"acquired": true, "waited": 1000000000}`, ""},
+		{"time limiter", timeLimiter, `{"op": "call", "task": "1s", "outcome": "error", "want": {"result": "error", "waited": 1000000000, "cancelled": false}}`, 0, "", "", ""},
+		{"time limiter wrong result", timeLimiter, `{"op": "call", "task": "1001ms", "outcome": "value", "want": {"result": "success"}}`, 0,
+			`{"result": "success"}`, `{"result": "timeout", "waited": 1000000000, "cancelled": true}`, ""},
+		{"smooth", bursty, `{"op": "acquire", "permits": 2, "want": {"waited": 0}}, {"op": "try_acquire", "permits": 1, "timeout": "500ms", "want": true}, {"op": "acquire", "want": {"waited": 250000000}}`, 0, "", "", ""},
+		{"smooth wrong wait", bursty, `{"op": "acquire"}, {"op": "acquire", "want": {"waited": 0}}`, 1, `{"waited": 0}`, `{"waited": 250000000}`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := caseReport(t, run(t, writeFiles(t, map[string]string{"v.json": doc(limiterCase("c", tt.limiter, tt.steps))})))
+			if tt.want == "" {
+				if c.Status != conformance.Passed {
+					t.Errorf("status = %v (%v), want passed", c.Status, c.Failure)
+				}
+				return
+			}
+			if c.Status != conformance.Failed {
+				t.Fatalf("status = %v, want failed", c.Status)
+			}
+			f := c.Failure
+			if f.Step != tt.step || f.Want != tt.want || f.Got != tt.got || !strings.Contains(f.Msg, tt.msg) {
+				t.Errorf("failure = step %d, want %s, got %s (%q); want step %d, want %s, got %s (%q)",
+					f.Step, f.Want, f.Got, f.Msg, tt.step, tt.want, tt.got, tt.msg)
+			}
+		})
+	}
+}
+
+// TestRunTimeLimiterDeterministic runs time-limiter calls many times: their
+// outcome must not depend on how the goroutines are scheduled.
+func TestRunTimeLimiterDeterministic(t *testing.T) {
+	steps := `{"op": "call", "task": "999999999ns", "outcome": "value", "want": {"result": "success", "waited": 999999999, "cancelled": false}},
+		{"op": "call", "task": "1000000001ns", "outcome": "value", "want": {"result": "timeout", "waited": 1000000000, "cancelled": true}},
+		{"op": "call", "task": "1s", "outcome": "error", "want": {"result": "error", "waited": 1000000000, "cancelled": false}}`
+	keep := strings.ReplaceAll(steps, `"cancelled": true`, `"cancelled": false`)
+	var cases []string
+	for i := range 50 {
+		cases = append(cases,
+			limiterCase(fmt.Sprintf("cancel %d", i), `{"policy": "time_limiter", "timeout": "1s", "cancel_running_future": true}`, steps),
+			limiterCase(fmt.Sprintf("keep %d", i), `{"policy": "time_limiter", "timeout": "1s", "cancel_running_future": false}`, keep))
+	}
+	r := run(t, writeFiles(t, map[string]string{"v.json": doc(cases...)}))
+	if got, want := r.Summary(), "100 passed, 0 failed, 0 skipped"; got != want {
+		t.Errorf("Summary() = %q, want %q; failures %v", got, want, r.Failures())
+	}
+}
+
+func TestRunMalformedLimiters(t *testing.T) {
+	tests := []struct {
+		name, kase string
+		step       int
+		wantMsg    string
+	}{
+		{"unknown policy", limiterCase("c", `{"policy": "token_buket", "limit": 1}`, ``), -1, `limiter: policy "token_buket" is none of compound, fixed_window`},
+		{"no policy", limiterCase("c", `{"limit": 1}`, ``), -1, "limiter: policy is missing"},
+		{"not an object", limiterCase("c", `[1]`, ``), -1, "limiter: want an object"},
+		{"missing limit", limiterCase("c", `{"policy": "fixed_window", "interval": "1s"}`, ``), -1, "limiter: limit is missing"},
+		{"missing rate amount", limiterCase("c", `{"policy": "token_bucket", "limit": 1, "rate": {"interval": "1s"}}`, ``), -1, "limiter: rate.amount is missing"},
+		{"a field of another policy", limiterCase("c", `{"policy": "sliding_log", "limit": 1, "interval": "1s", "max_queue": 1}`, ``), -1, "limiter: max_queue is not a field of sliding_log"},
+		{"limit as float", limiterCase("c", `{"policy": "fixed_window", "limit": 1.5, "interval": "1s"}`, ``), -1, "limiter: 1.5 is not an integer"},
+		{"compat member", limiterCase("c", `{"policy": "compound", "limiters": [{"policy": "resilience4j"}]}`, ``), -1, "limiters[0]: policy resilience4j cannot be a member of a compound"},
+		{"bad member", limiterCase("c", `{"policy": "compound", "limiters": [{"policy": "no_limit"}, {"policy": "gcra", "limit": 1}]}`, ``), -1, "limiters[1]: rate is missing"},
+		{"smooth without rate", limiterCase("c", `{"policy": "smooth_bursty"}`, ``), -1, "permits_per_second is missing"},
+		{"smooth rate as string", limiterCase("c", `{"policy": "smooth_bursty", "permits_per_second": "5"}`, ``), -1, "limiter: json: cannot unmarshal string"},
+		{"bucket op on a limiter", limiterCase("c", threePer10s, `{"op": "try_consume", "tokens": 1}`), 0, `unknown op "try_consume" for a limiter`},
+		{"limiter op on a bucket", bucketCase("c", `{"op": "consume"}`), 0, `unknown op "consume" for a bucket`},
+		{"compat op on a limiter", limiterCase("c", threePer10s, `{"op": "drain"}`), 0, `unknown op "drain" for a limiter`},
+		{"reserve without tokens", limiterCase("c", threePer10s, `{"op": "reserve"}`), 0, "tokens is missing"},
+		{"resilience4j reserve without permits", limiterCase("c", `{"policy": "resilience4j"}`, `{"op": "reserve"}`), 0, "permits is missing"},
+		{"change_limit_for_period without limit", limiterCase("c", `{"policy": "resilience4j"}`, `{"op": "change_limit_for_period"}`), 0, "limit is missing"},
+		{"try_acquire without timeout", limiterCase("c", `{"policy": "smooth_bursty", "permits_per_second": 1}`, `{"op": "try_acquire", "permits": 1}`), 0, "timeout is missing"},
+		{"call without outcome", limiterCase("c", `{"policy": "time_limiter"}`, `{"op": "call", "task": "1s"}`), 0, "outcome is missing"},
+		{"call with a bad outcome", limiterCase("c", `{"policy": "time_limiter"}`, `{"op": "call", "task": "1s", "outcome": "panic"}`), 0, `outcome "panic" is neither value nor error`},
+		{"call with a negative task", limiterCase("c", `{"policy": "time_limiter"}`, `{"op": "call", "task": "-1s", "outcome": "value"}`), 0, "task -1s is negative"},
+		{"call with a bad result", limiterCase("c", `{"policy": "time_limiter"}`, `{"op": "call", "task": "1s", "outcome": "value", "want": {"result": "ok"}}`), 0, `want: result: "ok" is none of success, timeout, error`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			good := limiterCase("good", threePer10s, `{"op": "consume", "want": {"accepted": true}}`)
+			r := run(t, writeFiles(t, map[string]string{"v.json": doc(good, tt.kase)}))
+			if p, f, s := r.Counts(); p != 1 || f != 1 || s != 0 {
+				t.Fatalf("Counts() = %d, %d, %d, want 1, 1, 0 (%v)", p, f, s, r.Failures())
+			}
+			f := r.Files[0].Cases[1].Failure
+			if f.Step != tt.step || !strings.Contains(f.Msg, tt.wantMsg) {
+				t.Errorf("failure = %v, want step %d and a message with %q", f, tt.step, tt.wantMsg)
+			}
+		})
+	}
+}
+
+func TestRunLimiterConfigErrors(t *testing.T) {
+	tests := []struct {
+		name, limiter, want string
+		pass                bool
+		got, msg            string
+	}{
+		{"rule matches", `{"policy": "fixed_window", "limit": 0, "interval": "1s"}`, `"non_positive_limit"`, true, "", ""},
+		{"any rule", `{"policy": "compound", "limiters": []}`, "true", true, "", ""},
+		{"compat rule", `{"policy": "smooth_warming_up", "permits_per_second": 1, "warmup_period": "-1s"}`, `"negative_warmup"`, true, "", ""},
+		{"other rule", `{"policy": "resilience4j", "limit_for_period": 0}`, `"non_positive_limit"`, false,
+			"config error non_positive_limit_for_period (sluice: config: LimitForPeriod must be positive, got 0)", ""},
+		{"no error", threePer10s, "true", false, "no error", ""},
+		{"invalid_interval", `{"policy": "sliding_window", "limit": 1, "interval": "1ms"}`, `"invalid_interval"`, false, "no error", "does not reproduce"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			kase := `{"name": "c", "limiter": ` + tt.limiter + `, "want_config_error": ` + tt.want + `}`
+			c := caseReport(t, run(t, writeFiles(t, map[string]string{"v.json": doc(kase)})))
+			if tt.pass {
+				if c.Status != conformance.Passed {
+					t.Errorf("status = %v (%v), want passed", c.Status, c.Failure)
+				}
+				return
+			}
+			f := c.Failure
+			if c.Status != conformance.Failed || f.Step != -1 || f.Got != tt.got || !strings.Contains(f.Msg, "building the limiter") || !strings.Contains(f.Msg, tt.msg) {
+				t.Errorf("case = %v %v, want failed at step -1 building the limiter with got %q and a message with %q", c.Status, f, tt.got, tt.msg)
+			}
+		})
+	}
+}
+
+// bucketsOnly is a target of buckets alone: neither a LimiterTarget nor a
+// CompatTarget.
+type bucketsOnly struct{}
+
+func (bucketsOnly) Name() string { return "buckets-only" }
+
+func (bucketsOnly) NewBucket(ctx context.Context, cfg sluice.Config, c sluice.Clock, s sluice.Sleeper) (conformance.Bucket, error) {
+	return conformance.Local{}.NewBucket(ctx, cfg, c, s)
+}
+
+// keyedOnly is a LimiterTarget that is not a CompatTarget, as a store's
+// target will be.
+type keyedOnly struct{ bucketsOnly }
+
+func (keyedOnly) Name() string { return "keyed-only" }
+
+func (keyedOnly) NewLimiter(ctx context.Context, p sluice.Policy, c sluice.Clock, s sluice.Sleeper) (conformance.Limiter, error) {
+	return conformance.Local{}.NewLimiter(ctx, p, c, s)
+}
+
+func TestRunSkipsLimiterCasesOfTargetsWithout(t *testing.T) {
+	dir := writeFiles(t, map[string]string{"v.json": doc(
+		bucketCase("bucket", `{"op": "available", "want": 10}`),
+		limiterCase("window", threePer10s, `{"op": "consume", "want": {"accepted": true}}`),
+		`{"name": "bad window", "limiter": {"policy": "fixed_window", "limit": 0, "interval": "1s"}, "want_config_error": "non_positive_limit"}`,
+		limiterCase("resilience4j", `{"policy": "resilience4j"}`, `{"op": "acquire", "want": {"acquired": true}}`),
+		limiterCase("time limiter", `{"policy": "time_limiter"}`, `{"op": "call", "task": 0, "outcome": "value", "want": {"result": "success"}}`),
+		limiterCase("smooth", `{"policy": "smooth_warming_up", "permits_per_second": 1, "warmup_period": "1s"}`, `{"op": "acquire", "want": {"waited": 0}}`),
+		limiterCase("malformed", `{"policy": "time_limiter"}`, `{"op": "call"}`),
+	)})
+	skipKeyed := "target buckets-only has no keyed limiters"
+	tests := []struct {
+		target conformance.Target
+		want   []string // per case: "passed", "failed" or the skip reason
+	}{
+		{conformance.Local{}, []string{"passed", "passed", "passed", "passed", "passed", "passed", "failed"}},
+		{bucketsOnly{}, []string{"passed", skipKeyed, skipKeyed,
+			"target buckets-only does not run the compatibility policies: resilience4j is local-only",
+			"target buckets-only does not run the compatibility policies: time_limiter is local-only",
+			"target buckets-only does not run the compatibility policies: smooth_warming_up is local-only",
+			"failed"}},
+		{keyedOnly{}, []string{"passed", "passed", "passed",
+			"target keyed-only does not run the compatibility policies: resilience4j is local-only",
+			"target keyed-only does not run the compatibility policies: time_limiter is local-only",
+			"target keyed-only does not run the compatibility policies: smooth_warming_up is local-only",
+			"failed"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.target.Name(), func(t *testing.T) {
+			r, err := conformance.Run(t.Context(), tt.target, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, c := range r.Files[0].Cases {
+				if c.Status == conformance.Skipped {
+					got = append(got, c.Reason)
+				} else {
+					got = append(got, c.Status.String())
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("case outcomes = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }
 

@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/resilience"
+	"github.com/sluicehq/sluice/smooth"
 )
 
 // call runs a step's operation on e and returns its values, one per field
-// of the operation: a bool or an int64 each.
+// of the operation: a bool, an int64 or a string each.
 type call func(ctx context.Context, e *env) ([]any, error)
 
 // step is one decoded step of a case.
@@ -27,18 +29,24 @@ type step struct {
 	wantErr  string   // the error code the call must fail with, or ""
 }
 
-// env is what a case's steps act on.
+// env is what a case's steps act on: the clock, and the one subject the
+// case built (the other fields are nil).
 type env struct {
-	clock    *sluice.FakeClock
-	bucket   Bucket
-	blocking BlockingBucket // bucket, when it implements BlockingBucket
+	clock     *sluice.FakeClock
+	bucket    Bucket
+	blocking  BlockingBucket // bucket, when it implements BlockingBucket
+	limiter   Limiter
+	rate      *resilience.RateLimiter
+	timeLimit *timeLimit
+	smooth    *smooth.RateLimiter
 }
 
 // field is one value an operation returns. A scalar result is a single
 // field named "".
 type field struct {
-	name string
-	kind kind
+	name   string
+	kind   kind
+	values []string // the values a text field may take
 }
 
 type kind uint8
@@ -46,9 +54,18 @@ type kind uint8
 const (
 	boolean kind = iota + 1
 	number
+	text
 )
 
-// expect is one wanted value: a bool or an int64, of returns[field].
+// flag, num and oneOf make a field of kind boolean, number and text.
+func flag(name string) field { return field{name: name, kind: boolean} }
+func num(name string) field  { return field{name: name, kind: number} }
+func oneOf(name string, values ...string) field {
+	return field{name: name, kind: text, values: values}
+}
+
+// expect is one wanted value: a bool, an int64 or a string, of
+// returns[field].
 type expect struct {
 	field int
 	value any
@@ -57,33 +74,49 @@ type expect struct {
 // errorCodes are the want_error codes of the format.
 var errorCodes = []string{"invalid_argument", "max_wait_exceeded", "reserve_not_supported", "invalid_interval"}
 
-// errorCode is the want_error code of err, or "" when it has none.
+// errorCode is the want_error code of err, or "" when it has none. sluice
+// has no error for invalid_interval: it accepts intervals under 1s.
 func errorCode(err error) string {
 	switch {
 	case errors.Is(err, sluice.ErrInvalidArgument):
 		return "invalid_argument"
 	case errors.Is(err, sluice.ErrMaxWaitExceeded):
 		return "max_wait_exceeded"
+	case errors.Is(err, sluice.ErrReserveNotSupported):
+		return "reserve_not_supported"
 	}
 	return ""
 }
+
+// invalidInterval explains why a step wanting invalid_interval fails.
+const invalidInterval = "sluice accepts intervals under 1s: Symfony's invalid_interval is a quirk it deliberately does not reproduce"
 
 type stepDoc struct {
 	Advance   *duration       `json:"advance"`
 	SetClock  *integer        `json:"set_clock"`
 	Op        *string         `json:"op"`
 	Tokens    *integer        `json:"tokens"`
+	Permits   *integer        `json:"permits"`
 	Limit     *integer        `json:"limit"`
 	MaxWait   *duration       `json:"max_wait"`
+	Timeout   *duration       `json:"timeout"`
+	Task      *duration       `json:"task"`
+	Outcome   *string         `json:"outcome"`
 	Bucket    json.RawMessage `json:"bucket"`
 	Strategy  *string         `json:"strategy"`
 	Want      json.RawMessage `json:"want"`
 	WantError *string         `json:"want_error"`
 }
 
-// decodeStep decodes one step of a bucket case. On error the returned step
-// still names its op when that much could be read.
-func decodeStep(raw json.RawMessage) (step, error) {
+// opTable is the operations of one kind of case, by name.
+type opTable struct {
+	of  string // what the operations act on, for messages: "a bucket"
+	ops map[string]opSpec
+}
+
+// decodeStep decodes one step of a case whose operations are ops. On error
+// the returned step still names its op when that much could be read.
+func decodeStep(raw json.RawMessage, ops opTable) (step, error) {
 	var d stepDoc
 	if err := json.Unmarshal(raw, &d); err != nil {
 		var s step
@@ -110,9 +143,9 @@ func decodeStep(raw json.RawMessage) (step, error) {
 		return s, nil
 	}
 	s := step{op: *d.Op}
-	spec, ok := bucketOps[s.op]
+	spec, ok := ops.ops[s.op]
 	if !ok {
-		return s, fmt.Errorf("unknown op %q", s.op)
+		return s, fmt.Errorf("unknown op %q for %s", s.op, ops.of)
 	}
 	s.returns, s.blocking = spec.returns, spec.blocking
 	var err error
@@ -152,7 +185,7 @@ func clockStep(d *stepDoc) step {
 	}}
 }
 
-// opSpec describes a token-bucket operation of the format.
+// opSpec describes an operation of the format.
 type opSpec struct {
 	returns  []field // nil for an operation that returns nothing
 	blocking bool
@@ -161,25 +194,25 @@ type opSpec struct {
 }
 
 var (
-	scalarBool   = []field{{"", boolean}}
-	scalarNumber = []field{{"", number}}
+	scalarBool   = []field{flag("")}
+	scalarNumber = []field{num("")}
 )
 
-// bucketOps are the operations of bucket cases, by name.
-var bucketOps = map[string]opSpec{
+// bucketOps are the operations of bucket cases.
+var bucketOps = opTable{of: "a bucket", ops: map[string]opSpec{
 	"try_consume": {returns: scalarBool, bind: withTokens(func(ctx context.Context, e *env, n int64) ([]any, error) {
 		ok, err := e.bucket.TryConsume(ctx, n)
 		return []any{ok}, err
 	})},
 	"try_consume_and_return_remaining": {
-		returns: []field{{"consumed", boolean}, {"remaining", number}, {"nanos_to_wait_for_refill", number}, {"nanos_to_wait_for_reset", number}},
+		returns: []field{flag("consumed"), num("remaining"), num("nanos_to_wait_for_refill"), num("nanos_to_wait_for_reset")},
 		bind: withTokens(func(ctx context.Context, e *env, n int64) ([]any, error) {
 			p, err := e.bucket.TryConsumeAndReturnRemaining(ctx, n)
 			return []any{p.Consumed, p.Remaining, int64(p.WaitForRefill), int64(p.WaitForReset)}, err
 		}),
 	},
 	"estimate_ability_to_consume": {
-		returns: []field{{"can_be_consumed", boolean}, {"remaining", number}, {"nanos_to_wait_for_refill", number}},
+		returns: []field{flag("can_be_consumed"), num("remaining"), num("nanos_to_wait_for_refill")},
 		bind: withTokens(func(ctx context.Context, e *env, n int64) ([]any, error) {
 			p, err := e.bucket.EstimateAbilityToConsume(ctx, n)
 			return []any{p.CanBeConsumed, p.Remaining, int64(p.WaitForRefill)}, err
@@ -207,12 +240,12 @@ var bucketOps = map[string]opSpec{
 	}},
 	"replace_configuration": {bind: bindReplaceConfiguration},
 	"blocking_try_consume": {
-		returns:  []field{{"consumed", boolean}, {"slept", number}},
+		returns:  []field{flag("consumed"), num("slept")},
 		blocking: true,
 		bind:     bindBlockingTryConsume,
 	},
 	"blocking_consume": {
-		returns:  []field{{"slept", number}},
+		returns:  []field{num("slept")},
 		blocking: true,
 		bind: withTokens(func(ctx context.Context, e *env, n int64) ([]any, error) {
 			before := e.clock.Slept()
@@ -220,15 +253,29 @@ var bucketOps = map[string]opSpec{
 			return []any{int64(e.clock.Slept() - before)}, err
 		}),
 	},
-}
+}}
 
 // withTokens binds an operation whose argument is tokens.
 func withTokens(f func(ctx context.Context, e *env, n int64) ([]any, error)) func(*stepDoc) (call, error) {
+	return withCount("tokens", 0, f)
+}
+
+// withCount binds an operation whose argument is a count: tokens or
+// permits, as arg names it. An absent count is def, or an error when def
+// is 0.
+func withCount(arg string, def int64, f func(ctx context.Context, e *env, n int64) ([]any, error)) func(*stepDoc) (call, error) {
 	return func(d *stepDoc) (call, error) {
-		if d.Tokens == nil {
-			return nil, errors.New("tokens is missing")
+		v := d.Tokens
+		if arg == "permits" {
+			v = d.Permits
 		}
-		n := int64(*d.Tokens)
+		n := def
+		switch {
+		case v != nil:
+			n = int64(*v)
+		case def == 0:
+			return nil, fmt.Errorf("%s is missing", arg)
+		}
 		return func(ctx context.Context, e *env) ([]any, error) { return f(ctx, e, n) }, nil
 	}
 }
@@ -301,7 +348,7 @@ func decodeWant(raw json.RawMessage, returns []field) ([]expect, error) {
 	case len(returns) == 0:
 		return nil, errors.New("the operation returns nothing to compare")
 	case returns[0].name == "":
-		v, err := decodeValue(raw, returns[0].kind)
+		v, err := decodeValue(raw, returns[0])
 		if err != nil {
 			return nil, err
 		}
@@ -317,7 +364,7 @@ func decodeWant(raw json.RawMessage, returns []field) ([]expect, error) {
 		if i < 0 {
 			return nil, fmt.Errorf("%q is not one of the fields %s", name, fieldNames(returns))
 		}
-		v, err := decodeValue(raw, returns[i].kind)
+		v, err := decodeValue(raw, returns[i])
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -327,13 +374,20 @@ func decodeWant(raw json.RawMessage, returns []field) ([]expect, error) {
 	return want, nil
 }
 
-func decodeValue(raw json.RawMessage, k kind) (any, error) {
-	if k == boolean {
+func decodeValue(raw json.RawMessage, f field) (any, error) {
+	switch f.kind {
+	case boolean:
 		var b bool
 		if err := json.Unmarshal(raw, &b); err != nil || !present(raw) {
 			return nil, fmt.Errorf("%s is not true or false", raw)
 		}
 		return b, nil
+	case text:
+		var v string
+		if err := json.Unmarshal(raw, &v); err != nil || !slices.Contains(f.values, v) {
+			return nil, fmt.Errorf("%s is none of %s", raw, strings.Join(f.values, ", "))
+		}
+		return v, nil
 	}
 	var n integer
 	if err := n.UnmarshalJSON(raw); err != nil {
@@ -360,7 +414,11 @@ func (s *step) check(ctx context.Context, e *env) *Failure {
 		if len(got) > 0 {
 			gotStr += ", " + format(s.returns, got, nil)
 		}
-		return &Failure{Want: "error " + s.wantErr, Got: gotStr}
+		f := &Failure{Want: "error " + s.wantErr, Got: gotStr}
+		if s.wantErr == "invalid_interval" {
+			f.Msg = invalidInterval
+		}
+		return f
 	case s.wantErr != "":
 		if code := errorCode(err); code != s.wantErr {
 			return &Failure{Want: "error " + s.wantErr, Got: describeError(err)}
@@ -418,6 +476,8 @@ func formatValue(v any) string {
 		return strconv.FormatInt(v, 10)
 	case bool:
 		return strconv.FormatBool(v)
+	case string:
+		return strconv.Quote(v)
 	}
 	return fmt.Sprint(v)
 }

@@ -38,5 +38,5 @@
 // as Resilience4j's TimeLimiter does with a future: the caller gets a
 // [*TimeoutError] after exactly the timeout, and the function's context is
 // cancelled when [TimeLimiterConfig].CancelRunning is set. Timing out a call
-// does not undo it.
+// does not undo it. Tests run calls on a fake clock through [WithTimer].
 package resilience

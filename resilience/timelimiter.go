@@ -57,7 +57,7 @@ func DefaultTimeLimiterConfig() TimeLimiterConfig {
 }
 
 // timerFunc starts a timer of d and returns its channel and its Stop. It is
-// the seam through which tests control time.
+// the seam through which tests control time (WithTimer).
 type timerFunc func(d time.Duration) (<-chan time.Time, func() bool)
 
 func realTimer(d time.Duration) (<-chan time.Time, func() bool) {
@@ -81,15 +81,38 @@ type TimeLimiter struct {
 	newTimer timerFunc
 }
 
+// TimeLimiterOption configures NewTimeLimiter.
+type TimeLimiterOption func(*TimeLimiter)
+
+// WithTimer sets the timer a TimeLimiter waits on for a call's timeout:
+// newTimer(d) starts a timer of d and returns the channel on which it
+// fires and a function that stops it, as time.NewTimer's C and Stop do.
+// The default is time.NewTimer; nil keeps the default.
+//
+// It is meant for tests: a timer that fires on a fake clock, when the
+// test's simulated call has run for d, makes the outcome of every call
+// deterministic without waiting.
+func WithTimer(newTimer func(d time.Duration) (<-chan time.Time, func() bool)) TimeLimiterOption {
+	return func(l *TimeLimiter) {
+		if newTimer != nil {
+			l.newTimer = newTimer
+		}
+	}
+}
+
 // NewTimeLimiter returns a time limiter with the configuration cfg. It
 // returns a *sluice.ConfigError (errors.Is sluice.ErrInvalidConfig) for a
 // negative Timeout, which Resilience4j accepts and treats as 0.
-func NewTimeLimiter(cfg TimeLimiterConfig) (*TimeLimiter, error) {
+func NewTimeLimiter(cfg TimeLimiterConfig, opts ...TimeLimiterOption) (*TimeLimiter, error) {
 	if cfg.Timeout < 0 {
 		return nil, &sluice.ConfigError{Rule: RuleNegativeTimeout, Bandwidth: -1,
 			Field: "Timeout", Value: cfg.Timeout.String(), Msg: "must not be negative"}
 	}
-	return &TimeLimiter{cfg: cfg, newTimer: realTimer}, nil
+	l := &TimeLimiter{cfg: cfg, newTimer: realTimer}
+	for _, opt := range opts {
+		opt(l)
+	}
+	return l, nil
 }
 
 // Config returns the limiter's configuration.

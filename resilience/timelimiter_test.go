@@ -29,13 +29,26 @@ func (f *fakeTimer) newTimer(d time.Duration) (<-chan time.Time, func() bool) {
 
 func newTestLimiter(t *testing.T, cfg TimeLimiterConfig) (*TimeLimiter, *fakeTimer) {
 	t.Helper()
-	l, err := NewTimeLimiter(cfg)
+	ft := newFakeTimer()
+	l, err := NewTimeLimiter(cfg, WithTimer(ft.newTimer))
 	if err != nil {
 		t.Fatalf("NewTimeLimiter(%+v) = %v", cfg, err)
 	}
-	ft := newFakeTimer()
-	l.newTimer = ft.newTimer
 	return l, ft
+}
+
+func TestWithTimerNilKeepsDefault(t *testing.T) {
+	l, err := NewTimeLimiter(TimeLimiterConfig{Timeout: time.Minute}, WithTimer(nil))
+	if err != nil {
+		t.Fatalf("NewTimeLimiter(WithTimer(nil)) = %v", err)
+	}
+	if l.newTimer == nil {
+		t.Fatal("NewTimeLimiter(WithTimer(nil)) has no timer, want time.NewTimer")
+	}
+	v, err := Call(context.Background(), l, func(context.Context) (int, error) { return 5, nil })
+	if v != 5 || err != nil {
+		t.Errorf("Call = %d, %v; want 5, nil", v, err)
+	}
 }
 
 func TestCallReturnsInTime(t *testing.T) {

@@ -37,7 +37,7 @@ type command struct {
 // commands returns the subcommands, in the order usage lists them.
 func commands() []command {
 	return []command{
-		{"conformance", "run conformance vector files against a bucket", runConformance},
+		{"conformance", "run conformance vector files against the buckets and limiters", runConformance},
 		{"demo", "throttle a burst of requests with a token bucket, in real time", runDemo},
 		{"help", "show this help, or a command's flags: sluice help COMMAND", runHelp},
 	}

@@ -10,10 +10,10 @@ import (
 
 func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("conformance", "[--store URL] [-v] PATH...",
-		"Conformance runs vector files (PATH is a *.json file or a directory of them) against a\n"+
-			"bucket, prints every failing step, and ends with the line \"N passed, M failed, K skipped\".\n"+
-			"It fails when any case fails.", stderr)
-	store := fs.String("store", "", "the `URL` of the store to test; empty or mem:// is the local in-memory bucket")
+		"Conformance runs vector files (PATH is a *.json file or a directory of them) against\n"+
+			"sluice's buckets and limiters, prints every failing step, and ends with the line\n"+
+			"\"N passed, M failed, K skipped\". It fails when any case fails.", stderr)
+	store := fs.String("store", "", "the `URL` of the store to test; empty or mem:// is the local in-memory target")
 	verbose := fs.Bool("v", false, "also print passed and skipped cases")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -44,7 +44,7 @@ func targetFor(store string) (conformance.Target, error) {
 	if store == "" || store == "mem://" {
 		return conformance.Local{}, nil
 	}
-	return nil, fmt.Errorf("sluice conformance: store %q is not available yet: only the local in-memory bucket (mem://) can be tested", store)
+	return nil, fmt.Errorf("sluice conformance: store %q is not available yet: only the local in-memory target (mem://) can be tested", store)
 }
 
 // printReport prints every failure, and with verbose every case, then the

@@ -1,0 +1,221 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// limiterOps are the operations of keyed limiters. Every step acts on
+// limiterKey.
+var limiterOps = opTable{of: "a limiter", ops: map[string]opSpec{
+	"consume": {
+		returns: []field{flag("accepted"), num("remaining"), num("retry_after"), num("limit")},
+		bind: withCount("tokens", 1, func(ctx context.Context, e *env, n int64) ([]any, error) {
+			r, err := e.limiter.AllowN(ctx, limiterKey, n)
+			return []any{r.Allowed, r.Remaining, int64(r.RetryAfter), r.Limit}, err
+		}),
+	},
+	"reserve": {returns: []field{num("wait")}, bind: bindLimiterReserve},
+	"reset": {bind: func(*stepDoc) (call, error) {
+		return func(ctx context.Context, e *env) ([]any, error) {
+			return nil, e.limiter.Reset(ctx, limiterKey)
+		}, nil
+	}},
+}}
+
+// bindLimiterReserve binds a limiter's reserve: an absent max_wait is no
+// bound (sluice.Never).
+func bindLimiterReserve(d *stepDoc) (call, error) {
+	maxWait := sluice.Never
+	if d.MaxWait != nil {
+		maxWait = time.Duration(*d.MaxWait)
+	}
+	return withTokens(func(ctx context.Context, e *env, n int64) ([]any, error) {
+		w, err := e.limiter.Reserve(ctx, limiterKey, n, maxWait)
+		return []any{int64(w)}, err
+	})(d)
+}
+
+// rateLimiterOps are the operations of the resilience4j policy. acquire
+// sleeps on the case's fake clock, which records what it waited.
+var rateLimiterOps = opTable{of: "a resilience4j limiter", ops: map[string]opSpec{
+	"acquire": {
+		returns: []field{flag("acquired"), num("waited")},
+		bind: withCount("permits", 1, func(ctx context.Context, e *env, n int64) ([]any, error) {
+			before := e.clock.Slept()
+			ok, err := e.rate.AcquirePermission(ctx, n)
+			return []any{ok, int64(e.clock.Slept() - before)}, err
+		}),
+	},
+	"reserve": {
+		returns: []field{num("wait")},
+		bind: withCount("permits", 0, func(_ context.Context, e *env, n int64) ([]any, error) {
+			w, err := e.rate.ReservePermission(n)
+			return []any{int64(w)}, err
+		}),
+	},
+	"available": {returns: scalarNumber, bind: func(*stepDoc) (call, error) {
+		return func(_ context.Context, e *env) ([]any, error) {
+			return []any{e.rate.AvailablePermissions()}, nil
+		}, nil
+	}},
+	"nanos_to_wait": {returns: scalarNumber, bind: func(*stepDoc) (call, error) {
+		return func(_ context.Context, e *env) ([]any, error) {
+			return []any{int64(e.rate.NanosToWait())}, nil
+		}, nil
+	}},
+	"drain": {bind: func(*stepDoc) (call, error) {
+		return func(_ context.Context, e *env) ([]any, error) { e.rate.Drain(); return nil, nil }, nil
+	}},
+	"change_limit_for_period": {bind: func(d *stepDoc) (call, error) {
+		if d.Limit == nil {
+			return nil, errors.New("limit is missing")
+		}
+		n := int64(*d.Limit)
+		return func(_ context.Context, e *env) ([]any, error) {
+			return nil, e.rate.ChangeLimitForPeriod(n)
+		}, nil
+	}},
+	"change_timeout": {bind: func(d *stepDoc) (call, error) {
+		if d.Timeout == nil {
+			return nil, errors.New("timeout is missing")
+		}
+		t := time.Duration(*d.Timeout)
+		return func(_ context.Context, e *env) ([]any, error) {
+			return nil, e.rate.ChangeTimeout(t)
+		}, nil
+	}},
+}}
+
+// smoothOps are the operations of the smooth policies. Both sleep on the
+// case's fake clock, which records what they waited.
+var smoothOps = opTable{of: "a smooth limiter", ops: map[string]opSpec{
+	"acquire": {
+		returns: []field{num("waited")},
+		bind: withCount("permits", 1, func(ctx context.Context, e *env, n int64) ([]any, error) {
+			before := e.clock.Slept()
+			d, err := e.smooth.Acquire(ctx, n)
+			slept := e.clock.Slept() - before
+			if err == nil && d != slept {
+				err = fmt.Errorf("conformance: smooth acquire returned %v but slept %v", d, slept)
+			}
+			return []any{int64(slept)}, err
+		}),
+	},
+	"try_acquire": {returns: scalarBool, bind: func(d *stepDoc) (call, error) {
+		if d.Timeout == nil {
+			return nil, errors.New("timeout is missing")
+		}
+		timeout := time.Duration(*d.Timeout)
+		return withCount("permits", 0, func(ctx context.Context, e *env, n int64) ([]any, error) {
+			ok, err := e.smooth.TryAcquire(ctx, n, timeout)
+			return []any{ok}, err
+		})(d)
+	}},
+}}
+
+// timeLimiterOps are the operations of the time_limiter policy.
+var timeLimiterOps = opTable{of: "a time_limiter", ops: map[string]opSpec{
+	"call": {
+		returns: []field{oneOf("result", "success", "timeout", "error"), num("waited"), flag("cancelled")},
+		bind:    bindCall,
+	},
+}}
+
+func bindCall(d *stepDoc) (call, error) {
+	switch {
+	case d.Task == nil:
+		return nil, errors.New("task is missing")
+	case *d.Task < 0:
+		return nil, fmt.Errorf("task %v is negative", time.Duration(*d.Task))
+	case d.Outcome == nil:
+		return nil, errors.New("outcome is missing")
+	case *d.Outcome != "value" && *d.Outcome != "error":
+		return nil, fmt.Errorf("outcome %q is neither value nor error", *d.Outcome)
+	}
+	task, fails := time.Duration(*d.Task), *d.Outcome == "error"
+	return func(ctx context.Context, e *env) ([]any, error) {
+		return e.timeLimit.call(ctx, e.clock, task, fails)
+	}, nil
+}
+
+// errTask is the error of a simulated call whose outcome is "error".
+var errTask = errors.New("conformance: the call failed")
+
+// timeLimit is a case's time limiter, whose timer fires on the case's fake
+// clock: a call is simulated by a function that runs for its task's
+// duration on the fake clock, or, when that is longer than the timeout,
+// runs until the timeout, fires the timer and then waits to be cancelled
+// or abandoned. So every call's outcome is decided by the durations alone,
+// whatever the scheduler does: a task of at most the timeout succeeds
+// (or fails) after its duration, a longer one times out after exactly the
+// timeout.
+type timeLimit struct {
+	l *resilience.TimeLimiter
+	// fire is the current call's timer channel. Calls of a case run one at
+	// a time; the call sets it before Call starts the timer.
+	fire chan time.Time
+}
+
+// newTimer is the time limiter's timer: resilience.WithTimer(newTimer).
+func (t *timeLimit) newTimer(time.Duration) (<-chan time.Time, func() bool) {
+	return t.fire, func() bool { return true }
+}
+
+// call runs one simulated call of task on clock, failing when fails, and
+// returns the result ("success", "timeout" or "error"), the fake time the
+// caller waited and whether the task's context was cancelled while it
+// ran. A call whose timeout is 0 never runs its task.
+func (t *timeLimit) call(ctx context.Context, clock *sluice.FakeClock, task time.Duration, fails bool) ([]any, error) {
+	timeout := t.l.Config().Timeout
+	fire := make(chan time.Time, 1)
+	t.fire = fire
+	release := make(chan struct{}) // closed once Call has returned
+	cancelled := make(chan bool, 1)
+	var fired atomic.Bool
+	start := clock.Now()
+	_, err := resilience.Call(ctx, t.l, func(ctx context.Context) (struct{}, error) {
+		if task <= timeout {
+			if err := clock.Sleep(ctx, task); err != nil {
+				return struct{}{}, err
+			}
+			if fails {
+				return struct{}{}, errTask
+			}
+			return struct{}{}, nil
+		}
+		_ = clock.Sleep(ctx, timeout)
+		fired.Store(true)
+		fire <- time.Time{}
+		select {
+		case <-ctx.Done():
+		case <-release:
+		}
+		// Call cancels ctx, if it does, before it returns.
+		cancelled <- ctx.Err() != nil
+		return struct{}{}, nil
+	})
+	waited := clock.Now() - start
+	close(release)
+	result := "success"
+	switch {
+	case err == nil:
+	case errors.Is(err, errTask):
+		result = "error"
+	case errors.Is(err, resilience.ErrTimeout):
+		result = "timeout"
+	default:
+		return nil, err
+	}
+	wasCancelled := false
+	if result == "timeout" && fired.Load() {
+		wasCancelled = <-cancelled
+	}
+	return []any{result, waited, wasCancelled}, nil
+}

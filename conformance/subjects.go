@@ -1,0 +1,148 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/resilience"
+	"github.com/sluicehq/sluice/smooth"
+)
+
+// subject is what a case builds and runs its steps on: a bucket, a keyed
+// limiter or a compatibility limiter.
+type subject interface {
+	// what names it in messages: "bucket" or "limiter".
+	what() string
+	// ops are the operations its steps may call.
+	ops() opTable
+	// build builds it on target, on e.clock, and puts it in e. skip says
+	// why target cannot build it ("" when it can); err is the error of
+	// building it.
+	build(ctx context.Context, target Target, e *env) (skip string, err error)
+}
+
+// bucketSubject is a case's BUCKET.
+type bucketSubject struct {
+	config sluice.Config
+	millis bool // the bucket's clock reads whole milliseconds
+}
+
+func (*bucketSubject) what() string { return "bucket" }
+func (*bucketSubject) ops() opTable { return bucketOps }
+
+func (b *bucketSubject) build(ctx context.Context, target Target, e *env) (string, error) {
+	var clock sluice.Clock = e.clock
+	if b.millis {
+		clock = sluice.Millis(e.clock)
+	}
+	bk, err := target.NewBucket(ctx, b.config, clock, e.clock)
+	if err != nil {
+		return "", err
+	}
+	e.bucket = bk
+	e.blocking, _ = bk.(BlockingBucket)
+	return "", nil
+}
+
+// limiterKey is the one key every step of a limiter case uses.
+const limiterKey = "conformance"
+
+// limiterSubject is a case's LIMITER of a keyed policy: the window and
+// leaky policies, no_limit, compound and sluice's gcra and shaper.
+type limiterSubject struct{ policy sluice.Policy }
+
+func (*limiterSubject) what() string { return "limiter" }
+func (*limiterSubject) ops() opTable { return limiterOps }
+
+func (l *limiterSubject) build(ctx context.Context, target Target, e *env) (string, error) {
+	lt, ok := target.(LimiterTarget)
+	if !ok {
+		return fmt.Sprintf("target %s has no keyed limiters", target.Name()), nil
+	}
+	lim, err := lt.NewLimiter(ctx, l.policy, e.clock, e.clock)
+	e.limiter = lim
+	return "", err
+}
+
+// compatTarget returns target as a CompatTarget, or why it is not one.
+func compatTarget(target Target, policy string) (CompatTarget, string) {
+	ct, ok := target.(CompatTarget)
+	if !ok {
+		return nil, fmt.Sprintf("target %s does not run the compatibility policies: %s is local-only", target.Name(), policy)
+	}
+	return ct, ""
+}
+
+// rateLimiterSubject is the resilience4j policy.
+type rateLimiterSubject struct{ cfg resilience.Config }
+
+func (*rateLimiterSubject) what() string { return "limiter" }
+func (*rateLimiterSubject) ops() opTable { return rateLimiterOps }
+
+func (r *rateLimiterSubject) build(ctx context.Context, target Target, e *env) (string, error) {
+	ct, skip := compatTarget(target, "resilience4j")
+	if ct == nil {
+		return skip, nil
+	}
+	rl, err := ct.NewRateLimiter(ctx, r.cfg, resilience.WithClock(e.clock), resilience.WithSleeper(e.clock))
+	e.rate = rl
+	return "", err
+}
+
+// timeLimiterSubject is the time_limiter policy.
+type timeLimiterSubject struct{ cfg resilience.TimeLimiterConfig }
+
+func (*timeLimiterSubject) what() string { return "limiter" }
+func (*timeLimiterSubject) ops() opTable { return timeLimiterOps }
+
+func (t *timeLimiterSubject) build(ctx context.Context, target Target, e *env) (string, error) {
+	ct, skip := compatTarget(target, "time_limiter")
+	if ct == nil {
+		return skip, nil
+	}
+	tl := &timeLimit{}
+	l, err := ct.NewTimeLimiter(ctx, t.cfg, resilience.WithTimer(tl.newTimer))
+	if err != nil {
+		return "", err
+	}
+	tl.l = l
+	e.timeLimit = tl
+	return "", nil
+}
+
+// smoothSubject is the smooth_bursty or smooth_warming_up policy.
+type smoothSubject struct {
+	warm             bool // smooth_warming_up; smooth_bursty otherwise
+	permitsPerSecond float64
+	maxBurstSeconds  float64 // smooth_bursty
+	warmup           time.Duration
+	coldFactor       float64 // smooth_warming_up
+}
+
+func (*smoothSubject) what() string { return "limiter" }
+func (*smoothSubject) ops() opTable { return smoothOps }
+
+func (s *smoothSubject) build(ctx context.Context, target Target, e *env) (string, error) {
+	name := "smooth_bursty"
+	if s.warm {
+		name = "smooth_warming_up"
+	}
+	ct, skip := compatTarget(target, name)
+	if ct == nil {
+		return skip, nil
+	}
+	opts := []smooth.Option{smooth.WithClock(e.clock), smooth.WithSleeper(e.clock)}
+	var (
+		rl  *smooth.RateLimiter
+		err error
+	)
+	if s.warm {
+		rl, err = ct.NewWarmingUp(ctx, s.permitsPerSecond, s.warmup, append(opts, smooth.WithColdFactor(s.coldFactor))...)
+	} else {
+		rl, err = ct.NewBursty(ctx, s.permitsPerSecond, append(opts, smooth.WithMaxBurstSeconds(s.maxBurstSeconds))...)
+	}
+	e.smooth = rl
+	return "", err
+}

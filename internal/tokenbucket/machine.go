@@ -53,8 +53,16 @@ func (m Single) Peek(s *BandwidthState, exists bool, now, n int64) policy.Result
 }
 
 // Reserve takes n tokens now that will be there within maxWait, overdrawing.
+// More than the capacity is refused (RetryAfter Never), as Consume refuses
+// it.
 func (m Single) Reserve(s *BandwidthState, exists bool, now, n, maxWait int64) (policy.Result, bool) {
 	st := m.load(s, exists, now)
+	if code := m.check(n); code == policy.OK && n > m.cfg.Bandwidths[0].Capacity {
+		// A meter cannot hold more than its size, now or later.
+		Refill(m.cfg, st, now)
+		res := result(m.cfg, st, now, false, n)
+		return res, false
+	}
 	res, changed := reserve(m.cfg, st, now, n, maxWait, m.check(n))
 	if changed {
 		*s = st[0]
@@ -64,7 +72,10 @@ func (m Single) Reserve(s *BandwidthState, exists bool, now, n, maxWait int64) (
 
 // ExpiresAt is when the bandwidth is full again, counted from its last
 // refill: from then on a new bucket would do as well (or be stricter, if
-// it starts with fewer initial tokens).
+// it starts with fewer initial tokens). An intervally bandwidth also keeps
+// its refill grid, anchored at the key's first use, for as long as
+// Symfony keeps a token bucket after its last use (the time to refill it
+// from empty), plus the period the last refill may lie behind that use.
 func (m Single) ExpiresAt(s *BandwidthState) int64 {
 	return expiresAt(m.cfg, State{*s})
 }
@@ -267,12 +278,17 @@ func reserve(cfg *Config, st State, now, n, maxWait int64, code policy.Code) (po
 }
 
 // expiresAt is the time every bandwidth of st is full, measured from each
-// bandwidth's last refill.
+// bandwidth's last refill, and for intervally bandwidths no earlier than
+// their grid is worth keeping (see Single.ExpiresAt).
 func expiresAt(cfg *Config, st State) int64 {
 	var at int64 = -Never - 1
 	for i := range cfg.Bandwidths {
-		s := st[i]
-		at = max(at, satAdd(s.LastRefill, timeToFull(&cfg.Bandwidths[i], &s, s.LastRefill)))
+		bw, s := &cfg.Bandwidths[i], st[i]
+		at = max(at, satAdd(s.LastRefill, timeToFull(bw, &s, s.LastRefill)))
+		if bw.Intervally {
+			periods := (bw.Capacity-1)/bw.RefillTokens + 2 // ceil(capacity/r) + 1
+			at = max(at, satAdd(s.LastRefill, policy.SatMul(periods, bw.Period)))
+		}
 	}
 	return at
 }

@@ -148,23 +148,24 @@ func TestReserve(t *testing.T) {
 		{name: "queue full", op: "reserve", now: 0, n: 1, maxWait: 50,
 			want:      policy.Result{Remaining: 0, RetryAfter: 10, ResetAfter: 100, Limit: 2},
 			wantParts: [][]byte{windowPart(0, 2), spacerPart(20)}},
-		// The window grants it in the next window, at 100; the spacer at 20.
+		// The window grants it in the next window, at 100, spending the one
+		// place left in this one (hits 2+1+2 = 5); the spacer at 20.
 		{name: "waits 85 for the window", op: "reserve", now: 15, n: 2, maxWait: 100,
 			want:      policy.Result{Allowed: true, Remaining: 0, ResetAfter: 185, Limit: 3, Wait: 85},
-			wantParts: [][]byte{windowPart(0, 4), spacerPart(40)}},
+			wantParts: [][]byte{windowPart(0, 5), spacerPart(40)}},
 		// Both refuse: the window's 85 is the longer.
 		{name: "both refuse", op: "reserve", now: 15, n: 1, maxWait: 50,
 			want:      policy.Result{Remaining: 0, RetryAfter: 85, ResetAfter: 185, Limit: 3},
-			wantParts: [][]byte{windowPart(0, 4), spacerPart(40)}},
+			wantParts: [][]byte{windowPart(0, 5), spacerPart(40)}},
 		{name: "negative max wait", op: "reserve", now: 15, n: 1, maxWait: -1,
 			want:      policy.Result{Code: policy.NonPositiveMaxWait},
-			wantParts: [][]byte{windowPart(0, 4), spacerPart(40)}},
+			wantParts: [][]byte{windowPart(0, 5), spacerPart(40)}},
 		{name: "zero tokens", op: "reserve", now: 15, n: 0, maxWait: 1,
 			want:      policy.Result{Code: policy.NonPositiveTokens},
-			wantParts: [][]byte{windowPart(0, 4), spacerPart(40)}},
+			wantParts: [][]byte{windowPart(0, 5), spacerPart(40)}},
 		{name: "above the window's limit", op: "reserve", now: 15, n: 4, maxWait: never,
 			want:      policy.Result{Code: policy.TokensAboveLimit},
-			wantParts: [][]byte{windowPart(0, 4), spacerPart(40)}},
+			wantParts: [][]byte{windowPart(0, 5), spacerPart(40)}},
 	})
 }
 

@@ -5,9 +5,17 @@
 // Unlike Symfony, times are exact nanoseconds (no whole-second rounding),
 // a window ends exactly at start+Interval, and reserved tokens are debt
 // that later windows repay, instead of being forgotten at the next window.
+// A reservation that does not fit in the room left in a window waits for
+// the next one and spends that room, so no window ever serves more than
+// Limit tokens.
 package fixedwindow
 
-import "github.com/sluicehq/sluice/internal/policy"
+import (
+	"fmt"
+	"math/bits"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
 
 // Config is a validated fixed window: Limit > 0 tokens per Interval > 0 ns.
 type Config struct {
@@ -25,24 +33,61 @@ type State struct {
 
 var _ policy.Machine[State] = Config{}
 
+// The arithmetic below is exact for every int64 time and count: windows
+// are counted in uint64 from the state's start, and times are compared
+// through 128-bit products, so nothing wraps near the ends of the time
+// line.
+
+// windowsOf is the number of windows the hits occupy, at least one.
+func (c Config) windowsOf(hits int64) uint64 {
+	return max(ceilDiv(uint64(hits), uint64(c.Limit)), 1)
+}
+
 // roll moves s forward to the window that holds now. A window whose
 // tokens, debt included, are all spent by now is replaced by a fresh one
-// anchored at now, as Symfony anchors a window at its first hit.
+// anchored at now, as Symfony anchors a window at its first hit. A clock
+// that went back stays in the current window.
 func (c Config) roll(s *State, exists bool, now int64) {
 	if !exists {
 		*s = State{Start: now}
 		return
 	}
-	if now < policy.SatAdd(s.Start, c.Interval) {
-		return // still in the window (or the clock went back)
-	}
-	k := (now - s.Start) / c.Interval
-	if carry := s.Hits - policy.SatMul(k, c.Limit); carry > 0 {
-		s.Start += k * c.Interval
-		s.Hits = carry
+	if now < s.Start {
 		return
 	}
-	*s = State{Start: now}
+	d := uint64(now) - uint64(s.Start)
+	if d < uint64(c.Interval) {
+		return
+	}
+	k := d / uint64(c.Interval)
+	if k >= ceilDiv(uint64(s.Hits), uint64(c.Limit)) {
+		*s = State{Start: now}
+		return
+	}
+	// k < ceil(Hits/Limit), so k·Limit < Hits; and k·Interval ≤ d.
+	s.Start = int64(uint64(s.Start) + k*uint64(c.Interval))
+	s.Hits -= int64(k) * c.Limit
+}
+
+// until is the time from now to the start of window j of s, clamped to
+// [0, Never].
+func (c Config) until(s *State, j uint64, now int64) int64 {
+	hi, lo := bits.Mul64(j, uint64(c.Interval))
+	var borrow, carry uint64
+	if s.Start >= now {
+		lo, carry = bits.Add64(lo, uint64(s.Start)-uint64(now), 0)
+		hi += carry
+	} else {
+		lo, borrow = bits.Sub64(lo, uint64(now)-uint64(s.Start), 0)
+		hi, borrow = bits.Sub64(hi, 0, borrow)
+		if borrow != 0 {
+			return 0
+		}
+	}
+	if hi != 0 || lo > policy.Never {
+		return policy.Never
+	}
+	return int64(lo)
 }
 
 // result describes s at now after a decision.
@@ -51,7 +96,7 @@ func (c Config) result(s *State, now int64, allowed bool, retryAfter int64) poli
 		Allowed:    allowed,
 		Remaining:  max(c.Limit-s.Hits, 0),
 		RetryAfter: retryAfter,
-		ResetAfter: max(c.ExpiresAt(s)-now, 0),
+		ResetAfter: c.until(s, c.windowsOf(s.Hits), now),
 		Limit:      c.Limit,
 	}
 }
@@ -74,23 +119,18 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 	}
 	next := *s
 	c.roll(&next, exists, now)
-	if next.Hits+n > c.Limit {
-		return c.result(&next, now, false, c.waitFor(&next, now, n)), false
+	if j := c.window(&next, n); j > 0 {
+		return c.result(&next, now, false, c.until(&next, j, now)), false
 	}
 	next.Hits += n
 	*s = next
 	return c.result(s, now, true, 0), true
 }
 
-// waitFor is the time from now until n more tokens fit: the start of the
-// first window whose share of the hits leaves room for them.
-func (c Config) waitFor(s *State, now, n int64) int64 {
-	if s.Hits+n <= c.Limit {
-		return 0
-	}
-	// Window j (0 = current) has room when Hits+n ≤ (j+1)·Limit.
-	j := policy.CeilDiv(s.Hits+n, c.Limit) - 1
-	return max(policy.SatAdd(s.Start, policy.SatMul(j, c.Interval))-now, 0)
+// window is the first window (0 = current) with room for n more tokens:
+// window j has room when Hits+n ≤ (j+1)·Limit.
+func (c Config) window(s *State, n int64) uint64 {
+	return ceilDiv(uint64(s.Hits)+uint64(n), uint64(c.Limit)) - 1
 }
 
 // Peek answers as Consume would, taking nothing.
@@ -102,6 +142,11 @@ func (c Config) Peek(s *State, exists bool, now, n int64) policy.Result {
 
 // Reserve takes n tokens in the first window that has room for them, if
 // that window starts within maxWait.
+//
+// All n tokens are used in that window. Room left in the windows before it
+// cannot be handed out any more without overfilling it, so that room is
+// spent: the price of one counter, which keeps every window at most Limit.
+// Hits that would not fit in an int64 are refused with RetryAfter Never.
 func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Result, bool) {
 	if code := c.check(n); code != policy.OK {
 		return policy.Result{Code: code}, false
@@ -111,21 +156,47 @@ func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Re
 	}
 	next := *s
 	c.roll(&next, exists, now)
-	wait := c.waitFor(&next, now, n)
-	if wait > maxWait {
+	j := c.window(&next, n)
+	var wait int64
+	if j > 0 {
+		wait = c.until(&next, j, now)
+	}
+	hi, base := bits.Mul64(j, uint64(c.Limit))
+	if hi != 0 || base < uint64(next.Hits) {
+		base = uint64(next.Hits)
+	}
+	hits := base + uint64(n)
+	switch {
+	case hits > policy.Never || hits < base || wait == policy.Never:
+		// The hits would not fit in an int64, or the window starts past
+		// the end of the time line.
+		return c.result(&next, now, false, policy.Never), false
+	case wait > maxWait:
 		return c.result(&next, now, false, wait), false
 	}
-	next.Hits += n
+	next.Hits = int64(hits)
 	*s = next
 	res := c.result(s, now, true, 0)
 	res.Wait = wait
 	return res, true
 }
 
-// ExpiresAt is the end of the last window that holds any of the hits.
+// ExpiresAt is the end of the last window that holds any of the hits,
+// saturating at the ends of the int64 time line.
 func (c Config) ExpiresAt(s *State) int64 {
-	windows := max(policy.CeilDiv(s.Hits, c.Limit), 1)
-	return policy.SatAdd(s.Start, policy.SatMul(windows, c.Interval))
+	hi, lo := bits.Mul64(c.windowsOf(s.Hits), uint64(c.Interval))
+	if hi != 0 || lo > policy.Never {
+		return policy.Never
+	}
+	return policy.SatAdd(s.Start, int64(lo))
+}
+
+func ceilDiv(a, b uint64) uint64 {
+	q := a / b
+	if a%b != 0 {
+		q++
+	}
+	return q
 }
 
 // Quota is the tokens per window.
@@ -146,6 +217,9 @@ func (c Config) DecodeState(src []byte, s *State) error {
 	var st State
 	if err := policy.ReadInts(rest, &st.Start, &st.Hits); err != nil {
 		return err
+	}
+	if st.Hits < 0 {
+		return fmt.Errorf("%w: fixed window hits %d, want at least 0", policy.ErrBadState, st.Hits)
 	}
 	*s = st
 	return nil

@@ -28,6 +28,56 @@ fi
 staticcheck ./...
 (cd bench && staticcheck ./...)
 
+step test servers
+# internal/testserver starts throwaway Redis, PostgreSQL and MariaDB servers
+# for the store tests; without them those tests skip, or fail under CI=true.
+# has looks for a binary where testserver does: PATH, the sbin directories
+# and /usr/lib/postgresql/*/bin.
+has() {
+	local d IFS=:
+	for d in $PATH:/usr/local/sbin:/usr/sbin:/sbin; do
+		[ -n "$d" ] && [ -f "$d/$1" ] && [ -x "$d/$1" ] && return 0
+	done
+	for d in /usr/lib/postgresql/*/bin; do
+		[ -f "$d/$1" ] && [ -x "$d/$1" ] && return 0
+	done
+	return 1
+}
+missing_packages() { # the Debian packages of the binaries not found
+	has redis-server || echo redis-server
+	{ has initdb && has postgres; } || echo postgresql
+	{ has mariadbd && has mariadb-install-db; } || echo mariadb-server
+	has mariadb || echo mariadb-client
+}
+mapfile -t missing < <(missing_packages)
+if [ ${#missing[@]} -eq 0 ]; then
+	echo "all installed"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+	echo "installing ${missing[*]}"
+	aptlog=$(mktemp)
+	if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -q --no-install-recommends "${missing[@]}"; } >"$aptlog" 2>&1; then
+		cat "$aptlog"; rm -f "$aptlog"
+		echo "apt-get install ${missing[*]} failed; see its output above"; exit 1
+	fi
+	rm -f "$aptlog"
+	mapfile -t still < <(missing_packages)
+	if [ ${#still[@]} -gt 0 ]; then
+		echo "installed ${missing[*]}, but the binaries of ${still[*]} are still not found"; exit 1
+	fi
+elif [ "${CI:-}" = true ]; then
+	echo "CI=true but these Debian packages are missing and cannot be installed"
+	echo "without root and apt-get: ${missing[*]}"; exit 1
+else
+	echo "not installed: ${missing[*]}; the tests that need them will skip"
+fi
+# Postgres refuses to run as root, so as root testserver runs it as the
+# user postgres, which the Debian package creates.
+if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
+	echo "creating the system user postgres"
+	useradd --system --user-group --no-create-home --shell /usr/sbin/nologin postgres
+fi
+
 step go test -race
 go test -race -count=1 ./...
 

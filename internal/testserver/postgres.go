@@ -1,0 +1,234 @@
+package testserver
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// StartPostgres initializes a PostgreSQL cluster under os.TempDir, with
+// trust authentication and the superuser "postgres", starts it on a free
+// 127.0.0.1 port with fsync off, and waits until it accepts a session. It
+// returns the server's URL,
+// "postgres://postgres@127.0.0.1:PORT/postgres?sslmode=disable", and stop,
+// which shuts the server down (immediate mode), waits for it and removes
+// its directory. Start-up is bounded by ctx and by one minute.
+//
+// As root, initdb and postgres run as the system user "postgres". If they
+// or that user are missing, the error is a *MissingError.
+func StartPostgres(ctx context.Context) (url string, stop func() error, err error) {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	initdb, postgres, err := lookPostgres()
+	if err != nil {
+		return "", nil, err
+	}
+	var as *runAs
+	if os.Geteuid() == 0 {
+		if as, err = postgresUser(); err != nil {
+			return "", nil, err
+		}
+	}
+	dir, err := tempDir("postgres")
+	if err != nil {
+		return "", nil, err
+	}
+	if as != nil {
+		if err := os.Chown(dir, int(as.uid), int(as.gid)); err != nil {
+			stopAll(dir)
+			return "", nil, fmt.Errorf("testserver: %w", err)
+		}
+	}
+	data := filepath.Join(dir, "data")
+	if err := runInitdb(ctx, initdb, dir, data, as); err != nil {
+		stopAll(dir)
+		return "", nil, err
+	}
+	p, port, err := startOnFreePort(ctx,
+		func(port int) (*process, error) {
+			cmd := exec.Command(postgres,
+				"-D", data,
+				"-k", dir,
+				"-p", strconv.Itoa(port),
+				"-c", "listen_addresses=127.0.0.1",
+				"-c", "fsync=off",
+				"-c", "full_page_writes=off",
+				"-c", "synchronous_commit=off",
+			)
+			cmd.Dir = dir
+			cmd.Env = postgresEnv()
+			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			logPath := filepath.Join(dir, fmt.Sprintf("postgres-%d.log", port))
+			// SIGQUIT is the immediate shutdown: the postmaster stops
+			// its children, waits for them and frees its shared memory.
+			return launch(cmd, "postgres", addr, logPath, "database system is ready to accept connections", as, syscall.SIGQUIT, syscall.SIGQUIT)
+		},
+		startPostgresSession)
+	if err != nil {
+		stopAll(dir)
+		return "", nil, err
+	}
+	url = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	return url, func() error { return stopAll(dir, p.stop) }, nil
+}
+
+// lookPostgres finds initdb and postgres in one directory, so they are of
+// one version: in PATH, or else in /usr/lib/postgresql/*/bin, the newest
+// version first.
+func lookPostgres() (initdb, postgres string, err error) {
+	lib, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	version := func(dir string) int {
+		major, _, _ := strings.Cut(filepath.Base(filepath.Dir(dir)), ".")
+		v, _ := strconv.Atoi(major)
+		return v
+	}
+	slices.SortFunc(lib, func(a, b string) int { return version(b) - version(a) })
+	if p, ok := findInDirs(append(pathDirs(), lib...), "initdb", "postgres"); ok {
+		return p[0], p[1], nil
+	}
+	return "", "", &MissingError{What: "initdb and postgres", Where: "PATH or /usr/lib/postgresql/*/bin", Package: "postgresql"}
+}
+
+// postgresUser is the user "postgres", for running Postgres as root.
+func postgresUser() (*runAs, error) {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, &MissingError{What: `user "postgres" (Postgres refuses to run as root)`, Where: "the user database", Package: "postgresql"}
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, fmt.Errorf("testserver: user postgres: %w", err)
+	}
+	return &runAs{uid: uint32(uid), gid: uint32(gid)}, nil
+}
+
+// postgresEnv is the environment without the PG variables that would
+// override the command line or the locale.
+func postgresEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PG") && !strings.HasPrefix(kv, "LC_") && !strings.HasPrefix(kv, "LANG") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "LC_ALL=C")
+}
+
+// runInitdb creates the cluster in data, with its log in dir.
+func runInitdb(ctx context.Context, initdb, dir, data string, as *runAs) error {
+	cmd := exec.CommandContext(ctx, initdb,
+		"-D", data,
+		"-A", "trust",
+		"-U", "postgres",
+		"-E", "UTF8",
+		"--locale=C",
+		"--no-sync",
+	)
+	cmd.Dir = dir
+	cmd.Env = postgresEnv()
+	logPath := filepath.Join(dir, "initdb.log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return fmt.Errorf("testserver: %w", err)
+	}
+	defer f.Close()
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = sysProcAttr(as, syscall.SIGKILL)
+	if err := startCmd(cmd); err != nil {
+		return fmt.Errorf("testserver: start initdb: %w", err)
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("testserver: initdb: %w%s", err, logTail("initdb", logPath))
+	}
+	return nil
+}
+
+// startPostgresSession opens a session as postgres on database postgres
+// at addr, reads up to ReadyForQuery and ends it. It fails while the
+// server is still starting up (SQLSTATE 57P03).
+func startPostgresSession(ctx context.Context, addr string) error {
+	c, err := dial(ctx, addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	// StartupMessage: length, protocol 3.0, then name/value pairs.
+	var msg []byte
+	msg = binary.BigEndian.AppendUint32(msg, 0)
+	msg = binary.BigEndian.AppendUint32(msg, 3<<16)
+	for _, s := range []string{"user", "postgres", "database", "postgres", ""} {
+		msg = append(append(msg, s...), 0)
+	}
+	binary.BigEndian.PutUint32(msg, uint32(len(msg)))
+	if _, err := c.Write(msg); err != nil {
+		return err
+	}
+	r := bufio.NewReader(c)
+	for {
+		typ, body, err := readPostgresMessage(r)
+		if err != nil {
+			return err
+		}
+		switch typ {
+		case 'R': // Authentication…: 0 is AuthenticationOk
+			if len(body) < 4 || binary.BigEndian.Uint32(body) != 0 {
+				return fmt.Errorf("postgres asks for authentication %x, want trust", body)
+			}
+		case 'E':
+			return fmt.Errorf("postgres: %s", postgresError(body))
+		case 'Z': // ReadyForQuery
+			_, err := c.Write([]byte{'X', 0, 0, 0, 4}) // Terminate
+			return err
+		}
+		// ParameterStatus, BackendKeyData and NoticeResponse are skipped.
+	}
+}
+
+// readPostgresMessage reads one backend message: a type byte, a length
+// that counts itself, and the body.
+func readPostgresMessage(r *bufio.Reader) (byte, []byte, error) {
+	var hdr [5]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[1:])
+	if n < 4 || n > 1<<20 {
+		return 0, nil, fmt.Errorf("bad postgres message length %d", n)
+	}
+	body := make([]byte, n-4)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, nil, err
+	}
+	return hdr[0], body, nil
+}
+
+// postgresError formats the fields of an ErrorResponse as "SQLSTATE
+// message".
+func postgresError(body []byte) string {
+	var code, text string
+	for _, f := range strings.Split(string(body), "\x00") {
+		if f == "" {
+			continue
+		}
+		switch f[0] {
+		case 'C':
+			code = f[1:]
+		case 'M':
+			text = f[1:]
+		}
+	}
+	return code + " " + text
+}

@@ -1,0 +1,327 @@
+package testserver
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// StartRedis starts a Redis server on a free 127.0.0.1 port, with no
+// persistence and its directory under os.TempDir, and waits until it
+// answers PING. It returns the server's URL, "redis://127.0.0.1:PORT/0",
+// and stop, which kills the server, waits for it and removes its
+// directory. Start-up is bounded by ctx and by one minute. If
+// redis-server is not installed, the error is a *MissingError.
+func StartRedis(ctx context.Context) (url string, stop func() error, err error) {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	bin, err := lookPath("redis-server", "redis-server")
+	if err != nil {
+		return "", nil, err
+	}
+	dir, err := tempDir("redis")
+	if err != nil {
+		return "", nil, err
+	}
+	p, port, err := startOnFreePort(ctx,
+		func(port int) (*process, error) { return startRedis(bin, dir, port) },
+		pingRedis)
+	if err != nil {
+		stopAll(dir)
+		return "", nil, err
+	}
+	return fmt.Sprintf("redis://127.0.0.1:%d/0", port), func() error { return stopAll(dir, p.stop) }, nil
+}
+
+// StartRedisCluster starts three Redis servers in cluster mode on free
+// 127.0.0.1 ports, each with its port+10000 free for the cluster bus,
+// gives each a third of the 16384 slots and no replica, and waits until
+// every node reports cluster_state:ok and knows the others by their
+// addresses. It returns the nodes' addresses, "127.0.0.1:PORT", and stop,
+// which kills the nodes, waits for them and removes their directory.
+// Start-up is bounded by ctx and by one minute. If redis-server is not
+// installed, the error is a *MissingError.
+func StartRedisCluster(ctx context.Context) (addrs []string, stop func() error, err error) {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	bin, err := lookPath("redis-server", "redis-server")
+	if err != nil {
+		return nil, nil, err
+	}
+	dir, err := tempDir("redis-cluster")
+	if err != nil {
+		return nil, nil, err
+	}
+	var procs []*process
+	stopProcs := func() error {
+		stops := make([]func() error, len(procs))
+		for i, p := range procs {
+			stops[i] = p.stop
+		}
+		return stopAll(dir, stops...)
+	}
+	// The ports are found together so they differ; a node that loses
+	// its port or bus port to another process fails the try.
+	for try := 0; ; try++ {
+		err = startClusterNodes(ctx, bin, dir, &procs)
+		if err == nil || try == 2 || !addrInUse(err.Error()) {
+			break
+		}
+		for _, p := range procs {
+			p.stop()
+		}
+		procs = nil
+	}
+	if err == nil {
+		err = formCluster(ctx, procs)
+	}
+	if err != nil {
+		stopProcs()
+		return nil, nil, err
+	}
+	for _, p := range procs {
+		addrs = append(addrs, p.addr)
+	}
+	return addrs, stopProcs, nil
+}
+
+// startRedis launches redis-server on port in dir with args added, with its
+// log in dir. It does not wait for it.
+func startRedis(bin, dir string, port int, args ...string) (*process, error) {
+	args = append([]string{
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--dir", dir,
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--logfile", "",
+	}, args...)
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	logPath := filepath.Join(dir, fmt.Sprintf("redis-%d.log", port))
+	return launch(cmd, "redis-server", addr, logPath, "Ready to accept connections", nil, syscall.SIGKILL, syscall.SIGKILL)
+}
+
+// startClusterNodes launches three cluster nodes, appending them to procs,
+// and waits until each answers PING.
+func startClusterNodes(ctx context.Context, bin, dir string, procs *[]*process) error {
+	ports, err := freePorts(3, true)
+	if err != nil {
+		return err
+	}
+	for _, port := range ports {
+		p, err := startRedis(bin, dir, port,
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", port)))
+		if err != nil {
+			return err
+		}
+		*procs = append(*procs, p)
+	}
+	for _, p := range *procs {
+		addr := p.addr
+		if err := waitReady(ctx, p, func(ctx context.Context) error { return pingRedis(ctx, addr) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// formCluster makes one cluster of the started nodes, much as redis-cli
+// --cluster create does: each node gets a contiguous third of the slots
+// and its own config epoch, and meets the others. It then waits until
+// every node knows every slot, which takes about two seconds: a master
+// reports cluster_state:ok no sooner than 2s after it started.
+func formCluster(ctx context.Context, procs []*process) error {
+	const slots = 16384
+	for i, p := range procs {
+		lo, hi := i*slots/len(procs), (i+1)*slots/len(procs)
+		args := []string{"CLUSTER", "ADDSLOTS"} // not ADDSLOTSRANGE, which needs Redis 7
+		for s := lo; s < hi; s++ {
+			args = append(args, strconv.Itoa(s))
+		}
+		if err := redisCommands(ctx, p.addr,
+			args,
+			[]string{"CLUSTER", "SET-CONFIG-EPOCH", strconv.Itoa(i + 1)},
+		); err != nil {
+			return fmt.Errorf("testserver: create cluster: %w%s", err, p.logTail())
+		}
+	}
+	// Every pair meets, not just the first node and the others: gossip
+	// would take a second or two to introduce the others to each other.
+	for i, p := range procs {
+		var meets [][]string
+		for _, q := range procs[i+1:] {
+			host, port, _ := net.SplitHostPort(q.addr)
+			meets = append(meets, []string{"CLUSTER", "MEET", host, port})
+		}
+		if err := redisCommands(ctx, p.addr, meets...); err != nil {
+			return fmt.Errorf("testserver: create cluster: %w%s", err, p.logTail())
+		}
+	}
+	for _, p := range procs {
+		err := waitReady(ctx, p, func(ctx context.Context) error { return clusterReady(ctx, p.addr, procs) })
+		if err != nil {
+			for _, q := range procs {
+				if q != p {
+					err = fmt.Errorf("%w%s", err, q.logTail())
+				}
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// clusterReady reports an error unless the node at addr says
+// cluster_state:ok and lists every node of procs at its address.
+func clusterReady(ctx context.Context, addr string, procs []*process) error {
+	c, err := dialRedis(ctx, addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	info, err := c.do("CLUSTER", "INFO")
+	if err != nil {
+		return err
+	}
+	if s, _ := info.(string); !strings.Contains(s, "cluster_state:ok") {
+		return fmt.Errorf("CLUSTER INFO = %q, want cluster_state:ok", s)
+	}
+	nodes, err := c.do("CLUSTER", "NODES")
+	if err != nil {
+		return err
+	}
+	s, _ := nodes.(string)
+	for _, p := range procs {
+		// Lines read "<id> 127.0.0.1:PORT@BUS flags …".
+		if !strings.Contains(s, " "+p.addr+"@") {
+			return fmt.Errorf("CLUSTER NODES = %q, want %s in it", s, p.addr)
+		}
+	}
+	return nil
+}
+
+// pingRedis reports an error unless the server at addr answers PING with
+// PONG.
+func pingRedis(ctx context.Context, addr string) error {
+	c, err := dialRedis(ctx, addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	v, err := c.do("PING")
+	if err != nil {
+		return err
+	}
+	if v != "PONG" {
+		return fmt.Errorf("PING = %q, want PONG", v)
+	}
+	return nil
+}
+
+// redisCommands sends each of cmds to the server at addr on one
+// connection and stops at the first error.
+func redisCommands(ctx context.Context, addr string, cmds ...[]string) error {
+	c, err := dialRedis(ctx, addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for _, cmd := range cmds {
+		if _, err := c.do(cmd...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// respConn is a connection speaking RESP2, enough of it for the commands
+// above.
+type respConn struct {
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+func dialRedis(ctx context.Context, addr string) (*respConn, error) {
+	c, err := dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &respConn{conn: c, r: bufio.NewReader(c)}, nil
+}
+
+func (c *respConn) Close() error { return c.conn.Close() }
+
+// do sends a command and returns its reply: a string for simple and bulk
+// strings, an int64 for integers, []any for arrays and nil for a null.
+// An error reply is an error that quotes the command.
+func (c *respConn) do(args ...string) (any, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(c.conn, b.String()); err != nil {
+		return nil, err
+	}
+	v, err := c.read()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", strings.Join(args[:min(2, len(args))], " "), err)
+	}
+	return v, nil
+}
+
+// read reads one reply.
+func (c *respConn) read() (any, error) {
+	line, err := c.r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	if line == "" {
+		return nil, errors.New("empty RESP line")
+	}
+	kind, rest := line[0], line[1:]
+	switch kind {
+	case '+':
+		return rest, nil
+	case '-':
+		return nil, errors.New(rest)
+	case ':':
+		return strconv.ParseInt(rest, 10, 64)
+	case '$', '*':
+		n, err := strconv.Atoi(rest)
+		if err != nil {
+			return nil, fmt.Errorf("bad RESP length %q", line)
+		}
+		if n < 0 {
+			return nil, nil
+		}
+		if kind == '$' {
+			buf := make([]byte, n+2)
+			if _, err := io.ReadFull(c.r, buf); err != nil {
+				return nil, err
+			}
+			return string(buf[:n]), nil
+		}
+		a := make([]any, n)
+		for i := range a {
+			if a[i], err = c.read(); err != nil {
+				return nil, err
+			}
+		}
+		return a, nil
+	}
+	return nil, fmt.Errorf("unknown RESP reply %q", line)
+}

@@ -1,0 +1,239 @@
+package testserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) { os.Exit(Main(m)) }
+
+// addrOf returns host:port of a server's URL or DSN.
+func addrOf(t *testing.T, kind, s string) string {
+	t.Helper()
+	if kind == "mariadb" {
+		// root@tcp(127.0.0.1:PORT)/sluice
+		_, rest, _ := strings.Cut(s, "@tcp(")
+		addr, _, ok := strings.Cut(rest, ")")
+		if !ok {
+			t.Fatalf("DSN %q: want root@tcp(HOST:PORT)/sluice", s)
+		}
+		return addr
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host
+}
+
+// assertFree fails t unless addr can be listened on again, which shows
+// that the server that had it is gone.
+func assertFree(t *testing.T, addr string) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Errorf("after stop, listen on %s: %v, want the port free", addr, err)
+		return
+	}
+	l.Close()
+}
+
+// busAddr is the cluster bus address of a Redis Cluster node.
+func busAddr(t *testing.T, addr string) string {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(addr)
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+10000))
+}
+
+// probes check a server at the protocol level: a session as the URL
+// describes it, where the protocol allows.
+var probes = map[string]func(ctx context.Context, addr string) error{
+	"redis": pingRedis,
+	"postgres": func(ctx context.Context, addr string) error {
+		return startPostgresSession(ctx, addr)
+	},
+	"mariadb": func(ctx context.Context, addr string) error {
+		return mysqlRoot(ctx, addr, func(c *mysqlConn) error {
+			return c.command(comInitDB, "sluice")
+		})
+	},
+}
+
+func TestSingle(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		kind   string
+		helper func(testing.TB) string
+		prefix string
+	}{
+		{"redis", Redis, "redis://127.0.0.1:"},
+		{"postgres", Postgres, "postgres://postgres@127.0.0.1:"},
+		{"mariadb", MariaDB, "root@tcp(127.0.0.1:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind, func(t *testing.T) {
+			t.Parallel()
+			var addr string
+			// The server lives as long as the sub-test, whose cleanup
+			// stops it.
+			t.Run("up", func(t *testing.T) {
+				t0 := time.Now()
+				s := tt.helper(t)
+				t.Logf("%s started in %v", tt.kind, time.Since(t0).Round(time.Millisecond))
+				if !strings.HasPrefix(s, tt.prefix) {
+					t.Errorf("%s = %q, want prefix %q", tt.kind, s, tt.prefix)
+				}
+				addr = addrOf(t, tt.kind, s)
+				if err := probes[tt.kind](t.Context(), addr); err != nil {
+					t.Fatalf("probe %s: %v", addr, err)
+				}
+			})
+			if addr != "" {
+				assertFree(t, addr)
+			}
+		})
+	}
+}
+
+func TestRedisCluster(t *testing.T) {
+	t.Parallel()
+	var addrs []string
+	t.Run("up", func(t *testing.T) {
+		t0 := time.Now()
+		addrs = RedisCluster(t)
+		t.Logf("redis cluster started in %v", time.Since(t0).Round(time.Millisecond))
+		if len(addrs) != 3 {
+			t.Fatalf("RedisCluster = %v, want 3 nodes", addrs)
+		}
+		for _, a := range addrs {
+			c, err := dialRedis(t.Context(), a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			info, err := c.do("CLUSTER", "INFO")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"cluster_state:ok", "cluster_slots_assigned:16384", "cluster_known_nodes:3", "cluster_size:3"} {
+				if s, _ := info.(string); !strings.Contains(s, want) {
+					t.Errorf("%s: CLUSTER INFO = %q, want %s", a, s, want)
+				}
+			}
+			// A write lands on the node that owns the key's slot, or is
+			// redirected there.
+			if _, err := c.do("SET", "k", "v"); err != nil && !strings.HasPrefix(err.Error(), "SET k: MOVED ") {
+				t.Errorf("%s: SET k v: %v, want OK or MOVED", a, err)
+			}
+		}
+	})
+	for _, a := range addrs {
+		assertFree(t, a)
+		assertFree(t, busAddr(t, a))
+	}
+}
+
+func TestShared(t *testing.T) {
+	t.Parallel()
+	a, b := SharedRedis(t), SharedRedis(t)
+	if a != b {
+		t.Errorf("SharedRedis = %q, then %q, want one server", a, b)
+	}
+	if err := pingRedis(t.Context(), addrOf(t, "redis", a)); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestStartFailureShowsLog(t *testing.T) {
+	bin, err := lookPath("redis-server", "redis-server")
+	if err != nil {
+		fail(t, err)
+	}
+	dir := t.TempDir()
+	p, err := startRedis(bin, dir, 1, "--no-such-directive", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.stop()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	err = waitReady(ctx, p, func(ctx context.Context) error { return pingRedis(ctx, p.addr) })
+	for _, want := range []string{"exited during start-up", "end of the log of redis-server", "no-such-directive"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("start with a bad directive: %v, want %q in it", err, want)
+		}
+	}
+}
+
+func TestStartCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := StartRedis(ctx); err == nil {
+		t.Error("StartRedis(cancelled) succeeded, want an error")
+	}
+}
+
+func TestMissing(t *testing.T) {
+	// redis-server is in /usr/bin, not in sbinDirs.
+	t.Setenv("PATH", t.TempDir())
+	_, _, err := StartRedis(context.Background())
+	me, ok := err.(*MissingError)
+	if !ok || me.What != "redis-server" || me.Package != "redis-server" {
+		t.Errorf("StartRedis without redis-server in PATH: %v, want a *MissingError for redis-server", err)
+	}
+}
+
+// recorder is a testing.TB that notes Skip and Fatal instead of acting.
+type recorder struct {
+	testing.TB
+	skipped, failed bool
+}
+
+func (r *recorder) Helper()             {}
+func (r *recorder) Skip(...any)         { r.skipped = true; runtime.Goexit() }
+func (r *recorder) Fatal(...any)        { r.failed = true; runtime.Goexit() }
+func (r *recorder) Logf(string, ...any) {}
+
+func TestFail(t *testing.T) {
+	missing := &MissingError{What: "redis-server", Where: "PATH", Package: "redis-server"}
+	tests := []struct {
+		name        string
+		ci          string
+		err         error
+		wantSkipped bool
+	}{
+		{"missing locally", "", missing, true},
+		{"missing in CI", "true", missing, false},
+		{"wrapped missing locally", "", fmt.Errorf("x: %w", missing), true},
+		{"broken locally", "", errors.New("broken"), false},
+		{"broken in CI", "true", errors.New("broken"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("CI", tt.ci)
+			r := &recorder{TB: t}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				fail(r, tt.err)
+			}()
+			<-done
+			if r.skipped != tt.wantSkipped || r.failed == tt.wantSkipped {
+				t.Errorf("fail(%v) with CI=%q: skipped %v, failed %v, want skipped %v", tt.err, tt.ci, r.skipped, r.failed, tt.wantSkipped)
+			}
+		})
+	}
+}

@@ -1,0 +1,84 @@
+// Package driver is the contract between sluice and a store that keeps
+// rate-limit state shared by many processes.
+//
+// A store keeps opaque bytes per key and offers one operation: an atomic
+// read-modify-write of a key's state ([Store]). Everything else (the
+// policies, their arithmetic, the configuration fingerprint, the failure
+// policy) lives above it, so a store written once runs every policy.
+//
+// Most stores are built from one of three building blocks, the ones the
+// Bucket4j documentation describes for custom back ends:
+//
+//   - [CAS]: read, then compare-and-swap (Redis with a Lua compare, etcd,
+//     NATS KV revisions); [NewCASStore] adds bounded retries.
+//   - [Locker]: a pessimistic lock around read and write (advisory locks,
+//     flock); [NewLockStore].
+//   - [RowLocker]: SELECT … FOR UPDATE on a row that may not exist yet;
+//     [NewRowLockStore] handles the first insert.
+//
+// A store may also implement a policy natively (a Lua script, one SQL
+// statement) through optional interfaces; the conformance suite in
+// package drivertest proves either way against the same vectors.
+//
+// # Errors
+//
+// A store's errors must say whether anything may have been written,
+// because a limiter must never retry a call whose tokens may already have
+// been taken:
+//
+//   - [ErrConflict]: another writer won; nothing was written. Safe to
+//     retry.
+//   - [ErrUnavailable]: the store could not be reached, or refused the
+//     call, before anything was written. Safe to fall back.
+//   - [ErrIndeterminate]: the write was sent but its outcome is unknown (a
+//     timeout after sending). Not safe to retry.
+//
+// Wrap the underlying error with %w and one of these, e.g.
+// fmt.Errorf("redisstore: %w: %w", driver.ErrUnavailable, err). A context
+// that ended is returned as ctx.Err(), wrapped the same way when the write
+// may have been sent.
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+var (
+	// ErrConflict means another writer changed the key first and nothing
+	// was written. The caller may run the update again.
+	ErrConflict = errors.New("driver: conflict")
+	// ErrUnavailable means the store could not be reached or refused the
+	// call before anything was written.
+	ErrUnavailable = errors.New("driver: store unavailable")
+	// ErrIndeterminate means the write may or may not have happened. The
+	// caller must not run the update again.
+	ErrIndeterminate = errors.New("driver: outcome unknown")
+)
+
+// UpdateFunc computes a key's next state from its current one, which is nil
+// when the key has none. It returns the next state, how long the store
+// should keep it (ttl > 0; the store may keep it longer, and 0 means no
+// expiry), and whether it changed: an unchanged state is not written.
+//
+// A store may call it more than once (after a conflict), so it must have no
+// side effects: only its last call counts. It must not keep state or next
+// after it returns; the store may reuse their memory.
+type UpdateFunc func(state []byte) (next []byte, ttl time.Duration, changed bool)
+
+// Store is what a store implements: an atomic read-modify-write of one
+// key's state. Update reads key's state, calls fn, and writes what fn
+// returns when it changed, so that no other Update of the same key, from
+// any process, happens between the read and the write.
+//
+// Update must be safe for concurrent use and honour ctx. Its errors follow
+// the package's rules (ErrConflict, ErrUnavailable, ErrIndeterminate).
+type Store interface {
+	Update(ctx context.Context, key string, fn UpdateFunc) error
+}
+
+// Deleter is implemented by stores that can forget a key at once.
+type Deleter interface {
+	Delete(ctx context.Context, key string) error
+}

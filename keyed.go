@@ -36,7 +36,11 @@ type memKeyed[S any, M policy.Machine[S]] struct {
 type memShard[S any] struct {
 	mu sync.Mutex
 	m  map[string]S
-	_  [48]byte // keep shards on separate cache lines
+	// cur holds the state of the call under way. A machine's methods take
+	// the state by pointer through the generic dictionary, which makes a
+	// local variable escape to the heap; a field of the (already heap
+	// allocated) shard costs nothing.
+	cur S
 }
 
 func newMemKeyed[S any, M policy.Machine[S]](m M) *memKeyed[S, M] {
@@ -51,23 +55,26 @@ func (k *memKeyed[S, M]) shard(key string) *memShard[S] {
 	return &k.shards[maphash.String(k.seed, key)&(shardCount-1)]
 }
 
-// load returns key's state and whether it exists and is still live.
-// load requires that sh.mu is held.
-func (k *memKeyed[S, M]) load(sh *memShard[S], key string, now int64) (S, bool) {
-	s, ok := sh.m[key]
-	if ok && k.m.ExpiresAt(&s) <= now {
+// load puts key's state in sh.cur and reports whether the key is in the
+// map, and whether its state is still live; an expired state reads as the
+// zero state. load requires that sh.mu is held.
+func (k *memKeyed[S, M]) load(sh *memShard[S], key string, now int64) (present, live bool) {
+	sh.cur, present = sh.m[key]
+	if present && k.m.ExpiresAt(&sh.cur) <= now {
 		var zero S
-		return zero, false
+		sh.cur = zero
+		return true, false
 	}
-	return s, ok
+	return present, present
 }
 
-// save stores s for key, and on an insertion drops up to two expired
-// states of other keys. save requires that sh.mu is held.
-func (k *memKeyed[S, M]) save(sh *memShard[S], key string, s S, now int64) {
-	if _, ok := sh.m[key]; !ok {
+// save stores sh.cur for key; inserting a new key also drops up to two
+// expired states of other keys. save requires that sh.mu is held.
+func (k *memKeyed[S, M]) save(sh *memShard[S], key string, present bool, now int64) {
+	if !present {
 		i := 0
-		for other, st := range sh.m { // map iteration starts at a random key
+		for other := range sh.m { // map iteration starts at a random key
+			st := sh.m[other]
 			if k.m.ExpiresAt(&st) <= now {
 				delete(sh.m, other)
 			}
@@ -76,16 +83,16 @@ func (k *memKeyed[S, M]) save(sh *memShard[S], key string, s S, now int64) {
 			}
 		}
 	}
-	sh.m[key] = s
+	sh.m[key] = sh.cur
 }
 
 func (k *memKeyed[S, M]) consume(key string, now, n int64) policy.Result {
 	sh := k.shard(key)
 	sh.mu.Lock()
-	s, ok := k.load(sh, key, now)
-	res, changed := k.m.Consume(&s, ok, now, n)
+	present, live := k.load(sh, key, now)
+	res, changed := k.m.Consume(&sh.cur, live, now, n)
 	if changed {
-		k.save(sh, key, s, now)
+		k.save(sh, key, present, now)
 	}
 	sh.mu.Unlock()
 	return res
@@ -94,8 +101,8 @@ func (k *memKeyed[S, M]) consume(key string, now, n int64) policy.Result {
 func (k *memKeyed[S, M]) peek(key string, now, n int64) policy.Result {
 	sh := k.shard(key)
 	sh.mu.Lock()
-	s, ok := k.load(sh, key, now)
-	res := k.m.Peek(&s, ok, now, n)
+	_, live := k.load(sh, key, now)
+	res := k.m.Peek(&sh.cur, live, now, n)
 	sh.mu.Unlock()
 	return res
 }
@@ -103,10 +110,10 @@ func (k *memKeyed[S, M]) peek(key string, now, n int64) policy.Result {
 func (k *memKeyed[S, M]) reserve(key string, now, n, maxWait int64) policy.Result {
 	sh := k.shard(key)
 	sh.mu.Lock()
-	s, ok := k.load(sh, key, now)
-	res, changed := k.m.Reserve(&s, ok, now, n, maxWait)
+	present, live := k.load(sh, key, now)
+	res, changed := k.m.Reserve(&sh.cur, live, now, n, maxWait)
 	if changed {
-		k.save(sh, key, s, now)
+		k.save(sh, key, present, now)
 	}
 	sh.mu.Unlock()
 	return res
@@ -160,32 +167,32 @@ func (k *memKeyed[S, M]) withBucket(key string, now int64, f func(cfg *tokenbuck
 	sh := k.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	s, ok := k.load(sh, key, now)
+	present, live := k.load(sh, key, now)
 	var buf [4]tokenbucket.BandwidthState
 	st := buf[:len(cfg.Bandwidths)]
 	if len(cfg.Bandwidths) > len(buf) {
 		st = make(tokenbucket.State, len(cfg.Bandwidths))
 	}
-	switch p := any(&s).(type) {
+	switch p := any(&sh.cur).(type) {
 	case *tokenbucket.BandwidthState:
-		if ok {
+		if live {
 			st[0] = *p
 		} else {
 			tokenbucket.Init(cfg, st, now)
 		}
 		if f(cfg, st) {
 			*p = st[0]
-			k.save(sh, key, s, now)
+			k.save(sh, key, present, now)
 		}
 	case *tokenbucket.State:
-		if ok && len(*p) == len(st) {
+		if live && len(*p) == len(st) {
 			copy(st, *p)
 		} else {
 			tokenbucket.Init(cfg, st, now)
 		}
 		if f(cfg, st) {
 			*p = append((*p)[:0], st...)
-			k.save(sh, key, s, now)
+			k.save(sh, key, present, now)
 		}
 	default:
 		return false

@@ -39,8 +39,9 @@ type memShard[S any] struct {
 	// cur holds the state of the call under way. A machine's methods take
 	// the state by pointer through the generic dictionary, which makes a
 	// local variable escape to the heap; a field of the (already heap
-	// allocated) shard costs nothing.
-	cur S
+	// allocated) shard costs nothing. swept is the same for the sweep.
+	cur, swept S
+	_          [64]byte // keep shards' locks on separate cache lines
 }
 
 func newMemKeyed[S any, M policy.Machine[S]](m M) *memKeyed[S, M] {
@@ -74,8 +75,8 @@ func (k *memKeyed[S, M]) save(sh *memShard[S], key string, present bool, now int
 	if !present {
 		i := 0
 		for other := range sh.m { // map iteration starts at a random key
-			st := sh.m[other]
-			if k.m.ExpiresAt(&st) <= now {
+			sh.swept = sh.m[other]
+			if k.m.ExpiresAt(&sh.swept) <= now {
 				delete(sh.m, other)
 			}
 			if i++; i == 2 {

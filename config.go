@@ -190,7 +190,7 @@ func (c Config) compile() (*tokenbucket.Config, error) {
 func unixNano(t time.Time) int64 {
 	// Seconds well inside the range take the fast path.
 	if s := t.Unix(); s > math.MinInt64/int64(time.Second) && s < math.MaxInt64/int64(time.Second) {
-		return t.UnixNano()
+		return s*int64(time.Second) + int64(t.Nanosecond())
 	}
 	switch {
 	case t.Before(minTime):

@@ -20,9 +20,9 @@ package gcra
 import (
 	"fmt"
 	"math"
-	"math/bits"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/wide"
 )
 
 // Config is Rate tokens per Period ns with bursts of up to Limit tokens.
@@ -44,58 +44,26 @@ type State struct {
 
 var _ policy.Machine[State] = Config{}
 
-// u128 is an unsigned 128-bit integer.
-type u128 struct{ hi, lo uint64 }
-
-func mul(a, b uint64) u128 {
-	hi, lo := bits.Mul64(a, b)
-	return u128{hi, lo}
-}
-
-// add requires that x+y < 2^128.
-func (x u128) add(y u128) u128 {
-	lo, carry := bits.Add64(x.lo, y.lo, 0)
-	return u128{x.hi + y.hi + carry, lo}
-}
-
-// sub requires that x ≥ y.
-func (x u128) sub(y u128) u128 {
-	lo, borrow := bits.Sub64(x.lo, y.lo, 0)
-	return u128{x.hi - y.hi - borrow, lo}
-}
-
-func (x u128) less(y u128) bool { return x.hi < y.hi || x.hi == y.hi && x.lo < y.lo }
-
-// quo is ⌊x/d⌋ and x mod d for d > 0, with ok=false if the quotient does
-// not fit in 64 bits.
-func (x u128) quo(d uint64) (q, r uint64, ok bool) {
-	if x.hi >= d {
-		return 0, 0, false
-	}
-	q, r = bits.Div64(x.hi, x.lo, d)
-	return q, r, true
-}
-
 // Quantities in ticks of 1/Rate ns. The TAT ahead of now is below
 // 2^64·Rate < 2^127; n·Period and Limit·Period are below 2^126; so their
 // sums stay below 2^128.
 
 // ahead is TAT − now in ticks, 0 if the TAT is not after now (or there is
 // no state).
-func (c Config) ahead(s *State, exists bool, now int64) u128 {
+func (c Config) ahead(s *State, exists bool, now int64) wide.U128 {
 	if !exists || s.TAT < now {
-		return u128{}
+		return wide.U128{}
 	}
 	frac := uint64(min(max(s.Frac, 0), c.Rate-1))
-	return mul(uint64(s.TAT)-uint64(now), uint64(c.Rate)).add(u128{lo: frac})
+	return wide.Mul(uint64(s.TAT)-uint64(now), uint64(c.Rate)).Add(wide.U128{Lo: frac})
 }
 
 // burst is Limit·T in ticks.
-func (c Config) burst() u128 { return mul(uint64(c.Limit), uint64(c.Period)) }
+func (c Config) burst() wide.U128 { return wide.Mul(uint64(c.Limit), uint64(c.Period)) }
 
 // ceilNs is x ticks rounded up to whole ns, saturating at Never.
-func (c Config) ceilNs(x u128) int64 {
-	q, r, ok := x.quo(uint64(c.Rate))
+func (c Config) ceilNs(x wide.U128) int64 {
+	q, r, ok := x.Quo(uint64(c.Rate))
 	if !ok || q >= policy.Never {
 		return policy.Never
 	}
@@ -107,18 +75,18 @@ func (c Config) ceilNs(x u128) int64 {
 
 // remaining is ⌊(Limit·T − x)/T⌋ for the TAT x ticks ahead of now, 0 if x
 // is beyond the burst. The quotient is at most Limit.
-func (c Config) remaining(x u128) int64 {
+func (c Config) remaining(x wide.U128) int64 {
 	b := c.burst()
-	if b.less(x) {
+	if b.Less(x) {
 		return 0
 	}
-	q, _, _ := b.sub(x).quo(uint64(c.Period))
+	q, _, _ := b.Sub(x).Quo(uint64(c.Period))
 	return int64(q)
 }
 
 // tat is the TAT x ticks after now, with ok=false if it is past MaxInt64 ns.
-func (c Config) tat(now int64, x u128) (State, bool) {
-	q, r, ok := x.quo(uint64(c.Rate))
+func (c Config) tat(now int64, x wide.U128) (State, bool) {
+	q, r, ok := x.Quo(uint64(c.Rate))
 	// MaxInt64 − now is in [0, 2^64), so the uint64 difference is exact.
 	if !ok || q > uint64(math.MaxInt64)-uint64(now) {
 		return State{}, false
@@ -128,7 +96,7 @@ func (c Config) tat(now int64, x u128) (State, bool) {
 
 // refused is the result of a request that is not allowed, with the TAT a
 // ticks ahead of now.
-func (c Config) refused(a u128, retryAfter int64) policy.Result {
+func (c Config) refused(a wide.U128, retryAfter int64) policy.Result {
 	return policy.Result{
 		Remaining:  c.remaining(a),
 		RetryAfter: retryAfter,
@@ -139,7 +107,7 @@ func (c Config) refused(a u128, retryAfter int64) policy.Result {
 
 // granted is the result of a request that moved the TAT to an ticks ahead
 // of now.
-func (c Config) granted(an u128, wait int64) policy.Result {
+func (c Config) granted(an wide.U128, wait int64) policy.Result {
 	return policy.Result{
 		Allowed:    true,
 		Remaining:  c.remaining(an),
@@ -151,12 +119,12 @@ func (c Config) granted(an u128, wait int64) policy.Result {
 
 // wait is the time from now until a TAT an ticks ahead of now conforms:
 // ⌈(an − Limit·T)/Rate⌉ ns, 0 if it does already, saturating at Never.
-func (c Config) wait(an u128) int64 {
+func (c Config) wait(an wide.U128) int64 {
 	b := c.burst()
-	if !b.less(an) {
+	if !b.Less(an) {
 		return 0
 	}
-	return c.ceilNs(an.sub(b))
+	return c.ceilNs(an.Sub(b))
 }
 
 // Consume takes n tokens if they conform now. n ≤ 0 is an argument error;
@@ -169,7 +137,7 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 	if n > c.Limit {
 		return c.refused(a, policy.Never), false
 	}
-	an := a.add(mul(uint64(n), uint64(c.Period)))
+	an := a.Add(wide.Mul(uint64(n), uint64(c.Period)))
 	next, ok := c.tat(now, an)
 	if !ok {
 		// The new TAT only grows with time: it never fits.
@@ -184,17 +152,17 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 
 // retryAt checks that n tokens, which conform w > 0 ns after now, can then
 // be taken with a TAT that fits in int64, and returns w, or Never if not.
-func (c Config) retryAt(a u128, now, n, w int64) int64 {
+func (c Config) retryAt(a wide.U128, now, n, w int64) int64 {
 	if w == policy.Never || uint64(w) > uint64(math.MaxInt64)-uint64(now) {
 		return policy.Never
 	}
 	// The TAT ahead of now+w: a − w·Rate, or 0.
-	passed := mul(uint64(w), uint64(c.Rate))
-	var later u128
-	if passed.less(a) {
-		later = a.sub(passed)
+	passed := wide.Mul(uint64(w), uint64(c.Rate))
+	var later wide.U128
+	if passed.Less(a) {
+		later = a.Sub(passed)
 	}
-	if _, ok := c.tat(now+w, later.add(mul(uint64(n), uint64(c.Period)))); !ok {
+	if _, ok := c.tat(now+w, later.Add(wide.Mul(uint64(n), uint64(c.Period)))); !ok {
 		return policy.Never
 	}
 	return w
@@ -222,7 +190,7 @@ func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Re
 	if n > c.Limit {
 		return c.refused(a, policy.Never), false
 	}
-	an := a.add(mul(uint64(n), uint64(c.Period)))
+	an := a.Add(wide.Mul(uint64(n), uint64(c.Period)))
 	next, ok := c.tat(now, an)
 	if !ok {
 		return c.refused(a, policy.Never), false

@@ -30,6 +30,7 @@ import (
 	"math/bits"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/wide"
 )
 
 // Config is a validated shaper: Amount > 0 tokens leave per Interval > 0 ns,
@@ -67,53 +68,21 @@ type State struct {
 
 var _ policy.Machine[State] = Config{}
 
-// u128 is an unsigned 128-bit integer.
-type u128 struct{ hi, lo uint64 }
-
-func mul(a, b uint64) u128 {
-	hi, lo := bits.Mul64(a, b)
-	return u128{hi, lo}
-}
-
-func (x u128) less(y u128) bool { return x.hi < y.hi || x.hi == y.hi && x.lo < y.lo }
-
-func (x u128) isZero() bool { return x.hi == 0 && x.lo == 0 }
-
-// sub is x-y for y ≤ x.
-func (x u128) sub(y u128) u128 {
-	lo, borrow := bits.Sub64(x.lo, y.lo, 0)
-	return u128{x.hi - y.hi - borrow, lo}
-}
-
-// ceilDiv is ⌈x/d⌉ for d > 0, saturated at policy.Never.
-func ceilDiv(x u128, d uint64) int64 {
-	if x.hi >= d {
-		// The quotient needs more than 64 bits. No valid state gets here
-		// (see backlog), but a State built by hand may.
-		return policy.Never
-	}
-	q, r := bits.Div64(x.hi, x.lo, d)
-	if r != 0 {
-		q++ // cannot wrap: r ≠ 0 means q < 2^64-1
-	}
-	return int64(min(q, math.MaxInt64))
-}
-
 // backlog is the time from now until s's next free slot, in units of
 // 1/Amount ns, or 0 when the slot is at or before now. It is below
 // 2^64·Amount for any State with 0 ≤ Frac < Amount.
-func (c Config) backlog(s *State, exists bool, now int64) u128 {
+func (c Config) backlog(s *State, exists bool, now int64) wide.U128 {
 	if !exists || s.Next < now || s.Next == now && s.Frac <= 0 {
-		return u128{}
+		return wide.U128{}
 	}
-	d := mul(uint64(s.Next)-uint64(now), uint64(c.Amount)) // Next ≥ now: exact
-	lo, carry := bits.Add64(d.lo, uint64(s.Frac), 0)
-	return u128{d.hi + carry, lo}
+	d := wide.Mul(uint64(s.Next)-uint64(now), uint64(c.Amount)) // Next ≥ now: exact
+	lo, carry := bits.Add64(d.Lo, uint64(s.Frac), 0)
+	return wide.U128{Hi: d.Hi + carry, Lo: lo}
 }
 
 // queueRoom is MaxQueue slots, the longest wait a request may queue for,
 // in units of 1/Amount ns: below 2^126.
-func (c Config) queueRoom() u128 { return mul(uint64(c.MaxQueue), uint64(c.Interval)) }
+func (c Config) queueRoom() wide.U128 { return wide.Mul(uint64(c.MaxQueue), uint64(c.Interval)) }
 
 // after returns the next free slot once n tokens depart at dep (Next,
 // Frac): dep plus n·Interval/Amount, exact, saturating at the int64
@@ -121,11 +90,11 @@ func (c Config) queueRoom() u128 { return mul(uint64(c.MaxQueue), uint64(c.Inter
 func (c Config) after(dep State, n int64) State {
 	saturated := State{Next: math.MaxInt64}
 	a := uint64(c.Amount)
-	span := mul(uint64(n), uint64(c.Interval)) // < 2^126
-	if span.hi >= a {
+	span := wide.Mul(uint64(n), uint64(c.Interval)) // < 2^126
+	if span.Hi >= a {
 		return saturated // n·Interval/Amount ≥ 2^64 ns
 	}
-	q, r := bits.Div64(span.hi, span.lo, a)
+	q, r := bits.Div64(span.Hi, span.Lo, a)
 	frac := uint64(dep.Frac) + r // < 2·Amount < 2^64
 	if frac >= a {
 		frac -= a
@@ -148,14 +117,14 @@ func (c Config) result(s *State, exists bool, now int64, allowed bool, retryAfte
 	// so with b/Interval slots ahead, MaxQueue+1-⌈b/Interval⌉ more fit, a
 	// quotient below MaxQueue+1 when b is within the room.
 	remaining := int64(0)
-	if !c.queueRoom().less(b) {
-		remaining = policy.SatAdd(c.MaxQueue-ceilDiv(b, uint64(c.Interval)), 1)
+	if !c.queueRoom().Less(b) {
+		remaining = policy.SatAdd(c.MaxQueue-wide.CeilDiv(b, uint64(c.Interval)), 1)
 	}
 	return policy.Result{
 		Allowed:    allowed,
 		Remaining:  remaining,
 		RetryAfter: retryAfter,
-		ResetAfter: ceilDiv(b, uint64(c.Amount)),
+		ResetAfter: wide.CeilDiv(b, uint64(c.Amount)),
 		Limit:      c.Quota(),
 	}
 }
@@ -170,8 +139,8 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 	if n <= 0 {
 		return policy.Result{Code: policy.NonPositiveTokens}, false
 	}
-	if b := c.backlog(s, exists, now); !b.isZero() {
-		return c.result(s, exists, now, false, ceilDiv(b, uint64(c.Amount))), false
+	if b := c.backlog(s, exists, now); !b.IsZero() {
+		return c.result(s, exists, now, false, wide.CeilDiv(b, uint64(c.Amount))), false
 	}
 	next := c.after(State{Next: now}, n)
 	changed := !exists || next != *s
@@ -201,15 +170,15 @@ func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Re
 		return policy.Result{Code: policy.NonPositiveMaxWait}, false
 	}
 	b := c.backlog(s, exists, now)
-	if room := c.queueRoom(); room.less(b) {
-		return c.result(s, exists, now, false, ceilDiv(b.sub(room), uint64(c.Amount))), false
+	if room := c.queueRoom(); room.Less(b) {
+		return c.result(s, exists, now, false, wide.CeilDiv(b.Sub(room), uint64(c.Amount))), false
 	}
-	wait := ceilDiv(b, uint64(c.Amount))
+	wait := wide.CeilDiv(b, uint64(c.Amount))
 	if wait > maxWait {
 		return c.result(s, exists, now, false, wait), false
 	}
 	dep := State{Next: now}
-	if !b.isZero() {
+	if !b.IsZero() {
 		dep = *s
 	}
 	next := c.after(dep, n)

@@ -1,5 +1,6 @@
 // Command sluice is the front door of the sluice rate limiter: it runs
-// conformance vectors against a bucket and demonstrates a bucket at work.
+// conformance vectors against buckets and limiters and demonstrates a
+// bucket at work.
 // Run "sluice help" for the commands.
 package main
 

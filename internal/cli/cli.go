@@ -77,7 +77,7 @@ func ExitCode(err error) int {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprint(w, "sluice is a rate limiter: Bucket4j's token bucket in exact integer arithmetic.\n\n")
+	fmt.Fprint(w, "sluice is a rate limiter: Bucket4j's token bucket and the classic policies, in exact integer arithmetic.\n\n")
 	fmt.Fprint(w, "Usage:\n\n\tsluice COMMAND [flags] [arguments]\n\nCommands:\n\n")
 	for _, c := range commands() {
 		fmt.Fprintf(w, "\t%-12s %s\n", c.name, c.summary)

@@ -38,13 +38,14 @@ func (e *ArgumentError) Is(target error) bool { return target == ErrInvalidArgum
 // conformance vector format.
 type Rule string
 
-// The configuration rules, those Bucket4j enforces.
+// The configuration rules: first those Bucket4j enforces on buckets, then
+// sluice's own for strategies and keyed policies.
 const (
 	RuleNonPositiveCapacity     Rule = "non_positive_capacity"
 	RuleNonPositiveRefillTokens Rule = "non_positive_refill_tokens"
 	RuleNonPositivePeriod       Rule = "non_positive_period"
-	RuleRefillRateTooHigh       Rule = "refill_rate_too_high"         // more than 1 token per nanosecond
-	RuleNegativeInitialTokens   Rule = "negative_initial_tokens"      //
+	RuleRefillRateTooHigh       Rule = "refill_rate_too_high" // more than 1 token per nanosecond
+	RuleNegativeInitialTokens   Rule = "negative_initial_tokens"
 	RuleNegativeFirstRefill     Rule = "negative_first_refill"        // aligned first refill before the Unix epoch
 	RuleAdaptiveWithManual      Rule = "adaptive_with_manual_initial" // adaptive initial tokens and WithInitialTokens
 	RuleNoLimits                Rule = "no_limits"                    // no bandwidth at all

@@ -188,7 +188,14 @@ func (c Config) commit(s *State, exists bool) bool {
 	parts = parts[:len(c.Members)]
 	for i := range sp {
 		if sp[i].changed {
-			parts[i], sp[i].buf = sp[i].buf, parts[i][:0]
+			old := parts[i]
+			parts[i] = sp[i].buf
+			if cap(old) < len(parts[i]) {
+				// A new part: give the member a spare buffer now, so the
+				// key's next decision allocates nothing.
+				old = make([]byte, 0, cap(parts[i]))
+			}
+			sp[i].buf = old[:0]
 		}
 	}
 	s.Parts = parts

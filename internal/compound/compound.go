@@ -249,11 +249,8 @@ func (c Config) Peek(s *State, exists bool, now, n int64) policy.Result {
 // shorter than the shaper's interval by up to the difference. Nothing is
 // taken beyond what each member granted; only the timing is loosened.
 func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Result, bool) {
-	switch {
-	case n <= 0:
-		return policy.Result{Code: policy.NonPositiveTokens}, false
-	case maxWait < 0:
-		return policy.Result{Code: policy.NonPositiveMaxWait}, false
+	if code := policy.CheckReserve(n, maxWait); code != policy.OK {
+		return policy.Result{Code: code}, false
 	}
 	sp := c.spares(s)
 	var v verdict

@@ -180,11 +180,8 @@ func (c Config) Peek(s *State, exists bool, now, n int64) policy.Result {
 // reservation of more than Limit tokens is refused with RetryAfter Never,
 // even when maxWait is Never.
 func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Result, bool) {
-	switch {
-	case n <= 0:
-		return policy.Result{Code: policy.NonPositiveTokens}, false
-	case maxWait < 0:
-		return policy.Result{Code: policy.NonPositiveMaxWait}, false
+	if code := policy.CheckReserve(n, maxWait); code != policy.OK {
+		return policy.Result{Code: code}, false
 	}
 	a := c.ahead(s, exists, now)
 	if n > c.Limit {

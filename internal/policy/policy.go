@@ -78,3 +78,15 @@ type Machine[S any] interface {
 
 // ErrBadState is matched by every error that decoding a stored state returns.
 var ErrBadState = errors.New("sluice: bad stored state")
+
+// CheckReserve is the argument check every Reserve starts with: tokens
+// first, then the bound on the wait. It returns OK when both are valid.
+func CheckReserve(n, maxWait int64) Code {
+	switch {
+	case n <= 0:
+		return NonPositiveTokens
+	case maxWait < 0:
+		return NonPositiveMaxWait
+	}
+	return OK
+}

@@ -163,11 +163,8 @@ func (c Config) Peek(s *State, exists bool, now, n int64) policy.Result {
 // is the time until it has room for the request; otherwise, the wait being
 // above maxWait, RetryAfter is that wait.
 func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Result, bool) {
-	switch {
-	case n <= 0:
-		return policy.Result{Code: policy.NonPositiveTokens}, false
-	case maxWait < 0:
-		return policy.Result{Code: policy.NonPositiveMaxWait}, false
+	if code := policy.CheckReserve(n, maxWait); code != policy.OK {
+		return policy.Result{Code: code}, false
 	}
 	b := c.backlog(s, exists, now)
 	if room := c.queueRoom(); room.Less(b) {

@@ -74,10 +74,11 @@ func (b *Bucket) giveBack(n int64) {
 // SchedulingBucket for callers that schedule their own work. It is safe for
 // concurrent use.
 type Reservation struct {
-	b      *Bucket
-	tokens int64
-	delay  time.Duration
-	due    int64 // clock time at which the tokens are the caller's
+	clock    Clock
+	giveBack func(n int64)
+	tokens   int64
+	delay    time.Duration
+	due      int64 // clock time at which the tokens are the caller's
 
 	once sync.Once
 }
@@ -93,8 +94,8 @@ func (r *Reservation) Delay() time.Duration { return r.delay }
 // that they count as used, as in x/time/rate). Calling it again does nothing.
 func (r *Reservation) Cancel() {
 	r.once.Do(func() {
-		if r.b.clock.Now() < r.due {
-			r.b.giveBack(r.tokens)
+		if r.clock.Now() < r.due {
+			r.giveBack(r.tokens)
 		}
 	})
 }
@@ -125,5 +126,5 @@ func (b *Bucket) Reserve(n int64, maxWait time.Duration) (*Reservation, error) {
 	if due < now {
 		due = never
 	}
-	return &Reservation{b: b, tokens: n, delay: d, due: due}, nil
+	return &Reservation{clock: b.clock, giveBack: b.giveBack, tokens: n, delay: d, due: due}, nil
 }

@@ -1,12 +1,11 @@
 package sluice
 
 import (
-	"errors"
-	"fmt"
 	"math"
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/tokenbucket"
 )
 
@@ -32,10 +31,6 @@ type Bucket struct {
 	cfg     *tokenbucket.Config
 	state   tokenbucket.State
 	scratch tokenbucket.State // same length as state; holds a call's work until it is stored
-
-	// keyed is set for the bucket of a Limiter's key, whose state lives in
-	// the Limiter's store; mu, cfg, state and scratch are then unused.
-	keyed *keyedBucket
 }
 
 // Option configures NewBucket.
@@ -45,6 +40,12 @@ type options struct {
 	clock    Clock
 	sleeper  Sleeper
 	listener Listener
+
+	// for a Limiter with a store
+	store        driver.Store
+	storeTimeout time.Duration
+	storeFailure StoreFailure
+	inheritance  TokensInheritance
 }
 
 // WithClock sets the bucket's clock. The default is MonotonicClock, or
@@ -106,9 +107,6 @@ func checkClock(cfg *tokenbucket.Config, c Clock) error {
 // operation changed it. With snap it also takes a snapshot of the state
 // after the operation.
 func (b *Bucket) apply(now int64, req tokenbucket.Request, snap *Snapshot) tokenbucket.Result {
-	if b.keyed != nil {
-		return b.keyed.apply(now, req, snap)
-	}
 	b.mu.Lock()
 	copy(b.scratch, b.state)
 	res, changed := tokenbucket.Apply(b.cfg, b.scratch, now, req)
@@ -178,14 +176,9 @@ func (b *Bucket) tryConsume(now, n int64) (bool, error) {
 	if n <= 0 {
 		return false, &ArgumentError{Op: "TryConsume", Arg: "tokens", Value: n, Want: "must be positive"}
 	}
-	var ok bool
-	if b.keyed != nil {
-		ok = b.keyed.apply(now, tokenbucket.Request{Op: tokenbucket.OpTryConsume, Tokens: n}, nil).Consumed
-	} else {
-		b.mu.Lock()
-		ok = tokenbucket.TryConsume(b.cfg, b.state, b.scratch, now, n)
-		b.mu.Unlock()
-	}
+	b.mu.Lock()
+	ok := tokenbucket.TryConsume(b.cfg, b.state, b.scratch, now, n)
+	b.mu.Unlock()
 	if b.listener != nil {
 		b.notify(ok, n)
 	}
@@ -339,9 +332,6 @@ func (b *Bucket) AvailableTokens() int64 {
 
 // Configuration returns the bucket's current configuration.
 func (b *Bucket) Configuration() Config {
-	if b.keyed != nil {
-		return configOf(b.keyed.cfg)
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return configOf(b.cfg)
@@ -357,17 +347,12 @@ func (b *Bucket) Configuration() Config {
 // as in a new bucket. A matched bandwidth keeps its last refill time, and
 // its partly refilled token when both are greedy.
 //
-// It returns a *ConfigError, and changes nothing, when cfg is invalid. The
-// bucket of a Limiter's key follows the Limiter's policy and cannot be
-// reconfigured alone: it returns an error matching errors.ErrUnsupported.
+// It returns a *ConfigError, and changes nothing, when cfg is invalid.
 func (b *Bucket) ReplaceConfiguration(cfg Config, strategy TokensInheritance) error {
 	return b.replace(cfg, strategy, nil)
 }
 
 func (b *Bucket) replace(cfg Config, strategy TokensInheritance, snap *Snapshot) error {
-	if b.keyed != nil {
-		return fmt.Errorf("sluice: ReplaceConfiguration of key %q: the bucket follows its Limiter's policy: %w", b.keyed.key, errors.ErrUnsupported)
-	}
 	if strategy < Proportionally || strategy > Additive {
 		return &ConfigError{Rule: RuleUnknownStrategy, Bandwidth: -1, Field: "strategy", Value: strategy.String(),
 			Msg: "must be Proportionally, AsIs, Reset or Additive"}

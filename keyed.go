@@ -200,24 +200,3 @@ func (k *memKeyed[S, M]) withBucket(key string, now int64, f func(cfg *tokenbuck
 	}
 	return true
 }
-
-// keyedBucket is the state behind the *Bucket of a Limiter's key.
-type keyedBucket struct {
-	store bucketStore
-	cfg   *tokenbucket.Config
-	key   string
-}
-
-// apply is Bucket.apply on the key's state in the store.
-func (kb *keyedBucket) apply(now int64, req tokenbucket.Request, snap *Snapshot) tokenbucket.Result {
-	var res tokenbucket.Result
-	kb.store.withBucket(kb.key, now, func(cfg *tokenbucket.Config, st tokenbucket.State) bool {
-		var changed bool
-		res, changed = tokenbucket.Apply(cfg, st, now, req)
-		if snap != nil {
-			snap.fill(cfg, st, now)
-		}
-		return changed
-	})
-	return res
-}

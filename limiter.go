@@ -40,19 +40,25 @@ func resultOf(r policy.Result) Result {
 // first use. Keys whose state has expired (a window that ended, a bucket
 // that refilled) are forgotten.
 //
-// Limiter keeps its state in memory. It is safe for simultaneous use by
-// multiple goroutines.
+// Limiter keeps its state in memory, or with WithStore in a driver.Store
+// shared by many processes. It is safe for simultaneous use by multiple
+// goroutines.
 type Limiter struct {
 	policy   Policy
 	clock    Clock
 	sleeper  Sleeper
 	listener Listener
-	keys     keyed
+	// keys holds the state in memory; with a store, it is the fallback of
+	// FailLocal.
+	keys  keyed
+	store *storeKeyed // nil: in memory
 }
 
-// NewLimiter returns a limiter that applies p to each key, in memory.
-// WithClock and WithSleeper apply to its decisions and waits, and with
-// WithListener to the buckets that Bucket returns. It returns the
+// NewLimiter returns a limiter that applies p to each key, in memory or,
+// with WithStore, in a store. WithClock and WithSleeper apply to its
+// decisions and waits, and WithListener to the buckets that Bucket returns
+// and, when it is a StoreListener, to store failures. WithStoreTimeout,
+// WithStoreFailure and WithInheritance configure the store. It returns the
 // *ConfigError of an invalid policy.
 func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	if p == nil {
@@ -72,6 +78,11 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	}
 	if l.sleeper == nil {
 		l.sleeper = TimerSleeper()
+	}
+	if o.store != nil {
+		if l.store, err = newStoreKeyed(p, &o, l.clock, keys); err != nil {
+			return nil, err
+		}
 	}
 	return l, nil
 }
@@ -107,7 +118,12 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	r := l.keys.consume(key, l.clock.Now(), n)
+	r, err := l.decide(ctx, "Limiter.AllowN", key, l.storeConsume(n), func(now int64) policy.Result {
+		return l.keys.consume(key, now, n)
+	})
+	if err != nil {
+		return Result{}, err
+	}
 	if r.Code != policy.OK {
 		return Result{}, limiterError("Limiter.AllowN", r, n, 0, l.keys.quota())
 	}
@@ -120,7 +136,12 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int64) (Result, error)
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	r := l.keys.peek(key, l.clock.Now(), n)
+	r, err := l.decide(ctx, "Limiter.Peek", key, l.storePeek(n), func(now int64) policy.Result {
+		return l.keys.peek(key, now, n)
+	})
+	if err != nil {
+		return Result{}, err
+	}
 	if r.Code != policy.OK {
 		return Result{}, limiterError("Limiter.Peek", r, n, 0, l.keys.quota())
 	}
@@ -137,7 +158,12 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int64, maxWait time
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	r := l.keys.reserve(key, l.clock.Now(), n, int64(maxWait))
+	r, err := l.decide(ctx, "Limiter.Reserve", key, l.storeReserve(n, int64(maxWait)), func(now int64) policy.Result {
+		return l.keys.reserve(key, now, n, int64(maxWait))
+	})
+	if err != nil {
+		return 0, err
+	}
 	if r.Code != policy.OK {
 		return 0, limiterError("Limiter.Reserve", r, n, int64(maxWait), l.keys.quota())
 	}
@@ -164,30 +190,90 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	l.keys.reset(key)
-	return nil
+	if l.store == nil {
+		l.keys.reset(key)
+		return nil
+	}
+	err := l.store.reset(ctx, key)
+	if err != nil && !isCallerDone(ctx, err) {
+		err = &StoreError{Op: "Limiter.Reset", Key: key, Err: err}
+	}
+	if l.store.failure == FailLocal {
+		l.keys.reset(key)
+	}
+	return err
+}
+
+// storeOp is a decision in the store, nil for a limiter in memory.
+type storeOp func(ctx context.Context, key string) (policy.Result, error)
+
+func (l *Limiter) storeConsume(n int64) storeOp {
+	if l.store == nil {
+		return nil
+	}
+	return func(ctx context.Context, key string) (policy.Result, error) { return l.store.consume(ctx, key, n) }
+}
+
+func (l *Limiter) storePeek(n int64) storeOp {
+	if l.store == nil {
+		return nil
+	}
+	return func(ctx context.Context, key string) (policy.Result, error) { return l.store.peek(ctx, key, n) }
+}
+
+func (l *Limiter) storeReserve(n, maxWait int64) storeOp {
+	if l.store == nil {
+		return nil
+	}
+	return func(ctx context.Context, key string) (policy.Result, error) {
+		return l.store.reserve(ctx, key, n, maxWait)
+	}
+}
+
+// decide runs a decision in the store, or in memory when there is none or
+// the store failed and the limiter falls back to memory. A store failure
+// under FailOpen allows the request.
+func (l *Limiter) decide(ctx context.Context, op, key string, inStore storeOp, inMemory func(now int64) policy.Result) (policy.Result, error) {
+	if inStore == nil {
+		return inMemory(l.clock.Now()), nil
+	}
+	r, err := inStore(ctx, key)
+	if err == nil {
+		return r, nil
+	}
+	if isCallerDone(ctx, err) {
+		return policy.Result{}, ctx.Err()
+	}
+	if ferr := l.store.failed(op, key, err); ferr != nil {
+		return policy.Result{}, ferr
+	}
+	if l.store.failure == FailLocal {
+		return inMemory(l.clock.Now()), nil
+	}
+	return policy.Result{Allowed: true, Limit: l.keys.quota()}, nil
 }
 
 // Bucket returns the token bucket of key, for a limiter whose policy is a
 // token bucket (TokenBucket, LeakyBucket, BucketPolicy): the whole Bucket
-// API (probes, blocking calls, reservations, verbose results) acting on
-// the key's state in the limiter, created at first use like any other.
-// Its clock and sleeper are the limiter's; ReplaceConfiguration is not
-// available on it. For other policies it returns an error matching
+// API (probes, blocking calls, reservations, diagnostics) acting on the
+// key's state in the limiter's memory or store, created at first use like
+// any other. Its clock, sleeper, listener and store options are the
+// limiter's. For other policies it returns an error matching
 // errors.ErrUnsupported.
-func (l *Limiter) Bucket(key string) (*Bucket, error) {
-	store, ok := l.keys.(bucketStore)
-	if !ok || store.bucketConfig() == nil {
+func (l *Limiter) Bucket(key string) (*KeyBucket, error) {
+	mem, ok := l.keys.(bucketStore)
+	if !ok || mem.bucketConfig() == nil {
 		return nil, fmt.Errorf("sluice: Limiter.Bucket: policy %s is not a token bucket: %w", l.policy, errors.ErrUnsupported)
 	}
-	return &Bucket{
-		clock:    l.clock,
-		sleeper:  l.sleeper,
-		listener: l.listener,
-		keyed:    &keyedBucket{store: store, cfg: store.bucketConfig(), key: key},
-	}, nil
+	b := &KeyBucket{key: key, clock: l.clock, sleeper: l.sleeper, listener: l.listener}
+	if l.store == nil {
+		b.mem = mem
+	} else {
+		b.store = l.store
+	}
+	return b, nil
 }
 
-// Len is the number of keys whose state is held, including expired ones
-// not yet dropped.
+// Len is the number of keys whose state is held in memory, including
+// expired ones not yet dropped; with a store, those of the local fallback.
 func (l *Limiter) Len() int { return l.keys.len() }

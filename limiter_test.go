@@ -276,9 +276,19 @@ func TestLimiterForgetsExpiredKeys(t *testing.T) {
 }
 
 func TestLimiterBucket(t *testing.T) {
+	for _, store := range []bool{false, true} {
+		t.Run(fmt.Sprintf("store=%v", store), func(t *testing.T) { testLimiterBucket(t, store) })
+	}
+}
+
+func testLimiterBucket(t *testing.T, store bool) {
 	ctx := context.Background()
 	clock := sluice.NewFakeClock(limiterStart)
-	l, err := sluice.NewLimiter(sluice.TokenBucket(10, 5, time.Second), sluice.WithClock(clock), sluice.WithSleeper(clock))
+	opts := []sluice.Option{sluice.WithClock(clock), sluice.WithSleeper(clock)}
+	if store {
+		opts = append(opts, sluice.WithStore(newMapStore()))
+	}
+	l, err := sluice.NewLimiter(sluice.TokenBucket(10, 5, time.Second), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,10 +296,10 @@ func TestLimiterBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := b.AvailableTokens(); got != 10 {
-		t.Errorf("AvailableTokens() of a new key = %d, want 10", got)
+	if got, err := b.AvailableTokens(ctx); err != nil || got != 10 {
+		t.Errorf("AvailableTokens() of a new key = %d, %v, want 10", got, err)
 	}
-	probe, err := b.TryConsumeAndReturnRemaining(7)
+	probe, err := b.TryConsumeAndReturnRemaining(ctx, 7)
 	if err != nil || !probe.Consumed || probe.Remaining != 3 {
 		t.Errorf("TryConsumeAndReturnRemaining(7) = %+v, %v, want consumed with 3 left", probe, err)
 	}
@@ -297,8 +307,8 @@ func TestLimiterBucket(t *testing.T) {
 	if r, _ := l.AllowN(ctx, "alice", 3); !r.Allowed || r.Remaining != 0 {
 		t.Errorf("AllowN(3) after the bucket took 7 = %+v, want allowed with 0 left", r)
 	}
-	if ok, err := b.Blocking().TryConsume(ctx, 5, 2*time.Second); err != nil || !ok {
-		t.Errorf("Blocking().TryConsume(5, 2s) = %v, %v, want true", ok, err)
+	if ok, err := b.TryConsumeWait(ctx, 5, 2*time.Second); err != nil || !ok {
+		t.Errorf("TryConsumeWait(5, 2s) = %v, %v, want true", ok, err)
 	}
 	if got := clock.Slept(); got != time.Second {
 		t.Errorf("slept %v, want 1s (the next refill of 5)", got)
@@ -306,8 +316,12 @@ func TestLimiterBucket(t *testing.T) {
 	if r, _ := l.Allow(ctx, "bob"); !r.Allowed || r.Remaining != 9 {
 		t.Errorf("Allow(bob) = %+v, want an independent key", r)
 	}
-	if err := b.ReplaceConfiguration(sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(1, time.Second)}}, sluice.AsIs); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("ReplaceConfiguration on a key's bucket = %v, want ErrUnsupported", err)
+	err = b.ReplaceConfiguration(ctx, sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(1, time.Second)}}, sluice.AsIs)
+	if store && err != nil {
+		t.Errorf("ReplaceConfiguration on a stored key's bucket = %v", err)
+	}
+	if !store && !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("ReplaceConfiguration on an in-memory key's bucket = %v, want ErrUnsupported", err)
 	}
 	fw, _ := sluice.NewLimiter(sluice.FixedWindow(1, time.Second))
 	if _, err := fw.Bucket("k"); !errors.Is(err, errors.ErrUnsupported) {

@@ -40,15 +40,31 @@ func (NopListener) OnDelayed(time.Duration) {}
 // and it is safe for concurrent use; one may serve many buckets.
 type CountingListener struct {
 	consumed, rejected, waited, cancelled, delayed atomic.Int64
+	storeFailures                                  [FailLocal + 1]atomic.Int64
 }
 
-var _ Listener = (*CountingListener)(nil)
+var _ StoreListener = (*CountingListener)(nil)
 
 func (c *CountingListener) OnConsumed(tokens int64)   { c.consumed.Add(tokens) }
 func (c *CountingListener) OnRejected(tokens int64)   { c.rejected.Add(tokens) }
 func (c *CountingListener) OnWaited(d time.Duration)  { c.waited.Add(int64(d)) }
 func (c *CountingListener) OnCancelled(tokens int64)  { c.cancelled.Add(tokens) }
 func (c *CountingListener) OnDelayed(d time.Duration) { c.delayed.Add(int64(d)) }
+
+// OnStoreFailure counts a store failure under the policy applied.
+func (c *CountingListener) OnStoreFailure(_ error, f StoreFailure) {
+	if int(f) < len(c.storeFailures) {
+		c.storeFailures[f].Add(1)
+	}
+}
+
+// StoreFailures is the number of store failures met with f.
+func (c *CountingListener) StoreFailures(f StoreFailure) int64 {
+	if int(f) >= len(c.storeFailures) {
+		return 0
+	}
+	return c.storeFailures[f].Load()
+}
 
 // Consumed is the total of tokens consumed.
 func (c *CountingListener) Consumed() int64 { return c.consumed.Load() }

@@ -28,6 +28,10 @@ type Policy interface {
 	// erased validates the policy and returns its machine over encoded
 	// state, for compound policies and byte-oriented stores.
 	erased() (policy.Erased, error)
+	// tokenBucket returns the configuration of a token-bucket policy, and
+	// whether asking for more than its capacity is an argument error; ok
+	// is false for other policies and invalid ones.
+	tokenBucket() (cfg *tokenbucket.Config, strict, ok bool)
 }
 
 // machinePolicy is a Policy backed by a policy.Machine.
@@ -51,6 +55,19 @@ func (p machinePolicy[S, M]) erased() (policy.Erased, error) {
 		return nil, p.err
 	}
 	return policy.Erase[S](p.m), nil
+}
+
+func (p machinePolicy[S, M]) tokenBucket() (*tokenbucket.Config, bool, bool) {
+	if p.err != nil {
+		return nil, false, false
+	}
+	switch m := any(p.m).(type) {
+	case tokenbucket.Single:
+		return m.Config(), m.Strict(), true
+	case tokenbucket.Multi:
+		return m.Config(), false, true
+	}
+	return nil, false, false
 }
 
 func policyError(policyName string, rule Rule, field, value, msg string) error {

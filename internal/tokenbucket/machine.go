@@ -284,6 +284,9 @@ func expiresAt(cfg *Config, st State) int64 {
 	var at int64 = -Never - 1
 	for i := range cfg.Bandwidths {
 		bw, s := &cfg.Bandwidths[i], st[i]
+		if s.Size > bw.Capacity {
+			return Never // tokens forced in above the capacity are worth keeping
+		}
 		at = max(at, satAdd(s.LastRefill, timeToFull(bw, &s, s.LastRefill)))
 		if bw.Intervally {
 			periods := (bw.Capacity-1)/bw.RefillTokens + 2 // ceil(capacity/r) + 1

@@ -1,0 +1,94 @@
+package conformance
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
+)
+
+// Store is the Target of buckets and limiters that keep their state in a
+// driver.Store: every case runs on keys of its own, so one store serves a
+// whole run. Its buckets implement BlockingBucket.
+type Store struct {
+	// TargetName names the target in reports, e.g. "redis".
+	TargetName string
+	// Store keeps the state.
+	Store driver.Store
+	// Options are added to every bucket and limiter, e.g. a store timeout.
+	Options []sluice.Option
+}
+
+var _ LimiterTarget = Store{}
+
+// Name returns s.TargetName, or "store".
+func (s Store) Name() string {
+	if s.TargetName == "" {
+		return "store"
+	}
+	return s.TargetName
+}
+
+// NewBucket returns sluice.NewStoreBucket on a new key.
+func (s Store) NewBucket(ctx context.Context, cfg sluice.Config, clock sluice.Clock, sleeper sluice.Sleeper) (Bucket, error) {
+	opts := append([]sluice.Option{sluice.WithClock(clock), sluice.WithSleeper(sleeper)}, s.Options...)
+	b, err := sluice.NewStoreBucket(s.Store, newKey(), cfg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	// A stored bucket is created by its first call; the vectors' bucket
+	// exists from the case's start, as a local bucket does.
+	if _, err := b.AvailableTokens(ctx); err != nil {
+		return nil, err
+	}
+	return storeBucket{b}, nil
+}
+
+// NewLimiter returns a sluice.Limiter on s.Store whose keys are prefixed
+// by a prefix of its own.
+func (s Store) NewLimiter(_ context.Context, p sluice.Policy, clock sluice.Clock, sleeper sluice.Sleeper) (Limiter, error) {
+	opts := append([]sluice.Option{sluice.WithClock(clock), sluice.WithSleeper(sleeper), sluice.WithStore(s.Store)}, s.Options...)
+	l, err := sluice.NewLimiter(p, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return prefixed{l: l, prefix: newKey() + ":"}, nil
+}
+
+// newKey returns a key no other case uses, in this run or an earlier one
+// on the same store.
+func newKey() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "conformance:" + hex.EncodeToString(b[:])
+}
+
+type prefixed struct {
+	l      *sluice.Limiter
+	prefix string
+}
+
+func (p prefixed) AllowN(ctx context.Context, key string, n int64) (sluice.Result, error) {
+	return p.l.AllowN(ctx, p.prefix+key, n)
+}
+
+func (p prefixed) Reserve(ctx context.Context, key string, n int64, maxWait time.Duration) (time.Duration, error) {
+	return p.l.Reserve(ctx, p.prefix+key, n, maxWait)
+}
+
+func (p prefixed) Reset(ctx context.Context, key string) error { return p.l.Reset(ctx, p.prefix+key) }
+
+// storeBucket adds the blocking calls' names of BlockingBucket to a
+// *sluice.KeyBucket, which has every other method already.
+type storeBucket struct{ *sluice.KeyBucket }
+
+var _ BlockingBucket = storeBucket{}
+
+func (b storeBucket) BlockingTryConsume(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
+	return b.TryConsumeWait(ctx, n, maxWait)
+}
+
+func (b storeBucket) BlockingConsume(ctx context.Context, n int64) error { return b.Consume(ctx, n) }

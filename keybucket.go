@@ -1,0 +1,497 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/tokenbucket"
+)
+
+// KeyBucket is the token bucket of one key of a Limiter, or of one key of
+// a driver.Store (NewStoreBucket): Bucket4j's bucket proxy. It has the
+// operations of Bucket, each taking a context and returning an error,
+// since the state may live in a store shared by many processes; with a
+// store every call is one atomic update of the key's state.
+//
+// A store's failure is handled as its Limiter's WithStoreFailure says:
+// FailClosed returns a *StoreError, FailLocal runs the call on an
+// in-memory bucket of this process, and FailOpen lets consumption through
+// (TryConsume reports true, a probe reports consumed) and returns a
+// *StoreError from the calls that only read or add.
+//
+// KeyBucket is safe for simultaneous use by multiple goroutines.
+type KeyBucket struct {
+	key      string
+	clock    Clock
+	sleeper  Sleeper
+	listener Listener
+
+	// mem is set for a key of an in-memory Limiter; store otherwise.
+	mem   bucketStore
+	store *storeKeyed
+
+	// lazy supplies the configuration of a key that has no state yet; mu
+	// guards store while it is replaced by one with that configuration.
+	lazy func(context.Context) (Config, error)
+	opts options
+	mu   sync.Mutex
+}
+
+// NewStoreBucket returns the token bucket of key in s, with the
+// configuration cfg for a key that has no state yet. A key that has state
+// keeps the configuration stored with it, migrated to cfg (with the
+// WithInheritance strategy) when cfg changed since it was written.
+// WithStoreTimeout, WithStoreFailure, WithClock, WithSleeper and
+// WithListener apply.
+func NewStoreBucket(s driver.Store, key string, cfg Config, opts ...Option) (*KeyBucket, error) {
+	o := newOptions(opts)
+	o.store = s
+	return newStoreBucket(key, &o, cfg)
+}
+
+// NewLazyStoreBucket is NewStoreBucket with the configuration given by
+// supply, which is called only when the key has no state (for limits read
+// from a slow database) and at most once per successful call. A key that
+// has state keeps its stored configuration, never migrated.
+func NewLazyStoreBucket(s driver.Store, key string, supply func(ctx context.Context) (Config, error), opts ...Option) (*KeyBucket, error) {
+	if supply == nil {
+		return nil, &ArgumentError{Op: "NewLazyStoreBucket", Arg: "supply", Value: 0, Want: "must not be nil"}
+	}
+	o := newOptions(opts)
+	o.store = s
+	b := &KeyBucket{key: key, lazy: supply, opts: o}
+	b.clock, b.sleeper, b.listener = o.clock, o.sleeper, o.listener
+	if b.clock == nil {
+		b.clock = WallClock() // the configuration is not known yet: aligned refill must work
+	}
+	if b.sleeper == nil {
+		b.sleeper = TimerSleeper()
+	}
+	sk, err := newStoreKeyed(nil, &o, b.clock, nil)
+	if err != nil {
+		return nil, err
+	}
+	b.store = sk
+	return b, nil
+}
+
+func newOptions(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// newStoreBucket builds the KeyBucket of a single configuration; aligned
+// refill is allowed here (BucketPolicy refuses it because a keyed
+// limiter's buckets start at each key's first use).
+func newStoreBucket(key string, o *options, cfg Config) (*KeyBucket, error) {
+	if o.store == nil {
+		return nil, &ArgumentError{Op: "NewStoreBucket", Arg: "store", Value: 0, Want: "must not be nil"}
+	}
+	c, err := cfg.compile()
+	if err != nil {
+		return nil, err
+	}
+	b := &KeyBucket{key: key, clock: o.clock, sleeper: o.sleeper, listener: o.listener}
+	if b.clock == nil {
+		b.clock = MonotonicClock()
+		if hasAligned(c) {
+			b.clock = WallClock()
+		}
+	}
+	if b.sleeper == nil {
+		b.sleeper = TimerSleeper()
+	}
+	if err := checkClock(c, b.clock); err != nil {
+		return nil, err
+	}
+	sk, err := newStoreKeyed(bucketConfigPolicy{c}, o, b.clock, nil)
+	if err != nil {
+		return nil, err
+	}
+	if o.storeFailure == FailLocal {
+		local := newMemKeyed[tokenbucket.State](tokenbucket.NewMulti(c))
+		sk.local = local
+	}
+	b.store = sk
+	return b, nil
+}
+
+// bucketConfigPolicy is the Policy of one compiled configuration, aligned
+// refill included, for NewStoreBucket.
+type bucketConfigPolicy struct{ cfg *tokenbucket.Config }
+
+func (p bucketConfigPolicy) String() string { return "bucket" }
+func (p bucketConfigPolicy) build() (keyed, error) {
+	return newMemKeyed[tokenbucket.State](tokenbucket.NewMulti(p.cfg)), nil
+}
+func (p bucketConfigPolicy) erased() (policy.Erased, error) { return nil, errors.ErrUnsupported }
+func (p bucketConfigPolicy) tokenBucket() (*tokenbucket.Config, bool, bool) {
+	return p.cfg, false, true
+}
+
+// errNeedConfig is a lazy bucket's signal that the key has no state.
+var errNeedConfig = errors.New("sluice: no configuration")
+
+// backend returns the store that b's calls go to now.
+func (b *KeyBucket) backend() *storeKeyed {
+	if b.lazy == nil {
+		return b.store
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.store
+}
+
+// configure gives a lazy bucket its configuration.
+func (b *KeyBucket) configure(ctx context.Context) error {
+	cfg, err := b.lazy(ctx)
+	if err != nil {
+		return fmt.Errorf("sluice: configuration of key %q: %w", b.key, err)
+	}
+	c, err := cfg.compile()
+	if err != nil {
+		return err
+	}
+	if err := checkClock(c, b.clock); err != nil {
+		return err
+	}
+	o := b.opts
+	sk, err := newStoreKeyed(bucketConfigPolicy{c}, &o, b.clock, nil)
+	if err != nil {
+		return err
+	}
+	sk.noMigrate = true
+	if o.storeFailure == FailLocal {
+		sk.local = newMemKeyed[tokenbucket.State](tokenbucket.NewMulti(c))
+	}
+	b.mu.Lock()
+	b.store = sk
+	b.mu.Unlock()
+	return nil
+}
+
+// apply runs req on the key's bucket, applying the failure policy.
+func (b *KeyBucket) apply(ctx context.Context, op string, req tokenbucket.Request, snap *Snapshot) (tokenbucket.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return tokenbucket.Result{}, err
+	}
+	if b.mem != nil {
+		var res tokenbucket.Result
+		now := b.clock.Now()
+		b.mem.withBucket(b.key, now, func(cfg *tokenbucket.Config, st tokenbucket.State) bool {
+			var changed bool
+			res, changed = tokenbucket.Apply(cfg, st, now, req)
+			if snap != nil {
+				snap.fill(cfg, st, now)
+			}
+			return changed
+		})
+		return res, argError(op, res, req)
+	}
+	s := b.backend()
+	res, err := s.applyBucket(ctx, b.key, req, snap)
+	if errors.Is(err, errNeedConfig) {
+		if err = b.configure(ctx); err != nil {
+			return tokenbucket.Result{}, err
+		}
+		s = b.backend()
+		res, err = s.applyBucket(ctx, b.key, req, snap)
+	}
+	if err == nil {
+		return res, argError(op, res, req)
+	}
+	if isCallerDone(ctx, err) {
+		return res, ctx.Err()
+	}
+	if ferr := s.failed("KeyBucket."+op, b.key, err); ferr != nil {
+		return res, ferr
+	}
+	if s.failure == FailLocal && s.local != nil {
+		local := &KeyBucket{key: b.key, clock: b.clock, mem: s.local.(bucketStore)}
+		return local.apply(ctx, op, req, snap)
+	}
+	switch req.Op { // FailOpen
+	case tokenbucket.OpTryConsume, tokenbucket.OpTryConsumeAndReturnRemaining, tokenbucket.OpEstimate, tokenbucket.OpReserve:
+		return tokenbucket.Result{Consumed: true}, nil
+	}
+	return res, &StoreError{Op: "KeyBucket." + op, Key: b.key, Err: err}
+}
+
+func (b *KeyBucket) notify(consumed bool, n int64) {
+	if b.listener == nil {
+		return
+	}
+	if consumed {
+		b.listener.OnConsumed(n)
+	} else {
+		b.listener.OnRejected(n)
+	}
+}
+
+// Key is the bucket's key.
+func (b *KeyBucket) Key() string { return b.key }
+
+// TryConsume takes n tokens if they are all there now, as Bucket.TryConsume.
+func (b *KeyBucket) TryConsume(ctx context.Context, n int64) (bool, error) {
+	req := tokenbucket.Request{Op: tokenbucket.OpTryConsume, Tokens: n}
+	res, err := b.apply(ctx, "TryConsume", req, nil)
+	if err != nil {
+		return false, err
+	}
+	b.notify(res.Consumed, n)
+	return res.Consumed, nil
+}
+
+// TryConsumeAndReturnRemaining is Bucket.TryConsumeAndReturnRemaining.
+func (b *KeyBucket) TryConsumeAndReturnRemaining(ctx context.Context, n int64) (ConsumptionProbe, error) {
+	req := tokenbucket.Request{Op: tokenbucket.OpTryConsumeAndReturnRemaining, Tokens: n}
+	res, err := b.apply(ctx, "TryConsumeAndReturnRemaining", req, nil)
+	if err != nil {
+		return ConsumptionProbe{}, err
+	}
+	b.notify(res.Consumed, n)
+	return consumptionProbe(res), nil
+}
+
+// EstimateAbilityToConsume is Bucket.EstimateAbilityToConsume.
+func (b *KeyBucket) EstimateAbilityToConsume(ctx context.Context, n int64) (EstimationProbe, error) {
+	req := tokenbucket.Request{Op: tokenbucket.OpEstimate, Tokens: n}
+	res, err := b.apply(ctx, "EstimateAbilityToConsume", req, nil)
+	if err != nil {
+		return EstimationProbe{}, err
+	}
+	return estimationProbe(res), nil
+}
+
+// TryConsumeAsMuchAsPossible is Bucket.TryConsumeAsMuchAsPossible.
+func (b *KeyBucket) TryConsumeAsMuchAsPossible(ctx context.Context) (int64, error) {
+	return b.TryConsumeUpTo(ctx, math.MaxInt64)
+}
+
+// TryConsumeUpTo is Bucket.TryConsumeUpTo.
+func (b *KeyBucket) TryConsumeUpTo(ctx context.Context, limit int64) (int64, error) {
+	req := tokenbucket.Request{Op: tokenbucket.OpConsumeAsMuchAsPossible, Tokens: limit}
+	res, err := b.apply(ctx, "TryConsumeUpTo", req, nil)
+	if err != nil {
+		return 0, err
+	}
+	if res.Value > 0 && b.listener != nil {
+		b.listener.OnConsumed(res.Value)
+	}
+	return res.Value, nil
+}
+
+// ConsumeIgnoringRateLimits is Bucket.ConsumeIgnoringRateLimits.
+func (b *KeyBucket) ConsumeIgnoringRateLimits(ctx context.Context, n int64) (time.Duration, error) {
+	req := tokenbucket.Request{Op: tokenbucket.OpConsumeIgnoringRateLimits, Tokens: n}
+	res, err := b.apply(ctx, "ConsumeIgnoringRateLimits", req, nil)
+	if err != nil {
+		return 0, err
+	}
+	b.notify(true, n)
+	return time.Duration(res.Value), nil
+}
+
+// AddTokens is Bucket.AddTokens.
+func (b *KeyBucket) AddTokens(ctx context.Context, n int64) error {
+	_, err := b.apply(ctx, "AddTokens", tokenbucket.Request{Op: tokenbucket.OpAddTokens, Tokens: n}, nil)
+	return err
+}
+
+// ForceAddTokens is Bucket.ForceAddTokens.
+func (b *KeyBucket) ForceAddTokens(ctx context.Context, n int64) error {
+	_, err := b.apply(ctx, "ForceAddTokens", tokenbucket.Request{Op: tokenbucket.OpForceAddTokens, Tokens: n}, nil)
+	return err
+}
+
+// Reset fills the bucket, as Bucket.Reset.
+func (b *KeyBucket) Reset(ctx context.Context) error {
+	_, err := b.apply(ctx, "Reset", tokenbucket.Request{Op: tokenbucket.OpReset}, nil)
+	return err
+}
+
+// AvailableTokens is Bucket.AvailableTokens.
+func (b *KeyBucket) AvailableTokens(ctx context.Context) (int64, error) {
+	res, err := b.apply(ctx, "AvailableTokens", tokenbucket.Request{Op: tokenbucket.OpAvailable}, nil)
+	return res.Value, err
+}
+
+// Snapshot describes the bucket now, changing nothing: Bucket4j's
+// verbose diagnostics.
+func (b *KeyBucket) Snapshot(ctx context.Context) (Snapshot, error) {
+	var snap Snapshot
+	_, err := b.apply(ctx, "Snapshot", tokenbucket.Request{Op: tokenbucket.OpAvailable}, &snap)
+	return snap, err
+}
+
+// TryConsumeVerbose is TryConsumeAndReturnRemaining with a snapshot of the
+// bucket after the call.
+func (b *KeyBucket) TryConsumeVerbose(ctx context.Context, n int64) (Verbose[ConsumptionProbe], error) {
+	var v Verbose[ConsumptionProbe]
+	req := tokenbucket.Request{Op: tokenbucket.OpTryConsumeAndReturnRemaining, Tokens: n}
+	res, err := b.apply(ctx, "TryConsumeVerbose", req, &v.Snapshot)
+	if err != nil {
+		return v, err
+	}
+	b.notify(res.Consumed, n)
+	v.Value = consumptionProbe(res)
+	return v, nil
+}
+
+// Configuration returns the configuration in force for the key: the
+// stored one when the key has state.
+func (b *KeyBucket) Configuration(ctx context.Context) (Config, error) {
+	if err := ctx.Err(); err != nil {
+		return Config{}, err
+	}
+	if b.mem != nil {
+		return configOf(b.mem.bucketConfig()), nil
+	}
+	cfg, err := b.backend().configuration(ctx, b.key)
+	if errors.Is(err, errNeedConfig) {
+		err = b.configure(ctx)
+		if err == nil {
+			cfg, err = b.backend().configuration(ctx, b.key)
+		}
+	}
+	if err != nil {
+		if isCallerDone(ctx, err) {
+			return Config{}, ctx.Err()
+		}
+		return Config{}, &StoreError{Op: "KeyBucket.Configuration", Key: b.key, Err: err}
+	}
+	return configOf(cfg), nil
+}
+
+// ReplaceConfiguration switches the key's stored bucket to cfg, carrying
+// its tokens over by strategy, as Bucket.ReplaceConfiguration. The key
+// keeps cfg even though its limiter is configured otherwise, until the
+// limiter's own configuration changes. The bucket of an in-memory
+// Limiter's key cannot be reconfigured alone: it returns an error
+// matching errors.ErrUnsupported.
+func (b *KeyBucket) ReplaceConfiguration(ctx context.Context, cfg Config, strategy TokensInheritance) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if b.mem != nil {
+		return fmt.Errorf("sluice: ReplaceConfiguration of key %q: the bucket follows its in-memory Limiter's policy: %w", b.key, errors.ErrUnsupported)
+	}
+	if strategy < Proportionally || strategy > Additive {
+		return &ConfigError{Rule: RuleUnknownStrategy, Bandwidth: -1, Field: "strategy", Value: strategy.String(),
+			Msg: "must be Proportionally, AsIs, Reset or Additive"}
+	}
+	c, err := cfg.compile()
+	if err != nil {
+		return err
+	}
+	if err := checkClock(c, b.clock); err != nil {
+		return err
+	}
+	s := b.backend()
+	err = s.replaceBucket(ctx, b.key, c, strategy, nil)
+	if errors.Is(err, errNeedConfig) {
+		if err = b.configure(ctx); err != nil {
+			return err
+		}
+		s = b.backend()
+		err = s.replaceBucket(ctx, b.key, c, strategy, nil)
+	}
+	if err != nil {
+		if isCallerDone(ctx, err) {
+			return ctx.Err()
+		}
+		return &StoreError{Op: "KeyBucket.ReplaceConfiguration", Key: b.key, Err: err}
+	}
+	return nil
+}
+
+// Consume takes n tokens, waiting as long as it takes, as
+// BlockingBucket.Consume.
+func (b *KeyBucket) Consume(ctx context.Context, n int64) error {
+	_, err := b.wait(ctx, "Consume", n, never)
+	return err
+}
+
+// TryConsumeWait takes n tokens if they will be there within maxWait,
+// waiting for them, as BlockingBucket.TryConsume. When ctx ends during the
+// wait the tokens are given back and it returns ctx.Err().
+func (b *KeyBucket) TryConsumeWait(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
+	return b.wait(ctx, "TryConsumeWait", n, int64(maxWait))
+}
+
+func (b *KeyBucket) wait(ctx context.Context, op string, n, maxWait int64) (bool, error) {
+	req := tokenbucket.Request{Op: tokenbucket.OpReserve, Tokens: n, MaxWait: maxWait}
+	res, err := b.apply(ctx, op, req, nil)
+	if err != nil {
+		return false, err
+	}
+	b.notify(res.Consumed, n)
+	if !res.Consumed || res.Value == 0 {
+		return res.Consumed, nil
+	}
+	d := time.Duration(res.Value)
+	if err := b.sleeper.Sleep(ctx, d); err != nil {
+		b.giveBack(n)
+		if b.listener != nil {
+			b.listener.OnCancelled(n)
+		}
+		return false, err
+	}
+	if b.listener != nil {
+		b.listener.OnWaited(d)
+	}
+	return true, nil
+}
+
+// giveBack returns the tokens of a reservation that will not be used; a
+// failure to do so leaves them taken, the safe side.
+func (b *KeyBucket) giveBack(n int64) {
+	ctx := context.Background()
+	_, _ = b.apply(ctx, "giveBack", tokenbucket.Request{Op: tokenbucket.OpReturnTokens, Tokens: n}, nil)
+}
+
+// Reserve takes n tokens now that will be there within maxWait, as
+// Bucket.Reserve; the caller waits Delay itself.
+func (b *KeyBucket) Reserve(ctx context.Context, n int64, maxWait time.Duration) (*Reservation, error) {
+	req := tokenbucket.Request{Op: tokenbucket.OpReserve, Tokens: n, MaxWait: int64(maxWait)}
+	now := b.clock.Now()
+	res, err := b.apply(ctx, "Reserve", req, nil)
+	if err != nil {
+		return nil, err
+	}
+	b.notify(res.Consumed, n)
+	if !res.Consumed {
+		return nil, &MaxWaitError{Tokens: n, Wait: res.Value, MaxWait: int64(maxWait)}
+	}
+	d := time.Duration(res.Value)
+	if d > 0 && b.listener != nil {
+		b.listener.OnDelayed(d)
+	}
+	due := now + res.Value
+	if due < now {
+		due = never
+	}
+	return &Reservation{clock: b.clock, giveBack: b.giveBack, tokens: n, delay: d, due: due}, nil
+}
+
+func consumptionProbe(res tokenbucket.Result) ConsumptionProbe {
+	return ConsumptionProbe{
+		Consumed:      res.Consumed,
+		Remaining:     res.Remaining,
+		WaitForRefill: time.Duration(res.WaitForRefill),
+		WaitForReset:  time.Duration(res.WaitForReset),
+	}
+}
+
+func estimationProbe(res tokenbucket.Result) EstimationProbe {
+	return EstimationProbe{CanBeConsumed: res.Consumed, Remaining: res.Remaining, WaitForRefill: time.Duration(res.WaitForRefill)}
+}

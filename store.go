@@ -1,0 +1,577 @@
+package sluice
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/tokenbucket"
+)
+
+// StoreFailure is what a Limiter does when its store fails: cannot be
+// reached, answers too late, or stays contended past its retries.
+type StoreFailure uint8
+
+// The store failure policies.
+const (
+	// FailClosed rejects: the call returns a *StoreError and takes
+	// nothing it knows of. It is the default.
+	FailClosed StoreFailure = iota
+	// FailOpen lets the request through, as if the limit were not there,
+	// and reports it to the listener. Result.Remaining is then 0.
+	FailOpen
+	// FailLocal decides on an in-memory limiter of the same policy in this
+	// process, which holds each key's state from its first failure on, as
+	// if the key were new then. A fleet of n processes may then let n
+	// times the limit through.
+	FailLocal
+)
+
+func (f StoreFailure) String() string {
+	switch f {
+	case FailClosed:
+		return "fail closed"
+	case FailOpen:
+		return "fail open"
+	case FailLocal:
+		return "local fallback"
+	}
+	return fmt.Sprintf("StoreFailure(%d)", uint8(f))
+}
+
+// DefaultStoreTimeout bounds each store call of a Limiter unless
+// WithStoreTimeout says otherwise.
+const DefaultStoreTimeout = time.Second
+
+// StoreError is a store's failure, as a Limiter that fails closed returns
+// it. Err wraps the store's error: match it with errors.Is against
+// driver.ErrUnavailable, driver.ErrIndeterminate (tokens may have been
+// taken), driver.ErrConflict or context.DeadlineExceeded (the store
+// timeout).
+type StoreError struct {
+	// Op is the operation, e.g. "Limiter.AllowN".
+	Op string
+	// Key is the key whose state could not be read or written.
+	Key string
+	// Err is the store's error.
+	Err error
+}
+
+func (e *StoreError) Error() string {
+	return fmt.Sprintf("sluice: %s of key %q: %v", e.Op, e.Key, e.Err)
+}
+
+// Unwrap returns the store's error.
+func (e *StoreError) Unwrap() error { return e.Err }
+
+// StoreListener is a Listener that is also told of store failures and of
+// what the limiter did about them. A Limiter tells its listener (see
+// WithListener) when it implements StoreListener.
+type StoreListener interface {
+	Listener
+	// OnStoreFailure reports a failed store call and the policy applied.
+	OnStoreFailure(err error, f StoreFailure)
+}
+
+// WithStore keeps a Limiter's state in s instead of this process's
+// memory, so that every process using s shares the limits. NewBucket
+// ignores it.
+func WithStore(s driver.Store) Option { return func(o *options) { o.store = s } }
+
+// WithStoreTimeout bounds each store call; the default is
+// DefaultStoreTimeout. A zero or negative d keeps the default.
+func WithStoreTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.storeTimeout = d
+		}
+	}
+}
+
+// WithStoreFailure sets what a Limiter with a store does when the store
+// fails; the default is FailClosed.
+func WithStoreFailure(f StoreFailure) Option { return func(o *options) { o.storeFailure = f } }
+
+// WithInheritance sets how a key's stored state is carried over when the
+// limiter's policy changed since it was written (detected by the
+// fingerprint stored with it). For token-bucket policies it is the token
+// inheritance of ReplaceConfiguration; for other policies Reset drops the
+// old state and any other strategy keeps it when the new policy can read
+// it (same kind of policy). The default is Proportionally.
+func WithInheritance(t TokensInheritance) Option { return func(o *options) { o.inheritance = t } }
+
+// storeKeyed is a Limiter's state in a driver.Store: each key's record
+// (see record.go), read, changed and written back in one Update.
+//
+// Calls for a key that already has a store call in flight from this
+// process are coalesced: they queue, and one of them runs the whole queue
+// in the next Update, in order, so a hot key costs one round trip per
+// batch rather than per call (Bucket4j's batching). Results are those of
+// the calls run one after another.
+type storeKeyed struct {
+	store    driver.Store
+	clock    Clock
+	timeout  time.Duration
+	failure  StoreFailure
+	inherit  TokensInheritance
+	listener StoreListener // nil when there is none
+	local    keyed         // for FailLocal; the in-memory form of the policy
+
+	fp uint64
+	// machine runs non-bucket policies; bucket (with encoded and strict)
+	// token-bucket policies, whose records carry their configuration.
+	machine policy.Erased
+	bucket  *tokenbucket.Config
+	encoded []byte
+	strict  bool
+	configs configCache
+	// noMigrate keeps a stored configuration as it is: the lazily
+	// configured bucket's, whose configuration is only for new keys.
+	noMigrate bool
+
+	seed   maphash.Seed
+	shards [shardCount]queueShard
+}
+
+type queueShard struct {
+	mu       sync.Mutex
+	inflight map[string]*[]*call // the calls waiting behind the key's call in flight
+	_        [40]byte
+}
+
+// maxBatch bounds the calls one Update runs.
+const maxBatch = 256
+
+// A call is one operation waiting for, or running in, an Update.
+type call struct {
+	// apply computes the operation on rec at now, setting its result in
+	// the closure, and returns the new record when it changed. It may run
+	// more than once (a store retries after a conflict); the last run
+	// counts.
+	apply func(rec []byte, now int64) (next []byte, changed bool)
+	err   error
+	state atomic.Int32  // callWaiting, callTaken, callAbandoned
+	done  chan struct{} // closed when err and the result are set, or to promote
+	batch []*call       // set before done is closed to make this call lead the batch
+}
+
+const (
+	callWaiting int32 = iota
+	callTaken
+	callAbandoned
+)
+
+func newStoreKeyed(p Policy, o *options, clock Clock, local keyed) (*storeKeyed, error) {
+	s := &storeKeyed{
+		store:   o.store,
+		clock:   clock,
+		timeout: o.storeTimeout,
+		failure: o.storeFailure,
+		inherit: o.inheritance,
+		local:   local,
+		seed:    maphash.MakeSeed(),
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultStoreTimeout
+	}
+	if s.inherit == 0 {
+		s.inherit = Proportionally
+	}
+	if s.inherit > Additive {
+		return nil, &ConfigError{Rule: RuleUnknownStrategy, Bandwidth: -1, Field: "inheritance", Value: s.inherit.String(),
+			Msg: "must be Proportionally, AsIs, Reset or Additive"}
+	}
+	if s.failure > FailLocal {
+		return nil, &ConfigError{Rule: RuleUnknownStrategy, Bandwidth: -1, Field: "store failure", Value: s.failure.String(),
+			Msg: "must be FailClosed, FailOpen or FailLocal"}
+	}
+	if l, ok := o.listener.(StoreListener); ok {
+		s.listener = l
+	}
+	if p == nil { // a lazy bucket, configured at the first key without state
+	} else if cfg, strict, ok := p.tokenBucket(); ok {
+		s.bucket, s.strict = cfg, strict
+		s.encoded = encodeConfig(cfg)
+		s.fp = fingerprint([]byte("bucket"), s.encoded, []byte{boolByte(strict)})
+	} else {
+		e, err := p.erased()
+		if err != nil {
+			return nil, err
+		}
+		s.machine = e
+		s.fp = fingerprint([]byte(p.String()))
+	}
+	for i := range s.shards {
+		s.shards[i].inflight = make(map[string]*[]*call)
+	}
+	return s, nil
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ttl is how long the store should keep a record that is worth no more
+// than no state from expiresAt on: the time left plus a margin for the
+// clocks of other processes, which may lag this one's. 0 means keep it.
+func ttl(expiresAt, now int64) time.Duration {
+	const margin = int64(time.Second)
+	switch {
+	case expiresAt >= int64(Never)-margin:
+		return 0
+	case expiresAt <= now:
+		return time.Duration(margin)
+	}
+	return time.Duration(expiresAt - now + margin)
+}
+
+// submit runs c in an Update of key, alone or in a batch with the calls
+// queued behind the key's call in flight, and returns the store's error.
+// When ctx ends while c waits in a queue, c is dropped and submit returns
+// ctx.Err(); once c is taken into a batch it waits for the batch, which
+// the store timeout bounds.
+func (s *storeKeyed) submit(ctx context.Context, key string, c *call) error {
+	sh := &s.shards[maphash.String(s.seed, key)&(shardCount-1)]
+	sh.mu.Lock()
+	if q, busy := sh.inflight[key]; busy {
+		c.done = make(chan struct{})
+		*q = append(*q, c)
+		sh.mu.Unlock()
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			if c.state.CompareAndSwap(callWaiting, callAbandoned) {
+				return ctx.Err()
+			}
+			<-c.done
+		}
+		if c.batch != nil { // promoted: this call leads the next batch
+			s.lead(ctx, key, sh, c.batch)
+		}
+		return c.err
+	}
+	q := make([]*call, 0, 4)
+	sh.inflight[key] = &q
+	sh.mu.Unlock()
+	s.lead(ctx, key, sh, []*call{c})
+	return c.err
+}
+
+// lead runs batch in one Update, then hands the queue of key to its first
+// waiting call, or retires the key's queue when it is empty. batch[0] is
+// the calling goroutine's own call.
+func (s *storeKeyed) lead(ctx context.Context, key string, sh *queueShard, batch []*call) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	err := s.store.Update(sctx, key, func(rec []byte) ([]byte, time.Duration, bool) {
+		now := s.clock.Now()
+		changed := false
+		for _, c := range batch {
+			if next, ch := c.apply(rec, now); ch {
+				rec, changed = next, true
+			}
+		}
+		if !changed {
+			return nil, 0, false
+		}
+		return rec, ttl(s.expiresAt(rec), now), true
+	})
+	cancel()
+	for i, c := range batch {
+		c.err = err
+		if i > 0 {
+			close(c.done)
+		}
+	}
+
+	sh.mu.Lock()
+	q := sh.inflight[key]
+	var next []*call
+	rest := (*q)[:0]
+	for _, w := range *q {
+		switch {
+		case len(next) < maxBatch && w.state.CompareAndSwap(callWaiting, callTaken):
+			next = append(next, w)
+		case w.state.Load() == callWaiting:
+			rest = append(rest, w)
+		}
+	}
+	clear((*q)[len(rest):])
+	*q = rest
+	if len(next) == 0 {
+		delete(sh.inflight, key)
+	}
+	sh.mu.Unlock()
+	if len(next) > 0 {
+		next[0].batch = next
+		close(next[0].done)
+	}
+}
+
+// expiresAt is when rec is worth no more than no state.
+func (s *storeKeyed) expiresAt(rec []byte) int64 {
+	if s.machine != nil {
+		_, st, err := readRecordHeader(rec, recordMachine)
+		if err != nil {
+			return 0
+		}
+		return s.machine.ExpiresAt(st)
+	}
+	r, err := decodeBucketRecord(rec)
+	if err != nil {
+		return 0
+	}
+	cfg, err := s.configOf(r.encoded)
+	if err != nil {
+		return 0
+	}
+	return tokenbucket.NewKeyed(cfg, s.strict).ExpiresAt(r.state)
+}
+
+func (s *storeKeyed) configOf(encoded []byte) (*tokenbucket.Config, error) {
+	if bytes.Equal(encoded, s.encoded) {
+		return s.bucket, nil
+	}
+	return s.configs.get(encoded)
+}
+
+// machineState returns the policy state in rec: nil for none, an expired
+// state, or one of another configuration that the inheritance drops.
+func (s *storeKeyed) machineState(rec []byte, now int64) []byte {
+	origin, st, err := readRecordHeader(rec, recordMachine)
+	if err != nil || (origin != s.fp && s.inherit == Reset) || s.machine.ExpiresAt(st) <= now {
+		return nil
+	}
+	return st
+}
+
+func (s *storeKeyed) machineRecord(st []byte) []byte {
+	return append(appendRecordHeader(make([]byte, 0, recordHeader+len(st)), recordMachine, s.fp), st...)
+}
+
+// loadedBucket is a key's token bucket as read from its record.
+type loadedBucket struct {
+	cfg     *tokenbucket.Config
+	encoded []byte
+	origin  uint64
+	state   tokenbucket.State
+	exists  bool // false: no state, or an expired one
+	// migrated is set when the state was carried over to the configured
+	// policy, which must then be written even if the operation changes
+	// nothing.
+	migrated bool
+}
+
+// loadBucket reads rec at now, migrating it to s's configuration when it
+// was written for another (and s has one: a lazily configured bucket
+// passes cfg nil and takes the stored configuration as it is). With
+// expire, a state past its ExpiresAt reads as none, as the keyed policies
+// want; the bucket API keeps it, since a bucket with initial tokens below
+// its capacity is not a new bucket once it has filled up.
+func (s *storeKeyed) loadBucket(rec []byte, now int64, expire bool) loadedBucket {
+	fresh := loadedBucket{cfg: s.bucket, encoded: s.encoded, origin: s.fp}
+	r, err := decodeBucketRecord(rec)
+	if err != nil {
+		return fresh
+	}
+	cfg, err := s.configOf(r.encoded)
+	if err != nil || len(r.state) != len(cfg.Bandwidths) {
+		return fresh
+	}
+	b := loadedBucket{cfg: cfg, encoded: r.encoded, origin: r.origin, state: r.state, exists: true}
+	if s.bucket != nil && r.origin != s.fp && !s.noMigrate {
+		b.state = tokenbucket.Replace(cfg, r.state, now, s.bucket, tokenbucket.Strategy(s.inherit))
+		b.cfg, b.encoded, b.origin, b.migrated = s.bucket, s.encoded, s.fp, true
+	}
+	if expire && tokenbucket.NewKeyed(b.cfg, s.strict).ExpiresAt(b.state) <= now {
+		b.exists = false // a new bucket of the configuration in force
+	}
+	return b
+}
+
+func (b *loadedBucket) record() []byte {
+	return appendBucketRecord(nil, b.origin, b.encoded, b.state)
+}
+
+// consume, peek and reserve are the keyed operations on the store; the
+// first result is the policy's.
+
+func (s *storeKeyed) consume(ctx context.Context, key string, n int64) (policy.Result, error) {
+	var res policy.Result
+	err := s.submit(ctx, key, &call{apply: func(rec []byte, now int64) ([]byte, bool) {
+		if s.machine != nil {
+			var next []byte
+			var changed bool
+			res, next, changed = s.machine.Consume(s.machineState(rec, now), now, n, nil)
+			if !changed {
+				return nil, false
+			}
+			return s.machineRecord(next), true
+		}
+		b := s.loadBucket(rec, now, true)
+		var changed bool
+		res, changed = tokenbucket.NewKeyed(b.cfg, s.strict).Consume(&b.state, b.exists, now, n)
+		if !changed && !b.migrated {
+			return nil, false
+		}
+		return b.record(), true
+	}})
+	return res, err
+}
+
+func (s *storeKeyed) peek(ctx context.Context, key string, n int64) (policy.Result, error) {
+	var res policy.Result
+	err := s.submit(ctx, key, &call{apply: func(rec []byte, now int64) ([]byte, bool) {
+		if s.machine != nil {
+			res = s.machine.Peek(s.machineState(rec, now), now, n)
+			return nil, false
+		}
+		b := s.loadBucket(rec, now, true)
+		res = tokenbucket.NewKeyed(b.cfg, s.strict).Peek(&b.state, b.exists, now, n)
+		return nil, false
+	}})
+	return res, err
+}
+
+func (s *storeKeyed) reserve(ctx context.Context, key string, n, maxWait int64) (policy.Result, error) {
+	var res policy.Result
+	err := s.submit(ctx, key, &call{apply: func(rec []byte, now int64) ([]byte, bool) {
+		if s.machine != nil {
+			var next []byte
+			var changed bool
+			res, next, changed = s.machine.Reserve(s.machineState(rec, now), now, n, maxWait, nil)
+			if !changed {
+				return nil, false
+			}
+			return s.machineRecord(next), true
+		}
+		b := s.loadBucket(rec, now, true)
+		var changed bool
+		res, changed = tokenbucket.NewKeyed(b.cfg, s.strict).Reserve(&b.state, b.exists, now, n, maxWait)
+		if !changed && !b.migrated {
+			return nil, false
+		}
+		return b.record(), true
+	}})
+	return res, err
+}
+
+// reset forgets key: deleted when the store can, else overwritten with no
+// state.
+func (s *storeKeyed) reset(ctx context.Context, key string) error {
+	sctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if d, ok := s.store.(driver.Deleter); ok {
+		return d.Delete(sctx, key)
+	}
+	return s.submit(ctx, key, &call{apply: func(rec []byte, now int64) ([]byte, bool) {
+		if len(rec) == 0 {
+			return nil, false
+		}
+		if s.machine != nil {
+			return s.machineRecord(nil), true
+		}
+		return appendRecordHeader(nil, recordBucket, 0), true // undecodable: no state
+	}})
+}
+
+// applyBucket runs a bucket operation on key's token bucket. With snap it
+// also describes the bucket after it.
+func (s *storeKeyed) applyBucket(ctx context.Context, key string, req tokenbucket.Request, snap *Snapshot) (tokenbucket.Result, error) {
+	var res tokenbucket.Result
+	var needConfig bool
+	err := s.submit(ctx, key, &call{apply: func(rec []byte, now int64) ([]byte, bool) {
+		needConfig = false
+		b := s.loadBucket(rec, now, false)
+		if !b.exists {
+			if b.cfg == nil {
+				needConfig = true
+				return nil, false
+			}
+			b.state = tokenbucket.New(b.cfg, now)
+			b.migrated = true // a bucket is created by its first call, even one that reads
+		}
+		var changed bool
+		res, changed = tokenbucket.Apply(b.cfg, b.state, now, req)
+		if snap != nil {
+			snap.fill(b.cfg, b.state, now)
+		}
+		if !changed && !b.migrated {
+			return nil, false
+		}
+		return b.record(), true
+	}})
+	if err == nil && needConfig {
+		err = errNeedConfig
+	}
+	return res, err
+}
+
+// replaceBucket switches key's bucket to cfg, keeping the record's origin
+// so that the limiter's own policy does not migrate it back.
+func (s *storeKeyed) replaceBucket(ctx context.Context, key string, cfg *tokenbucket.Config, strategy TokensInheritance, snap *Snapshot) error {
+	encoded := encodeConfig(cfg)
+	var needConfig bool
+	err := s.submit(ctx, key, &call{apply: func(rec []byte, now int64) ([]byte, bool) {
+		needConfig = false
+		b := s.loadBucket(rec, now, false)
+		if !b.exists {
+			if b.cfg == nil {
+				needConfig = true
+				return nil, false
+			}
+			b.state = tokenbucket.New(b.cfg, now)
+		}
+		b.state = tokenbucket.Replace(b.cfg, b.state, now, cfg, tokenbucket.Strategy(strategy))
+		b.cfg, b.encoded = cfg, encoded
+		if snap != nil {
+			snap.fill(b.cfg, b.state, now)
+		}
+		return b.record(), true
+	}})
+	if err == nil && needConfig {
+		err = errNeedConfig
+	}
+	return err
+}
+
+// configuration returns the configuration in force for key.
+func (s *storeKeyed) configuration(ctx context.Context, key string) (*tokenbucket.Config, error) {
+	var cfg *tokenbucket.Config
+	err := s.submit(ctx, key, &call{apply: func(rec []byte, now int64) ([]byte, bool) {
+		cfg = s.loadBucket(rec, now, false).cfg
+		return nil, false
+	}})
+	if err == nil && cfg == nil {
+		err = errNeedConfig
+	}
+	return cfg, err
+}
+
+// failed applies the failure policy to err, a store call's error, and
+// reports it. It returns the error to give the caller: nil when the
+// policy lets the call go on (open or local), or a *StoreError.
+func (s *storeKeyed) failed(op, key string, err error) error {
+	if s.listener != nil {
+		s.listener.OnStoreFailure(err, s.failure)
+	}
+	if s.failure == FailClosed {
+		return &StoreError{Op: op, Key: key, Err: err}
+	}
+	return nil
+}
+
+// isCallerDone reports whether err is the caller's own context ending,
+// which is not a store failure.
+func isCallerDone(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+}

@@ -11,7 +11,7 @@ import (
 
 // TestVectors runs the repository's own vector files.
 func TestVectors(t *testing.T) {
-	conformance.RunT(t, conformance.Local{}, "../testdata/vectors")
+	conformance.RunT(t, conformance.Local{}, "vectors")
 }
 
 // sharedExamples is the directory of the project's shared example vectors,

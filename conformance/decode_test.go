@@ -77,7 +77,7 @@ func TestDescribeSyntaxError(t *testing.T) {
 // FuzzDecodeFile checks that no input makes the decoder or a run panic, and
 // that every case comes out failed, skipped or runnable.
 func FuzzDecodeFile(f *testing.F) {
-	paths, _ := filepath.Glob("../testdata/vectors/*.json")
+	paths, _ := filepath.Glob("vectors/*.json")
 	for _, p := range paths {
 		if data, err := os.ReadFile(p); err == nil {
 			f.Add(data)

@@ -31,7 +31,7 @@ func (s *mapStore) Update(ctx context.Context, key string, fn driver.UpdateFunc)
 
 func TestStoreTargetPassesVectors(t *testing.T) {
 	target := conformance.Store{TargetName: "map", Store: &mapStore{m: make(map[string][]byte)}}
-	conformance.RunT(t, target, "../testdata/vectors")
+	conformance.RunT(t, target, "vectors")
 	if _, err := os.Stat(sharedExamples); err == nil {
 		conformance.RunT(t, target, sharedExamples)
 	}

@@ -86,7 +86,7 @@ step benchmarks compile and run once
 echo ok
 
 step conformance vectors
-vectors=(testdata/vectors)
+vectors=(conformance/vectors)
 if [ -d ../shared/conformance/examples ]; then
 	vectors+=(../shared/conformance/examples)
 elif [ "${CI:-}" = true ]; then

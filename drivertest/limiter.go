@@ -1,0 +1,288 @@
+package drivertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/driver"
+)
+
+// VectorsEnv names an environment variable with more vector directories
+// or files for the suite to run, separated by the OS's path list
+// separator, e.g. vectors from other implementations' test suites.
+const VectorsEnv = "SLUICE_VECTORS"
+
+// runLimiterTests runs sluice's limiters and buckets on the store.
+func runLimiterTests(t *testing.T, h Harness) {
+	for _, tt := range []struct {
+		name string
+		f    func(t *testing.T, e *env)
+	}{
+		{"Vectors", testVectors},
+		{"LimiterExact", testLimiterExact},
+		{"LimiterMatchesMemory", testLimiterMatchesMemory},
+		{"Migration", testMigration},
+		{"Faults", testFaults},
+	} {
+		t.Run(tt.name, func(t *testing.T) { tt.f(t, newEnv(t, h)) })
+	}
+}
+
+// testVectors runs the project's vectors, the shared examples when the
+// checkout has them, and those named by VectorsEnv.
+func testVectors(t *testing.T, e *env) {
+	dir := t.TempDir()
+	err := fs.WalkDir(conformance.Vectors, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := conformance.Vectors.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, filepath.Base(path)), data, 0o600)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := []string{dir}
+	if shared := sharedExamples(); shared != "" {
+		paths = append(paths, shared)
+	}
+	for _, p := range filepath.SplitList(os.Getenv(VectorsEnv)) {
+		if p != "" {
+			paths = append(paths, p)
+		}
+	}
+	conformance.RunT(t, conformance.Store{TargetName: "store", Store: e.store}, paths...)
+}
+
+// sharedExamples finds the project's shared example vectors, a sibling of
+// the module's checkout, or returns "".
+func sharedExamples() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			p := filepath.Join(dir, "..", "shared", "conformance", "examples")
+			if _, err := os.Stat(p); err == nil {
+				return p
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+// testLimiterExact has many goroutines call limiters on one key: exactly
+// the limit is admitted, nothing more, nothing less.
+func testLimiterExact(t *testing.T, e *env) {
+	for _, p := range []sluice.Policy{
+		sluice.FixedWindow(100, time.Hour),
+		sluice.TokenBucket(100, 1, time.Hour),
+		sluice.SlidingLog(50, time.Hour),
+		sluice.GCRA(60, 1, time.Hour),
+	} {
+		t.Run(p.String(), func(t *testing.T) {
+			l, err := sluice.NewLimiter(p, sluice.WithStore(e.store), sluice.WithStoreTimeout(30*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := key(t)
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			const callers, each = 16, 15
+			for range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range each {
+						r, err := l.Allow(e.ctx, k)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if r.Allowed {
+							admitted.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			r, err := l.Peek(e.ctx, k, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := admitted.Load(); got != r.Limit {
+				t.Errorf("%s admitted %d of %d calls, want exactly its limit %d", p, got, callers*each, r.Limit)
+			}
+		})
+	}
+}
+
+// testLimiterMatchesMemory runs the same random calls on the store and in
+// memory, on a fake clock: every result must be the same.
+func testLimiterMatchesMemory(t *testing.T, e *env) {
+	for _, p := range []sluice.Policy{
+		sluice.FixedWindow(10, time.Second),
+		sluice.SlidingWindow(10, time.Second),
+		sluice.TokenBucket(10, 2, time.Second),
+		sluice.Shaper(10, time.Second, 3),
+		sluice.Compound(sluice.FixedWindow(8, time.Second), sluice.LeakyBucket(5, 1, 200*time.Millisecond)),
+	} {
+		t.Run(p.String(), func(t *testing.T) {
+			clock := sluice.NewFakeClock(1_700_000_000_000_000_000)
+			mem, err := sluice.NewLimiter(p, sluice.WithClock(clock))
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := sluice.NewLimiter(p, sluice.WithClock(clock), sluice.WithStore(e.store))
+			if err != nil {
+				t.Fatal(err)
+			}
+			prefix := key(t)
+			rng := rand.New(rand.NewPCG(7, 11))
+			for i := range 300 {
+				k := fmt.Sprint(prefix, rng.IntN(2))
+				n := int64(rng.IntN(3) + 1)
+				var a, b string
+				switch rng.IntN(8) {
+				case 0:
+					ra, ea := mem.Peek(e.ctx, k, n)
+					rb, eb := st.Peek(e.ctx, k, n)
+					a, b = fmt.Sprint(ra, ea), fmt.Sprint(rb, eb)
+				case 1:
+					da, ea := mem.Reserve(e.ctx, k, n, 300*time.Millisecond)
+					db, eb := st.Reserve(e.ctx, k, n, 300*time.Millisecond)
+					a, b = fmt.Sprint(da, ea), fmt.Sprint(db, eb)
+				default:
+					ra, ea := mem.AllowN(e.ctx, k, n)
+					rb, eb := st.AllowN(e.ctx, k, n)
+					a, b = fmt.Sprint(ra, ea), fmt.Sprint(rb, eb)
+				}
+				if a != b {
+					t.Fatalf("call %d: memory %s, store %s", i, a, b)
+				}
+				clock.Advance(time.Duration(rng.IntN(150)) * time.Millisecond)
+			}
+		})
+	}
+}
+
+// testMigration changes the policy of stored keys.
+func testMigration(t *testing.T, e *env) {
+	k := key(t)
+	before, err := sluice.NewLimiter(sluice.TokenBucket(10, 1, time.Hour), sluice.WithStore(e.store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := before.AllowN(e.ctx, k, 6); err != nil || !r.Allowed {
+		t.Fatalf("AllowN(6) = %+v, %v", r, err)
+	}
+	after, err := sluice.NewLimiter(sluice.TokenBucket(20, 1, time.Hour), sluice.WithStore(e.store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 of 10 proportionally become 8 of 20; one more leaves 7.
+	if r, err := after.Allow(e.ctx, k); err != nil || !r.Allowed || r.Remaining != 7 {
+		t.Errorf("Allow after the limit doubled = %+v, %v, want 7 left", r, err)
+	}
+	if r, err := before.Allow(e.ctx, k); err != nil || !r.Allowed || r.Remaining != 2 {
+		t.Errorf("Allow by the old limiter again = %+v, %v, want 7 of 20 → 3 of 10, 2 left", r, err)
+	}
+}
+
+// faultyStore fails some of its calls the ways a network store does.
+type faultyStore struct {
+	driver.Store
+	calls atomic.Int64
+	every int64 // every n-th call fails
+}
+
+var errInjected = errors.New("drivertest: injected fault")
+
+func (f *faultyStore) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
+	n := f.calls.Add(1)
+	switch {
+	case n%f.every == 0: // refused before anything was sent
+		return fmt.Errorf("%w: %w", driver.ErrUnavailable, errInjected)
+	case n%f.every == 1 && n > 1: // sent, answer lost: the write happened
+		if err := f.Store.Update(ctx, key, fn); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %w", driver.ErrIndeterminate, errInjected)
+	case n%f.every == 2 && n > 2: // too slow: the limiter's timeout ends it
+		<-ctx.Done()
+		return fmt.Errorf("%w: %w", driver.ErrUnavailable, ctx.Err())
+	}
+	return f.Store.Update(ctx, key, fn)
+}
+
+// testFaults injects failures between the limiter and the store: each
+// failed call reports a typed error or applies the configured fallback,
+// and the state is never corrupted: never more admitted than the limit.
+func testFaults(t *testing.T, e *env) {
+	for _, failure := range []sluice.StoreFailure{sluice.FailClosed, sluice.FailOpen, sluice.FailLocal} {
+		t.Run(failure.String(), func(t *testing.T) {
+			fs := &faultyStore{Store: e.store, every: 5}
+			counts := new(sluice.CountingListener)
+			l, err := sluice.NewLimiter(sluice.FixedWindow(40, time.Hour), sluice.WithStore(fs),
+				sluice.WithStoreFailure(failure), sluice.WithListener(counts), sluice.WithStoreTimeout(50*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := key(t)
+			var storeErrors, allowed int64
+			for range 60 {
+				r, err := l.Allow(e.ctx, k)
+				var se *sluice.StoreError
+				switch {
+				case errors.As(err, &se):
+					if !errors.Is(err, driver.ErrUnavailable) && !errors.Is(err, driver.ErrIndeterminate) {
+						t.Errorf("store error %v matches neither ErrUnavailable nor ErrIndeterminate", err)
+					}
+					storeErrors++
+				case err != nil:
+					t.Fatalf("Allow = %v, want a result or a *StoreError", err)
+				case r.Allowed:
+					allowed++
+				}
+			}
+			failures := counts.StoreFailures(failure)
+			if failures == 0 || (failure == sluice.FailClosed) != (storeErrors == failures) {
+				t.Errorf("%d store failures seen, %d store errors returned", failures, storeErrors)
+			}
+			// The store's own count never passes the limit, whatever failed.
+			clean, err := sluice.NewLimiter(sluice.FixedWindow(40, time.Hour), sluice.WithStore(e.store))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := clean.Peek(e.ctx, k, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Remaining < 0 || r.Remaining > 40 {
+				t.Errorf("stored window has %d remaining, want 0..40", r.Remaining)
+			}
+			if failure == sluice.FailClosed && allowed > 40 {
+				t.Errorf("failing closed admitted %d, more than the limit 40", allowed)
+			}
+		})
+	}
+}

@@ -1,9 +1,12 @@
 package driver
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"sync"
 	"time"
 )
 
@@ -27,6 +30,7 @@ type StoreOption func(*storeOptions)
 
 type storeOptions struct {
 	maxAttempts int
+	cacheSize   int // 0: no state cache
 }
 
 // WithMaxAttempts bounds the attempts of one update (at least 1; smaller
@@ -40,6 +44,16 @@ func WithMaxAttempts(n int) StoreOption {
 	}
 }
 
+// WithStateCache makes NewCASStore remember, for at most entries keys, the
+// state it last wrote or read, so that an update can compare-and-swap
+// without reading first. Entries ≤ 0 turns the cache off, which is the
+// default. Other stores ignore it.
+func WithStateCache(entries int) StoreOption {
+	return func(o *storeOptions) {
+		o.cacheSize = max(entries, 0)
+	}
+}
+
 func newStoreOptions(opts []StoreOption) storeOptions {
 	o := storeOptions{maxAttempts: DefaultMaxAttempts}
 	for _, opt := range opts {
@@ -50,35 +64,225 @@ func newStoreOptions(opts []StoreOption) storeOptions {
 
 // NewCASStore makes a Store of c: each update reads, computes and
 // compares-and-swaps, retrying a lost race at most the configured number
-// of attempts.
+// of attempts (DefaultMaxAttempts unless WithMaxAttempts), after which it
+// returns ErrConflict. The store is safe for concurrent use if c is.
+//
+// # State cache
+//
+// Without WithStateCache every update costs at least two round trips to
+// the store: a Get and, when the state changed, a CompareAndSwap. With
+// it, the store remembers per key the bytes it last wrote or read (a copy;
+// at most the given number of keys, an arbitrary one of a full shard
+// making room) and an update
+//
+//   - starts from the cached state if there is one, else from a Get;
+//   - when fn changes the state, compares-and-swaps against the state it
+//     started from, caching the new state when that wins; a lost race
+//     drops the entry, Gets the current state and tries again;
+//   - when fn leaves a cached state unchanged, Gets the current state
+//     once, since another process may have changed it (added tokens, say)
+//     and fn decided on stale bytes: if it still equals the cached bytes,
+//     the update is done, else fn runs again on the current state.
+//
+// So an uncontended key whose state this process last wrote costs one
+// round trip per update: the CompareAndSwap, or the Get when nothing
+// changes. A stale cache entry never makes an update wrong, since every
+// decision is checked against the store; it only costs the round trips
+// of a lost race. A key whose state expired in the store is such a stale
+// entry.
+//
+// # Deleting
+//
+// If c implements Deleter, so does the returned Store: its Delete drops
+// the key's cache entry and calls c's Delete. Otherwise the Store does
+// not implement Deleter.
 func NewCASStore(c CAS, opts ...StoreOption) Store {
-	return &casStore{c: c, o: newStoreOptions(opts)}
+	o := newStoreOptions(opts)
+	s := &casStore{c: c, o: o, cache: newStateCache(o.cacheSize)}
+	if d, ok := c.(Deleter); ok {
+		return &casDeleteStore{casStore: s, d: d}
+	}
+	return s
 }
 
 type casStore struct {
-	c CAS
-	o storeOptions
+	c     CAS
+	o     storeOptions
+	cache *stateCache // nil: no cache
 }
 
 func (s *casStore) Update(ctx context.Context, key string, fn UpdateFunc) error {
-	for range s.o.maxAttempts {
-		old, err := s.c.Get(ctx, key)
-		if err != nil {
-			return err
-		}
-		next, ttl, changed := fn(old)
-		if !changed {
-			return nil
-		}
-		ok, err := s.c.CompareAndSwap(ctx, key, old, next, ttl)
-		if err != nil || ok {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
+	old, cached := s.cache.get(key)
+	if !cached {
+		var err error
+		if old, err = s.get(ctx, key); err != nil {
 			return err
 		}
 	}
-	return fmt.Errorf("%w: key %q still contended after %d attempts", ErrConflict, key, s.o.maxAttempts)
+	for attempt := 1; ; {
+		next, ttl, changed := fn(old)
+		if !changed {
+			if !cached {
+				return nil
+			}
+			// fn decided on cached bytes: check them once.
+			cur, err := s.get(ctx, key)
+			if err != nil {
+				return err
+			}
+			if sameState(cur, old) {
+				return nil
+			}
+			old, cached = cur, false
+			continue
+		}
+		ok, err := s.c.CompareAndSwap(ctx, key, old, next, ttl)
+		if err != nil {
+			s.cache.drop(key)
+			return err
+		}
+		if ok {
+			s.cache.put(key, next)
+			return nil
+		}
+		s.cache.drop(key)
+		if attempt >= s.o.maxAttempts {
+			return fmt.Errorf("%w: key %q still contended after %d attempts", ErrConflict, key, s.o.maxAttempts)
+		}
+		attempt++
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if old, err = s.get(ctx, key); err != nil {
+			return err
+		}
+		cached = false
+	}
+}
+
+// get reads key's state from the store and caches it.
+func (s *casStore) get(ctx context.Context, key string) ([]byte, error) {
+	state, err := s.c.Get(ctx, key)
+	if err != nil {
+		s.cache.drop(key)
+		return nil, err
+	}
+	s.cache.put(key, state)
+	return state, nil
+}
+
+// sameState reports whether a and b are the same state, telling no state
+// (nil) from an empty one.
+func sameState(a, b []byte) bool {
+	return (a == nil) == (b == nil) && bytes.Equal(a, b)
+}
+
+// casDeleteStore is a casStore over a CAS that is also a Deleter.
+type casDeleteStore struct {
+	*casStore
+	d Deleter
+}
+
+// Delete drops key's cache entry and deletes its state. The entry is
+// dropped again afterwards, in case an update cached it meanwhile.
+func (s *casDeleteStore) Delete(ctx context.Context, key string) error {
+	s.cache.drop(key)
+	err := s.d.Delete(ctx, key)
+	s.cache.drop(key)
+	return err
+}
+
+// maxCacheShards is how many shards a state cache has at most; a small
+// cache has one shard per entry.
+const maxCacheShards = 64
+
+// stateCache maps keys to copies of their last known state. It is safe for
+// concurrent use; a nil *stateCache caches nothing.
+type stateCache struct {
+	seed   maphash.Seed
+	shards []cacheShard
+}
+
+type cacheShard struct {
+	mu  sync.Mutex
+	m   map[string][]byte // never holds nil values
+	cap int               // at least 1
+	_   [40]byte          // keeps shards on separate cache lines
+}
+
+// newStateCache returns a cache of at most entries keys, or nil when
+// entries ≤ 0. The shards' capacities add up to entries.
+func newStateCache(entries int) *stateCache {
+	if entries <= 0 {
+		return nil
+	}
+	n := min(entries, maxCacheShards)
+	c := &stateCache{seed: maphash.MakeSeed(), shards: make([]cacheShard, n)}
+	for i := range c.shards {
+		c.shards[i].m = make(map[string][]byte)
+		c.shards[i].cap = entries / n
+		if i < entries%n {
+			c.shards[i].cap++
+		}
+	}
+	return c
+}
+
+func (c *stateCache) shard(key string) *cacheShard {
+	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
+}
+
+// get returns a copy of key's cached state, and whether there was one.
+func (c *stateCache) get(key string) ([]byte, bool) {
+	if c == nil {
+		return nil, false
+	}
+	sh := c.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	state, ok := sh.m[key]
+	if !ok {
+		return nil, false
+	}
+	return bytes.Clone(state), true
+}
+
+// put caches a copy of state as key's, or drops key's entry when state is
+// nil: a key without state is not cached. A full shard first evicts an
+// arbitrary entry.
+func (c *stateCache) put(key string, state []byte) {
+	if c == nil {
+		return
+	}
+	if state == nil {
+		c.drop(key)
+		return
+	}
+	sh := c.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if old, ok := sh.m[key]; ok {
+		sh.m[key] = append(old[:0], state...) // no one else holds old
+		return
+	}
+	if len(sh.m) >= sh.cap {
+		for k := range sh.m {
+			delete(sh.m, k)
+			break
+		}
+	}
+	sh.m[key] = bytes.Clone(state)
+}
+
+// drop forgets key's cached state.
+func (c *stateCache) drop(key string) {
+	if c == nil {
+		return
+	}
+	sh := c.shard(key)
+	sh.mu.Lock()
+	delete(sh.m, key)
+	sh.mu.Unlock()
 }
 
 // Locker is the building block of pessimistic stores: a transaction that

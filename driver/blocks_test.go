@@ -19,17 +19,21 @@ type memCAS struct {
 	m       map[string][]byte
 	conflix int // the next conflix CompareAndSwaps fail as if another writer won
 	writes  int
+	gets    int // calls of Get
+	cass    int // calls of CompareAndSwap
 }
 
 func (c *memCAS) Get(_ context.Context, key string) ([]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.gets++
 	return bytes.Clone(c.m[key]), nil
 }
 
 func (c *memCAS) CompareAndSwap(_ context.Context, key string, old, next []byte, _ time.Duration) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.cass++
 	if c.conflix > 0 {
 		c.conflix--
 		return false, nil
@@ -209,6 +213,10 @@ func stores() map[string]func() (driver.Store, func(key string) string) {
 			c := &memCAS{m: map[string][]byte{}}
 			return driver.NewCASStore(c, driver.WithMaxAttempts(1000)), func(k string) string { return string(c.m[k]) }
 		},
+		"cas+cache": func() (driver.Store, func(string) string) {
+			c := &memCAS{m: map[string][]byte{}}
+			return driver.NewCASStore(c, driver.WithMaxAttempts(1000), driver.WithStateCache(4)), func(k string) string { return string(c.m[k]) }
+		},
 		"lock": func() (driver.Store, func(string) string) {
 			l := &memLocker{locks: map[string]*sync.Mutex{}, m: map[string][]byte{}}
 			return driver.NewLockStore(l), func(k string) string { return string(l.m[k]) }
@@ -307,5 +315,254 @@ func TestRowLockStoreInsertsTheFirstRow(t *testing.T) {
 	}
 	if got := string(r.rows["k"]); got != "3" || r.inserts != 1 {
 		t.Errorf("state %q after %d inserts, want 3 after 1", got, r.inserts)
+	}
+}
+
+// set writes key's state as another process would, behind the stores'
+// backs.
+func (c *memCAS) set(key, state string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m[key] = []byte(state)
+}
+
+// calls returns how many Gets and CompareAndSwaps c has served, and resets
+// the counts.
+func (c *memCAS) calls() (gets, cass int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gets, cass = c.gets, c.cass
+	c.gets, c.cass = 0, 0
+	return gets, cass
+}
+
+// delCAS is a memCAS that can delete keys.
+type delCAS struct{ *memCAS }
+
+func (c delCAS) Delete(_ context.Context, key string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, key)
+	return nil
+}
+
+// unchanged is an UpdateFunc that decides to write nothing, and records
+// the states it saw.
+type unchanged struct{ seen []string }
+
+func (u *unchanged) fn(state []byte) ([]byte, time.Duration, bool) {
+	u.seen = append(u.seen, string(state))
+	return nil, 0, false
+}
+
+func mustUpdate(t *testing.T, s driver.Store, key string, fn driver.UpdateFunc) {
+	t.Helper()
+	if err := s.Update(context.Background(), key, fn); err != nil {
+		t.Fatalf("Update(%q) = %v", key, err)
+	}
+}
+
+// TestCASRoundTrips counts the calls of ten increments of one key, then
+// of one decision that changes nothing.
+func TestCASRoundTrips(t *testing.T) {
+	tests := []struct {
+		name           string
+		opts           []driver.StoreOption
+		gets, cass     int // for the ten increments
+		unchangedGets  int
+		unchangedCalls int
+	}{
+		{"no cache", nil, 10, 10, 1, 1},
+		{"cache off", []driver.StoreOption{driver.WithStateCache(0)}, 10, 10, 1, 1},
+		{"cache", []driver.StoreOption{driver.WithStateCache(100)}, 1, 10, 1, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &memCAS{m: map[string][]byte{}}
+			s := driver.NewCASStore(c, tt.opts...)
+			for range 10 {
+				mustUpdate(t, s, "k", increment)
+			}
+			if gets, cass := c.calls(); gets != tt.gets || cass != tt.cass {
+				t.Errorf("10 increments made %d Gets and %d CompareAndSwaps, want %d and %d", gets, cass, tt.gets, tt.cass)
+			}
+			if got := string(c.m["k"]); got != "10" {
+				t.Errorf("state = %q, want 10", got)
+			}
+			var u unchanged
+			mustUpdate(t, s, "k", u.fn)
+			if gets, cass := c.calls(); gets != tt.unchangedGets || cass != 0 || len(u.seen) != tt.unchangedCalls {
+				t.Errorf("an unchanged decision made %d Gets, %d CompareAndSwaps and %d calls of fn, want %d, 0 and %d",
+					gets, cass, len(u.seen), tt.unchangedGets, tt.unchangedCalls)
+			}
+		})
+	}
+}
+
+// TestCASStaleCache: another writer changes a key whose state the store
+// has cached.
+func TestCASStaleCache(t *testing.T) {
+	c := &memCAS{m: map[string][]byte{}}
+	s := driver.NewCASStore(c, driver.WithStateCache(100))
+	mustUpdate(t, s, "k", increment) // caches 1
+	c.set("k", "5")
+	c.calls()
+
+	mustUpdate(t, s, "k", increment)
+	if got := string(c.m["k"]); got != "6" {
+		t.Errorf("increment after another writer set 5 left %q, want 6", got)
+	}
+	if gets, cass := c.calls(); gets != 1 || cass != 2 {
+		t.Errorf("increment on a stale cache made %d Gets and %d CompareAndSwaps, want 1 and 2", gets, cass)
+	}
+
+	// An unchanged decision on stale bytes runs again on the current ones.
+	c.set("k", "9")
+	var u unchanged
+	mustUpdate(t, s, "k", u.fn)
+	if want := []string{"6", "9"}; !slices.Equal(u.seen, want) {
+		t.Errorf("unchanged decision on a stale cache saw %q, want %q", u.seen, want)
+	}
+	if gets, cass := c.calls(); gets != 1 || cass != 0 {
+		t.Errorf("unchanged decision on a stale cache made %d Gets and %d CompareAndSwaps, want 1 and 0", gets, cass)
+	}
+	// It cached the current state: the next increment needs no Get.
+	mustUpdate(t, s, "k", increment)
+	if gets, cass := c.calls(); gets != 0 || cass != 1 || string(c.m["k"]) != "10" {
+		t.Errorf("increment after refresh made %d Gets and %d CompareAndSwaps to %q, want 0, 1 and 10", gets, cass, c.m["k"])
+	}
+
+	// A key deleted behind the store's back is a stale entry too.
+	delete(c.m, "k")
+	mustUpdate(t, s, "k", increment)
+	if got := string(c.m["k"]); got != "1" {
+		t.Errorf("increment of a vanished key left %q, want 1", got)
+	}
+}
+
+// TestCASStateCacheGivesUpWithErrConflict: lost races stay bounded with a
+// cache.
+func TestCASStateCacheGivesUpWithErrConflict(t *testing.T) {
+	c := &memCAS{m: map[string][]byte{}}
+	s := driver.NewCASStore(c, driver.WithMaxAttempts(3), driver.WithStateCache(10))
+	mustUpdate(t, s, "k", increment)
+	c.calls()
+	c.conflix = 3
+	if err := s.Update(context.Background(), "k", increment); !errors.Is(err, driver.ErrConflict) {
+		t.Fatalf("Update after 3 lost races = %v, want ErrConflict", err)
+	}
+	if gets, cass := c.calls(); gets != 2 || cass != 3 {
+		t.Errorf("3 lost races made %d Gets and %d CompareAndSwaps, want 2 and 3", gets, cass)
+	}
+	mustUpdate(t, s, "k", increment)
+	if got := string(c.m["k"]); got != "2" {
+		t.Errorf("state = %q, want 2", got)
+	}
+}
+
+// TestCASStateCacheCopies: the cache keeps neither the caller's next nor
+// hands out its own memory.
+func TestCASStateCacheCopies(t *testing.T) {
+	c := &memCAS{m: map[string][]byte{}}
+	s := driver.NewCASStore(c, driver.WithStateCache(10))
+	buf := []byte("abc")
+	mustUpdate(t, s, "k", func([]byte) ([]byte, time.Duration, bool) { return buf, 0, true })
+	buf[0] = 'X'
+	mustUpdate(t, s, "k", func(state []byte) ([]byte, time.Duration, bool) {
+		if string(state) != "abc" {
+			t.Errorf("state = %q, want abc", state)
+		}
+		state[0] = 'Y' // scribbles on what it was given
+		return nil, 0, false
+	})
+	var u unchanged
+	mustUpdate(t, s, "k", u.fn)
+	if !slices.Equal(u.seen, []string{"abc"}) {
+		t.Errorf("after the caller changed its buffers, fn saw %q, want [abc]", u.seen)
+	}
+}
+
+// TestCASStateCacheBounded: a cache of n entries serves at most n of 100
+// keys.
+func TestCASStateCacheBounded(t *testing.T) {
+	for _, entries := range []int{1, 10, 70, 100} {
+		t.Run(strconv.Itoa(entries), func(t *testing.T) {
+			c := &memCAS{m: map[string][]byte{}}
+			s := driver.NewCASStore(c, driver.WithStateCache(entries))
+			for i := range 100 {
+				mustUpdate(t, s, strconv.Itoa(i), increment)
+			}
+			c.calls()
+			for i := 99; i >= 0; i-- { // the last written first, so some hit
+				mustUpdate(t, s, strconv.Itoa(i), increment)
+			}
+			gets, _ := c.calls()
+			if hits := 100 - gets; hits > entries || hits < 1 {
+				t.Errorf("WithStateCache(%d): %d of 100 keys came from the cache, want 1 to %d", entries, hits, entries)
+			}
+		})
+	}
+}
+
+// TestCASStateCacheConcurrent runs increments of many keys from many
+// goroutines through a cache smaller than the keys, with another store
+// writing the same keys.
+func TestCASStateCacheConcurrent(t *testing.T) {
+	c := &memCAS{m: map[string][]byte{}}
+	a := driver.NewCASStore(c, driver.WithMaxAttempts(1000), driver.WithStateCache(5))
+	b := driver.NewCASStore(c, driver.WithMaxAttempts(1000), driver.WithStateCache(50))
+	var wg sync.WaitGroup
+	for g := range 8 {
+		s := a
+		if g%2 == 1 {
+			s = b
+		}
+		wg.Go(func() {
+			var u unchanged
+			for i := range 200 {
+				key := strconv.Itoa(i % 20)
+				if err := s.Update(context.Background(), key, increment); err != nil {
+					t.Errorf("Update: %v", err)
+					return
+				}
+				if err := s.Update(context.Background(), key, u.fn); err != nil {
+					t.Errorf("Update: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i := range 20 {
+		if got := string(c.m[strconv.Itoa(i)]); got != "80" {
+			t.Errorf("key %d = %q after 80 increments", i, got)
+		}
+	}
+}
+
+func TestCASStoreDelete(t *testing.T) {
+	if _, ok := driver.NewCASStore(&memCAS{m: map[string][]byte{}}).(driver.Deleter); ok {
+		t.Errorf("NewCASStore of a CAS without Delete is a Deleter")
+	}
+	c := delCAS{&memCAS{m: map[string][]byte{}}}
+	s := driver.NewCASStore(c, driver.WithStateCache(10))
+	d, ok := s.(driver.Deleter)
+	if !ok {
+		t.Fatalf("NewCASStore of a Deleter is not a Deleter")
+	}
+	mustUpdate(t, s, "k", increment)
+	mustUpdate(t, s, "k", increment)
+	if err := d.Delete(context.Background(), "k"); err != nil {
+		t.Fatalf("Delete = %v", err)
+	}
+	c.calls()
+	var u unchanged
+	mustUpdate(t, s, "k", u.fn)
+	if gets, _ := c.calls(); gets != 1 || !slices.Equal(u.seen, []string{""}) {
+		t.Errorf("after Delete, an update made %d Gets and saw %q, want 1 and no state", gets, u.seen)
+	}
+	mustUpdate(t, s, "k", increment)
+	if got := string(c.m["k"]); got != "1" {
+		t.Errorf("state = %q after Delete and an increment, want 1", got)
 	}
 }

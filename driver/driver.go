@@ -63,8 +63,9 @@ var (
 // expiry), and whether it changed: an unchanged state is not written.
 //
 // A store may call it more than once (after a conflict), so it must have no
-// side effects: only its last call counts. It must not keep state or next
-// after it returns; the store may reuse their memory.
+// side effects: only its last call counts. It must not change state, which
+// may be the store's own memory, and must not keep state or next after it
+// returns; the store may reuse their memory, so it copies next to keep it.
 type UpdateFunc func(state []byte) (next []byte, ttl time.Duration, changed bool)
 
 // Store is what a store implements: an atomic read-modify-write of one

@@ -1,0 +1,69 @@
+// Package mysqlstore keeps sluice's rate-limit state in a MySQL or
+// MariaDB (InnoDB) table, through database/sql and
+// github.com/go-sql-driver/mysql. A [Store] is a driver.Store and a
+// driver.Deleter, so one table serves every policy and every process.
+//
+// # Construction
+//
+//	db, err := sql.Open("mysql", "user:pass@tcp(host:3306)/app?interpolateParams=true")
+//	…
+//	store, err := mysqlstore.New(db, mysqlstore.WithTable("sluice_state"))
+//	…
+//	err = store.Migrate(ctx) // or run store.DDL() in your migrations
+//
+// New accepts a [DB], which *sql.DB satisfies. Table and column names are
+// validated as plain SQL identifiers (an [IdentifierError] otherwise) and
+// quoted with backticks, so they cannot inject SQL. interpolateParams=true
+// in the DSN saves a round trip per statement (the driver otherwise
+// prepares each statement with arguments, then executes it).
+//
+// # Strategy and round trips
+//
+// An update locks the key's row with SELECT … FOR UPDATE in a READ
+// COMMITTED transaction (a driver.RowLocker). A key's first update inserts
+// an empty row with INSERT IGNORE in a transaction of its own and starts
+// again. READ COMMITTED takes no gap locks, and the insert happens after a
+// locking read that found nothing and so locked nothing: concurrent first
+// updates of a key wait for each other but never deadlock.
+//
+// One decision on a key that has state, with interpolateParams=true: SET
+// TRANSACTION ISOLATION LEVEL, START TRANSACTION, SELECT … FOR UPDATE,
+// UPDATE, COMMIT: 5 round trips, 4 when the state does not change (7 and
+// 6 without interpolateParams). The first update of a key costs 4 more.
+//
+// # Table
+//
+// One row per key (see schema.sql, returned by [Store.DDL]):
+//
+//	key        VARBINARY(255) PRIMARY KEY  -- bytes, no collation
+//	state      MEDIUMBLOB NOT NULL         -- empty: a row only there to be locked
+//	expires_at DATETIME(6) NULL            -- UTC; NULL: never; indexed
+//
+// A key has no state when it has no row, when its row has expired
+// (expires_at <= UTC_TIMESTAMP(6)) or when its state is empty. Keys longer
+// than [MaxKeyLen] bytes are refused, never truncated.
+//
+// # Cleanup
+//
+// Expired rows read as absent but stay in the table until
+// [Store.DeleteExpired] removes them, at most a batch per statement
+// (DELETE … ORDER BY expires_at LIMIT n, at READ COMMITTED). Call it until
+// it returns 0, from cron or a time.Ticker in one process.
+//
+// # Clocks
+//
+// expires_at is computed by the database clock, in UTC whatever the
+// session's time_zone: UTC_TIMESTAMP(6) of the writing statement plus the
+// ttl, rounded up to whole microseconds; expiry is checked against it too.
+// The policies' decisions use the client's clock, which is in the state
+// they write; expiry only decides when state is forgotten.
+//
+// # Errors
+//
+// Errors follow the driver contract: [driver.ErrConflict] for a deadlock
+// (1213) or a lock wait timeout (1205), after the transaction is rolled
+// back; [driver.ErrUnavailable] when the server could not be reached or
+// refused a statement; [driver.ErrIndeterminate] when a COMMIT that wrote
+// was sent and its answer was lost. A context that ended before COMMIT was
+// sent is returned as ctx.Err(), and the transaction rolls back.
+package mysqlstore

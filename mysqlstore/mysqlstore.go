@@ -1,0 +1,358 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	sqldriver "database/sql/driver"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/sluicehq/sluice/driver"
+)
+
+// Defaults of the options.
+const (
+	DefaultTable         = "sluice_state"
+	DefaultKeyColumn     = "key"
+	DefaultStateColumn   = "state"
+	DefaultExpiresColumn = "expires_at"
+)
+
+// Limits of the table's columns.
+const (
+	// MaxKeyLen is the longest key in bytes (VARBINARY(255)). Longer keys
+	// are refused before anything is sent, never truncated.
+	MaxKeyLen = 255
+	// MaxStateLen is the largest state in bytes (MEDIUMBLOB).
+	MaxStateLen = 1<<24 - 1
+)
+
+// IdentifierError reports a table or column name that is not a plain SQL
+// identifier: letters, digits and underscores, not starting with a digit,
+// 1 to 64 bytes, and for a table optionally qualified by one database
+// ("db.table"). Names are never interpolated unchecked, so a name cannot
+// inject SQL.
+type IdentifierError struct {
+	// Option is the option that gave the name, e.g. "WithTable".
+	Option string
+	// Name is the rejected name.
+	Name string
+}
+
+// Error says which option gave which name.
+func (e *IdentifierError) Error() string {
+	return fmt.Sprintf("mysqlstore: %s: %q is not an SQL identifier (letters, digits and _, not starting with a digit, 1 to 64 bytes)", e.Option, e.Name)
+}
+
+// identRE is an unquoted identifier of at most 64 bytes, MySQL's limit.
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	table, schema       string
+	qualified           bool   // table has a database
+	tableOpt            string // the name as given, for errors
+	key, state, expires string
+	maxAttempts         int
+}
+
+// WithTable sets the table, "name" or "db.name"; the default is
+// "sluice_state" in the connection's database.
+func WithTable(name string) Option {
+	return func(o *options) {
+		o.schema, o.table, o.qualified = "", name, false
+		if s, t, ok := strings.Cut(name, "."); ok {
+			o.schema, o.table, o.qualified = s, t, true
+		}
+		o.tableOpt = name
+	}
+}
+
+// WithColumns sets the names of the key, state and expiry columns; the
+// defaults are "key", "state" and "expires_at".
+func WithColumns(key, state, expires string) Option {
+	return func(o *options) { o.key, o.state, o.expires = key, state, expires }
+}
+
+// WithMaxAttempts bounds the transactions of one update that only insert
+// the key's empty row (at least 1; the default is
+// driver.DefaultMaxAttempts), after which the update fails with
+// driver.ErrConflict.
+func WithMaxAttempts(n int) Option {
+	return func(o *options) { o.maxAttempts = n }
+}
+
+// DB is the part of *sql.DB that a Store uses; *sql.Conn satisfies it too.
+// Its driver must be github.com/go-sql-driver/mysql, whose errors the
+// Store interprets.
+type DB interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	PingContext(ctx context.Context) error
+}
+
+// Store keeps sluice state in a MySQL or MariaDB (InnoDB) table. It is a
+// driver.Store and a driver.Deleter, and is safe for concurrent use by
+// multiple goroutines when its DB is (a *sql.DB is).
+type Store struct {
+	db DB
+	q  queries
+	s  driver.Store
+}
+
+var (
+	_ driver.Store     = (*Store)(nil)
+	_ driver.Deleter   = (*Store)(nil)
+	_ driver.RowLocker = rowLocker{}
+)
+
+// New returns a Store on db, usually a *sql.DB opened with the "mysql"
+// driver. It does not touch the database: create the table with Migrate,
+// or with DDL in your own migrations. It fails with an *IdentifierError
+// for a name that is not an SQL identifier, and with an error for another
+// invalid option.
+func New(db DB, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("mysqlstore: nil DB")
+	}
+	o := options{
+		table:       DefaultTable,
+		tableOpt:    DefaultTable,
+		key:         DefaultKeyColumn,
+		state:       DefaultStateColumn,
+		expires:     DefaultExpiresColumn,
+		maxAttempts: driver.DefaultMaxAttempts,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if !identRE.MatchString(o.table) || (o.qualified && !identRE.MatchString(o.schema)) {
+		return nil, &IdentifierError{Option: "WithTable", Name: o.tableOpt}
+	}
+	for _, c := range []string{o.key, o.state, o.expires} {
+		if !identRE.MatchString(c) {
+			return nil, &IdentifierError{Option: "WithColumns", Name: c}
+		}
+	}
+	// MySQL column names are case-insensitive.
+	if strings.EqualFold(o.key, o.state) || strings.EqualFold(o.key, o.expires) || strings.EqualFold(o.state, o.expires) {
+		return nil, fmt.Errorf("mysqlstore: WithColumns: names must differ, got %q, %q, %q", o.key, o.state, o.expires)
+	}
+	if o.maxAttempts < 1 {
+		return nil, fmt.Errorf("mysqlstore: WithMaxAttempts: attempts must be at least 1, got %d", o.maxAttempts)
+	}
+	s := &Store{db: db, q: newQueries(o)}
+	s.s = driver.NewRowLockStore(rowLocker{s}, driver.WithMaxAttempts(o.maxAttempts))
+	return s, nil
+}
+
+// Update atomically reads key's state, calls fn and writes its result
+// when it changed, as driver.Store requires. Its errors wrap
+// driver.ErrConflict, driver.ErrUnavailable or driver.ErrIndeterminate;
+// a context that ended before anything was committed is returned as
+// ctx.Err(). A key longer than MaxKeyLen is refused with
+// driver.ErrUnavailable.
+func (s *Store) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("mysqlstore: update %q: %w: key of %d bytes, more than %d", key, driver.ErrUnavailable, len(key), MaxKeyLen)
+	}
+	err := s.s.Update(ctx, key, fn)
+	if err == nil || isBareContextErr(err) {
+		return err
+	}
+	return fmt.Errorf("mysqlstore: update %q: %w", key, err)
+}
+
+// Delete removes key's state at once. Deleting a key without state is not
+// an error.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if _, err := s.db.ExecContext(ctx, s.q.delete, key); err != nil {
+		return wrapErr(fmt.Sprintf("mysqlstore: delete %q", key), classify(ctx, err, true))
+	}
+	return nil
+}
+
+// DeleteExpired deletes at most batch expired rows
+// (expires_at <= UTC_TIMESTAMP(6)) in one READ COMMITTED transaction, so
+// that it takes no gap locks, and returns how many it deleted. Run it
+// periodically, from cron or a time.Ticker, calling it until it returns 0:
+//
+//	for {
+//		n, err := s.DeleteExpired(ctx, 1000)
+//		if err != nil || n == 0 {
+//			break
+//		}
+//	}
+//
+// Small batches keep each transaction and its row locks short. Expired
+// rows read as no state whether or not they are deleted, so cleanup only
+// reclaims space. An error wrapping driver.ErrConflict (a deadlock with
+// an update) is safe to retry.
+func (s *Store) DeleteExpired(ctx context.Context, batch int) (deleted int64, err error) {
+	if batch < 1 {
+		return 0, fmt.Errorf("mysqlstore: delete expired: batch must be at least 1, got %d", batch)
+	}
+	tx, err := s.db.BeginTx(ctx, &txOptions)
+	if err != nil {
+		return 0, wrapErr("mysqlstore: delete expired", classify(ctx, err, false))
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, s.q.deleteExpired, batch)
+	if err != nil {
+		return 0, wrapErr("mysqlstore: delete expired", classify(ctx, err, false))
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, wrapErr("mysqlstore: delete expired", classify(ctx, err, true))
+	}
+	return res.RowsAffected()
+}
+
+// Ping checks that the database answers. Its error wraps
+// driver.ErrUnavailable, or is ctx.Err().
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.db.PingContext(ctx); err != nil {
+		return wrapErr("mysqlstore: ping", classify(ctx, err, false))
+	}
+	return nil
+}
+
+//go:embed schema.sql
+var schemaSQL string
+
+// DDL returns the statement that creates the store's table, with its
+// index, if it does not exist, for those who run migrations themselves.
+// Names are validated and quoted.
+func (s *Store) DDL() string { return s.q.ddl }
+
+// Migrate creates the store's table and its index if they do not exist.
+// It is safe to run at every start.
+func (s *Store) Migrate(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, s.q.ddl); err != nil {
+		return wrapErr("mysqlstore: migrate", classify(ctx, err, false))
+	}
+	return nil
+}
+
+// wrapErr prefixes err with what, unless err is a bare context error,
+// which is returned as is.
+func wrapErr(what string, err error) error {
+	if isBareContextErr(err) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func isBareContextErr(err error) bool {
+	return err == context.Canceled || err == context.DeadlineExceeded
+}
+
+// MySQL error numbers after which a retry is safe once the transaction is
+// rolled back.
+const (
+	errLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
+	errLockDeadlock    = 1213 // ER_LOCK_DEADLOCK
+)
+
+// classify maps err, returned by a statement or a COMMIT, to the driver's
+// errors. write says whether the statement may have written state: a
+// Delete, or the COMMIT of a transaction that wrote. An error the server
+// reported (it rolled the statement back), an error before sending
+// (notSent) and the failure of anything but a write leave nothing
+// written.
+func classify(ctx context.Context, err error, write bool) error {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case errLockWaitTimeout, errLockDeadlock:
+			return fmt.Errorf("%w: %w", driver.ErrConflict, err)
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
+	}
+	if write && !notSent(err) {
+		if cerr := ctx.Err(); cerr != nil {
+			return fmt.Errorf("%w: %w", driver.ErrIndeterminate, cerr)
+		}
+		return fmt.Errorf("%w: %w", driver.ErrIndeterminate, err)
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
+}
+
+// notSent reports whether err certainly happened before the statement
+// was sent: the driver returns driver.ErrBadConn only then, and a failed
+// dial had no connection to send on.
+func notSent(err error) bool {
+	var oe *net.OpError
+	return errors.Is(err, sqldriver.ErrBadConn) || errors.As(err, &oe) && oe.Op == "dial"
+}
+
+// queries are the statements of a Store, with its quoted names.
+type queries struct {
+	ddl                             string
+	lockRow, insertEmpty, updateRow string
+	delete, deleteExpired           string
+}
+
+func newQueries(o options) queries {
+	ident := func(s string) string { return "`" + s + "`" } // s matches identRE
+	table := ident(o.table)
+	if o.qualified {
+		table = ident(o.schema) + "." + table
+	}
+	k, st, ex := ident(o.key), ident(o.state), ident(o.expires)
+	r := strings.NewReplacer(
+		"{{table}}", table, "{{key}}", k, "{{state}}", st, "{{expires}}", ex,
+	)
+	// live is true for a row whose state has not expired, by the
+	// database clock in UTC.
+	live := fmt.Sprintf("(%[1]s IS NULL OR %[1]s > UTC_TIMESTAMP(6))", ex)
+	return queries{
+		ddl:     r.Replace(schemaSQL),
+		lockRow: fmt.Sprintf("SELECT IF(%s, %s, NULL) FROM %s WHERE %s = ? FOR UPDATE", live, st, table, k),
+		// The grace keeps DeleteExpired from deleting the empty row
+		// before the update that follows its insert; an empty row reads
+		// as no state whatever its expiry.
+		insertEmpty: fmt.Sprintf("INSERT IGNORE INTO %s (%s, %s, %s) VALUES (?, '', UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE)", table, k, st, ex),
+		// The second argument is the ttl in microseconds, NULL for no
+		// expiry (adding a NULL interval gives NULL).
+		updateRow:     fmt.Sprintf("UPDATE %s SET %s = ?, %s = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE %s = ?", table, st, ex, k),
+		delete:        fmt.Sprintf("DELETE FROM %s WHERE %s = ?", table, k),
+		deleteExpired: fmt.Sprintf("DELETE FROM %s WHERE %s <= UTC_TIMESTAMP(6) ORDER BY %s LIMIT ?", table, ex, ex),
+	}
+}
+
+// ttlArg is ttl in microseconds, rounded up so that the state is kept at
+// least ttl, or nil (NULL) for no expiry.
+func ttlArg(ttl time.Duration) any {
+	if ttl <= 0 {
+		return nil
+	}
+	us := int64(ttl / time.Microsecond)
+	if ttl%time.Microsecond != 0 && us < math.MaxInt64 {
+		us++
+	}
+	return us
+}
+
+// nilIfEmpty returns nil for an empty state: an empty row has none.
+func nilIfEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}

@@ -1,0 +1,504 @@
+package pgstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sluicehq/sluice/driver"
+)
+
+// Strategy is how a Store makes an update atomic. All processes that share
+// a table must use the same strategy: AdvisoryLock does not exclude the
+// other two.
+type Strategy int
+
+const (
+	// SingleStatement reads the state, then writes it with one
+	// compare-and-swap statement that succeeds only if the state is still
+	// what was read, retrying a lost race (a driver.CAS). It takes no lock
+	// and holds no transaction open. It is the default.
+	SingleStatement Strategy = iota
+	// SelectForUpdate locks the key's row with SELECT … FOR UPDATE in a
+	// READ COMMITTED transaction, inserting an empty row first if the key
+	// has none (a driver.RowLocker), as Bucket4j's SELECT_FOR_UPDATE lock
+	// does.
+	SelectForUpdate
+	// AdvisoryLock takes a transaction-level advisory lock on a hash of the
+	// key (pg_advisory_xact_lock) in a READ COMMITTED transaction, then
+	// reads and upserts the row (a driver.Locker), as Bucket4j's
+	// ADVISORY_LOCK does.
+	AdvisoryLock
+)
+
+// String returns the constant's name, "SingleStatement" and so on.
+func (s Strategy) String() string {
+	switch s {
+	case SingleStatement:
+		return "SingleStatement"
+	case SelectForUpdate:
+		return "SelectForUpdate"
+	case AdvisoryLock:
+		return "AdvisoryLock"
+	}
+	return fmt.Sprintf("Strategy(%d)", int(s))
+}
+
+// Defaults of the options.
+const (
+	DefaultTable         = "sluice_state"
+	DefaultKeyColumn     = "key"
+	DefaultStateColumn   = "state"
+	DefaultExpiresColumn = "expires_at"
+)
+
+// IdentifierError reports a table or column name that is not a plain SQL
+// identifier: letters, digits and underscores, not starting with a digit,
+// 1 to 63 bytes, and for a table optionally qualified by one schema
+// ("schema.table"). Names are never interpolated unchecked, so a name
+// cannot inject SQL.
+type IdentifierError struct {
+	// Option is the option that gave the name, e.g. "WithTable".
+	Option string
+	// Name is the rejected name.
+	Name string
+}
+
+// Error says which option gave which name.
+func (e *IdentifierError) Error() string {
+	return fmt.Sprintf("pgstore: %s: %q is not an SQL identifier (letters, digits and _, not starting with a digit, 1 to 63 bytes)", e.Option, e.Name)
+}
+
+// identRE is an unquoted PostgreSQL identifier of at most NAMEDATALEN-1
+// bytes, which PostgreSQL would otherwise truncate.
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	table, schema       string
+	qualified           bool   // table has a schema
+	tableOpt            string // the name as given, for errors
+	key, state, expires string
+	strategy            Strategy
+	maxAttempts         int
+	stateCache          int
+}
+
+// WithTable sets the table, "name" or "schema.name"; the default is
+// "sluice_state" in the connection's search_path. The name is quoted, so
+// its case is kept.
+func WithTable(name string) Option {
+	return func(o *options) {
+		o.schema, o.table, o.qualified = "", name, false
+		if s, t, ok := strings.Cut(name, "."); ok {
+			o.schema, o.table, o.qualified = s, t, true
+		}
+		o.tableOpt = name
+	}
+}
+
+// WithColumns sets the names of the key, state and expiry columns; the
+// defaults are "key", "state" and "expires_at". The names are quoted, so
+// their case is kept.
+func WithColumns(key, state, expires string) Option {
+	return func(o *options) { o.key, o.state, o.expires = key, state, expires }
+}
+
+// WithStrategy sets the strategy; the default is SingleStatement.
+func WithStrategy(s Strategy) Option {
+	return func(o *options) { o.strategy = s }
+}
+
+// DefaultStateCache is how many keys' states a SingleStatement store
+// remembers by default; see WithStateCache.
+const DefaultStateCache = 4096
+
+// WithStateCache sets for how many keys a SingleStatement store remembers
+// the state it last wrote or read (the default is DefaultStateCache; 0
+// turns the cache off). With it, an update of a key whose state this
+// process last wrote is one round trip, the compare-and-swap, instead of
+// two; a stale entry (another process wrote, or the state expired) only
+// costs a lost compare-and-swap and a read, never a wrong decision. See
+// driver.WithStateCache. Other strategies ignore it.
+func WithStateCache(entries int) Option {
+	return func(o *options) { o.stateCache = entries }
+}
+
+// WithMaxAttempts bounds the attempts of one update (at least 1; the
+// default is driver.DefaultMaxAttempts): with SingleStatement, the
+// compare-and-swaps lost to other writers; with SelectForUpdate, the
+// transactions that only inserted the key's empty row. A hot key then
+// fails with driver.ErrConflict instead of looping. AdvisoryLock waits for
+// its lock and never retries.
+func WithMaxAttempts(n int) Option {
+	return func(o *options) { o.maxAttempts = n }
+}
+
+// DB is the part of a pgx connection pool that a Store uses.
+// *pgxpool.Pool (github.com/jackc/pgx/v5/pgxpool) satisfies it, and so
+// does a single *pgx.Conn, which is not safe for concurrent use.
+type DB interface {
+	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, error)
+	Ping(ctx context.Context) error
+}
+
+// Store keeps sluice state in a PostgreSQL table. It is a driver.Store and
+// a driver.Deleter, and is safe for concurrent use by multiple goroutines
+// when its DB is.
+type Store struct {
+	db       DB
+	strategy Strategy
+	q        queries
+	s        driver.Store
+}
+
+var (
+	_ driver.Store     = (*Store)(nil)
+	_ driver.Deleter   = (*Store)(nil)
+	_ driver.CAS       = casStore{}
+	_ driver.Deleter   = casStore{}
+	_ driver.RowLocker = rowLocker{}
+	_ driver.Locker    = advisoryLocker{}
+)
+
+// New returns a Store on db, usually a *pgxpool.Pool. It does not touch
+// the database:
+// create the table with Migrate, or with DDL in your own migrations.
+// It fails with an *IdentifierError for a name that is not an SQL
+// identifier, and with an error for another invalid option.
+func New(db DB, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("pgstore: nil DB")
+	}
+	o := options{
+		table:       DefaultTable,
+		tableOpt:    DefaultTable,
+		key:         DefaultKeyColumn,
+		state:       DefaultStateColumn,
+		expires:     DefaultExpiresColumn,
+		maxAttempts: driver.DefaultMaxAttempts,
+		stateCache:  DefaultStateCache,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if !identRE.MatchString(o.table) || (o.qualified && !identRE.MatchString(o.schema)) {
+		return nil, &IdentifierError{Option: "WithTable", Name: o.tableOpt}
+	}
+	for _, c := range []string{o.key, o.state, o.expires} {
+		if !identRE.MatchString(c) {
+			return nil, &IdentifierError{Option: "WithColumns", Name: c}
+		}
+	}
+	if o.key == o.state || o.key == o.expires || o.state == o.expires {
+		return nil, fmt.Errorf("pgstore: WithColumns: names must differ, got %q, %q, %q", o.key, o.state, o.expires)
+	}
+	if o.stateCache < 0 {
+		return nil, fmt.Errorf("pgstore: WithStateCache: entries must not be negative, got %d", o.stateCache)
+	}
+	if o.maxAttempts < 1 {
+		return nil, fmt.Errorf("pgstore: WithMaxAttempts: attempts must be at least 1, got %d", o.maxAttempts)
+	}
+	s := &Store{db: db, strategy: o.strategy, q: newQueries(o)}
+	switch o.strategy {
+	case SingleStatement:
+		s.s = driver.NewCASStore(casStore{s}, driver.WithMaxAttempts(o.maxAttempts), driver.WithStateCache(o.stateCache))
+	case SelectForUpdate:
+		s.s = driver.NewRowLockStore(rowLocker{s}, driver.WithMaxAttempts(o.maxAttempts))
+	case AdvisoryLock:
+		s.s = driver.NewLockStore(advisoryLocker{s})
+	default:
+		return nil, fmt.Errorf("pgstore: WithStrategy: unknown strategy %v", o.strategy)
+	}
+	return s, nil
+}
+
+// Strategy returns the store's strategy.
+func (s *Store) Strategy() Strategy { return s.strategy }
+
+// Update atomically reads key's state, calls fn and writes its result
+// when it changed, as driver.Store requires. Its errors wrap
+// driver.ErrConflict, driver.ErrUnavailable or driver.ErrIndeterminate;
+// a context that ended before anything was sent is returned as ctx.Err().
+func (s *Store) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
+	err := s.s.Update(ctx, key, fn)
+	if err == nil || isBareContextErr(err) {
+		return err
+	}
+	return fmt.Errorf("pgstore: update %q: %w", key, err)
+}
+
+// Delete removes key's state at once. Deleting a key without state is not
+// an error.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	var err error
+	if d, ok := s.s.(driver.Deleter); ok {
+		err = d.Delete(ctx, key) // drops the state cache's entry too
+	} else {
+		err = s.deleteKey(ctx, key)
+	}
+	if err != nil {
+		return wrapErr(fmt.Sprintf("pgstore: delete %q", key), err)
+	}
+	return nil
+}
+
+// deleteKey deletes key's row: one round trip.
+func (s *Store) deleteKey(ctx context.Context, key string) error {
+	_, err := s.exec(ctx, s.q.delete, key)
+	return err
+}
+
+// DeleteExpired deletes at most batch expired rows (expires_at <= now())
+// in one statement and returns how many it deleted. Rows that other
+// transactions have locked are skipped (FOR UPDATE SKIP LOCKED), so it
+// never waits for a limiter. Run it periodically, from cron or a
+// time.Ticker, calling it until it returns 0:
+//
+//	for {
+//		n, err := s.DeleteExpired(ctx, 1000)
+//		if err != nil || n == 0 {
+//			break
+//		}
+//	}
+//
+// Small batches keep each statement short. Expired rows read as no state
+// whether or not they are deleted, so cleanup only reclaims space.
+func (s *Store) DeleteExpired(ctx context.Context, batch int) (deleted int64, err error) {
+	if batch < 1 {
+		return 0, fmt.Errorf("pgstore: delete expired: batch must be at least 1, got %d", batch)
+	}
+	tag, err := s.exec(ctx, s.q.deleteExpired, batch)
+	if err != nil {
+		return 0, wrapErr("pgstore: delete expired", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Ping checks that the database answers. Its error wraps
+// driver.ErrUnavailable, or is ctx.Err().
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.db.Ping(ctx); err != nil {
+		return wrapErr("pgstore: ping", classify(ctx, err, false))
+	}
+	return nil
+}
+
+//go:embed schema.sql
+var schemaSQL string
+
+// DDL returns the statements that create the store's table and its index
+// if they do not exist, for those who run migrations themselves. Names
+// are validated and quoted.
+func (s *Store) DDL() string { return s.q.ddl }
+
+// Migrate creates the store's table and its index if they do not exist.
+// It is safe to run at every start, from many processes at once: it holds
+// a transaction-level advisory lock while it runs.
+func (s *Store) Migrate(ctx context.Context) error {
+	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{})
+	if err != nil {
+		return wrapErr("pgstore: migrate", classify(ctx, err, false))
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	// Concurrent CREATE TABLE IF NOT EXISTS can fail on the catalog's
+	// unique indexes; the lock serializes migrations of this table.
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", s.q.lockSeed); err != nil {
+		return wrapErr("pgstore: migrate", classify(ctx, err, false))
+	}
+	// Without arguments, Exec uses the simple protocol, which runs several
+	// statements.
+	if _, err := tx.Exec(ctx, s.q.ddl); err != nil {
+		return wrapErr("pgstore: migrate", classify(ctx, err, false))
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return wrapErr("pgstore: migrate", classify(ctx, err, false))
+	}
+	return nil
+}
+
+// exec runs one statement that writes.
+func (s *Store) exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	tag, err := s.db.Exec(ctx, sql, args...)
+	if err != nil {
+		return tag, classify(ctx, err, true)
+	}
+	return tag, nil
+}
+
+// wrapErr prefixes err with what, unless err is a bare context error,
+// which is returned as is.
+func wrapErr(what string, err error) error {
+	if isBareContextErr(err) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func isBareContextErr(err error) bool {
+	return err == context.Canceled || err == context.DeadlineExceeded
+}
+
+// SQLSTATEs after which a retry is safe: the transaction was rolled back.
+const (
+	sqlstateSerializationFailure = "40001"
+	sqlstateDeadlockDetected     = "40P01"
+	sqlstateLockNotAvailable     = "55P03" // lock_timeout
+)
+
+// classify maps err, returned by a statement or a COMMIT, to the driver's
+// errors. write says whether the statement may have written state: the
+// compare-and-swap of SingleStatement, a Delete, or the COMMIT of a
+// transaction that wrote. A statement that was not sent (notSent), an
+// error the server reported (it rolled the statement or transaction back)
+// and the failure of anything but a write leave nothing written.
+func classify(ctx context.Context, err error, write bool) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case sqlstateSerializationFailure, sqlstateDeadlockDetected, sqlstateLockNotAvailable:
+			return fmt.Errorf("%w: %w", driver.ErrConflict, err)
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr // the statement was cancelled for ctx
+		}
+		return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
+	}
+	if write && !notSent(err) {
+		if cerr := ctx.Err(); cerr != nil {
+			return fmt.Errorf("%w: %w", driver.ErrIndeterminate, cerr)
+		}
+		return fmt.Errorf("%w: %w", driver.ErrIndeterminate, err)
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
+}
+
+// notSent reports whether err certainly happened before the statement
+// reached the server: pgx says it is safe to retry, or a pool failed to
+// connect (*pgconn.ConnectError), or a pool gave up waiting for a
+// connection, which it reports as a bare context error (pgx wraps the
+// context errors of a statement).
+func notSent(err error) bool {
+	var ce *pgconn.ConnectError
+	return pgconn.SafeToRetry(err) || errors.As(err, &ce) || isBareContextErr(err)
+}
+
+// queries are the statements of a Store, with its quoted names.
+type queries struct {
+	ddl string
+	// lockSeed distinguishes the advisory locks of this table from those
+	// of other tables: it seeds hashtextextended, and is the lock that
+	// Migrate holds.
+	lockSeed int64
+
+	get, casInsert, casUpdate       string
+	lockRow, insertEmpty, updateRow string
+	advisoryLock, getLive, upsert   string
+	delete, deleteExpired           string
+}
+
+// placeholderGrace is how long the empty row that SelectForUpdate inserts
+// for a key's first update is kept from DeleteExpired. An empty row reads
+// as no state whatever its expiry; the grace only keeps DeleteExpired
+// from deleting the row between its insert and the update that follows.
+const placeholderGrace = "interval '1 minute'"
+
+func newQueries(o options) queries {
+	ident := func(s ...string) string { return pgx.Identifier(s).Sanitize() }
+	table := ident(o.table)
+	if o.qualified {
+		table = ident(o.schema, o.table)
+	}
+	k, st, ex := ident(o.key), ident(o.state), ident(o.expires)
+	h := fnv.New64a()
+	h.Write([]byte(table))
+	seed := int64(h.Sum64())
+	r := strings.NewReplacer(
+		"{{table}}", table, "{{key}}", k, "{{state}}", st, "{{expires}}", ex,
+		"{{index}}", ident(indexName(o.table, uint64(seed))),
+	)
+	// live is true for a row whose state has not expired. Expiry compares
+	// with now(), the start of the statement's transaction by the
+	// database clock.
+	live := fmt.Sprintf("(%[1]s IS NULL OR %[1]s > now())", ex)
+	// $3 is the ttl as an interval, NULL for no expiry.
+	expiry := "now() + $3::interval"
+	return queries{
+		ddl:      r.Replace(schemaSQL),
+		lockSeed: seed,
+
+		get: fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1 AND %s", st, table, k, live),
+		// An absent state is no row, an expired row or an empty row.
+		casInsert: fmt.Sprintf("INSERT INTO %[1]s AS t (%[2]s, %[3]s, %[4]s) VALUES ($1, $2, %[5]s) "+
+			"ON CONFLICT (%[2]s) DO UPDATE SET %[3]s = EXCLUDED.%[3]s, %[4]s = EXCLUDED.%[4]s "+
+			"WHERE t.%[4]s <= now() OR octet_length(t.%[3]s) = 0", table, k, st, ex, expiry),
+		casUpdate: fmt.Sprintf("UPDATE %s SET %s = $2, %s = %s WHERE %s = $1 AND %s = $4 AND %s",
+			table, st, ex, expiry, k, st, live),
+
+		lockRow: fmt.Sprintf("SELECT CASE WHEN %s THEN %s END FROM %s WHERE %s = $1 FOR UPDATE", live, st, table, k),
+		insertEmpty: fmt.Sprintf("INSERT INTO %s (%s, %s, %s) VALUES ($1, '', now() + %s) ON CONFLICT (%s) DO NOTHING",
+			table, k, st, ex, placeholderGrace, k),
+		updateRow: fmt.Sprintf("UPDATE %s SET %s = $2, %s = %s WHERE %s = $1", table, st, ex, expiry, k),
+
+		advisoryLock: "SELECT pg_advisory_xact_lock(hashtextextended($1, $2))",
+		getLive:      fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1 AND %s", st, table, k, live),
+		upsert: fmt.Sprintf("INSERT INTO %[1]s (%[2]s, %[3]s, %[4]s) VALUES ($1, $2, %[5]s) "+
+			"ON CONFLICT (%[2]s) DO UPDATE SET %[3]s = EXCLUDED.%[3]s, %[4]s = EXCLUDED.%[4]s", table, k, st, ex, expiry),
+
+		delete: fmt.Sprintf("DELETE FROM %s WHERE %s = $1", table, k),
+		// The inner SELECT locks the rows it picks, so their ctid cannot
+		// change before the DELETE; the outer test is belt and braces.
+		deleteExpired: fmt.Sprintf("DELETE FROM %[1]s WHERE ctid = ANY(ARRAY("+
+			"SELECT ctid FROM %[1]s WHERE %[2]s <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)) AND %[2]s <= now()", table, ex),
+	}
+}
+
+// indexName is the name of the index on table's expiry column:
+// table_expires_idx, shortened with a hash of table when that would be
+// longer than 63 bytes, so that two long table names never share an
+// index name.
+func indexName(table string, hash uint64) string {
+	const suffix = "_expires_idx"
+	if len(table)+len(suffix) <= 63 {
+		return table + suffix
+	}
+	h := fmt.Sprintf("_%08x", uint32(hash))
+	return table[:63-len(suffix)-len(h)] + h + suffix
+}
+
+// ttlArg is ttl as an interval argument: NULL for no expiry, otherwise
+// rounded up to whole microseconds, PostgreSQL's resolution, so that the
+// state is kept at least ttl.
+func ttlArg(ttl time.Duration) any {
+	if ttl <= 0 {
+		return nil
+	}
+	if ttl > math.MaxInt64-time.Microsecond {
+		return ttl.Truncate(time.Microsecond)
+	}
+	return (ttl + time.Microsecond - 1).Truncate(time.Microsecond)
+}
+
+// nilIfEmpty returns nil for an empty state: an empty row has none.
+func nilIfEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}

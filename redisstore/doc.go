@@ -1,0 +1,80 @@
+// Package redisstore is a [driver.Store] that keeps rate-limit state in
+// Redis: a standalone server, one watched by Sentinel, or a Redis Cluster.
+//
+// # Clients
+//
+// [New] takes a go-redis v9 client, anything that satisfies [Client]:
+//
+//	// A standalone server.
+//	store, err := redisstore.New(redis.NewClient(&redis.Options{Addr: "localhost:6379"}))
+//
+//	// Sentinel: the client follows the master through failovers.
+//	store, err := redisstore.New(redis.NewFailoverClient(&redis.FailoverOptions{
+//		MasterName:    "mymaster",
+//		SentinelAddrs: []string{"sentinel-1:26379", "sentinel-2:26379"},
+//	}))
+//
+//	// A cluster.
+//	store, err := redisstore.New(redis.NewClusterClient(&redis.ClusterOptions{
+//		Addrs: []string{"node-1:6379", "node-2:6379", "node-3:6379"},
+//	}))
+//
+// A redis.UniversalClient works as well. The Store does not own the
+// client: close the Store, then the client.
+//
+// # What is stored
+//
+// Each key's state is one Redis string at the key's name with a prefix,
+// "sluice:" unless [WithPrefix] says otherwise; the bytes are the policy's
+// encoding, opaque to this package. Updates read with GET and write with a
+// compare-and-swap Lua script (cas.lua, loaded with SCRIPT LOAD and run
+// with EVALSHA, reloaded when a server answers NOSCRIPT). Every command
+// touches one key, so keys spread over a cluster's slots freely.
+//
+// The Store remembers the state it last wrote or read for each of up to
+// 100,000 keys ([WithStateCache]), so an update of a key that only this
+// process writes costs one round trip, the compare-and-swap; a stale entry
+// only costs a lost race. See [driver.NewCASStore].
+//
+// # TTL
+//
+// A state is written with the TTL its policy asks for, rounded up to whole
+// milliseconds (SET … PX), or without expiry when the TTL is 0. Redis
+// expires it by the server's clock.
+//
+// # Pipelining
+//
+// By default one goroutine, started by New and stopped by [Store.Close],
+// sends the commands of all callers: whatever is queued while a pipeline
+// is in flight goes out together in the next (at most 256 commands), and
+// a command queued while nothing is in flight goes out at once, with no
+// timer. Under concurrency that is far fewer round trips and system calls
+// than one per command; [WithPipelining](false) sends each command on its
+// own instead. Either way a caller's context is honoured: a call whose
+// context ends before its command was sent returns ctx.Err(); after it was
+// sent, an update returns driver.ErrIndeterminate wrapping ctx.Err().
+//
+// # Errors
+//
+// Errors follow the driver contract: driver.ErrUnavailable when the server
+// could not be reached or refused the command (connection refused, pool
+// timeout, an error reply, a closed Store), driver.ErrIndeterminate when a
+// write was sent and its outcome is unknown (a timeout or a broken
+// connection after sending), driver.ErrConflict after too many lost races
+// ([WithMaxAttempts]).
+//
+// go-redis itself re-sends a command after a network error or a timeout
+// (redis.Options.MaxRetries, 3 by default). A compare-and-swap re-sent after
+// it had been applied fails its comparison, and the update then runs
+// again on the state it wrote itself: rare, and erring on the side of
+// taking too many tokens, never too few. Set MaxRetries to -1 to get
+// driver.ErrIndeterminate instead.
+//
+// # Clock
+//
+// Processes whose clocks disagree make inconsistent decisions on shared
+// state. [ServerClock] returns a sluice.Clock that follows the server's
+// TIME, as an option against client clock skew: it reads TIME once, adds
+// local monotonic time, and re-reads TIME at most every
+// [DefaultResyncInterval] ([WithResyncInterval]).
+package redisstore

@@ -1,0 +1,305 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/driver"
+)
+
+// Client is what a Store needs of a go-redis client. *redis.Client (also
+// as made by redis.NewFailoverClient for Sentinel), *redis.ClusterClient
+// and any redis.UniversalClient value satisfy it. *redis.Ring satisfies
+// it too but is not supported: its shards are not tested here.
+type Client interface {
+	// Process sends one command: GET, EVALSHA, DEL, PING and TIME.
+	Process(ctx context.Context, cmd redis.Cmder) error
+	// Pipelined sends many commands together, when pipelining is on.
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+	// ScriptLoad loads the compare-and-swap script after a NOSCRIPT reply;
+	// a *redis.ClusterClient loads it on every master.
+	ScriptLoad(ctx context.Context, script string) *redis.StringCmd
+}
+
+// DefaultPrefix is the prefix of every key a Store writes, unless
+// WithPrefix says otherwise.
+const DefaultPrefix = "sluice:"
+
+// DefaultStateCache is how many keys' states a Store remembers, unless
+// WithStateCache says otherwise.
+const DefaultStateCache = 100_000
+
+// maxBatch is how many commands the sender puts in one pipeline at most.
+const maxBatch = 256
+
+var (
+	//go:embed cas.lua
+	casScript string
+	casSHA    = func() string { h := sha1.Sum([]byte(casScript)); return hex.EncodeToString(h[:]) }()
+)
+
+// Option configures a Store.
+type Option func(*options)
+
+type options struct {
+	prefix      string
+	cache       int
+	maxAttempts int
+	pipelining  bool
+}
+
+// WithPrefix sets the prefix of the Store's keys; the default is
+// DefaultPrefix. An empty prefix uses the keys as they are.
+func WithPrefix(prefix string) Option {
+	return func(o *options) { o.prefix = prefix }
+}
+
+// WithStateCache sets how many keys' states the Store remembers so that
+// an update needs one round trip instead of two (see
+// driver.WithStateCache); 0 turns the cache off. The default is
+// DefaultStateCache. New refuses a negative number.
+func WithStateCache(entries int) Option {
+	return func(o *options) { o.cache = entries }
+}
+
+// WithMaxAttempts bounds the compare-and-swaps of one update under
+// contention; after that, Update fails with driver.ErrConflict. The
+// default is driver.DefaultMaxAttempts. New refuses n < 1.
+func WithMaxAttempts(n int) Option {
+	return func(o *options) { o.maxAttempts = n }
+}
+
+// WithPipelining turns automatic pipelining on (the default) or off. Off,
+// every command is its own round trip and New starts no goroutine.
+func WithPipelining(on bool) Option {
+	return func(o *options) { o.pipelining = on }
+}
+
+// Store is a driver.Store that keeps each key's state in one Redis string.
+// It is safe for concurrent use by multiple goroutines.
+//
+// With pipelining on (the default) New starts a goroutine that sends the
+// commands; Close stops it.
+type Store struct {
+	store  driver.Store
+	del    driver.Deleter
+	cas    *redisCAS
+	closed atomic.Bool
+}
+
+var (
+	_ driver.Store   = (*Store)(nil)
+	_ driver.Deleter = (*Store)(nil)
+)
+
+// New returns a Store of client's server or cluster. It does not talk to
+// the server: use Ping to check that it answers. With pipelining on, it
+// starts a goroutine, which Close stops.
+func New(client Client, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: client is nil")
+	}
+	o := options{prefix: DefaultPrefix, cache: DefaultStateCache, maxAttempts: driver.DefaultMaxAttempts, pipelining: true}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.cache < 0 {
+		return nil, fmt.Errorf("redisstore: state cache must not be negative, got %d", o.cache)
+	}
+	if o.maxAttempts < 1 {
+		return nil, fmt.Errorf("redisstore: max attempts must be positive, got %d", o.maxAttempts)
+	}
+	s := &Store{cas: &redisCAS{client: client, prefix: o.prefix}}
+	s.cas.closed = &s.closed
+	if o.pipelining {
+		s.cas.batch = newBatcher(client)
+	}
+	s.store = driver.NewCASStore(s.cas, driver.WithMaxAttempts(o.maxAttempts), driver.WithStateCache(o.cache))
+	d, ok := s.store.(driver.Deleter)
+	if !ok { // cannot happen: redisCAS has Delete
+		return nil, errors.New("redisstore: CAS store cannot delete")
+	}
+	s.del = d
+	return s, nil
+}
+
+// Update runs fn on key's state and writes what it returns if the state
+// changed, with the TTL fn returned rounded up to whole milliseconds (0:
+// no expiry). Its errors wrap driver.ErrConflict, driver.ErrUnavailable
+// or driver.ErrIndeterminate, or are ctx.Err().
+func (s *Store) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
+	err := s.store.Update(ctx, key, fn)
+	if errors.Is(err, driver.ErrConflict) {
+		return fmt.Errorf("redisstore: update %q: %w", key, err)
+	}
+	return err
+}
+
+// Delete removes key's state at once. Its errors wrap
+// driver.ErrUnavailable or driver.ErrIndeterminate, or are ctx.Err().
+func (s *Store) Delete(ctx context.Context, key string) error {
+	return s.del.Delete(ctx, key)
+}
+
+// Ping checks that the server answers, for readiness checks. With a
+// cluster client it asks one node. It does not go through the pipeline.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.cas.client.Process(ctx, redis.NewStatusCmd(ctx, "ping")); err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return ctxErr
+		}
+		return fmt.Errorf("redisstore: ping: %w: %w", driver.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Close stops the goroutine that sends pipelines, after it has sent what
+// was queued; later calls of Update and Delete fail with
+// driver.ErrUnavailable. It does not close the client. Close is
+// idempotent and always returns nil.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	if s.cas.batch != nil {
+		s.cas.batch.close()
+	}
+	return nil
+}
+
+// errClosed is the cause of the errors of a closed Store.
+var errClosed = errors.New("redisstore: store is closed")
+
+// redisCAS is the driver.CAS (and driver.Deleter) of a Store.
+type redisCAS struct {
+	client Client
+	prefix string
+	batch  *batcher // nil: no pipelining
+	closed *atomic.Bool
+}
+
+// exec sends cmd, through the pipeline when there is one, and returns
+// cmd's error; sent is false when cmd surely was not sent. A ctx that
+// ended before the reply came is returned as ctx.Err().
+func (c *redisCAS) exec(ctx context.Context, cmd redis.Cmder) (sent bool, err error) {
+	if c.closed.Load() {
+		return false, errClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if c.batch != nil {
+		return c.batch.do(ctx, cmd)
+	}
+	err = c.client.Process(ctx, cmd)
+	if err != nil && ctx.Err() != nil {
+		return true, ctx.Err()
+	}
+	return true, err
+}
+
+func (c *redisCAS) Get(ctx context.Context, key string) ([]byte, error) {
+	cmd := redis.NewStringCmd(ctx, "get", c.prefix+key)
+	sent, err := c.exec(ctx, cmd)
+	if err == redis.Nil { // go-redis returns it as is
+		return nil, nil
+	}
+	if err != nil {
+		return nil, classify(ctx, "update", key, err, sent, false)
+	}
+	return cmd.Bytes()
+}
+
+func (c *redisCAS) CompareAndSwap(ctx context.Context, key string, old, next []byte, ttl time.Duration) (bool, error) {
+	if ttl < 0 {
+		return false, fmt.Errorf("redisstore: update %q: negative TTL %v", key, ttl)
+	}
+	ms := int64(ttl / time.Millisecond)
+	if ttl%time.Millisecond != 0 {
+		ms++
+	}
+	flag, expected := "1", old
+	if old == nil {
+		flag, expected = "0", []byte{}
+	}
+	args := []any{"evalsha", casSHA, 1, c.prefix + key, flag, expected, next, ms}
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	sent, err := c.exec(ctx, cmd)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// The server lost its scripts (SCRIPT FLUSH, a restart, a failover,
+		// a new cluster node); the script did not run.
+		if err := c.client.ScriptLoad(ctx, casScript).Err(); err != nil {
+			return false, classify(ctx, "update", key, err, false, false)
+		}
+		cmd = redis.NewCmd(ctx, args...)
+		cmd.SetFirstKeyPos(3)
+		sent, err = c.exec(ctx, cmd)
+	}
+	if err != nil {
+		return false, classify(ctx, "update", key, err, sent, true)
+	}
+	switch v := cmd.Val().(type) {
+	case int64:
+		if v == 0 || v == 1 {
+			return v == 1, nil
+		}
+	}
+	return false, fmt.Errorf("redisstore: update %q: %w: script replied %#v, want 0 or 1", key, driver.ErrIndeterminate, cmd.Val())
+}
+
+func (c *redisCAS) Delete(ctx context.Context, key string) error {
+	cmd := redis.NewIntCmd(ctx, "del", c.prefix+key)
+	sent, err := c.exec(ctx, cmd)
+	if err != nil {
+		return classify(ctx, "delete", key, err, sent, true)
+	}
+	return nil
+}
+
+// classify wraps err, the error of a command on key sent for op, with the
+// driver error that says whether anything may have been written. sent is
+// false when the command surely was not sent; write tells whether it may
+// write.
+func classify(ctx context.Context, op, key string, err error, sent, write bool) error {
+	mayHaveWritten := sent && write && !refused(err)
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		if mayHaveWritten {
+			return fmt.Errorf("redisstore: %s %q: %w: %w", op, key, driver.ErrIndeterminate, ctxErr)
+		}
+		return ctxErr
+	}
+	if mayHaveWritten {
+		return fmt.Errorf("redisstore: %s %q: %w: %w", op, key, driver.ErrIndeterminate, err)
+	}
+	return fmt.Errorf("redisstore: %s %q: %w: %w", op, key, driver.ErrUnavailable, err)
+}
+
+// refused reports whether err means that a command was not carried out:
+// an error reply (the script writes nothing before it could fail), no
+// connection to be had, or a closed client or Store.
+func refused(err error) bool {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return true
+	}
+	if errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrClosed) || errors.Is(err, errClosed) ||
+		errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}

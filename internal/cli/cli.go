@@ -37,6 +37,7 @@ type command struct {
 // commands returns the subcommands, in the order usage lists them.
 func commands() []command {
 	return []command{
+		{"check-store", "check that a store loses no update and passes the vectors: sluice check-store URL", runCheckStore},
 		{"conformance", "run conformance vector files against the buckets and limiters", runConformance},
 		{"demo", "throttle a burst of requests with a token bucket, in real time", runDemo},
 		{"help", "show this help, or a command's flags: sluice help COMMAND", runHelp},
@@ -50,6 +51,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		usage(stderr)
 		return usagef("sluice: no command given")
+	}
+	if args[0] == "check-store-worker" { // hidden: a writer process of check-store
+		return runCheckStoreWorker(ctx, args[1:], stdout, stderr)
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/internal/storeurl"
 )
 
 func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -13,7 +14,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		"Conformance runs vector files (PATH is a *.json file or a directory of them) against\n"+
 			"sluice's buckets and limiters, prints every failing step, and ends with the line\n"+
 			"\"N passed, M failed, K skipped\". It fails when any case fails.", stderr)
-	store := fs.String("store", "", "the `URL` of the store to test; empty or mem:// is the local in-memory target")
+	store := fs.String("store", "", "the `URL` of the store to test; empty: the local buckets and limiters; mem://, redis://, redis+cluster://, redis+sentinel://, postgres://, mysql://: that store")
 	verbose := fs.Bool("v", false, "also print passed and skipped cases")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -22,10 +23,11 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		fs.Usage()
 		return usagef("sluice conformance: no PATH given")
 	}
-	target, err := targetFor(*store)
+	target, closeStore, err := targetFor(ctx, *store)
 	if err != nil {
 		return err
 	}
+	defer closeStore()
 	r, runErr := conformance.Run(ctx, target, fs.Args()...)
 	if r != nil {
 		printReport(stdout, r, *verbose)
@@ -39,12 +41,17 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	return nil
 }
 
-// targetFor returns the conformance target of a --store URL.
-func targetFor(store string) (conformance.Target, error) {
-	if store == "" || store == "mem://" {
-		return conformance.Local{}, nil
+// targetFor returns the conformance target of a --store URL, and how to
+// release it.
+func targetFor(ctx context.Context, rawURL string) (conformance.Target, func() error, error) {
+	if rawURL == "" {
+		return conformance.Local{}, func() error { return nil }, nil
 	}
-	return nil, fmt.Errorf("sluice conformance: store %q is not available yet: only the local in-memory target (mem://) can be tested", store)
+	store, err := storeurl.Open(ctx, rawURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sluice conformance: %w", err)
+	}
+	return conformance.Store{TargetName: store.Scheme, Store: store}, store.Close, nil
 }
 
 // printReport prints every failure, and with verbose every case, then the

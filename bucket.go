@@ -46,6 +46,7 @@ type options struct {
 	storeTimeout time.Duration
 	storeFailure StoreFailure
 	inheritance  TokensInheritance
+	maxKeys      int
 }
 
 // WithClock sets the bucket's clock. The default is MonotonicClock, or

@@ -17,6 +17,8 @@ type keyed interface {
 	reset(key string)
 	len() int
 	quota() int64
+	// bound caps the keys held at about n (0: no cap).
+	bound(n int)
 }
 
 const shardCount = 64 // a power of two; enough to keep 2-8 cores off each other's locks
@@ -28,9 +30,10 @@ const shardCount = 64 // a power of two; enough to keep 2-8 cores off each other
 // when next seen; each insertion also checks a couple of other keys of
 // its shard, so idle keys do not accumulate.
 type memKeyed[S any, M policy.Machine[S]] struct {
-	m      M
-	seed   maphash.Seed
-	shards [shardCount]memShard[S]
+	m        M
+	seed     maphash.Seed
+	perShard int // the most keys a shard holds; 0: no bound
+	shards   [shardCount]memShard[S]
 }
 
 type memShard[S any] struct {
@@ -83,6 +86,12 @@ func (k *memKeyed[S, M]) save(sh *memShard[S], key string, present bool, now int
 				break
 			}
 		}
+		if k.perShard > 0 && len(sh.m) >= k.perShard {
+			for other := range sh.m { // full of live keys: evict an arbitrary one
+				delete(sh.m, other)
+				break
+			}
+		}
 	}
 	sh.m[key] = sh.cur
 }
@@ -128,6 +137,12 @@ func (k *memKeyed[S, M]) reset(key string) {
 }
 
 func (k *memKeyed[S, M]) quota() int64 { return k.m.Quota() }
+
+func (k *memKeyed[S, M]) bound(n int) {
+	if n > 0 {
+		k.perShard = max(1, n/shardCount)
+	}
+}
 
 func (k *memKeyed[S, M]) len() int {
 	n := 0

@@ -72,6 +72,10 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if o.maxKeys < 0 {
+		return nil, &ArgumentError{Op: "NewLimiter", Arg: "WithMaxKeys", Value: int64(o.maxKeys), Want: "must not be negative"}
+	}
+	keys.bound(o.maxKeys)
 	l := &Limiter{policy: p, clock: o.clock, sleeper: o.sleeper, listener: o.listener, keys: keys}
 	if l.clock == nil {
 		l.clock = MonotonicClock()

@@ -328,3 +328,22 @@ func testLimiterBucket(t *testing.T, store bool) {
 		t.Errorf("Bucket on a fixed window = %v, want ErrUnsupported", err)
 	}
 }
+
+func TestLimiterMaxKeys(t *testing.T) {
+	ctx := context.Background()
+	l, err := sluice.NewLimiter(sluice.FixedWindow(1, time.Hour), sluice.WithMaxKeys(640))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10_000 {
+		if r, err := l.Allow(ctx, fmt.Sprint("key", i)); err != nil || !r.Allowed {
+			t.Fatalf("Allow(key%d) = %+v, %v", i, r, err)
+		}
+	}
+	if n := l.Len(); n > 640 || n < 320 {
+		t.Errorf("holding %d keys under WithMaxKeys(640), want at most 640 and most of them", n)
+	}
+	if _, err := sluice.NewLimiter(sluice.FixedWindow(1, time.Hour), sluice.WithMaxKeys(-1)); err == nil {
+		t.Error("WithMaxKeys(-1) accepted")
+	}
+}

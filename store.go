@@ -85,6 +85,13 @@ type StoreListener interface {
 // ignores it.
 func WithStore(s driver.Store) Option { return func(o *options) { o.store = s } }
 
+// WithMaxKeys bounds the keys an in-memory Limiter (and the local fallback
+// of one with a store) holds to about n, at least 64: past it, a new key
+// first drops expired ones, then evicts an arbitrary key, which starts
+// afresh when next seen (a full bucket, an empty window). The default, 0,
+// is no bound beyond expiry.
+func WithMaxKeys(n int) Option { return func(o *options) { o.maxKeys = n } }
+
 // WithStoreTimeout bounds each store call; the default is
 // DefaultStoreTimeout. A zero or negative d keeps the default.
 func WithStoreTimeout(d time.Duration) Option {

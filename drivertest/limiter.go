@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -43,17 +42,7 @@ func runLimiterTests(t *testing.T, h Harness) {
 // checkout has them, and those named by VectorsEnv.
 func testVectors(t *testing.T, e *env) {
 	dir := t.TempDir()
-	err := fs.WalkDir(conformance.Vectors, ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := conformance.Vectors.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dir, filepath.Base(path)), data, 0o600)
-	})
-	if err != nil {
+	if err := conformance.WriteVectors(dir); err != nil {
 		t.Fatal(err)
 	}
 	paths := []string{dir}

@@ -8,10 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -156,7 +154,7 @@ func runCheckStore(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := writeVectors(dir); err != nil {
+	if err := conformance.WriteVectors(dir); err != nil {
 		return err
 	}
 	r, err := conformance.Run(ctx, conformance.Store{TargetName: store.Scheme, Store: store}, dir)
@@ -246,19 +244,6 @@ func runCheckStoreWorker(ctx context.Context, args []string, _, _ io.Writer) err
 // IsWorker reports whether this process was started by check-store as a
 // writer; a test binary standing in for the command checks it in TestMain.
 func IsWorker() bool { return os.Getenv(workerEnv) == "1" }
-
-func writeVectors(dir string) error {
-	return fs.WalkDir(conformance.Vectors, ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := conformance.Vectors.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dir, filepath.Base(path)), data, 0o600)
-	})
-}
 
 func randomHex() string {
 	var b [8]byte

@@ -69,26 +69,33 @@ func NewBucket(cfg Config, opts ...Option) (*Bucket, error) {
 	if err != nil {
 		return nil, err
 	}
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	b := &Bucket{clock: o.clock, sleeper: o.sleeper, listener: o.listener, cfg: c}
-	if b.clock == nil {
-		b.clock = MonotonicClock()
-		if hasAligned(c) {
-			b.clock = WallClock()
-		}
-	}
-	if b.sleeper == nil {
-		b.sleeper = TimerSleeper()
-	}
-	if err := checkClock(c, b.clock); err != nil {
+	o := newOptions(opts)
+	clock, sleeper, err := bucketClocks(c, &o)
+	if err != nil {
 		return nil, err
 	}
+	b := &Bucket{clock: clock, sleeper: sleeper, listener: o.listener, cfg: c}
 	b.state = tokenbucket.New(c, b.clock.Now())
 	b.scratch = make(tokenbucket.State, len(b.state))
 	return b, nil
+}
+
+// bucketClocks returns the clock and sleeper of a bucket of cfg: o's, or
+// the defaults (a monotonic clock, a wall clock for aligned refill, and
+// timers). It returns the *ConfigError of aligned refill on a clock that
+// is not a wall clock.
+func bucketClocks(cfg *tokenbucket.Config, o *options) (Clock, Sleeper, error) {
+	clock, sleeper := o.clock, o.sleeper
+	if clock == nil {
+		clock = MonotonicClock()
+		if hasAligned(cfg) {
+			clock = WallClock()
+		}
+	}
+	if sleeper == nil {
+		sleeper = TimerSleeper()
+	}
+	return clock, sleeper, checkClock(cfg, clock)
 }
 
 func checkClock(cfg *tokenbucket.Config, c Clock) error {

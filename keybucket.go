@@ -100,19 +100,11 @@ func newStoreBucket(key string, o *options, cfg Config) (*KeyBucket, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &KeyBucket{key: key, clock: o.clock, sleeper: o.sleeper, listener: o.listener}
-	if b.clock == nil {
-		b.clock = MonotonicClock()
-		if hasAligned(c) {
-			b.clock = WallClock()
-		}
-	}
-	if b.sleeper == nil {
-		b.sleeper = TimerSleeper()
-	}
-	if err := checkClock(c, b.clock); err != nil {
+	clock, sleeper, err := bucketClocks(c, o)
+	if err != nil {
 		return nil, err
 	}
+	b := &KeyBucket{key: key, clock: clock, sleeper: sleeper, listener: o.listener}
 	sk, err := newStoreKeyed(bucketConfigPolicy{c}, o, b.clock, nil)
 	if err != nil {
 		return nil, err

@@ -48,21 +48,34 @@ func (b *Bucket) wait(ctx context.Context, op string, n, maxWait int64) (bool, e
 		return false, argError(op, res, req)
 	}
 	b.notify(res.Consumed, n)
-	if !res.Consumed || res.Value == 0 {
-		return res.Consumed, nil
+	if !res.Consumed {
+		return false, nil
 	}
-	d := time.Duration(res.Value)
-	if err := b.sleeper.Sleep(ctx, d); err != nil {
-		b.giveBack(n)
-		if b.listener != nil {
-			b.listener.OnCancelled(n)
-		}
+	if err := sleepReserved(ctx, b.sleeper, b.listener, n, res.Value, b.giveBack); err != nil {
 		return false, err
 	}
-	if b.listener != nil {
-		b.listener.OnWaited(d)
-	}
 	return true, nil
+}
+
+// sleepReserved sleeps the wait (ns) of n reserved tokens and reports it to
+// listener (nil: none). When ctx ends first it gives the tokens back and
+// returns ctx's error.
+func sleepReserved(ctx context.Context, sleeper Sleeper, listener Listener, n, wait int64, giveBack func(n int64)) error {
+	if wait == 0 {
+		return nil
+	}
+	d := time.Duration(wait)
+	if err := sleeper.Sleep(ctx, d); err != nil {
+		giveBack(n)
+		if listener != nil {
+			listener.OnCancelled(n)
+		}
+		return err
+	}
+	if listener != nil {
+		listener.OnWaited(d)
+	}
+	return nil
 }
 
 // giveBack returns the tokens of a reservation that will not be used.

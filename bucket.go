@@ -80,6 +80,29 @@ func NewBucket(cfg Config, opts ...Option) (*Bucket, error) {
 	return b, nil
 }
 
+// checkStrategy returns the *ConfigError of a token inheritance strategy
+// that is none of the four, given as field.
+func checkStrategy(field string, t TokensInheritance) error {
+	if t < Proportionally || t > Additive {
+		return &ConfigError{Rule: RuleUnknownStrategy, Bandwidth: -1, Field: field, Value: t.String(),
+			Msg: "must be Proportionally, AsIs, Reset or Additive"}
+	}
+	return nil
+}
+
+// replacement validates the arguments of ReplaceConfiguration on a bucket
+// running on clock and returns the compiled configuration.
+func replacement(cfg Config, strategy TokensInheritance, clock Clock) (*tokenbucket.Config, error) {
+	if err := checkStrategy("strategy", strategy); err != nil {
+		return nil, err
+	}
+	c, err := cfg.compile()
+	if err != nil {
+		return nil, err
+	}
+	return c, checkClock(c, clock)
+}
+
 // bucketClocks returns the clock and sleeper of a bucket of cfg: o's, or
 // the defaults (a monotonic clock, a wall clock for aligned refill, and
 // timers). It returns the *ConfigError of aligned refill on a clock that
@@ -361,15 +384,8 @@ func (b *Bucket) ReplaceConfiguration(cfg Config, strategy TokensInheritance) er
 }
 
 func (b *Bucket) replace(cfg Config, strategy TokensInheritance, snap *Snapshot) error {
-	if strategy < Proportionally || strategy > Additive {
-		return &ConfigError{Rule: RuleUnknownStrategy, Bandwidth: -1, Field: "strategy", Value: strategy.String(),
-			Msg: "must be Proportionally, AsIs, Reset or Additive"}
-	}
-	c, err := cfg.compile()
+	c, err := replacement(cfg, strategy, b.clock)
 	if err != nil {
-		return err
-	}
-	if err := checkClock(c, b.clock); err != nil {
 		return err
 	}
 	now := b.clock.Now()

@@ -189,22 +189,18 @@ func (b *KeyBucket) apply(ctx context.Context, op string, req tokenbucket.Reques
 		})
 		return res, argError(op, res, req)
 	}
-	s := b.backend()
-	res, err := s.applyBucket(ctx, b.key, req, snap)
-	if errors.Is(err, errNeedConfig) {
-		if err = b.configure(ctx); err != nil {
-			return tokenbucket.Result{}, err
-		}
-		s = b.backend()
+	var res tokenbucket.Result
+	s, err, failure := b.onStore(ctx, func(s *storeKeyed) (err error) {
 		res, err = s.applyBucket(ctx, b.key, req, snap)
-	}
-	if err == nil {
+		return err
+	})
+	switch {
+	case err != nil:
+		return tokenbucket.Result{}, err
+	case failure == nil:
 		return res, argError(op, res, req)
 	}
-	if isCallerDone(ctx, err) {
-		return res, ctx.Err()
-	}
-	if ferr := s.failed("KeyBucket."+op, b.key, err); ferr != nil {
+	if ferr := s.failed("KeyBucket."+op, b.key, failure); ferr != nil {
 		return res, ferr
 	}
 	if s.failure == FailLocal && s.local != nil {
@@ -215,7 +211,28 @@ func (b *KeyBucket) apply(ctx context.Context, op string, req tokenbucket.Reques
 	case tokenbucket.OpTryConsume, tokenbucket.OpTryConsumeAndReturnRemaining, tokenbucket.OpEstimate, tokenbucket.OpReserve:
 		return tokenbucket.Result{Consumed: true}, nil
 	}
-	return res, &StoreError{Op: "KeyBucket." + op, Key: b.key, Err: err}
+	return res, &StoreError{Op: "KeyBucket." + op, Key: b.key, Err: failure}
+}
+
+// onStore runs f on the key's store. When f finds the key without state
+// and the bucket is lazy, the bucket gets its configuration and f runs
+// again. err is for the caller as it is: the supplier's error, or ctx's
+// when the caller's context ended. failure is the store's failure, for the
+// caller's failure policy.
+func (b *KeyBucket) onStore(ctx context.Context, f func(*storeKeyed) error) (s *storeKeyed, err, failure error) {
+	s = b.backend()
+	failure = f(s)
+	if errors.Is(failure, errNeedConfig) {
+		if err := b.configure(ctx); err != nil {
+			return s, err, nil
+		}
+		s = b.backend()
+		failure = f(s)
+	}
+	if failure != nil && isCallerDone(ctx, failure) {
+		return s, ctx.Err(), nil
+	}
+	return s, nil, failure
 }
 
 func (b *KeyBucket) notify(consumed bool, n int64) {
@@ -348,18 +365,16 @@ func (b *KeyBucket) Configuration(ctx context.Context) (Config, error) {
 	if b.mem != nil {
 		return configOf(b.mem.bucketConfig()), nil
 	}
-	cfg, err := b.backend().configuration(ctx, b.key)
-	if errors.Is(err, errNeedConfig) {
-		err = b.configure(ctx)
-		if err == nil {
-			cfg, err = b.backend().configuration(ctx, b.key)
-		}
+	var cfg *tokenbucket.Config
+	_, err, failure := b.onStore(ctx, func(s *storeKeyed) (err error) {
+		cfg, err = s.configuration(ctx, b.key)
+		return err
+	})
+	if failure != nil {
+		err = &StoreError{Op: "KeyBucket.Configuration", Key: b.key, Err: failure}
 	}
 	if err != nil {
-		if isCallerDone(ctx, err) {
-			return Config{}, ctx.Err()
-		}
-		return Config{}, &StoreError{Op: "KeyBucket.Configuration", Key: b.key, Err: err}
+		return Config{}, err
 	}
 	return configOf(cfg), nil
 }
@@ -377,33 +392,17 @@ func (b *KeyBucket) ReplaceConfiguration(ctx context.Context, cfg Config, strate
 	if b.mem != nil {
 		return fmt.Errorf("sluice: ReplaceConfiguration of key %q: the bucket follows its in-memory Limiter's policy: %w", b.key, errors.ErrUnsupported)
 	}
-	if strategy < Proportionally || strategy > Additive {
-		return &ConfigError{Rule: RuleUnknownStrategy, Bandwidth: -1, Field: "strategy", Value: strategy.String(),
-			Msg: "must be Proportionally, AsIs, Reset or Additive"}
-	}
-	c, err := cfg.compile()
+	c, err := replacement(cfg, strategy, b.clock)
 	if err != nil {
 		return err
 	}
-	if err := checkClock(c, b.clock); err != nil {
-		return err
+	_, err, failure := b.onStore(ctx, func(s *storeKeyed) error {
+		return s.replaceBucket(ctx, b.key, c, strategy)
+	})
+	if failure != nil {
+		err = &StoreError{Op: "KeyBucket.ReplaceConfiguration", Key: b.key, Err: failure}
 	}
-	s := b.backend()
-	err = s.replaceBucket(ctx, b.key, c, strategy, nil)
-	if errors.Is(err, errNeedConfig) {
-		if err = b.configure(ctx); err != nil {
-			return err
-		}
-		s = b.backend()
-		err = s.replaceBucket(ctx, b.key, c, strategy, nil)
-	}
-	if err != nil {
-		if isCallerDone(ctx, err) {
-			return ctx.Err()
-		}
-		return &StoreError{Op: "KeyBucket.ReplaceConfiguration", Key: b.key, Err: err}
-	}
-	return nil
+	return err
 }
 
 // Consume takes n tokens, waiting as long as it takes, as
@@ -427,19 +426,11 @@ func (b *KeyBucket) wait(ctx context.Context, op string, n, maxWait int64) (bool
 		return false, err
 	}
 	b.notify(res.Consumed, n)
-	if !res.Consumed || res.Value == 0 {
-		return res.Consumed, nil
+	if !res.Consumed {
+		return false, nil
 	}
-	d := time.Duration(res.Value)
-	if err := b.sleeper.Sleep(ctx, d); err != nil {
-		b.giveBack(n)
-		if b.listener != nil {
-			b.listener.OnCancelled(n)
-		}
+	if err := sleepReserved(ctx, b.sleeper, b.listener, n, res.Value, b.giveBack); err != nil {
 		return false, err
-	}
-	if b.listener != nil {
-		b.listener.OnWaited(d)
 	}
 	return true, nil
 }

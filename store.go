@@ -191,9 +191,8 @@ func newStoreKeyed(p Policy, o *options, clock Clock, local keyed) (*storeKeyed,
 	if s.inherit == 0 {
 		s.inherit = Proportionally
 	}
-	if s.inherit > Additive {
-		return nil, &ConfigError{Rule: RuleUnknownStrategy, Bandwidth: -1, Field: "inheritance", Value: s.inherit.String(),
-			Msg: "must be Proportionally, AsIs, Reset or Additive"}
+	if err := checkStrategy("inheritance", s.inherit); err != nil {
+		return nil, err
 	}
 	if s.failure > FailLocal {
 		return nil, &ConfigError{Rule: RuleUnknownStrategy, Bandwidth: -1, Field: "store failure", Value: s.failure.String(),
@@ -491,28 +490,22 @@ func (s *storeKeyed) reset(ctx context.Context, key string) error {
 	}})
 }
 
-// applyBucket runs a bucket operation on key's token bucket. With snap it
-// also describes the bucket after it.
-func (s *storeKeyed) applyBucket(ctx context.Context, key string, req tokenbucket.Request, snap *Snapshot) (tokenbucket.Result, error) {
-	var res tokenbucket.Result
+// bucketOp runs f on key's token bucket, created by this call when the
+// key has none, and writes the bucket when f changed it or it was created
+// or migrated. A lazily configured bucket whose key has no state returns
+// errNeedConfig and writes nothing.
+func (s *storeKeyed) bucketOp(ctx context.Context, key string, f func(b *loadedBucket, now int64) (changed bool)) error {
 	var needConfig bool
 	err := s.submit(ctx, key, &call{apply: func(rec []byte, now int64) ([]byte, bool) {
-		needConfig = false
 		b := s.loadBucket(rec, now, false)
+		if needConfig = !b.exists && b.cfg == nil; needConfig {
+			return nil, false
+		}
 		if !b.exists {
-			if b.cfg == nil {
-				needConfig = true
-				return nil, false
-			}
 			b.state = tokenbucket.New(b.cfg, now)
 			b.migrated = true // a bucket is created by its first call, even one that reads
 		}
-		var changed bool
-		res, changed = tokenbucket.Apply(b.cfg, b.state, now, req)
-		if snap != nil {
-			snap.fill(b.cfg, b.state, now)
-		}
-		if !changed && !b.migrated {
+		if changed := f(&b, now); !changed && !b.migrated {
 			return nil, false
 		}
 		return b.record(), true
@@ -520,35 +513,33 @@ func (s *storeKeyed) applyBucket(ctx context.Context, key string, req tokenbucke
 	if err == nil && needConfig {
 		err = errNeedConfig
 	}
+	return err
+}
+
+// applyBucket runs a bucket operation on key's token bucket. With snap it
+// also describes the bucket after it.
+func (s *storeKeyed) applyBucket(ctx context.Context, key string, req tokenbucket.Request, snap *Snapshot) (tokenbucket.Result, error) {
+	var res tokenbucket.Result
+	err := s.bucketOp(ctx, key, func(b *loadedBucket, now int64) bool {
+		var changed bool
+		res, changed = tokenbucket.Apply(b.cfg, b.state, now, req)
+		if snap != nil {
+			snap.fill(b.cfg, b.state, now)
+		}
+		return changed
+	})
 	return res, err
 }
 
 // replaceBucket switches key's bucket to cfg, keeping the record's origin
 // so that the limiter's own policy does not migrate it back.
-func (s *storeKeyed) replaceBucket(ctx context.Context, key string, cfg *tokenbucket.Config, strategy TokensInheritance, snap *Snapshot) error {
+func (s *storeKeyed) replaceBucket(ctx context.Context, key string, cfg *tokenbucket.Config, strategy TokensInheritance) error {
 	encoded := encodeConfig(cfg)
-	var needConfig bool
-	err := s.submit(ctx, key, &call{apply: func(rec []byte, now int64) ([]byte, bool) {
-		needConfig = false
-		b := s.loadBucket(rec, now, false)
-		if !b.exists {
-			if b.cfg == nil {
-				needConfig = true
-				return nil, false
-			}
-			b.state = tokenbucket.New(b.cfg, now)
-		}
+	return s.bucketOp(ctx, key, func(b *loadedBucket, now int64) bool {
 		b.state = tokenbucket.Replace(b.cfg, b.state, now, cfg, tokenbucket.Strategy(strategy))
 		b.cfg, b.encoded = cfg, encoded
-		if snap != nil {
-			snap.fill(b.cfg, b.state, now)
-		}
-		return b.record(), true
-	}})
-	if err == nil && needConfig {
-		err = errNeedConfig
-	}
-	return err
+		return true
+	})
 }
 
 // configuration returns the configuration in force for key.

@@ -109,10 +109,6 @@ func newStoreBucket(key string, o *options, cfg Config) (*KeyBucket, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.storeFailure == FailLocal {
-		local := newMemKeyed[tokenbucket.State](tokenbucket.NewMulti(c))
-		sk.local = local
-	}
 	b.store = sk
 	return b, nil
 }
@@ -162,9 +158,6 @@ func (b *KeyBucket) configure(ctx context.Context) error {
 		return err
 	}
 	sk.noMigrate = true
-	if o.storeFailure == FailLocal {
-		sk.local = newMemKeyed[tokenbucket.State](tokenbucket.NewMulti(c))
-	}
 	b.mu.Lock()
 	b.store = sk
 	b.mu.Unlock()

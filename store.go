@@ -175,6 +175,9 @@ const (
 	callAbandoned
 )
 
+// newStoreKeyed returns p's state in o.store; local, when not nil, is the
+// in-memory form of p to fall back on (else one is built for FailLocal).
+// A nil p is a lazy bucket's, configured later.
 func newStoreKeyed(p Policy, o *options, clock Clock, local keyed) (*storeKeyed, error) {
 	s := &storeKeyed{
 		store:   o.store,
@@ -202,7 +205,9 @@ func newStoreKeyed(p Policy, o *options, clock Clock, local keyed) (*storeKeyed,
 		s.listener = l
 	}
 	if p == nil { // a lazy bucket, configured at the first key without state
-	} else if cfg, strict, ok := p.tokenBucket(); ok {
+		return s.init(), nil
+	}
+	if cfg, strict, ok := p.tokenBucket(); ok {
 		s.bucket, s.strict = cfg, strict
 		s.encoded = encodeConfig(cfg)
 		s.fp = fingerprint([]byte("bucket"), s.encoded, []byte{boolByte(strict)})
@@ -214,10 +219,21 @@ func newStoreKeyed(p Policy, o *options, clock Clock, local keyed) (*storeKeyed,
 		s.machine = e
 		s.fp = fingerprint([]byte(p.String()))
 	}
+	if s.local == nil && s.failure == FailLocal {
+		local, err := p.build()
+		if err != nil {
+			return nil, err
+		}
+		s.local = local
+	}
+	return s.init(), nil
+}
+
+func (s *storeKeyed) init() *storeKeyed {
 	for i := range s.shards {
 		s.shards[i].inflight = make(map[string]*[]*call)
 	}
-	return s, nil
+	return s
 }
 
 func boolByte(b bool) byte {

@@ -204,6 +204,26 @@ func TestStoreFailurePolicies(t *testing.T) {
 			t.Errorf("TryConsume on a failed store = %v, want ErrUnavailable", err)
 		}
 	})
+	t.Run("bucket local", func(t *testing.T) {
+		store := newMapStore()
+		b, err := sluice.NewStoreBucket(store, "k", sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(2, time.Hour)}},
+			sluice.WithStoreFailure(sluice.FailLocal))
+		if err != nil {
+			t.Fatal(err)
+		}
+		store.setFail(storeDown)
+		var got []bool
+		for range 3 {
+			ok, err := b.TryConsume(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, ok)
+		}
+		if fmt.Sprint(got) != "[true true false]" {
+			t.Errorf("TryConsume ×3 on the local fallback = %v, want a bucket of 2", got)
+		}
+	})
 }
 
 // hangingStore never answers before its context ends.

@@ -122,7 +122,9 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	r, err := l.decide(ctx, "Limiter.AllowN", key, l.storeConsume(n), func(now int64) policy.Result {
+	r, err := l.decide(ctx, "Limiter.AllowN", key, func(s *storeKeyed) (policy.Result, error) {
+		return s.consume(ctx, key, n)
+	}, func(now int64) policy.Result {
 		return l.keys.consume(key, now, n)
 	})
 	if err != nil {
@@ -140,7 +142,9 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int64) (Result, error)
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	r, err := l.decide(ctx, "Limiter.Peek", key, l.storePeek(n), func(now int64) policy.Result {
+	r, err := l.decide(ctx, "Limiter.Peek", key, func(s *storeKeyed) (policy.Result, error) {
+		return s.peek(ctx, key, n)
+	}, func(now int64) policy.Result {
 		return l.keys.peek(key, now, n)
 	})
 	if err != nil {
@@ -162,7 +166,9 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int64, maxWait time
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	r, err := l.decide(ctx, "Limiter.Reserve", key, l.storeReserve(n, int64(maxWait)), func(now int64) policy.Result {
+	r, err := l.decide(ctx, "Limiter.Reserve", key, func(s *storeKeyed) (policy.Result, error) {
+		return s.reserve(ctx, key, n, int64(maxWait))
+	}, func(now int64) policy.Result {
 		return l.keys.reserve(key, now, n, int64(maxWait))
 	})
 	if err != nil {
@@ -208,40 +214,14 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	return err
 }
 
-// storeOp is a decision in the store, nil for a limiter in memory.
-type storeOp func(ctx context.Context, key string) (policy.Result, error)
-
-func (l *Limiter) storeConsume(n int64) storeOp {
-	if l.store == nil {
-		return nil
-	}
-	return func(ctx context.Context, key string) (policy.Result, error) { return l.store.consume(ctx, key, n) }
-}
-
-func (l *Limiter) storePeek(n int64) storeOp {
-	if l.store == nil {
-		return nil
-	}
-	return func(ctx context.Context, key string) (policy.Result, error) { return l.store.peek(ctx, key, n) }
-}
-
-func (l *Limiter) storeReserve(n, maxWait int64) storeOp {
-	if l.store == nil {
-		return nil
-	}
-	return func(ctx context.Context, key string) (policy.Result, error) {
-		return l.store.reserve(ctx, key, n, maxWait)
-	}
-}
-
 // decide runs a decision in the store, or in memory when there is none or
 // the store failed and the limiter falls back to memory. A store failure
 // under FailOpen allows the request.
-func (l *Limiter) decide(ctx context.Context, op, key string, inStore storeOp, inMemory func(now int64) policy.Result) (policy.Result, error) {
-	if inStore == nil {
+func (l *Limiter) decide(ctx context.Context, op, key string, inStore func(*storeKeyed) (policy.Result, error), inMemory func(now int64) policy.Result) (policy.Result, error) {
+	if l.store == nil {
 		return inMemory(l.clock.Now()), nil
 	}
-	r, err := inStore(ctx, key)
+	r, err := inStore(l.store)
 	if err == nil {
 		return r, nil
 	}

@@ -93,22 +93,16 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 		return s.redis(redis.NewClient(opt), bad)
 	case "redis+cluster":
 		addrs := strings.Split(u.Host, ",")
-		opt := &redis.ClusterOptions{Addrs: addrs}
-		if u.User != nil {
-			opt.Username = u.User.Username()
-			opt.Password, _ = u.User.Password()
-		}
+		opt := &redis.ClusterOptions{Addrs: addrs, Username: u.User.Username()}
+		opt.Password, _ = u.User.Password() // both read "" from a nil u.User
 		return s.redis(redis.NewClusterClient(opt), bad)
 	case "redis+sentinel":
 		master := strings.Trim(u.Path, "/")
 		if master == "" {
 			return nil, bad("the path must name the master, e.g. redis+sentinel://host:26379/mymaster", nil)
 		}
-		opt := &redis.FailoverOptions{MasterName: master, SentinelAddrs: strings.Split(u.Host, ",")}
-		if u.User != nil {
-			opt.Username = u.User.Username()
-			opt.Password, _ = u.User.Password()
-		}
+		opt := &redis.FailoverOptions{MasterName: master, SentinelAddrs: strings.Split(u.Host, ","), Username: u.User.Username()}
+		opt.Password, _ = u.User.Password()
 		return s.redis(redis.NewFailoverClient(opt), bad)
 	case "postgres", "postgresql":
 		q := u.Query()
@@ -157,10 +151,8 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 		}
 		cfg := mysql.NewConfig()
 		cfg.Net, cfg.Addr, cfg.DBName, cfg.ParseTime = "tcp", u.Host, strings.Trim(u.Path, "/"), true
-		if u.User != nil {
-			cfg.User = u.User.Username()
-			cfg.Passwd, _ = u.User.Password()
-		}
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
 		db, err := sql.Open("mysql", cfg.FormatDSN())
 		if err != nil {
 			return nil, bad("cannot configure the MySQL client", err)

@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -54,82 +51,14 @@ type Limiter struct {
 // limiter in file order (keys, types, then the policy's own rules), and
 // then the names that compound limiters refer to.
 func Load(data []byte) (*File, error) {
-	root, err := parse(data)
-	if err != nil {
-		return nil, err
-	}
-	d := &decoder{open: make(map[*yaml.Node]bool), specs: make(map[*yaml.Node]*spec)}
-	top, err := d.mapping("", root)
-	if err != nil {
-		return nil, err
-	}
-	if err := top.check([]string{"limiters"}, []string{"limiters"}, plainUnknown([]string{"limiters"})); err != nil {
-		return nil, err
-	}
-	path, v := top.value("limiters")
-	lims, err := d.mapping(path, v)
-	if err != nil {
-		return nil, err
-	}
-	if len(lims.keys) == 0 {
-		return nil, errorAt(path, lims.node, "must name at least one limiter")
-	}
-
-	r := &resolver{specs: make(map[string]*spec, len(lims.keys)), state: make(map[string]int, len(lims.keys))}
-	for i, k := range lims.keys {
-		name := k.Value
-		if !validName.MatchString(name) {
-			return nil, errorAt(path, k,
-				"limiter names are letters, digits, '_' and '-', got %s", describe(k))
-		}
-		s, err := d.spec(join(path, name), lims.vals[i])
-		if err != nil {
-			return nil, err
-		}
-		r.specs[name] = s
-		r.order = append(r.order, name)
-	}
-
-	f := &File{Limiters: make(map[string]Limiter, len(r.order)), Order: r.order}
-	for i, name := range r.order {
-		s, err := r.named(name, "", nil)
-		if err != nil {
-			return nil, err
-		}
-		k := lims.keys[i]
-		l := Limiter{Name: name, Policy: s.policy, Line: k.Line, Column: k.Column}
-		if s.bucket != nil { // a copy per limiter: an alias may share s
-			l.Bucket = &sluice.Config{Bandwidths: slices.Clone(s.bucket.Bandwidths)}
-		}
-		f.Limiters[name] = l
-	}
-	return f, nil
+	return LoadWith(data, nil)
 }
 
 // LoadFile reads the file at path and loads it with Load. Its errors are
 // *Error values with File set to path; when the file cannot be read, Err
 // is the error of the read (errors.Is(err, fs.ErrNotExist) and so on).
 func LoadFile(path string) (*File, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		msg := err.Error()
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			msg = pe.Op + ": " + pe.Err.Error()
-		}
-		return nil, &Error{File: path, Msg: msg, Err: err}
-	}
-	f, err := Load(data)
-	if err != nil {
-		var e *Error
-		if errors.As(err, &e) {
-			withFile := *e
-			withFile.File = path
-			return nil, &withFile
-		}
-		return nil, err
-	}
-	return f, nil
+	return LoadFileWith(path, nil)
 }
 
 // validName is what a limiter may be called: its name appears in error

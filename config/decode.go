@@ -222,7 +222,7 @@ func (d *decoder) int64(path string, n *yaml.Node) (int64, error) {
 	return v, nil
 }
 
-// duration decodes a duration; see parseDuration.
+// duration decodes a duration; see ParseDuration.
 func (d *decoder) duration(path string, n *yaml.Node) (time.Duration, error) {
 	n, err := d.scalar(path, n, "a duration")
 	if err != nil {
@@ -231,7 +231,7 @@ func (d *decoder) duration(path string, n *yaml.Node) (time.Duration, error) {
 	if tag := n.ShortTag(); tag == "!!int" || tag == "!!float" {
 		return 0, errorAt(path, n, "needs a unit, as in %[1]ss or %[1]s seconds, got %[1]s", n.Value)
 	}
-	v, err := parseDuration(n.Value)
+	v, err := ParseDuration(n.Value)
 	if err != nil {
 		return 0, errorAt(path, n, "%v, got %q", err, n.Value)
 	}

@@ -55,7 +55,7 @@ var (
 	errDurationOverflow = errors.New("overflows: a duration must be under about 292 years")
 )
 
-// parseDuration parses a duration of the format: either Go syntax
+// ParseDuration parses a duration as config files write it: either Go syntax
 // (time.ParseDuration: "1h30m", "1.5s", "250ms") or a whole count and a
 // unit word, singular or plural, with or without a space ("1 second",
 // "60 minutes", "2 weeks", "1day"). A day is 24 hours and a week 7 days;
@@ -63,7 +63,7 @@ var (
 // does not fit time.Duration is an error, never a wrapped value. The sign
 // is kept: whether a negative or zero duration is allowed is for the
 // policy to say.
-func parseDuration(s string) (time.Duration, error) {
+func ParseDuration(s string) (time.Duration, error) {
 	if m := countUnit.FindStringSubmatch(s); m != nil {
 		unit, ok := lookupUnit(m[2])
 		if !ok {

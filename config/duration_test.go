@@ -50,9 +50,9 @@ func TestParseDuration(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := parseDuration(tt.in)
+			got, err := ParseDuration(tt.in)
 			if err != nil || got != tt.want {
-				t.Errorf("parseDuration(%q) = %v, %v; want %v, nil", tt.in, got, err, tt.want)
+				t.Errorf("ParseDuration(%q) = %v, %v; want %v, nil", tt.in, got, err, tt.want)
 			}
 		})
 	}
@@ -88,9 +88,9 @@ func TestParseDurationErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := parseDuration(tt.in)
+			got, err := ParseDuration(tt.in)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("parseDuration(%q) = %v, %v; want an error containing %q", tt.in, got, err, tt.want)
+				t.Errorf("ParseDuration(%q) = %v, %v; want an error containing %q", tt.in, got, err, tt.want)
 			}
 		})
 	}

@@ -1,0 +1,132 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"slices"
+
+	"github.com/sluicehq/sluice"
+	"gopkg.in/yaml.v3"
+)
+
+// Section decodes one extra top-level section of a file that LoadWith
+// loads: path is the section's key, n its value (possibly an alias) and f
+// the limiters, already decoded, for sections that refer to them. Its
+// errors should be *Error values locating the offending node, so that they
+// read as Load's do; see NodeError.
+type Section func(path string, n *yaml.Node, f *File) error
+
+// LoadWith is Load for a file that has more top-level sections than
+// limiters, such as a server's store and listen addresses. Each key of
+// sections is a section the file may have; its function decodes it after
+// the limiters are decoded, in the order the file lists the sections.
+// Decoding stays strict: a top-level key that is neither limiters nor in
+// sections is an error. A section the file leaves out is not decoded.
+//
+// LoadWith is a pure function of data, like Load; an error that is not an
+// *Error is returned as a section function returned it.
+func LoadWith(data []byte, sections map[string]Section) (*File, error) {
+	root, err := parse(data)
+	if err != nil {
+		return nil, err
+	}
+	d := &decoder{open: make(map[*yaml.Node]bool), specs: make(map[*yaml.Node]*spec)}
+	top, err := d.mapping("", root)
+	if err != nil {
+		return nil, err
+	}
+	allowed := []string{"limiters"}
+	for name := range sections {
+		if name != "limiters" {
+			allowed = append(allowed, name)
+		}
+	}
+	slices.Sort(allowed[1:])
+	if err := top.check(allowed, []string{"limiters"}, plainUnknown(allowed)); err != nil {
+		return nil, err
+	}
+	f, err := d.limiters(top)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range top.keys {
+		if k.Value == "limiters" {
+			continue
+		}
+		path, v := top.value(k.Value)
+		if err := sections[k.Value](path, v, f); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// LoadFileWith reads the file at path and loads it with LoadWith. Its
+// *Error values have File set to path, as LoadFile's do.
+func LoadFileWith(path string, sections map[string]Section) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		msg := err.Error()
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			msg = pe.Op + ": " + pe.Err.Error()
+		}
+		return nil, &Error{File: path, Msg: msg, Err: err}
+	}
+	f, err := LoadWith(data, sections)
+	var e *Error
+	if errors.As(err, &e) {
+		withFile := *e
+		withFile.File = path
+		return nil, &withFile
+	}
+	return f, err
+}
+
+// NodeError returns an *Error at path for node n (nil when there is no
+// node to point at), with the message format and args: for Section
+// functions, so that their errors carry the line of the offending node.
+func NodeError(path string, n *yaml.Node, format string, args ...any) *Error {
+	return errorAt(path, n, format, args...)
+}
+
+// limiters decodes the limiters section of top, which must be there.
+func (d *decoder) limiters(top *mapping) (*File, error) {
+	path, v := top.value("limiters")
+	lims, err := d.mapping(path, v)
+	if err != nil {
+		return nil, err
+	}
+	if len(lims.keys) == 0 {
+		return nil, errorAt(path, lims.node, "must name at least one limiter")
+	}
+	r := &resolver{specs: make(map[string]*spec, len(lims.keys)), state: make(map[string]int, len(lims.keys))}
+	for i, k := range lims.keys {
+		name := k.Value
+		if !validName.MatchString(name) {
+			return nil, errorAt(path, k,
+				"limiter names are letters, digits, '_' and '-', got %s", describe(k))
+		}
+		s, err := d.spec(join(path, name), lims.vals[i])
+		if err != nil {
+			return nil, err
+		}
+		r.specs[name] = s
+		r.order = append(r.order, name)
+	}
+	f := &File{Limiters: make(map[string]Limiter, len(r.order)), Order: r.order}
+	for i, name := range r.order {
+		s, err := r.named(name, "", nil)
+		if err != nil {
+			return nil, err
+		}
+		k := lims.keys[i]
+		l := Limiter{Name: name, Policy: s.policy, Line: k.Line, Column: k.Column}
+		if s.bucket != nil {
+			l.Bucket = &sluice.Config{Bandwidths: slices.Clone(s.bucket.Bandwidths)}
+		}
+		f.Limiters[name] = l
+	}
+	return f, nil
+}

@@ -125,6 +125,7 @@ func (p bucketConfigPolicy) erased() (policy.Erased, error) { return nil, errors
 func (p bucketConfigPolicy) tokenBucket() (*tokenbucket.Config, bool, bool) {
 	return p.cfg, false, true
 }
+func (p bucketConfigPolicy) window() int64 { return bucketWindow(p.cfg) }
 
 // errNeedConfig is a lazy bucket's signal that the key has no state.
 var errNeedConfig = errors.New("sluice: no configuration")

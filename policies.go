@@ -32,6 +32,8 @@ type Policy interface {
 	// whether asking for more than its capacity is an argument error; ok
 	// is false for other policies and invalid ones.
 	tokenBucket() (cfg *tokenbucket.Config, strict, ok bool)
+	// window is Window's answer, in nanoseconds.
+	window() int64
 }
 
 // machinePolicy is a Policy backed by a policy.Machine.
@@ -39,6 +41,7 @@ type machinePolicy[S any, M policy.Machine[S]] struct {
 	name string
 	m    M
 	err  error
+	win  int64 // a compound's Window: the shortest of its members'
 }
 
 func (p machinePolicy[S, M]) String() string { return p.name }
@@ -194,6 +197,9 @@ func Compound(members ...Policy) Policy {
 			break
 		}
 		p.name += m.String()
+		if w := m.window(); w > 0 && (p.win == 0 || w < p.win) {
+			p.win = w
+		}
 		e, err := m.erased()
 		if err != nil {
 			if p.err == nil {

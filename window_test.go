@@ -1,0 +1,44 @@
+package sluice_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+func TestWindow(t *testing.T) {
+	for _, tt := range []struct {
+		p    sluice.Policy
+		want time.Duration
+	}{
+		{sluice.FixedWindow(100, time.Minute), time.Minute},
+		{sluice.SlidingWindow(10, time.Second), time.Second},
+		{sluice.SlidingLog(10, time.Hour), time.Hour},
+		{sluice.TokenBucket(100, 10, time.Second), 10 * time.Second},
+		{sluice.TokenBucket(15, 10, time.Second), 2 * time.Second}, // whole intervals
+		{sluice.LeakyBucket(15, 10, time.Second), 1500 * time.Millisecond},
+		{sluice.LeakyBucket(1, 3, time.Second), 333333334}, // rounded up
+		{sluice.GCRA(5, 10, time.Second), 500 * time.Millisecond},
+		{sluice.Shaper(10, time.Second, 5), 600 * time.Millisecond},
+		{sluice.Shaper(10, time.Second, 9), time.Second},
+		{sluice.NoLimit(), 0},
+		{sluice.FixedWindow(0, time.Minute), 0}, // invalid
+		{sluice.Compound(sluice.FixedWindow(10, time.Second), sluice.SlidingWindow(100, time.Minute)), time.Second},
+		{sluice.Compound(sluice.NoLimit(), sluice.SlidingWindow(100, time.Minute)), time.Minute},
+		{sluice.BucketPolicy(sluice.Config{Bandwidths: []sluice.Bandwidth{
+			sluice.Simple(1000, time.Hour),
+			sluice.Limit(20, sluice.Greedy(10, time.Second)), // the smallest capacity
+		}}), 2 * time.Second},
+		{sluice.LeakyBucket(1<<62, 1, time.Hour), sluice.Never},
+		{nil, 0},
+	} {
+		name := "nil"
+		if tt.p != nil {
+			name = tt.p.String()
+		}
+		if got := sluice.Window(tt.p); got != tt.want {
+			t.Errorf("Window(%s) = %v, want %v", name, got, tt.want)
+		}
+	}
+}

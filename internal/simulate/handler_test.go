@@ -1,0 +1,63 @@
+package simulate
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+)
+
+func TestHandler(t *testing.T) {
+	f := loadLimiters(t)
+	srv := httptest.NewServer(Handler(func(name string) (sluice.Policy, bool) {
+		l, ok := f.Limiters[name]
+		return l.Policy, ok
+	}))
+	defer srv.Close()
+	get := func(q url.Values) (*http.Response, string) {
+		resp, err := http.Get(srv.URL + "?" + q.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, string(b)
+	}
+
+	resp, body := get(url.Values{"limiter": {"fixed"}, "traffic": {"steady 20/s"}, "duration": {"5s"}})
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "image/svg+xml" || !strings.Contains(body, `id="panel-fixed"`) ||
+		!strings.Contains(body, "accepted 50") {
+		t.Errorf("chart: %d %s\n%.300s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+
+	for _, tt := range []struct {
+		q      url.Values
+		status int
+		code   string
+		says   string
+	}{
+		{url.Values{"limiter": {"nope"}, "traffic": {"steady 1/s"}}, 404, "unknown_limiter", `no limiter "nope"`},
+		{url.Values{"limiter": {"fixed"}, "traffic": {"trickle"}}, 400, "invalid_request", "unknown pattern"},
+		{url.Values{"limiter": {"fixed"}, "traffic": {"steady 1/s; replay /etc/passwd"}}, 400, "invalid_request", "only for sluice simulate"},
+		{url.Values{"limiter": {"fixed"}, "traffic": {"steady 1/s"}, "duration": {"-1s"}}, 400, "invalid_request", "duration must be positive"},
+		{url.Values{"limiter": {"fixed"}, "traffic": {"steady 1/s"}, "slice": {"soon"}}, 400, "invalid_request", "invalid duration"},
+		{url.Values{"limiter": {"fixed"}, "traffic": {"steady 100000/s"}, "duration": {"11s"}}, 400, "invalid_request", "at most 1000000"},
+	} {
+		resp, body := get(tt.q)
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		if err := json.Unmarshal([]byte(body), &e); err != nil || resp.StatusCode != tt.status ||
+			e.Error.Code != tt.code || !strings.Contains(e.Error.Message, tt.says) {
+			t.Errorf("%v: %d %s, want %d %s saying %q", tt.q, resp.StatusCode, body, tt.status, tt.code, tt.says)
+		}
+	}
+}

@@ -1,0 +1,312 @@
+// Package simulate runs a rate limiter against a traffic pattern on a fake
+// clock and reports what it let through: per time slice, in the worst
+// window, and how long waiting callers were held. It backs the sluice
+// simulate command and the server's charts.
+//
+// A simulation is deterministic and instant: the limiter is a real
+// sluice.Limiter on a clock that jumps from one arrival to the next, with
+// every request on one key.
+package simulate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+)
+
+// Options are the settings of one simulation.
+type Options struct {
+	// Duration is the simulated span; arrivals at or after it are dropped.
+	Duration time.Duration
+	// Slice is the length of the time slices reported; 0 picks a round
+	// length that makes about 60 slices.
+	Slice time.Duration
+	// Window is the length of the window in which the worst admitted
+	// count is measured, normally the limit's own period; 0 picks the
+	// policy's (Window).
+	Window time.Duration
+	// MaxWait, when positive, makes every request wait for its turn up
+	// to MaxWait (Limiter.Reserve) instead of being refused at once
+	// (Limiter.Allow); a policy that cannot reserve then fails to run.
+	MaxWait time.Duration
+}
+
+// Report is the outcome of one limiter under one traffic pattern.
+type Report struct {
+	Name   string // the limiter's name
+	Policy string // the policy, as sluice.Policy's String writes it
+	Limit  int64  // the policy's limit, as Result.Limit reports it
+	// Duration, Slice and Window are those of Options, with the defaults
+	// filled in.
+	Duration, Slice, Window time.Duration
+
+	Requests, Accepted, Rejected int64
+	// Late counts admitted requests that wait past the end of the
+	// simulation; the slices leave them out.
+	Late   int64
+	Slices []Slice
+	// Worst is the window of length Window that admitted the most.
+	Worst Worst
+	// Waits describes the delays of admitted requests when MaxWait is
+	// set; it is the zero value otherwise.
+	Waits Waits
+}
+
+// Slice is what happened in [Start, Start+Report.Slice): the requests
+// refused on arrival in it, and those admitted that left in it (on arrival,
+// unless they waited).
+type Slice struct {
+	Start              time.Duration
+	Accepted, Rejected int64
+	// Level is the tokens a request could still take at the end of the
+	// slice (Result.Remaining of a probe): the bucket's level or the
+	// window's room.
+	Level int64
+}
+
+// Worst is the busiest window: Count requests were admitted in
+// [Start, Start+Report.Window).
+type Worst struct {
+	Start time.Duration
+	Count int64
+}
+
+// Waits summarises the delays of admitted requests: the mean and
+// percentiles are over all of them, including those that did not wait.
+type Waits struct {
+	Waited              int64 // admitted requests that had to wait
+	Mean, P50, P99, Max time.Duration
+}
+
+// clock is a sluice.Clock that the simulation sets: a plain field, since
+// one goroutine runs a simulation.
+type clock struct{ now int64 }
+
+func (c *clock) Now() int64        { return c.now }
+func (c *clock) IsWallClock() bool { return false }
+
+// key is the one key every simulated request uses.
+const key = "k"
+
+// Run runs p against the sorted arrivals (nanoseconds from the start, as
+// Traffic.Arrivals returns them).
+func Run(name string, p sluice.Policy, arrivals []int64, o Options) (*Report, error) {
+	if o.Duration <= 0 {
+		return nil, fmt.Errorf("simulate: the duration must be positive, got %v", o.Duration)
+	}
+	if o.Slice < 0 || o.Window < 0 || o.MaxWait < 0 {
+		return nil, fmt.Errorf("simulate: slice, window and max wait must not be negative, got %v, %v and %v", o.Slice, o.Window, o.MaxWait)
+	}
+	if o.Slice == 0 {
+		o.Slice = NiceSlice(o.Duration, 60)
+	}
+	if o.Window == 0 {
+		o.Window = sluice.Window(p)
+	}
+	nslices := (o.Duration + o.Slice - 1) / o.Slice
+	if nslices > 100_000 {
+		return nil, fmt.Errorf("simulate: %v in slices of %v makes %d slices, more than 100000; choose a longer slice", o.Duration, o.Slice, nslices)
+	}
+
+	c := &clock{}
+	l, err := sluice.NewLimiter(p, sluice.WithClock(c))
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{
+		Name: name, Policy: p.String(),
+		Duration: o.Duration, Slice: o.Slice, Window: o.Window,
+		Slices: make([]Slice, nslices),
+	}
+	for i := range r.Slices {
+		r.Slices[i].Start = time.Duration(i) * o.Slice
+	}
+	ctx := context.Background()
+	admitted := make([]int64, 0, len(arrivals)) // departure times
+	var delays []int64
+	next := 0 // the next slice whose level is still to be read
+	level := func(upto int) error {
+		for ; next < upto; next++ {
+			c.now = min(int64(r.Slices[next].Start+o.Slice), int64(o.Duration)) - 1
+			res, err := l.Peek(ctx, key, 1)
+			if err != nil {
+				return err
+			}
+			r.Slices[next].Level = res.Remaining
+			r.Limit = res.Limit
+		}
+		return nil
+	}
+	for _, t := range arrivals {
+		if t < 0 || t >= int64(o.Duration) {
+			continue
+		}
+		s := int(t / int64(o.Slice))
+		if err := level(s); err != nil {
+			return nil, err
+		}
+		c.now = t
+		r.Requests++
+		var ok bool
+		var delay time.Duration
+		if o.MaxWait > 0 {
+			delay, err = l.Reserve(ctx, key, 1, o.MaxWait)
+			if mw := (*sluice.MaxWaitError)(nil); errors.As(err, &mw) {
+				err = nil
+			} else if err == nil {
+				ok = true
+			}
+		} else {
+			var res sluice.Result
+			res, err = l.Allow(ctx, key)
+			ok = res.Allowed
+		}
+		if err != nil {
+			return nil, fmt.Errorf("simulate: %s at %v: %w", name, time.Duration(t), err)
+		}
+		if !ok {
+			r.Rejected++
+			r.Slices[s].Rejected++
+			continue
+		}
+		r.Accepted++
+		leave := t + int64(delay)
+		if leave >= int64(o.Duration) {
+			r.Late++
+		} else {
+			r.Slices[leave/int64(o.Slice)].Accepted++
+		}
+		admitted = append(admitted, leave)
+		if o.MaxWait > 0 {
+			delays = append(delays, int64(delay))
+		}
+	}
+	if err := level(len(r.Slices)); err != nil {
+		return nil, err
+	}
+	r.Worst = worst(admitted, int64(o.Window))
+	r.Waits = summarise(delays)
+	return r, nil
+}
+
+// worst finds the window [t, t+w) that holds the most of the times, which
+// it sorts. Some busiest window starts at an admission, so only those are
+// tried.
+func worst(times []int64, w int64) Worst {
+	slices.Sort(times) // departures of waiting requests may be out of order
+	var best Worst
+	j := 0
+	for i, t := range times {
+		for j < len(times) && times[j]-t < w {
+			j++
+		}
+		if n := int64(j - i); n > best.Count {
+			best = Worst{Start: time.Duration(t), Count: n}
+		}
+	}
+	return best
+}
+
+func summarise(delays []int64) Waits {
+	if len(delays) == 0 {
+		return Waits{}
+	}
+	slices.Sort(delays)
+	var sum float64
+	var waited int64
+	for _, d := range delays {
+		sum += float64(d)
+		if d > 0 {
+			waited++
+		}
+	}
+	n := len(delays)
+	return Waits{
+		Waited: waited,
+		Mean:   time.Duration(sum / float64(n)),
+		P50:    time.Duration(delays[(n-1)*50/100]),
+		P99:    time.Duration(delays[(n-1)*99/100]),
+		Max:    time.Duration(delays[n-1]),
+	}
+}
+
+// NiceSlice returns a round length (1, 2 or 5 times a power of ten below
+// a second; 1, 2, 5, 10, 15, 20 or 30 seconds or minutes; 1, 2, 3, 6 or 12
+// hours; then whole days) that cuts d into about n slices.
+func NiceSlice(d time.Duration, n int) time.Duration {
+	target := d / time.Duration(n)
+	for _, s := range niceSteps {
+		if s >= target {
+			return s
+		}
+	}
+	const day = 24 * time.Hour
+	return (target + day - 1) / day * day
+}
+
+var niceSteps = func() []time.Duration {
+	var steps []time.Duration
+	for p := time.Nanosecond; p < time.Second; p *= 10 {
+		steps = append(steps, p, 2*p, 5*p)
+	}
+	for _, u := range []time.Duration{time.Second, time.Minute} {
+		for _, m := range []time.Duration{1, 2, 5, 10, 15, 20, 30} {
+			steps = append(steps, m*u)
+		}
+	}
+	for _, m := range []time.Duration{1, 2, 3, 6, 12} {
+		steps = append(steps, m*time.Hour)
+	}
+	return steps
+}()
+
+// DefaultDuration is the span to simulate when none is given: 10 seconds,
+// or longer to take in every instant the traffic names, rounded up.
+func DefaultDuration(t *Traffic) time.Duration {
+	const least = 10 * time.Second
+	if end := t.End(); end > least {
+		return NiceSlice(end, 1)
+	}
+	return least
+}
+
+// UnknownLimiterError reports a limiter name that the config file does
+// not have.
+type UnknownLimiterError struct {
+	Name  string
+	Known []string
+}
+
+func (e *UnknownLimiterError) Error() string {
+	return fmt.Sprintf("simulate: no limiter %q; the config names %s", e.Name, strings.Join(e.Known, ", "))
+}
+
+// Limiters runs the named limiters of f on the same traffic.
+func Limiters(f *config.File, names []string, t *Traffic, o Options) ([]*Report, error) {
+	if o.Duration == 0 {
+		o.Duration = DefaultDuration(t)
+	}
+	arrivals, err := t.Arrivals(o.Duration)
+	if err != nil {
+		return nil, err
+	}
+	reports := make([]*Report, 0, len(names))
+	for _, name := range names {
+		l, ok := f.Limiters[name]
+		if !ok {
+			return nil, &UnknownLimiterError{Name: name, Known: f.Order}
+		}
+		r, err := Run(name, l.Policy, arrivals, o)
+		if err != nil {
+			return nil, err
+		}
+		reports = append(reports, r)
+	}
+	return reports, nil
+}

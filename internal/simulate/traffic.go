@@ -1,0 +1,544 @@
+package simulate
+
+import (
+	"bufio"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/config"
+)
+
+// Traffic is a parsed traffic pattern: parts whose arrivals are merged.
+// Times are offsets from the start of the simulation.
+type Traffic struct {
+	spec  string
+	parts []part
+}
+
+// String returns the spec the traffic was parsed from.
+func (t *Traffic) String() string { return t.spec }
+
+// part is one clause of a spec. end is the last instant it asks for
+// (0 when it runs for the whole simulation); arrivals appends its arrival
+// times within [0, duration).
+type part interface {
+	end() time.Duration
+	arrivals(dst []int64, duration time.Duration) ([]int64, error)
+}
+
+// SpecError reports a traffic spec that does not parse: which clause,
+// and what is wrong with it.
+type SpecError struct {
+	Clause string // the clause as written, or "" for the spec as a whole
+	Msg    string
+	Err    error
+}
+
+func (e *SpecError) Error() string {
+	if e.Clause == "" {
+		return "traffic: " + e.Msg
+	}
+	return fmt.Sprintf("traffic: %q: %s", e.Clause, e.Msg)
+}
+
+func (e *SpecError) Unwrap() error { return e.Err }
+
+// MaxRequests bounds the arrivals of one simulation, so that a typo
+// ("steady 1000000/ms") fails with an error rather than running out of
+// memory.
+const MaxRequests = 50_000_000
+
+// ParseTraffic parses a traffic spec: clauses separated by ";", each one of
+//
+//	steady RATE [from T to T]         evenly spaced arrivals
+//	burst N at T                      N arrivals at the same instant
+//	ramp RATE to RATE [from T to T]   a rate changing linearly
+//	poisson RATE [seed N] [from T to T]   random arrivals at a mean rate
+//	replay FILE [column C]            one timestamp per line, or column C of a CSV file
+//
+// A RATE is a count per duration: "20/s", "100/1m", "5 per 100ms". Times are
+// offsets from the start ("2s", "1m30s", "90 seconds"). Without from and to,
+// a clause runs for the whole simulation. A replayed file holds offsets
+// ("1.5s"), Unix times in seconds with an optional fraction
+// ("1700000000.25") or RFC 3339 times; they are taken relative to the
+// earliest one. C is a 1-based column number or the name of a column in
+// the file's header line.
+func ParseTraffic(spec string) (*Traffic, error) {
+	return parseTraffic(spec, true)
+}
+
+// errNoReplay refuses replay where the files are not the caller's.
+var errNoReplay = errors.New("replay reads the server's files and is only for sluice simulate")
+
+func parseTraffic(spec string, replayFiles bool) (*Traffic, error) {
+	t := &Traffic{spec: strings.TrimSpace(spec)}
+	for clause := range strings.SplitSeq(spec, ";") {
+		clause = strings.TrimSpace(clause)
+		if clause == "" {
+			continue
+		}
+		f := strings.Fields(clause)
+		if f[0] == "replay" && !replayFiles {
+			return nil, &SpecError{Clause: clause, Msg: errNoReplay.Error(), Err: errNoReplay}
+		}
+		p, err := parseClause(f)
+		if err != nil {
+			return nil, &SpecError{Clause: clause, Msg: err.Error(), Err: err}
+		}
+		t.parts = append(t.parts, p)
+	}
+	if len(t.parts) == 0 {
+		return nil, &SpecError{Msg: "empty spec; try \"steady 20/s\" or \"burst 50 at 2s; steady 5/s\""}
+	}
+	return t, nil
+}
+
+func parseClause(f []string) (part, error) {
+	switch f[0] {
+	case "steady":
+		r, rest, err := parseRate(f[1:])
+		if err != nil {
+			return nil, err
+		}
+		s := &steady{rate: r}
+		return s, parseRange(rest, &s.span)
+	case "burst":
+		if len(f) != 4 || f[2] != "at" {
+			return nil, errors.New("want: burst N at T")
+		}
+		n, err := parseCount(f[1])
+		if err != nil {
+			return nil, err
+		}
+		at, err := parseTime(f[3])
+		if err != nil {
+			return nil, err
+		}
+		return &burst{n: n, at: at}, nil
+	case "ramp":
+		from, rest, err := parseRate(f[1:])
+		if err != nil {
+			return nil, err
+		}
+		if len(rest) == 0 || rest[0] != "to" {
+			return nil, errors.New("want: ramp RATE to RATE [from T to T]")
+		}
+		to, rest, err := parseRate(rest[1:])
+		if err != nil {
+			return nil, err
+		}
+		r := &ramp{from: from, to: to}
+		return r, parseRange(rest, &r.span)
+	case "poisson":
+		r, rest, err := parseRate(f[1:])
+		if err != nil {
+			return nil, err
+		}
+		p := &poisson{rate: r, seed: 1}
+		if len(rest) >= 2 && rest[0] == "seed" {
+			if p.seed, err = strconv.ParseUint(rest[1], 10, 64); err != nil {
+				return nil, fmt.Errorf("seed must be a whole number, got %q", rest[1])
+			}
+			rest = rest[2:]
+		}
+		return p, parseRange(rest, &p.span)
+	case "replay":
+		if len(f) != 2 && (len(f) != 4 || f[2] != "column") {
+			return nil, errors.New("want: replay FILE [column C]")
+		}
+		column := ""
+		if len(f) == 4 {
+			column = f[3]
+		}
+		return loadReplay(f[1], column)
+	}
+	return nil, fmt.Errorf("unknown pattern %q; use steady, burst, ramp, poisson or replay", f[0])
+}
+
+// rate is count arrivals per period.
+type rate struct {
+	count  int64
+	period time.Duration
+}
+
+func (r rate) String() string { return fmt.Sprintf("%d/%v", r.count, r.period) }
+
+// parseRate reads "N/PERIOD", "N / PERIOD" or "N per PERIOD" from the
+// front of f, where PERIOD is a duration or a bare unit ("s", "minute").
+func parseRate(f []string) (rate, []string, error) {
+	const want = "want a rate such as 20/s, 100/1m or 5 per 100ms"
+	if len(f) == 0 {
+		return rate{}, nil, errors.New(want)
+	}
+	var count, period string
+	switch {
+	case strings.Contains(f[0], "/"):
+		count, period, _ = strings.Cut(f[0], "/")
+		f = f[1:]
+		if period == "" && len(f) > 0 { // "20/ s"
+			period, f = f[0], f[1:]
+		}
+	case len(f) >= 3 && (f[1] == "/" || f[1] == "per"):
+		count, period, f = f[0], f[2], f[3:]
+	default:
+		return rate{}, nil, fmt.Errorf("%s, got %q", want, f[0])
+	}
+	n, err := strconv.ParseInt(count, 10, 64)
+	if err != nil || n < 0 {
+		return rate{}, nil, fmt.Errorf("%s: the count must be a whole number, not negative, got %q", want, count)
+	}
+	d, err := config.ParseDuration(period)
+	if err != nil && period != "" && (period[0] < '0' || period[0] > '9') {
+		d, err = config.ParseDuration("1" + period) // a bare unit: "s", "minute"
+	}
+	if err != nil {
+		return rate{}, nil, fmt.Errorf("%s: bad period %q: %w", want, period, err)
+	}
+	if d <= 0 {
+		return rate{}, nil, fmt.Errorf("%s: the period must be positive, got %q", want, period)
+	}
+	return rate{count: n, period: d}, f, nil
+}
+
+func parseCount(s string) (int64, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > MaxRequests {
+		return 0, fmt.Errorf("count must be a whole number from 0 to %d, got %q", MaxRequests, s)
+	}
+	return n, nil
+}
+
+func parseTime(s string) (time.Duration, error) {
+	d, err := config.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("bad time %q: %w", s, err)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("a time is an offset from the start and must not be negative, got %q", s)
+	}
+	return d, nil
+}
+
+// span is an optional [from, to) range of a clause; to is 0 when unset.
+type span struct{ from, to time.Duration }
+
+func parseRange(f []string, s *span) error {
+	if len(f) == 0 {
+		return nil
+	}
+	if len(f) != 4 || f[0] != "from" || f[2] != "to" {
+		return fmt.Errorf("unexpected %q; want nothing or: from T to T", strings.Join(f, " "))
+	}
+	var err error
+	if s.from, err = parseTime(f[1]); err != nil {
+		return err
+	}
+	if s.to, err = parseTime(f[3]); err != nil {
+		return err
+	}
+	if s.to <= s.from {
+		return fmt.Errorf("from %v to %v is empty; to must be after from", s.from, s.to)
+	}
+	return nil
+}
+
+func (s span) end() time.Duration { return s.to }
+
+// within clips the span to the simulation.
+func (s span) within(duration time.Duration) (from, to int64) {
+	to = int64(duration)
+	if s.to != 0 && int64(s.to) < to {
+		to = int64(s.to)
+	}
+	return int64(s.from), to
+}
+
+// tooMany is the error for a pattern that would exceed MaxRequests.
+func tooMany(what string, n float64) error {
+	return fmt.Errorf("%s makes about %.0f requests, more than the %d a simulation may have", what, n, MaxRequests)
+}
+
+type steady struct {
+	rate rate
+	span
+}
+
+// arrivals spaces count arrivals per period exactly: the i-th is at
+// from + i*period/count, rounded down to the nanosecond.
+func (s *steady) arrivals(dst []int64, duration time.Duration) ([]int64, error) {
+	from, to := s.within(duration)
+	if s.rate.count == 0 || to <= from {
+		return dst, nil
+	}
+	if n := float64(to-from) / float64(s.rate.period) * float64(s.rate.count); n > MaxRequests {
+		return nil, tooMany("steady "+s.rate.String(), n)
+	}
+	for i := int64(0); ; i++ {
+		hi, lo := bits.Mul64(uint64(i), uint64(s.rate.period))
+		q, _ := bits.Div64(hi, lo, uint64(s.rate.count)) // hi < count: i*period/count fits, as it is below to
+		t := from + int64(q)
+		if t >= to {
+			return dst, nil
+		}
+		dst = append(dst, t)
+	}
+}
+
+type burst struct {
+	n  int64
+	at time.Duration
+}
+
+func (b *burst) end() time.Duration { return b.at + 1 }
+
+func (b *burst) arrivals(dst []int64, duration time.Duration) ([]int64, error) {
+	if b.at >= duration {
+		return dst, nil
+	}
+	for range b.n {
+		dst = append(dst, int64(b.at))
+	}
+	return dst, nil
+}
+
+type ramp struct {
+	from, to rate
+	span
+}
+
+// arrivals places the k-th arrival where the cumulative count of a rate
+// going linearly from r0 to r1 over the span reaches k: solving
+// r0*x + (r1-r0)*x²/(2L) = k for x. Traffic is the input, not a decision,
+// so floating point is fine here; the results are rounded to nanoseconds.
+func (r *ramp) arrivals(dst []int64, duration time.Duration) ([]int64, error) {
+	from, to := r.within(duration)
+	if to <= from {
+		return dst, nil
+	}
+	length := float64(to - from)
+	r0 := float64(r.from.count) / float64(r.from.period)
+	r1 := float64(r.to.count) / float64(r.to.period)
+	total := (r0 + r1) / 2 * length
+	if total > MaxRequests {
+		return nil, tooMany("ramp", total)
+	}
+	a := (r1 - r0) / (2 * length)
+	for k := 0.0; k < total; k++ {
+		var x float64
+		switch {
+		case k == 0:
+		case a == 0:
+			x = k / r0
+		default: // the root that lies in [0, length]; this form avoids cancellation
+			x = 2 * k / (r0 + math.Sqrt(r0*r0+4*a*k))
+		}
+		t := from + int64(math.Round(x))
+		if t >= to {
+			break
+		}
+		dst = append(dst, t)
+	}
+	return dst, nil
+}
+
+type poisson struct {
+	rate rate
+	seed uint64
+	span
+}
+
+// arrivals draws exponential gaps with mean period/count from a PCG
+// generator seeded with seed, so a seed always gives the same arrivals.
+func (p *poisson) arrivals(dst []int64, duration time.Duration) ([]int64, error) {
+	from, to := p.within(duration)
+	if p.rate.count == 0 || to <= from {
+		return dst, nil
+	}
+	mean := float64(p.rate.period) / float64(p.rate.count)
+	if n := float64(to-from) / mean; n > MaxRequests {
+		return nil, tooMany("poisson "+p.rate.String(), n)
+	}
+	rng := rand.New(rand.NewPCG(p.seed, 0x5eed))
+	t := float64(from)
+	for {
+		t += rng.ExpFloat64() * mean
+		if t >= float64(to) {
+			return dst, nil
+		}
+		dst = append(dst, int64(t))
+	}
+}
+
+// replay is a recorded list of arrival offsets, sorted.
+type replay struct{ times []int64 }
+
+func (r *replay) end() time.Duration {
+	if len(r.times) == 0 {
+		return 0
+	}
+	return time.Duration(r.times[len(r.times)-1] + 1)
+}
+
+func (r *replay) arrivals(dst []int64, duration time.Duration) ([]int64, error) {
+	for _, t := range r.times {
+		if t < int64(duration) {
+			dst = append(dst, t)
+		}
+	}
+	return dst, nil
+}
+
+func loadReplay(path, column string) (*replay, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readReplay(f, column)
+}
+
+// readReplay reads one timestamp per line, or with column the given
+// column of CSV records. Blank lines and lines starting with # are
+// skipped; with a named column the first record is the header, and with a
+// numbered one the first record is taken for a header when its field is
+// not a timestamp.
+func readReplay(r io.Reader, column string) (*replay, error) {
+	var raw []string
+	var lines []int
+	if column == "" {
+		sc := bufio.NewScanner(r)
+		for line := 1; sc.Scan(); line++ {
+			s := strings.TrimSpace(sc.Text())
+			if s != "" && !strings.HasPrefix(s, "#") {
+				raw, lines = append(raw, s), append(lines, line)
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return nil, err
+		}
+	} else {
+		cr := csv.NewReader(r)
+		cr.FieldsPerRecord = -1
+		cr.Comment = '#'
+		idx, err := strconv.Atoi(column)
+		idx-- // 1-based
+		named := err != nil
+		for first := true; ; first = false {
+			rec, err := cr.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return nil, err
+			}
+			line, _ := cr.FieldPos(0)
+			if first && named {
+				if idx = slices.Index(rec, column); idx < 0 {
+					return nil, fmt.Errorf("line %d: the header has no column %q: %q", line, column, rec)
+				}
+				continue
+			}
+			if first && idx >= 0 && idx < len(rec) {
+				if _, err := parseTimestamp(strings.TrimSpace(rec[idx])); err != nil {
+					continue // a header line
+				}
+			}
+			if idx < 0 || idx >= len(rec) {
+				return nil, fmt.Errorf("line %d: no column %s in a record of %d fields", line, column, len(rec))
+			}
+			raw, lines = append(raw, strings.TrimSpace(rec[idx])), append(lines, line)
+		}
+	}
+	times := make([]int64, len(raw))
+	for i, s := range raw {
+		t, err := parseTimestamp(s)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", lines[i], err)
+		}
+		times[i] = t
+	}
+	if len(times) > MaxRequests {
+		return nil, tooMany("the file", float64(len(times)))
+	}
+	slices.Sort(times)
+	if len(times) > 0 {
+		first := times[0]
+		for i := range times {
+			times[i] -= first
+		}
+	}
+	return &replay{times: times}, nil
+}
+
+// parseTimestamp reads an RFC 3339 time, Unix seconds with an optional
+// fraction, or a duration offset, as nanoseconds.
+func parseTimestamp(s string) (int64, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t.UnixNano(), nil
+	}
+	if sec, frac, ok := strings.Cut(s, "."); isDigits(sec) && (!ok || isDigits(frac)) {
+		n, err := strconv.ParseInt(sec, 10, 64)
+		if err == nil && n <= math.MaxInt64/int64(time.Second)-1 {
+			ns := n * int64(time.Second)
+			if frac != "" {
+				frac = (frac + "000000000")[:9] // beyond nanoseconds is dropped
+				f, _ := strconv.ParseInt(frac, 10, 64)
+				ns += f
+			}
+			return ns, nil
+		}
+	}
+	if d, err := config.ParseDuration(s); err == nil && d >= 0 {
+		return int64(d), nil
+	}
+	return 0, fmt.Errorf("%q is not an RFC 3339 time, Unix seconds or an offset such as 1.5s", s)
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// End is the latest instant any clause names explicitly (a range's end,
+// a burst, the last replayed arrival), or 0 if none does.
+func (t *Traffic) End() time.Duration {
+	var end time.Duration
+	for _, p := range t.parts {
+		end = max(end, p.end())
+	}
+	return end
+}
+
+// Arrivals returns the sorted arrival times, in nanoseconds from the
+// start, of every clause within [0, duration).
+func (t *Traffic) Arrivals(duration time.Duration) ([]int64, error) {
+	var all []int64
+	for _, p := range t.parts {
+		var err error
+		if all, err = p.arrivals(all, duration); err != nil {
+			return nil, &SpecError{Msg: err.Error(), Err: err}
+		}
+		if len(all) > MaxRequests {
+			return nil, &SpecError{Msg: fmt.Sprintf("the spec makes more than %d requests", MaxRequests)}
+		}
+	}
+	slices.Sort(all)
+	return all, nil
+}

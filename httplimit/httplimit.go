@@ -1,0 +1,295 @@
+// Package httplimit applies sluice limiters to HTTP: Middleware limits the
+// requests a server accepts, with Retry-After and rate-limit headers, and
+// Transport limits the requests a client sends to a provider that limits
+// it in turn.
+//
+// docs/http.md describes both, with the headers each policy produces.
+package httplimit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// Limit is one named limit of a Middleware.
+type Limit struct {
+	// Name names the limit in the rate-limit headers and in errors. It is
+	// required, unique within a Middleware, and printable ASCII.
+	Name string
+	// Limiter decides. Required.
+	Limiter *sluice.Limiter
+	// Key returns the key a request is limited under. Required.
+	Key KeyFunc
+	// Cost returns the tokens a request takes; nil: 1 each.
+	Cost CostFunc
+	// Window is the w of the RateLimit-Policy header. Zero means
+	// sluice.Window of the limiter's policy; a negative Window leaves w
+	// out.
+	Window time.Duration
+}
+
+// CostFunc returns the tokens a request takes from a Limit, for requests
+// that weigh differently (a batch of 10 items costs 10). The cost must be
+// positive: anything else, or an error, makes the Middleware answer 500.
+type CostFunc func(r *http.Request) (int64, error)
+
+// ConfigError reports an argument or option out of its bounds.
+type ConfigError struct {
+	Field string // e.g. "limits[1].Name", "WithIPv6Prefix"
+	Value string // the value given
+	Want  string // the bound it broke
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("httplimit: %s = %s: %s", e.Field, e.Value, e.Want)
+}
+
+// Middleware limits the requests to a handler by one or more Limits. Make
+// one with New; it is safe for simultaneous use by multiple goroutines.
+type Middleware struct {
+	limits  []Limit
+	windows []time.Duration // by limit; ≤ 0: no w
+	o       options
+}
+
+// New returns a middleware that lets a request through only when every
+// one of limits allows it. WithHeaders, WithLimitedStatus,
+// WithErrorStatus, WithProblemDetails, WithClock and WithLogger apply. It
+// returns a *ConfigError for a limit without a name, limiter or key
+// function, for two limits of the same name, and for a bad option.
+func New(limits []Limit, opts ...Option) (*Middleware, error) {
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if len(limits) == 0 {
+		return nil, &ConfigError{Field: "limits", Value: "[]", Want: "must hold at least one limit"}
+	}
+	m := &Middleware{limits: append([]Limit(nil), limits...), windows: make([]time.Duration, len(limits)), o: o}
+	seen := map[string]bool{}
+	for i, l := range m.limits {
+		field := fmt.Sprintf("limits[%d]", i)
+		switch {
+		case !printable(l.Name):
+			return nil, &ConfigError{Field: field + ".Name", Value: strconv.Quote(l.Name), Want: "must be non-empty printable ASCII"}
+		case seen[l.Name]:
+			return nil, &ConfigError{Field: field + ".Name", Value: strconv.Quote(l.Name), Want: "must be unique"}
+		case l.Limiter == nil:
+			return nil, &ConfigError{Field: field + ".Limiter", Value: "nil", Want: "is required"}
+		case l.Key == nil:
+			return nil, &ConfigError{Field: field + ".Key", Value: "nil", Want: "is required"}
+		}
+		seen[l.Name] = true
+		m.windows[i] = l.Window
+		if l.Window == 0 {
+			m.windows[i] = sluice.Window(l.Limiter.Policy())
+		}
+	}
+	return m, nil
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// decision is what one Limit decided on a request.
+type decision struct {
+	limit  *Limit
+	window time.Duration
+	key    string
+	cost   int64
+	res    sluice.Result
+	taken  bool // res is AllowN's, not Peek's
+}
+
+// Handler returns next limited by m.
+//
+// For each limit it computes the key and the cost, then asks the limiters.
+// With one limit that is a single AllowN. With several it first peeks at
+// every limiter, and rejects without taking anything when one of them
+// would; only then does it take the request from each in turn. A request
+// that a concurrent one overtook between the peek and the take can still
+// be rejected by a later limit after the earlier ones took it: limits
+// shared by several processes cannot be taken from atomically together.
+//
+// A key function's ErrNoKey answers 400; any other error or panic of a key
+// or cost function, or a cost that is not positive, answers 500; an error
+// of a limiter (a store that failed, with sluice.FailClosed) answers
+// WithErrorStatus's code, 503 by default. Those responses carry no
+// rate-limit headers. A panic in next is not recovered.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ds := make([]decision, len(m.limits))
+		for i := range m.limits {
+			d := &ds[i]
+			d.limit, d.window = &m.limits[i], m.windows[i]
+			var err error
+			if d.key, d.cost, err = keyAndCost(d.limit, r); err != nil {
+				status := http.StatusInternalServerError
+				if errors.Is(err, ErrNoKey) {
+					status = http.StatusBadRequest
+				}
+				m.fail(w, r, status, err)
+				return
+			}
+		}
+		ctx := r.Context()
+		if len(ds) > 1 {
+			rejected := false
+			for i := range ds {
+				d := &ds[i]
+				var err error
+				if d.res, err = d.limit.Limiter.Peek(ctx, d.key, d.cost); err != nil {
+					m.limiterFailed(w, r, d.limit, err)
+					return
+				}
+				rejected = rejected || !d.res.Allowed
+			}
+			if rejected {
+				m.reject(w, r, ds)
+				return
+			}
+		}
+		for i := range ds {
+			d := &ds[i]
+			var err error
+			if d.res, err = d.limit.Limiter.AllowN(ctx, d.key, d.cost); err != nil {
+				m.limiterFailed(w, r, d.limit, err)
+				return
+			}
+			if !d.res.Allowed {
+				m.reject(w, r, ds)
+				return
+			}
+			d.taken = true
+		}
+		m.setHeaders(w.Header(), ds)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// keyAndCost runs l's key and cost functions, turning a panic in them into
+// an error. http.ErrAbortHandler keeps its meaning: it panics on.
+func keyAndCost(l *Limit, r *http.Request) (key string, cost int64, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			err = fmt.Errorf("httplimit: limit %q: key or cost function panicked: %v\n%s", l.Name, v, debug.Stack())
+		}
+	}()
+	if key, err = l.Key(r); err != nil {
+		return "", 0, fmt.Errorf("httplimit: limit %q: key: %w", l.Name, err)
+	}
+	cost = 1
+	if l.Cost != nil {
+		if cost, err = l.Cost(r); err != nil {
+			return "", 0, fmt.Errorf("httplimit: limit %q: cost: %w", l.Name, err)
+		}
+		if cost <= 0 {
+			return "", 0, fmt.Errorf("httplimit: limit %q: cost must be positive, got %d", l.Name, cost)
+		}
+	}
+	return key, cost, nil
+}
+
+// limiterFailed answers a limiter's error: 500 for an argument it refused
+// (a cost above a limit that treats that as an error), else the error
+// status.
+func (m *Middleware) limiterFailed(w http.ResponseWriter, r *http.Request, l *Limit, err error) {
+	status := m.o.errorStatus
+	if errors.Is(err, sluice.ErrInvalidArgument) {
+		status = http.StatusInternalServerError
+	}
+	m.fail(w, r, status, fmt.Errorf("httplimit: limit %q: %w", l.Name, err))
+}
+
+// fail logs err, at level Error for the server's errors, and answers
+// status without saying why: the reasons are the server's.
+func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
+	level := slog.LevelError
+	if status < 500 {
+		level = slog.LevelInfo
+	}
+	m.o.logger.Log(r.Context(), level, "httplimit: request not limited", "status", status, "method", r.Method, "path", r.URL.Path, "err", err)
+	m.writeBody(w, status, problem{Detail: http.StatusText(status)})
+}
+
+// reject answers a request that a limit rejected. Retry-After is the
+// longest wait of the rejecting limits, in whole seconds rounded up, and
+// is left out when one of them can never pass the request.
+//
+// A limit that would have allowed the request but was only peeked at
+// reports as Remaining what is left after the request; since it did not
+// take it, its cost is added back (exact: an allowed Remaining is what
+// there was less the cost, for every policy).
+func (m *Middleware) reject(w http.ResponseWriter, r *http.Request, ds []decision) {
+	var worst *decision
+	for i := range ds {
+		d := &ds[i]
+		if d.res.Allowed && !d.taken {
+			d.res.Remaining = policy.SatAdd(d.res.Remaining, d.cost)
+		}
+		if !d.res.Allowed && (worst == nil || d.res.RetryAfter > worst.res.RetryAfter) {
+			worst = d
+		}
+	}
+	h := w.Header()
+	m.setHeaders(h, ds)
+	p := problem{Limit: worst.limit.Name}
+	if worst.res.RetryAfter == sluice.Never {
+		p.Detail = fmt.Sprintf("rate limit %q exceeded: the request is larger than the limit allows", worst.limit.Name)
+	} else {
+		secs := ceilSeconds(worst.res.RetryAfter)
+		h.Set("Retry-After", strconv.FormatInt(secs, 10))
+		p.RetryAfter = &secs
+		p.Detail = fmt.Sprintf("rate limit %q exceeded, retry after %d seconds", worst.limit.Name, secs)
+	}
+	m.writeBody(w, m.o.limitedStatus, p)
+}
+
+// problem is an RFC 9457 problem details object. Type is always
+// "about:blank", so Title is the status text.
+type problem struct {
+	Type       string `json:"type"`
+	Title      string `json:"title"`
+	Status     int    `json:"status"`
+	Detail     string `json:"detail"`
+	Limit      string `json:"limit,omitempty"`
+	RetryAfter *int64 `json:"retry_after,omitempty"`
+}
+
+// writeBody writes status with p as a problem details object or as text.
+func (m *Middleware) writeBody(w http.ResponseWriter, status int, p problem) {
+	h := w.Header()
+	if !m.o.problemDetails {
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		h.Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(status)
+		fmt.Fprintln(w, p.Detail)
+		return
+	}
+	p.Type, p.Title, p.Status = "about:blank", http.StatusText(status), status
+	body, _ := json.Marshal(p) // cannot fail: strings and integers
+	h.Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// ceilSeconds is d in whole seconds, rounded up.
+func ceilSeconds(d time.Duration) int64 { return policy.CeilDiv(int64(d), int64(time.Second)) }

@@ -1,0 +1,240 @@
+package httplimit
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// KeyFunc returns the key a request is limited under: a client's address,
+// an API key, a user ID. An error wrapping ErrNoKey means the request does
+// not carry the key (the Middleware answers 400 Bad Request); any other
+// error is the server's (500 Internal Server Error).
+type KeyFunc func(r *http.Request) (string, error)
+
+// ErrNoKey is wrapped by the errors of key functions for a request that
+// does not carry its key, such as a missing header.
+var ErrNoKey = errors.New("httplimit: request has no key")
+
+// Header returns a key function that reads the header name, for example an
+// API key. A request without it, or with it empty, has no key (ErrNoKey).
+// Of several lines of the header the first counts.
+func Header(name string) KeyFunc {
+	name = http.CanonicalHeaderKey(name)
+	return func(r *http.Request) (string, error) {
+		if v := r.Header.Get(name); v != "" {
+			return v, nil
+		}
+		return "", fmt.Errorf("%w: header %s is missing", ErrNoKey, name)
+	}
+}
+
+// ContextValue returns a key function that reads the request context's
+// value for key, as set by an earlier middleware (a user ID after
+// authentication). The value must be a string or a fmt.Stringer; without
+// a value the request has no key (ErrNoKey), and a value of another type
+// is an error.
+func ContextValue(key any) KeyFunc {
+	return func(r *http.Request) (string, error) {
+		switch v := r.Context().Value(key).(type) {
+		case nil:
+			return "", fmt.Errorf("%w: no context value for %v", ErrNoKey, key)
+		case string:
+			return v, nil
+		case fmt.Stringer:
+			return v.String(), nil
+		default:
+			return "", fmt.Errorf("httplimit: context value for %v is a %T, want a string or a fmt.Stringer", key, v)
+		}
+	}
+}
+
+// Path is a KeyFunc that returns the request's URL path.
+func Path(r *http.Request) (string, error) { return r.URL.Path, nil }
+
+// Method is a KeyFunc that returns the request's method.
+func Method(r *http.Request) (string, error) { return r.Method, nil }
+
+// Join returns a key function whose key is made of the keys of all of
+// keys, in order, each written with its length so that no two different
+// lists make the same key: Join(ClientIP, Path) limits each client on
+// each path. The first error of keys is its error.
+func Join(keys ...KeyFunc) KeyFunc {
+	return func(r *http.Request) (string, error) {
+		var b strings.Builder
+		for i, k := range keys {
+			s, err := k(r)
+			if err != nil {
+				return "", err
+			}
+			if i > 0 {
+				b.WriteByte('|')
+			}
+			b.WriteString(strconv.Itoa(len(s)))
+			b.WriteByte(':')
+			b.WriteString(s)
+		}
+		return b.String(), nil
+	}
+}
+
+// IPOption configures ClientIP.
+type IPOption func(*ipOptions)
+
+type ipOptions struct {
+	trusted []netip.Prefix
+	header  string
+	v6Bits  int
+}
+
+// WithTrustedProxies makes ClientIP believe the forwarding header (see
+// WithProxyHeader) of requests whose immediate peer is in one of
+// prefixes. The default is to trust no proxy and use the peer's address.
+func WithTrustedProxies(prefixes ...netip.Prefix) IPOption {
+	return func(o *ipOptions) { o.trusted = append(o.trusted, prefixes...) }
+}
+
+// WithProxyHeader sets the header trusted proxies record the client in:
+// "X-Forwarded-For" (the default) or "Forwarded" (RFC 7239, its for=
+// parameters). Name the one your proxies set and overwrite: a header they
+// pass through untouched is the client's to forge.
+func WithProxyHeader(name string) IPOption {
+	return func(o *ipOptions) { o.header = http.CanonicalHeaderKey(name) }
+}
+
+// WithIPv6Prefix sets how many leading bits of an IPv6 address make a key:
+// clients in one /bits network share it, since a single host commonly has
+// a whole /64 to draw addresses from. The default is 64; 128 limits each
+// address alone. It must be in [1, 128].
+func WithIPv6Prefix(bits int) IPOption { return func(o *ipOptions) { o.v6Bits = bits } }
+
+// ClientIP returns a key function whose key is the client's IP address:
+// an IPv4 address as written ("192.0.2.1"), an IPv4-mapped IPv6 address
+// as its IPv4 address, and any other IPv6 address as its network of
+// WithIPv6Prefix bits ("2001:db8:1:2::/64").
+//
+// The client is the request's immediate peer (RemoteAddr) unless that
+// peer is a trusted proxy (WithTrustedProxies). Then the forwarding
+// header is read from right to left, skipping the addresses of trusted
+// proxies, and the first address that is not one is the client. An entry
+// that is not an address ("unknown", an obfuscated identifier) ends the
+// walk, and the last trusted proxy counts as the client: what lies beyond
+// it cannot be believed. When every address is trusted the leftmost is
+// the client. A RemoteAddr that is not an IP address (a Unix socket) is an
+// error.
+//
+// It returns a *ConfigError for a prefix length outside [1, 128] or a
+// header other than X-Forwarded-For and Forwarded.
+func ClientIP(opts ...IPOption) (KeyFunc, error) {
+	o := ipOptions{header: "X-Forwarded-For", v6Bits: 64}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.v6Bits < 1 || o.v6Bits > 128 {
+		return nil, &ConfigError{Field: "WithIPv6Prefix", Value: strconv.Itoa(o.v6Bits), Want: "must be in [1, 128]"}
+	}
+	if o.header != "X-Forwarded-For" && o.header != "Forwarded" {
+		return nil, &ConfigError{Field: "WithProxyHeader", Value: strconv.Quote(o.header), Want: `must be "X-Forwarded-For" or "Forwarded"`}
+	}
+	for i, p := range o.trusted {
+		if !p.IsValid() {
+			return nil, &ConfigError{Field: "WithTrustedProxies", Value: fmt.Sprintf("%d: %v", i, p), Want: "must be a valid prefix"}
+		}
+		o.trusted[i] = p.Masked()
+	}
+	return o.key, nil
+}
+
+func (o *ipOptions) key(r *http.Request) (string, error) {
+	peer, ok := parseAddr(r.RemoteAddr)
+	if !ok {
+		return "", fmt.Errorf("httplimit: RemoteAddr %q is not an IP address", r.RemoteAddr)
+	}
+	client := peer
+	if o.isTrusted(peer) {
+		hops := o.hops(r)
+		for i := len(hops) - 1; i >= 0; i-- {
+			a, ok := parseAddr(hops[i])
+			if !ok {
+				break
+			}
+			client = a
+			if !o.isTrusted(a) {
+				break
+			}
+		}
+	}
+	if client.Is4() {
+		return client.String(), nil
+	}
+	p, _ := client.Prefix(o.v6Bits) // cannot fail: an IPv6 address and bits in [1, 128]
+	return p.String(), nil
+}
+
+func (o *ipOptions) isTrusted(a netip.Addr) bool {
+	for _, p := range o.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// hops returns the forwarding header's addresses as written, leftmost
+// (farthest from this server) first. An element of Forwarded without a
+// for= parameter is "", which ends the walk.
+func (o *ipOptions) hops(r *http.Request) []string {
+	var hops []string
+	for _, line := range r.Header.Values(o.header) {
+		for _, elem := range splitQuoted(line, ',') {
+			if o.header == "X-Forwarded-For" {
+				hops = append(hops, strings.TrimSpace(elem))
+				continue
+			}
+			hop := ""
+			for _, pair := range splitQuoted(elem, ';') {
+				name, value, _ := strings.Cut(strings.TrimSpace(pair), "=")
+				if strings.EqualFold(name, "for") {
+					hop = strings.Trim(value, `"`)
+				}
+			}
+			hops = append(hops, hop)
+		}
+	}
+	return hops
+}
+
+// splitQuoted splits s at every sep outside double quotes.
+func splitQuoted(s string, sep byte) []string {
+	var parts []string
+	quoted, start := false, 0
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '"':
+			quoted = !quoted
+		case s[i] == '\\' && quoted:
+			i++
+		case s[i] == sep && !quoted:
+			parts = append(parts, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, s[start:])
+}
+
+// parseAddr parses an address with or without a port, in brackets or
+// not, with its zone dropped and an IPv4-mapped IPv6 address unmapped.
+func parseAddr(s string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"))
+	if err != nil {
+		ap, err := netip.ParseAddrPort(s)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		a = ap.Addr()
+	}
+	return a.WithZone("").Unmap(), true
+}

@@ -1,0 +1,234 @@
+package httplimit
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// Transport is an http.RoundTripper for calling a provider that limits its
+// clients: it takes a token from a sluice.Limiter before each request, so
+// that a fleet of processes sharing the limiter's store stays within the
+// provider's limit, and it holds back after the provider says so.
+//
+// Before sending, a request waits, within the maximum wait (WithMaxWait)
+// and its context, first for any hold-back of its key to end and then for
+// a token (Limiter.Wait). When either would take too long, or the context
+// ends, RoundTrip returns a *WaitError at once and sends nothing; tokens
+// already reserved stay taken.
+//
+// After each response it reads the provider's signals: Retry-After on a
+// 429 or 503 (delay seconds or an HTTP date), and on any response a
+// RateLimit list member with r=0 (draft-ietf-httpapi-ratelimit-headers-11:
+// wait t seconds), RateLimit-Remaining: 0 with RateLimit-Reset (seconds),
+// or X-RateLimit-Remaining: 0 with X-RateLimit-Reset (a Unix time in
+// seconds when it is at least 10^9, else seconds from now). The longest of
+// them holds back further requests of that key, in this process, until
+// then. A 429 without any of them holds nothing back.
+//
+// Transport never retries: a 429 or 503 is returned to the caller as the
+// provider sent it, whether or not the request was idempotent.
+//
+// Transport is safe for simultaneous use by multiple goroutines.
+type Transport struct {
+	limiter *sluice.Limiter
+	o       options
+
+	mu    sync.Mutex
+	holds map[string]int64 // key → clock time (ns) until which nothing is sent
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// NewTransport returns a transport that takes one token from l, under the
+// request's key, before each request. WithBase, WithKey, WithMaxWait,
+// WithClock and WithSleeper apply. l's policy must support reservations
+// (not SlidingWindow or SlidingLog). It returns a *ConfigError for a nil
+// limiter or a bad option.
+func NewTransport(l *sluice.Limiter, opts ...Option) (*Transport, error) {
+	if l == nil {
+		return nil, &ConfigError{Field: "limiter", Value: "nil", Want: "is required"}
+	}
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Transport{limiter: l, o: o, holds: map[string]int64{}}, nil
+}
+
+// ErrHeldBack is wrapped by a WaitError when the provider's hold-back
+// would outlast the maximum wait.
+var ErrHeldBack = errors.New("httplimit: provider asked to hold back")
+
+// WaitError is RoundTrip's error for a request it did not send because it
+// could not be let through within the maximum wait or its context.
+type WaitError struct {
+	// Key is the request's key.
+	Key string
+	// Wait is the wait the request would have needed; 0 when its context
+	// ended; sluice.Never when the limiter can never grant it.
+	Wait time.Duration
+	// MaxWait is the wait it had left: WithMaxWait less any hold-back
+	// already waited, and at most the time left until the context's
+	// deadline.
+	MaxWait time.Duration
+	// Err is ErrHeldBack, the limiter's *sluice.MaxWaitError
+	// (sluice.ErrMaxWaitExceeded), or the context's error.
+	Err error
+}
+
+func (e *WaitError) Error() string {
+	if e.Wait == 0 {
+		return fmt.Sprintf("httplimit: request for %q not sent: %v", e.Key, e.Err)
+	}
+	return fmt.Sprintf("httplimit: request for %q not sent: it would wait %v, more than %v: %v", e.Key, e.Wait, e.MaxWait, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *WaitError) Unwrap() error { return e.Err }
+
+// RoundTrip waits for req's turn and sends it through the base transport,
+// as the Transport's doc says. It closes req's body when it does not send.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	key, err := t.o.key(req)
+	if err != nil {
+		closeBody(req)
+		return nil, fmt.Errorf("httplimit: Transport key: %w", err)
+	}
+	maxWait := t.o.maxWait
+	if dl, ok := ctx.Deadline(); ok {
+		maxWait = max(min(maxWait, time.Until(dl)), 0)
+	}
+	if wait := t.heldFor(key, t.o.clock.Now()); wait > 0 {
+		if wait > maxWait {
+			closeBody(req)
+			return nil, &WaitError{Key: key, Wait: wait, MaxWait: maxWait, Err: ErrHeldBack}
+		}
+		if err := t.o.sleeper.Sleep(ctx, wait); err != nil {
+			closeBody(req)
+			return nil, &WaitError{Key: key, MaxWait: maxWait, Err: err}
+		}
+		maxWait -= wait
+	}
+	if err := t.limiter.Wait(ctx, key, 1, maxWait); err != nil {
+		closeBody(req)
+		var mw *sluice.MaxWaitError
+		switch {
+		case errors.As(err, &mw):
+			return nil, &WaitError{Key: key, Wait: time.Duration(mw.Wait), MaxWait: maxWait, Err: err}
+		case ctx.Err() != nil:
+			return nil, &WaitError{Key: key, MaxWait: maxWait, Err: err}
+		}
+		return nil, fmt.Errorf("httplimit: Transport limiter: %w", err)
+	}
+	resp, err := t.o.base.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	now := t.o.clock.Now()
+	if d := holdBack(resp, now); d > 0 {
+		t.hold(key, policy.SatAdd(now, int64(d)))
+	}
+	return resp, nil
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
+
+// heldFor is how long key is held back from now (ns); it forgets a
+// hold-back that has ended.
+func (t *Transport) heldFor(key string, now int64) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	until, ok := t.holds[key]
+	if !ok {
+		return 0
+	}
+	if until <= now {
+		delete(t.holds, key)
+		return 0
+	}
+	return time.Duration(until - now)
+}
+
+// hold holds key back until the clock time until (ns), unless it is held
+// longer already.
+func (t *Transport) hold(key string, until int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if until > t.holds[key] {
+		t.holds[key] = until
+	}
+}
+
+// holdBack is the longest wait that resp's headers ask for, at now (ns);
+// 0 when they ask for none.
+func holdBack(resp *http.Response, now int64) time.Duration {
+	h := resp.Header
+	var d time.Duration
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
+			if secs, ok := parseSeconds(v); ok {
+				d = max(d, seconds(secs))
+			} else if at, err := http.ParseTime(v); err == nil {
+				d = max(d, time.Duration(policy.SatAdd(at.UnixNano(), -now)))
+			}
+		}
+	}
+	for _, line := range h.Values("RateLimit") {
+		for _, member := range splitQuoted(line, ',') {
+			var r, t int64 = -1, -1
+			for _, param := range splitQuoted(member, ';')[1:] {
+				name, value, _ := strings.Cut(strings.TrimSpace(param), "=")
+				if n, ok := parseSeconds(value); ok && name == "r" {
+					r = n
+				} else if ok && name == "t" {
+					t = n
+				}
+			}
+			if r == 0 && t > 0 {
+				d = max(d, seconds(t))
+			}
+		}
+	}
+	if h.Get("RateLimit-Remaining") == "0" {
+		if secs, ok := parseSeconds(h.Get("RateLimit-Reset")); ok {
+			d = max(d, seconds(secs))
+		}
+	}
+	if h.Get("X-RateLimit-Remaining") == "0" {
+		if secs, ok := parseSeconds(h.Get("X-RateLimit-Reset")); ok {
+			if secs >= 1e9 { // a Unix time: 10^9 s is 2001, and no provider holds back for 31 years
+				d = max(d, time.Duration(policy.SatAdd(int64(seconds(secs)), -now)))
+			} else {
+				d = max(d, seconds(secs))
+			}
+		}
+	}
+	return d
+}
+
+// parseSeconds parses a non-negative integer.
+func parseSeconds(s string) (int64, bool) {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	return n, err == nil && n >= 0
+}
+
+// seconds is s seconds as a Duration, saturating at sluice.Never.
+func seconds(s int64) time.Duration {
+	if s > int64(sluice.Never/time.Second) {
+		return sluice.Never
+	}
+	return time.Duration(s) * time.Second
+}

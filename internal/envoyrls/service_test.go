@@ -1,0 +1,797 @@
+package envoyrls_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/envoyrls"
+	"github.com/sluicehq/sluice/internal/testserver"
+)
+
+func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
+
+// start is a fixed point in time for the fake clocks.
+var start = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+
+// edge is the example of docs/envoy.md.
+const edge = `
+envoy:
+  - domain: edge
+    descriptors:
+      - key: remote_address
+        limiter: per_ip
+      - key: path
+        value: /login
+        limiter: login
+        descriptors:
+          - key: user
+            rate_limit: {unit: minute, requests_per_unit: 5}
+      - key: path
+        value: /api/*
+        limiter: per_api
+      - key: path
+        limiter: per_path
+      - key: generic_key
+        value: health
+        unlimited: true
+      - key: tenant
+        shadow_mode: true
+        limiter: per_tenant
+`
+
+// fixture is a Service on a real gRPC server on a loopback port, with a
+// client from go-control-plane's generated stubs.
+type fixture struct {
+	clock    *sluice.FakeClock
+	client   rlsv3.RateLimitServiceClient
+	svc      *envoyrls.Service
+	limiters map[string]*sluice.Limiter
+
+	mu        sync.Mutex
+	decisions []envoyrls.Decision
+}
+
+// newFixture decodes the envoy: section of doc, makes the limiters of
+// policies and the inline ones on a fake clock, and serves them.
+func newFixture(t *testing.T, doc string, policies map[string]sluice.Policy, opts ...envoyrls.Option) *fixture {
+	t.Helper()
+	f := &fixture{clock: sluice.NewFakeClock(start)}
+	d, limiters := f.config(t, doc, policies)
+	f.limiters = limiters
+	f.svc = envoyrls.New(d, lookup(limiters), append([]envoyrls.Option{envoyrls.WithObserver(f.observe)}, opts...)...)
+	f.client = serve(t, f.svc)
+	return f
+}
+
+// config decodes doc and makes its limiters, with opts, on f's clock.
+func (f *fixture) config(t *testing.T, doc string, policies map[string]sluice.Policy, opts ...sluice.Option) (*envoyrls.Domains, map[string]*sluice.Limiter) {
+	t.Helper()
+	var root yaml.Node
+	if err := yaml.Unmarshal([]byte(doc), &root); err != nil {
+		t.Fatal(err)
+	}
+	d, err := envoyrls.Decode("envoy", root.Content[0].Content[1], func(name string) bool { return policies[name] != nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	limiters := make(map[string]*sluice.Limiter)
+	all := d.Inline()
+	for name, p := range policies {
+		all[name] = p
+	}
+	for name, p := range all {
+		l, err := sluice.NewLimiter(p, append([]sluice.Option{sluice.WithClock(f.clock)}, opts...)...)
+		if err != nil {
+			t.Fatalf("NewLimiter(%s): %v", name, err)
+		}
+		limiters[name] = l
+	}
+	return d, limiters
+}
+
+func lookup(limiters map[string]*sluice.Limiter) envoyrls.Lookup {
+	return func(name string) (*sluice.Limiter, bool) {
+		l, ok := limiters[name]
+		return l, ok
+	}
+}
+
+func (f *fixture) observe(d envoyrls.Decision) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.decisions = append(f.decisions, d)
+}
+
+// takeDecisions returns the decisions since the last call.
+func (f *fixture) takeDecisions() []envoyrls.Decision {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d := f.decisions
+	f.decisions = nil
+	return d
+}
+
+// serve registers svc on a gRPC server on a free loopback port and returns
+// a client of it.
+func serve(t *testing.T, svc *envoyrls.Service) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	svc.Register(g)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn)
+}
+
+// desc makes a descriptor of key, value pairs.
+func desc(kv ...string) *ratelimitv3.RateLimitDescriptor {
+	d := &ratelimitv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+// hits sets a descriptor's hits_addend.
+func hits(n uint64, d *ratelimitv3.RateLimitDescriptor) *ratelimitv3.RateLimitDescriptor {
+	d.HitsAddend = wrapperspb.UInt64(n)
+	return d
+}
+
+func req(domain string, ds ...*ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds}
+}
+
+// call sends r and returns the overall code and the statuses shown.
+func (f *fixture) call(t *testing.T, r *rlsv3.RateLimitRequest) (string, []string, *rlsv3.RateLimitResponse) {
+	t.Helper()
+	resp, err := f.client.ShouldRateLimit(context.Background(), r)
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	var got []string
+	for _, s := range resp.GetStatuses() {
+		got = append(got, show(s))
+	}
+	return resp.GetOverallCode().String(), got, resp
+}
+
+// show writes a descriptor status as "CODE limit remaining=N reset=D".
+func show(s *rlsv3.RateLimitResponse_DescriptorStatus) string {
+	var b strings.Builder
+	b.WriteString(s.GetCode().String())
+	if l := s.GetCurrentLimit(); l != nil {
+		fmt.Fprintf(&b, " %d/", l.GetRequestsPerUnit())
+		if m := l.GetUnitMultiplier(); m != nil {
+			fmt.Fprintf(&b, "%dx", m.GetValue())
+		}
+		fmt.Fprintf(&b, "%s(%s)", l.GetUnit(), l.GetName())
+	}
+	fmt.Fprintf(&b, " remaining=%d", s.GetLimitRemaining())
+	if d := s.GetDurationUntilReset(); d != nil {
+		fmt.Fprintf(&b, " reset=%v", d.AsDuration())
+	}
+	return b.String()
+}
+
+func headers(resp *rlsv3.RateLimitResponse) string {
+	var hs []string
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		hs = append(hs, h.GetKey()+": "+h.GetValue())
+	}
+	return strings.Join(hs, ", ")
+}
+
+func check(t *testing.T, what, gotCode, wantCode string, got, want []string) {
+	t.Helper()
+	if gotCode != wantCode {
+		t.Errorf("%s: overall_code = %s, want %s", what, gotCode, wantCode)
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("%s: statuses =\n\t%s\nwant\n\t%s", what, strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
+	}
+}
+
+func edgePolicies() map[string]sluice.Policy {
+	return map[string]sluice.Policy{
+		"per_ip":     sluice.FixedWindow(2, time.Minute),
+		"login":      sluice.FixedWindow(3, time.Minute),
+		"per_api":    sluice.FixedWindow(100, time.Hour),
+		"per_path":   sluice.SlidingWindow(100, time.Hour),
+		"per_tenant": sluice.FixedWindow(1, time.Minute),
+	}
+}
+
+// TestShouldRateLimit runs the example config through a window: statuses in
+// request order, OVER_LIMIT overall when one descriptor is, and every
+// descriptor counted even when another is over its limit.
+func TestShouldRateLimit(t *testing.T) {
+	f := newFixture(t, edge, edgePolicies())
+	r := req("edge",
+		desc("remote_address", "1.2.3.4"),
+		desc("path", "/login"),
+		desc("path", "/login", "user", "bob"),
+		desc("generic_key", "health"),
+		desc("unknown", "x"),
+	)
+	const user = "envoy:edge|path=/login|user"
+
+	code, got, resp := f.call(t, r)
+	check(t, "first", code, "OK", got, []string{
+		"OK 2/MINUTE(per_ip) remaining=1 reset=1m0s",
+		"OK 3/MINUTE(login) remaining=2 reset=1m0s",
+		"OK 5/MINUTE(" + user + ") remaining=4 reset=1m0s",
+		"OK remaining=4294967295",
+		"OK remaining=0",
+	})
+	if h, want := headers(resp), "RateLimit-Limit: 2, RateLimit-Remaining: 1, RateLimit-Reset: 60"; h != want {
+		t.Errorf("first: response headers = %q, want %q", h, want)
+	}
+
+	f.clock.Advance(10 * time.Second)
+	code, got, _ = f.call(t, r)
+	check(t, "second", code, "OK", got, []string{
+		"OK 2/MINUTE(per_ip) remaining=0 reset=50s",
+		"OK 3/MINUTE(login) remaining=1 reset=50s",
+		"OK 5/MINUTE(" + user + ") remaining=3 reset=50s",
+		"OK remaining=4294967295",
+		"OK remaining=0",
+	})
+
+	code, got, resp = f.call(t, r)
+	check(t, "third", code, "OVER_LIMIT", got, []string{
+		"OVER_LIMIT 2/MINUTE(per_ip) remaining=0 reset=50s",
+		"OK 3/MINUTE(login) remaining=0 reset=50s",
+		"OK 5/MINUTE(" + user + ") remaining=2 reset=50s",
+		"OK remaining=4294967295",
+		"OK remaining=0",
+	})
+	if h, want := headers(resp), "RateLimit-Limit: 2, RateLimit-Remaining: 0, RateLimit-Reset: 50"; h != want {
+		t.Errorf("third: response headers = %q, want %q", h, want)
+	}
+
+	code, got, _ = f.call(t, r)
+	check(t, "fourth", code, "OVER_LIMIT", got, []string{
+		"OVER_LIMIT 2/MINUTE(per_ip) remaining=0 reset=50s",
+		"OVER_LIMIT 3/MINUTE(login) remaining=0 reset=50s",
+		"OK 5/MINUTE(" + user + ") remaining=1 reset=50s", // counted though others are over
+		"OK remaining=4294967295",
+		"OK remaining=0",
+	})
+
+	f.clock.Advance(50 * time.Second) // the windows end
+	code, got, _ = f.call(t, req("edge", desc("remote_address", "1.2.3.4"), desc("remote_address", "5.6.7.8")))
+	check(t, "next window", code, "OK", got, []string{
+		"OK 2/MINUTE(per_ip) remaining=1 reset=1m0s",
+		"OK 2/MINUTE(per_ip) remaining=1 reset=1m0s",
+	})
+
+	// Decisions: one per limited descriptor, with the limiter's key.
+	ds := f.takeDecisions()
+	if len(ds) != 4*3+2 {
+		t.Fatalf("%d decisions, want 14", len(ds))
+	}
+	for i, want := range []string{"edge|remote_address=1.2.3.4", "edge|path=/login", "edge|path=/login|user=bob"} {
+		if ds[i].Key != want || ds[i].Hits != 1 {
+			t.Errorf("decision %d: key %q hits %d, want %q hits 1", i, ds[i].Key, ds[i].Hits, want)
+		}
+	}
+}
+
+// TestMatching: exact values before value prefixes before the key alone,
+// and nested descriptors, over gRPC.
+func TestMatching(t *testing.T) {
+	f := newFixture(t, edge, edgePolicies())
+	tests := []struct {
+		d    *ratelimitv3.RateLimitDescriptor
+		want string // the limiter, or "" for none
+	}{
+		{desc("path", "/login"), "login"},
+		{desc("path", "/api/users"), "per_api"},
+		{desc("path", "/apix"), "per_path"},
+		{desc("path", "/other"), "per_path"},
+		{desc("path", "/login", "user", "bob"), "envoy:edge|path=/login|user"},
+		{desc("path", "/other", "user", "bob"), ""},           // per_path has no nested descriptors
+		{desc("path", "/login", "user", "bob", "x", "y"), ""}, // deeper than the config
+		{desc("remote_address", ""), "per_ip"},                // an empty value is a value
+	}
+	for _, tt := range tests {
+		_, _, resp := f.call(t, req("edge", tt.d))
+		if got := resp.GetStatuses()[0].GetCurrentLimit().GetName(); got != tt.want {
+			t.Errorf("%v: limiter %q, want %q", tt.d.GetEntries(), got, tt.want)
+		}
+	}
+	code, got, _ := f.call(t, req("other", desc("remote_address", "1.2.3.4")))
+	check(t, "unknown domain", code, "OK", got, []string{"OK remaining=0"})
+}
+
+// TestHitsAddend: the request's hits_addend (0 meaning 1), overridden by a
+// descriptor's, and a descriptor's 0 that checks without taking.
+func TestHitsAddend(t *testing.T) {
+	f := newFixture(t, `
+envoy:
+  - domain: d
+    descriptors:
+      - {key: k, limiter: l}
+`, map[string]sluice.Policy{"l": sluice.FixedWindow(10, time.Minute)})
+	tests := []struct {
+		name     string
+		r        *rlsv3.RateLimitRequest
+		code     string
+		statuses []string
+		hits     []int64
+	}{
+		{"unset is one", req("d", desc("k", "a")), "OK",
+			[]string{"OK 10/MINUTE(l) remaining=9 reset=1m0s"}, []int64{1}},
+		{"request level", &rlsv3.RateLimitRequest{Domain: "d", HitsAddend: 3, Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			desc("k", "a"), hits(1, desc("k", "b"))}}, "OK",
+			[]string{"OK 10/MINUTE(l) remaining=6 reset=1m0s", "OK 10/MINUTE(l) remaining=9 reset=1m0s"}, []int64{3, 1}},
+		{"descriptor level zero takes nothing", &rlsv3.RateLimitRequest{Domain: "d", HitsAddend: 3, Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			hits(0, desc("k", "a"))}}, "OK",
+			[]string{"OK 10/MINUTE(l) remaining=6 reset=1m0s"}, []int64{0}},
+		{"descriptor level", req("d", hits(6, desc("k", "a"))), "OK",
+			[]string{"OK 10/MINUTE(l) remaining=0 reset=1m0s"}, []int64{6}},
+		{"zero on a full key is not over", req("d", hits(0, desc("k", "a"))), "OK",
+			[]string{"OK 10/MINUTE(l) remaining=0 reset=1m0s"}, []int64{0}},
+		{"more than the limit is over, not an error", req("d", hits(11, desc("k", "b"))), "OVER_LIMIT",
+			[]string{"OVER_LIMIT 10/MINUTE(l) remaining=9 reset=1m0s"}, []int64{11}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, got, _ := f.call(t, tt.r)
+			check(t, tt.name, code, tt.code, got, tt.statuses)
+			var gotHits []int64
+			for _, d := range f.takeDecisions() {
+				gotHits = append(gotHits, d.Hits)
+			}
+			if fmt.Sprint(gotHits) != fmt.Sprint(tt.hits) {
+				t.Errorf("decided hits %v, want %v", gotHits, tt.hits)
+			}
+		})
+	}
+}
+
+// TestShadowMode: a descriptor in shadow mode is decided and reported, but
+// never makes the answer OVER_LIMIT.
+func TestShadowMode(t *testing.T) {
+	f := newFixture(t, edge, edgePolicies())
+	r := req("edge", desc("tenant", "acme"))
+	f.call(t, r)
+	code, got, resp := f.call(t, r)
+	check(t, "shadow over limit", code, "OK", got, []string{"OK 1/MINUTE(per_tenant) remaining=0 reset=1m0s"})
+	if len(resp.GetResponseHeadersToAdd()) != 0 {
+		t.Errorf("response headers %q for a shadow descriptor, want none", headers(resp))
+	}
+	ds := f.takeDecisions()
+	if last := ds[len(ds)-1]; last.Result.Allowed || !last.Shadow || last.Limiter != "per_tenant" {
+		t.Errorf("decision = %+v, want a rejection in shadow mode by per_tenant", last)
+	}
+
+	// Beside an enforced descriptor that is over, the answer is over.
+	f.call(t, req("edge", hits(2, desc("remote_address", "1.2.3.4"))))
+	code, got, _ = f.call(t, req("edge", desc("tenant", "acme"), desc("remote_address", "1.2.3.4")))
+	check(t, "with an enforced one", code, "OVER_LIMIT", got, []string{
+		"OK 1/MINUTE(per_tenant) remaining=0 reset=1m0s",
+		"OVER_LIMIT 2/MINUTE(per_ip) remaining=0 reset=1m0s",
+	})
+}
+
+// TestOtherPolicies: a token bucket and a sliding window back descriptors;
+// every status equals the Result of a twin limiter of the same policy on
+// the same clock, fed the same calls, and the observer's Result, the
+// limiter's own.
+func TestOtherPolicies(t *testing.T) {
+	policies := map[string]sluice.Policy{
+		"bucket":  sluice.TokenBucket(5, 1, 10*time.Second),
+		"sliding": sluice.SlidingWindow(4, 15*time.Minute),
+		"gcra":    sluice.GCRA(3, 1, 2*time.Second),
+	}
+	f := newFixture(t, `
+envoy:
+  - domain: d
+    descriptors:
+      - {key: bucket, limiter: bucket}
+      - {key: sliding, limiter: sliding}
+      - {key: gcra, limiter: gcra}
+`, policies)
+	twins := make(map[string]*sluice.Limiter)
+	for name, p := range policies {
+		l, err := sluice.NewLimiter(p, sluice.WithClock(f.clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		twins[name] = l
+	}
+	units := map[string]string{"bucket": "UNKNOWN", "sliding": "15xMINUTE", "gcra": "UNKNOWN"}
+	steps := []struct {
+		advance time.Duration
+		hits    uint32
+	}{{0, 2}, {0, 2}, {time.Second, 2}, {0, 1}, {3 * time.Second, 1}, {7 * time.Second, 3}, {5 * time.Minute, 1}, {0, 3}, {20 * time.Minute, 1}}
+	ctx := context.Background()
+	for i, st := range steps {
+		f.clock.Advance(st.advance)
+		for _, name := range []string{"bucket", "sliding", "gcra"} {
+			want, err := twins[name].AllowN(ctx, "d|"+name+"=k", int64(st.hits))
+			if err != nil {
+				t.Fatalf("step %d: twin %s: %v", i, name, err)
+			}
+			_, got, _ := f.call(t, &rlsv3.RateLimitRequest{Domain: "d", HitsAddend: st.hits, Descriptors: []*ratelimitv3.RateLimitDescriptor{desc(name, "k")}})
+			code, reset := "OK", want.ResetAfter
+			if !want.Allowed {
+				code, reset = "OVER_LIMIT", want.RetryAfter
+			}
+			wantStatus := fmt.Sprintf("%s %d/%s(%s) remaining=%d reset=%v", code, want.Limit, units[name], name, want.Remaining, reset)
+			if got[0] != wantStatus {
+				t.Errorf("step %d %s: status %q, want %q (twin %+v)", i, name, got[0], wantStatus, want)
+			}
+			ds := f.takeDecisions()
+			if len(ds) != 1 || ds[0].Result != want {
+				t.Errorf("step %d %s: decisions %+v, want the twin's result %+v", i, name, ds, want)
+			}
+		}
+	}
+}
+
+// TestSwap replaces the config while requests run: every answer comes
+// from one config or the other, a call in flight finishes on the config
+// it started with, and calls after Swap see the new one.
+func TestSwap(t *testing.T) {
+	const docA = `
+envoy:
+  - domain: d
+    descriptors:
+      - {key: k, limiter: a}
+`
+	const docB = `
+envoy:
+  - domain: d
+    descriptors:
+      - {key: k, limiter: b}
+`
+	policiesA := map[string]sluice.Policy{"a": sluice.FixedWindow(1<<40, time.Hour)}
+	f := newFixture(t, docA, policiesA)
+	dA, limA := f.config(t, docA, policiesA)
+	dB, limB := f.config(t, docB, map[string]sluice.Policy{"b": sluice.SlidingWindow(1<<40, time.Hour)})
+
+	// In flight: the lookup of config A blocks until B is in place.
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f.svc.Swap(dA, func(name string) (*sluice.Limiter, bool) {
+		once.Do(func() { close(entered); <-release })
+		l, ok := limA[name]
+		return l, ok
+	})
+	done := make(chan string)
+	go func() {
+		resp, err := f.client.ShouldRateLimit(context.Background(), req("d", desc("k", "v")))
+		if err != nil {
+			done <- err.Error()
+			return
+		}
+		done <- resp.GetStatuses()[0].GetCurrentLimit().GetName()
+	}()
+	<-entered
+	f.svc.Swap(dB, lookup(limB))
+	close(release)
+	if got := <-done; got != "a" {
+		t.Errorf("call in flight across Swap decided by %q, want a", got)
+	}
+	if _, _, resp := f.call(t, req("d", desc("k", "v"))); resp.GetStatuses()[0].GetCurrentLimit().GetName() != "b" {
+		t.Errorf("call after Swap decided by %q, want b", resp.GetStatuses()[0].GetCurrentLimit().GetName())
+	}
+
+	// Under traffic: swap until the callers have had 400 answers, each
+	// of which must come from A or B.
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var answered atomic.Int64
+	seen := [2]atomic.Bool{}
+	errs := make(chan string, 4)
+	for range 4 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				resp, err := f.client.ShouldRateLimit(ctx, req("d", desc("k", "v")))
+				if ctx.Err() != nil {
+					return
+				}
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				switch n := resp.GetStatuses()[0].GetCurrentLimit().GetName(); {
+				case resp.GetOverallCode() != rlsv3.RateLimitResponse_OK:
+					errs <- fmt.Sprintf("answer %v", resp)
+					return
+				case n == "a":
+					seen[0].Store(true)
+				case n == "b":
+					seen[1].Store(true)
+				default:
+					errs <- fmt.Sprintf("answer from limiter %q", n)
+					return
+				}
+				answered.Add(1)
+			}
+		})
+	}
+	for i := 0; answered.Load() < 400 && len(errs) == 0; i++ {
+		if i%2 == 0 {
+			f.svc.Swap(dA, lookup(limA))
+		} else {
+			f.svc.Swap(dB, lookup(limB))
+		}
+		runtime.Gosched()
+	}
+	cancel()
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Errorf("during Swap: %s", e)
+	}
+	if !seen[0].Load() || !seen[1].Load() {
+		t.Errorf("answers from A %v, from B %v; want both", seen[0].Load(), seen[1].Load())
+	}
+}
+
+// downStore is a store that cannot be reached: fault injection for the
+// failure path, which a real store cannot be made to take on demand.
+type downStore struct{}
+
+func (downStore) Update(context.Context, string, driver.UpdateFunc) error {
+	return fmt.Errorf("down: %w", driver.ErrUnavailable)
+}
+
+// TestStoreFailure: a limiter that fails closed makes the call
+// Unavailable, so that Envoy applies its failure_mode_deny; one that
+// fails open answers OK.
+func TestStoreFailure(t *testing.T) {
+	f := newFixture(t, `
+envoy:
+  - domain: d
+    descriptors:
+      - {key: closed, limiter: closed}
+      - {key: open, limiter: open}
+      - {key: mem, limiter: mem}
+`, map[string]sluice.Policy{"mem": sluice.FixedWindow(5, time.Minute), "closed": sluice.NoLimit(), "open": sluice.NoLimit()})
+	for name, failure := range map[string]sluice.StoreFailure{"closed": sluice.FailClosed, "open": sluice.FailOpen} {
+		l, err := sluice.NewLimiter(sluice.FixedWindow(5, time.Minute), sluice.WithClock(f.clock),
+			sluice.WithStore(downStore{}), sluice.WithStoreFailure(failure))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.limiters[name] = l
+	}
+	_, err := f.client.ShouldRateLimit(context.Background(), req("d", desc("mem", "x"), desc("closed", "x")))
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("fail closed: error %v, want code Unavailable", err)
+	}
+	ds := f.takeDecisions()
+	var se *sluice.StoreError
+	if len(ds) != 2 || !errors.As(ds[1].Err, &se) || !errors.Is(ds[1].Err, driver.ErrUnavailable) {
+		t.Errorf("decisions %+v, want the second with a *sluice.StoreError", ds)
+	}
+	// The descriptor before the failure was counted.
+	if r, _ := f.limiters["mem"].Peek(context.Background(), "d|mem=x", 1); r.Remaining != 3 {
+		t.Errorf("mem Peek remaining %d after the failed call, want 3 (one of 5 taken)", r.Remaining)
+	}
+
+	code, got, _ := f.call(t, req("d", desc("open", "x")))
+	check(t, "fail open", code, "OK", got, []string{"OK 5/MINUTE(open) remaining=0 reset=0s"})
+}
+
+// TestInvalidRequest: bad requests are InvalidArgument and count nothing,
+// even for their valid descriptors.
+func TestInvalidRequest(t *testing.T) {
+	f := newFixture(t, `
+envoy:
+  - domain: d
+    descriptors:
+      - {key: k, limiter: l}
+`, map[string]sluice.Policy{"l": sluice.FixedWindow(5, time.Minute)})
+	ok := desc("k", "v")
+	many := make([]*ratelimitv3.RateLimitDescriptor, envoyrls.MaxDescriptors+1)
+	for i := range many {
+		many[i] = ok
+	}
+	negative := desc("k", "v")
+	negative.IsNegativeHits = true
+	override := desc("k", "v")
+	override.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
+	tests := []struct {
+		name string
+		r    *rlsv3.RateLimitRequest
+		want string
+	}{
+		{"no domain", req("", ok), "domain must not be empty"},
+		{"no descriptors", req("d"), "descriptors must not be empty"},
+		{"too many descriptors", req("d", many...), "at most 64 descriptors"},
+		{"no entries", req("d", ok, desc()), "descriptor 1: entries must not be empty"},
+		{"empty key", req("d", ok, desc("k", "v", "", "v")), "descriptor 1: entry 1: key must not be empty"},
+		{"negative hits", req("d", ok, negative), "negative hits are not supported"},
+		{"huge hits", req("d", ok, hits(math.MaxUint64, desc("k", "v"))), "hits_addend must be at most 9223372036854775807"},
+		{"limit override", req("d", ok, override), "limit overrides are not supported"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := f.client.ShouldRateLimit(context.Background(), tt.r)
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want InvalidArgument containing %q", err, tt.want)
+			}
+		})
+	}
+	// Peek reports what would remain after one more: 4 of 5 is untouched.
+	if r, _ := f.limiters["l"].Peek(context.Background(), "d|k=v", 1); r.Remaining != 4 {
+		t.Errorf("Peek remaining %d after invalid requests, want 4: they counted", r.Remaining)
+	}
+}
+
+// TestKeys: separators inside keys and values are escaped, so different
+// descriptors never share a key.
+func TestKeys(t *testing.T) {
+	f := newFixture(t, `
+envoy:
+  - domain: "a|b"
+    descriptors:
+      - key: a
+        limiter: l
+        descriptors:
+          - {key: c, limiter: l}
+`, map[string]sluice.Policy{"l": sluice.FixedWindow(5, time.Minute)})
+	f.call(t, req("a|b", desc("a", "b|c=d"), desc("a", "b", "c", "d"), desc("a", "100%")))
+	var keys []string
+	for _, d := range f.takeDecisions() {
+		keys = append(keys, d.Key)
+	}
+	want := []string{"a%7Cb|a=b%7Cc%3Dd", "a%7Cb|a=b|c=d", "a%7Cb|a=100%25"}
+	if strings.Join(keys, " ") != strings.Join(want, " ") {
+		t.Errorf("keys %q, want %q", keys, want)
+	}
+
+	// Long values are decided on keys of MaxKeyLen bytes that differ.
+	long := strings.Repeat("x", 1000)
+	code, got, _ := f.call(t, req("a|b", desc("a", long+"1"), desc("a", long+"2"), desc("a", long+"1")))
+	check(t, "long keys", code, "OK", got, []string{
+		"OK 5/MINUTE(l) remaining=4 reset=1m0s",
+		"OK 5/MINUTE(l) remaining=4 reset=1m0s",
+		"OK 5/MINUTE(l) remaining=3 reset=1m0s",
+	})
+	ds := f.takeDecisions()
+	for _, d := range ds {
+		if len(d.Key) != envoyrls.MaxKeyLen || !strings.HasPrefix(d.Key, "a%7Cb|a=xxx") || !strings.Contains(d.Key, "%#") {
+			t.Errorf("long key %q (%d bytes), want %d bytes with the start of the key and %%#", d.Key, len(d.Key), envoyrls.MaxKeyLen)
+		}
+	}
+	if ds[0].Key == ds[1].Key || ds[0].Key != ds[2].Key {
+		t.Errorf("long keys %q, want the first and last equal and the second different", []string{ds[0].Key, ds[1].Key, ds[2].Key})
+	}
+}
+
+// TestResponseHeaders: the headers describe the descriptor with the fewest
+// remaining; WithResponseHeaders renames or drops them.
+func TestResponseHeaders(t *testing.T) {
+	doc := `
+envoy:
+  - domain: d
+    descriptors:
+      - {key: big, limiter: big}
+      - {key: small, limiter: small}
+`
+	policies := map[string]sluice.Policy{"big": sluice.FixedWindow(100, time.Hour), "small": sluice.TokenBucket(3, 1, 1500*time.Millisecond)}
+	tests := []struct {
+		name string
+		opts []envoyrls.Option
+		want string
+	}{
+		{"default", nil, "RateLimit-Limit: 3, RateLimit-Remaining: 2, RateLimit-Reset: 2"},
+		{"renamed", []envoyrls.Option{envoyrls.WithResponseHeaders("x-ratelimit-limit", "x-ratelimit-remaining", "")},
+			"x-ratelimit-limit: 3, x-ratelimit-remaining: 2"},
+		{"off", []envoyrls.Option{envoyrls.WithResponseHeaders("", "", "")}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, doc, policies, tt.opts...)
+			_, _, resp := f.call(t, req("d", desc("big", "x"), desc("small", "x")))
+			if got := headers(resp); got != tt.want {
+				t.Errorf("headers %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestMissingLimiter: a lookup that does not know a limiter of the config
+// is the server's bug, Internal.
+func TestMissingLimiter(t *testing.T) {
+	f := newFixture(t, `
+envoy:
+  - domain: d
+    descriptors:
+      - {key: k, limiter: l}
+`, map[string]sluice.Policy{"l": sluice.FixedWindow(5, time.Minute)})
+	delete(f.limiters, "l")
+	_, err := f.client.ShouldRateLimit(context.Background(), req("d", desc("k", "v")))
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), `limiter "l" not found`) {
+		t.Errorf("error %v, want Internal naming the limiter", err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger that the server's goroutines
+// write to while the test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestLogs: invalid requests at Debug, rejections in shadow mode at Info,
+// store failures at Warn.
+func TestLogs(t *testing.T) {
+	var buf syncBuffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	f := newFixture(t, `
+envoy:
+  - domain: d
+    descriptors:
+      - {key: shadow, limiter: one, shadow_mode: true}
+      - {key: down, limiter: down}
+`, map[string]sluice.Policy{"one": sluice.FixedWindow(1, time.Minute), "down": sluice.NoLimit()}, envoyrls.WithLogger(logger))
+	l, err := sluice.NewLimiter(sluice.FixedWindow(5, time.Minute), sluice.WithStore(downStore{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.limiters["down"] = l
+	ctx := context.Background()
+	f.client.ShouldRateLimit(ctx, req(""))
+	f.client.ShouldRateLimit(ctx, req("d", hits(2, desc("shadow", "x"))))
+	f.client.ShouldRateLimit(ctx, req("d", desc("down", "x")))
+	for _, want := range []string{
+		`level=DEBUG msg="envoyrls: invalid request"`,
+		`level=INFO msg="envoyrls: over limit in shadow mode" limiter=one key="d|shadow=x" hits=2`,
+		`level=WARN msg="envoyrls: descriptor not decided" domain=d descriptor=0 limiter=down key="d|down=x"`,
+	} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("logs lack %q:\n%s", want, buf.String())
+		}
+	}
+}

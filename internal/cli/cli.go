@@ -40,6 +40,8 @@ func commands() []command {
 		{"check-store", "check that a store loses no update and passes the vectors: sluice check-store URL", runCheckStore},
 		{"conformance", "run conformance vector files against the buckets and limiters", runConformance},
 		{"demo", "throttle a burst of requests with a token bucket, in real time", runDemo},
+		{"serve", "run the rate-limit server: HTTP API, Envoy gRPC, metrics, live page", runServe},
+		{"simulate", "run limiters against a traffic pattern on a fake clock; chart it as SVG", runSimulate},
 		{"help", "show this help, or a command's flags: sluice help COMMAND", runHelp},
 	}
 }

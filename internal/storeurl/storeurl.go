@@ -72,6 +72,12 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// noRetries turns off go-redis's own retries: a compare-and-set it re-sent
+// after a lost reply may have been applied twice (redisstore's doc), and
+// the limiter's store timeout and failure policy already bound a failing
+// call. A redis:// URL may still set max_retries.
+const noRetries = -1
+
 // Open opens the store rawURL names. The caller must Close it.
 func Open(ctx context.Context, rawURL string) (*Store, error) {
 	u, err := url.Parse(rawURL)
@@ -90,10 +96,13 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 		if err != nil {
 			return nil, bad("bad Redis URL", err)
 		}
+		if !u.Query().Has("max_retries") {
+			opt.MaxRetries = noRetries
+		}
 		return s.redis(redis.NewClient(opt), bad)
 	case "redis+cluster":
 		addrs := strings.Split(u.Host, ",")
-		opt := &redis.ClusterOptions{Addrs: addrs, Username: u.User.Username()}
+		opt := &redis.ClusterOptions{Addrs: addrs, Username: u.User.Username(), MaxRetries: noRetries}
 		opt.Password, _ = u.User.Password() // both read "" from a nil u.User
 		return s.redis(redis.NewClusterClient(opt), bad)
 	case "redis+sentinel":
@@ -101,7 +110,8 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 		if master == "" {
 			return nil, bad("the path must name the master, e.g. redis+sentinel://host:26379/mymaster", nil)
 		}
-		opt := &redis.FailoverOptions{MasterName: master, SentinelAddrs: strings.Split(u.Host, ","), Username: u.User.Username()}
+		opt := &redis.FailoverOptions{MasterName: master, SentinelAddrs: strings.Split(u.Host, ","), Username: u.User.Username(),
+			MaxRetries: noRetries}
 		opt.Password, _ = u.User.Password()
 		return s.redis(redis.NewFailoverClient(opt), bad)
 	case "postgres", "postgresql":

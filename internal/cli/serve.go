@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/simulate"
+)
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("serve", "[--config FILE] [--http ADDR] [--grpc ADDR]",
+		"Serve runs the rate-limit server: an HTTP JSON API under /api/v1/, Envoy's rate limit\n"+
+			"service on gRPC, Prometheus metrics at /metrics, health at /healthz and /readyz, and a\n"+
+			"live page at /. Without --config it runs a built-in example on the in-memory store.\n"+
+			"The config file is reloaded on SIGHUP and when it changes; SIGINT and SIGTERM drain\n"+
+			"requests in flight and stop. docs/deploy.md describes the config file.", stderr)
+	configPath := fs.String("config", "", "the config `file`; the built-in example when empty")
+	httpAddr := fs.String("http", "", "HTTP listen `address`, e.g. 127.0.0.1:0 (default: the config's server.http, else "+server.DefaultHTTP+")")
+	grpcAddr := fs.String("grpc", "", "gRPC listen `address`, or off (default: the config's server.grpc, else "+server.DefaultGRPC+")")
+	logFormat := fs.String("log-format", "text", "log format on stderr: text or json")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return usagef("sluice serve: unexpected arguments %q", fs.Args())
+	}
+	var log *slog.Logger
+	switch *logFormat {
+	case "text":
+		log = slog.New(slog.NewTextHandler(stderr, nil))
+	case "json":
+		log = slog.New(slog.NewJSONHandler(stderr, nil))
+	default:
+		return usagef("sluice serve: --log-format %q: want text or json", *logFormat)
+	}
+
+	var cfg *server.Config
+	var err error
+	var opts []server.Option
+	if *configPath == "" {
+		cfg, err = server.LoadConfig(server.Example())
+	} else {
+		cfg, err = server.LoadConfigFile(*configPath)
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		opts = append(opts, server.WithConfigFile(*configPath, hup))
+	}
+	if err != nil {
+		return fmt.Errorf("sluice serve: %w", err)
+	}
+	var srv *server.Server // the charts look up the policies of the running config
+	opts = append(opts, server.WithLogger(log), server.WithHandler("GET /api/v1/simulate",
+		simulate.Handler(func(name string) (sluice.Policy, bool) { return srv.Policy(name) })))
+
+	srv, err = server.New(ctx, cfg, opts...)
+	if err != nil {
+		return fmt.Errorf("sluice serve: %w", err)
+	}
+	httpLn, err := net.Listen("tcp", pick(*httpAddr, cfg.HTTP, server.DefaultHTTP))
+	if err != nil {
+		srv.Close()
+		return fmt.Errorf("sluice serve: %w", err)
+	}
+	var grpcLn net.Listener
+	if addr := pick(*grpcAddr, cfg.GRPC, server.DefaultGRPC); addr != "off" {
+		if grpcLn, err = net.Listen("tcp", addr); err != nil {
+			httpLn.Close()
+			srv.Close()
+			return fmt.Errorf("sluice serve: %w", err)
+		}
+	}
+	scheme := "http"
+	if cfg.TLSCert != "" {
+		scheme = "https"
+	}
+	fmt.Fprintf(stdout, "sluice serve: HTTP on %s://%s\n", scheme, httpLn.Addr())
+	if grpcLn != nil {
+		fmt.Fprintf(stdout, "sluice serve: gRPC on %s\n", grpcLn.Addr())
+	}
+	if err := srv.Serve(ctx, httpLn, grpcLn); err != nil {
+		return fmt.Errorf("sluice serve: %w", err)
+	}
+	fmt.Fprintln(stdout, "sluice serve: stopped")
+	return nil
+}
+
+// pick returns the first of values that is not empty.
+func pick(values ...string) string {
+	for _, v := range values {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,99 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestServeUsage(t *testing.T) {
+	tests := [][]string{
+		{"serve", "--log-format", "xml"},
+		{"serve", "extra"},
+		{"serve", "--nope"},
+	}
+	for _, args := range tests {
+		if _, _, err := runCLI(t, args...); !errors.Is(err, ErrUsage) {
+			t.Errorf("sluice %s = %v, want a usage error", strings.Join(args, " "), err)
+		}
+	}
+	_, _, err := runCLI(t, "serve", "--config", t.TempDir()+"/missing.yaml")
+	if err == nil || ExitCode(err) != 1 || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Errorf("sluice serve --config missing.yaml = %v, want an error naming the file", err)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent use.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestServe runs the example in process: it says where it listens, serves
+// the API and the simulator's charts there, and stops when its context ends.
+func TestServe(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, []string{"serve", "--http", "127.0.0.1:0", "--grpc", "off"}, &stdout, io.Discard)
+	}()
+
+	var addr string
+	for deadline := time.Now().Add(10 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve printed %q, want the HTTP address", stdout.String())
+		}
+		_, after, ok := strings.Cut(stdout.String(), "HTTP on ")
+		if ok && strings.Contains(after, "\n") {
+			addr = strings.TrimSpace(strings.Split(after, "\n")[0])
+		}
+	}
+	if strings.Contains(stdout.String(), "gRPC on") {
+		t.Errorf("serve --grpc off printed %q, want no gRPC address", stdout.String())
+	}
+	resp, err := http.Get(addr + "/api/v1/limiters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("GET /api/v1/limiters = %d, want 200", resp.StatusCode)
+	}
+	// The live page's charts: a simulation of a configured limiter.
+	resp, err = http.Get(addr + "/api/v1/simulate?limiter=api&traffic=steady+5%2Fs&duration=1m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Contains(svg, []byte(`id="panel-api"`)) || !bytes.Contains(svg, []byte("accepted 100")) {
+		t.Errorf("GET /api/v1/simulate = %d %.200s, want a chart of api admitting 100", resp.StatusCode, svg)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("serve after its context ended = %v, want nil", err)
+	}
+	if !strings.HasSuffix(stdout.String(), "sluice serve: stopped\n") {
+		t.Errorf("serve printed %q, want it to end with stopped", stdout.String())
+	}
+}

@@ -1,0 +1,537 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/envoyrls"
+	"github.com/sluicehq/sluice/internal/server/page"
+	"github.com/sluicehq/sluice/internal/storeurl"
+)
+
+// The bounds of API requests.
+const (
+	maxBody    = 64 << 10 // bytes of a request body
+	maxKey     = 1024     // bytes of a key
+	maxTokens  = 1 << 40  // tokens of one request
+	maxWaitMax = 60_000   // max_wait_ms
+)
+
+// The error codes of the API, stable for clients to branch on.
+const (
+	codeInvalidRequest   = "invalid_request"
+	codeTooLarge         = "request_too_large"
+	codeUnknownLimiter   = "unknown_limiter"
+	codeUnsupported      = "unsupported"
+	codeStoreUnavailable = "store_unavailable"
+	codeUnauthorized     = "unauthorized"
+	codeNotFound         = "not_found"
+	codeMethod           = "method_not_allowed"
+	codeCancelled        = "cancelled"
+	codeInternal         = "internal"
+)
+
+// apiError is an API error response.
+type apiError struct {
+	status int
+	Code   string `json:"code"`
+	Msg    string `json:"message"`
+}
+
+func errorf(status int, code, format string, args ...any) *apiError {
+	return &apiError{status: status, Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	writeJSON(w, e.status, map[string]*apiError{"error": e})
+}
+
+// routes builds the server's handler.
+func (s *Server) routes() http.Handler {
+	api := http.NewServeMux()
+	api.Handle("/api/v1/consume", post(s.consume))
+	api.Handle("/api/v1/inspect", post(s.inspect))
+	api.Handle("/api/v1/reset", post(s.reset))
+	api.Handle("/api/v1/limiters", get(s.listLimiters))
+	api.Handle("/api/v1/stats", get(s.stats))
+	api.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, errorf(http.StatusNotFound, codeNotFound, "no API endpoint %s", r.URL.Path))
+	})
+
+	mux := http.NewServeMux()
+	mux.Handle("/api/", s.auth(api, func(*Config) bool { return true }))
+	mux.Handle("/metrics", s.auth(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}),
+		func(c *Config) bool { return c.AuthMetrics }))
+	mux.Handle("/healthz", get(func(w http.ResponseWriter, _ *http.Request) *apiError {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		return nil
+	}))
+	mux.Handle("/readyz", get(s.ready))
+	mux.Handle("/healthz/limiters", get(s.limiterHealth))
+	mux.Handle("/", page.Handler())
+	for _, r := range s.extra {
+		if strings.Contains(r.pattern, "/api/") {
+			api.Handle(r.pattern, r.h)
+		} else {
+			mux.Handle(r.pattern, r.h)
+		}
+	}
+	return mux
+}
+
+// handler is an endpoint that returns its error for the caller to write.
+type handler func(w http.ResponseWriter, r *http.Request) *apiError
+
+func method(m string, h handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != m && !(m == http.MethodGet && r.Method == http.MethodHead) {
+			w.Header().Set("Allow", m)
+			writeError(w, errorf(http.StatusMethodNotAllowed, codeMethod, "%s takes %s, not %s", r.URL.Path, m, r.Method))
+			return
+		}
+		if e := h(w, r); e != nil {
+			writeError(w, e)
+		}
+	})
+}
+
+func post(h handler) http.Handler { return method(http.MethodPost, h) }
+func get(h handler) http.Handler  { return method(http.MethodGet, h) }
+
+// auth lets a request through h when the snapshot has no tokens, when
+// covered says its config leaves the endpoint open, or when the request
+// carries one of the tokens as "Authorization: Bearer TOKEN".
+func (s *Server) auth(h http.Handler, covered func(*Config) bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		snap := s.cur.Load()
+		if len(snap.tokens) == 0 || !covered(snap.cfg) || validToken(snap.tokens, r.Header.Get("Authorization")) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+		writeError(w, errorf(http.StatusUnauthorized, codeUnauthorized, "missing or wrong bearer token"))
+	})
+}
+
+// validToken compares the header's token with every token in constant
+// time, so that neither which token nor how much of one matched shows in
+// the timing.
+func validToken(tokens [][]byte, header string) bool {
+	got, ok := strings.CutPrefix(header, "Bearer ")
+	if !ok {
+		return false
+	}
+	match := 0
+	for _, t := range tokens {
+		match |= subtle.ConstantTimeCompare([]byte(got), t)
+	}
+	return match == 1
+}
+
+// decode decodes the JSON body of r into v strictly: one object, known
+// fields only, at most maxBody bytes.
+func decode(w http.ResponseWriter, r *http.Request, v any) *apiError {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.Decode(new(json.RawMessage)) != io.EOF {
+		err = errors.New("more than one JSON value")
+	}
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return errorf(http.StatusRequestEntityTooLarge, codeTooLarge, "the body is larger than %d bytes", maxBody)
+	case err != nil:
+		return errorf(http.StatusBadRequest, codeInvalidRequest, "body: %v", err)
+	}
+	return nil
+}
+
+// keyRequest names a key of a limiter.
+type keyRequest struct {
+	Limiter string `json:"limiter"`
+	Key     string `json:"key"`
+}
+
+// find validates the limiter and key of a request and returns the
+// limiter from snap.
+func (q keyRequest) find(snap *snapshot) (*limiter, *apiError) {
+	switch {
+	case q.Limiter == "":
+		return nil, errorf(http.StatusBadRequest, codeInvalidRequest, "limiter is required")
+	case q.Key == "":
+		return nil, errorf(http.StatusBadRequest, codeInvalidRequest, "key is required")
+	case len(q.Key) > maxKey:
+		return nil, errorf(http.StatusBadRequest, codeInvalidRequest, "key must be at most %d bytes, got %d", maxKey, len(q.Key))
+	case !utf8.ValidString(q.Key):
+		return nil, errorf(http.StatusBadRequest, codeInvalidRequest, "key must be UTF-8")
+	}
+	l, ok := snap.limiters[q.Limiter]
+	if !ok {
+		return nil, errorf(http.StatusNotFound, codeUnknownLimiter, "no limiter %q", q.Limiter)
+	}
+	return l, nil
+}
+
+// tokens validates an optional token count, 1 when absent.
+func tokens(n *int64) (int64, *apiError) {
+	switch {
+	case n == nil:
+		return 1, nil
+	case *n < 1 || *n > maxTokens:
+		return 0, errorf(http.StatusBadRequest, codeInvalidRequest, "tokens must be 1 to %d, got %d", int64(maxTokens), *n)
+	}
+	return *n, nil
+}
+
+// Result is a decision as the API reports it. Durations are milliseconds,
+// rounded up; RetryAfterMS is -1 when the request can never pass (it asks
+// for more than the limit holds).
+type Result struct {
+	Allowed      bool  `json:"allowed"`
+	Remaining    int64 `json:"remaining"`
+	Limit        int64 `json:"limit"`
+	RetryAfterMS int64 `json:"retry_after_ms"`
+	ResetAfterMS int64 `json:"reset_after_ms"`
+	// WaitedMS is how long a consume with max_wait_ms waited.
+	WaitedMS int64 `json:"waited_ms,omitempty"`
+}
+
+func newResult(r sluice.Result) Result {
+	return Result{Allowed: r.Allowed, Remaining: r.Remaining, Limit: r.Limit,
+		RetryAfterMS: millis(r.RetryAfter), ResetAfterMS: millis(r.ResetAfter)}
+}
+
+// millis is d in milliseconds rounded up, -1 for sluice.Never.
+func millis(d time.Duration) int64 {
+	if d == sluice.Never {
+		return -1
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// limiterError turns an error of a limiter call into an API error.
+func limiterError(err error) *apiError {
+	var argErr *sluice.ArgumentError
+	var storeErr *sluice.StoreError
+	switch {
+	case errors.As(err, &argErr):
+		return errorf(http.StatusBadRequest, codeInvalidRequest, "%v", err)
+	case errors.Is(err, sluice.ErrReserveNotSupported):
+		return errorf(http.StatusBadRequest, codeUnsupported, "the limiter's policy cannot wait for tokens: %v", err)
+	case errors.As(err, &storeErr):
+		return errorf(http.StatusServiceUnavailable, codeStoreUnavailable, "%v", err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return errorf(http.StatusServiceUnavailable, codeCancelled, "%v", err)
+	}
+	return errorf(http.StatusInternalServerError, codeInternal, "%v", err)
+}
+
+type consumeRequest struct {
+	keyRequest
+	Tokens    *int64 `json:"tokens"`
+	MaxWaitMS int64  `json:"max_wait_ms"`
+}
+
+// consume takes tokens for a key. Being limited is a 200 result with
+// allowed false: the API answers the question it was asked.
+func (s *Server) consume(w http.ResponseWriter, r *http.Request) *apiError {
+	var q consumeRequest
+	if e := decode(w, r, &q); e != nil {
+		return e
+	}
+	snap := s.cur.Load()
+	l, e := q.find(snap)
+	if e != nil {
+		return e
+	}
+	n, e := tokens(q.Tokens)
+	if e != nil {
+		return e
+	}
+	if q.MaxWaitMS < 0 || q.MaxWaitMS > maxWaitMax {
+		return errorf(http.StatusBadRequest, codeInvalidRequest, "max_wait_ms must be 0 to %d, got %d", maxWaitMax, q.MaxWaitMS)
+	}
+	var res Result
+	var err error
+	if q.MaxWaitMS > 0 {
+		res, err = s.wait(r.Context(), l, q.Key, n, time.Duration(q.MaxWaitMS)*time.Millisecond)
+	} else {
+		var sr sluice.Result
+		sr, err = l.l.AllowN(r.Context(), q.Key, n)
+		res = newResult(sr)
+	}
+	s.record(snap, l.name, q.Key, n, res.Allowed, err)
+	if err != nil {
+		return limiterError(err)
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// wait reserves n tokens that will be there within maxWait and sleeps
+// until they are due.
+func (s *Server) wait(ctx context.Context, l *limiter, key string, n int64, maxWait time.Duration) (Result, error) {
+	delay, err := l.l.Reserve(ctx, key, n, maxWait)
+	var mw *sluice.MaxWaitError
+	if errors.As(err, &mw) {
+		peek, perr := l.l.Peek(ctx, key, n)
+		if perr != nil {
+			return Result{}, perr
+		}
+		res := newResult(peek)
+		res.Allowed = false
+		res.RetryAfterMS = millis(time.Duration(mw.Wait))
+		return res, nil
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	if delay > 0 {
+		s.metrics.waiting.Inc()
+		err := sluice.TimerSleeper().Sleep(ctx, delay)
+		s.metrics.waiting.Dec()
+		if err != nil {
+			return Result{}, err
+		}
+	}
+	peek, err := l.l.Peek(ctx, key, 1)
+	if err != nil {
+		return Result{}, err
+	}
+	res := newResult(peek)
+	res.Allowed, res.RetryAfterMS, res.WaitedMS = true, 0, millis(delay)
+	return res, nil
+}
+
+// record counts a decision for the stats, the limiter's health, the hot
+// keys (when key is not "") and the metrics.
+func (s *Server) record(snap *snapshot, name, key string, n int64, allowed bool, err error) {
+	outcome := "rejected"
+	switch {
+	case err != nil:
+		outcome = "error"
+	case allowed:
+		outcome = "allowed"
+		s.metrics.tokens.WithLabelValues(name).Add(float64(n))
+	}
+	s.metrics.decisions.WithLabelValues(name, outcome).Inc()
+	now := s.now()
+	if l, ok := snap.limiters[name]; ok {
+		l.stats.record(now, snap.cfg.HealthWindow, n, allowed, err)
+	}
+	if key != "" && err == nil {
+		s.hot.add(now, name, key)
+	}
+}
+
+// observe records a decision of the Envoy service.
+func (s *Server) observe(d envoyrls.Decision) {
+	s.record(s.cur.Load(), d.Limiter, d.Key, d.Hits, d.Result.Allowed, d.Err)
+}
+
+type inspectRequest struct {
+	keyRequest
+	Tokens *int64 `json:"tokens"`
+}
+
+// Inspection is what inspect reports of a key.
+type Inspection struct {
+	Limiter string `json:"limiter"`
+	Key     string `json:"key"`
+	Policy  string `json:"policy"`
+	// Result is what consuming the tokens asked for would decide now.
+	Result Result `json:"result"`
+	// Bucket is the key's bucket, for token-bucket policies.
+	Bucket *BucketState `json:"bucket,omitempty"`
+}
+
+// BucketState is a token bucket's snapshot.
+type BucketState struct {
+	AvailableTokens    int64       `json:"available_tokens"`
+	TimeToFullRefillMS int64       `json:"time_to_full_refill_ms"`
+	Bandwidths         []Bandwidth `json:"bandwidths"`
+}
+
+// Bandwidth is one bandwidth of a bucket.
+type Bandwidth struct {
+	ID       string `json:"id,omitempty"`
+	Capacity int64  `json:"capacity"`
+	Tokens   int64  `json:"tokens"`
+}
+
+func (s *Server) inspect(w http.ResponseWriter, r *http.Request) *apiError {
+	var q inspectRequest
+	if e := decode(w, r, &q); e != nil {
+		return e
+	}
+	l, e := q.find(s.cur.Load())
+	if e != nil {
+		return e
+	}
+	n, e := tokens(q.Tokens)
+	if e != nil {
+		return e
+	}
+	peek, err := l.l.Peek(r.Context(), q.Key, n)
+	if err != nil {
+		return limiterError(err)
+	}
+	out := Inspection{Limiter: l.name, Key: q.Key, Policy: l.policy.String(), Result: newResult(peek)}
+	if b, err := l.l.Bucket(q.Key); err == nil {
+		snap, err := b.Snapshot(r.Context())
+		if err != nil {
+			return limiterError(err)
+		}
+		bs := &BucketState{AvailableTokens: snap.AvailableTokens, TimeToFullRefillMS: millis(snap.TimeToFullRefill)}
+		for i, bw := range snap.Config.Bandwidths {
+			bs.Bandwidths = append(bs.Bandwidths, Bandwidth{ID: bw.ID(), Capacity: bw.Capacity(), Tokens: snap.Bandwidths[i]})
+		}
+		out.Bucket = bs
+	} else if !errors.Is(err, errors.ErrUnsupported) {
+		return limiterError(err)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) reset(w http.ResponseWriter, r *http.Request) *apiError {
+	var q keyRequest
+	if e := decode(w, r, &q); e != nil {
+		return e
+	}
+	l, e := q.find(s.cur.Load())
+	if e != nil {
+		return e
+	}
+	if err := l.l.Reset(r.Context(), q.Key); err != nil {
+		return limiterError(err)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"limiter": l.name, "key": q.Key, "reset": true})
+	return nil
+}
+
+// LimiterInfo describes a configured limiter.
+type LimiterInfo struct {
+	Name   string `json:"name"`
+	Policy string `json:"policy"`
+	Limit  int64  `json:"limit"`
+}
+
+func (s *Server) listLimiters(w http.ResponseWriter, _ *http.Request) *apiError {
+	snap := s.cur.Load()
+	out := make([]LimiterInfo, 0, len(snap.order))
+	for _, name := range snap.order {
+		l := snap.limiters[name]
+		out = append(out, LimiterInfo{Name: name, Policy: l.policy.String(), Limit: l.limit})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"limiters": out})
+	return nil
+}
+
+// Stats is the stats endpoint's answer.
+type Stats struct {
+	UptimeSeconds float64        `json:"uptime_seconds"`
+	Store         string         `json:"store"`
+	Limiters      []LimiterStats `json:"limiters"`
+	HotKeys       []HotKey       `json:"hot_keys"`
+}
+
+// LimiterStats are a limiter's counts since the server started or since a
+// reload changed its policy. Tokens counts the tokens allowed decisions
+// took.
+type LimiterStats struct {
+	Name     string `json:"name"`
+	Allowed  int64  `json:"allowed"`
+	Rejected int64  `json:"rejected"`
+	Errors   int64  `json:"errors"`
+	Tokens   int64  `json:"tokens"`
+	Degraded bool   `json:"degraded"`
+}
+
+func (s *Server) stats(w http.ResponseWriter, _ *http.Request) *apiError {
+	snap := s.cur.Load()
+	now := s.now()
+	out := Stats{
+		UptimeSeconds: math.Round(now.Sub(s.started).Seconds()*1000) / 1000,
+		Store:         redact(snap.cfg.Store),
+		Limiters:      make([]LimiterStats, 0, len(snap.order)),
+		HotKeys:       s.hot.top(now),
+	}
+	for _, name := range snap.order {
+		st := snap.limiters[name].stats
+		out.Limiters = append(out.Limiters, LimiterStats{
+			Name: name, Allowed: st.allowed.Load(), Rejected: st.rejected.Load(),
+			Errors: st.errors.Load(), Tokens: st.tokens.Load(), Degraded: snap.degraded(name, now),
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (snap *snapshot) degraded(name string, now time.Time) bool {
+	c := snap.cfg
+	return snap.limiters[name].stats.degraded(now, c.HealthWindow, c.HealthThreshold, c.HealthMinRequests)
+}
+
+// limiterHealth reports each limiter's health, as Resilience4j's rate
+// limiter health indicator does. It answers 200 even when some are
+// degraded: a limiter that rejects is doing its job, and the process
+// should not be restarted for it.
+func (s *Server) limiterHealth(w http.ResponseWriter, _ *http.Request) *apiError {
+	snap := s.cur.Load()
+	now := s.now()
+	type health struct {
+		Name     string `json:"name"`
+		Degraded bool   `json:"degraded"`
+	}
+	status := "ok"
+	out := make([]health, 0, len(snap.order))
+	for _, name := range snap.order {
+		d := snap.degraded(name, now)
+		if d {
+			status = "degraded"
+		}
+		out = append(out, health{name, d})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": status, "limiters": out})
+	return nil
+}
+
+// ready checks that the store answers: its Ping when it has one, else an
+// update that changes nothing.
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) *apiError {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cur.Load().cfg.StoreTimeout)
+	defer cancel()
+	start := time.Now()
+	var err error
+	if p, ok := s.store.Store.(storeurl.Pinger); ok {
+		err = p.Ping(ctx)
+	} else {
+		err = s.store.Update(ctx, "sluice-readyz", func([]byte) ([]byte, time.Duration, bool) { return nil, 0, false })
+	}
+	s.metrics.observe("ping", start, err)
+	if err != nil {
+		return errorf(http.StatusServiceUnavailable, codeStoreUnavailable, "store: %v", err)
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	return nil
+}

@@ -1,0 +1,140 @@
+package server
+
+import (
+	"errors"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+)
+
+const limitersYAML = "limiters:\n  api: {policy: fixed_window, limit: 3, interval: 1s}\n"
+
+func TestLoadConfig(t *testing.T) {
+	c, err := LoadConfig([]byte(limitersYAML + `store: redis://127.0.0.1:6379/0
+server:
+  http: ":9000"
+  grpc: "off"
+  auth: {tokens: [a, b], token_file: /etc/sluice/tokens, metrics: true}
+  tls: {cert: c.pem, key: k.pem}
+  drain_timeout: 30 seconds
+  store_timeout: 250ms
+  store_failure: fail_local
+  inheritance: as_is
+  health: {window: 5m, threshold: 0.75, min_requests: 100}
+envoy:
+  - domain: edge
+    descriptors: [{key: remote_address, limiter: api}]
+`))
+	if err != nil {
+		t.Fatalf("LoadConfig = %v", err)
+	}
+	c.Limiters, c.Envoy = nil, nil
+	want := Config{
+		Store: "redis://127.0.0.1:6379/0", HTTP: ":9000", GRPC: "off",
+		Tokens: []string{"a", "b"}, TokenFile: "/etc/sluice/tokens", AuthMetrics: true,
+		TLSCert: "c.pem", TLSKey: "k.pem", DrainTimeout: 30 * time.Second,
+		HealthWindow: 5 * time.Minute, HealthThreshold: 0.75, HealthMinRequests: 100,
+		StoreTimeout: 250 * time.Millisecond, StoreFailure: sluice.FailLocal, Inheritance: sluice.AsIs,
+	}
+	if d := diff(want, *c); d != "" {
+		t.Errorf("LoadConfig:\n%s", d)
+	}
+}
+
+func TestLoadConfigDefaults(t *testing.T) {
+	c, err := LoadConfig([]byte(limitersYAML))
+	if err != nil {
+		t.Fatalf("LoadConfig = %v", err)
+	}
+	if c.Store != "mem://" || c.DrainTimeout != DefaultDrainTimeout || c.Inheritance != sluice.Proportionally || c.Envoy != nil {
+		t.Errorf("LoadConfig of limiters alone = %+v, want the defaults", c)
+	}
+}
+
+func TestExampleLoads(t *testing.T) {
+	c, err := LoadConfig(Example())
+	if err != nil {
+		t.Fatalf("LoadConfig(Example()) = %v", err)
+	}
+	if len(c.Limiters.Order) < 3 || c.Envoy == nil || len(c.Envoy.Inline()) == 0 {
+		t.Errorf("the example has limiters %v and envoy %v, want several and an envoy section with an inline limit", c.Limiters.Order, c.Envoy)
+	}
+}
+
+func TestLoadConfigErrors(t *testing.T) {
+	tests := []struct{ name, yaml, want string }{
+		{"unknown section", "stores: mem://\n" + limitersYAML, `config: stores (line 1): unknown key "stores"; valid keys: limiters, envoy, server, store`},
+		{"store not a string", "store: 5\n" + limitersYAML, `config: store (line 1): must be a string (quote numbers)`},
+		{"unknown server key", "server:\n  htp: x\n" + limitersYAML, `config: server.htp (line 2): unknown key "htp"; valid keys: auth, drain_timeout, grpc, health, http, inheritance, store_failure, store_timeout, tls`},
+		{"duplicate key", "server:\n  http: x\n  http: y\n" + limitersYAML, `config: server.http (line 3): duplicate key "http", first at line 2`},
+		{"port as a number", "server: {http: 8080}\n" + limitersYAML, `config: server.http (line 1): must be a string (quote numbers)`},
+		{"bare duration", "server: {drain_timeout: 10}\n" + limitersYAML, `config: server.drain_timeout (line 1): must be a duration with a unit, as in 10s or 1 minute`},
+		{"zero duration", "server: {store_timeout: 0s}\n" + limitersYAML, `config: server.store_timeout (line 1): must be positive, got 0s`},
+		{"failure policy", "server: {store_failure: open}\n" + limitersYAML, `config: server.store_failure (line 1): must be one of fail_closed, fail_local, fail_open, got "open"`},
+		{"threshold", "server:\n  health: {threshold: 1.5}\n" + limitersYAML, `config: server.health.threshold (line 2): must be a number above 0 and at most 1, got 1.5`},
+		{"min requests", "server:\n  health: {min_requests: -1}\n" + limitersYAML, `config: server.health.min_requests (line 2): must be a positive integer, got -1`},
+		{"tokens not a list", "server:\n  auth: {tokens: abc}\n" + limitersYAML, `config: server.auth.tokens (line 2): must be a list of strings`},
+		{"cert without key", "server:\n  tls: {cert: c.pem}\n" + limitersYAML, `config: server.tls: cert and key go together, got only one`},
+		{"bad limiter", "limiters:\n  api: {policy: fixed_window, limit: 0, interval: 1s}\n", `config: limiters.api.limit (line 2): must be positive, got 0`},
+		{"envoy unknown limiter", limitersYAML + "envoy:\n  - domain: edge\n    descriptors: [{key: k, limiter: nope}]\n", `(line 5)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := LoadConfig([]byte(tt.yaml))
+			var ce *config.Error
+			if !errors.As(err, &ce) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("LoadConfig = %v, want a *config.Error with %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestDeployDocCoversKeys checks docs/deploy.md against the decoder: every
+// key that a section accepts, as its unknown-key error lists them, is in
+// the doc's reference as `section.key`.
+func TestDeployDocCoversKeys(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	validKeys := regexp.MustCompile(`valid keys: (.*)$`)
+	for _, section := range []string{"", "server", "server.auth", "server.tls", "server.health"} {
+		yaml := "bogus_key: 1\n"
+		parts := strings.Split(section, ".")
+		for i := len(parts) - 1; i >= 0 && parts[i] != ""; i-- {
+			yaml = parts[i] + ":\n" + indent(yaml)
+		}
+		if section != "" {
+			yaml += limitersYAML
+		}
+		_, err := LoadConfig([]byte(yaml))
+		m := validKeys.FindStringSubmatch(err.Error())
+		if m == nil {
+			t.Fatalf("LoadConfig with a bogus key in %q = %v, want a list of valid keys", section, err)
+		}
+		for _, k := range strings.Split(m[1], ", ") {
+			if section != "" {
+				k = section + "." + k
+			}
+			if !strings.Contains(string(doc), "`"+k+"`") {
+				t.Errorf("docs/deploy.md does not describe `%s`", k)
+			}
+		}
+	}
+}
+
+// indent indents each line of s by two spaces.
+func indent(s string) string {
+	lines := strings.SplitAfter(s, "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = "  " + l
+		}
+	}
+	return strings.Join(lines, "")
+}

@@ -1,0 +1,297 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
+)
+
+// metrics are the server's Prometheus metrics, on a registry of their own.
+type metrics struct {
+	reg           *prometheus.Registry
+	decisions     *prometheus.CounterVec // limiter, outcome
+	tokens        *prometheus.CounterVec // limiter
+	storeSeconds  *prometheus.HistogramVec
+	storeErrors   *prometheus.CounterVec // op
+	storeFailures *prometheus.CounterVec // limiter, policy
+	waiting       prometheus.Gauge
+	reloads       *prometheus.CounterVec // result
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_decisions_total",
+			Help: "Decisions by limiter and outcome (allowed, rejected, error), from the HTTP API and Envoy's gRPC API.",
+		}, []string{"limiter", "outcome"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_tokens_consumed_total",
+			Help: "Tokens taken by allowed decisions, by limiter.",
+		}, []string{"limiter"}),
+		storeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_store_duration_seconds",
+			Help:    "Latency of store calls (update, delete, ping), failed ones included.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"op"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_store_errors_total",
+			Help: "Store calls that returned an error, by operation.",
+		}, []string{"op"}),
+		storeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_store_failures_total",
+			Help: "Decisions a store failure decided, by limiter and the failure policy applied (fail_closed, fail_open, fail_local).",
+		}, []string{"limiter", "policy"}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_waiting_callers",
+			Help: "Consume calls waiting for their tokens (max_wait_ms).",
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_config_reloads_total",
+			Help: "Config reloads by result (ok, error).",
+		}, []string{"result"}),
+	}
+	m.reg.MustRegister(m.decisions, m.tokens, m.storeSeconds, m.storeErrors, m.storeFailures, m.waiting, m.reloads,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// forget drops the series of a limiter that a reload removed, so that
+// /metrics does not report it for the life of the process.
+func (m *metrics) forget(limiter string) {
+	l := prometheus.Labels{"limiter": limiter}
+	m.decisions.DeletePartialMatch(l)
+	m.tokens.DeletePartialMatch(l)
+	m.storeFailures.DeletePartialMatch(l)
+}
+
+// failureLabel names a store failure policy as the config writes it.
+func failureLabel(f sluice.StoreFailure) string {
+	switch f {
+	case sluice.FailOpen:
+		return "fail_open"
+	case sluice.FailLocal:
+		return "fail_local"
+	}
+	return "fail_closed"
+}
+
+// failureListener counts a limiter's store failures.
+type failureListener struct {
+	sluice.NopListener
+	limiter string
+	m       *metrics
+}
+
+func (l failureListener) OnStoreFailure(_ error, f sluice.StoreFailure) {
+	l.m.storeFailures.WithLabelValues(l.limiter, failureLabel(f)).Inc()
+}
+
+// limiterStore is a limiter's view of the server's store: its keys are
+// prefixed with the limiter's name and a colon, so that limiters never
+// share a key, and every call is timed.
+type limiterStore struct {
+	s      driver.Store
+	prefix string
+	m      *metrics
+}
+
+func (s limiterStore) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
+	start := time.Now()
+	err := s.s.Update(ctx, s.prefix+key, fn)
+	s.m.observe("update", start, err)
+	return err
+}
+
+// limiterDeleter is a limiterStore over a store that can delete.
+type limiterDeleter struct{ limiterStore }
+
+func (s limiterDeleter) Delete(ctx context.Context, key string) error {
+	start := time.Now()
+	err := s.s.(driver.Deleter).Delete(ctx, s.prefix+key)
+	s.m.observe("delete", start, err)
+	return err
+}
+
+// newLimiterStore returns the store of the limiter called name: a
+// driver.Deleter when s is one, since Limiter.Reset deletes through it.
+func newLimiterStore(s driver.Store, name string, m *metrics) driver.Store {
+	ls := limiterStore{s: s, prefix: name + ":", m: m}
+	if _, ok := s.(driver.Deleter); ok {
+		return limiterDeleter{ls}
+	}
+	return ls
+}
+
+func (m *metrics) observe(op string, start time.Time, err error) {
+	m.storeSeconds.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	if err != nil {
+		m.storeErrors.WithLabelValues(op).Inc()
+	}
+}
+
+// stats are a limiter's counts since it was configured as it is, and the
+// ring of recent decisions that its health is judged on. It is safe for
+// concurrent use.
+type stats struct {
+	allowed, rejected, errors, tokens atomic.Int64
+
+	mu    sync.Mutex
+	slots [healthSlots]slot // slot i holds the decisions of period index%healthSlots
+}
+
+// healthSlots is how many periods the health window is cut into; the
+// window slides by one period at a time.
+const healthSlots = 10
+
+type slot struct {
+	index             int64 // the period, now/period
+	allowed, rejected int64
+}
+
+// record counts a decision taken at now with the health window window.
+func (s *stats) record(now time.Time, window time.Duration, tokens int64, allowed bool, err error) {
+	switch {
+	case err != nil:
+		s.errors.Add(1)
+		return
+	case allowed:
+		s.allowed.Add(1)
+		s.tokens.Add(tokens)
+	default:
+		s.rejected.Add(1)
+	}
+	idx := slotIndex(now, window)
+	s.mu.Lock()
+	sl := &s.slots[idx%healthSlots]
+	if sl.index != idx {
+		*sl = slot{index: idx}
+	}
+	if allowed {
+		sl.allowed++
+	} else {
+		sl.rejected++
+	}
+	s.mu.Unlock()
+}
+
+// slotIndex is the health period of now.
+func slotIndex(now time.Time, window time.Duration) int64 {
+	return now.UnixNano() / max(int64(window/healthSlots), 1)
+}
+
+// degraded reports whether, over the window before now, at least
+// minRequests were decided and more than threshold of them rejected.
+func (s *stats) degraded(now time.Time, window time.Duration, threshold float64, minRequests int64) bool {
+	idx := slotIndex(now, window)
+	var allowed, rejected int64
+	s.mu.Lock()
+	for _, sl := range s.slots {
+		if sl.index > idx-healthSlots && sl.index <= idx {
+			allowed += sl.allowed
+			rejected += sl.rejected
+		}
+	}
+	s.mu.Unlock()
+	total := allowed + rejected
+	return total > 0 && total >= minRequests && float64(rejected) > threshold*float64(total)
+}
+
+// hotKeys finds the keys with the most decisions over about the last
+// minute, in bounded memory: each half-minute epoch counts keys with the
+// Space-Saving algorithm (Metwally et al.) in at most hotCapacity
+// counters, and the top is taken over the current and the previous epoch.
+// Counts of keys that were evicted are overestimates, by at most the
+// smallest count of the epoch. It is safe for concurrent use.
+type hotKeys struct {
+	mu        sync.Mutex
+	epoch     int64
+	cur, prev map[hotKey]int64
+}
+
+type hotKey struct{ limiter, key string }
+
+// HotKey is a key's count of decisions, for the stats endpoint.
+type HotKey struct {
+	Limiter string `json:"limiter"`
+	Key     string `json:"key"`
+	Count   int64  `json:"count"`
+}
+
+const (
+	hotCapacity = 128
+	hotEpoch    = 30 * time.Second
+	hotTop      = 10
+)
+
+func newHotKeys() *hotKeys {
+	return &hotKeys{cur: make(map[hotKey]int64), prev: make(map[hotKey]int64)}
+}
+
+// rotate moves to the epoch of now. It requires that h.mu is held.
+func (h *hotKeys) rotate(now time.Time) {
+	e := now.UnixNano() / int64(hotEpoch)
+	switch {
+	case e == h.epoch:
+		return
+	case e == h.epoch+1:
+		h.prev = h.cur
+	default:
+		h.prev = map[hotKey]int64{}
+	}
+	h.cur = make(map[hotKey]int64, len(h.prev))
+	h.epoch = e
+}
+
+// add counts a decision on key of limiter at now.
+func (h *hotKeys) add(now time.Time, limiter, key string) {
+	k := hotKey{limiter, key}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.rotate(now)
+	if _, ok := h.cur[k]; ok || len(h.cur) < hotCapacity {
+		h.cur[k]++
+		return
+	}
+	// Space-Saving: the new key takes over the smallest counter.
+	var minKey hotKey
+	minCount := int64(-1)
+	for mk, c := range h.cur {
+		if minCount < 0 || c < minCount {
+			minKey, minCount = mk, c
+		}
+	}
+	delete(h.cur, minKey)
+	h.cur[k] = minCount + 1
+}
+
+// top returns the hotTop keys with the most decisions, most first.
+func (h *hotKeys) top(now time.Time) []HotKey {
+	h.mu.Lock()
+	h.rotate(now)
+	sum := make(map[hotKey]int64, len(h.cur)+len(h.prev))
+	for k, c := range h.prev {
+		sum[k] += c
+	}
+	for k, c := range h.cur {
+		sum[k] += c
+	}
+	h.mu.Unlock()
+	out := make([]HotKey, 0, len(sum))
+	for k, c := range sum {
+		out = append(out, HotKey{Limiter: k.limiter, Key: k.key, Count: c})
+	}
+	slices.SortFunc(out, func(a, b HotKey) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Limiter, b.Limiter), cmp.Compare(a.Key, b.Key))
+	})
+	return out[:min(len(out), hotTop)]
+}

@@ -1,0 +1,312 @@
+// The live page of sluice serve. It polls the JSON API about once a second
+// and turns cumulative counts into rates by differencing successive polls.
+// Everything from the server is written with textContent, never as HTML:
+// hot keys are client input.
+"use strict";
+
+(() => {
+  const POLL_MS = 1000;
+  const HISTORY = 60; // polls kept for a sparkline
+  const TOKEN_KEY = "sluice.token";
+
+  const $ = (id) => document.getElementById(id);
+  const fmt = new Intl.NumberFormat(undefined, { maximumFractionDigits: 1 });
+  const number = (v) => (Number.isFinite(v) ? fmt.format(v) : "—");
+
+  let token = "";
+  try { token = sessionStorage.getItem(TOKEN_KEY) || ""; } catch { /* storage off: keep it in memory */ }
+
+  // prev is the last stats snapshot: the server's uptime and, by limiter,
+  // cumulative decisions and rejections. history holds decisions/s.
+  let prev = null;
+  const history = new Map();
+  let lastUpdate = null;
+  let busy = false;
+  let timer = 0;
+  let panelCount = 0; // simulate panels made, for unique heading ids
+
+  class HTTPError extends Error {
+    constructor(status, message) {
+      super(message);
+      this.status = status;
+    }
+  }
+
+  async function api(path, timeoutMs) {
+    const headers = token ? { Authorization: "Bearer " + token } : {};
+    const res = await fetch(path, { headers, cache: "no-store", signal: AbortSignal.timeout(timeoutMs) });
+    if (!res.ok) throw new HTTPError(res.status, await reason(res));
+    return res;
+  }
+
+  // reason is the most useful line of an error response: the message of
+  // a JSON error if there is one, else the start of the body.
+  async function reason(res) {
+    const text = (await res.text().catch(() => "")).trim();
+    try {
+      const body = JSON.parse(text);
+      const msg = body?.error?.message ?? body?.message ?? body?.error;
+      if (typeof msg === "string" && msg) return `HTTP ${res.status}: ${msg}`;
+    } catch { /* not JSON */ }
+    return `HTTP ${res.status}` + (text ? `: ${text.slice(0, 200)}` : "");
+  }
+
+  function describe(err) {
+    if (err instanceof HTTPError) return err.message;
+    if (err?.name === "TimeoutError") return "the server did not answer in time";
+    return "the server cannot be reached";
+  }
+
+  function schedule(ms) {
+    clearTimeout(timer);
+    timer = setTimeout(poll, ms);
+  }
+
+  async function poll() {
+    busy = true;
+    try {
+      const [lim, stats] = await Promise.all([
+        api("api/v1/limiters", 5000).then((r) => r.json()),
+        api("api/v1/stats", 5000).then((r) => r.json()),
+      ]);
+      render(lim.limiters || [], stats);
+      $("auth").hidden = true;
+      showBanner("");
+    } catch (err) {
+      if (!lastUpdate) {
+        $("limiters").replaceChildren(emptyRow(9, "No data yet."));
+        $("hot").replaceChildren(emptyRow(3, "No data yet."));
+      }
+      if (err instanceof HTTPError && err.status === 401) {
+        askToken(token ? "The server refused this token. Enter another one." : "This server's API needs a bearer token.");
+        showBanner("");
+      } else {
+        const since = lastUpdate ? ` The figures below are from ${lastUpdate.toLocaleTimeString()}.` : "";
+        showBanner(`Cannot update: ${describe(err)}. Retrying every second.${since}`);
+      }
+    } finally {
+      busy = false;
+      schedule(POLL_MS);
+    }
+  }
+
+  function showBanner(text) {
+    const b = $("banner");
+    b.textContent = text;
+    b.hidden = !text;
+  }
+
+  function askToken(message) {
+    $("auth-msg").textContent = message;
+    $("auth").hidden = false;
+  }
+
+  $("auth-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    token = $("token").value.trim();
+    try { sessionStorage.setItem(TOKEN_KEY, token); } catch { /* memory only */ }
+    $("token").value = "";
+    $("auth").hidden = true;
+    if (!busy) schedule(0);
+    for (const panel of $("sims").children) panel.run();
+  });
+
+  // rates differences stats against the previous poll. It returns, by
+  // limiter, decisions and rejections per second over the server's own
+  // clock, or nothing for a limiter whose counts went backwards (a restart
+  // or a reload that reset them).
+  function rates(stats) {
+    const now = stats.uptime_seconds;
+    const counts = new Map();
+    for (const s of stats.limiters || []) {
+      counts.set(s.name, { decisions: s.allowed + s.rejected, rejected: s.rejected });
+    }
+    const out = new Map();
+    const dt = prev ? now - prev.uptime : 0;
+    if (dt > 0) {
+      for (const [name, c] of counts) {
+        const p = prev.counts.get(name);
+        if (p && c.decisions >= p.decisions && c.rejected >= p.rejected) {
+          out.set(name, { dps: (c.decisions - p.decisions) / dt, rps: (c.rejected - p.rejected) / dt });
+        }
+      }
+    }
+    if (dt < 0) history.clear(); // the server restarted
+    if (dt !== 0 || !prev) prev = { uptime: now, counts };
+    return out;
+  }
+
+  function render(limiters, stats) {
+    const byName = new Map((stats.limiters || []).map((s) => [s.name, s]));
+    const r = rates(stats);
+    for (const name of history.keys()) {
+      if (!limiters.some((l) => l.name === name)) history.delete(name);
+    }
+    for (const [name, v] of r) {
+      const h = history.get(name) || [];
+      h.push(v.dps);
+      if (h.length > HISTORY) h.shift();
+      history.set(name, h);
+    }
+
+    $("store").textContent = stats.store || "?";
+    $("uptime").textContent = duration(stats.uptime_seconds);
+    lastUpdate = new Date();
+    $("updated").textContent = lastUpdate.toLocaleTimeString();
+    $("updated").dateTime = lastUpdate.toISOString();
+
+    const rows = limiters.map((l) => limiterRow(l, byName.get(l.name), r.get(l.name)));
+    $("limiters").replaceChildren(...(rows.length ? rows : [emptyRow(9, "No limiters configured.")]));
+
+    const hot = (stats.hot_keys || []).map((k) => row([
+      cell("td", k.limiter),
+      cell("td", k.key, "mono"),
+      cell("td", number(k.count), "num"),
+    ]));
+    $("hot").replaceChildren(...(hot.length ? hot : [emptyRow(3, "No keys yet.")]));
+
+    syncSims(limiters.map((l) => l.name));
+  }
+
+  function limiterRow(l, s, v) {
+    const tr = row([
+      cell("th", l.name),
+      cell("td", l.policy, "mono"),
+      cell("td", number(l.limit), "num"),
+      cell("td", number(v?.dps), "num"),
+      cell("td", number(v?.rps), "num"),
+      cell("td", v?.dps > 0 ? number((100 * v.rps) / v.dps) + "%" : "—", "num"),
+      cell("td", number(s?.errors), "num"),
+      badge(s),
+      sparkCell(l.name),
+    ]);
+    tr.firstChild.scope = "row";
+    tr.dataset.limiter = l.name;
+    return tr;
+  }
+
+  function badge(s) {
+    const td = document.createElement("td");
+    if (!s) {
+      td.textContent = "—";
+      return td;
+    }
+    const span = document.createElement("span");
+    span.className = s.degraded ? "badge bad" : "badge ok";
+    span.textContent = s.degraded ? "degraded" : "ok";
+    td.append(span);
+    return td;
+  }
+
+  // sparkCell draws the last polls' decisions/s across the whole width,
+  // oldest on the left, on a scale from zero to the highest value shown.
+  function sparkCell(name) {
+    const td = document.createElement("td");
+    const h = history.get(name) || [];
+    if (h.length < 2) {
+      td.textContent = "…";
+      return td;
+    }
+    const svg = $("spark-template").content.firstElementChild.cloneNode(true);
+    const max = Math.max(...h, 1);
+    const step = 120 / (h.length - 1);
+    const points = h.map((v, i) => `${(i * step).toFixed(1)},${(22 - (v / max) * 20).toFixed(1)}`);
+    svg.querySelector("polyline").setAttribute("points", points.join(" "));
+    svg.setAttribute("aria-label", `Decisions per second over the last ${h.length} polls: ` +
+      `lowest ${number(Math.min(...h))}, highest ${number(Math.max(...h))}, now ${number(h[h.length - 1])}`);
+    td.append(svg);
+    return td;
+  }
+
+  function row(cells) {
+    const tr = document.createElement("tr");
+    tr.append(...cells);
+    return tr;
+  }
+
+  function cell(tag, text, className) {
+    const c = document.createElement(tag);
+    c.textContent = text ?? "";
+    if (className) c.className = className;
+    return c;
+  }
+
+  function emptyRow(span, text) {
+    const td = cell("td", text, "empty");
+    td.colSpan = span;
+    return row([td]);
+  }
+
+  function duration(seconds) {
+    const s = Math.floor(seconds || 0);
+    const d = Math.floor(s / 86400), h = Math.floor((s % 86400) / 3600), m = Math.floor((s % 3600) / 60);
+    const pad = (n) => String(n).padStart(2, "0");
+    if (d) return `${d}d ${h}h`;
+    if (h) return `${h}h ${pad(m)}m`;
+    if (m) return `${m}m ${pad(s % 60)}s`;
+    return `${s}s`;
+  }
+
+  // syncSims keeps one simulate panel per configured limiter, in config
+  // order, leaving the panels of limiters that stay as the user left them.
+  function syncSims(names) {
+    const box = $("sims");
+    const have = new Map([...box.children].map((p) => [p.dataset.limiter, p]));
+    const panels = names.map((name) => have.get(name) || simPanel(name));
+    box.replaceChildren(...panels);
+    for (const p of panels) if (!p.ran) p.run();
+  }
+
+  function simPanel(name) {
+    const panel = $("sim-template").content.firstElementChild.cloneNode(true);
+    const form = panel.querySelector("form");
+    const img = panel.querySelector("img");
+    const msg = panel.querySelector(".msg");
+    const button = form.querySelector("button");
+    const heading = panel.querySelector("h3");
+    heading.textContent = name;
+    heading.id = "sim-h-" + ++panelCount;
+    panel.setAttribute("aria-labelledby", heading.id);
+    panel.dataset.limiter = name;
+
+    panel.run = async () => {
+      panel.ran = true;
+      const traffic = form.elements.traffic.value.trim();
+      const dur = form.elements.duration.value.trim();
+      const query = new URLSearchParams({ limiter: name, traffic, duration: dur });
+      button.disabled = true;
+      msg.className = "msg";
+      msg.textContent = "Running…";
+      try {
+        // fetch rather than img.src: an image request cannot carry the
+        // bearer token.
+        const res = await api("api/v1/simulate?" + query, 15000);
+        const blob = await res.blob();
+        if (img.src) URL.revokeObjectURL(img.src);
+        img.src = URL.createObjectURL(blob);
+        img.alt = `Chart of ${name} under the traffic "${traffic}" for ${dur}: accepted and rejected requests over time.`;
+        img.hidden = false;
+        msg.textContent = "";
+      } catch (err) {
+        img.hidden = true;
+        msg.className = "msg error";
+        if (err instanceof HTTPError && err.status === 404) {
+          msg.textContent = `Simulation is not available on this server (${err.message}).`;
+        } else if (err instanceof HTTPError && err.status === 401) {
+          msg.textContent = "Simulation needs the API token (see above).";
+        } else {
+          msg.textContent = `Simulation failed: ${describe(err)}.`;
+        }
+      } finally {
+        button.disabled = false;
+      }
+    };
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      panel.run();
+    });
+    return panel;
+  }
+
+  poll();
+})();

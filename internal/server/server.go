@@ -1,0 +1,493 @@
+// Package server is sluice serve: a rate-limit server over the limiters of
+// a config file, with an HTTP JSON API, Envoy's rate limit service on
+// gRPC, Prometheus metrics, health endpoints, reload without dropping
+// requests and graceful shutdown. docs/deploy.md describes it for users.
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/envoyrls"
+	"github.com/sluicehq/sluice/internal/storeurl"
+)
+
+// Server serves the limiters of a Config. Make one with New; it is safe
+// for concurrent use. Serve runs it; Reload swaps its configuration.
+type Server struct {
+	log     *slog.Logger
+	store   *storeurl.Store
+	clock   sluice.Clock
+	now     func() time.Time
+	started time.Time
+	metrics *metrics
+	hot     *hotKeys
+	envoy   *envoyrls.Service
+	handler http.Handler
+	extra   []route     // from WithHandler
+	tls     *tls.Config // nil without TLS
+
+	path   string           // the config file to reload from, or ""
+	reload <-chan os.Signal // SIGHUP, or nil
+
+	reloadMu sync.Mutex // serialises Reload
+	cur      atomic.Pointer[snapshot]
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// snapshot is one configuration of the server, never changed once
+// published: requests load it once and finish on it even if a reload
+// publishes another meanwhile.
+type snapshot struct {
+	cfg      *Config
+	limiters map[string]*limiter
+	order    []string  // file order, then the envoy section's inline limiters
+	tokens   [][]byte  // bearer tokens; none: the API is open
+	hash     [32]byte  // of the file it was loaded from, or zero
+	fileStat fileStamp // of the file when it was read
+}
+
+// limiter is a named limiter of a snapshot.
+type limiter struct {
+	name   string
+	policy sluice.Policy
+	l      *sluice.Limiter
+	limit  int64
+	stats  *stats // kept across reloads while the policy stays the same
+}
+
+// Option configures New.
+type Option func(*Server)
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
+
+// WithConfigFile names the file cfg was loaded from: Serve reloads it when
+// it changes (polled each second) and on each signal of reload.
+func WithConfigFile(path string, reload <-chan os.Signal) Option {
+	return func(s *Server) { s.path, s.reload = path, reload }
+}
+
+// WithHandler adds h at the http.ServeMux pattern, for endpoints the
+// package does not have. A pattern whose path starts with /api/ is behind
+// the API's bearer tokens.
+func WithHandler(pattern string, h http.Handler) Option {
+	return func(s *Server) { s.extra = append(s.extra, route{pattern, h}) }
+}
+
+type route struct {
+	pattern string
+	h       http.Handler
+}
+
+// withClock sets the clocks, for tests.
+func withClock(c sluice.Clock, now func() time.Time) Option {
+	return func(s *Server) { s.clock, s.now = c, now }
+}
+
+// New opens cfg's store and builds its limiters. The caller must call
+// Serve or Close to close the store.
+func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
+	s := &Server{
+		log:     slog.New(slog.DiscardHandler),
+		clock:   sluice.MonotonicClock(),
+		now:     time.Now,
+		metrics: newMetrics(),
+		hot:     newHotKeys(),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	s.started = s.now()
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("server: tls: %w", err)
+		}
+		s.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	st, err := storeurl.Open(ctx, cfg.Store)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.store = st
+	snap, err := s.build(cfg, nil)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	if s.path != "" {
+		snap.fileStat, snap.hash, _ = readStamp(s.path)
+	}
+	s.cur.Store(snap)
+	s.envoy = envoyrls.New(cfg.Envoy, snap.lookup,
+		envoyrls.WithLogger(s.log), envoyrls.WithObserver(s.observe))
+	s.handler = s.routes()
+	return s, nil
+}
+
+func (snap *snapshot) lookup(name string) (*sluice.Limiter, bool) {
+	l, ok := snap.limiters[name]
+	if !ok {
+		return nil, false
+	}
+	return l.l, true
+}
+
+// build makes the limiters of cfg over the server's store. old, when not
+// nil, is the snapshot being replaced, whose statistics carry over to
+// limiters with an unchanged policy.
+func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
+	tokens, err := bearerTokens(cfg)
+	if err != nil {
+		return nil, err
+	}
+	snap := &snapshot{cfg: cfg, limiters: make(map[string]*limiter), tokens: tokens}
+	add := func(name string, p sluice.Policy, line, col int) error {
+		l, err := sluice.NewLimiter(p,
+			sluice.WithStore(newLimiterStore(s.store.Store, name, s.metrics)),
+			sluice.WithClock(s.clock),
+			sluice.WithStoreTimeout(cfg.StoreTimeout),
+			sluice.WithStoreFailure(cfg.StoreFailure),
+			sluice.WithInheritance(cfg.Inheritance),
+			sluice.WithListener(failureListener{limiter: name, m: s.metrics}))
+		if err != nil {
+			return &config.Error{Path: "limiters." + name, Line: line, Column: col, Msg: err.Error(), Err: err}
+		}
+		lim := &limiter{name: name, policy: p, l: l, limit: limitOf(p), stats: new(stats)}
+		if o, ok := old.limiter(name); ok && o.policy.String() == p.String() {
+			lim.stats = o.stats
+		}
+		snap.limiters[name] = lim
+		snap.order = append(snap.order, name)
+		return nil
+	}
+	for _, name := range cfg.Limiters.Order {
+		l := cfg.Limiters.Limiters[name]
+		if err := add(name, l.Policy, l.Line, l.Column); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Envoy != nil {
+		inline := cfg.Envoy.Inline()
+		names := make([]string, 0, len(inline))
+		for name := range inline {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			if _, dup := snap.limiters[name]; dup {
+				return nil, &config.Error{Path: "envoy", Msg: fmt.Sprintf("inline limiter %q has the name of a limiter", name)}
+			}
+			if err := add(name, inline[name], 0, 0); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return snap, nil
+}
+
+func (snap *snapshot) limiter(name string) (*limiter, bool) {
+	if snap == nil {
+		return nil, false
+	}
+	l, ok := snap.limiters[name]
+	return l, ok
+}
+
+// limitOf is the Limit a policy reports, asked of an in-memory limiter
+// so as not to touch the store.
+func limitOf(p sluice.Policy) int64 {
+	l, err := sluice.NewLimiter(p)
+	if err != nil {
+		return 0
+	}
+	res, err := l.Peek(context.Background(), "", 1)
+	if err != nil {
+		return 0
+	}
+	return res.Limit
+}
+
+// bearerTokens are cfg's tokens and those of its token file.
+func bearerTokens(cfg *Config) ([][]byte, error) {
+	var out [][]byte
+	for _, t := range cfg.Tokens {
+		out = append(out, []byte(t))
+	}
+	if cfg.TokenFile == "" {
+		return out, nil
+	}
+	f, err := os.Open(cfg.TokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("server: auth token file: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if t := strings.TrimSpace(sc.Text()); t != "" && !strings.HasPrefix(t, "#") {
+			out = append(out, []byte(t))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("server: auth token file %s: %w", cfg.TokenFile, err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("server: auth token file %s holds no token", cfg.TokenFile)
+	}
+	return out, nil
+}
+
+// Reload replaces the configuration with cfg: new limiters over the same
+// store, so that each key's state carries over (migrated by cfg's
+// inheritance where its policy changed). Requests in flight finish on the
+// old limiters. It refuses a cfg with another store URL, and changes of
+// the listen addresses and TLS files wait for a restart.
+func (s *Server) Reload(cfg *Config) error {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	old := s.cur.Load() // keep the file's stamp: the watcher reloads the file only when it changes
+	return s.reloadLocked(cfg, old.fileStat, old.hash)
+}
+
+// reloadLocked requires that s.reloadMu is held.
+func (s *Server) reloadLocked(cfg *Config, stamp fileStamp, hash [32]byte) error {
+	old := s.cur.Load()
+	if cfg.Store != old.cfg.Store {
+		err := fmt.Errorf("server: reload: the store changed from %s to %s; restart to change stores",
+			redact(old.cfg.Store), redact(cfg.Store))
+		s.metrics.reloads.WithLabelValues("error").Inc()
+		return err
+	}
+	snap, err := s.build(cfg, old)
+	if err != nil {
+		s.metrics.reloads.WithLabelValues("error").Inc()
+		return err
+	}
+	snap.fileStat, snap.hash = stamp, hash
+	if cfg.HTTP != old.cfg.HTTP || cfg.GRPC != old.cfg.GRPC || cfg.TLSCert != old.cfg.TLSCert || cfg.TLSKey != old.cfg.TLSKey {
+		s.log.Warn("reload: listen addresses and TLS files change at the next restart")
+	}
+	s.cur.Store(snap)
+	s.envoy.Swap(cfg.Envoy, snap.lookup)
+	for name := range old.limiters {
+		if _, ok := snap.limiters[name]; !ok {
+			s.metrics.forget(name)
+		}
+	}
+	s.metrics.reloads.WithLabelValues("ok").Inc()
+	s.log.Info("config reloaded", "limiters", len(snap.order))
+	return nil
+}
+
+// fileStamp is what the watcher compares each second.
+type fileStamp struct {
+	mod  time.Time
+	size int64
+}
+
+func readStamp(path string) (fileStamp, [32]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}, [32]byte{}, err
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fileStamp{}, [32]byte{}, err
+	}
+	return fileStamp{fi.ModTime(), fi.Size()}, sha256.Sum256(data), nil
+}
+
+// reloadFile reloads the config file when force or when it changed.
+func (s *Server) reloadFile(force bool) {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	old := s.cur.Load()
+	fi, err := os.Stat(s.path)
+	if err != nil {
+		if force {
+			s.log.Error("reload failed; the old config stays", "err", err)
+		}
+		return
+	}
+	if !force && fi.ModTime().Equal(old.fileStat.mod) && fi.Size() == old.fileStat.size {
+		return
+	}
+	data, err := os.ReadFile(s.path)
+	if err != nil {
+		s.log.Error("reload failed; the old config stays", "err", err)
+		return
+	}
+	stamp, hash := fileStamp{fi.ModTime(), fi.Size()}, sha256.Sum256(data)
+	if !force && hash == old.hash {
+		// Touched, not changed: remember the stamp without rebuilding.
+		snap := *old
+		snap.fileStat = stamp
+		s.cur.Store(&snap)
+		return
+	}
+	cfg, err := LoadConfig(data)
+	if err != nil {
+		var ce *config.Error
+		if errors.As(err, &ce) {
+			ce.File = s.path
+		}
+		s.metrics.reloads.WithLabelValues("error").Inc()
+		s.log.Error("reload failed; the old config stays", "err", err)
+		return
+	}
+	if err := s.reloadLocked(cfg, stamp, hash); err != nil {
+		s.log.Error("reload failed; the old config stays", "err", err)
+	}
+}
+
+// watch reloads the config file on each signal and when it changes.
+func (s *Server) watch(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.reload:
+			s.log.Info("reload signal")
+			s.reloadFile(true)
+		case <-tick.C:
+			s.reloadFile(false)
+		}
+	}
+}
+
+// Serve serves HTTP on httpLn and gRPC on grpcLn (nil: no gRPC) until ctx
+// ends, then shuts down: it stops accepting, waits for requests in flight
+// at most the config's drain timeout, and closes the store.
+func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
+	defer s.Close()
+	if s.tls != nil {
+		httpLn = tls.NewListener(httpLn, s.tls)
+	}
+	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- hs.Serve(httpLn) }()
+
+	var gs *grpc.Server
+	if grpcLn != nil {
+		var opts []grpc.ServerOption
+		if s.tls != nil {
+			opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls)))
+		}
+		gs = grpc.NewServer(opts...)
+		s.envoy.Register(gs)
+		healthpb.RegisterHealthServer(gs, health.NewServer())
+		go func() { errc <- gs.Serve(grpcLn) }()
+	}
+
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	if s.path != "" {
+		go s.watch(watchCtx)
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+		serveErr = fmt.Errorf("server: %w", serveErr)
+	}
+	stopWatch()
+	s.log.Info("shutting down", "drain_timeout", s.cur.Load().cfg.DrainTimeout)
+	return errors.Join(serveErr, s.shutdown(hs, gs, cancelBase))
+}
+
+// shutdown drains hs and gs within the drain timeout, then stops them
+// hard, cancelling the requests still running.
+func (s *Server) shutdown(hs *http.Server, gs *grpc.Server, cancelRequests context.CancelFunc) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cur.Load().cfg.DrainTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	var grpcErr error
+	if gs != nil {
+		wg.Go(func() {
+			done := make(chan struct{})
+			go func() { gs.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				gs.Stop()
+				grpcErr = errors.New("server: gRPC requests still running at the drain timeout were cancelled")
+			}
+		})
+	}
+	httpErr := hs.Shutdown(ctx)
+	if httpErr != nil {
+		cancelRequests()
+		hs.Close()
+		httpErr = fmt.Errorf("server: HTTP requests still running at the drain timeout were cancelled: %w", httpErr)
+	}
+	wg.Wait()
+	return errors.Join(httpErr, grpcErr, s.Close())
+}
+
+// Close closes the store. Serve calls it when it returns; calling it
+// again does nothing.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		if err := s.store.Close(); err != nil {
+			s.closeErr = fmt.Errorf("server: closing the store: %w", err)
+		}
+	})
+	return s.closeErr
+}
+
+// redact is a store URL without its password.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return "(unparsable URL)"
+	case u.User == nil:
+		return raw
+	}
+	return u.Redacted()
+}
+
+// Policy returns the policy of the limiter called name in the current
+// configuration, for handlers added with WithHandler (such as a
+// simulation of a policy).
+func (s *Server) Policy(name string) (sluice.Policy, bool) {
+	l, ok := s.cur.Load().limiters[name]
+	if !ok {
+		return nil, false
+	}
+	return l.policy, true
+}

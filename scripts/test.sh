@@ -31,6 +31,8 @@ staticcheck ./...
 step test servers
 # internal/testserver starts throwaway Redis, PostgreSQL and MariaDB servers
 # for the store tests; without them those tests skip, or fail under CI=true.
+# The same holds for rsvg-convert and Chromium, which render the simulator's
+# charts and the server's page.
 # has looks for a binary where testserver does: PATH, the sbin directories
 # and /usr/lib/postgresql/*/bin.
 has() {
@@ -48,6 +50,8 @@ missing_packages() { # the Debian packages of the binaries not found
 	{ has initdb && has postgres; } || echo postgresql
 	{ has mariadbd && has mariadb-install-db; } || echo mariadb-server
 	has mariadb || echo mariadb-client
+	has rsvg-convert || echo librsvg2-bin # renders simulate's SVG charts in a test
+	has chromium || echo chromium         # loads the server's live page in a test
 }
 mapfile -t missing < <(missing_packages)
 if [ ${#missing[@]} -eq 0 ]; then

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# loadtest.sh: decisions per second and latency of sluice serve, over its
+# HTTP JSON API (wrk) and Envoy's gRPC API (bench/cmd/rlsload), in memory
+# and on Redis, next to envoyproxy/ratelimit on the same Redis and the same
+# gRPC load. Loopback only; each run is bounded by DURATION. The figures go
+# to docs/benchmarks.md by hand, with the machine they came from.
+#
+#   scripts/loadtest.sh            # DURATION=10s CONNS=64 by default
+#
+# Needs wrk and redis-server (Debian: wrk, redis-server). envoyproxy/ratelimit
+# is built from the Go module proxy into a temp dir unless RATELIMIT_BIN
+# names a binary; it is never committed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION=${DURATION:-10s}
+CONNS=${CONNS:-64}
+RATELIMIT_VERSION=${RATELIMIT_VERSION:-v1.4.1-0.20260122083618-3fb702589d36}
+
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened"; exit 1; }
+
+go build -o "$tmp/sluice" ./cmd/sluice
+(cd bench && go build -o "$tmp/rlsload" ./cmd/rlsload)
+if [ -z "${RATELIMIT_BIN:-}" ]; then
+	GOBIN="$tmp" GOFLAGS=-mod=mod go install "github.com/envoyproxy/ratelimit/src/service_cmd@$RATELIMIT_VERSION"
+	RATELIMIT_BIN="$tmp/service_cmd"
+fi
+
+redis_port=$(free_port)
+redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" >"$tmp/redis.log" 2>&1 &
+pids+=($!)
+wait_port "$redis_port"
+
+# The same limit everywhere: 100 a second per key, over 1000 keys, so the
+# load is decided, not mostly refused.
+sluice_config() {
+	cat <<YAML
+store: $1
+limiters:
+  load: {policy: fixed_window, limit: 100, interval: 1s}
+envoy:
+  - domain: load
+    descriptors:
+      - key: client
+        limiter: load
+YAML
+}
+
+run_sluice() { # name store-url
+	local http grpc
+	http=$(free_port) grpc=$(free_port)
+	sluice_config "$2" >"$tmp/$1.yaml"
+	"$tmp/sluice" serve --config "$tmp/$1.yaml" --http "127.0.0.1:$http" --grpc "127.0.0.1:$grpc" >"$tmp/$1.log" 2>&1 &
+	local pid=$!
+	pids+=($pid)
+	wait_port "$http"
+	wait_port "$grpc"
+	echo "== sluice serve, $1, HTTP JSON (wrk -t2 -c$CONNS -d$DURATION)"
+	wrk -t2 -c"$CONNS" -d"$DURATION" --latency -s bench/load/consume.lua "http://127.0.0.1:$http" |
+		grep -E 'Requests/sec|^ +(50|99)%|Non-2xx|Socket errors'
+	echo "== sluice serve, $1, gRPC ShouldRateLimit (rlsload -c $CONNS -d $DURATION)"
+	"$tmp/rlsload" -addr "127.0.0.1:$grpc" -c "$CONNS" -d "$DURATION"
+	kill "$pid"
+}
+
+run_sluice memory mem://
+run_sluice redis "redis://127.0.0.1:$redis_port/0"
+
+mkdir -p "$tmp/rl/ratelimit/config"
+cat >"$tmp/rl/ratelimit/config/load.yaml" <<YAML
+domain: load
+descriptors:
+  - key: client
+    rate_limit: {unit: second, requests_per_unit: 100}
+YAML
+rl_grpc=$(free_port) rl_http=$(free_port) rl_debug=$(free_port)
+env USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$redis_port" \
+	RUNTIME_ROOT="$tmp/rl" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
+	GRPC_HOST=127.0.0.1 GRPC_PORT="$rl_grpc" HOST=127.0.0.1 PORT="$rl_http" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$rl_debug" \
+	"$RATELIMIT_BIN" >"$tmp/ratelimit.log" 2>&1 &
+pids+=($!)
+wait_port "$rl_grpc"
+echo "== envoyproxy/ratelimit $RATELIMIT_VERSION, redis, gRPC ShouldRateLimit (rlsload -c $CONNS -d $DURATION)"
+"$tmp/rlsload" -addr "127.0.0.1:$rl_grpc" -c "$CONNS" -d "$DURATION"

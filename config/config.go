@@ -186,7 +186,7 @@ func (r *resolver) resolve(s *spec) error {
 		}
 		s.leaves += ms.leaves
 		if s.leaves > maxLeaves {
-			return errorAt(s.path, s.m.node, "expands to more than %d policies", maxLeaves)
+			return errorAt(s.path, s.m.Node, "expands to more than %d policies", maxLeaves)
 		}
 		members = append(members, ms.policy)
 	}

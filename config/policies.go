@@ -9,6 +9,8 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
 // kinds are the policies of the format, by name, with the keys each
@@ -54,7 +56,7 @@ func (d *decoder) build(s *spec) error {
 		return d.bucket(s)
 	}
 	// Unreachable while kinds and build agree.
-	return errorAt(s.path, s.m.node, "policy %s cannot be built", s.kind)
+	return errorAt(s.path, s.m.Node, "policy %s cannot be built", s.kind)
 }
 
 // kindNames are the names of kinds, sorted.
@@ -71,7 +73,7 @@ var kindNames = func() []string {
 // compound.
 type spec struct {
 	path string
-	m    *mapping
+	m    *yamlnode.Mapping
 	kind string
 	// policy is the policy; for a compound it stays nil until the
 	// resolver has built the members.
@@ -82,7 +84,7 @@ type spec struct {
 	leaves  int // how many non-compound policies it expands to
 	// sub are the nested mappings by key ("rate"), and bandwidths those of
 	// a bucket, so that a sluice.ConfigError can be traced to its node.
-	sub        map[string]*mapping
+	sub        map[string]*yamlnode.Mapping
 	bandwidths []bandwidth
 }
 
@@ -97,32 +99,32 @@ type member struct {
 
 // bandwidth is the decoded mappings of one bucket bandwidth.
 type bandwidth struct {
-	m, refill *mapping
+	m, refill *yamlnode.Mapping
 	kind      string // the refill kind's key: "greedy", ...
 }
 
 // spec decodes a limiter specification and builds its policy, except that
 // a compound's members are only decoded: see resolver.
 func (d *decoder) spec(path string, n *yaml.Node) (*spec, error) {
-	m, err := d.mapping(path, n)
+	m, err := d.Mapping(path, n)
 	if err != nil {
 		return nil, err
 	}
-	if s, ok := d.specs[m.node]; ok { // an alias of a specification decoded already
+	if s, ok := d.specs[m.Node]; ok { // an alias of a specification decoded already
 		return s, nil
 	}
-	if d.open[m.node] {
+	if d.open[m.Node] {
 		return nil, errorAt(path, n, "alias *%s names a limiter that contains it", n.Value)
 	}
-	d.open[m.node] = true
-	defer delete(d.open, m.node)
+	d.open[m.Node] = true
+	defer delete(d.open, m.Node)
 
-	if !m.has("policy") {
-		return nil, errorAt(path, m.node, "missing required key \"policy\"; one of %s", strings.Join(kindNames, ", "))
+	if !m.Has("policy") {
+		return nil, errorAt(path, m.Node, "missing required key \"policy\"; one of %s", strings.Join(kindNames, ", "))
 	}
-	ppath, pv := m.value("policy")
+	ppath, pv := m.Value("policy")
 	pv = deref(pv)
-	name, err := d.string(ppath, pv)
+	name, err := d.String(ppath, pv)
 	if err != nil {
 		return nil, err
 	}
@@ -137,16 +139,16 @@ func (d *decoder) spec(path string, n *yaml.Node) (*spec, error) {
 	}
 	unknown := func(key string) string {
 		for _, other := range kinds {
-			if contains(other, key) {
+			if slices.Contains(other, key) {
 				return fmt.Sprintf("key %q is not valid for policy %s, which takes %s", key, name, takes)
 			}
 		}
 		return fmt.Sprintf("unknown key %q; policy %s takes %s", key, name, takes)
 	}
-	if err := m.check(allowed, allowed, unknown); err != nil {
+	if err := m.Check(allowed, allowed, unknown); err != nil {
 		return nil, err
 	}
-	s := &spec{path: path, m: m, kind: name, leaves: 1, sub: make(map[string]*mapping)}
+	s := &spec{path: path, m: m, kind: name, leaves: 1, sub: make(map[string]*yamlnode.Mapping)}
 	if err := d.build(s); err != nil {
 		return nil, err
 	}
@@ -155,17 +157,17 @@ func (d *decoder) spec(path string, n *yaml.Node) (*spec, error) {
 			return nil, err
 		}
 	}
-	d.specs[m.node] = s
+	d.specs[m.Node] = s
 	return s, nil
 }
 
 // window builds a policy of a limit per interval.
 func (d *decoder) window(s *spec, policy func(limit int64, interval time.Duration) sluice.Policy) error {
-	limit, err := d.int64(s.m.value("limit"))
+	limit, err := d.Int64(s.m.Value("limit"))
 	if err != nil {
 		return err
 	}
-	interval, err := d.duration(s.m.value("interval"))
+	interval, err := d.duration(s.m.Value("interval"))
 	if err != nil {
 		return err
 	}
@@ -175,7 +177,7 @@ func (d *decoder) window(s *spec, policy func(limit int64, interval time.Duratio
 
 // rated builds a policy of a limit and a rate.
 func (d *decoder) rated(s *spec, policy func(limit, amount int64, interval time.Duration) sluice.Policy) error {
-	limit, err := d.int64(s.m.value("limit"))
+	limit, err := d.Int64(s.m.Value("limit"))
 	if err != nil {
 		return err
 	}
@@ -189,20 +191,20 @@ func (d *decoder) rated(s *spec, policy func(limit, amount int64, interval time.
 
 // rate decodes the rate mapping of s: {interval: D, amount: N}.
 func (d *decoder) rate(s *spec) (amount int64, interval time.Duration, err error) {
-	path, v := s.m.value("rate")
-	m, err := d.mapping(path, v)
+	path, v := s.m.Value("rate")
+	m, err := d.Mapping(path, v)
 	if err != nil {
 		return 0, 0, err
 	}
 	keys := []string{"interval", "amount"}
-	if err := m.check(keys, keys, plainUnknown(keys)); err != nil {
+	if err := m.Check(keys, keys, yamlnode.PlainUnknown(keys)); err != nil {
 		return 0, 0, err
 	}
 	s.sub["rate"] = m
-	if interval, err = d.duration(m.value("interval")); err != nil {
+	if interval, err = d.duration(m.Value("interval")); err != nil {
 		return 0, 0, err
 	}
-	if amount, err = d.int64(m.value("amount")); err != nil {
+	if amount, err = d.Int64(m.Value("amount")); err != nil {
 		return 0, 0, err
 	}
 	return amount, interval, nil
@@ -214,7 +216,7 @@ func (d *decoder) shaper(s *spec) error {
 	if err != nil {
 		return err
 	}
-	maxQueue, err := d.int64(s.m.value("max_queue"))
+	maxQueue, err := d.Int64(s.m.Value("max_queue"))
 	if err != nil {
 		return err
 	}
@@ -225,15 +227,15 @@ func (d *decoder) shaper(s *spec) error {
 // compound decodes the members of a compound; the resolver builds its
 // policy.
 func (d *decoder) compound(s *spec) error {
-	path, v := s.m.value("limiters")
-	items, err := d.list(path, v)
+	path, v := s.m.Value("limiters")
+	items, err := d.List(path, v)
 	if err != nil {
 		return err
 	}
 	s.leaves = 0
 	for i, item := range items {
-		ipath := index(path, i)
-		n, err := d.deref(ipath, item)
+		ipath := yamlnode.Index(path, i)
+		n, err := d.Deref(ipath, item)
 		if err != nil {
 			return err
 		}
@@ -247,7 +249,7 @@ func (d *decoder) compound(s *spec) error {
 			}
 			s.members = append(s.members, member{path: ipath, node: n, inline: inline})
 		default:
-			return errorAt(ipath, n, "must be the name of a limiter or a limiter mapping, got %s", describe(n))
+			return errorAt(ipath, n, "must be the name of a limiter or a limiter mapping, got %s", yamlnode.Describe(n))
 		}
 	}
 	return nil
@@ -258,14 +260,14 @@ var refillKinds = []string{"greedy", "intervally", "intervally_aligned"}
 
 // bucket builds a bucket policy of one or more bandwidths.
 func (d *decoder) bucket(s *spec) error {
-	path, v := s.m.value("limits")
-	items, err := d.list(path, v)
+	path, v := s.m.Value("limits")
+	items, err := d.List(path, v)
 	if err != nil {
 		return err
 	}
 	cfg := sluice.Config{Bandwidths: make([]sluice.Bandwidth, 0, len(items))}
 	for i, item := range items {
-		bw, bwNodes, err := d.bandwidth(index(path, i), item)
+		bw, bwNodes, err := d.bandwidth(yamlnode.Index(path, i), item)
 		if err != nil {
 			return err
 		}
@@ -284,16 +286,16 @@ func (d *decoder) bucket(s *spec) error {
 // {capacity: N, refill: {...}, initial: N, id: S}.
 func (d *decoder) bandwidth(path string, n *yaml.Node) (sluice.Bandwidth, bandwidth, error) {
 	var nodes bandwidth
-	m, err := d.mapping(path, n)
+	m, err := d.Mapping(path, n)
 	if err != nil {
 		return sluice.Bandwidth{}, nodes, err
 	}
 	nodes.m = m
 	allowed := []string{"capacity", "refill", "initial", "id"}
-	if err := m.check(allowed, allowed[:2], plainUnknown(allowed)); err != nil {
+	if err := m.Check(allowed, allowed[:2], yamlnode.PlainUnknown(allowed)); err != nil {
 		return sluice.Bandwidth{}, nodes, err
 	}
-	capacity, err := d.int64(m.value("capacity"))
+	capacity, err := d.Int64(m.Value("capacity"))
 	if err != nil {
 		return sluice.Bandwidth{}, nodes, err
 	}
@@ -302,15 +304,15 @@ func (d *decoder) bandwidth(path string, n *yaml.Node) (sluice.Bandwidth, bandwi
 		return sluice.Bandwidth{}, nodes, err
 	}
 	bw := sluice.Limit(capacity, refill)
-	if m.has("initial") {
-		initial, err := d.int64(m.value("initial"))
+	if m.Has("initial") {
+		initial, err := d.Int64(m.Value("initial"))
 		if err != nil {
 			return sluice.Bandwidth{}, nodes, err
 		}
 		bw = bw.WithInitialTokens(initial)
 	}
-	if m.has("id") {
-		id, err := d.string(m.value("id"))
+	if m.Has("id") {
+		id, err := d.String(m.Value("id"))
 		if err != nil {
 			return sluice.Bandwidth{}, nodes, err
 		}
@@ -323,28 +325,28 @@ func (d *decoder) bandwidth(path string, n *yaml.Node) (sluice.Bandwidth, bandwi
 // intervally and intervally_aligned, with per, and with first_refill and
 // adaptive_initial for intervally_aligned.
 func (d *decoder) refill(nodes *bandwidth) (sluice.Refill, error) {
-	path, v := nodes.m.value("refill")
-	m, err := d.mapping(path, v)
+	path, v := nodes.m.Value("refill")
+	m, err := d.Mapping(path, v)
 	if err != nil {
 		return sluice.Refill{}, err
 	}
 	nodes.refill = m
-	for _, k := range m.keys {
-		if !contains(refillKinds, k.Value) {
+	for _, k := range m.Keys {
+		if !slices.Contains(refillKinds, k.Value) {
 			continue
 		}
 		if nodes.kind != "" {
-			return sluice.Refill{}, errorAt(join(path, k.Value), k,
+			return sluice.Refill{}, errorAt(yamlnode.Join(path, k.Value), k,
 				"a refill is one of %s, got both %s and %s", strings.Join(refillKinds, ", "), nodes.kind, k.Value)
 		}
 		nodes.kind = k.Value
 	}
 	if nodes.kind == "" {
-		if err := m.check(append([]string{"per", "first_refill", "adaptive_initial"}, refillKinds...), nil,
-			plainUnknown(append(refillKinds, "per"))); err != nil {
+		if err := m.Check(append([]string{"per", "first_refill", "adaptive_initial"}, refillKinds...), nil,
+			yamlnode.PlainUnknown(append(refillKinds, "per"))); err != nil {
 			return sluice.Refill{}, err
 		}
-		return sluice.Refill{}, errorAt(path, m.node, "missing the refill kind: one of %s", strings.Join(refillKinds, ", "))
+		return sluice.Refill{}, errorAt(path, m.Node, "missing the refill kind: one of %s", strings.Join(refillKinds, ", "))
 	}
 	allowed := []string{nodes.kind, "per"}
 	if nodes.kind == "intervally_aligned" {
@@ -360,14 +362,14 @@ func (d *decoder) refill(nodes *bandwidth) (sluice.Refill, error) {
 	if nodes.kind == "intervally_aligned" {
 		required = allowed[:3]
 	}
-	if err := m.check(allowed, required, unknown); err != nil {
+	if err := m.Check(allowed, required, unknown); err != nil {
 		return sluice.Refill{}, err
 	}
-	tokens, err := d.int64(m.value(nodes.kind))
+	tokens, err := d.Int64(m.Value(nodes.kind))
 	if err != nil {
 		return sluice.Refill{}, err
 	}
-	per, err := d.duration(m.value("per"))
+	per, err := d.duration(m.Value("per"))
 	if err != nil {
 		return sluice.Refill{}, err
 	}
@@ -377,13 +379,13 @@ func (d *decoder) refill(nodes *bandwidth) (sluice.Refill, error) {
 	case "intervally":
 		return sluice.Intervally(tokens, per), nil
 	}
-	first, err := d.time(m.value("first_refill"))
+	first, err := d.Time(m.Value("first_refill"))
 	if err != nil {
 		return sluice.Refill{}, err
 	}
 	adaptive := false
-	if m.has("adaptive_initial") {
-		if adaptive, err = d.bool(m.value("adaptive_initial")); err != nil {
+	if m.Has("adaptive_initial") {
+		if adaptive, err = d.Bool(m.Value("adaptive_initial")); err != nil {
 			return sluice.Refill{}, err
 		}
 	}
@@ -401,7 +403,7 @@ func (s *spec) validate() error {
 	}
 	var ce *sluice.ConfigError
 	if !errors.As(err, &ce) {
-		return &Error{Path: s.path, Line: s.m.node.Line, Column: s.m.node.Column, Msg: err.Error(), Err: err}
+		return &Error{Path: s.path, Line: s.m.Node.Line, Column: s.m.Node.Column, Msg: err.Error(), Err: err}
 	}
 	if ce.Rule == sluice.RuleAlignedNeedsWallClock && s.aligned {
 		return nil
@@ -437,8 +439,8 @@ func (s *spec) locate(ce *sluice.ConfigError) (string, *yaml.Node, bool) {
 	if s.kind == "bucket" {
 		return s.locateBandwidth(ce)
 	}
-	if ce.Rule == sluice.RuleNoMembers && s.m.has("limiters") {
-		path, n := s.m.value("limiters")
+	if ce.Rule == sluice.RuleNoMembers && s.m.Has("limiters") {
+		path, n := s.m.Value("limiters")
 		return path, n, true
 	}
 	field := strings.TrimPrefix(ce.Field, s.kind+".")
@@ -450,7 +452,7 @@ func (s *spec) locate(ce *sluice.ConfigError) (string, *yaml.Node, bool) {
 			return path, n, true
 		}
 	}
-	return s.path, s.m.node, false
+	return s.path, s.m.Node, false
 }
 
 // lookup finds the value of a dotted key path ("rate.amount") in s.
@@ -463,21 +465,21 @@ func (s *spec) lookup(field string) (string, *yaml.Node, bool) {
 		}
 		head = rest
 	}
-	if !m.has(head) {
+	if !m.Has(head) {
 		return "", nil, false
 	}
-	path, n := m.value(head)
+	path, n := m.Value(head)
 	return path, deref(n), true
 }
 
 // locateBandwidth finds the node a sluice.ConfigError of a bucket is about.
 func (s *spec) locateBandwidth(ce *sluice.ConfigError) (string, *yaml.Node, bool) {
 	if ce.Bandwidth < 0 || ce.Bandwidth >= len(s.bandwidths) {
-		path, n := s.m.value("limits")
+		path, n := s.m.Value("limits")
 		return path, deref(n), ce.Field == ""
 	}
 	bw := s.bandwidths[ce.Bandwidth]
-	var m *mapping
+	var m *yamlnode.Mapping
 	key := ""
 	switch ce.Field {
 	case "capacity":
@@ -495,10 +497,10 @@ func (s *spec) locateBandwidth(ce *sluice.ConfigError) (string, *yaml.Node, bool
 	case "refill.first_refill":
 		m, key = bw.refill, "first_refill"
 	}
-	if m == nil || !m.has(key) {
-		return bw.m.path, bw.m.node, ce.Field == ""
+	if m == nil || !m.Has(key) {
+		return bw.m.Path, bw.m.Node, ce.Field == ""
 	}
-	path, n := m.value(key)
+	path, n := m.Value(key)
 	return path, deref(n), true
 }
 

@@ -8,6 +8,8 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
 // Section decodes one extra top-level section of a file that LoadWith
@@ -27,12 +29,22 @@ type Section func(path string, n *yaml.Node, f *File) error
 // LoadWith is a pure function of data, like Load; an error that is not an
 // *Error is returned as a section function returned it.
 func LoadWith(data []byte, sections map[string]Section) (*File, error) {
+	f, err := loadWith(data, sections)
+	// The decoders inside this module, sluice serve's sections among
+	// them, walk nodes with yamlnode; its errors become *Error here.
+	if ne, ok := err.(*yamlnode.Error); ok {
+		return nil, fromNode(ne)
+	}
+	return f, err
+}
+
+func loadWith(data []byte, sections map[string]Section) (*File, error) {
 	root, err := parse(data)
 	if err != nil {
 		return nil, err
 	}
 	d := &decoder{open: make(map[*yaml.Node]bool), specs: make(map[*yaml.Node]*spec)}
-	top, err := d.mapping("", root)
+	top, err := d.Mapping("", root)
 	if err != nil {
 		return nil, err
 	}
@@ -43,18 +55,18 @@ func LoadWith(data []byte, sections map[string]Section) (*File, error) {
 		}
 	}
 	slices.Sort(allowed[1:])
-	if err := top.check(allowed, []string{"limiters"}, plainUnknown(allowed)); err != nil {
+	if err := top.Check(allowed, []string{"limiters"}, yamlnode.PlainUnknown(allowed)); err != nil {
 		return nil, err
 	}
 	f, err := d.limiters(top)
 	if err != nil {
 		return nil, err
 	}
-	for _, k := range top.keys {
+	for _, k := range top.Keys {
 		if k.Value == "limiters" {
 			continue
 		}
-		path, v := top.value(k.Value)
+		path, v := top.Value(k.Value)
 		if err := sections[k.Value](path, v, f); err != nil {
 			return nil, err
 		}
@@ -92,23 +104,23 @@ func NodeError(path string, n *yaml.Node, format string, args ...any) *Error {
 }
 
 // limiters decodes the limiters section of top, which must be there.
-func (d *decoder) limiters(top *mapping) (*File, error) {
-	path, v := top.value("limiters")
-	lims, err := d.mapping(path, v)
+func (d *decoder) limiters(top *yamlnode.Mapping) (*File, error) {
+	path, v := top.Value("limiters")
+	lims, err := d.Mapping(path, v)
 	if err != nil {
 		return nil, err
 	}
-	if len(lims.keys) == 0 {
-		return nil, errorAt(path, lims.node, "must name at least one limiter")
+	if len(lims.Keys) == 0 {
+		return nil, errorAt(path, lims.Node, "must name at least one limiter")
 	}
-	r := &resolver{specs: make(map[string]*spec, len(lims.keys)), state: make(map[string]int, len(lims.keys))}
-	for i, k := range lims.keys {
+	r := &resolver{specs: make(map[string]*spec, len(lims.Keys)), state: make(map[string]int, len(lims.Keys))}
+	for i, k := range lims.Keys {
 		name := k.Value
 		if !validName.MatchString(name) {
 			return nil, errorAt(path, k,
-				"limiter names are letters, digits, '_' and '-', got %s", describe(k))
+				"limiter names are letters, digits, '_' and '-', got %s", yamlnode.Describe(k))
 		}
-		s, err := d.spec(join(path, name), lims.vals[i])
+		s, err := d.spec(yamlnode.Join(path, name), lims.Vals[i])
 		if err != nil {
 			return nil, err
 		}
@@ -121,7 +133,7 @@ func (d *decoder) limiters(top *mapping) (*File, error) {
 		if err != nil {
 			return nil, err
 		}
-		k := lims.keys[i]
+		k := lims.Keys[i]
 		l := Limiter{Name: name, Policy: s.policy, Line: k.Line, Column: k.Column}
 		if s.bucket != nil {
 			l.Bucket = &sluice.Config{Bandwidths: slices.Clone(s.bucket.Bandwidths)}

@@ -3,14 +3,13 @@ package envoyrls
 import (
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
 // Domains is the decoded envoy: section of a server config file: for each
@@ -110,11 +109,6 @@ func (d *Domains) Inline() map[string]sluice.Policy {
 // inlinePrefix starts the synthetic name of every inline limiter.
 const inlinePrefix = "envoy:"
 
-// maxNodes bounds the nodes Decode visits, counting those reached through
-// an alias each time, so that aliases of aliases cannot make a small file
-// expand without end (the bound of package config).
-const maxNodes = 1_000_000
-
 // units are the rate_limit units, as envoyproxy/ratelimit spells them
 // (in any case). Months and years are left out: their length varies, and
 // a sluice window has one fixed length.
@@ -127,7 +121,7 @@ var units = map[string]time.Duration{
 }
 
 type decoder struct {
-	nodes  int
+	yamlnode.Decoder
 	known  func(string) bool
 	inline map[string]sluice.Policy
 }
@@ -142,14 +136,15 @@ type decoder struct {
 // domain, two descriptors with the same key and value at one level, a
 // descriptor with more than one of limiter, rate_limit and unlimited, one
 // with none of them and no nested descriptors, and an unknown limiter are
-// errors. Every error is a *config.Error with the path of the offending
+// errors. Every error is a *yamlnode.Error, which config.LoadWith turns into a
+// *config.Error, with the path of the offending
 // node (e.g. "envoy[0].descriptors[1].limiter") and its line.
 func Decode(path string, n *yaml.Node, known func(name string) bool) (*Domains, error) {
 	if n == nil {
-		return nil, &config.Error{Path: path, Msg: "must be a list of domains"}
+		return nil, errorAt(path, nil, "must be a list of domains")
 	}
 	d := &decoder{known: known, inline: make(map[string]sluice.Policy)}
-	items, err := d.list(path, n)
+	items, err := d.List(path, n)
 	if err != nil {
 		return nil, err
 	}
@@ -159,12 +154,12 @@ func Decode(path string, n *yaml.Node, known func(name string) bool) (*Domains, 
 	ds := &Domains{domains: make(map[string]*level, len(items)), inline: d.inline}
 	lines := make(map[string]int, len(items))
 	for i, item := range items {
-		p := index(path, i)
-		m, err := d.mapping(p, item, []string{"domain", "descriptors"}, []string{"domain", "descriptors"})
+		p := yamlnode.Index(path, i)
+		m, err := d.Strict(p, item, []string{"domain", "descriptors"}, []string{"domain", "descriptors"})
 		if err != nil {
 			return nil, err
 		}
-		dp, dn := m.value("domain")
+		dp, dn := m.Value("domain")
 		name, err := d.text(dp, dn)
 		if err != nil {
 			return nil, err
@@ -173,7 +168,7 @@ func Decode(path string, n *yaml.Node, known func(name string) bool) (*Domains, 
 			return nil, errorAt(dp, dn, "duplicate domain %q, first at line %d", name, line)
 		}
 		lines[name] = dn.Line
-		lp, ln := m.value("descriptors")
+		lp, ln := m.Value("descriptors")
 		if ds.domains[name], err = d.level(lp, ln, escape(name)); err != nil {
 			return nil, err
 		}
@@ -184,7 +179,7 @@ func Decode(path string, n *yaml.Node, known func(name string) bool) (*Domains, 
 // level decodes a list of descriptors. prefix is the key of the place
 // above it, for the names of inline limiters.
 func (d *decoder) level(path string, n *yaml.Node, prefix string) (*level, error) {
-	items, err := d.list(path, n)
+	items, err := d.List(path, n)
 	if err != nil {
 		return nil, err
 	}
@@ -198,19 +193,19 @@ func (d *decoder) level(path string, n *yaml.Node, prefix string) (*level, error
 	}
 	lines := make(map[seen]int, len(items))
 	for i, item := range items {
-		p := index(path, i)
-		m, err := d.mapping(p, item, []string{"key", "value", "limiter", "rate_limit", "unlimited", "shadow_mode", "descriptors"}, []string{"key"})
+		p := yamlnode.Index(path, i)
+		m, err := d.Strict(p, item, []string{"key", "value", "limiter", "rate_limit", "unlimited", "shadow_mode", "descriptors"}, []string{"key"})
 		if err != nil {
 			return nil, err
 		}
-		kp, kn := m.value("key")
+		kp, kn := m.Value("key")
 		key, err := d.text(kp, kn)
 		if err != nil {
 			return nil, err
 		}
 		s, name := seen{key: key}, prefix+"|"+escape(key)
-		if m.has("value") {
-			vp, vn := m.value("value")
+		if m.Has("value") {
+			vp, vn := m.Value("value")
 			if s.value, err = d.text(vp, vn); err != nil {
 				return nil, err
 			}
@@ -222,9 +217,9 @@ func (d *decoder) level(path string, n *yaml.Node, prefix string) (*level, error
 			if s.hasValue {
 				what += fmt.Sprintf(" with value %q", s.value)
 			}
-			return nil, errorAt(p, m.node, "duplicate descriptor: %s, first at line %d", what, line)
+			return nil, errorAt(p, m.Node, "duplicate descriptor: %s, first at line %d", what, line)
 		}
-		lines[s] = m.node.Line
+		lines[s] = m.Node.Line
 		nd, err := d.node(p, m, name)
 		if err != nil {
 			return nil, err
@@ -242,11 +237,11 @@ func (d *decoder) level(path string, n *yaml.Node, prefix string) (*level, error
 }
 
 // node decodes the limit and the nested descriptors of the descriptor m.
-func (d *decoder) node(path string, m *mapping, name string) (*node, error) {
+func (d *decoder) node(path string, m *yamlnode.Mapping, name string) (*node, error) {
 	nd := &node{}
 	limits := 0
-	if m.has("limiter") {
-		p, v := m.value("limiter")
+	if m.Has("limiter") {
+		p, v := m.Value("limiter")
 		lim, err := d.text(p, v)
 		if err != nil {
 			return nil, err
@@ -257,8 +252,8 @@ func (d *decoder) node(path string, m *mapping, name string) (*node, error) {
 		nd.limiter = lim
 		limits++
 	}
-	if m.has("rate_limit") {
-		p, v := m.value("rate_limit")
+	if m.Has("rate_limit") {
+		p, v := m.Value("rate_limit")
 		pol, unlimited, err := d.rateLimit(p, v)
 		if err != nil {
 			return nil, err
@@ -271,9 +266,9 @@ func (d *decoder) node(path string, m *mapping, name string) (*node, error) {
 		}
 		limits++
 	}
-	if m.has("unlimited") {
-		p, v := m.value("unlimited")
-		u, err := d.bool(p, v)
+	if m.Has("unlimited") {
+		p, v := m.Value("unlimited")
+		u, err := d.Bool(p, v)
 		if err != nil {
 			return nil, err
 		}
@@ -284,11 +279,11 @@ func (d *decoder) node(path string, m *mapping, name string) (*node, error) {
 		limits++
 	}
 	if limits > 1 {
-		return nil, errorAt(path, m.node, "has more than one of limiter, rate_limit and unlimited; give one")
+		return nil, errorAt(path, m.Node, "has more than one of limiter, rate_limit and unlimited; give one")
 	}
-	if m.has("shadow_mode") {
-		p, v := m.value("shadow_mode")
-		s, err := d.bool(p, v)
+	if m.Has("shadow_mode") {
+		p, v := m.Value("shadow_mode")
+		s, err := d.Bool(p, v)
 		if err != nil {
 			return nil, err
 		}
@@ -297,15 +292,15 @@ func (d *decoder) node(path string, m *mapping, name string) (*node, error) {
 		}
 		nd.shadow = s
 	}
-	if m.has("descriptors") {
-		p, v := m.value("descriptors")
+	if m.Has("descriptors") {
+		p, v := m.Value("descriptors")
 		var err error
 		if nd.next, err = d.level(p, v, name); err != nil {
 			return nil, err
 		}
 	}
 	if limits == 0 && nd.next == nil {
-		return nil, errorAt(path, m.node, "needs a limiter, a rate_limit, unlimited: true or nested descriptors")
+		return nil, errorAt(path, m.Node, "needs a limiter, a rate_limit, unlimited: true or nested descriptors")
 	}
 	return nd, nil
 }
@@ -313,30 +308,30 @@ func (d *decoder) node(path string, m *mapping, name string) (*node, error) {
 // rateLimit decodes an envoyproxy/ratelimit rate_limit: {unit,
 // requests_per_unit} or {unlimited: true}.
 func (d *decoder) rateLimit(path string, n *yaml.Node) (sluice.Policy, bool, error) {
-	m, err := d.mapping(path, n, []string{"unit", "requests_per_unit", "unlimited"}, nil)
+	m, err := d.Strict(path, n, []string{"unit", "requests_per_unit", "unlimited"}, nil)
 	if err != nil {
 		return nil, false, err
 	}
-	if m.has("unlimited") {
-		p, v := m.value("unlimited")
-		u, err := d.bool(p, v)
+	if m.Has("unlimited") {
+		p, v := m.Value("unlimited")
+		u, err := d.Bool(p, v)
 		if err != nil {
 			return nil, false, err
 		}
 		if !u {
 			return nil, false, errorAt(p, v, "must be true when given; leave it out for a limited descriptor")
 		}
-		if m.has("unit") || m.has("requests_per_unit") {
-			return nil, false, errorAt(path, m.node, "unlimited excludes unit and requests_per_unit")
+		if m.Has("unit") || m.Has("requests_per_unit") {
+			return nil, false, errorAt(path, m.Node, "unlimited excludes unit and requests_per_unit")
 		}
 		return nil, true, nil
 	}
 	for _, k := range []string{"unit", "requests_per_unit"} {
-		if !m.has(k) {
-			return nil, false, errorAt(path, m.node, "missing required key %q", k)
+		if !m.Has(k) {
+			return nil, false, errorAt(path, m.Node, "missing required key %q", k)
 		}
 	}
-	up, un := m.value("unit")
+	up, un := m.Value("unit")
 	u, err := d.text(up, un)
 	if err != nil {
 		return nil, false, err
@@ -345,8 +340,8 @@ func (d *decoder) rateLimit(path string, n *yaml.Node) (sluice.Policy, bool, err
 	if !ok {
 		return nil, false, errorAt(up, un, "unit must be second, minute, hour, day or week, got %q", u)
 	}
-	rp, rn := m.value("requests_per_unit")
-	rpu, err := d.int64(rp, rn)
+	rp, rn := m.Value("requests_per_unit")
+	rpu, err := d.Int64(rp, rn)
 	if err != nil {
 		return nil, false, err
 	}
@@ -357,157 +352,19 @@ func (d *decoder) rateLimit(path string, n *yaml.Node) (sluice.Policy, bool, err
 	return sluice.FixedWindow(rpu, per), false, nil
 }
 
-// errorAt locates an error at node n, as config's own errors are.
-var errorAt = config.NodeError
-
-// deref follows an alias to the node it names and counts the node.
-func (d *decoder) deref(path string, n *yaml.Node) (*yaml.Node, error) {
-	d.nodes++
-	if d.nodes > maxNodes {
-		return nil, errorAt(path, n, "document too large: more than %d nodes once aliases are expanded", maxNodes)
-	}
-	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 8; i++ {
-		n = n.Alias
-	}
-	if n.Kind == yaml.AliasNode {
-		return nil, errorAt(path, n, "alias *%s does not lead to a value", n.Value)
-	}
-	return n, nil
-}
-
-// mapping is a decoded YAML mapping with unique string keys.
-type mapping struct {
-	path string
-	node *yaml.Node
-	vals map[string]*yaml.Node
-}
-
-func (m *mapping) has(k string) bool { _, ok := m.vals[k]; return ok }
-
-// value returns the path and value of key k, which must be there.
-func (m *mapping) value(k string) (string, *yaml.Node) { return m.path + "." + k, m.vals[k] }
-
-// mapping decodes n as a mapping whose keys are all in allowed and which
-// has every key of required.
-func (d *decoder) mapping(path string, n *yaml.Node, allowed, required []string) (*mapping, error) {
-	n, err := d.deref(path, n)
-	if err != nil {
-		return nil, err
-	}
-	if n.Kind != yaml.MappingNode {
-		return nil, errorAt(path, n, "must be a mapping, got %s", describe(n))
-	}
-	m := &mapping{path: path, node: n, vals: make(map[string]*yaml.Node, len(n.Content)/2)}
-	lines := make(map[string]int, len(n.Content)/2)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, err := d.deref(path, n.Content[i])
-		if err != nil {
-			return nil, err
-		}
-		kp := path + "." + k.Value
-		first, dup := lines[k.Value]
-		switch {
-		case k.Kind != yaml.ScalarNode:
-			return nil, errorAt(path, k, "keys must be strings, got %s", describe(k))
-		case k.ShortTag() == "!!merge":
-			return nil, errorAt(kp, k, "merge keys (<<) are not supported")
-		case dup:
-			return nil, errorAt(kp, k, "duplicate key %q, first at line %d", k.Value, first)
-		case !contains(allowed, k.Value):
-			return nil, errorAt(kp, k, "unknown key %q; valid keys: %s", k.Value, strings.Join(allowed, ", "))
-		}
-		lines[k.Value] = k.Line
-		m.vals[k.Value] = n.Content[i+1]
-	}
-	for _, k := range required {
-		if !m.has(k) {
-			return nil, errorAt(path, n, "missing required key %q", k)
-		}
-	}
-	return m, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-// list decodes a sequence and returns its items, not yet dereferenced.
-func (d *decoder) list(path string, n *yaml.Node) ([]*yaml.Node, error) {
-	n, err := d.deref(path, n)
-	if err != nil {
-		return nil, err
-	}
-	if n.Kind != yaml.SequenceNode {
-		return nil, errorAt(path, n, "must be a list, got %s", describe(n))
-	}
-	return n.Content, nil
-}
+// errorAt locates an error at node n.
+var errorAt = yamlnode.Errorf
 
 // text decodes a non-empty scalar as written: descriptor keys and values
 // are text that Envoy sends, so an unquoted 429 or true is the text "429"
 // or "true", not a number or a bool.
 func (d *decoder) text(path string, n *yaml.Node) (string, error) {
-	n, err := d.deref(path, n)
+	n, err := d.Scalar(path, n, "a string")
 	if err != nil {
 		return "", err
-	}
-	if n.Kind != yaml.ScalarNode || n.ShortTag() == "!!null" {
-		return "", errorAt(path, n, "must be a string, got %s", describe(n))
 	}
 	if n.Value == "" {
 		return "", errorAt(path, n, "must not be empty")
 	}
 	return n.Value, nil
 }
-
-// bool decodes true or false.
-func (d *decoder) bool(path string, n *yaml.Node) (bool, error) {
-	n, err := d.deref(path, n)
-	if err != nil {
-		return false, err
-	}
-	v, perr := strconv.ParseBool(n.Value)
-	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || perr != nil {
-		return false, errorAt(path, n, "must be true or false, got %s", describe(n))
-	}
-	return v, nil
-}
-
-// int64 decodes a decimal integer.
-func (d *decoder) int64(path string, n *yaml.Node) (int64, error) {
-	n, err := d.deref(path, n)
-	if err != nil {
-		return 0, err
-	}
-	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
-		return 0, errorAt(path, n, "must be an integer, got %s", describe(n))
-	}
-	v, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 10, 64)
-	if err != nil {
-		return 0, errorAt(path, n, "must be a decimal integer within int64, got %s", n.Value)
-	}
-	return v, nil
-}
-
-// describe names what a node is, for messages.
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		if n.ShortTag() == "!!null" {
-			return "nothing"
-		}
-		return strings.TrimPrefix(n.ShortTag(), "!!") + " " + strconv.Quote(n.Value)
-	}
-	return "an unexpected node"
-}
-
-func index(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }

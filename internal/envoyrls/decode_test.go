@@ -15,7 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
 // known are the limiters of the limiters: section the testdata assumes.
@@ -40,7 +40,7 @@ func section(t testing.TB, data []byte) *yaml.Node {
 var header = regexp.MustCompile(`^# want: (.*) @ line ([0-9]+)\n# path: (.*)\n`)
 
 // TestDecodeBad decodes every testdata/*.bad.yaml, one per rule, and checks
-// the *config.Error its first two lines announce: a substring of the
+// the *yamlnode.Error its first two lines announce: a substring of the
 // message, the line, and the path.
 func TestDecodeBad(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.bad.yaml")
@@ -62,9 +62,9 @@ func TestDecodeBad(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Decode = %v, nil; want error %q", d, m[1])
 			}
-			var e *config.Error
+			var e *yamlnode.Error
 			if !errors.As(err, &e) {
-				t.Fatalf("Decode error %T (%v) is not a *config.Error", err, err)
+				t.Fatalf("Decode error %T (%v) is not a *yamlnode.Error", err, err)
 			}
 			if !strings.Contains(err.Error(), string(m[1])) {
 				t.Errorf("Decode error = %q, want it to contain %q", err, m[1])
@@ -81,9 +81,9 @@ func TestDecodeBad(t *testing.T) {
 
 func TestDecodeNil(t *testing.T) {
 	_, err := Decode("envoy", nil, known)
-	var e *config.Error
+	var e *yamlnode.Error
 	if !errors.As(err, &e) || e.Path != "envoy" {
-		t.Errorf("Decode(nil) error = %v, want a *config.Error at envoy", err)
+		t.Errorf("Decode(nil) error = %v, want a *yamlnode.Error at envoy", err)
 	}
 }
 
@@ -240,7 +240,7 @@ func TestUnitOf(t *testing.T) {
 	}
 }
 
-// FuzzDecode: any document decodes or fails with a *config.Error, without
+// FuzzDecode: any document decodes or fails with a *yamlnode.Error, without
 // panicking.
 func FuzzDecode(f *testing.F) {
 	files, _ := filepath.Glob("testdata/*.yaml")
@@ -257,9 +257,9 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		_, err := Decode("envoy", doc.Content[0], known)
-		var e *config.Error
+		var e *yamlnode.Error
 		if err != nil && !errors.As(err, &e) {
-			t.Fatalf("Decode error %T (%v) is not a *config.Error", err, err)
+			t.Fatalf("Decode error %T (%v) is not a *yamlnode.Error", err, err)
 		}
 	})
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	_ "embed"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/envoyrls"
+	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
 // Config is a server config file: the limiters of package config plus the
@@ -116,7 +118,7 @@ func (c *Config) sections() map[string]config.Section {
 				return err
 			}
 			if (c.TLSCert == "") != (c.TLSKey == "") {
-				return config.NodeError(path+".tls", nil, "cert and key go together, got only one")
+				return yamlnode.Errorf(path+".tls", nil, "cert and key go together, got only one")
 			}
 			return nil
 		},
@@ -165,94 +167,56 @@ func (c *Config) serverFields() fields {
 // fields decodes the keys of a mapping, each by its function.
 type fields map[string]func(path string, n *yaml.Node) error
 
-// deref follows an alias to its value.
-func deref(n *yaml.Node) *yaml.Node {
-	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 8; i++ {
-		n = n.Alias
-	}
-	return n
-}
+// The server section is small and has no nested lists to expand, so each
+// helper walks its node with a decoder of its own.
 
 // decodeMapping decodes n, which must be a mapping, strictly: a key that
 // fs does not have, or a duplicate key, is an error.
 func decodeMapping(path string, n *yaml.Node, fs fields) error {
-	n = deref(n)
-	if n.Kind != yaml.MappingNode {
-		return config.NodeError(path, n, "must be a mapping")
+	var d yamlnode.Decoder
+	m, err := d.Mapping(path, n)
+	if err != nil {
+		return err
 	}
-	seen := make(map[string]int)
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k := deref(n.Content[i])
-		p := path + "." + k.Value
-		decode, ok := fs[k.Value]
-		switch {
-		case k.Kind != yaml.ScalarNode:
-			return config.NodeError(path, k, "keys must be strings")
-		case seen[k.Value] > 0:
-			return config.NodeError(p, k, "duplicate key %q, first at line %d", k.Value, seen[k.Value])
-		case !ok:
-			return config.NodeError(p, k, "unknown key %q; valid keys: %s", k.Value, keyList(fs))
-		}
-		seen[k.Value] = k.Line
-		if err := decode(p, n.Content[i+1]); err != nil {
+	keys := slices.Sorted(maps.Keys(fs))
+	if err := m.Check(keys, nil, yamlnode.PlainUnknown(keys)); err != nil {
+		return err
+	}
+	for i, k := range m.Keys {
+		if err := fs[k.Value](yamlnode.Join(path, k.Value), m.Vals[i]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func keyList(fs fields) string {
-	keys := make([]string, 0, len(fs))
-	for k := range fs {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return strings.Join(keys, ", ")
-}
-
-// scalar returns n as a scalar of tag, or an error that says it should be
-// want.
-func scalar(path string, n *yaml.Node, tag, want string) (*yaml.Node, error) {
-	n = deref(n)
-	if n.Kind != yaml.ScalarNode || n.ShortTag() != tag {
-		return nil, config.NodeError(path, n, "must be %s", want)
-	}
-	return n, nil
-}
-
 func str(dst *string) func(string, *yaml.Node) error {
-	return func(path string, n *yaml.Node) error {
-		n, err := scalar(path, n, "!!str", "a string (quote numbers)")
-		if err == nil {
-			*dst = n.Value
-		}
+	return func(path string, n *yaml.Node) (err error) {
+		var d yamlnode.Decoder
+		*dst, err = d.String(path, n)
 		return err
 	}
 }
 
 func boolean(dst *bool) func(string, *yaml.Node) error {
-	return func(path string, n *yaml.Node) error {
-		n, err := scalar(path, n, "!!bool", "true or false")
-		if err == nil {
-			*dst, err = strconv.ParseBool(n.Value)
-		}
-		if err != nil {
-			return config.NodeError(path, n, "must be true or false")
-		}
-		return nil
+	return func(path string, n *yaml.Node) (err error) {
+		var d yamlnode.Decoder
+		*dst, err = d.Bool(path, n)
+		return err
 	}
 }
 
 func strList(dst *[]string) func(string, *yaml.Node) error {
 	return func(path string, n *yaml.Node) error {
-		n = deref(n)
-		if n.Kind != yaml.SequenceNode {
-			return config.NodeError(path, n, "must be a list of strings")
+		var d yamlnode.Decoder
+		items, err := d.List(path, n)
+		if err != nil {
+			return err
 		}
 		*dst = nil
-		for i, item := range n.Content {
-			var s string
-			if err := str(&s)(path+"["+strconv.Itoa(i)+"]", item); err != nil {
+		for i, item := range items {
+			s, err := d.String(yamlnode.Index(path, i), item)
+			if err != nil {
 				return err
 			}
 			*dst = append(*dst, s)
@@ -263,31 +227,35 @@ func strList(dst *[]string) func(string, *yaml.Node) error {
 
 func positiveDuration(dst *time.Duration) func(string, *yaml.Node) error {
 	return func(path string, n *yaml.Node) error {
-		n = deref(n)
-		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
-			return config.NodeError(path, n, "must be a duration with a unit, as in 10s or 1 minute")
-		}
-		d, err := config.ParseDuration(n.Value)
+		var d yamlnode.Decoder
+		n, err := d.Scalar(path, n, "a duration")
 		if err != nil {
-			return config.NodeError(path, n, "%v, got %q", err, n.Value)
+			return err
 		}
-		if d <= 0 {
-			return config.NodeError(path, n, "must be positive, got %s", n.Value)
+		if n.ShortTag() != "!!str" {
+			return yamlnode.Errorf(path, n, "must be a duration with a unit, as in 10s or 1 minute, got %s", yamlnode.Describe(n))
 		}
-		*dst = d
+		v, err := config.ParseDuration(n.Value)
+		if err != nil {
+			return yamlnode.Errorf(path, n, "%v, got %q", err, n.Value)
+		}
+		if v <= 0 {
+			return yamlnode.Errorf(path, n, "must be positive, got %s", n.Value)
+		}
+		*dst = v
 		return nil
 	}
 }
 
 func positiveInt(dst *int64) func(string, *yaml.Node) error {
 	return func(path string, n *yaml.Node) error {
-		n, err := scalar(path, n, "!!int", "an integer")
+		var d yamlnode.Decoder
+		v, err := d.Int64(path, n)
 		if err != nil {
 			return err
 		}
-		v, err := strconv.ParseInt(n.Value, 10, 64)
-		if err != nil || v <= 0 {
-			return config.NodeError(path, n, "must be a positive integer, got %s", n.Value)
+		if v <= 0 {
+			return yamlnode.Errorf(path, n, "must be positive, got %d", v)
 		}
 		*dst = v
 		return nil
@@ -296,11 +264,14 @@ func positiveInt(dst *int64) func(string, *yaml.Node) error {
 
 func fraction(dst *float64) func(string, *yaml.Node) error {
 	return func(path string, n *yaml.Node) error {
-		n = deref(n)
+		var d yamlnode.Decoder
+		n, err := d.Scalar(path, n, "a number above 0 and at most 1")
+		if err != nil {
+			return err
+		}
 		v, err := strconv.ParseFloat(n.Value, 64)
-		if tag := n.ShortTag(); n.Kind != yaml.ScalarNode || (tag != "!!float" && tag != "!!int") ||
-			err != nil || math.IsNaN(v) || v <= 0 || v > 1 {
-			return config.NodeError(path, n, "must be a number above 0 and at most 1, got %s", n.Value)
+		if tag := n.ShortTag(); (tag != "!!float" && tag != "!!int") || err != nil || math.IsNaN(v) || v <= 0 || v > 1 {
+			return yamlnode.Errorf(path, n, "must be a number above 0 and at most 1, got %s", n.Value)
 		}
 		*dst = v
 		return nil
@@ -309,15 +280,12 @@ func fraction(dst *float64) func(string, *yaml.Node) error {
 
 func enum[T any](dst *T, values map[string]T) func(string, *yaml.Node) error {
 	return func(path string, n *yaml.Node) error {
-		n = deref(n)
-		v, ok := values[n.Value]
-		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" || !ok {
-			names := make([]string, 0, len(values))
-			for k := range values {
-				names = append(names, k)
-			}
-			slices.Sort(names)
-			return config.NodeError(path, n, "must be one of %s, got %q", strings.Join(names, ", "), n.Value)
+		var d yamlnode.Decoder
+		name, err := d.String(path, n)
+		v, ok := values[name]
+		if err != nil || !ok {
+			names := slices.Sorted(maps.Keys(values))
+			return yamlnode.Errorf(path, n, "must be one of %s, got %q", strings.Join(names, ", "), n.Value)
 		}
 		*dst = v
 		return nil

@@ -375,7 +375,7 @@ func TestE2EReload(t *testing.T) {
 // request completes and the process exits cleanly.
 func TestE2EDrain(t *testing.T) {
 	p := startSluice(t, "--config", writeConfig(t,
-		"limiters:\n  slow: {policy: bucket, limits: [{capacity: 1, refill: {greedy: 1, per: 1s}}]}\n"))
+		"limiters:\n  slow: {policy: bucket, limits: [{capacity: 1, refill: {greedy: 1, per: 3s}}]}\n"))
 	consumeN(t, p, "slow", "k", 1)
 	type answer struct {
 		code int
@@ -394,7 +394,16 @@ func TestE2EDrain(t *testing.T) {
 		json.NewDecoder(resp.Body).Decode(&out)
 		got <- answer{resp.StatusCode, out}
 	}()
-	time.Sleep(300 * time.Millisecond) // the request is waiting for its token, about 1s
+	// SIGTERM only once the request waits for its token (about 3s): a
+	// fixed sleep raced a slow start of the request on a busy machine.
+	for deadline := time.Now().Add(2500 * time.Millisecond); ; time.Sleep(10 * time.Millisecond) {
+		if _, m := p.get(t, "/metrics"); strings.Contains(m["text"].(string), "\nsluice_waiting_callers 1\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the consume is not waiting 2.5s after it was sent; the test cannot check the drain")
+		}
+	}
 	if err := p.stop(t, syscall.SIGTERM); err != nil {
 		t.Errorf("sluice serve after SIGTERM exited with %v, want 0\nstderr:\n%s", err, p.stderr)
 	}

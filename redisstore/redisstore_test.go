@@ -43,6 +43,25 @@ func cluster(t *testing.T) *redis.ClusterClient {
 	return c
 }
 
+// sentinel returns a client of the shared Redis behind Sentinel, which
+// finds the master through the Sentinel.
+func sentinel(t *testing.T) *redis.Client {
+	t.Helper()
+	return failoverClient(t, testserver.SharedRedisSentinel(t))
+}
+
+// failoverClient returns a Sentinel-aware client for a testserver URL,
+// "redis+sentinel://HOST:PORT/MASTER".
+func failoverClient(t *testing.T, url string) *redis.Client {
+	t.Helper()
+	addr, master, _ := strings.Cut(strings.TrimPrefix(url, "redis+sentinel://"), "/")
+	// No retries, as storeurl opens it: a compare-and-set re-sent after
+	// a lost reply could count twice.
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: []string{addr}, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // clients are the kinds of client every store test runs with.
 var clients = []struct {
 	name string
@@ -50,6 +69,7 @@ var clients = []struct {
 }{
 	{"standalone", func(t *testing.T) redis.UniversalClient { return standalone(t) }},
 	{"cluster", func(t *testing.T) redis.UniversalClient { return cluster(t) }},
+	{"sentinel", func(t *testing.T) redis.UniversalClient { return sentinel(t) }},
 }
 
 var (
@@ -655,4 +675,80 @@ func BenchmarkUpdate(b *testing.B) {
 			})
 		}
 	}
+}
+
+// TestSentinelFailover fails the master over under a Store that keeps
+// counting. Every failed update is typed, updates succeed again on the
+// new master, and the count keeps what the replica had before the
+// failover and every update acknowledged after the old master turned
+// replica. Updates acknowledged by the old master in the moment between
+// the two may be lost: Redis replicates asynchronously (docs/stores.md).
+func TestSentinelFailover(t *testing.T) {
+	url := testserver.RedisSentinel(t)
+	c := failoverClient(t, url)
+	s := newStore(t, c)
+	ctx := context.Background()
+	const before = 50
+	for range before {
+		mustUpdate(t, s, "k", increment)
+	}
+	if err := c.Do(ctx, "WAIT", 1, 5000).Err(); err != nil { // the replica has all 50
+		t.Fatalf("WAIT: %v", err)
+	}
+	addr, master, _ := strings.Cut(strings.TrimPrefix(url, "redis+sentinel://"), "/")
+	sc := redis.NewSentinelClient(&redis.Options{Addr: addr})
+	defer sc.Close()
+	old, err := sc.GetMasterAddrByName(ctx, master).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldMaster := redis.NewClient(&redis.Options{Addr: net.JoinHostPort(old[0], old[1])})
+	defer oldMaster.Close()
+	if err := sc.Failover(ctx, master).Err(); err != nil {
+		t.Fatalf("SENTINEL FAILOVER: %v", err)
+	}
+
+	// demoted reports whether the old master is a replica now, so that
+	// it refuses writes and every success from then on is the new
+	// master's.
+	demoted := func() bool {
+		role, err := oldMaster.Do(ctx, "ROLE").Slice()
+		return err == nil && len(role) > 0 && role[0] == "slave"
+	}
+	var succeeded, indeterminate, after int
+	for deadline := time.Now().Add(30 * time.Second); after < 20; {
+		if time.Now().After(deadline) {
+			t.Fatalf("30s after SENTINEL FAILOVER: %d updates succeeded, %d of them after the old master turned replica; want 20 of those", succeeded, after)
+		}
+		isDemoted := demoted()
+		uctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := s.Update(uctx, "k", increment)
+		cancel()
+		switch {
+		case err == nil:
+			succeeded++
+			if isDemoted {
+				after++
+			}
+		case errors.Is(err, driver.ErrIndeterminate):
+			indeterminate++
+		case errors.Is(err, driver.ErrUnavailable), errors.Is(err, driver.ErrConflict):
+		default:
+			t.Fatalf("Update during failover = %v, want nil or a driver error", err)
+		}
+		if err != nil {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	now, err := sc.GetMasterAddrByName(ctx, master).Result()
+	if err != nil || now[1] == old[1] {
+		t.Fatalf("Sentinel's master after failover = %v, %v; want other than %v", now, err, old)
+	}
+	n, _ := strconv.Atoi(stored(t, c, "k"))
+	if n < before+after || n > before+succeeded+indeterminate {
+		t.Errorf("count after failover = %d, want from %d (the replica's %d plus %d acknowledged by the new master) to %d (plus all %d successes and %d indeterminate)",
+			n, before+after, before, after, before+succeeded+indeterminate, succeeded, indeterminate)
+	}
+	t.Logf("failover: %d updates succeeded (%d after the old master turned replica), %d indeterminate; count %d, so %d acknowledged updates were lost",
+		succeeded, after, indeterminate, n, before+succeeded-n)
 }

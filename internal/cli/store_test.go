@@ -26,13 +26,14 @@ func storeURLs(t *testing.T) map[string]string {
 	mysqlDSN := testserver.SharedMariaDB(t) // root@tcp(127.0.0.1:PORT)/sluice
 	hostPort := strings.TrimSuffix(strings.TrimPrefix(mysqlDSN, "root@tcp("), ")/sluice")
 	return map[string]string{
-		"mem":           "mem://",
-		"redis":         testserver.SharedRedis(t),
-		"redis+cluster": "redis+cluster://" + strings.Join(testserver.SharedRedisCluster(t), ","),
-		"postgres":      testserver.SharedPostgres(t),
-		"postgres-sfu":  addQuery(testserver.SharedPostgres(t), "strategy=select_for_update&table=sluice_sfu"),
-		"postgres-lock": addQuery(testserver.SharedPostgres(t), "strategy=advisory_lock&table=sluice_lock"),
-		"mysql":         "mysql://root@" + hostPort + "/sluice",
+		"mem":            "mem://",
+		"redis":          testserver.SharedRedis(t),
+		"redis+cluster":  "redis+cluster://" + strings.Join(testserver.SharedRedisCluster(t), ","),
+		"redis+sentinel": testserver.SharedRedisSentinel(t),
+		"postgres":       testserver.SharedPostgres(t),
+		"postgres-sfu":   addQuery(testserver.SharedPostgres(t), "strategy=select_for_update&table=sluice_sfu"),
+		"postgres-lock":  addQuery(testserver.SharedPostgres(t), "strategy=advisory_lock&table=sluice_lock"),
+		"mysql":          "mysql://root@" + hostPort + "/sluice",
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -324,4 +325,119 @@ func (c *respConn) read() (any, error) {
 		return a, nil
 	}
 	return nil, fmt.Errorf("unknown RESP reply %q", line)
+}
+
+// SentinelMaster is the master name that StartRedisSentinel's Sentinel
+// watches.
+const SentinelMaster = "sluice"
+
+// StartRedisSentinel starts a Redis master, one replica of it and one
+// Sentinel that watches them with a quorum of 1, each on a free 127.0.0.1
+// port, and waits until the replica is in sync and the Sentinel knows it,
+// so that a failover (SENTINEL FAILOVER) can promote it. It returns
+// "redis+sentinel://127.0.0.1:PORT/" + SentinelMaster, the Sentinel's
+// address in sluice's store URL form, and stop, which kills all three and
+// removes their directory. Start-up is bounded by ctx and by one minute.
+// If redis-server is not installed, the error is a *MissingError.
+func StartRedisSentinel(ctx context.Context) (url string, stop func() error, err error) {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	bin, err := lookPath("redis-server", "redis-server")
+	if err != nil {
+		return "", nil, err
+	}
+	dir, err := tempDir("redis-sentinel")
+	if err != nil {
+		return "", nil, err
+	}
+	var stops []func() error
+	stop = func() error { return stopAll(dir, stops...) }
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	master, mport, err := startOnFreePort(ctx,
+		// Without the delay, a replica syncs at once rather than 5s later.
+		func(port int) (*process, error) { return startRedis(bin, dir, port, "--repl-diskless-sync-delay", "0") },
+		pingRedis)
+	if err != nil {
+		return "", nil, err
+	}
+	stops = append(stops, master.stop)
+	replica, _, err := startOnFreePort(ctx,
+		func(port int) (*process, error) {
+			p, err := startRedis(bin, dir, port, "--replicaof", "127.0.0.1", strconv.Itoa(mport))
+			if p != nil {
+				p.ready = "MASTER <-> REPLICA sync: Finished with success"
+			}
+			return p, err
+		},
+		pingRedis)
+	if err != nil {
+		return "", nil, err
+	}
+	stops = append(stops, replica.stop)
+	sentinel, sport, err := startOnFreePort(ctx,
+		func(port int) (*process, error) { return startSentinel(bin, dir, port, master.addr) },
+		func(ctx context.Context, addr string) error { return sentinelKnows(ctx, addr, replica.addr) })
+	if err != nil {
+		return "", nil, err
+	}
+	stops = append(stops, sentinel.stop)
+	return fmt.Sprintf("redis+sentinel://127.0.0.1:%d/%s", sport, SentinelMaster), stop, nil
+}
+
+// startSentinel launches a Sentinel on port that watches the master at
+// masterAddr. It does not wait for it.
+func startSentinel(bin, dir string, port int, masterAddr string) (*process, error) {
+	host, mport, _ := net.SplitHostPort(masterAddr)
+	// A Sentinel rewrites its config file, so each has its own.
+	conf := filepath.Join(dir, fmt.Sprintf("sentinel-%d.conf", port))
+	text := fmt.Sprintf("port %[1]d\nbind 127.0.0.1\ndir %[2]s\n"+
+		"sentinel monitor %[3]s %[4]s %[5]s 1\n"+
+		"sentinel down-after-milliseconds %[3]s 1000\n"+
+		"sentinel failover-timeout %[3]s 5000\n",
+		port, dir, SentinelMaster, host, mport)
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		return nil, fmt.Errorf("testserver: %w", err)
+	}
+	cmd := exec.Command(bin, conf, "--sentinel", "--daemonize", "no", "--logfile", "")
+	cmd.Dir = dir
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	logPath := filepath.Join(dir, fmt.Sprintf("sentinel-%d.log", port))
+	return launch(cmd, "redis-sentinel", addr, logPath, "+monitor master", nil, syscall.SIGKILL, syscall.SIGKILL)
+}
+
+// sentinelKnows reports an error unless the Sentinel at addr lists the
+// replica at replicaAddr for SentinelMaster as one it could promote: up,
+// linked to its master and recently heard from, since a Sentinel refuses
+// a failover to a replica it has no fresh INFO of.
+func sentinelKnows(ctx context.Context, addr, replicaAddr string) error {
+	c, err := dialRedis(ctx, addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	v, err := c.do("SENTINEL", "REPLICAS", SentinelMaster)
+	if err != nil {
+		return err
+	}
+	replicas, _ := v.([]any)
+	for _, r := range replicas {
+		fields, _ := r.([]any)
+		f := make(map[any]any, len(fields)/2)
+		for i := 0; i+1 < len(fields); i += 2 {
+			f[fields[i]] = fields[i+1]
+		}
+		if f["name"] != replicaAddr {
+			continue
+		}
+		refresh, _ := strconv.Atoi(fmt.Sprint(f["info-refresh"]))
+		if f["flags"] == "slave" && f["master-link-status"] == "ok" && refresh < 5000 {
+			return nil
+		}
+		return fmt.Errorf("Sentinel sees replica %s as %v, want it up and synced", replicaAddr, f)
+	}
+	return fmt.Errorf("SENTINEL REPLICAS %s = %v, want %s in it", SentinelMaster, replicas, replicaAddr)
 }

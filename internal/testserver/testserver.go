@@ -370,6 +370,15 @@ func RedisCluster(tb testing.TB) []string {
 	return forTest(tb, "redis cluster", StartRedisCluster)
 }
 
+// RedisSentinel starts a Redis master, a replica and a Sentinel for tb
+// (see StartRedisSentinel), stops them when tb ends and returns the
+// store URL "redis+sentinel://127.0.0.1:PORT/sluice". The test is skipped
+// if redis-server is not installed, or fails if CI is "true".
+func RedisSentinel(tb testing.TB) string {
+	tb.Helper()
+	return forTest(tb, "redis sentinel", StartRedisSentinel)
+}
+
 // Postgres starts a PostgreSQL server for tb, stops it when tb ends and
 // returns its URL,
 // "postgres://postgres@127.0.0.1:PORT/postgres?sslmode=disable". The test
@@ -459,6 +468,7 @@ func (s *shared[T]) get(tb testing.TB, kind string, start func(context.Context) 
 var (
 	sharedRedis        shared[string]
 	sharedRedisCluster shared[[]string]
+	sharedSentinel     shared[string]
 	sharedPostgres     shared[string]
 	sharedMariaDB      shared[string]
 )
@@ -477,6 +487,14 @@ func SharedRedis(tb testing.TB) string {
 func SharedRedisCluster(tb testing.TB) []string {
 	tb.Helper()
 	return sharedRedisCluster.get(tb, "redis cluster", StartRedisCluster)
+}
+
+// SharedRedisSentinel is RedisSentinel, but the servers are started once
+// per test binary and stopped by Main, which must be running the tests.
+// Tests that share them must not fail the master over.
+func SharedRedisSentinel(tb testing.TB) string {
+	tb.Helper()
+	return sharedSentinel.get(tb, "redis sentinel", StartRedisSentinel)
 }
 
 // SharedPostgres is Postgres, but the server is started once per test

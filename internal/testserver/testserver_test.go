@@ -146,6 +146,63 @@ func TestRedisCluster(t *testing.T) {
 	}
 }
 
+// TestRedisSentinel starts a master, a replica and a Sentinel, fails the
+// master over and checks that the Sentinel names the replica as master
+// and that the replica has what was written to the master.
+func TestRedisSentinel(t *testing.T) {
+	t.Parallel()
+	var sentinel string
+	t.Run("up", func(t *testing.T) {
+		url := RedisSentinel(t)
+		const prefix = "redis+sentinel://"
+		if !strings.HasPrefix(url, prefix) || !strings.HasSuffix(url, "/"+SentinelMaster) {
+			t.Fatalf("RedisSentinel = %q, want %s127.0.0.1:PORT/%s", url, prefix, SentinelMaster)
+		}
+		sentinel = strings.TrimSuffix(strings.TrimPrefix(url, prefix), "/"+SentinelMaster)
+		c, err := dialRedis(t.Context(), sentinel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		masterAddr := func() string {
+			v, err := c.do("SENTINEL", "GET-MASTER-ADDR-BY-NAME", SentinelMaster)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hp, _ := v.([]any)
+			if len(hp) != 2 {
+				t.Fatalf("GET-MASTER-ADDR-BY-NAME = %v", v)
+			}
+			return net.JoinHostPort(hp[0].(string), hp[1].(string))
+		}
+		old := masterAddr()
+		if err := redisCommands(t.Context(), old, []string{"SET", "k", "v"}, []string{"WAIT", "1", "5000"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.do("SENTINEL", "FAILOVER", SentinelMaster); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for masterAddr() == old {
+			if time.Now().After(deadline) {
+				t.Fatalf("master still %s 20s after SENTINEL FAILOVER", old)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		m, err := dialRedis(t.Context(), masterAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		if v, err := m.do("GET", "k"); err != nil || v != "v" {
+			t.Errorf("GET k on the new master = %v, %v; want v", v, err)
+		}
+	})
+	if sentinel != "" {
+		assertFree(t, sentinel)
+	}
+}
+
 func TestShared(t *testing.T) {
 	t.Parallel()
 	a, b := SharedRedis(t), SharedRedis(t)

@@ -437,7 +437,7 @@ func sentinelKnows(ctx context.Context, addr, replicaAddr string) error {
 		if f["flags"] == "slave" && f["master-link-status"] == "ok" && refresh < 5000 {
 			return nil
 		}
-		return fmt.Errorf("Sentinel sees replica %s as %v, want it up and synced", replicaAddr, f)
+		return fmt.Errorf("the Sentinel sees replica %s as %v, want it up and synced", replicaAddr, f)
 	}
 	return fmt.Errorf("SENTINEL REPLICAS %s = %v, want %s in it", SentinelMaster, replicas, replicaAddr)
 }

@@ -58,6 +58,26 @@ func (r Refill) Tokens() int64 { return r.tokens }
 // Period is the refill period.
 func (r Refill) Period() time.Duration { return r.period }
 
+// String returns the refill as a config file writes it, with its tokens
+// and period: "greedy(10 per 1s)", "intervally(100 per 1h0m0s)",
+// "intervally_aligned(100 per 1h0m0s, first 2026-01-01T00:00:00Z,
+// adaptive)".
+func (r Refill) String() string {
+	switch r.kind {
+	case greedy:
+		return fmt.Sprintf("greedy(%d per %v)", r.tokens, r.period)
+	case intervally:
+		return fmt.Sprintf("intervally(%d per %v)", r.tokens, r.period)
+	case intervallyAligned:
+		s := fmt.Sprintf("intervally_aligned(%d per %v, first %s", r.tokens, r.period, r.firstRefill.UTC().Format(time.RFC3339Nano))
+		if r.adaptive {
+			s += ", adaptive"
+		}
+		return s + ")"
+	}
+	return "invalid refill"
+}
+
 // Bandwidth is one limit of a bucket: a capacity and a refill. A bucket may
 // have several; a call consumes from all of them or from none.
 //
@@ -81,6 +101,20 @@ func Limit(capacity int64, refill Refill) Bandwidth {
 // them per period: Limit(capacity, Greedy(capacity, period)).
 func Simple(capacity int64, period time.Duration) Bandwidth {
 	return Limit(capacity, Greedy(capacity, period))
+}
+
+// String returns the bandwidth's capacity and refill, then its initial
+// tokens and ID when it has them: "capacity=10 greedy(10 per 1s)",
+// "capacity=1000 intervally(1000 per 1h0m0s) initial=0 id=hour".
+func (b Bandwidth) String() string {
+	s := fmt.Sprintf("capacity=%d %v", b.capacity, b.refill)
+	if b.hasInitial {
+		s += fmt.Sprintf(" initial=%d", b.initial)
+	}
+	if b.id != "" {
+		s += " id=" + b.id
+	}
+	return s
 }
 
 // WithInitialTokens returns b starting with n tokens instead of a full

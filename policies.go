@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/compound"
@@ -270,11 +271,27 @@ func policyConfigError(name string, err error) error {
 	return &out
 }
 
+// bucketName names a bucket policy by its bandwidths, so that two
+// configurations differ in name when they differ in limits: the server
+// keeps a limiter's statistics across a reload when its name is the same.
+func bucketName(cfg Config) string {
+	var b strings.Builder
+	b.WriteString("bucket(")
+	for i, bw := range cfg.Bandwidths {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(bw.String())
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
 // BucketPolicy applies a whole Bucket4j configuration, one or more
 // bandwidths, to each key. For one bandwidth prefer TokenBucket or
 // LeakyBucket, whose state per key is smaller.
 func BucketPolicy(cfg Config) Policy {
-	p := machinePolicy[tokenbucket.State, tokenbucket.Multi]{name: fmt.Sprintf("bucket(%d bandwidths)", len(cfg.Bandwidths))}
+	p := machinePolicy[tokenbucket.State, tokenbucket.Multi]{name: bucketName(cfg)}
 	c, err := cfg.compile()
 	if err == nil && hasAligned(c) {
 		err = &ConfigError{Rule: RuleAlignedNeedsWallClock, Bandwidth: -1,

@@ -102,7 +102,7 @@ func TestLoadGood(t *testing.T) {
 			want: map[string]string{
 				"anonymous_api":     "fixed_window(limit=100, interval=1h0m0s)",
 				"authenticated_api": "token_bucket(limit=5000, rate=500 per 15m0s)",
-				"business":          "bucket(2 bandwidths)",
+				"business":          "bucket(capacity=10000 greedy(10000 per 1h0m0s) id=business, capacity=20 greedy(20 per 1s) id=burst)",
 			},
 		},
 		{
@@ -118,13 +118,13 @@ func TestLoadGood(t *testing.T) {
 				"shaper":  "shaper(",
 				"open":    "no_limit",
 				"both":    "compound(",
-				"bucket":  "bucket(2 bandwidths)",
+				"bucket":  "bucket(capacity=1000 greedy(1000 per 1h0m0s) id=hourly, capacity=10 intervally(10 per 1s) initial=0)",
 			},
 		},
 		{
 			file:  "aligned",
 			order: []string{"hourly"},
-			want:  map[string]string{"hourly": "bucket(2 bandwidths)"},
+			want:  map[string]string{"hourly": "bucket(capacity=3600 intervally_aligned(3600 per 1h0m0s, first 2024-01-01T00:00:00Z, adaptive) id=hour, capacity=10 greedy(10 per 1s))"},
 		},
 		{
 			file:  "references",

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/config"
 )
 
@@ -65,8 +66,8 @@ type Slice struct {
 	Start              time.Duration
 	Accepted, Rejected int64
 	// Level is the tokens a request could still take at the end of the
-	// slice (Result.Remaining of a probe): the bucket's level or the
-	// window's room.
+	// slice (one more than Result.Remaining of an admitted probe of 1):
+	// the bucket's level or the window's room.
 	Level int64
 }
 
@@ -138,7 +139,12 @@ func Run(name string, p sluice.Policy, arrivals []int64, o Options) (*Report, er
 			if err != nil {
 				return err
 			}
+			// Remaining is what the probe's request would leave; the
+			// level is what there was before it took its 1.
 			r.Slices[next].Level = res.Remaining
+			if res.Allowed {
+				r.Slices[next].Level = policy.SatAdd(res.Remaining, 1) // no_limit's is MaxInt64
+			}
 			r.Limit = res.Limit
 		}
 		return nil

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // Options are the settings of one simulation.

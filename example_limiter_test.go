@@ -14,6 +14,30 @@ import (
 // that their output is fixed; a real limiter leaves out WithClock and
 // WithSleeper. docs/policies.md quotes their numbers.
 
+// An aligned fixed window opens on the clock's grid: the first hit at
+// 12:00:40 finds the window 12:00:00 to 12:01:00 open, with 20s left, and
+// every key's window turns over at 12:01:00.
+func ExampleAlignedFixedWindow() {
+	clock := sluice.NewFakeClock(time.Date(2026, 1, 1, 12, 0, 40, 0, time.UTC).UnixNano())
+	l, err := sluice.NewLimiter(sluice.AlignedFixedWindow(3, time.Minute), sluice.WithClock(clock))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	r, _ := l.Allow(ctx, "user-1")
+	fmt.Println(r.Allowed, r.Remaining, r.ResetAfter)
+	l.AllowN(ctx, "user-1", 2)
+	r, _ = l.Allow(ctx, "user-1")
+	fmt.Println(r.Allowed, r.RetryAfter)
+	clock.Advance(20 * time.Second)
+	r, _ = l.Allow(ctx, "user-1")
+	fmt.Println(r.Allowed, r.Remaining, r.ResetAfter)
+	// Output:
+	// true 2 20s
+	// false 20s
+	// true 2 1m0s
+}
+
 // A fixed window lets up to twice its limit through around a boundary: the
 // window opened by the first hit ends at 1m, and a new one opens at once.
 func ExampleFixedWindow() {

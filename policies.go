@@ -102,6 +102,20 @@ func FixedWindow(limit int64, interval time.Duration) Policy {
 	}
 }
 
+// AlignedFixedWindow is FixedWindow on the clock's grid: windows open at
+// the multiples of interval since the Unix epoch (a per-minute window at
+// each minute's :00), not at a key's first hit, as envoyproxy/ratelimit's
+// windows do. Every key's window ends at the same time, so clients that
+// all wait for it come back together. On the default MonotonicClock the
+// grid is that of the clock's first reading of the system time.
+func AlignedFixedWindow(limit int64, interval time.Duration) Policy {
+	return machinePolicy[fixedwindow.State, fixedwindow.Config]{
+		name: fmt.Sprintf("fixed_window(limit=%d, interval=%v, aligned)", limit, interval),
+		m:    fixedwindow.Config{Limit: limit, Interval: int64(interval), Aligned: true},
+		err:  checkLimit("fixed_window", limit, interval),
+	}
+}
+
 // SlidingWindow is the sliding window counter, as in Symfony: a key's
 // count is its hits in the current window of interval plus the hits of the
 // previous window weighted by the part of it still inside the sliding

@@ -18,6 +18,7 @@ import (
 func storePolicies() []sluice.Policy {
 	return []sluice.Policy{
 		sluice.FixedWindow(10, time.Second),
+		sluice.AlignedFixedWindow(10, time.Second),
 		sluice.SlidingWindow(10, time.Second),
 		sluice.SlidingLog(5, time.Second),
 		sluice.TokenBucket(10, 2, time.Second),

@@ -23,10 +23,11 @@
 // # Policies
 //
 // Every limiter is a mapping with a policy key; the other keys depend on
-// the policy, and all of them are required:
+// the policy, and all of them are required except fixed_window's aligned:
 //
 //	policy          keys                     sluice constructor
 //	fixed_window    limit, interval          FixedWindow(limit, interval)
+//	                aligned: true            AlignedFixedWindow(limit, interval)
 //	sliding_window  limit, interval          SlidingWindow(limit, interval)
 //	sliding_log     limit, interval          SlidingLog(limit, interval)
 //	token_bucket    limit, rate              TokenBucket(limit, rate.amount, rate.interval)

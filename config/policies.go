@@ -14,7 +14,8 @@ import (
 )
 
 // kinds are the policies of the format, by name, with the keys each
-// takes besides "policy", all of them required. build builds them.
+// takes besides "policy", all of them required (optional has the others).
+// build builds them.
 var kinds = map[string][]string{
 	"fixed_window":   {"limit", "interval"},
 	"sliding_window": {"limit", "interval"},
@@ -28,13 +29,28 @@ var kinds = map[string][]string{
 	"bucket":         {"limits"},
 }
 
+// optional are the keys a kind may have besides those of kinds.
+var optional = map[string][]string{
+	"fixed_window": {"aligned"},
+}
+
 // build decodes the keys of s, whose kind is known and whose keys have
 // been checked, and builds its policy; for a compound it only decodes the
 // members, which the resolver then builds.
 func (d *decoder) build(s *spec) error {
 	switch s.kind {
 	case "fixed_window":
-		return d.window(s, sluice.FixedWindow)
+		policy := sluice.FixedWindow
+		if s.m.Has("aligned") {
+			aligned, err := d.Bool(s.m.Value("aligned"))
+			if err != nil {
+				return err
+			}
+			if aligned {
+				policy = sluice.AlignedFixedWindow
+			}
+		}
+		return d.window(s, policy)
 	case "sliding_window":
 		return d.window(s, sluice.SlidingWindow)
 	case "sliding_log":
@@ -132,20 +148,24 @@ func (d *decoder) spec(path string, n *yaml.Node) (*spec, error) {
 	if !ok {
 		return nil, errorAt(ppath, pv, "unknown policy %q; known policies: %s", name, strings.Join(kindNames, ", "))
 	}
-	allowed := append([]string{"policy"}, keys...)
+	required := append([]string{"policy"}, keys...)
+	allowed := append(slices.Clone(required), optional[name]...)
 	takes := "no other key"
 	if len(keys) > 0 {
 		takes = strings.Join(keys, ", ")
 	}
+	if len(optional[name]) > 0 {
+		takes += " (and optionally " + strings.Join(optional[name], ", ") + ")"
+	}
 	unknown := func(key string) string {
-		for _, other := range kinds {
-			if slices.Contains(other, key) {
+		for kind, other := range kinds {
+			if slices.Contains(other, key) || slices.Contains(optional[kind], key) {
 				return fmt.Sprintf("key %q is not valid for policy %s, which takes %s", key, name, takes)
 			}
 		}
 		return fmt.Sprintf("unknown key %q; policy %s takes %s", key, name, takes)
 	}
-	if err := m.Check(allowed, allowed, unknown); err != nil {
+	if err := m.Check(allowed, required, unknown); err != nil {
 		return nil, err
 	}
 	s := &spec{path: path, m: m, kind: name, leaves: 1, sub: make(map[string]*yamlnode.Mapping)}

@@ -349,7 +349,7 @@ func (d *decoder) rateLimit(path string, n *yaml.Node) (sluice.Policy, bool, err
 	if rpu < 1 || rpu > math.MaxUint32 {
 		return nil, false, errorAt(rp, rn, "must be from 1 to %d, got %d", uint32(math.MaxUint32), rpu)
 	}
-	return sluice.FixedWindow(rpu, per), false, nil
+	return sluice.AlignedFixedWindow(rpu, per), false, nil
 }
 
 // errorAt locates an error at node n.

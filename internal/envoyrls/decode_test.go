@@ -165,8 +165,8 @@ func TestMatch(t *testing.T) {
 
 	inline := d.Inline()
 	want := map[string]string{
-		"envoy:edge|path=/login|user":             sluice.FixedWindow(5, time.Minute).String(),
-		"envoy:edge|authenticated=true|client_id": sluice.FixedWindow(1000, time.Hour).String(),
+		"envoy:edge|path=/login|user":             sluice.AlignedFixedWindow(5, time.Minute).String(),
+		"envoy:edge|authenticated=true|client_id": sluice.AlignedFixedWindow(1000, time.Hour).String(),
 	}
 	if len(inline) != len(want) {
 		t.Errorf("Inline() has %d limiters, want %d: %v", len(inline), len(want), inline)
@@ -221,6 +221,7 @@ func TestUnitOf(t *testing.T) {
 	}{
 		{sluice.FixedWindow(10, time.Minute), unit{2, 1}},
 		{sluice.FixedWindow(10, 15*time.Minute), unit{2, 15}},
+		{sluice.AlignedFixedWindow(10, time.Minute), unit{2, 1}},
 		{sluice.FixedWindow(10, 90*time.Second), unit{1, 90}},
 		{sluice.FixedWindow(10, 2*time.Hour), unit{3, 2}},
 		{sluice.FixedWindow(10, 48*time.Hour), unit{4, 2}},

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -402,41 +403,23 @@ var envoyUnits = []struct {
 
 // windows are the policies whose limit is a count per interval, which is
 // what Envoy's requests_per_unit means.
-var windows = []struct {
-	name string
-	make func(int64, time.Duration) sluice.Policy
-}{
-	{"fixed_window", sluice.FixedWindow},
-	{"sliding_window", sluice.SlidingWindow},
-	{"sliding_log", sluice.SlidingLog},
-}
+// windowKinds are the policies whose limit is a count per interval, which
+// Envoy's RateLimit unit can describe.
+var windowKinds = []string{"fixed_window(", "sliding_window(", "sliding_log("}
 
 // unitOf returns the unit of a window policy whose interval is a whole
 // number of seconds: the longest unit that divides it, and how many of
-// it. The policy's parameters are read back from its String, and only
-// trusted when the same constructor with them gives the same String.
+// it.
 func unitOf(p sluice.Policy) unit {
 	s := p.String()
-	for _, w := range windows {
-		args, ok := strings.CutPrefix(s, w.name+"(limit=")
-		if !ok {
-			continue
-		}
-		lim, iv, ok := strings.Cut(strings.TrimSuffix(args, ")"), ", interval=")
-		if !ok {
-			return unit{}
-		}
-		limit, err1 := strconv.ParseInt(lim, 10, 64)
-		d, err2 := time.ParseDuration(iv)
-		if err1 != nil || err2 != nil || w.make(limit, d).String() != s {
-			return unit{}
-		}
-		for _, u := range envoyUnits {
-			if n := d / u.d; d%u.d == 0 && n > 0 && n <= math.MaxUint32 {
-				return unit{unit: u.u, multiplier: uint32(n)}
-			}
-		}
+	if !slices.ContainsFunc(windowKinds, func(k string) bool { return strings.HasPrefix(s, k) }) {
 		return unit{}
+	}
+	d := sluice.Window(p)
+	for _, u := range envoyUnits {
+		if n := d / u.d; d%u.d == 0 && n > 0 && n <= math.MaxUint32 {
+			return unit{unit: u.u, multiplier: uint32(n)}
+		}
 	}
 	return unit{}
 }

@@ -1,6 +1,8 @@
 // Package fixedwindow is the fixed-window counter as a pure state machine,
 // with Symfony's semantics: a window of Interval opens at the first hit
-// (not on a calendar boundary) and lets Limit tokens through.
+// (not on a calendar boundary) and lets Limit tokens through. With
+// Aligned, windows open on the clock's grid instead, at the multiples of
+// Interval since the epoch, as envoyproxy/ratelimit's do.
 //
 // Unlike Symfony, times are exact nanoseconds (no whole-second rounding),
 // a window ends exactly at start+Interval, and reserved tokens are debt
@@ -12,6 +14,7 @@ package fixedwindow
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 
 	"github.com/sluicehq/sluice/internal/policy"
@@ -21,6 +24,9 @@ import (
 type Config struct {
 	Limit    int64
 	Interval int64
+	// Aligned opens each window at a multiple of Interval, not at the
+	// hit that finds no window open.
+	Aligned bool
 }
 
 // State is a key's window: when it opened and the tokens taken in it,
@@ -45,11 +51,12 @@ func (c Config) windowsOf(hits int64) uint64 {
 
 // roll moves s forward to the window that holds now. A window whose
 // tokens, debt included, are all spent by now is replaced by a fresh one
-// anchored at now, as Symfony anchors a window at its first hit. A clock
-// that went back stays in the current window.
+// anchored at now, as Symfony anchors a window at its first hit, or at the
+// grid point before now when aligned. A clock that went back stays in the
+// current window.
 func (c Config) roll(s *State, exists bool, now int64) {
 	if !exists {
-		*s = State{Start: now}
+		*s = State{Start: c.open(now)}
 		return
 	}
 	if now < s.Start {
@@ -61,12 +68,29 @@ func (c Config) roll(s *State, exists bool, now int64) {
 	}
 	k := d / uint64(c.Interval)
 	if k >= ceilDiv(uint64(s.Hits), uint64(c.Limit)) {
-		*s = State{Start: now}
+		*s = State{Start: c.open(now)}
 		return
 	}
 	// k < ceil(Hits/Limit), so k·Limit < Hits; and k·Interval ≤ d.
 	s.Start = int64(uint64(s.Start) + k*uint64(c.Interval))
 	s.Hits -= int64(k) * c.Limit
+}
+
+// open is the start of a fresh window that holds now: now itself, or the
+// last multiple of Interval at or before it when aligned. At the very
+// start of the time line, where that multiple is not an int64, it is now.
+func (c Config) open(now int64) int64 {
+	if !c.Aligned {
+		return now
+	}
+	off := now % c.Interval
+	if off < 0 {
+		off += c.Interval
+	}
+	if now < math.MinInt64+off {
+		return now
+	}
+	return now - off
 }
 
 // until is the time from now to the start of window j of s, clamped to

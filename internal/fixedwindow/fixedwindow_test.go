@@ -605,6 +605,7 @@ func TestTimeLineEdges(t *testing.T) {
 // before it. No Limit·window arithmetic may wrap around.
 type model struct {
 	limit, interval *big.Int
+	aligned         bool
 	exists          bool
 	start, hits     *big.Int
 }
@@ -617,7 +618,7 @@ var (
 )
 
 func newModel(c Config, s State, exists bool) *model {
-	return &model{limit: bi(c.Limit), interval: bi(c.Interval), exists: exists, start: bi(s.Start), hits: bi(s.Hits)}
+	return &model{limit: bi(c.Limit), interval: bi(c.Interval), aligned: c.Aligned, exists: exists, start: bi(s.Start), hits: bi(s.Hits)}
 }
 
 // state is the model's state as a State; it fits in int64 by
@@ -641,7 +642,7 @@ func (m *model) inWindow(hits, i *big.Int) *big.Int {
 func (m *model) current(now int64) (start, hits *big.Int) {
 	t := bi(now)
 	if !m.exists {
-		return t, new(big.Int)
+		return m.open(t), new(big.Int)
 	}
 	end := new(big.Int).Add(m.start, m.interval)
 	if t.Cmp(end) < 0 { // in the window, or before it: the clock went back
@@ -649,10 +650,24 @@ func (m *model) current(now int64) (start, hits *big.Int) {
 	}
 	k := new(big.Int).Quo(new(big.Int).Sub(t, m.start), m.interval)
 	if m.inWindow(m.hits, k).Sign() == 0 {
-		return t, new(big.Int) // every charged token was in a window gone by
+		return m.open(t), new(big.Int) // every charged token was in a window gone by
 	}
 	return new(big.Int).Add(m.start, new(big.Int).Mul(k, m.interval)),
 		new(big.Int).Sub(m.hits, new(big.Int).Mul(k, m.limit))
+}
+
+// open is the start of a fresh window at t: t, or when aligned the
+// multiple of the interval at or before t if it is an int64.
+func (m *model) open(t *big.Int) *big.Int {
+	if !m.aligned {
+		return t
+	}
+	g := new(big.Int).Div(t, m.interval) // Euclidean: rounds towards -∞ here
+	g.Mul(g, m.interval)
+	if g.Cmp(bi(math.MinInt64)) < 0 {
+		return t
+	}
+	return g
 }
 
 // dur is v as a duration: 0 below 0, Never above MaxInt64.
@@ -738,13 +753,13 @@ func (m *model) decide(now, n, maxWait int64, reserve bool) (policy.Result, bool
 }
 
 // fuzzConfig maps arbitrary integers onto a valid config; bit 0 of small
-// keeps the numbers near real sizes.
+// keeps the numbers near real sizes, bit 1 aligns the windows.
 func fuzzConfig(limit, interval int64, small uint8) Config {
 	limit, interval = limit&math.MaxInt64, interval&math.MaxInt64
 	if small&1 != 0 {
 		limit, interval = limit%20, interval%1000
 	}
-	return Config{Limit: max(limit, 1), Interval: max(interval, 1)}
+	return Config{Limit: max(limit, 1), Interval: max(interval, 1), Aligned: small&2 != 0}
 }
 
 // fuzzStepLen is the length of one step: kind, time, tokens, maxWait.
@@ -773,6 +788,11 @@ func FuzzDecisions(f *testing.F) {
 		fuzzSteps([4]int64{0, sec, 1, 0}, [4]int64{4, 0, math.MaxInt64, never}))
 	f.Add(int64(2), int64(60*sec), uint8(0), int64(math.MinInt64), int64(2), true,
 		fuzzSteps([4]int64{1, 0, 1, 0}, [4]int64{1, math.MaxInt64 - 30*sec, 2, 0}, [4]int64{1, math.MaxInt64, 1, 0}, [4]int64{5, -1, 1, never}))
+	f.Add(int64(3), int64(60*sec), uint8(2), int64(0), int64(0), false,
+		fuzzSteps([4]int64{1, t0 + 7*sec, 3, 0}, [4]int64{0, 15 * sec, 1, 0}, [4]int64{4, 0, 1, 45 * sec},
+			[4]int64{0, 60 * sec, 2, 0}, [4]int64{0, -90 * sec, 1, 0}, [4]int64{0, 400 * sec, 3, 0}))
+	f.Add(int64(2), int64(7), uint8(3), int64(0), int64(0), false,
+		fuzzSteps([4]int64{1, -10, 1, 0}, [4]int64{0, 3, 2, 0}, [4]int64{4, 0, 2, 20}, [4]int64{1, math.MinInt64 + 3, 1, 0}))
 	f.Add(int64(1), int64(1), uint8(0), int64(math.MinInt64), int64(0), false,
 		fuzzSteps([4]int64{5, math.MinInt64, 1, never}, [4]int64{4, 0, 1, never}, [4]int64{0, 1, 1, 0}, [4]int64{2, 1, 1, 0}))
 	f.Fuzz(func(t *testing.T, limit, interval int64, small uint8, start, hits int64, exists bool, ops []byte) {
@@ -974,4 +994,27 @@ func FuzzDecodeState(f *testing.F) {
 			checkStep(t, c, newModel(c, r, true), &r, &exists, opReserve, s.Start, n, never)
 		}
 	})
+}
+
+// TestAligned: aligned windows open on the grid of multiples of the
+// interval, whichever hit finds none open. t0 is 20s past a multiple of a
+// minute (1,700,000,000 = 28,333,333·60 + 20).
+func TestAligned(t *testing.T) {
+	c := Config{Limit: 3, Interval: 60 * sec, Aligned: true}
+	s := run(t, c, State{}, false, t0, []step{
+		consume(0, 1, allowed(3, 2, 40*sec)),                       // the window [t0-20s, t0+40s)
+		consume(39*sec, 2, allowed(3, 0, 1*sec)),                   // full 1s before its end
+		consume(39*sec+500*ms, 1, rejected(3, 0, 500*ms, 500*ms)),  // the next window opens at t0+40s
+		consume(40*sec, 1, allowed(3, 2, 60*sec)),                  // on the grid, not at its own time
+		consume(200*sec, 1, allowed(3, 2, 20*sec)),                 // after a gap: the window [t0+160s, t0+220s)
+		reserve(201*sec, 3, 19*sec, granted(3, 0, 79*sec, 19*sec)), // the next grid window, whole
+	})
+	if want := (State{Start: t0 + 160*sec, Hits: 6}); s != want { // the room left at 201s is spent
+		t.Errorf("state = %+v, want %+v", s, want)
+	}
+	// Before the epoch the grid still runs through multiples of the
+	// interval: -90s opens the window [-120s, -60s).
+	run(t, c, State{}, false, 0, []step{consume(-90*sec, 1, allowed(3, 2, 30*sec))})
+	// Where the multiple is not an int64, the window opens at the hit.
+	run(t, c, State{}, false, math.MinInt64, []step{consume(1, 1, allowed(3, 2, 60*sec))})
 }

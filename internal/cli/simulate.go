@@ -25,11 +25,13 @@ A traffic SPEC is clauses separated by ";":
 	burst N at T                          N at once, e.g. burst 50 at 2s
 	ramp RATE to RATE [from T to T]       e.g. ramp 0/s to 100/s from 0s to 30s
 	poisson RATE [seed N] [from T to T]   random arrivals, e.g. poisson 20/s seed 7
-	replay FILE [column C]                a timestamp per line, or column C of a CSV
+	replay FILE [column C]                a timestamp or access log line per line, or column C of a CSV
 
 A RATE is N/DURATION (20/s, 100/1m, 5/100ms); T is an offset from the start
 (2s, 1m30s). Replayed timestamps are RFC 3339 times, Unix seconds (with a
-fraction) or offsets; C is a column number from 1 or a header name.
+fraction) or offsets; a line may also be an nginx or Apache access log line
+(Common Log Format), whose requests of one second are spread over it. C is
+a column number from 1 or a header name.
 
 Without -config it runs the limiters of sluice serve's built-in example.
 

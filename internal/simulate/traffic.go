@@ -10,6 +10,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,15 +65,18 @@ const MaxRequests = 50_000_000
 //	burst N at T                      N arrivals at the same instant
 //	ramp RATE to RATE [from T to T]   a rate changing linearly
 //	poisson RATE [seed N] [from T to T]   random arrivals at a mean rate
-//	replay FILE [column C]            one timestamp per line, or column C of a CSV file
+//	replay FILE [column C]            one timestamp or access log line per line, or column C of a CSV file
 //
 // A RATE is a count per duration: "20/s", "100/1m", "5 per 100ms". Times are
 // offsets from the start ("2s", "1m30s", "90 seconds"). Without from and to,
 // a clause runs for the whole simulation. A replayed file holds offsets
 // ("1.5s"), Unix times in seconds with an optional fraction
 // ("1700000000.25") or RFC 3339 times; they are taken relative to the
-// earliest one. C is a 1-based column number or the name of a column in
-// the file's header line.
+// earliest one. A line that is not a timestamp may be an access log line
+// in Common Log Format (nginx's and Apache's default): its time, in whole
+// seconds, is read from the brackets, and the requests of one second are
+// spread evenly over it. C is a 1-based column number or the name of a
+// column in the file's header line.
 func ParseTraffic(spec string) (*Traffic, error) {
 	return parseTraffic(spec, true)
 }
@@ -460,13 +464,23 @@ func readReplay(r io.Reader, column string) (*replay, error) {
 		}
 	}
 	times := make([]int64, len(raw))
+	var whole []bool // times[i] is a whole second of an access log line
 	for i, s := range raw {
 		t, err := parseTimestamp(s)
+		if err != nil && column == "" {
+			if t, err = accessLogTime(s); err == nil {
+				if whole == nil {
+					whole = make([]bool, len(raw))
+				}
+				whole[i] = true
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w", lines[i], err)
 		}
 		times[i] = t
 	}
+	spreadSeconds(times, whole)
 	if len(times) > MaxRequests {
 		return nil, tooMany("the file", float64(len(times)))
 	}
@@ -478,6 +492,47 @@ func readReplay(r io.Reader, column string) (*replay, error) {
 		}
 	}
 	return &replay{times: times}, nil
+}
+
+// clfTime finds the time of a Common Log Format line, as nginx and
+// Apache write access logs: 127.0.0.1 - - [10/Oct/2000:13:55:36 -0700] "GET …".
+var clfTime = regexp.MustCompile(`\[(\d{2}/[A-Z][a-z]{2}/\d{4}:\d{2}:\d{2}:\d{2} [+-]\d{4})\]`)
+
+// accessLogTime reads the time of an access log line in Common Log Format.
+func accessLogTime(line string) (int64, error) {
+	m := clfTime.FindStringSubmatch(line)
+	if m == nil {
+		return 0, fmt.Errorf("%.80q is not an RFC 3339 time, Unix seconds, an offset such as 1.5s, or an access log line with a time such as [10/Oct/2000:13:55:36 -0700]", line)
+	}
+	t, err := time.Parse("02/Jan/2006:15:04:05 -0700", m[1])
+	if err != nil {
+		return 0, fmt.Errorf("access log time %q: %w", m[1], err)
+	}
+	return t.UnixNano(), nil
+}
+
+// spreadSeconds spreads the k arrivals that an access log gives the same
+// whole second evenly over that second, at i/k of it for the i-th: a log
+// of whole seconds does not say when within its second a request came,
+// and putting them all at its start would invent a burst every second.
+// whole marks those arrivals; nil marks none.
+func spreadSeconds(times []int64, whole []bool) {
+	if whole == nil {
+		return
+	}
+	count := make(map[int64]int64)
+	for i, t := range times {
+		if whole[i] {
+			count[t]++
+		}
+	}
+	seen := make(map[int64]int64, len(count))
+	for i, t := range times {
+		if whole[i] {
+			times[i] = t + seen[t]*int64(time.Second)/count[t]
+			seen[t]++
+		}
+	}
 }
 
 // parseTimestamp reads an RFC 3339 time, Unix seconds with an optional

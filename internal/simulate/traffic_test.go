@@ -49,6 +49,10 @@ func TestArrivals(t *testing.T) {
 		{"replay testdata/access.log", time.Second, ms(0, 50, 100, 100, 120, 500)},
 		{"replay testdata/access.csv column 2", time.Hour, []int64{0, 250e6, 500e6, 1e9, 1e9 + 1, 3750e6}},
 		{"replay testdata/access.csv column time", time.Hour, []int64{0, 250e6, 500e6, 1e9, 1e9 + 1, 3750e6}},
+		// nginx's combined format, whole seconds in three time zones: the
+		// three requests of 12:00:00 spread over their second, as the two
+		// of 12:00:03 do.
+		{"replay testdata/nginx.log", time.Hour, []int64{0, 333333333, 666666666, 1e9, 3e9, 3500e6}},
 	} {
 		if got := arrivals(t, tt.spec, tt.d); !slices.Equal(got, tt.want) {
 			t.Errorf("%q over %v:\n got %v\nwant %v", tt.spec, tt.d, got, tt.want)
@@ -116,6 +120,7 @@ func TestParseTrafficErrors(t *testing.T) {
 		{"replay testdata/access.csv column nope", `no column "nope"`},
 		{"replay testdata/access.csv column 9", "no column 9"},
 		{"replay testdata/limiters.yaml", "line 2: "},
+		{"replay testdata/limiters.yaml", "or an access log line with a time such as [10/Oct/2000:13:55:36 -0700]"},
 		{"steady 5/s; burst 1 at soon", `"burst 1 at soon": bad time "soon"`},
 	} {
 		_, err := ParseTraffic(tt.spec)

@@ -367,13 +367,9 @@ func StartRedisSentinel(ctx context.Context) (url string, stop func() error, err
 	stops = append(stops, master.stop)
 	replica, _, err := startOnFreePort(ctx,
 		func(port int) (*process, error) {
-			p, err := startRedis(bin, dir, port, "--replicaof", "127.0.0.1", strconv.Itoa(mport))
-			if p != nil {
-				p.ready = "MASTER <-> REPLICA sync: Finished with success"
-			}
-			return p, err
+			return startRedis(bin, dir, port, "--replicaof", "127.0.0.1", strconv.Itoa(mport))
 		},
-		pingRedis)
+		replicaSynced)
 	if err != nil {
 		return "", nil, err
 	}
@@ -386,6 +382,25 @@ func StartRedisSentinel(ctx context.Context) (url string, stop func() error, err
 	}
 	stops = append(stops, sentinel.stop)
 	return fmt.Sprintf("redis+sentinel://127.0.0.1:%d/%s", sport, SentinelMaster), stop, nil
+}
+
+// replicaSynced reports an error unless the replica at addr is linked to
+// its master and done with the first sync.
+func replicaSynced(ctx context.Context, addr string) error {
+	c, err := dialRedis(ctx, addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	v, err := c.do("INFO", "replication")
+	if err != nil {
+		return err
+	}
+	info, _ := v.(string)
+	if !strings.Contains(info, "master_link_status:up") || strings.Contains(info, "master_sync_in_progress:1") {
+		return fmt.Errorf("INFO replication = %q, want master_link_status:up and no sync in progress", info)
+	}
+	return nil
 }
 
 // startSentinel launches a Sentinel on port that watches the master at

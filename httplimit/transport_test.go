@@ -280,3 +280,31 @@ func TestNewTransportErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestTransportKey: WithKey puts two hosts of one provider under one
+// limit; without it each host has its own.
+func TestTransportKey(t *testing.T) {
+	a, b := newProvider(t, nil), newProvider(t, nil)
+	send := func(opts ...httplimit.Option) (sent int) {
+		clock := sluice.NewFakeClock(t0)
+		l := newLimiter(t, sluice.FixedWindow(2, time.Minute), sluice.WithClock(clock))
+		client := &http.Client{Transport: newTransport(t, l, append(opts, httplimit.WithMaxWait(0), httplimit.WithClock(clock))...)}
+		for _, p := range []*provider{a, b, a, b} {
+			resp, err := client.Get(p.URL)
+			if err == nil {
+				resp.Body.Close()
+				sent++
+			} else if !errors.As(err, new(*httplimit.WaitError)) {
+				t.Fatalf("Get: %v, want nil or a *WaitError", err)
+			}
+		}
+		return sent
+	}
+	if got := send(); got != 4 {
+		t.Errorf("by host: %d of 4 requests to two hosts sent, want 4 (2 each)", got)
+	}
+	sms := func(*http.Request) (string, error) { return "sms", nil }
+	if got := send(httplimit.WithKey(sms)); got != 2 {
+		t.Errorf("WithKey: %d of 4 requests sent, want 2 (one limit for both hosts)", got)
+	}
+}

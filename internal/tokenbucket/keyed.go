@@ -57,9 +57,6 @@ func (k Keyed) ExpiresAt(st State) int64 {
 	return expiresAt(k.cfg, st)
 }
 
-// Quota is the smallest capacity.
-func (k Keyed) Quota() int64 { return Multi{cfg: k.cfg}.Quota() }
-
 // Strict reports whether m refuses more tokens than its capacity as an
 // argument error.
 func (m Single) Strict() bool { return m.strict }

@@ -288,7 +288,7 @@ func TestHotKeysBounded(t *testing.T) {
 			h.add(now, "l", fmt.Sprintf("k%d-%d", i, j))
 		}
 	}
-	if n := len(h.cur) + len(h.prev); n > 2*hotCapacity {
+	if n := len(h.cur.heap) + len(h.prev); n > 2*hotCapacity {
 		t.Errorf("hot keys hold %d keys, want at most %d", n, 2*hotCapacity)
 	}
 	top := h.top(now)

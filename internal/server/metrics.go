@@ -213,9 +213,10 @@ func (s *stats) degraded(now time.Time, window time.Duration, threshold float64,
 // Counts of keys that were evicted are overestimates, by at most the
 // smallest count of the epoch. It is safe for concurrent use.
 type hotKeys struct {
-	mu        sync.Mutex
-	epoch     int64
-	cur, prev map[hotKey]int64
+	mu    sync.Mutex
+	epoch int64
+	cur   counters
+	prev  map[hotKey]int64
 }
 
 type hotKey struct{ limiter, key string }
@@ -234,7 +235,7 @@ const (
 )
 
 func newHotKeys() *hotKeys {
-	return &hotKeys{cur: make(map[hotKey]int64), prev: make(map[hotKey]int64)}
+	return &hotKeys{cur: newCounters(), prev: map[hotKey]int64{}}
 }
 
 // rotate moves to the epoch of now. It requires that h.mu is held.
@@ -244,46 +245,116 @@ func (h *hotKeys) rotate(now time.Time) {
 	case e == h.epoch:
 		return
 	case e == h.epoch+1:
-		h.prev = h.cur
+		h.prev = h.cur.counts()
 	default:
 		h.prev = map[hotKey]int64{}
 	}
-	h.cur = make(map[hotKey]int64, len(h.prev))
+	h.cur = newCounters()
 	h.epoch = e
 }
 
 // add counts a decision on key of limiter at now.
 func (h *hotKeys) add(now time.Time, limiter, key string) {
-	k := hotKey{limiter, key}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.rotate(now)
-	if _, ok := h.cur[k]; ok || len(h.cur) < hotCapacity {
-		h.cur[k]++
+	h.cur.add(hotKey{limiter, key})
+}
+
+// counters are Space-Saving's counters as a min-heap on the count, so
+// that the smallest, which a new key takes over when all are in use, is
+// found at once rather than by a scan of all of them under the lock
+// (BenchmarkHotKeys: 3.4µs a decision with the scan, on keys that mostly
+// miss).
+type counters struct {
+	heap []hotCount
+	pos  map[hotKey]int // the index of each key's counter in heap
+}
+
+type hotCount struct {
+	key hotKey
+	n   int64
+}
+
+func newCounters() counters {
+	return counters{heap: make([]hotCount, 0, hotCapacity), pos: make(map[hotKey]int, hotCapacity)}
+}
+
+func (c *counters) add(k hotKey) {
+	if i, ok := c.pos[k]; ok {
+		c.heap[i].n++
+		c.down(i)
+		return
+	}
+	if len(c.heap) < hotCapacity {
+		c.heap = append(c.heap, hotCount{k, 1})
+		c.up(len(c.heap) - 1)
 		return
 	}
 	// Space-Saving: the new key takes over the smallest counter.
-	var minKey hotKey
-	minCount := int64(-1)
-	for mk, c := range h.cur {
-		if minCount < 0 || c < minCount {
-			minKey, minCount = mk, c
+	delete(c.pos, c.heap[0].key)
+	c.heap[0].key = k
+	c.heap[0].n++
+	c.down(0)
+}
+
+// up and down move the counter at i to its place, shifting the ones on
+// the way by one level: each move writes one position to the map.
+func (c *counters) up(i int) {
+	e := c.heap[i]
+	for i > 0 {
+		p := (i - 1) / 2
+		if c.heap[p].n <= e.n {
+			break
 		}
+		c.heap[i] = c.heap[p]
+		c.pos[c.heap[i].key] = i
+		i = p
 	}
-	delete(h.cur, minKey)
-	h.cur[k] = minCount + 1
+	c.heap[i] = e
+	c.pos[e.key] = i
+}
+
+func (c *counters) down(i int) {
+	e := c.heap[i]
+	for {
+		least := 2*i + 1
+		if least >= len(c.heap) {
+			break
+		}
+		if r := least + 1; r < len(c.heap) && c.heap[r].n < c.heap[least].n {
+			least = r
+		}
+		if c.heap[least].n >= e.n {
+			break
+		}
+		c.heap[i] = c.heap[least]
+		c.pos[c.heap[i].key] = i
+		i = least
+	}
+	c.heap[i] = e
+	c.pos[e.key] = i
+}
+
+// counts returns the counts by key.
+func (c *counters) counts() map[hotKey]int64 {
+	m := make(map[hotKey]int64, len(c.heap))
+	for _, e := range c.heap {
+		m[e.key] = e.n
+	}
+	return m
 }
 
 // top returns the hotTop keys with the most decisions, most first.
 func (h *hotKeys) top(now time.Time) []HotKey {
 	h.mu.Lock()
 	h.rotate(now)
-	sum := make(map[hotKey]int64, len(h.cur)+len(h.prev))
+	sum := make(map[hotKey]int64, len(h.cur.heap)+len(h.prev))
 	for k, c := range h.prev {
 		sum[k] += c
 	}
-	for k, c := range h.cur {
-		sum[k] += c
+	for _, e := range h.cur.heap {
+		sum[e.key] += e.n
 	}
 	h.mu.Unlock()
 	out := make([]HotKey, 0, len(sum))

@@ -13,7 +13,8 @@ import (
 )
 
 const simulateDoc = `Simulate runs limiters of a config file against a traffic pattern on a fake
-clock, instantly and deterministically, with every request on one key. It
+clock, instantly and deterministically, with every request on one key
+unless a replayed file names keys (key K below). It
 prints how many requests each limiter accepted and rejected in every time
 slice, the tokens left at the end of each slice, the busiest window of the
 limit's own length (the real burst a client can get through), and with
@@ -25,13 +26,15 @@ A traffic SPEC is clauses separated by ";":
 	burst N at T                          N at once, e.g. burst 50 at 2s
 	ramp RATE to RATE [from T to T]       e.g. ramp 0/s to 100/s from 0s to 30s
 	poisson RATE [seed N] [from T to T]   random arrivals, e.g. poisson 20/s seed 7
-	replay FILE [column C]                a timestamp or access log line per line, or column C of a CSV
+	replay FILE [column C] [key K]        a timestamp or access log line per line, or column C of a CSV
 
 A RATE is N/DURATION (20/s, 100/1m, 5/100ms); T is an offset from the start
 (2s, 1m30s). Replayed timestamps are RFC 3339 times, Unix seconds (with a
 fraction) or offsets; a line may also be an nginx or Apache access log line
 (Common Log Format), whose requests of one second are spread over it. C is
-a column number from 1 or a header name.
+a column number from 1 or a header name. With key K each request is on its
+own key: field K of its line (key 1 is an access log's client address) or
+column K of the CSV; the level shown is then the busiest key's.
 
 Without -config it runs the limiters of sluice serve's built-in example.
 

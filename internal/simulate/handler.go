@@ -53,7 +53,7 @@ func Handler(lookup func(name string) (sluice.Policy, bool)) http.Handler {
 		}
 		var rep *Report
 		if err == nil {
-			rep, err = Run(name, p, arrivals, o)
+			rep, err = Run(name, p, &Requests{Times: arrivals}, o)
 		}
 		var b bytes.Buffer
 		if err == nil {

@@ -5,7 +5,8 @@
 //
 // A simulation is deterministic and instant: the limiter is a real
 // sluice.Limiter on a clock that jumps from one arrival to the next, with
-// every request on one key.
+// every request on one key, or on its own key when a replayed file names
+// keys.
 package simulate
 
 import (
@@ -48,6 +49,11 @@ type Report struct {
 	Duration, Slice, Window time.Duration
 
 	Requests, Accepted, Rejected int64
+	// Keys is the number of keys the requests were on; LevelKey is the
+	// one with the most requests, whose level the slices report, or ""
+	// when there is one key.
+	Keys     int
+	LevelKey string
 	// Late counts admitted requests that wait past the end of the
 	// simulation; the slices leave them out.
 	Late   int64
@@ -76,6 +82,7 @@ type Slice struct {
 type Worst struct {
 	Start time.Duration
 	Count int64
+	Key   string // the key it was on, when there are several
 }
 
 // Waits summarises the delays of admitted requests: the mean and
@@ -92,12 +99,28 @@ type clock struct{ now int64 }
 func (c *clock) Now() int64        { return c.now }
 func (c *clock) IsWallClock() bool { return false }
 
-// key is the one key every simulated request uses.
-const key = "k"
+// oneKey is the key of requests that name none.
+const oneKey = "k"
 
-// Run runs p against the sorted arrivals (nanoseconds from the start, as
-// Traffic.Arrivals returns them).
-func Run(name string, p sluice.Policy, arrivals []int64, o Options) (*Report, error) {
+// keyOf names the limiter key of request i of rq.
+func keyOf(rq *Requests, i int) string {
+	if rq.Keys == nil {
+		return oneKey
+	}
+	return rq.name(rq.Keys[i])
+}
+
+// name is the limiter key of key index k.
+func (rq *Requests) name(k uint32) string {
+	if rq.Names[k] == "" {
+		return oneKey
+	}
+	return rq.Names[k]
+}
+
+// Run runs p against the requests, whose times are sorted nanoseconds from
+// the start, as Traffic.Requests returns them.
+func Run(name string, p sluice.Policy, rq *Requests, o Options) (*Report, error) {
 	if o.Duration <= 0 {
 		return nil, fmt.Errorf("simulate: the duration must be positive, got %v", o.Duration)
 	}
@@ -129,13 +152,42 @@ func Run(name string, p sluice.Policy, arrivals []int64, o Options) (*Report, er
 		r.Slices[i].Start = time.Duration(i) * o.Slice
 	}
 	ctx := context.Background()
-	admitted := make([]int64, 0, len(arrivals)) // departure times
+	arrivals := rq.Times
+	// The level is the busiest key's; the worst window is the worst of
+	// any key's, so departures are kept by key.
+	levelKey := oneKey
+	var keyIdx []uint32 // by request: 0 when there is one key
+	if rq.Keys != nil {
+		counts := make([]int64, len(rq.Names))
+		for i, t := range arrivals {
+			if t >= 0 && t < int64(o.Duration) {
+				counts[rq.Keys[i]]++
+			}
+		}
+		busiest := 0
+		for k, n := range counts {
+			if n > 0 {
+				r.Keys++
+			}
+			if n > counts[busiest] {
+				busiest = k
+			}
+		}
+		keyIdx = rq.Keys
+		levelKey = rq.name(uint32(busiest))
+		if r.Keys > 1 {
+			r.LevelKey = levelKey
+		}
+	} else if len(arrivals) > 0 {
+		r.Keys = 1
+	}
+	admitted := make(map[uint32][]int64) // departure times by key
 	var delays []int64
 	next := 0 // the next slice whose level is still to be read
 	level := func(upto int) error {
 		for ; next < upto; next++ {
 			c.now = min(int64(r.Slices[next].Start+o.Slice), int64(o.Duration)) - 1
-			res, err := l.Peek(ctx, key, 1)
+			res, err := l.Peek(ctx, levelKey, 1)
 			if err != nil {
 				return err
 			}
@@ -149,10 +201,11 @@ func Run(name string, p sluice.Policy, arrivals []int64, o Options) (*Report, er
 		}
 		return nil
 	}
-	for _, t := range arrivals {
+	for i, t := range arrivals {
 		if t < 0 || t >= int64(o.Duration) {
 			continue
 		}
+		key := keyOf(rq, i)
 		s := int(t / int64(o.Slice))
 		if err := level(s); err != nil {
 			return nil, err
@@ -188,7 +241,11 @@ func Run(name string, p sluice.Policy, arrivals []int64, o Options) (*Report, er
 		} else {
 			r.Slices[leave/int64(o.Slice)].Accepted++
 		}
-		admitted = append(admitted, leave)
+		var k uint32
+		if keyIdx != nil {
+			k = keyIdx[i]
+		}
+		admitted[k] = append(admitted[k], leave)
 		if o.MaxWait > 0 {
 			delays = append(delays, int64(delay))
 		}
@@ -196,7 +253,18 @@ func Run(name string, p sluice.Policy, arrivals []int64, o Options) (*Report, er
 	if err := level(len(r.Slices)); err != nil {
 		return nil, err
 	}
-	r.Worst = worst(admitted, int64(o.Window))
+	for k, times := range admitted {
+		w := worst(times, int64(o.Window))
+		if r.Keys > 1 {
+			w.Key = rq.name(k)
+		}
+		// Ties go to the earliest window, then the first key by name, so
+		// that a report does not depend on the map's order.
+		if w.Count > r.Worst.Count || w.Count == r.Worst.Count &&
+			(w.Start < r.Worst.Start || w.Start == r.Worst.Start && w.Key < r.Worst.Key) {
+			r.Worst = w
+		}
+	}
 	r.Waits = summarise(delays)
 	return r, nil
 }
@@ -298,7 +366,7 @@ func Limiters(f *config.File, names []string, t *Traffic, o Options) ([]*Report,
 	if o.Duration == 0 {
 		o.Duration = DefaultDuration(t)
 	}
-	arrivals, err := t.Arrivals(o.Duration)
+	rq, err := t.Requests(o.Duration)
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +376,7 @@ func Limiters(f *config.File, names []string, t *Traffic, o Options) ([]*Report,
 		if !ok {
 			return nil, &UnknownLimiterError{Name: name, Known: f.Order}
 		}
-		r, err := Run(name, l.Policy, arrivals, o)
+		r, err := Run(name, l.Policy, rq, o)
 		if err != nil {
 			return nil, err
 		}

@@ -59,6 +59,7 @@ func TestGolden(t *testing.T) {
 		{"poisson", all, "poisson 12/s seed 7", Options{Duration: 5 * time.Second, Slice: 500 * time.Millisecond}},
 		{"replay", []string{"fixed", "bucket"}, "replay testdata/access.log", Options{Duration: 4 * time.Second, Slice: 500 * time.Millisecond}},
 		{"replay-csv", []string{"sliding", "gcra"}, "replay testdata/access.csv column time", Options{Duration: 4 * time.Second, Slice: 500 * time.Millisecond}},
+		{"replay-keys", []string{"pair", "gcra"}, "replay testdata/access.csv column time key ip", Options{Duration: 4 * time.Second, Slice: 500 * time.Millisecond}},
 		{"shaper", []string{"shaper"}, "burst 10 at 0s; steady 20/s from 1s to 2s", Options{Duration: 3 * time.Second, Slice: 250 * time.Millisecond, MaxWait: 10 * time.Second}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,6 +82,24 @@ func TestGolden(t *testing.T) {
 				t.Errorf("%s differs from %s (go test -update rewrites it):\n%s", tt.name, golden, got)
 			}
 		})
+	}
+}
+
+// TestKeyedReplay: with key, each client of a log has its own limit,
+// which one key would have shared among them.
+func TestKeyedReplay(t *testing.T) {
+	o := Options{Duration: 4 * time.Second}
+	one := simulate(t, []string{"pair"}, "replay testdata/access.csv column time", o)[0]
+	if one.Accepted != 5 || one.Rejected != 1 || one.Keys != 1 || one.LevelKey != "" || one.Worst.Key != "" {
+		t.Errorf("one key: %+v, want 5 accepted and 1 rejected on one key", one)
+	}
+	keyed := simulate(t, []string{"pair"}, "replay testdata/access.csv column time key ip", o)[0]
+	// 10.0.0.1 at 0, 500ms and 3.75s; 10.0.0.2 at 250ms; 10.0.0.3 twice
+	// at 1s: nobody passes 2 a second.
+	want := Worst{Start: 0, Count: 2, Key: "10.0.0.1"} // ties with 10.0.0.3's at 1s; the earlier wins
+	if keyed.Accepted != 6 || keyed.Rejected != 0 || keyed.Keys != 3 || keyed.LevelKey != "10.0.0.1" || keyed.Worst != want {
+		t.Errorf("keyed: accepted %d, rejected %d, %d keys, level of %q, worst %+v; want 6, 0, 3, 10.0.0.1, %+v",
+			keyed.Accepted, keyed.Rejected, keyed.Keys, keyed.LevelKey, keyed.Worst, want)
 	}
 }
 
@@ -145,11 +164,11 @@ func TestWorst(t *testing.T) {
 		want  Worst
 	}{
 		{nil, 10, Worst{}},
-		{[]int64{5}, 10, Worst{5, 1}},
-		{[]int64{0, 9, 10, 11, 30}, 10, Worst{9, 3}}, // [9, 19) holds 9, 10, 11
-		{[]int64{30, 0, 10, 11, 9}, 10, Worst{9, 3}}, // unsorted departures
-		{[]int64{0, 10, 20}, 10, Worst{0, 1}},        // half-open windows
-		{[]int64{1, 1, 1, 50, 50}, 10, Worst{1, 3}},  // the first of equals
+		{[]int64{5}, 10, Worst{Start: 5, Count: 1}},
+		{[]int64{0, 9, 10, 11, 30}, 10, Worst{Start: 9, Count: 3}}, // [9, 19) holds 9, 10, 11
+		{[]int64{30, 0, 10, 11, 9}, 10, Worst{Start: 9, Count: 3}}, // unsorted departures
+		{[]int64{0, 10, 20}, 10, Worst{Start: 0, Count: 1}},        // half-open windows
+		{[]int64{1, 1, 1, 50, 50}, 10, Worst{Start: 1, Count: 3}},  // the first of equals
 	} {
 		if got := worst(tt.times, tt.w); got != tt.want {
 			t.Errorf("worst(%v, %d) = %+v, want %+v", tt.times, tt.w, got, tt.want)
@@ -159,15 +178,15 @@ func TestWorst(t *testing.T) {
 
 func TestRunErrors(t *testing.T) {
 	p := sluice.FixedWindow(10, time.Second)
-	if _, err := Run("x", p, nil, Options{}); err == nil {
+	if _, err := Run("x", p, &Requests{}, Options{}); err == nil {
 		t.Error("Run with no duration did not fail")
 	}
-	if _, err := Run("x", p, nil, Options{Duration: time.Hour, Slice: time.Millisecond}); err == nil {
+	if _, err := Run("x", p, &Requests{}, Options{Duration: time.Hour, Slice: time.Millisecond}); err == nil {
 		t.Error("Run with 3.6 million slices did not fail")
 	}
 	// A sliding window cannot reserve; asking it to wait is an error that
 	// says so, not a silent fallback.
-	_, err := Run("x", sluice.SlidingWindow(10, time.Second), []int64{0}, Options{Duration: time.Second, MaxWait: time.Second})
+	_, err := Run("x", sluice.SlidingWindow(10, time.Second), &Requests{Times: []int64{0}}, Options{Duration: time.Second, MaxWait: time.Second})
 	if !errors.Is(err, sluice.ErrReserveNotSupported) {
 		t.Errorf("waiting on a sliding window: %v", err)
 	}

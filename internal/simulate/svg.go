@@ -17,7 +17,7 @@ const (
 	plotRight   = 880
 	plotTop     = 58  // within a panel, below its two title lines
 	plotBottom  = 210 // within a panel, above the time axis labels
-	headerH     = 40
+	headerH     = 56  // the traffic, and under it the requests and keys
 )
 
 // Colours chosen to stay apart for the common kinds of colour blindness.
@@ -43,7 +43,11 @@ func WriteSVG(w io.Writer, traffic string, reports []*Report) error {
 	fmt.Fprintf(bw, `<rect width="%d" height="%d" fill="#ffffff"/>`+"\n", chartWidth, height)
 	r0 := reports[0]
 	fmt.Fprintf(bw, `<text x="%d" y="24" font-size="15" font-weight="bold">Traffic: %s</text>`+"\n", plotLeft, esc(traffic))
-	fmt.Fprintf(bw, `<text x="%d" y="24" text-anchor="end" fill="#495057">%d requests in %v, one key</text>`+"\n", plotRight, r0.Requests, r0.Duration)
+	keys := "one key"
+	if r0.Keys > 1 {
+		keys = fmt.Sprintf("%d keys, level of %s", r0.Keys, r0.LevelKey)
+	}
+	fmt.Fprintf(bw, `<text x="%d" y="44" fill="#495057">%d requests in %v, %s</text>`+"\n", plotLeft, r0.Requests, r0.Duration, esc(keys))
 
 	var peak int64 = 1 // the shared request scale
 	for _, r := range reports {
@@ -78,7 +82,11 @@ func panel(w io.Writer, r *Report, y0 int, yMax, yStep int64) {
 		fmt.Fprintf(w, `  <tspan fill="%s" font-weight="bold">— tokens left (of %d)</tspan>`, colLevel, r.Limit)
 	}
 	if r.Worst.Count > 0 && r.Window > 0 {
-		fmt.Fprintf(w, `  <tspan fill="%s" font-weight="bold">▭ busiest %v: %d admitted</tspan>`, colWorst, r.Window, r.Worst.Count)
+		on := ""
+		if r.Worst.Key != "" {
+			on = " on " + r.Worst.Key
+		}
+		fmt.Fprintf(w, `  <tspan fill="%s" font-weight="bold">▭ busiest %v: %d admitted%s</tspan>`, colWorst, r.Window, r.Worst.Count, esc(on))
 	}
 	if r.Waits.Waited > 0 {
 		fmt.Fprintf(w, `  <tspan fill="#495057">waits p99 %v, max %v</tspan>`, short(r.Waits.P99), short(r.Waits.Max))

@@ -44,7 +44,7 @@ func WriteText(w io.Writer, traffic string, reports []*Report) error {
 	}
 	r0 := reports[0]
 	u := unitFor(r0.Duration)
-	fmt.Fprintf(w, "traffic: %s\n%d requests in %v, slices of %v, all on one key\n\n", traffic, r0.Requests, r0.Duration, r0.Slice)
+	fmt.Fprintf(w, "traffic: %s\n%d requests in %v, slices of %v, %s\n\n", traffic, r0.Requests, r0.Duration, r0.Slice, keysText(r0))
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "limiter\tpolicy\taccepted\trejected\tworst window\twait p50 / p99 / max")
@@ -78,11 +78,23 @@ func WriteText(w io.Writer, traffic string, reports []*Report) error {
 	return tw.Flush()
 }
 
+// keysText says which keys the requests were on and whose level the
+// slices show.
+func keysText(r *Report) string {
+	if r.Keys <= 1 {
+		return "all on one key"
+	}
+	return fmt.Sprintf("on %d keys; the level is that of %q, the busiest", r.Keys, r.LevelKey)
+}
+
 func worstText(r *Report) string {
 	if r.Window <= 0 || r.Worst.Count == 0 {
 		return "-"
 	}
 	s := fmt.Sprintf("%d in %v from %v", r.Worst.Count, r.Window, short(r.Worst.Start))
+	if r.Worst.Key != "" {
+		s += fmt.Sprintf(" on %q", r.Worst.Key)
+	}
 	if r.Limit > 0 && r.Limit != math.MaxInt64 {
 		s += fmt.Sprintf(" (limit %d, %.2f×)", r.Limit, float64(r.Worst.Count)/float64(r.Limit))
 	}

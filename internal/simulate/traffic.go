@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -157,14 +158,30 @@ func parseClause(f []string) (part, error) {
 		}
 		return p, parseRange(rest, &p.span)
 	case "replay":
-		if len(f) != 2 && (len(f) != 4 || f[2] != "column") {
-			return nil, errors.New("want: replay FILE [column C]")
+		const want = "want: replay FILE [column C] [key K]"
+		if len(f) < 2 {
+			return nil, errors.New(want)
 		}
-		column := ""
-		if len(f) == 4 {
-			column = f[3]
+		var column, key string
+		for rest := f[2:]; len(rest) > 0; rest = rest[2:] {
+			if len(rest) < 2 {
+				return nil, errors.New(want)
+			}
+			switch {
+			case rest[0] == "column" && column == "":
+				column = rest[1]
+			case rest[0] == "key" && key == "":
+				key = rest[1]
+			default:
+				return nil, errors.New(want)
+			}
 		}
-		return loadReplay(f[1], column)
+		if key != "" && column == "" {
+			if n, err := strconv.Atoi(key); err != nil || n < 1 {
+				return nil, fmt.Errorf("key of a file of lines must be a field number from 1, got %q", key)
+			}
+		}
+		return loadReplay(f[1], column, key)
 	}
 	return nil, fmt.Errorf("unknown pattern %q; use steady, burst, ramp, poisson or replay", f[0])
 }
@@ -383,8 +400,23 @@ func (p *poisson) arrivals(dst []int64, duration time.Duration) ([]int64, error)
 	}
 }
 
-// replay is a recorded list of arrival offsets, sorted.
-type replay struct{ times []int64 }
+// replay is a recorded list of arrival offsets, sorted, with the key of
+// each (an index into names) when the file names keys.
+type replay struct {
+	times []int64
+	keys  []uint32 // nil: no keys
+	names []string
+}
+
+// sort orders the arrivals by time, keeping each one's key, and files
+// with equal times in file order.
+func (r *replay) sort() {
+	if r.keys == nil {
+		slices.Sort(r.times)
+		return
+	}
+	r.times, r.keys = sortByTime(r.times, r.keys)
+}
 
 func (r *replay) end() time.Duration {
 	if len(r.times) == 0 {
@@ -402,29 +434,40 @@ func (r *replay) arrivals(dst []int64, duration time.Duration) ([]int64, error) 
 	return dst, nil
 }
 
-func loadReplay(path, column string) (*replay, error) {
+func loadReplay(path, column, key string) (*replay, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return readReplay(f, column)
+	return readReplay(f, column, key)
 }
 
 // readReplay reads one timestamp per line, or with column the given
-// column of CSV records. Blank lines and lines starting with # are
-// skipped; with a named column the first record is the header, and with a
-// numbered one the first record is taken for a header when its field is
-// not a timestamp.
-func readReplay(r io.Reader, column string) (*replay, error) {
-	var raw []string
+// column of CSV records; with key, each request's key is that field of
+// its line (1 = the first of its space-separated fields) or that column
+// of its record. Blank lines and lines starting with # are skipped. With
+// a named column or key the first record is the header; with numbered
+// ones, the first record is taken for a header when its time field is not
+// a timestamp.
+func readReplay(r io.Reader, column, key string) (*replay, error) {
+	var raw, rawKeys []string
 	var lines []int
 	if column == "" {
+		field, _ := strconv.Atoi(key) // checked by parseClause
 		sc := bufio.NewScanner(r)
 		for line := 1; sc.Scan(); line++ {
 			s := strings.TrimSpace(sc.Text())
-			if s != "" && !strings.HasPrefix(s, "#") {
-				raw, lines = append(raw, s), append(lines, line)
+			if s == "" || strings.HasPrefix(s, "#") {
+				continue
+			}
+			raw, lines = append(raw, s), append(lines, line)
+			if field > 0 {
+				f := strings.Fields(s)
+				if field > len(f) {
+					return nil, fmt.Errorf("line %d: no field %d for the key in a line of %d fields", line, field, len(f))
+				}
+				rawKeys = append(rawKeys, f[field-1])
 			}
 		}
 		if err := sc.Err(); err != nil {
@@ -437,6 +480,13 @@ func readReplay(r io.Reader, column string) (*replay, error) {
 		idx, err := strconv.Atoi(column)
 		idx-- // 1-based
 		named := err != nil
+		kidx := -1
+		if key != "" {
+			var kerr error
+			kidx, kerr = strconv.Atoi(key)
+			kidx--
+			named = named || kerr != nil
+		}
 		for first := true; ; first = false {
 			rec, err := cr.Read()
 			if errors.Is(err, io.EOF) {
@@ -447,8 +497,15 @@ func readReplay(r io.Reader, column string) (*replay, error) {
 			}
 			line, _ := cr.FieldPos(0)
 			if first && named {
-				if idx = slices.Index(rec, column); idx < 0 {
-					return nil, fmt.Errorf("line %d: the header has no column %q: %q", line, column, rec)
+				for _, c := range []struct {
+					name string
+					idx  *int
+				}{{column, &idx}, {key, &kidx}} {
+					if _, err := strconv.Atoi(c.name); c.name != "" && err != nil {
+						if *c.idx = slices.Index(rec, c.name); *c.idx < 0 {
+							return nil, fmt.Errorf("line %d: the header has no column %q: %q", line, c.name, rec)
+						}
+					}
 				}
 				continue
 			}
@@ -461,6 +518,12 @@ func readReplay(r io.Reader, column string) (*replay, error) {
 				return nil, fmt.Errorf("line %d: no column %s in a record of %d fields", line, column, len(rec))
 			}
 			raw, lines = append(raw, strings.TrimSpace(rec[idx])), append(lines, line)
+			if key != "" {
+				if kidx < 0 || kidx >= len(rec) {
+					return nil, fmt.Errorf("line %d: no column %s for the key in a record of %d fields", line, key, len(rec))
+				}
+				rawKeys = append(rawKeys, strings.TrimSpace(rec[kidx]))
+			}
 		}
 	}
 	times := make([]int64, len(raw))
@@ -484,14 +547,34 @@ func readReplay(r io.Reader, column string) (*replay, error) {
 	if len(times) > MaxRequests {
 		return nil, tooMany("the file", float64(len(times)))
 	}
-	slices.Sort(times)
-	if len(times) > 0 {
-		first := times[0]
-		for i := range times {
-			times[i] -= first
+	rp := &replay{times: times}
+	if rawKeys != nil {
+		rp.names, rp.keys = internKeys(rawKeys)
+	}
+	rp.sort()
+	if len(rp.times) > 0 {
+		first := rp.times[0]
+		for i := range rp.times {
+			rp.times[i] -= first
 		}
 	}
-	return &replay{times: times}, nil
+	return rp, nil
+}
+
+// internKeys numbers the distinct keys in order of first appearance.
+func internKeys(raw []string) (names []string, keys []uint32) {
+	index := make(map[string]uint32)
+	keys = make([]uint32, len(raw))
+	for i, k := range raw {
+		n, ok := index[k]
+		if !ok {
+			n = uint32(len(names))
+			index[k] = n
+			names = append(names, strings.Clone(k)) // not the whole line's memory
+		}
+		keys[i] = n
+	}
+	return names, keys
 }
 
 // clfTime finds the time of a Common Log Format line, as nginx and
@@ -596,4 +679,75 @@ func (t *Traffic) Arrivals(duration time.Duration) ([]int64, error) {
 	}
 	slices.Sort(all)
 	return all, nil
+}
+
+// Requests are a traffic pattern's arrivals within a duration, sorted,
+// with each one's key when the pattern names keys.
+type Requests struct {
+	Times []int64
+	// Keys[i] is the key of Times[i], as an index into Names. Keys is nil
+	// when every request is on one key. Names[0] is "", the key of the
+	// clauses that name none.
+	Keys  []uint32
+	Names []string
+}
+
+// Requests returns the arrivals of Arrivals with their keys: those of a
+// replayed file with key K, and "" for the other clauses.
+func (t *Traffic) Requests(duration time.Duration) (*Requests, error) {
+	keyed := slices.ContainsFunc(t.parts, func(p part) bool {
+		r, ok := p.(*replay)
+		return ok && r.keys != nil
+	})
+	if !keyed {
+		times, err := t.Arrivals(duration)
+		if err != nil {
+			return nil, err
+		}
+		return &Requests{Times: times}, nil
+	}
+	rq := &Requests{Names: []string{""}}
+	index := map[string]uint32{"": 0}
+	for _, p := range t.parts {
+		n := len(rq.Times)
+		var err error
+		if rq.Times, err = p.arrivals(rq.Times, duration); err != nil {
+			return nil, &SpecError{Msg: err.Error(), Err: err}
+		}
+		if len(rq.Times) > MaxRequests {
+			return nil, &SpecError{Msg: fmt.Sprintf("the spec makes more than %d requests", MaxRequests)}
+		}
+		r, _ := p.(*replay)
+		for i := range len(rq.Times) - n {
+			var k uint32
+			if r != nil && r.keys != nil {
+				// A replay's arrivals are a prefix of its sorted times.
+				name := r.names[r.keys[i]]
+				var ok bool
+				if k, ok = index[name]; !ok {
+					k = uint32(len(rq.Names))
+					index[name] = k
+					rq.Names = append(rq.Names, name)
+				}
+			}
+			rq.Keys = append(rq.Keys, k)
+		}
+	}
+	rq.Times, rq.Keys = sortByTime(rq.Times, rq.Keys)
+	return rq, nil
+}
+
+// sortByTime returns times sorted, and keys in the same order; equal
+// times keep their order.
+func sortByTime(times []int64, keys []uint32) ([]int64, []uint32) {
+	order := make([]int, len(times))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(times[a], times[b]) })
+	st, sk := make([]int64, len(order)), make([]uint32, len(order))
+	for i, j := range order {
+		st[i], sk[i] = times[j], keys[j]
+	}
+	return st, sk
 }

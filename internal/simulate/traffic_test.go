@@ -144,3 +144,59 @@ func TestTooManyRequests(t *testing.T) {
 		t.Errorf("Arrivals = %v, want a *SpecError about too many requests", err)
 	}
 }
+
+// TestKeys: a replayed file with key K gives each request its key, kept
+// with its time through the sort; clauses without keys get "".
+func TestKeys(t *testing.T) {
+	for _, tt := range []struct {
+		spec string
+		want []string // "time key", in order
+	}{
+		{"replay testdata/nginx.log key 1", []string{
+			"0s 203.0.113.7", "333.333333ms 203.0.113.7", "666.666666ms 203.0.113.7",
+			"1s 198.51.100.2", "3s 203.0.113.9", "3.5s 203.0.113.9"}},
+		{"replay testdata/access.csv column time key ip", []string{
+			"0s 10.0.0.1", "250ms 10.0.0.2", "500ms 10.0.0.1", "1s 10.0.0.3", "1.000000001s 10.0.0.3", "3.75s 10.0.0.1"}},
+		{"replay testdata/access.csv key 1 column 2", []string{
+			"0s 10.0.0.1", "250ms 10.0.0.2", "500ms 10.0.0.1", "1s 10.0.0.3", "1.000000001s 10.0.0.3", "3.75s 10.0.0.1"}},
+		{"burst 2 at 300ms; replay testdata/access.csv column time key ip", []string{
+			"0s 10.0.0.1", "250ms 10.0.0.2", "300ms ", "300ms ", "500ms 10.0.0.1", "1s 10.0.0.3", "1.000000001s 10.0.0.3", "3.75s 10.0.0.1"}},
+	} {
+		tr, err := ParseTraffic(tt.spec)
+		if err != nil {
+			t.Fatalf("ParseTraffic(%q): %v", tt.spec, err)
+		}
+		rq, err := tr.Requests(time.Hour)
+		if err != nil {
+			t.Fatalf("Requests(%q): %v", tt.spec, err)
+		}
+		var got []string
+		for i, at := range rq.Times {
+			got = append(got, time.Duration(at).String()+" "+rq.Names[rq.Keys[i]])
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%q:\n got %q\nwant %q", tt.spec, got, tt.want)
+		}
+	}
+	tr, _ := ParseTraffic("steady 2/s")
+	if rq, _ := tr.Requests(time.Second); rq.Keys != nil || len(rq.Times) != 2 {
+		t.Errorf("Requests without keys = %+v, want 2 times and nil keys", rq)
+	}
+}
+
+func TestKeyErrors(t *testing.T) {
+	for _, tt := range []struct{ spec, want string }{
+		{"replay testdata/nginx.log key ip", `key of a file of lines must be a field number from 1, got "ip"`},
+		{"replay testdata/nginx.log key 0", "field number from 1"},
+		{"replay testdata/nginx.log key 40", "line 1: no field 40 for the key in a line of 12 fields"},
+		{"replay testdata/access.csv column time key host", `the header has no column "host"`},
+		{"replay testdata/access.csv column 2 key 7", "line 2: no column 7 for the key"}, // line 1 is the header
+		{"replay testdata/nginx.log key", "want: replay FILE [column C] [key K]"},
+		{"replay testdata/nginx.log key 1 key 2", "want: replay FILE [column C] [key K]"},
+	} {
+		_, err := ParseTraffic(tt.spec)
+		if !errors.As(err, new(*SpecError)) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("ParseTraffic(%q) = %v, want a *SpecError containing %q", tt.spec, err, tt.want)
+		}
+	}
+}

@@ -47,7 +47,7 @@ func (b *Bucket) wait(ctx context.Context, op string, n, maxWait int64) (bool, e
 	if res.Code != tokenbucket.OK {
 		return false, argError(op, res, req)
 	}
-	b.notify(res.Consumed, n)
+	notify(b.listener, res.Consumed, n)
 	if !res.Consumed {
 		return false, nil
 	}
@@ -127,17 +127,24 @@ func (b *Bucket) Reserve(n int64, maxWait time.Duration) (*Reservation, error) {
 	if res.Code != tokenbucket.OK {
 		return nil, argError("Reserve", res, req)
 	}
-	b.notify(res.Consumed, n)
+	return reserved(b.listener, b.clock, b.giveBack, now, n, maxWait, res)
+}
+
+// reserved turns a reservation decided at now into the caller's
+// *Reservation, or a *MaxWaitError when its wait was over maxWait, and
+// tells l, which may be nil. Bucket and KeyBucket reserve through it.
+func reserved(l Listener, clock Clock, giveBack func(int64), now, n int64, maxWait time.Duration, res tokenbucket.Result) (*Reservation, error) {
+	notify(l, res.Consumed, n)
 	if !res.Consumed {
 		return nil, &MaxWaitError{Tokens: n, Wait: res.Value, MaxWait: int64(maxWait)}
 	}
 	d := time.Duration(res.Value)
-	if d > 0 && b.listener != nil {
-		b.listener.OnDelayed(d)
+	if d > 0 && l != nil {
+		l.OnDelayed(d)
 	}
 	due := now + res.Value
 	if due < now {
 		due = never
 	}
-	return &Reservation{clock: b.clock, giveBack: b.giveBack, tokens: n, delay: d, due: due}, nil
+	return &Reservation{clock: clock, giveBack: giveBack, tokens: n, delay: d, due: due}, nil
 }

@@ -170,14 +170,15 @@ func argError(op string, res tokenbucket.Result, req tokenbucket.Request) error 
 	return &ArgumentError{Op: op, Arg: "tokens", Value: req.Tokens, Want: "must be positive"}
 }
 
-func (b *Bucket) notify(consumed bool, n int64) {
-	if b.listener == nil {
+// notify tells l, which may be nil, whether n tokens were consumed.
+func notify(l Listener, consumed bool, n int64) {
+	if l == nil {
 		return
 	}
 	if consumed {
-		b.listener.OnConsumed(n)
+		l.OnConsumed(n)
 	} else {
-		b.listener.OnRejected(n)
+		l.OnRejected(n)
 	}
 }
 
@@ -211,7 +212,7 @@ func (b *Bucket) tryConsume(now, n int64) (bool, error) {
 	ok := tokenbucket.TryConsume(b.cfg, b.state, b.scratch, now, n)
 	b.mu.Unlock()
 	if b.listener != nil {
-		b.notify(ok, n)
+		notify(b.listener, ok, n)
 	}
 	return ok, nil
 }
@@ -222,7 +223,7 @@ func (b *Bucket) tryConsumeVerbose(n int64, snap *Snapshot) (bool, error) {
 	if res.Code != tokenbucket.OK {
 		return false, argError("TryConsume", res, req)
 	}
-	b.notify(res.Consumed, n)
+	notify(b.listener, res.Consumed, n)
 	return res.Consumed, nil
 }
 
@@ -251,7 +252,7 @@ func (b *Bucket) tryConsumeAndReturnRemaining(n int64, snap *Snapshot) (Consumpt
 	if res.Code != tokenbucket.OK {
 		return ConsumptionProbe{}, argError("TryConsumeAndReturnRemaining", res, req)
 	}
-	b.notify(res.Consumed, n)
+	notify(b.listener, res.Consumed, n)
 	return ConsumptionProbe{
 		Consumed:      res.Consumed,
 		Remaining:     res.Remaining,
@@ -327,7 +328,7 @@ func (b *Bucket) consumeIgnoringRateLimits(n int64, snap *Snapshot) (time.Durati
 	if res.Code != tokenbucket.OK {
 		return 0, argError("ConsumeIgnoringRateLimits", res, req)
 	}
-	b.notify(true, n)
+	notify(b.listener, true, n)
 	return time.Duration(res.Value), nil
 }
 

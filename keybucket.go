@@ -229,17 +229,6 @@ func (b *KeyBucket) onStore(ctx context.Context, f func(*storeKeyed) error) (s *
 	return s, nil, failure
 }
 
-func (b *KeyBucket) notify(consumed bool, n int64) {
-	if b.listener == nil {
-		return
-	}
-	if consumed {
-		b.listener.OnConsumed(n)
-	} else {
-		b.listener.OnRejected(n)
-	}
-}
-
 // Key is the bucket's key.
 func (b *KeyBucket) Key() string { return b.key }
 
@@ -250,7 +239,7 @@ func (b *KeyBucket) TryConsume(ctx context.Context, n int64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	b.notify(res.Consumed, n)
+	notify(b.listener, res.Consumed, n)
 	return res.Consumed, nil
 }
 
@@ -261,7 +250,7 @@ func (b *KeyBucket) TryConsumeAndReturnRemaining(ctx context.Context, n int64) (
 	if err != nil {
 		return ConsumptionProbe{}, err
 	}
-	b.notify(res.Consumed, n)
+	notify(b.listener, res.Consumed, n)
 	return consumptionProbe(res), nil
 }
 
@@ -300,7 +289,7 @@ func (b *KeyBucket) ConsumeIgnoringRateLimits(ctx context.Context, n int64) (tim
 	if err != nil {
 		return 0, err
 	}
-	b.notify(true, n)
+	notify(b.listener, true, n)
 	return time.Duration(res.Value), nil
 }
 
@@ -345,7 +334,7 @@ func (b *KeyBucket) TryConsumeVerbose(ctx context.Context, n int64) (Verbose[Con
 	if err != nil {
 		return v, err
 	}
-	b.notify(res.Consumed, n)
+	notify(b.listener, res.Consumed, n)
 	v.Value = consumptionProbe(res)
 	return v, nil
 }
@@ -419,7 +408,7 @@ func (b *KeyBucket) wait(ctx context.Context, op string, n, maxWait int64) (bool
 	if err != nil {
 		return false, err
 	}
-	b.notify(res.Consumed, n)
+	notify(b.listener, res.Consumed, n)
 	if !res.Consumed {
 		return false, nil
 	}
@@ -445,19 +434,7 @@ func (b *KeyBucket) Reserve(ctx context.Context, n int64, maxWait time.Duration)
 	if err != nil {
 		return nil, err
 	}
-	b.notify(res.Consumed, n)
-	if !res.Consumed {
-		return nil, &MaxWaitError{Tokens: n, Wait: res.Value, MaxWait: int64(maxWait)}
-	}
-	d := time.Duration(res.Value)
-	if d > 0 && b.listener != nil {
-		b.listener.OnDelayed(d)
-	}
-	due := now + res.Value
-	if due < now {
-		due = never
-	}
-	return &Reservation{clock: b.clock, giveBack: b.giveBack, tokens: n, delay: d, due: due}, nil
+	return reserved(b.listener, b.clock, b.giveBack, now, n, maxWait, res)
 }
 
 func consumptionProbe(res tokenbucket.Result) ConsumptionProbe {

@@ -102,17 +102,17 @@ func (c *clock) IsWallClock() bool { return false }
 // oneKey is the key of requests that name none.
 const oneKey = "k"
 
-// keyOf names the limiter key of request i of rq.
-func keyOf(rq *Requests, i int) string {
+// key is the key index of request i: 0 when there is one key.
+func (rq *Requests) key(i int) uint32 {
 	if rq.Keys == nil {
-		return oneKey
+		return 0
 	}
-	return rq.name(rq.Keys[i])
+	return rq.Keys[i]
 }
 
 // name is the limiter key of key index k.
 func (rq *Requests) name(k uint32) string {
-	if rq.Names[k] == "" {
+	if int(k) >= len(rq.Names) || rq.Names[k] == "" {
 		return oneKey
 	}
 	return rq.Names[k]
@@ -156,7 +156,6 @@ func Run(name string, p sluice.Policy, rq *Requests, o Options) (*Report, error)
 	// The level is the busiest key's; the worst window is the worst of
 	// any key's, so departures are kept by key.
 	levelKey := oneKey
-	var keyIdx []uint32 // by request: 0 when there is one key
 	if rq.Keys != nil {
 		counts := make([]int64, len(rq.Names))
 		for i, t := range arrivals {
@@ -173,7 +172,6 @@ func Run(name string, p sluice.Policy, rq *Requests, o Options) (*Report, error)
 				busiest = k
 			}
 		}
-		keyIdx = rq.Keys
 		levelKey = rq.name(uint32(busiest))
 		if r.Keys > 1 {
 			r.LevelKey = levelKey
@@ -205,7 +203,8 @@ func Run(name string, p sluice.Policy, rq *Requests, o Options) (*Report, error)
 		if t < 0 || t >= int64(o.Duration) {
 			continue
 		}
-		key := keyOf(rq, i)
+		k := rq.key(i)
+		key := rq.name(k)
 		s := int(t / int64(o.Slice))
 		if err := level(s); err != nil {
 			return nil, err
@@ -240,10 +239,6 @@ func Run(name string, p sluice.Policy, rq *Requests, o Options) (*Report, error)
 			r.Late++
 		} else {
 			r.Slices[leave/int64(o.Slice)].Accepted++
-		}
-		var k uint32
-		if keyIdx != nil {
-			k = keyIdx[i]
 		}
 		admitted[k] = append(admitted[k], leave)
 		if o.MaxWait > 0 {

@@ -667,18 +667,11 @@ func (t *Traffic) End() time.Duration {
 // Arrivals returns the sorted arrival times, in nanoseconds from the
 // start, of every clause within [0, duration).
 func (t *Traffic) Arrivals(duration time.Duration) ([]int64, error) {
-	var all []int64
-	for _, p := range t.parts {
-		var err error
-		if all, err = p.arrivals(all, duration); err != nil {
-			return nil, &SpecError{Msg: err.Error(), Err: err}
-		}
-		if len(all) > MaxRequests {
-			return nil, &SpecError{Msg: fmt.Sprintf("the spec makes more than %d requests", MaxRequests)}
-		}
+	rq, err := t.Requests(duration)
+	if err != nil {
+		return nil, err
 	}
-	slices.Sort(all)
-	return all, nil
+	return rq.Times, nil
 }
 
 // Requests are a traffic pattern's arrivals within a duration, sorted,
@@ -692,22 +685,12 @@ type Requests struct {
 	Names []string
 }
 
-// Requests returns the arrivals of Arrivals with their keys: those of a
-// replayed file with key K, and "" for the other clauses.
+// Requests returns the arrivals of every clause within [0, duration),
+// sorted, with their keys: those of a replayed file with key K, and ""
+// for the other clauses.
 func (t *Traffic) Requests(duration time.Duration) (*Requests, error) {
-	keyed := slices.ContainsFunc(t.parts, func(p part) bool {
-		r, ok := p.(*replay)
-		return ok && r.keys != nil
-	})
-	if !keyed {
-		times, err := t.Arrivals(duration)
-		if err != nil {
-			return nil, err
-		}
-		return &Requests{Times: times}, nil
-	}
-	rq := &Requests{Names: []string{""}}
-	index := map[string]uint32{"": 0}
+	rq := &Requests{}
+	var index map[string]uint32 // Names' indexes, once a clause names keys
 	for _, p := range t.parts {
 		n := len(rq.Times)
 		var err error
@@ -718,22 +701,35 @@ func (t *Traffic) Requests(duration time.Duration) (*Requests, error) {
 			return nil, &SpecError{Msg: fmt.Sprintf("the spec makes more than %d requests", MaxRequests)}
 		}
 		r, _ := p.(*replay)
-		for i := range len(rq.Times) - n {
-			var k uint32
-			if r != nil && r.keys != nil {
-				// A replay's arrivals are a prefix of its sorted times.
-				name := r.names[r.keys[i]]
-				var ok bool
-				if k, ok = index[name]; !ok {
-					k = uint32(len(rq.Names))
-					index[name] = k
-					rq.Names = append(rq.Names, name)
-				}
+		if r == nil || r.keys == nil {
+			if rq.Keys != nil {
+				rq.Keys = append(rq.Keys, make([]uint32, len(rq.Times)-n)...)
 			}
-			rq.Keys = append(rq.Keys, k)
+			continue
+		}
+		if rq.Keys == nil { // the earlier clauses' requests are on ""
+			rq.Keys, rq.Names, index = make([]uint32, n, len(rq.Times)), []string{""}, map[string]uint32{"": 0}
+		}
+		global := make([]uint32, len(r.names)) // the file's key indexes in Names
+		for j, name := range r.names {
+			k, ok := index[name]
+			if !ok {
+				k = uint32(len(rq.Names))
+				index[name] = k
+				rq.Names = append(rq.Names, name)
+			}
+			global[j] = k
+		}
+		// A replay's arrivals are a prefix of its sorted times.
+		for _, k := range r.keys[:len(rq.Times)-n] {
+			rq.Keys = append(rq.Keys, global[k])
 		}
 	}
-	rq.Times, rq.Keys = sortByTime(rq.Times, rq.Keys)
+	if rq.Keys == nil {
+		slices.Sort(rq.Times)
+	} else {
+		rq.Times, rq.Keys = sortByTime(rq.Times, rq.Keys)
+	}
 	return rq, nil
 }
 

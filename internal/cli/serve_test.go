@@ -7,9 +7,10 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testserver"
 )
 
 func TestServeUsage(t *testing.T) {
@@ -29,30 +30,12 @@ func TestServeUsage(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // TestServe runs the example in process: it says where it listens, serves
 // the API and the simulator's charts there, and stops when its context ends.
 func TestServe(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout lockedBuffer
+	var stdout testserver.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, []string{"serve", "--http", "127.0.0.1:0", "--grpc", "off"}, &stdout, io.Discard)

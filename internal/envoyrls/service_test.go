@@ -1,7 +1,6 @@
 package envoyrls_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -745,29 +744,10 @@ envoy:
 	}
 }
 
-// syncBuffer is a bytes.Buffer for a logger that the server's goroutines
-// write to while the test reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestLogs: invalid requests at Debug, rejections in shadow mode at Info,
 // store failures at Warn.
 func TestLogs(t *testing.T) {
-	var buf syncBuffer
+	var buf testserver.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	f := newFixture(t, `
 envoy:

@@ -57,29 +57,11 @@ func sluiceBinary(t *testing.T) string {
 	return binPath
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and many readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // proc is a running sluice serve.
 type proc struct {
 	cmd            *exec.Cmd
 	http, grpc     string // host:port
-	stdout, stderr *syncBuffer
+	stdout, stderr *testserver.Buffer
 	done           chan error
 }
 
@@ -87,7 +69,7 @@ type proc struct {
 // free ports, and waits until it says where it listens.
 func startSluice(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{stdout: new(syncBuffer), stderr: new(syncBuffer), done: make(chan error, 1)}
+	p := &proc{stdout: new(testserver.Buffer), stderr: new(testserver.Buffer), done: make(chan error, 1)}
 	args = append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"}, args...)
 	p.cmd = exec.Command(sluiceBinary(t), args...)
 	p.cmd.Stderr = p.stderr

@@ -24,7 +24,10 @@ type Section func(path string, n *yaml.Node, f *File) error
 // sections is a section the file may have; its function decodes it after
 // the limiters are decoded, in the order the file lists the sections.
 // Decoding stays strict: a top-level key that is neither limiters nor in
-// sections is an error. A section the file leaves out is not decoded.
+// sections is an error. A section the file leaves out is not decoded, and
+// limiters may be left out when the file has another section (a server
+// that only answers Envoy from envoyproxy/ratelimit's files needs none);
+// f then has no limiters.
 //
 // LoadWith is a pure function of data, like Load; an error that is not an
 // *Error is returned as a section function returned it.
@@ -55,12 +58,18 @@ func loadWith(data []byte, sections map[string]Section) (*File, error) {
 		}
 	}
 	slices.Sort(allowed[1:])
-	if err := top.Check(allowed, []string{"limiters"}, yamlnode.PlainUnknown(allowed)); err != nil {
+	required := []string{"limiters"}
+	if len(top.Keys) > 0 && len(sections) > 0 {
+		required = nil
+	}
+	if err := top.Check(allowed, required, yamlnode.PlainUnknown(allowed)); err != nil {
 		return nil, err
 	}
-	f, err := d.limiters(top)
-	if err != nil {
-		return nil, err
+	f := &File{Limiters: map[string]Limiter{}}
+	if top.Has("limiters") {
+		if f, err = d.limiters(top); err != nil {
+			return nil, err
+		}
 	}
 	for _, k := range top.Keys {
 		if k.Value == "limiters" {

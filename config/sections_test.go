@@ -53,7 +53,7 @@ func TestLoadWithErrors(t *testing.T) {
 			`config: store (line 3): must be a URL string`},
 		{"limiter error first", "store: 3\nlimiters:\n  a: {policy: fixed_window, limit: 0, interval: 1s}\n",
 			`config: limiters.a.limit (line 3): must be positive, got 0`},
-		{"limiters still required", "store: mem://\n",
+		{"limiters required in an empty mapping", "{}\n",
 			`config: line 1: missing required key "limiters"`},
 	}
 	for _, tt := range tests {
@@ -64,6 +64,18 @@ func TestLoadWithErrors(t *testing.T) {
 				t.Errorf("LoadWith = %v, want *Error %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestLoadWithoutLimiters: a file may leave limiters out when it has
+// another section, and then has none.
+func TestLoadWithoutLimiters(t *testing.T) {
+	var url string
+	f, err := config.LoadWith([]byte("store: redis://x:6379\n"), map[string]config.Section{
+		"store": func(path string, n *yaml.Node, _ *config.File) error { url = n.Value; return nil },
+	})
+	if err != nil || url != "redis://x:6379" || len(f.Limiters) != 0 || len(f.Order) != 0 {
+		t.Errorf("LoadWith(store alone) = %+v, %v (store %q); want no limiters and the store", f, err, url)
 	}
 }
 

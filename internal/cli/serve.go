@@ -46,7 +46,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var err error
 	var opts []server.Option
 	if *configPath == "" {
-		cfg, err = server.LoadConfig(server.Example())
+		cfg, err = server.DefaultConfig()
 	} else {
 		cfg, err = server.LoadConfigFile(*configPath)
 		hup := make(chan os.Signal, 1)

@@ -3,268 +3,336 @@ package envoyrls
 import (
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
-	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 	"gopkg.in/yaml.v3"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
-// Domains is the decoded envoy: section of a server config file: for each
-// domain, the tree of descriptors that maps a request's descriptor to a
-// limiter. It is immutable once Decode returns it and safe for
-// simultaneous use. A nil *Domains has no domains.
+// Domains are the decoded domains of the envoy: section of a server config
+// file, or of it and envoyproxy/ratelimit's config files (Load), with the
+// settings that shape the answers. It is immutable once made and safe for
+// simultaneous use. A nil *Domains has no domains and default settings.
 type Domains struct {
-	domains map[string]*level
-	inline  map[string]sluice.Policy
+	roots    map[string]*node
+	docs     []domainDoc // as decoded, for Load to merge with files
+	settings Settings
 }
 
-// level is one level of a descriptor tree: the nodes that the next entry
-// of a request's descriptor is matched against, in the order of
-// envoyproxy/ratelimit: an exact key and value, then a value prefix (a
-// configured value ending in '*', in file order), then the key alone.
-type level struct {
-	exact  map[entry]*node
-	prefix []prefixNode
-	any    map[string]*node
+// domainDoc is one domain as a file or the section writes it.
+type domainDoc struct {
+	name        string
+	at          place
+	descriptors []descriptorDoc
 }
 
-type entry struct{ key, value string }
-
-type prefixNode struct {
-	key, prefix string
-	node        *node
+// descriptorDoc is one decoded descriptor, before the domain's tree is
+// built.
+type descriptorDoc struct {
+	key, value    string
+	at            place
+	rule          *rule // without statKey
+	valueToMetric bool
+	share         bool
+	metadata      *structpb.Struct
+	children      []descriptorDoc
 }
 
-// node is one configured descriptor. At most one of limiter and unlimited
-// is set; a node with neither only leads to its nested level.
-type node struct {
-	limiter   string // a limiter of the file, or the synthetic name of an inline rate_limit
-	unlimited bool
-	shadow    bool
-	next      *level // nil without nested descriptors
+// place is where something was written: a file ("" for the envoy:
+// section), the YAML path in it and the line.
+type place struct {
+	file, path string
+	line, col  int
 }
 
-// find returns the node that the entry key=value matches, or nil.
-func (lv *level) find(key, value string) *node {
-	if n := lv.exact[entry{key, value}]; n != nil {
-		return n
+func (p place) String() string {
+	s := fmt.Sprintf("line %d", p.line)
+	if p.file != "" {
+		s = p.file + " " + s
 	}
-	for _, p := range lv.prefix {
-		if p.key == key && strings.HasPrefix(value, p.prefix) {
-			return p.node
-		}
-	}
-	return lv.any[key]
+	return s
 }
 
-// match returns the node that a request descriptor of domain matches, or
-// nil. As in envoyproxy/ratelimit, every entry must be consumed: the first
-// entry is matched against the domain's descriptors, each next one against
-// the nested descriptors of the node before, and the node of the last
-// entry decides. A descriptor with more entries than the tree is deep
-// matches nothing.
-func (d *Domains) match(domain string, entries []entryRef) *node {
-	if d == nil {
-		return nil
-	}
-	lv := d.domains[domain]
-	var n *node
-	for _, e := range entries {
-		if lv == nil {
-			return nil
-		}
-		if n = lv.find(e.key, e.value); n == nil {
-			return nil
-		}
-		lv = n.next
-	}
-	return n
-}
+// descriptorKeys are the keys of a descriptor, as envoyproxy/ratelimit
+// documents them.
+var descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
+	"detailed_metric", "value_to_metric", "share_threshold", "metadata"}
 
-// entryRef is a request's descriptor entry.
-type entryRef struct{ key, value string }
+// sectionKeys are the keys only the envoy: section has: a sluice limiter
+// of the limiters: section, and unlimited: true.
+var sectionKeys = []string{"limiter", "unlimited"}
 
-// Inline returns the limiters that descriptors define in place with
-// rate_limit: {unit, requests_per_unit}, each a sluice.FixedWindow of
-// requests_per_unit per unit, by the synthetic names that descriptors
-// refer to: "envoy:" and the descriptor's place in its domain in the key
-// format of the limiter keys, as in "envoy:edge|path=/login|user". The
-// names cannot clash with those of a limiters: section, which are letters,
-// digits, '_' and '-'. The server creates these limiters alongside the
-// file's own, with the same store and options. The map is a copy.
-func (d *Domains) Inline() map[string]sluice.Policy {
-	if d == nil {
-		return nil
-	}
-	m := make(map[string]sluice.Policy, len(d.inline))
-	for k, v := range d.inline {
-		m[k] = v
-	}
-	return m
-}
-
-// inlinePrefix starts the synthetic name of every inline limiter.
-const inlinePrefix = "envoy:"
-
-// units are the rate_limit units, as envoyproxy/ratelimit spells them
-// (in any case). Months and years are left out: their length varies, and
-// a sluice window has one fixed length.
-var units = map[string]time.Duration{
-	"second": time.Second,
-	"minute": time.Minute,
-	"hour":   time.Hour,
-	"day":    24 * time.Hour,
-	"week":   7 * 24 * time.Hour,
-}
+var rateLimitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces"}
 
 type decoder struct {
 	yamlnode.Decoder
-	known  func(string) bool
-	inline map[string]sluice.Policy
+	file    string
+	section bool              // the envoy: section, with sectionKeys
+	known   func(string) bool // limiter names of the limiters: section
+}
+
+func (d *decoder) at(path string, n *yaml.Node) place {
+	p := place{file: d.file, path: path}
+	if n != nil {
+		p.line, p.col = n.Line, n.Column
+	}
+	return p
 }
 
 // Decode decodes the YAML node of the envoy: section, whose document path
-// is path (e.g. "envoy"): a list of domains, each with a tree of
-// descriptors, as envoyproxy/ratelimit writes them; see docs/envoy.md.
-// known reports whether a limiter name exists in the file's limiters:
-// section.
+// is path (e.g. "envoy"): a list of domains as envoyproxy/ratelimit's
+// config files write them, one per item, whose descriptors may also name
+// a limiter of the file's limiters: section (limiter:) or be unlimited
+// (unlimited: true). known reports whether a limiter name exists in the
+// limiters: section. docs/envoy.md describes the format.
 //
-// Decoding is strict: unknown or duplicate keys, a missing or duplicate
-// domain, two descriptors with the same key and value at one level, a
-// descriptor with more than one of limiter, rate_limit and unlimited, one
-// with none of them and no nested descriptors, and an unknown limiter are
-// errors. Every error is a *yamlnode.Error, which config.LoadWith turns into a
-// *config.Error, with the path of the offending
-// node (e.g. "envoy[0].descriptors[1].limiter") and its line.
+// Decoding is strict: unknown, misplaced or duplicate keys, a domain
+// twice, two descriptors with the same final key at one level, a
+// descriptor with more than one of limiter, rate_limit and unlimited, an
+// unknown limiter and values of the wrong type are errors. Every error is
+// a *yamlnode.Error, which config.LoadWith turns into a *config.Error,
+// with the path of the offending node (e.g.
+// "envoy[0].descriptors[1].limiter") and its line.
 func Decode(path string, n *yaml.Node, known func(name string) bool) (*Domains, error) {
 	if n == nil {
 		return nil, errorAt(path, nil, "must be a list of domains")
 	}
-	d := &decoder{known: known, inline: make(map[string]sluice.Policy)}
+	d := &decoder{section: true, known: known}
 	items, err := d.List(path, n)
 	if err != nil {
 		return nil, err
 	}
-	if len(items) == 0 {
-		return nil, errorAt(path, n, "must list at least one domain")
-	}
-	ds := &Domains{domains: make(map[string]*level, len(items)), inline: d.inline}
-	lines := make(map[string]int, len(items))
+	ds := &Domains{settings: DefaultSettings()}
 	for i, item := range items {
-		p := yamlnode.Index(path, i)
-		m, err := d.Strict(p, item, []string{"domain", "descriptors"}, []string{"domain", "descriptors"})
+		doc, err := d.domain(yamlnode.Index(path, i), item)
 		if err != nil {
 			return nil, err
 		}
-		dp, dn := m.Value("domain")
-		name, err := d.text(dp, dn)
-		if err != nil {
-			return nil, err
-		}
-		if line, dup := lines[name]; dup {
-			return nil, errorAt(dp, dn, "duplicate domain %q, first at line %d", name, line)
-		}
-		lines[name] = dn.Line
-		lp, ln := m.Value("descriptors")
-		if ds.domains[name], err = d.level(lp, ln, escape(name)); err != nil {
-			return nil, err
-		}
+		ds.docs = append(ds.docs, doc)
+	}
+	if ds.roots, err = build(ds.docs, false); err != nil {
+		return nil, err
 	}
 	return ds, nil
 }
 
-// level decodes a list of descriptors. prefix is the key of the place
-// above it, for the names of inline limiters.
-func (d *decoder) level(path string, n *yaml.Node, prefix string) (*level, error) {
+// decodeFile decodes one envoyproxy/ratelimit config file: a domain and
+// its descriptors. name is the file's path, for errors.
+func decodeFile(name string, data []byte) (domainDoc, error) {
+	var root yaml.Node
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	err := dec.Decode(&root)
+	switch {
+	case err != nil && err.Error() == "EOF":
+		// An empty file: envoyproxy/ratelimit reads it as an empty domain.
+		return domainDoc{}, fileError(place{file: name}, "config file cannot have empty domain")
+	case err != nil:
+		return domainDoc{}, fileError(place{file: name}, "error loading config file: %v", err)
+	}
+	var more yaml.Node
+	if dec.Decode(&more) == nil {
+		return domainDoc{}, fileError(place{file: name, line: more.Line}, "holds more than one YAML document; envoyproxy/ratelimit would read only the first")
+	}
+	d := &decoder{file: name}
+	top := &root
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		top = root.Content[0]
+	}
+	if top.Kind == yaml.ScalarNode && top.ShortTag() == "!!null" {
+		return domainDoc{}, fileError(d.at("", top), "config file cannot have empty domain")
+	}
+	doc, err := d.domain("", top)
+	if e, ok := err.(*yamlnode.Error); ok {
+		return domainDoc{}, fileError(place{file: name, path: e.Path, line: e.Line, col: e.Column}, "%s", e.Msg)
+	}
+	return doc, err
+}
+
+// domain decodes {domain, descriptors}.
+func (d *decoder) domain(path string, n *yaml.Node) (domainDoc, error) {
+	m, err := d.Strict(path, n, []string{"domain", "descriptors"}, nil)
+	if err != nil {
+		return domainDoc{}, err
+	}
+	doc := domainDoc{at: d.at(path, m.Node)}
+	if m.Has("domain") {
+		p, v := m.Value("domain")
+		if doc.name, err = d.text(p, v); err != nil {
+			return domainDoc{}, err
+		}
+		doc.at = d.at(p, v)
+	}
+	if doc.name == "" {
+		return domainDoc{}, errorAt(yamlnode.Join(path, "domain"), m.Node, "config file cannot have empty domain")
+	}
+	if m.Has("descriptors") {
+		p, v := m.Value("descriptors")
+		if doc.descriptors, err = d.descriptors(p, v); err != nil {
+			return domainDoc{}, err
+		}
+	}
+	return doc, nil
+}
+
+// descriptors decodes a list of descriptors; null is an empty one.
+func (d *decoder) descriptors(path string, n *yaml.Node) ([]descriptorDoc, error) {
+	n, err := d.Deref(path, n)
+	if err != nil || isNull(n) {
+		return nil, err
+	}
 	items, err := d.List(path, n)
 	if err != nil {
 		return nil, err
 	}
-	if len(items) == 0 {
-		return nil, errorAt(path, n, "must list at least one descriptor")
-	}
-	lv := &level{exact: make(map[entry]*node), any: make(map[string]*node)}
-	type seen struct {
-		key, value string
-		hasValue   bool
-	}
-	lines := make(map[seen]int, len(items))
+	out := make([]descriptorDoc, 0, len(items))
 	for i, item := range items {
-		p := yamlnode.Index(path, i)
-		m, err := d.Strict(p, item, []string{"key", "value", "limiter", "rate_limit", "unlimited", "shadow_mode", "descriptors"}, []string{"key"})
+		desc, err := d.descriptor(yamlnode.Index(path, i), item)
 		if err != nil {
 			return nil, err
 		}
-		kp, kn := m.Value("key")
-		key, err := d.text(kp, kn)
-		if err != nil {
-			return nil, err
-		}
-		s, name := seen{key: key}, prefix+"|"+escape(key)
-		if m.Has("value") {
-			vp, vn := m.Value("value")
-			if s.value, err = d.text(vp, vn); err != nil {
-				return nil, err
-			}
-			s.hasValue = true
-			name += "=" + escape(s.value)
-		}
-		if line, dup := lines[s]; dup {
-			what := fmt.Sprintf("key %q", key)
-			if s.hasValue {
-				what += fmt.Sprintf(" with value %q", s.value)
-			}
-			return nil, errorAt(p, m.Node, "duplicate descriptor: %s, first at line %d", what, line)
-		}
-		lines[s] = m.Node.Line
-		nd, err := d.node(p, m, name)
-		if err != nil {
-			return nil, err
-		}
-		switch {
-		case !s.hasValue:
-			lv.any[key] = nd
-		case strings.HasSuffix(s.value, "*"):
-			lv.prefix = append(lv.prefix, prefixNode{key: key, prefix: strings.TrimSuffix(s.value, "*"), node: nd})
-		default:
-			lv.exact[entry{key, s.value}] = nd
-		}
+		out = append(out, desc)
 	}
-	return lv, nil
+	return out, nil
 }
 
-// node decodes the limit and the nested descriptors of the descriptor m.
-func (d *decoder) node(path string, m *yamlnode.Mapping, name string) (*node, error) {
-	nd := &node{}
-	limits := 0
-	if m.Has("limiter") {
-		p, v := m.Value("limiter")
-		lim, err := d.text(p, v)
-		if err != nil {
-			return nil, err
-		}
-		if d.known == nil || !d.known(lim) {
-			return nil, errorAt(p, v, "unknown limiter %q; it must be a limiter of the limiters: section", lim)
-		}
-		nd.limiter = lim
-		limits++
+func (d *decoder) allowed() []string {
+	if d.section {
+		return append(slices.Clone(descriptorKeys), sectionKeys...)
 	}
+	return descriptorKeys
+}
+
+// descriptor decodes one descriptor.
+func (d *decoder) descriptor(path string, n *yaml.Node) (descriptorDoc, error) {
+	m, err := d.Mapping(path, n)
+	if err != nil {
+		return descriptorDoc{}, err
+	}
+	allowed := d.allowed()
+	if err := m.Check(allowed, nil, d.unknownKey(allowed, "descriptor")); err != nil {
+		return descriptorDoc{}, err
+	}
+	desc := descriptorDoc{at: d.at(path, m.Node)}
+	if m.Has("key") {
+		p, v := m.Value("key")
+		if desc.key, err = d.text(p, v); err != nil {
+			return descriptorDoc{}, err
+		}
+	}
+	if desc.key == "" {
+		return descriptorDoc{}, errorAt(yamlnode.Join(path, "key"), m.Node, "descriptor has empty key")
+	}
+	if m.Has("value") {
+		p, v := m.Value("value")
+		if desc.value, err = d.text(p, v); err != nil {
+			return descriptorDoc{}, err
+		}
+	}
+	var shadow, quota, detailed bool
+	for _, f := range []struct {
+		key string
+		dst *bool
+	}{
+		{"shadow_mode", &shadow}, {"quota_mode", &quota}, {"detailed_metric", &detailed},
+		{"value_to_metric", &desc.valueToMetric}, {"share_threshold", &desc.share},
+	} {
+		if m.Has(f.key) {
+			p, v := m.Value(f.key)
+			if *f.dst, err = d.boolean(p, v); err != nil {
+				return descriptorDoc{}, err
+			}
+		}
+	}
+	fk := finalKey(desc.key, desc.value)
+	if desc.share && !strings.Contains(fk, "*") {
+		p, v := m.Value("share_threshold")
+		return descriptorDoc{}, errorAt(p, v, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", fk)
+	}
+	if desc.rule, err = d.rule(path, m); err != nil {
+		return descriptorDoc{}, err
+	}
+	if desc.rule != nil {
+		desc.rule.shadow, desc.rule.quota, desc.rule.detailed = shadow, quota, detailed
+	}
+	if m.Has("metadata") {
+		p, v := m.Value("metadata")
+		if desc.metadata, err = d.metadata(p, v); err != nil {
+			return descriptorDoc{}, err
+		}
+	}
+	if m.Has("descriptors") {
+		p, v := m.Value("descriptors")
+		if desc.children, err = d.descriptors(p, v); err != nil {
+			return descriptorDoc{}, err
+		}
+	}
+	return desc, nil
+}
+
+// unknownKey explains a key that is not allowed in a mapping of the
+// given kind, naming the place where it belongs when it has one: a key in
+// the wrong place, which envoyproxy/ratelimit accepts and then ignores,
+// would not do what it says.
+func (d *decoder) unknownKey(allowed []string, kind string) func(string) string {
+	return func(k string) string {
+		switch {
+		case slices.Contains(rateLimitKeys, k) && kind == "descriptor":
+			return fmt.Sprintf("%q belongs in the descriptor's rate_limit; envoyproxy/ratelimit would ignore it here", k)
+		case slices.Contains(descriptorKeys, k) && kind == "rate_limit":
+			return fmt.Sprintf("%q belongs to the descriptor, beside rate_limit; envoyproxy/ratelimit would ignore it here", k)
+		case !d.section && slices.Contains(sectionKeys, k) && kind == "descriptor":
+			return fmt.Sprintf("unknown key %q: a limiter of sluice's limiters: section can only be named in the envoy: section of the server's config file", k)
+		}
+		return fmt.Sprintf("config error, unknown key '%s'; valid keys: %s", k, strings.Join(allowed, ", "))
+	}
+}
+
+// units are the rate_limit units, as envoyproxy/ratelimit reads them (in
+// any case).
+var units = map[string]rlsv3.RateLimitResponse_RateLimit_Unit{
+	"SECOND": rlsv3.RateLimitResponse_RateLimit_SECOND,
+	"MINUTE": rlsv3.RateLimitResponse_RateLimit_MINUTE,
+	"HOUR":   rlsv3.RateLimitResponse_RateLimit_HOUR,
+	"DAY":    rlsv3.RateLimitResponse_RateLimit_DAY,
+	"WEEK":   rlsv3.RateLimitResponse_RateLimit_WEEK,
+	"MONTH":  rlsv3.RateLimitResponse_RateLimit_MONTH,
+	"YEAR":   rlsv3.RateLimitResponse_RateLimit_YEAR,
+}
+
+// rule decodes the descriptor's rate_limit, limiter or unlimited, or
+// returns nil when it has none.
+func (d *decoder) rule(path string, m *yamlnode.Mapping) (*rule, error) {
+	var r *rule
+	given := 0
 	if m.Has("rate_limit") {
 		p, v := m.Value("rate_limit")
-		pol, unlimited, err := d.rateLimit(p, v)
+		v, err := d.Deref(p, v)
 		if err != nil {
 			return nil, err
 		}
-		if unlimited {
-			nd.unlimited = true
-		} else {
-			nd.limiter = inlinePrefix + name
-			d.inline[nd.limiter] = pol
+		if !isNull(v) { // envoyproxy/ratelimit reads a null rate_limit as none
+			if r, err = d.rateLimit(p, v); err != nil {
+				return nil, err
+			}
+			given++
 		}
-		limits++
+	}
+	if m.Has("limiter") {
+		p, v := m.Value("limiter")
+		name, err := d.String(p, v)
+		if err != nil {
+			return nil, err
+		}
+		if d.known == nil || !d.known(name) {
+			return nil, errorAt(p, v, "unknown limiter %q; it must be a limiter of the limiters: section", name)
+		}
+		r = &rule{limiter: name}
+		given++
 	}
 	if m.Has("unlimited") {
 		p, v := m.Value("unlimited")
@@ -275,96 +343,215 @@ func (d *decoder) node(path string, m *yamlnode.Mapping, name string) (*node, er
 		if !u {
 			return nil, errorAt(p, v, "must be true when given; leave it out for a limited descriptor")
 		}
-		nd.unlimited = true
-		limits++
+		r = &rule{unlimited: true}
+		given++
 	}
-	if limits > 1 {
+	if given > 1 {
 		return nil, errorAt(path, m.Node, "has more than one of limiter, rate_limit and unlimited; give one")
 	}
-	if m.Has("shadow_mode") {
-		p, v := m.Value("shadow_mode")
-		s, err := d.Bool(p, v)
-		if err != nil {
-			return nil, err
-		}
-		if s && nd.limiter == "" {
-			return nil, errorAt(p, v, "needs a limiter or a rate_limit to shadow")
-		}
-		nd.shadow = s
-	}
-	if m.Has("descriptors") {
-		p, v := m.Value("descriptors")
-		var err error
-		if nd.next, err = d.level(p, v, name); err != nil {
-			return nil, err
-		}
-	}
-	if limits == 0 && nd.next == nil {
-		return nil, errorAt(path, m.Node, "needs a limiter, a rate_limit, unlimited: true or nested descriptors")
-	}
-	return nd, nil
+	return r, nil
 }
 
-// rateLimit decodes an envoyproxy/ratelimit rate_limit: {unit,
-// requests_per_unit} or {unlimited: true}.
-func (d *decoder) rateLimit(path string, n *yaml.Node) (sluice.Policy, bool, error) {
-	m, err := d.Strict(path, n, []string{"unit", "requests_per_unit", "unlimited"}, nil)
+// rateLimit decodes a rate_limit: {unit, requests_per_unit, unlimited,
+// name, replaces}, as envoyproxy/ratelimit does: an unlimited one may not
+// have a valid unit; any other one must.
+func (d *decoder) rateLimit(path string, n *yaml.Node) (*rule, error) {
+	m, err := d.Mapping(path, n)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
+	if err := m.Check(rateLimitKeys, nil, d.unknownKey(rateLimitKeys, "rate_limit")); err != nil {
+		return nil, err
+	}
+	r := &rule{}
 	if m.Has("unlimited") {
 		p, v := m.Value("unlimited")
-		u, err := d.Bool(p, v)
+		if r.unlimited, err = d.boolean(p, v); err != nil {
+			return nil, err
+		}
+	}
+	var unitText string
+	up, un := yamlnode.Join(path, "unit"), m.Node
+	if m.Has("unit") {
+		up, un = m.Value("unit")
+		if unitText, err = d.text(up, un); err != nil {
+			return nil, err
+		}
+	}
+	u, valid := units[strings.ToUpper(unitText)]
+	switch {
+	case r.unlimited && valid:
+		return nil, errorAt(up, un, "should not specify rate limit unit when unlimited")
+	case !r.unlimited && !valid:
+		return nil, errorAt(up, un, "invalid rate limit unit '%s'; valid units: second, minute, hour, day, week, month, year", unitText)
+	}
+	r.unit = u
+	if m.Has("requests_per_unit") {
+		p, v := m.Value("requests_per_unit")
+		v, err := d.Deref(p, v)
 		if err != nil {
-			return nil, false, err
+			return nil, err
 		}
-		if !u {
-			return nil, false, errorAt(p, v, "must be true when given; leave it out for a limited descriptor")
+		if !isNull(v) {
+			n, err := d.Int64(p, v)
+			if err != nil {
+				return nil, err
+			}
+			// Envoy's response carries the limit as a uint32.
+			if n < 0 || n > math.MaxUint32 {
+				return nil, errorAt(p, v, "must be from 0 to %d, got %d", uint32(math.MaxUint32), n)
+			}
+			r.requestsPerUnit = uint32(n)
 		}
-		if m.Has("unit") || m.Has("requests_per_unit") {
-			return nil, false, errorAt(path, m.Node, "unlimited excludes unit and requests_per_unit")
-		}
-		return nil, true, nil
 	}
-	for _, k := range []string{"unit", "requests_per_unit"} {
-		if !m.Has(k) {
-			return nil, false, errorAt(path, m.Node, "missing required key %q", k)
+	if m.Has("name") {
+		p, v := m.Value("name")
+		if r.name, err = d.text(p, v); err != nil {
+			return nil, err
 		}
 	}
-	up, un := m.Value("unit")
-	u, err := d.text(up, un)
+	if m.Has("replaces") {
+		p, v := m.Value("replaces")
+		items, err := d.List(p, v)
+		if err != nil {
+			return nil, err
+		}
+		for i, item := range items {
+			ip := yamlnode.Index(p, i)
+			rm, err := d.Strict(ip, item, []string{"name"}, nil)
+			if err != nil {
+				return nil, err
+			}
+			var name string
+			if rm.Has("name") {
+				np, nv := rm.Value("name")
+				if name, err = d.text(np, nv); err != nil {
+					return nil, err
+				}
+			}
+			switch {
+			case name == "":
+				return nil, errorAt(ip, rm.Node, "should not have an empty replaces entry")
+			case name == r.name:
+				return nil, errorAt(ip, rm.Node, "replaces should not contain name of same descriptor")
+			}
+			r.replaces = append(r.replaces, name)
+		}
+	}
+	return r, nil
+}
+
+// metadata decodes a descriptor's metadata, any mapping, into the struct
+// sent back in the response's dynamic metadata.
+func (d *decoder) metadata(path string, n *yaml.Node) (*structpb.Struct, error) {
+	n, err := d.Deref(path, n)
+	if err != nil || isNull(n) {
+		return nil, err
+	}
+	v, err := d.anyValue(path, n)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	per, ok := units[strings.ToLower(u)]
+	fields, ok := v.(map[string]any)
 	if !ok {
-		return nil, false, errorAt(up, un, "unit must be second, minute, hour, day or week, got %q", u)
+		return nil, errorAt(path, n, "must be a mapping, got %s", yamlnode.Describe(n))
 	}
-	rp, rn := m.Value("requests_per_unit")
-	rpu, err := d.Int64(rp, rn)
+	if len(fields) == 0 {
+		return nil, nil
+	}
+	s, err := structpb.NewStruct(fields)
 	if err != nil {
-		return nil, false, err
+		return nil, errorAt(path, n, "error parsing metadata: %v", err)
 	}
-	// Envoy's response carries the limit as a uint32.
-	if rpu < 1 || rpu > math.MaxUint32 {
-		return nil, false, errorAt(rp, rn, "must be from 1 to %d, got %d", uint32(math.MaxUint32), rpu)
+	return s, nil
+}
+
+// anyValue decodes any YAML value into what structpb takes.
+func (d *decoder) anyValue(path string, n *yaml.Node) (any, error) {
+	n, err := d.Deref(path, n)
+	if err != nil {
+		return nil, err
 	}
-	return sluice.AlignedFixedWindow(rpu, per), false, nil
+	switch n.Kind {
+	case yaml.MappingNode:
+		m, err := d.Mapping(path, n)
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[string]any, len(m.Keys))
+		for i, k := range m.Keys {
+			if out[k.Value], err = d.anyValue(yamlnode.Join(path, k.Value), m.Vals[i]); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	case yaml.SequenceNode:
+		out := make([]any, len(n.Content))
+		for i, item := range n.Content {
+			if out[i], err = d.anyValue(yamlnode.Index(path, i), item); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	switch n.ShortTag() {
+	case "!!null":
+		return nil, nil
+	case "!!bool":
+		return strconv.ParseBool(n.Value)
+	case "!!int":
+		if v, err := d.Int64(path, n); err == nil {
+			return v, nil
+		}
+	case "!!float":
+		if v, err := strconv.ParseFloat(n.Value, 64); err == nil {
+			return v, nil
+		}
+	}
+	return n.Value, nil
 }
 
 // errorAt locates an error at node n.
 var errorAt = yamlnode.Errorf
 
-// text decodes a non-empty scalar as written: descriptor keys and values
-// are text that Envoy sends, so an unquoted 429 or true is the text "429"
-// or "true", not a number or a bool.
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
+
+// text decodes a key, value, domain or name as envoyproxy/ratelimit reads
+// it: any scalar as written, so that an unquoted 429 or true is the text
+// "429" or "true", and null is the empty text. A float is refused, as
+// there: 1.10 would not be the text it looks like.
 func (d *decoder) text(path string, n *yaml.Node) (string, error) {
-	n, err := d.Scalar(path, n, "a string")
+	n, err := d.Deref(path, n)
 	if err != nil {
 		return "", err
 	}
-	if n.Value == "" {
-		return "", errorAt(path, n, "must not be empty")
+	switch {
+	case n.Kind != yaml.ScalarNode:
+		return "", errorAt(path, n, "must be text, got %s", yamlnode.Describe(n))
+	case n.ShortTag() == "!!null":
+		return "", nil
+	case n.ShortTag() == "!!float":
+		return "", errorAt(path, n, "must be text, got %s; quote it", yamlnode.Describe(n))
 	}
 	return n.Value, nil
+}
+
+// boolean decodes a flag as envoyproxy/ratelimit's YAML 1.1 reads it:
+// true, false, yes, no, on, off, y, n in their usual cases, or null for
+// false.
+func (d *decoder) boolean(path string, n *yaml.Node) (bool, error) {
+	n, err := d.Deref(path, n)
+	if err != nil {
+		return false, err
+	}
+	const quoted = yaml.DoubleQuotedStyle | yaml.SingleQuotedStyle | yaml.LiteralStyle | yaml.FoldedStyle
+	if n.Kind == yaml.ScalarNode && n.Style&quoted == 0 {
+		switch n.Value {
+		case "y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON":
+			return true, nil
+		case "n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF", "", "~", "null", "Null", "NULL":
+			return false, nil
+		}
+	}
+	return false, errorAt(path, n, "must be true or false, got %s", yamlnode.Describe(n))
 }

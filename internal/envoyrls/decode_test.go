@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice"
@@ -100,10 +102,23 @@ func TestDecodeAliases(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, domain := range []string{"a", "b"} {
-		if n := d.match(domain, []entryRef{{"remote_address", "1.2.3.4"}}); n == nil || n.limiter != "per_ip" {
-			t.Errorf("match(%s, remote_address) = %+v, want per_ip", domain, n)
+		if r := d.find(domain, "remote_address", "1.2.3.4").rule; r == nil || r.limiter != "per_ip" {
+			t.Errorf("find(%s, remote_address) = %+v, want per_ip", domain, r)
 		}
 	}
+}
+
+// find matches the descriptor of key, value pairs kv in domain.
+func (d *Domains) find(domain string, kv ...string) match {
+	desc := &ratelimitv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		desc.Entries = append(desc.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	root := d.root(domain)
+	if root == nil {
+		return match{}
+	}
+	return lookup(domain, root, desc)
 }
 
 // TestMatch matches descriptors against testdata/edge.good.yaml.
@@ -118,99 +133,88 @@ func TestMatch(t *testing.T) {
 	}
 	const none, unlimited = "-", "unlimited"
 	tests := []struct {
-		name    string
-		domain  string
-		entries []entryRef
-		want    string // limiter, none or unlimited
-		shadow  bool
+		name   string
+		domain string
+		kv     []string
+		want   string // limiter, "N/UNIT", none or unlimited
+		shadow bool
 	}{
-		{"wildcard key", "edge", []entryRef{{"remote_address", "1.2.3.4"}}, "per_ip", false},
-		{"exact value first", "edge", []entryRef{{"path", "/login"}}, "login", false},
-		{"prefix before wildcard", "edge", []entryRef{{"path", "/api/v1/users"}}, "per_ip", false},
-		{"prefix is not a suffix", "edge", []entryRef{{"path", "/v1/api/"}}, "per_path", false},
-		{"wildcard after exact and prefix", "edge", []entryRef{{"path", "/logout"}}, "per_path", false},
-		{"value is case sensitive", "edge", []entryRef{{"path", "/LOGIN"}}, "per_path", false},
-		{"nested", "edge", []entryRef{{"path", "/login"}, {"user", "bob"}}, "envoy:edge|path=/login|user", false},
-		{"deeper than the config", "edge", []entryRef{{"path", "/login"}, {"user", "bob"}, {"x", "y"}}, none, false},
-		{"nested key mismatch", "edge", []entryRef{{"path", "/login"}, {"client", "bob"}}, none, false},
-		{"no nesting under wildcard", "edge", []entryRef{{"path", "/x"}, {"user", "bob"}}, none, false},
-		{"unlimited", "edge", []entryRef{{"generic_key", "health"}}, unlimited, false},
-		{"unlimited in rate_limit", "edge", []entryRef{{"generic_key", "legacy"}}, unlimited, false},
-		{"exact value only", "edge", []entryRef{{"generic_key", "other"}}, none, false},
-		{"shadow", "edge", []entryRef{{"tenant", "acme"}}, "per_tenant", true},
-		{"node without a limit", "edge", []entryRef{{"authenticated", "true"}}, none, false},
-		{"under a node without a limit", "edge", []entryRef{{"authenticated", "true"}, {"client_id", "c1"}}, "envoy:edge|authenticated=true|client_id", false},
-		{"other domain", "internal", []entryRef{{"remote_address", "1.2.3.4"}}, "per_ip", false},
-		{"other domain's descriptors", "internal", []entryRef{{"path", "/login"}}, none, false},
-		{"unknown domain", "nope", []entryRef{{"remote_address", "1.2.3.4"}}, none, false},
-		{"unknown key", "edge", []entryRef{{"nope", "x"}}, none, false},
+		{"any value", "edge", []string{"remote_address", "1.2.3.4"}, "per_ip", false},
+		{"exact value first", "edge", []string{"path", "/login"}, "login", false},
+		{"wildcard before key alone", "edge", []string{"path", "/api/v1/users"}, "per_ip", false},
+		{"wildcard is not a suffix", "edge", []string{"path", "/v1/api/"}, "per_path", false},
+		{"key alone last", "edge", []string{"path", "/logout"}, "per_path", false},
+		{"value is case sensitive", "edge", []string{"path", "/LOGIN"}, "per_path", false},
+		{"nested", "edge", []string{"path", "/login", "user", "bob"}, "5/MINUTE", false},
+		{"deeper than the config", "edge", []string{"path", "/login", "user", "bob", "x", "y"}, none, false},
+		{"nested key mismatch", "edge", []string{"path", "/login", "client", "bob"}, none, false},
+		{"no nesting under the key alone", "edge", []string{"path", "/x", "user", "bob"}, none, false},
+		{"unlimited", "edge", []string{"generic_key", "health"}, unlimited, false},
+		{"unlimited in rate_limit", "edge", []string{"generic_key", "legacy"}, unlimited, false},
+		{"exact value only", "edge", []string{"generic_key", "other"}, none, false},
+		{"shadow", "edge", []string{"tenant", "acme"}, "per_tenant", true},
+		{"node without a limit", "edge", []string{"authenticated", "true"}, none, false},
+		{"under a node without a limit", "edge", []string{"authenticated", "true", "client_id", "c1"}, "1000/HOUR", false},
+		{"other domain", "internal", []string{"remote_address", "1.2.3.4"}, "per_ip", false},
+		{"other domain's descriptors", "internal", []string{"path", "/login"}, none, false},
+		{"unknown domain", "nope", []string{"remote_address", "1.2.3.4"}, none, false},
+		{"unknown key", "edge", []string{"nope", "x"}, none, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, shadow := none, false
-			if n := d.match(tt.domain, tt.entries); n != nil {
-				got, shadow = n.limiter, n.shadow
-				if n.unlimited {
+			if r := d.find(tt.domain, tt.kv...).rule; r != nil {
+				switch {
+				case r.unlimited:
 					got = unlimited
+				case r.limiter != "":
+					got = r.limiter
+				default:
+					got = fmt.Sprintf("%d/%s", r.requestsPerUnit, r.unit)
 				}
-				if got == "" {
-					got = none
-				}
+				shadow = r.shadow
 			}
 			if got != tt.want || shadow != tt.shadow {
-				t.Errorf("match(%s, %v) = %s (shadow %v), want %s (shadow %v)", tt.domain, tt.entries, got, shadow, tt.want, tt.shadow)
+				t.Errorf("find(%s, %v) = %s (shadow %v), want %s (shadow %v)", tt.domain, tt.kv, got, shadow, tt.want, tt.shadow)
 			}
 		})
 	}
-
-	inline := d.Inline()
-	want := map[string]string{
-		"envoy:edge|path=/login|user":             sluice.AlignedFixedWindow(5, time.Minute).String(),
-		"envoy:edge|authenticated=true|client_id": sluice.AlignedFixedWindow(1000, time.Hour).String(),
-	}
-	if len(inline) != len(want) {
-		t.Errorf("Inline() has %d limiters, want %d: %v", len(inline), len(want), inline)
-	}
-	for name, p := range want {
-		if got := inline[name]; got == nil || got.String() != p {
-			t.Errorf("Inline()[%q] = %v, want %s", name, got, p)
-		}
-	}
-	if (*Domains)(nil).Inline() != nil || (*Domains)(nil).match("edge", []entryRef{{"a", "b"}}) != nil {
-		t.Error("a nil *Domains has limits")
+	if (*Domains)(nil).root("edge") != nil {
+		t.Error("a nil *Domains has domains")
 	}
 }
 
-// TestInlineNamesEscaped: separators inside keys and values do not make two
-// places share an inline limiter.
-func TestInlineNamesEscaped(t *testing.T) {
-	data := []byte(`envoy:
-  - domain: d
-    descriptors:
-      - key: a
-        value: b|c=d
-        rate_limit: {unit: second, requests_per_unit: 1}
-      - key: a
-        value: b
-        descriptors:
-          - key: c
-            value: d
-            rate_limit: {unit: second, requests_per_unit: 2}
-`)
-	d, err := Decode("envoy", section(t, data), known)
-	if err != nil {
-		t.Fatal(err)
+// TestWildcards: a '*' anywhere in a value stands for any run of bytes,
+// the empty one included, as envoyproxy/ratelimit matches it since 2026.
+func TestWildcards(t *testing.T) {
+	tests := []struct {
+		pattern, value string
+		want           bool
+	}{
+		{"foo*", "foo", true},
+		{"foo*", "foo1", true},
+		{"foo*", "fo", false},
+		{"bar*b", "barab", true},
+		{"bar*b", "bar123b", true},
+		{"bar*b", "barb", true},
+		{"bar*b", "bara", false},
+		{"bar*b", "xbarb", false},
+		{"bar*b", "bab", false}, // prefix and suffix may not overlap
+		{"foo*bar*baz", "foo123bar456baz", true},
+		{"foo*bar*baz", "foobarbaz", true},
+		{"foo*bar*baz", "foo123baz", false},
+		{"foo*bar*baz", "bar456baz", false},
+		{"foo*bar*baz", "foobazbar", false},
+		{"*.example.com", "a.example.com", true},
+		{"*.example.com", "example.com", false},
+		{"*", "", true},
+		{"a**b", "ab", true},
+		{"a*b*", "axbyyy", true},
 	}
-	got := slices.Sorted(func(yield func(string) bool) {
-		for k := range d.Inline() {
-			if !yield(k) {
-				return
-			}
+	for _, tt := range tests {
+		if got := matchWildcard(strings.Split(tt.pattern, "*"), tt.value); got != tt.want {
+			t.Errorf("matchWildcard(%q, %q) = %v, want %v", tt.pattern, tt.value, got, tt.want)
 		}
-	})
-	want := []string{"envoy:d|a=b%7Cc%3Dd", "envoy:d|a=b|c=d"}
-	if !slices.Equal(got, want) {
-		t.Errorf("Inline() names = %q, want %q", got, want)
 	}
 }
 

@@ -52,8 +52,8 @@ func TestDocsConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Decode: %v", err)
 	}
-	if _, ok := d.Inline()["envoy:edge|path=/login|user"]; !ok {
-		t.Errorf("Inline() = %v, want the limiter the docs name", d.Inline())
+	if _, err := envoyrls.Load(d, envoyrls.DefaultSettings()); err != nil {
+		t.Errorf("Load: %v", err)
 	}
 }
 

@@ -1,11 +1,13 @@
 // Package envoyrls serves Envoy's global rate limit service,
-// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, on sluice
-// limiters. The envoy: section of a server config file lists domains and
-// trees of descriptors, as envoyproxy/ratelimit users write them; each
-// descriptor of a request is matched against its domain's tree and decided
-// by the limiter of the node it matches, which may have any sluice policy.
-// docs/envoy.md describes the config, the matching rules, the key format
-// and how results map to Envoy's response.
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, as
+// envoyproxy/ratelimit does: it reads envoyproxy/ratelimit's config files
+// as they are, and the envoy: section of a server config file in the same
+// format, and answers as envoyproxy/ratelimit answers, field for field,
+// with its settings. A descriptor of the envoy: section may instead name a
+// sluice limiter, of any policy, which then decides it.
+//
+// docs/envoy.md describes the config, the matching rules and the answers,
+// and every difference that remains from envoyproxy/ratelimit.
 package envoyrls
 
 import (
@@ -24,15 +26,20 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 // Bounds of what a request makes the service do.
@@ -40,8 +47,8 @@ const (
 	// MaxDescriptors is the most descriptors one request may carry; each
 	// costs a decision, so the bound caps the work of one call.
 	MaxDescriptors = 64
-	// MaxKeyLen is the longest key, in bytes, passed to a limiter. A
-	// longer one (a long path, an oversized header) is cut to
+	// MaxKeyLen is the longest key, in bytes, passed to a limiter or a
+	// counter. A longer one (a long path, an oversized header) is cut to
 	// MaxKeyLen-66 bytes followed by "%#" and the hex SHA-256 of the
 	// whole key: rejecting it would let a client skip its limits (Envoy
 	// lets requests through on errors by default), and the bound keeps
@@ -51,15 +58,14 @@ const (
 	MaxKeyLen = 200
 )
 
-// Lookup resolves a limiter name, of the file's limiters: section or of
-// Domains.Inline, to the live limiter. It must be safe for simultaneous
-// use.
+// Lookup resolves a limiter name of the file's limiters: section to the
+// live limiter. It must be safe for simultaneous use.
 type Lookup func(name string) (*sluice.Limiter, bool)
 
-// Decision is one descriptor's decision by a limiter, reported to the
-// observer of WithObserver, for instance for Prometheus metrics.
-// Descriptors that match no limiter, or an unlimited one, are not decided
-// and not reported.
+// Decision is one descriptor's decision by a sluice limiter, reported to
+// the observer of WithObserver, for instance for Prometheus metrics.
+// Descriptors that a rate_limit counts, that match nothing or that are
+// unlimited are not reported: the service's own stats count them.
 type Decision struct {
 	// Limiter is the limiter's name.
 	Limiter string
@@ -80,228 +86,480 @@ type Decision struct {
 type options struct {
 	observer func(Decision)
 	logger   *slog.Logger
-	headers  [3]string // limit, remaining, reset; "" leaves one out
+	store    driver.Store
+	timeout  time.Duration
+	failure  sluice.StoreFailure
+	now      func() time.Time
+	metrics  *metrics
 }
 
 // Option configures a Service.
 type Option func(*options)
 
-// WithObserver makes the service call f with every descriptor's
-// decision, synchronously, before it answers. f must be fast and safe for
+// WithObserver makes the service call f with every decision of a sluice
+// limiter, synchronously, before it answers. f must be fast and safe for
 // simultaneous use. The default is no observer.
 func WithObserver(f func(Decision)) Option { return func(o *options) { o.observer = f } }
 
-// WithLogger makes the service log to l: limiter errors (a store failure)
-// at Warn, rejections in shadow mode at Info, invalid requests at Debug.
-// The default, and a nil l, discard the logs.
+// WithLogger makes the service log to l: store and limiter errors at
+// Warn, rejections in shadow mode at Info, invalid requests at Debug. The
+// default, and a nil l, discard the logs.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
-// WithResponseHeaders names the headers that the service asks Envoy to add
-// to the response (response_headers_to_add), with the limit, the
-// remaining tokens and the seconds until reset of the most restrictive
-// descriptor; an empty name leaves that header out. The defaults are
-// envoyproxy/ratelimit's: RateLimit-Limit, RateLimit-Remaining and
-// RateLimit-Reset.
-func WithResponseHeaders(limit, remaining, reset string) Option {
-	return func(o *options) { o.headers = [3]string{limit, remaining, reset} }
+// WithStore keeps the windows of rate_limit descriptors in s. The default
+// is a store in this process's memory.
+func WithStore(s driver.Store) Option { return func(o *options) { o.store = s } }
+
+// WithStoreTimeout bounds each call to the store; the default is
+// sluice.DefaultStoreTimeout.
+func WithStoreTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithStoreFailure says what a rate_limit descriptor gets when the store
+// fails: an error (sluice.FailClosed, the default: Envoy then applies its
+// failure_mode_deny), OK without counting (FailOpen), or a count in this
+// process's memory (FailLocal).
+func WithStoreFailure(f sluice.StoreFailure) Option { return func(o *options) { o.failure = f } }
+
+// WithClock sets the clock of the windows; the default is time.Now.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// WithRegistry registers the service's stats, envoyproxy/ratelimit's
+// per-descriptor counters, on reg. The default counts nothing.
+func WithRegistry(reg prometheus.Registerer) Option {
+	return func(o *options) { o.metrics = newMetrics(reg) }
 }
 
-// Service is Envoy's rate limit service on sluice limiters. It is safe for
-// simultaneous use; Swap replaces its configuration while it serves.
+// Service is Envoy's rate limit service. It is safe for simultaneous use;
+// Swap replaces its configuration while it serves.
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	opts  options
+	local driver.Store // FailLocal's windows
 	state atomic.Pointer[state]
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
 
-// state is one configuration: the domains, the limiters, and the units
-// worked out from the limiters' policies.
+// state is one configuration: the domains, the limiters, the units worked
+// out from the limiters' policies, and the local cache of windows over
+// their limit.
 type state struct {
 	domains *Domains
 	lookup  Lookup
 	units   sync.Map // *sluice.Limiter → unit
+	over    *overLimitCache
 }
 
-// New returns a service that matches requests against d and decides them
-// with the limiters of lookup. A nil d has no domains: every descriptor is
-// then OK without a limit.
+// New returns a service that answers with d and decides descriptors that
+// name a limiter with the limiters of lookup. A nil d has no domains:
+// every descriptor is then OK without a limit.
 func New(d *Domains, lookup Lookup, opts ...Option) *Service {
-	s := &Service{opts: options{
-		logger:  slog.New(slog.DiscardHandler),
-		headers: [3]string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"},
-	}}
+	s := &Service{opts: options{timeout: sluice.DefaultStoreTimeout, now: time.Now}, local: memstore.New()}
 	for _, o := range opts {
 		o(&s.opts)
 	}
 	if s.opts.logger == nil {
 		s.opts.logger = slog.New(slog.DiscardHandler)
 	}
+	if s.opts.store == nil {
+		s.opts.store = s.local
+	}
 	s.Swap(d, lookup)
 	return s
 }
 
 // Swap replaces the domains and the lookup at once, for a config reload;
-// calls in flight finish on the old ones.
+// calls in flight finish on the old ones. The local cache of windows over
+// their limit carries over while its size stays the same.
 func (s *Service) Swap(d *Domains, lookup Lookup) {
 	if lookup == nil {
 		lookup = func(string) (*sluice.Limiter, bool) { return nil, false }
 	}
-	s.state.Store(&state{domains: d, lookup: lookup})
+	next := &state{domains: d, lookup: lookup}
+	size := d.Settings().LocalCacheSizeInBytes
+	if old := s.state.Load(); old != nil && old.over != nil && old.over.size == size {
+		next.over = old.over
+	} else {
+		next.over = newOverLimitCache(size)
+	}
+	s.state.Store(next)
+}
+
+// Settings returns the settings the domains were loaded with; those of a
+// nil *Domains are envoyproxy/ratelimit's defaults.
+func (d *Domains) Settings() Settings {
+	if d == nil {
+		return DefaultSettings()
+	}
+	return d.settings
 }
 
 // Register registers the service on g.
 func (s *Service) Register(g *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(g, s) }
 
-// step is the plan for one descriptor of a request.
-type step struct {
-	node *node // nil: matches nothing
-	key  string
-	hits int64 // 0: check without taking
+// check is one descriptor of a request: its rule, what it asks and what
+// it got.
+type check struct {
+	desc      *ratelimitv3.RateLimitDescriptor
+	match     match
+	hits      uint64
+	unlimited bool
+	key       string // the counter's or the limiter's key
+	stats     *ruleStats
+	status    *rlsv3.RateLimitResponse_DescriptorStatus
+	reset     int64 // the seconds a reset header would show
 }
 
-// ShouldRateLimit decides every descriptor of req, in order, each with the
-// limiter of the node it matches, and counts each one even when another is
-// over the limit, as envoyproxy/ratelimit does. The overall code is
-// OVER_LIMIT when any descriptor not in shadow mode is.
-//
-// An invalid request (no domain, no descriptors, an entry without a key,
-// more than MaxDescriptors, negative hits, a limit override) is
-// InvalidArgument and counts nothing.
-// A store failure of a limiter that fails closed is Unavailable, after
-// the descriptors before it were counted; Envoy then applies its
-// failure_mode_deny.
+// ShouldRateLimit answers req as envoyproxy/ratelimit does; docs/envoy.md
+// describes the answer. Each descriptor is counted, in order, even when
+// another is over its limit. A store failure, or a sluice limiter's
+// error, fails the call after the descriptors before it were counted.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	switch {
+	case req.GetDomain() == "":
+		// envoyproxy/ratelimit answers these with a plain error, which
+		// gRPC sends as Unknown.
+		return nil, status.Error(codes.Unknown, "rate limit domain must not be empty")
+	case len(req.GetDescriptors()) == 0:
+		return nil, status.Error(codes.Unknown, "rate limit descriptor list must not be empty")
+	case len(req.GetDescriptors()) > MaxDescriptors:
+		return nil, status.Errorf(codes.InvalidArgument, "envoyrls: at most %d descriptors per request, got %d", MaxDescriptors, len(req.GetDescriptors()))
+	}
 	st := s.state.Load()
-	steps, err := st.plan(req)
+	set := st.domains.Settings()
+	checks, err := s.plan(st, req)
 	if err != nil {
 		s.opts.logger.DebugContext(ctx, "envoyrls: invalid request", "domain", req.GetDomain(), "err", err)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(steps)),
+	if err := s.decide(ctx, st, req.GetDomain(), checks); err != nil {
+		return nil, err
 	}
-	tightest := -1 // the limited descriptor with the fewest remaining
-	for i, sp := range steps {
-		ds, err := s.decide(ctx, st, sp)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.opts.logger.WarnContext(ctx, "envoyrls: descriptor not decided",
-					"domain", req.GetDomain(), "descriptor", i, "limiter", sp.node.limiter, "key", sp.key, "err", err)
-			}
-			return nil, errorStatus(fmt.Sprintf("descriptor %d (limiter %s)", i, sp.node.limiter), err)
+
+	resp := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))}
+	least := uint32(math.MaxUint32)
+	headers := -1 // the descriptor the headers describe
+	var failed, quotaFailed, quotas int
+	var passed []int
+	for i, c := range checks {
+		if set.ResponseHeaders && c.status.GetCurrentLimit() != nil && c.status.GetLimitRemaining() < least {
+			headers, least = i, c.status.GetLimitRemaining()
 		}
-		resp.Statuses[i] = ds
-		if ds.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		if c.unlimited {
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			continue
 		}
-		if ds.CurrentLimit != nil && !sp.node.shadow &&
-			(tightest < 0 || ds.LimitRemaining < resp.Statuses[tightest].LimitRemaining) {
-			tightest = i
+		resp.Statuses[i] = c.status
+		quota := set.QuotaMode || (c.match.rule != nil && c.match.rule.quota)
+		switch {
+		case c.status.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT:
+			passed = append(passed, i)
+		case quota:
+			quotaFailed++
+		default:
+			failed++
+			headers, least = i, 0
+		}
+		if quota {
+			quotas++
 		}
 	}
-	if tightest >= 0 {
-		resp.ResponseHeadersToAdd = s.headers(resp.Statuses[tightest])
+	// Over the limit when a rate limit is, or when every quota is.
+	resp.OverallCode = rlsv3.RateLimitResponse_OK
+	if failed > 0 || (quotas > 0 && quotas == quotaFailed) {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	if set.ResponseHeaders && headers >= 0 {
+		c := checks[headers]
+		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+			{Key: set.LimitHeader, Value: strconv.FormatUint(uint64(c.status.GetCurrentLimit().GetRequestsPerUnit()), 10)},
+			{Key: set.RemainingHeader, Value: strconv.FormatUint(uint64(c.status.GetLimitRemaining()), 10)},
+			{Key: set.ResetHeader, Value: strconv.FormatInt(c.reset, 10)},
+		}
+	}
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && set.ShadowMode {
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+		if s.opts.metrics != nil {
+			s.opts.metrics.globalShadow.Inc()
+		}
+	}
+	if set.ResponseDynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, checks, passed)
 	}
 	return resp, nil
 }
 
-// plan validates req and matches its descriptors, before anything is
-// counted.
-func (st *state) plan(req *rlsv3.RateLimitRequest) ([]step, error) {
-	switch {
-	case req.GetDomain() == "":
-		return nil, errors.New("envoyrls: domain must not be empty")
-	case len(req.GetDescriptors()) == 0:
-		return nil, errors.New("envoyrls: descriptors must not be empty")
-	case len(req.GetDescriptors()) > MaxDescriptors:
-		return nil, fmt.Errorf("envoyrls: at most %d descriptors per request, got %d", MaxDescriptors, len(req.GetDescriptors()))
-	}
-	hits := max(int64(req.GetHitsAddend()), 1) // 0 is unset: one hit
-	steps := make([]step, len(req.GetDescriptors()))
-	entries := make([]entryRef, 0, 8)
+// plan matches every descriptor of req and works out its hits, before
+// anything is counted: an unlimited rule's, and the rules that others
+// replace, are left out.
+func (s *Service) plan(st *state, req *rlsv3.RateLimitRequest) ([]check, error) {
+	root := st.domains.root(req.GetDomain())
+	checks := make([]check, len(req.GetDescriptors()))
+	replaced := map[string]bool{}
 	for i, d := range req.GetDescriptors() {
-		if len(d.GetEntries()) == 0 {
-			return nil, fmt.Errorf("envoyrls: descriptor %d: entries must not be empty", i)
-		}
-		if d.GetLimit() != nil {
-			// Honouring it would need a policy per request; ignoring it
-			// would enforce a limit other than the one Envoy asked for.
-			return nil, fmt.Errorf("envoyrls: descriptor %d: limit overrides are not supported", i)
-		}
-		if d.GetIsNegativeHits() {
-			return nil, fmt.Errorf("envoyrls: descriptor %d: negative hits are not supported: a limiter cannot give tokens back", i)
-		}
-		sp := step{hits: hits}
+		c := check{desc: d, hits: max(uint64(req.GetHitsAddend()), 1)}
 		if h := d.GetHitsAddend(); h != nil {
-			if h.GetValue() > math.MaxInt64 {
-				return nil, fmt.Errorf("envoyrls: descriptor %d: hits_addend must be at most %d, got %d", i, int64(math.MaxInt64), h.GetValue())
+			c.hits = h.GetValue() // 0 checks without counting
+		}
+		if c.hits > math.MaxInt64 {
+			return nil, fmt.Errorf("envoyrls: descriptor %d: hits_addend must be at most %d, got %d", i, int64(math.MaxInt64), c.hits)
+		}
+		if root != nil {
+			c.match = lookup(req.GetDomain(), root, d)
+		}
+		if r := c.match.rule; r != nil {
+			if r.limiter == "" && !r.unlimited && unitSeconds(r.unit) == 0 {
+				return nil, fmt.Errorf("envoyrls: descriptor %d: the limit override has no unit, or one Envoy does not define (%d)", i, r.unit)
 			}
-			sp.hits = int64(h.GetValue())
-		}
-		entries = entries[:0]
-		for j, e := range d.GetEntries() {
-			if e.GetKey() == "" {
-				return nil, fmt.Errorf("envoyrls: descriptor %d: entry %d: key must not be empty", i, j)
+			for _, name := range r.replaces {
+				replaced[name] = true
 			}
-			entries = append(entries, entryRef{e.GetKey(), e.GetValue()})
+			if r.unlimited {
+				c.unlimited, c.match = true, match{}
+			}
 		}
-		sp.node = st.domains.match(req.GetDomain(), entries)
-		if sp.node != nil && sp.node.limiter != "" {
-			sp.key = limiterKey(req.GetDomain(), entries)
-		}
-		steps[i] = sp
+		checks[i] = c
 	}
-	return steps, nil
+	for i := range checks {
+		if r := checks[i].match.rule; r != nil && r.name != "" && replaced[r.name] {
+			checks[i].match = match{}
+		}
+	}
+	return checks, nil
 }
 
-// decide decides one descriptor. Its errors are the limiter's.
-func (s *Service) decide(ctx context.Context, st *state, sp step) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
-	switch {
-	case sp.node == nil || (sp.node.limiter == "" && !sp.node.unlimited):
-		// As envoyproxy/ratelimit: no limit, nothing remaining.
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
-	case sp.node.unlimited:
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}, nil
+// root returns the root of domain, or nil.
+func (d *Domains) root(domain string) *node {
+	if d == nil {
+		return nil
 	}
-	name := sp.node.limiter
+	return d.roots[domain]
+}
+
+// decide counts every check with a rule and sets every check's status, as
+// envoyproxy/ratelimit's Redis cache does.
+func (s *Service) decide(ctx context.Context, st *state, domain string, checks []check) error {
+	set := st.domains.Settings()
+	now := s.opts.now().Unix()
+	for i := range checks {
+		c := &checks[i]
+		r := c.match.rule
+		switch {
+		case r == nil:
+			c.status = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+			continue
+		case r.limiter != "":
+			c.key = cut(descriptorKey(domain, c.desc.GetEntries(), nil))
+		default:
+			// The unit is part of the key: a limit override may count the
+			// same descriptor per minute in one request and per hour in
+			// another, in windows that must not mix.
+			c.key = cut(set.CacheKeyPrefix + descriptorKey(domain, c.desc.GetEntries(), c.match.share) + "|" + strconv.FormatInt(unitSeconds(r.unit), 10))
+		}
+		c.stats = s.opts.metrics.of(domain, c.match.statKey)
+		c.stats.add(totalHits, c.hits)
+	}
+	// Windows already over their limit in the local cache are not
+	// counted again; with StopCacheKeyIncrementWhenOverlimit, they stop
+	// the count of every other window of the request.
+	localOver := make([]bool, len(checks))
+	anyLocal := false
+	for i, c := range checks {
+		if c.isCounter() && st.over.has(c.key, now) {
+			localOver[i], anyLocal = true, true
+		}
+	}
+	// With StopCacheKeyIncrementWhenOverlimit and nothing in the local
+	// cache, the windows are read first: when some would go over, only
+	// those are counted.
+	goesOver := make([]bool, len(checks))
+	anyOver := false
+	if set.StopCacheKeyIncrementWhenOverlimit && !anyLocal {
+		for i, c := range checks {
+			if !c.isCounter() {
+				continue
+			}
+			count, err := s.count(ctx, c, now, 0)
+			if err != nil {
+				return s.storeError(ctx, domain, i, err)
+			}
+			if count+c.hits > uint64(c.match.rule.requestsPerUnit) {
+				goesOver[i], anyOver = true, true
+			}
+		}
+	}
+	for i := range checks {
+		c := &checks[i]
+		switch {
+		case c.match.rule == nil:
+			continue
+		case c.match.rule.limiter != "":
+			if err := s.limit(ctx, st, c); err != nil {
+				return err
+			}
+			continue
+		case localOver[i]:
+			c.stats.add(overLimit, c.hits)
+			c.stats.add(overLimitLocal, c.hits)
+			c.counterStatus(rlsv3.RateLimitResponse_OVER_LIMIT, 0, now)
+			if c.match.rule.shadow {
+				c.status.Code = rlsv3.RateLimitResponse_OK
+				c.stats.add(shadowMode, c.hits)
+			}
+			continue
+		}
+		n := c.hits
+		if set.StopCacheKeyIncrementWhenOverlimit && (anyLocal || anyOver && !goesOver[i]) {
+			n = 0
+		}
+		after, err := s.count(ctx, *c, now, n)
+		if err != nil {
+			return s.storeError(ctx, domain, i, err)
+		}
+		s.counted(st, c, after, now, set.NearLimitRatio)
+	}
+	return nil
+}
+
+// isCounter reports whether c is counted in a window.
+func (c check) isCounter() bool { return c.match.rule != nil && c.match.rule.limiter == "" }
+
+// count adds n hits to c's window at now, on the store or, when it fails
+// and so configured, in memory, and returns the count after.
+func (s *Service) count(ctx context.Context, c check, now int64, n uint64) (uint64, error) {
+	length := unitSeconds(c.match.rule.unit)
+	start := windowStart(now, length)
+	tctx, cancel := context.WithTimeout(ctx, s.opts.timeout)
+	after, err := add(tctx, s.opts.store, c.key, start, length, now, n)
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return after, err
+	}
+	switch s.opts.failure {
+	case sluice.FailOpen:
+		s.opts.logger.WarnContext(ctx, "envoyrls: store failed; failing open", "key", c.key, "err", err)
+		return n, nil
+	case sluice.FailLocal:
+		s.opts.logger.WarnContext(ctx, "envoyrls: store failed; counting in memory", "key", c.key, "err", err)
+		return add(ctx, s.local, c.key, start, length, now, n)
+	}
+	return after, err
+}
+
+// storeError is the call's status when the store failed on descriptor i:
+// the call's own end, or Unavailable, the store's timeout included.
+func (s *Service) storeError(ctx context.Context, domain string, i int, err error) error {
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	s.opts.logger.WarnContext(ctx, "envoyrls: descriptor not counted", "domain", domain, "descriptor", i, "err", err)
+	return status.Errorf(codes.Unavailable, "envoyrls: descriptor %d: %v", i, err)
+}
+
+// counted sets c's status from its window's count after its hits, and
+// counts the stats, as envoyproxy/ratelimit's base limiter does: the
+// count before is after less the hits asked for, even when fewer were
+// added, in unsigned arithmetic.
+func (s *Service) counted(st *state, c *check, after uint64, now int64, ratio float32) {
+	r := c.match.rule
+	before := after - c.hits
+	limit := uint64(r.requestsPerUnit)
+	near := uint64(math.Floor(float64(float32(limit) * ratio)))
+	if after > limit {
+		c.counterStatus(rlsv3.RateLimitResponse_OVER_LIMIT, 0, now)
+		if before >= limit {
+			c.stats.add(overLimit, c.hits)
+		} else {
+			c.stats.add(overLimit, after-limit)
+			c.stats.add(nearLimit, limit-max(near, before))
+		}
+		st.over.set(c.key, now, unitSeconds(r.unit))
+		if r.shadow {
+			c.status.Code = rlsv3.RateLimitResponse_OK
+			if before >= limit {
+				c.stats.add(shadowMode, c.hits)
+			} else {
+				c.stats.add(shadowMode, after-limit)
+			}
+		}
+		return
+	}
+	c.counterStatus(rlsv3.RateLimitResponse_OK, uint32(limit-after), now)
+	if after > near {
+		if before >= near {
+			c.stats.add(nearLimit, c.hits)
+		} else {
+			c.stats.add(nearLimit, after-near)
+		}
+	}
+	c.stats.add(withinLimit, c.hits)
+}
+
+// counterStatus sets the status of a counted descriptor.
+func (c *check) counterStatus(code rlsv3.RateLimitResponse_Code, remaining uint32, now int64) {
+	r := c.match.rule
+	c.reset = untilReset(now, unitSeconds(r.unit))
+	c.status = &rlsv3.RateLimitResponse_DescriptorStatus{
+		Code:               code,
+		CurrentLimit:       &rlsv3.RateLimitResponse_RateLimit{Name: r.name, RequestsPerUnit: r.requestsPerUnit, Unit: r.unit},
+		LimitRemaining:     remaining,
+		DurationUntilReset: &durationpb.Duration{Seconds: c.reset},
+	}
+}
+
+// limit decides c with its sluice limiter.
+func (s *Service) limit(ctx context.Context, st *state, c *check) error {
+	name := c.match.rule.limiter
 	l, ok := st.lookup(name)
 	if !ok {
-		return nil, fmt.Errorf("envoyrls: limiter %q not found", name)
+		return errorStatus("limiter "+name, fmt.Errorf("envoyrls: limiter %q not found", name))
 	}
-	res, err := consume(ctx, l, sp.key, sp.hits)
+	hits := int64(c.hits)
+	res, err := consume(ctx, l, c.key, hits)
 	if s.opts.observer != nil {
-		s.opts.observer(Decision{Limiter: name, Key: sp.key, Hits: sp.hits, Result: res, Shadow: sp.node.shadow, Err: err})
+		s.opts.observer(Decision{Limiter: name, Key: c.key, Hits: hits, Result: res, Shadow: c.match.rule.shadow, Err: err})
 	}
 	if err != nil {
-		return nil, err
+		if ctx.Err() == nil {
+			s.opts.logger.WarnContext(ctx, "envoyrls: descriptor not decided", "limiter", name, "key", c.key, "err", err)
+		}
+		return errorStatus("limiter "+name, err)
 	}
 	u := st.unit(l)
-	ds := &rlsv3.RateLimitResponse_DescriptorStatus{
+	d := sluiceUntilReset(res)
+	c.reset = policy.CeilDiv(int64(d), int64(time.Second))
+	c.status = &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code:               rlsv3.RateLimitResponse_OK,
 		CurrentLimit:       &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: clamp32(res.Limit), Unit: u.unit},
 		LimitRemaining:     clamp32(res.Remaining),
-		DurationUntilReset: durationpb.New(untilReset(res)),
+		DurationUntilReset: durationpb.New(d),
 	}
 	if u.multiplier > 1 {
-		ds.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(u.multiplier)
+		c.status.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(u.multiplier)
 	}
+	c.stats.add(withinLimit, uint64(hits)*boolToUint(res.Allowed))
 	switch {
 	case res.Allowed:
-	case sp.node.shadow:
-		s.opts.logger.InfoContext(ctx, "envoyrls: over limit in shadow mode", "limiter", name, "key", sp.key, "hits", sp.hits)
+	case c.match.rule.shadow:
+		c.stats.add(overLimit, c.hits)
+		c.stats.add(shadowMode, c.hits)
+		s.opts.logger.InfoContext(ctx, "envoyrls: over limit in shadow mode", "limiter", name, "key", c.key, "hits", hits)
 	default:
-		ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		c.stats.add(overLimit, c.hits)
+		c.status.Code, c.status.LimitRemaining = rlsv3.RateLimitResponse_OVER_LIMIT, 0
 	}
-	return ds, nil
+	return nil
+}
+
+func boolToUint(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // consume takes hits tokens for key. With hits 0 it takes nothing and the
-// result is the key's state now, allowed: no tokens always fit (as
-// envoyproxy/ratelimit, whose check without hits is over the limit only
-// when the count already is).
+// result is the key's state now, allowed: no tokens always fit.
 func consume(ctx context.Context, l *sluice.Limiter, key string, hits int64) (sluice.Result, error) {
 	if hits == 0 {
 		res, err := now(ctx, l, key)
@@ -331,40 +589,73 @@ func now(ctx context.Context, l *sluice.Limiter, key string) (sluice.Result, err
 	return res, err
 }
 
-// untilReset is the descriptor's duration_until_reset: when the request
-// passed, the time until the key's limit is whole again (the end of a
-// fixed window, a full bucket); when it was rejected, the time until it
-// could pass, or the former if it never can.
-func untilReset(r sluice.Result) time.Duration {
+// sluiceUntilReset is a limiter descriptor's duration_until_reset: when
+// the request passed, the time until the key's limit is whole again (the
+// end of a fixed window, a full bucket); when it was rejected, the time
+// until it could pass, or the former if it never can.
+func sluiceUntilReset(r sluice.Result) time.Duration {
 	if r.Allowed || r.RetryAfter == sluice.Never {
 		return r.ResetAfter
 	}
 	return r.RetryAfter
 }
 
-// headers returns the response headers for the descriptor ds.
-func (s *Service) headers(ds *rlsv3.RateLimitResponse_DescriptorStatus) []*corev3.HeaderValue {
-	d := ds.GetDurationUntilReset().AsDuration()
-	secs := policy.CeilDiv(int64(d), int64(time.Second))
-	values := [3]string{
-		strconv.FormatUint(uint64(ds.GetCurrentLimit().GetRequestsPerUnit()), 10),
-		strconv.FormatUint(uint64(ds.GetLimitRemaining()), 10),
-		strconv.FormatInt(secs, 10),
+// dynamicMetadata is the response's dynamic metadata, as
+// envoyproxy/ratelimit sends it with RESPONSE_DYNAMIC_METADATA: the
+// domain, the descriptors, the hits and the metadata of the descriptors
+// that passed, the first one's value winning where two give a key.
+func dynamicMetadata(req *rlsv3.RateLimitRequest, checks []check, passed []int) *structpb.Struct {
+	fields := map[string]*structpb.Value{"domain": structpb.NewStringValue(req.GetDomain())}
+	descs := make([]*structpb.Value, 0, len(req.GetDescriptors()))
+	for _, d := range req.GetDescriptors() {
+		entries := make([]*structpb.Value, len(d.GetEntries()))
+		for i, e := range d.GetEntries() {
+			entries[i] = structpb.NewStringValue(e.GetKey() + "=" + e.GetValue())
+		}
+		f := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
+		if d.GetLimit() != nil {
+			f["limit"] = structpb.NewStringValue(d.GetLimit().String())
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			f["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
+		}
+		descs = append(descs, structpb.NewStructValue(&structpb.Struct{Fields: f}))
 	}
-	var hs []*corev3.HeaderValue
-	for i, name := range s.opts.headers {
-		if name != "" {
-			hs = append(hs, &corev3.HeaderValue{Key: name, Value: values[i]})
+	fields["descriptors"] = structpb.NewListValue(&structpb.ListValue{Values: descs})
+	if h := req.GetHitsAddend(); h != 0 {
+		fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
+	}
+	merged := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for _, i := range passed {
+		if md := checks[i].match.metadata; md != nil && checks[i].match.rule != nil {
+			mergeStruct(merged, md)
 		}
 	}
-	return hs
+	if len(merged.GetFields()) > 0 {
+		fields["metadata"] = structpb.NewStructValue(merged)
+	}
+	return &structpb.Struct{Fields: fields}
 }
 
-// errorStatus turns a limiter's error into the call's status.
+// mergeStruct adds src's fields to dst: a field dst has keeps its value,
+// except that two structs merge.
+func mergeStruct(dst, src *structpb.Struct) {
+	for k, v := range src.GetFields() {
+		cur, ok := dst.GetFields()[k]
+		switch {
+		case !ok:
+			dst.Fields[k] = v
+		case cur.GetStructValue() != nil && v.GetStructValue() != nil:
+			mergeStruct(cur.GetStructValue(), v.GetStructValue())
+		}
+	}
+}
+
+// errorStatus turns a store's or a limiter's error into the call's status.
 func errorStatus(what string, err error) error {
 	var se *sluice.StoreError
 	switch {
-	case errors.As(err, &se):
+	case errors.As(err, &se), errors.Is(err, driver.ErrUnavailable), errors.Is(err, driver.ErrIndeterminate), errors.Is(err, driver.ErrConflict):
 		return status.Errorf(codes.Unavailable, "envoyrls: %s: %v", what, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
@@ -401,8 +692,6 @@ var envoyUnits = []struct {
 	{time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
 }
 
-// windows are the policies whose limit is a count per interval, which is
-// what Envoy's requests_per_unit means.
 // windowKinds are the policies whose limit is a count per interval, which
 // Envoy's RateLimit unit can describe.
 var windowKinds = []string{"fixed_window(", "sliding_window(", "sliding_log("}
@@ -429,18 +718,28 @@ func clamp32(n int64) uint32 {
 	return uint32(min(max(n, 0), math.MaxUint32))
 }
 
-// limiterKey returns the key of a descriptor of domain: the domain and
-// the entries, escaped, as "domain|key=value|key=value", cut to MaxKeyLen.
-func limiterKey(domain string, entries []entryRef) string {
+// descriptorKey returns the key of a descriptor of domain: the domain and
+// the entries, escaped, as "domain|key=value|key=value". An entry whose
+// share is not "" (share_threshold) has that pattern for its value.
+func descriptorKey(domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry, share []string) string {
 	var b strings.Builder
 	b.WriteString(escape(domain))
-	for _, e := range entries {
+	for i, e := range entries {
 		b.WriteByte('|')
-		b.WriteString(escape(e.key))
+		b.WriteString(escape(e.GetKey()))
 		b.WriteByte('=')
-		b.WriteString(escape(e.value))
+		if share != nil && share[i] != "" {
+			b.WriteString(escape(share[i]))
+		} else {
+			b.WriteString(escape(e.GetValue()))
+		}
 	}
-	key := b.String()
+	return b.String()
+}
+
+// cut returns key if it is at most MaxKeyLen bytes, else its start and
+// digest.
+func cut(key string) string {
 	if len(key) <= MaxKeyLen {
 		return key
 	}

@@ -39,7 +39,7 @@ envoy:
 		}
 		t.Cleanup(func() { s.Close() })
 		f := &fixture{clock: clock}
-		d, limiters := f.config(t, doc, policies, sluice.WithStore(s))
+		d, limiters := f.config(t, doc, policies, nil, sluice.WithStore(s))
 		f.limiters = limiters
 		f.svc = envoyrls.New(d, lookup(limiters))
 		f.client = serve(t, f.svc)

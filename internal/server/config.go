@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"maps"
 	"math"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,6 +54,10 @@ type Config struct {
 	Inheritance  sluice.TokensInheritance
 	// Envoy is the envoy section, or nil when the file has none.
 	Envoy *envoyrls.Domains
+	// RateLimit are envoyproxy/ratelimit's settings: the ratelimit
+	// section's keys over its environment variables, which say where its
+	// config files are and shape the answers of Envoy's service.
+	RateLimit envoyrls.Settings
 }
 
 // The defaults of a Config's fields.
@@ -69,6 +74,22 @@ const (
 //go:embed example.yaml
 var exampleYAML []byte
 
+// DefaultConfig is the config sluice serve runs without --config: the
+// built-in example, or, when envoyproxy/ratelimit's environment variables
+// name its config files (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, ...), those
+// files alone on the in-memory store, as envoyproxy/ratelimit would serve
+// them.
+func DefaultConfig() (*Config, error) {
+	s, err := envoyrls.SettingsFromEnv(os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	if s.Files {
+		return LoadConfig([]byte("store: " + DefaultStore + "\n"))
+	}
+	return LoadConfig(Example())
+}
+
 // Example returns the built-in example config that sluice serve runs
 // without --config.
 func Example() []byte { return exampleYAML }
@@ -77,23 +98,34 @@ func Example() []byte { return exampleYAML }
 // *config.Error values with the YAML path and line.
 func LoadConfig(data []byte) (*Config, error) {
 	c := newConfig()
-	f, err := config.LoadWith(data, c.sections())
+	var section bool
+	f, err := config.LoadWith(data, c.sections(&section))
 	if err != nil {
 		return nil, err
 	}
 	c.Limiters = f
-	return c, nil
+	return c, c.rateLimitFromEnv(section)
 }
 
 // LoadConfigFile reads the file at path and loads it with LoadConfig.
 func LoadConfigFile(path string) (*Config, error) {
 	c := newConfig()
-	f, err := config.LoadFileWith(path, c.sections())
+	var section bool
+	f, err := config.LoadFileWith(path, c.sections(&section))
 	if err != nil {
 		return nil, err
 	}
 	c.Limiters = f
-	return c, nil
+	return c, c.rateLimitFromEnv(section)
+}
+
+// rateLimitFromEnv reads envoyproxy/ratelimit's settings from the
+// environment when the file has no ratelimit section.
+func (c *Config) rateLimitFromEnv(section bool) (err error) {
+	if !section {
+		c.RateLimit, err = envoyrls.SettingsFromEnv(os.LookupEnv)
+	}
+	return err
 }
 
 func newConfig() *Config {
@@ -108,7 +140,9 @@ func newConfig() *Config {
 	}
 }
 
-func (c *Config) sections() map[string]config.Section {
+// sections are the decoders of the file's sections; the ratelimit one
+// sets *rateLimit.
+func (c *Config) sections(rateLimit *bool) map[string]config.Section {
 	return map[string]config.Section{
 		"store": func(path string, n *yaml.Node, _ *config.File) error {
 			return str(&c.Store)(path, n)
@@ -121,6 +155,11 @@ func (c *Config) sections() map[string]config.Section {
 				return yamlnode.Errorf(path+".tls", nil, "cert and key go together, got only one")
 			}
 			return nil
+		},
+		"ratelimit": func(path string, n *yaml.Node, _ *config.File) (err error) {
+			*rateLimit = true
+			c.RateLimit, err = envoyrls.DecodeSettings(path, n, os.LookupEnv)
+			return err
 		},
 		"envoy": func(path string, n *yaml.Node, f *config.File) error {
 			d, err := envoyrls.Decode(path, n, func(name string) bool {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/envoyrls"
 )
 
 const limitersYAML = "limiters:\n  api: {policy: fixed_window, limit: 3, interval: 1s}\n"
@@ -29,17 +30,25 @@ server:
 envoy:
   - domain: edge
     descriptors: [{key: remote_address, limiter: api}]
+ratelimit:
+  runtime_root: /srv/rl
+  runtime_subdirectory: ratelimit
+  limit_response_headers_enabled: true
+  near_limit_ratio: 0.5
 `))
 	if err != nil {
 		t.Fatalf("LoadConfig = %v", err)
 	}
 	c.Limiters, c.Envoy = nil, nil
+	rl := envoyrls.DefaultSettings()
+	rl.Files, rl.RuntimeRoot, rl.RuntimeSubdirectory, rl.ResponseHeaders, rl.NearLimitRatio = true, "/srv/rl", "ratelimit", true, 0.5
 	want := Config{
 		Store: "redis://127.0.0.1:6379/0", HTTP: ":9000", GRPC: "off",
 		Tokens: []string{"a", "b"}, TokenFile: "/etc/sluice/tokens", AuthMetrics: true,
 		TLSCert: "c.pem", TLSKey: "k.pem", DrainTimeout: 30 * time.Second,
 		HealthWindow: 5 * time.Minute, HealthThreshold: 0.75, HealthMinRequests: 100,
 		StoreTimeout: 250 * time.Millisecond, StoreFailure: sluice.FailLocal, Inheritance: sluice.AsIs,
+		RateLimit: rl,
 	}
 	if d := diff(want, *c); d != "" {
 		t.Errorf("LoadConfig:\n%s", d)
@@ -61,14 +70,14 @@ func TestExampleLoads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadConfig(Example()) = %v", err)
 	}
-	if len(c.Limiters.Order) < 3 || c.Envoy == nil || len(c.Envoy.Inline()) == 0 {
-		t.Errorf("the example has limiters %v and envoy %v, want several and an envoy section with an inline limit", c.Limiters.Order, c.Envoy)
+	if len(c.Limiters.Order) < 3 || c.Envoy == nil {
+		t.Errorf("the example has limiters %v and envoy %v, want several and an envoy section", c.Limiters.Order, c.Envoy)
 	}
 }
 
 func TestLoadConfigErrors(t *testing.T) {
 	tests := []struct{ name, yaml, want string }{
-		{"unknown section", "stores: mem://\n" + limitersYAML, `config: stores (line 1): unknown key "stores"; valid keys: limiters, envoy, server, store`},
+		{"unknown section", "stores: mem://\n" + limitersYAML, `config: stores (line 1): unknown key "stores"; valid keys: limiters, envoy, ratelimit, server, store`},
 		{"store not a string", "store: 5\n" + limitersYAML, `config: store (line 1): must be a string, got integer 5 (quote it)`},
 		{"unknown server key", "server:\n  htp: x\n" + limitersYAML, `config: server.htp (line 2): unknown key "htp"; valid keys: auth, drain_timeout, grpc, health, http, inheritance, store_failure, store_timeout, tls`},
 		{"duplicate key", "server:\n  http: x\n  http: y\n" + limitersYAML, `config: server.http (line 3): duplicate key "http", first at line 2`},
@@ -103,7 +112,7 @@ func TestDeployDocCoversKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	validKeys := regexp.MustCompile(`valid keys: (.*)$`)
-	for _, section := range []string{"", "server", "server.auth", "server.tls", "server.health"} {
+	for _, section := range []string{"", "server", "server.auth", "server.tls", "server.health", "ratelimit"} {
 		yaml := "bogus_key: 1\n"
 		parts := strings.Split(section, ".")
 		for i := len(parts) - 1; i >= 0 && parts[i] != ""; i-- {

@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,8 +50,10 @@ type Server struct {
 	path   string           // the config file to reload from, or ""
 	reload <-chan os.Signal // SIGHUP, or nil
 
-	reloadMu sync.Mutex // serialises Reload
-	cur      atomic.Pointer[snapshot]
+	reloadMu   sync.Mutex // serialises Reload
+	cur        atomic.Pointer[snapshot]
+	badEnvoy   [32]byte // the stamp of envoyproxy/ratelimit files that failed to load, guarded by reloadMu
+	envoyWatch string   // the last error looking at those files, guarded by reloadMu
 
 	closeOnce sync.Once
 	closeErr  error
@@ -64,10 +65,12 @@ type Server struct {
 type snapshot struct {
 	cfg      *Config
 	limiters map[string]*limiter
-	order    []string  // file order, then the envoy section's inline limiters
-	tokens   [][]byte  // bearer tokens; none: the API is open
-	hash     [32]byte  // of the file it was loaded from, or zero
-	fileStat fileStamp // of the file when it was read
+	order    []string          // file order
+	envoy    *envoyrls.Domains // the envoy section and envoyproxy/ratelimit's files
+	envoyDir [32]byte          // the stamp of those files when they were read
+	tokens   [][]byte          // bearer tokens; none: the API is open
+	hash     [32]byte          // of the file it was loaded from, or zero
+	fileStat fileStamp         // of the file when it was read
 }
 
 // limiter is a named limiter of a snapshot.
@@ -143,8 +146,12 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 		snap.fileStat, snap.hash, _ = readStamp(s.path)
 	}
 	s.cur.Store(snap)
-	s.envoy = envoyrls.New(cfg.Envoy, snap.lookup,
-		envoyrls.WithLogger(s.log), envoyrls.WithObserver(s.observe))
+	s.envoy = envoyrls.New(snap.envoy, snap.lookup,
+		envoyrls.WithLogger(s.log), envoyrls.WithObserver(s.observe),
+		// "/" is not allowed in limiter names: the prefix is no limiter's.
+		envoyrls.WithStore(newLimiterStore(s.store.Store, "envoy/ratelimit", s.metrics)),
+		envoyrls.WithStoreTimeout(cfg.StoreTimeout), envoyrls.WithStoreFailure(cfg.StoreFailure),
+		envoyrls.WithClock(s.now), envoyrls.WithRegistry(s.metrics.reg))
 	s.handler = s.routes()
 	return s, nil
 }
@@ -191,21 +198,13 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 			return nil, err
 		}
 	}
-	if cfg.Envoy != nil {
-		inline := cfg.Envoy.Inline()
-		names := make([]string, 0, len(inline))
-		for name := range inline {
-			names = append(names, name)
-		}
-		slices.Sort(names)
-		for _, name := range names {
-			if _, dup := snap.limiters[name]; dup {
-				return nil, &config.Error{Path: "envoy", Msg: fmt.Sprintf("inline limiter %q has the name of a limiter", name)}
-			}
-			if err := add(name, inline[name], 0, 0); err != nil {
-				return nil, err
-			}
-		}
+	// The stamp comes first: files that change while they are read are
+	// read again at the next look.
+	if snap.envoyDir, err = cfg.RateLimit.Stamp(); err != nil {
+		return nil, err
+	}
+	if snap.envoy, err = envoyrls.Load(cfg.Envoy, cfg.RateLimit); err != nil {
+		return nil, err
 	}
 	return snap, nil
 }
@@ -292,7 +291,7 @@ func (s *Server) reloadLocked(cfg *Config, stamp fileStamp, hash [32]byte) error
 		s.log.Warn("reload: listen addresses and TLS files change at the next restart")
 	}
 	s.cur.Store(snap)
-	s.envoy.Swap(cfg.Envoy, snap.lookup)
+	s.envoy.Swap(snap.envoy, snap.lookup)
 	for name := range old.limiters {
 		if _, ok := snap.limiters[name]; !ok {
 			s.metrics.forget(name)
@@ -364,6 +363,35 @@ func (s *Server) reloadFile(force bool) {
 	}
 }
 
+// reloadEnvoyFiles reloads the configuration when envoyproxy/ratelimit's
+// config files changed: a file written, added or removed, or a link on
+// the way to them swapped, as envoyproxy/ratelimit's loader watches them.
+// Files that fail to load are logged once, and the old ones stay.
+func (s *Server) reloadEnvoyFiles() {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	old := s.cur.Load()
+	if !old.cfg.RateLimit.Files {
+		return
+	}
+	stamp, err := old.cfg.RateLimit.Stamp()
+	if err != nil {
+		if err.Error() != s.envoyWatch {
+			s.envoyWatch = err.Error()
+			s.log.Error("envoyproxy/ratelimit config files unreadable; the old config stays", "err", err)
+		}
+		return
+	}
+	s.envoyWatch = ""
+	if stamp == old.envoyDir || stamp == s.badEnvoy {
+		return
+	}
+	if err := s.reloadLocked(old.cfg, old.fileStat, old.hash); err != nil {
+		s.badEnvoy = stamp
+		s.log.Error("reload of envoyproxy/ratelimit config files failed; the old config stays", "err", err)
+	}
+}
+
 // watch reloads the config file on each signal and when it changes.
 func (s *Server) watch(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
@@ -376,7 +404,10 @@ func (s *Server) watch(ctx context.Context) {
 			s.log.Info("reload signal")
 			s.reloadFile(true)
 		case <-tick.C:
-			s.reloadFile(false)
+			if s.path != "" {
+				s.reloadFile(false)
+			}
+			s.reloadEnvoyFiles()
 		}
 	}
 }
@@ -414,7 +445,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	if s.path != "" {
+	if s.path != "" || s.cur.Load().cfg.RateLimit.Files {
 		go s.watch(watchCtx)
 	}
 

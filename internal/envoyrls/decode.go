@@ -155,8 +155,12 @@ func decodeFile(name string, data []byte) (domainDoc, error) {
 
 // domain decodes {domain, descriptors}.
 func (d *decoder) domain(path string, n *yaml.Node) (domainDoc, error) {
-	m, err := d.Strict(path, n, []string{"domain", "descriptors"}, nil)
+	m, err := d.mapping(path, n, d.section)
 	if err != nil {
+		return domainDoc{}, err
+	}
+	keys := []string{"domain", "descriptors"}
+	if err := m.Check(keys, nil, d.unknownKey(keys, "domain")); err != nil {
 		return domainDoc{}, err
 	}
 	doc := domainDoc{at: d.at(path, m.Node)}
@@ -207,9 +211,32 @@ func (d *decoder) allowed() []string {
 	return descriptorKeys
 }
 
+// mapping decodes a mapping of the format, whose keys are text, and
+// explains a list item that is not a mapping in envoyproxy/ratelimit's
+// words.
+func (d *decoder) mapping(path string, n *yaml.Node, item bool) (*yamlnode.Mapping, error) {
+	n, err := d.Deref(path, n)
+	if err != nil {
+		return nil, err
+	}
+	if item && n.Kind != yaml.MappingNode {
+		return nil, errorAt(path, n, "config error, yaml file contains list of type other than map: %s", yamlnode.Describe(n))
+	}
+	m, err := d.Mapping(path, n)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range m.Keys {
+		if tag := k.ShortTag(); tag != "!!str" {
+			return nil, errorAt(yamlnode.Join(path, k.Value), k, "config error, key is not of type string: %s", k.Value)
+		}
+	}
+	return m, nil
+}
+
 // descriptor decodes one descriptor.
 func (d *decoder) descriptor(path string, n *yaml.Node) (descriptorDoc, error) {
-	m, err := d.Mapping(path, n)
+	m, err := d.mapping(path, n, true)
 	if err != nil {
 		return descriptorDoc{}, err
 	}
@@ -356,7 +383,7 @@ func (d *decoder) rule(path string, m *yamlnode.Mapping) (*rule, error) {
 // name, replaces}, as envoyproxy/ratelimit does: an unlimited one may not
 // have a valid unit; any other one must.
 func (d *decoder) rateLimit(path string, n *yaml.Node) (*rule, error) {
-	m, err := d.Mapping(path, n)
+	m, err := d.mapping(path, n, false)
 	if err != nil {
 		return nil, err
 	}
@@ -418,8 +445,11 @@ func (d *decoder) rateLimit(path string, n *yaml.Node) (*rule, error) {
 		}
 		for i, item := range items {
 			ip := yamlnode.Index(p, i)
-			rm, err := d.Strict(ip, item, []string{"name"}, nil)
+			rm, err := d.mapping(ip, item, true)
 			if err != nil {
+				return nil, err
+			}
+			if err := rm.Check([]string{"name"}, nil, d.unknownKey([]string{"name"}, "replaces")); err != nil {
 				return nil, err
 			}
 			var name string

@@ -365,7 +365,7 @@ func (s *Service) decide(ctx context.Context, st *state, domain string, checks [
 	localOver := make([]bool, len(checks))
 	anyLocal := false
 	for i, c := range checks {
-		if c.isCounter() && st.over.has(c.key, now) {
+		if c.isCounter() && st.over.has(c.windowKey(now), now) {
 			localOver[i], anyLocal = true, true
 		}
 	}
@@ -421,6 +421,13 @@ func (s *Service) decide(ctx context.Context, st *state, domain string, checks [
 	return nil
 }
 
+// windowKey is the key of c's window at now, for the local cache: a
+// window over its limit says nothing of the next one.
+func (c check) windowKey(now int64) string {
+	unit := unitSeconds(c.match.rule.unit)
+	return c.key + "@" + strconv.FormatInt(windowStart(now, unit), 10)
+}
+
 // isCounter reports whether c is counted in a window.
 func (c check) isCounter() bool { return c.match.rule != nil && c.match.rule.limiter == "" }
 
@@ -473,7 +480,7 @@ func (s *Service) counted(st *state, c *check, after uint64, now int64, ratio fl
 			c.stats.add(overLimit, after-limit)
 			c.stats.add(nearLimit, limit-max(near, before))
 		}
-		st.over.set(c.key, now, unitSeconds(r.unit))
+		st.over.set(c.windowKey(now), now, unitSeconds(r.unit))
 		if r.shadow {
 			c.status.Code = rlsv3.RateLimitResponse_OK
 			if before >= limit {

@@ -53,6 +53,11 @@ type parityCase struct {
 // parityStep is one request and the answer to it.
 type parityStep struct {
 	Name string `yaml:"name"`
+	// Write and Remove change the config files before the step; the
+	// server then looks at them, as its watcher does each second. A step
+	// with neither want nor error sends no request.
+	Write  map[string]string `yaml:"write"`
+	Remove []string          `yaml:"remove"`
 	// At is the request's time, Unix seconds; 0 keeps the previous
 	// step's, and the first step's default is 1000000.
 	At          int64        `yaml:"at"`
@@ -214,6 +219,22 @@ func runParity(t *testing.T, c parityCase, url string) (passed, total int) {
 	}
 	client := serveGRPC(t, s)
 	for i, step := range c.Steps {
+		if len(step.Write) > 0 || len(step.Remove) > 0 {
+			for name, data := range step.Write {
+				if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(name)), []byte(data), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, name := range step.Remove {
+				if err := os.Remove(filepath.Join(dir, filepath.FromSlash(name))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.reloadEnvoyFiles()
+		}
+		if step.Want.Kind == 0 && step.Error == nil {
+			continue
+		}
 		total++
 		if step.At != 0 {
 			clock.Set(time.Unix(step.At, 0).UnixNano())

@@ -26,6 +26,7 @@ type metrics struct {
 
 	mu   sync.Mutex
 	keys map[string]*ruleStats
+	max  int // MaxStatKeys, but for tests
 }
 
 // ruleStats are the counters of one stat key.
@@ -53,6 +54,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Requests over a limit answered OK by the global shadow mode (SHADOW_MODE).",
 		}),
 		keys: make(map[string]*ruleStats),
+		max:  MaxStatKeys,
 	}
 	reg.MustRegister(m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.overLimitLocal, m.globalShadow)
 	return m
@@ -83,7 +85,7 @@ func (m *metrics) of(domain, statKey string) *ruleStats {
 	name := statName(statKey)
 	rest := strings.TrimPrefix(name, statName(domain)+".")
 	key1, key2, _ := strings.Cut(rest, ".")
-	if len(m.keys) >= MaxStatKeys {
+	if len(m.keys) >= m.max {
 		key1, key2 = "_overflow", ""
 	}
 	lv := []string{statName(domain), key1, key2}
@@ -95,7 +97,7 @@ func (m *metrics) of(domain, statKey string) *ruleStats {
 		shadowMode:     m.shadowMode.WithLabelValues(lv...),
 		overLimitLocal: m.overLimitLocal.WithLabelValues(lv...),
 	}
-	if len(m.keys) < MaxStatKeys {
+	if len(m.keys) < m.max {
 		m.keys[statKey] = s
 	}
 	return s

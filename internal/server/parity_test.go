@@ -377,3 +377,65 @@ func labels(m *dto.Metric) [3]string {
 	}
 	return out
 }
+
+// TestEnvoyFilesSymlinkSwap: a new directory swapped in at RUNTIME_ROOT,
+// as envoyproxy/ratelimit's deployments publish configs, is reloaded at
+// the watcher's next look; a broken one is refused once and the old
+// config stays.
+func TestEnvoyFilesSymlinkSwap(t *testing.T) {
+	base := t.TempDir()
+	version := func(name, rpu string) string {
+		dir := filepath.Join(base, name, "ratelimit", "config")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		data := "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: minute, requests_per_unit: " + rpu + "}}\n"
+		if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Join(base, name)
+	}
+	current := filepath.Join(base, "current")
+	swap := func(target string) {
+		tmp := current + ".tmp"
+		if err := os.Symlink(target, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, current); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swap(version("v1", "1"))
+	cfg, err := LoadConfig([]byte("ratelimit: {runtime_root: " + current + ", runtime_subdirectory: ratelimit}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := fakeTime{sluice.NewFakeClock(time.Unix(1000000, 0).UnixNano())}
+	s, err := New(t.Context(), cfg, withClock(clock, clock.now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := serveGRPC(t, s)
+	limit := func() uint32 {
+		t.Helper()
+		resp, err := client.ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "d",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	if got := limit(); got != 1 {
+		t.Fatalf("limit %d, want 1 from v1", got)
+	}
+	swap(version("v2", "2"))
+	s.reloadEnvoyFiles()
+	if got := limit(); got != 2 {
+		t.Errorf("after the swap to v2: limit %d, want 2", got)
+	}
+	swap(version("v3", "fortnight"))
+	s.reloadEnvoyFiles()
+	if got := limit(); got != 2 {
+		t.Errorf("after the swap to a broken v3: limit %d, want 2 from v2", got)
+	}
+}

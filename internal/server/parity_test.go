@@ -103,6 +103,14 @@ func (d parityDesc) proto() *ratelimitv3.RateLimitDescriptor {
 	return out
 }
 
+func (s parityStep) protoDescs() []*ratelimitv3.RateLimitDescriptor {
+	var out []*ratelimitv3.RateLimitDescriptor
+	for _, d := range s.Descriptors {
+		out = append(out, d.proto())
+	}
+	return out
+}
+
 // parityCases reads every case of the suite.
 func parityCases(t *testing.T) map[string]parityCase {
 	t.Helper()
@@ -286,10 +294,7 @@ func serveGRPC(t *testing.T, s *Server) rlsv3.RateLimitServiceClient {
 // checkStep sends step's request and compares the answer.
 func checkStep(t *testing.T, name string, client rlsv3.RateLimitServiceClient, s *Server, step parityStep) bool {
 	t.Helper()
-	req := &rlsv3.RateLimitRequest{Domain: step.Domain, HitsAddend: step.HitsAddend}
-	for _, d := range step.Descriptors {
-		req.Descriptors = append(req.Descriptors, d.proto())
-	}
+	req := &rlsv3.RateLimitRequest{Domain: step.Domain, HitsAddend: step.HitsAddend, Descriptors: step.protoDescs()}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	resp, err := client.ShouldRateLimit(ctx, req)

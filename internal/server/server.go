@@ -146,6 +146,10 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 		snap.fileStat, snap.hash, _ = readStamp(s.path)
 	}
 	s.cur.Store(snap)
+	if rl := cfg.RateLimit; rl.Files {
+		s.log.Info("serving envoyproxy/ratelimit's config files", "runtime_root", rl.RuntimeRoot,
+			"runtime_subdirectory", rl.RuntimeSubdirectory, "runtime_appdirectory", rl.RuntimeAppDirectory)
+	}
 	s.envoy = envoyrls.New(snap.envoy, snap.lookup,
 		envoyrls.WithLogger(s.log), envoyrls.WithObserver(s.observe),
 		// "/" is not allowed in limiter names: the prefix is no limiter's.

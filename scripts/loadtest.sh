@@ -75,6 +75,8 @@ run_sluice() { # name store-url
 run_sluice memory mem://
 run_sluice redis "redis://127.0.0.1:$redis_port/0"
 
+# envoyproxy/ratelimit's config, served by both: sluice as a drop-in
+# (docs/envoy.md), then envoyproxy/ratelimit, on the same Redis.
 mkdir -p "$tmp/rl/ratelimit/config"
 cat >"$tmp/rl/ratelimit/config/load.yaml" <<YAML
 domain: load
@@ -82,6 +84,17 @@ descriptors:
   - key: client
     rate_limit: {unit: second, requests_per_unit: 100}
 YAML
+dropin_grpc=$(free_port) dropin_http=$(free_port)
+printf 'store: redis://127.0.0.1:%s/0\nratelimit: {runtime_root: %s, runtime_subdirectory: ratelimit, runtime_watch_root: false}\n' \
+	"$redis_port" "$tmp/rl" >"$tmp/dropin.yaml"
+"$tmp/sluice" serve --config "$tmp/dropin.yaml" --http "127.0.0.1:$dropin_http" --grpc "127.0.0.1:$dropin_grpc" >"$tmp/dropin.log" 2>&1 &
+dropin_pid=$!
+pids+=($dropin_pid)
+wait_port "$dropin_grpc"
+echo "== sluice serve, redis, envoyproxy/ratelimit's config files, gRPC ShouldRateLimit (rlsload -c $CONNS -d $DURATION)"
+"$tmp/rlsload" -addr "127.0.0.1:$dropin_grpc" -c "$CONNS" -d "$DURATION"
+kill "$dropin_pid"
+
 rl_grpc=$(free_port) rl_http=$(free_port) rl_debug=$(free_port)
 env USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$redis_port" \
 	RUNTIME_ROOT="$tmp/rl" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \

@@ -289,3 +289,18 @@ func TestStatLabels(t *testing.T) {
 		t.Errorf("%d over_limit series, want 14: 3 keys of edge, 10 of d and its overflow", series)
 	}
 }
+
+// FuzzDecodeFile: any file decodes or fails with a *config.Error naming
+// it, without panicking.
+func FuzzDecodeFile(f *testing.F) {
+	f.Add([]byte("domain: d\ndescriptors:\n  - {key: k, value: 'a*b', rate_limit: {unit: second, requests_per_unit: 1}}\n"))
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    metadata: {a: [1, {b: c}]}\n    descriptors: [{key: x}]\n"))
+	f.Add([]byte("'''"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, err := decodeFile("f.yaml", data)
+		var ce *config.Error
+		if err != nil && (!errors.As(err, &ce) || ce.File != "f.yaml") {
+			t.Fatalf("decodeFile error %T (%v) is not a *config.Error naming the file", err, err)
+		}
+	})
+}

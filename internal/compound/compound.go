@@ -266,6 +266,34 @@ func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Re
 	return res, c.commit(s, exists)
 }
 
+// Cancel gives back, member by member, what each can of the reservation
+// r, from a compound state that changed since r: each member's part is
+// undone as policy.Undo would undo that member alone, restored exactly
+// when nothing was taken from it since, else by its own Cancel.
+func (c Config) Cancel(s *State, now int64, r *policy.Receipt) bool {
+	var before, after State
+	if c.DecodeState(r.After, &after) != nil {
+		return false
+	}
+	if len(r.Before) != 0 && c.DecodeState(r.Before, &before) != nil {
+		return false
+	}
+	changed := false
+	for i, m := range c.Members {
+		mr := policy.Receipt{Tokens: r.Tokens, At: r.At, Due: r.Due,
+			Before: c.part(&before, len(r.Before) != 0, i), After: after.Parts[i]}
+		next, ch := m.Cancel(c.part(s, true, i), now, &mr, nil)
+		if !ch {
+			continue
+		}
+		for len(s.Parts) <= i {
+			s.Parts = append(s.Parts, nil)
+		}
+		s.Parts[i], changed = next, true
+	}
+	return changed
+}
+
 // ExpiresAt is the latest of the members' ExpiresAt, math.MinInt64 when no
 // member has a state.
 func (c Config) ExpiresAt(s *State) int64 {

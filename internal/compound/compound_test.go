@@ -195,6 +195,9 @@ func (f fixed) Peek(_ []byte, _, n int64) policy.Result {
 	return f.res
 }
 
+func (f fixed) Cancel(_ []byte, _ int64, _ *policy.Receipt, dst []byte) ([]byte, bool) {
+	return dst[:0], false
+}
 func (f fixed) ExpiresAt([]byte) int64 { return f.expiresAt }
 func (f fixed) Quota() int64           { return f.res.Limit }
 

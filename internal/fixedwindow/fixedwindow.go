@@ -205,6 +205,13 @@ func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Re
 	return res, true
 }
 
+// Cancel gives nothing back once the window counter has moved on since
+// the reservation: a counter cannot tell its tokens from those taken after
+// it, and taking them out of the count would shift the later reservations
+// into windows they do not wait for, letting a window serve more than
+// Limit. (policy.Undo restores an unchanged counter exactly.)
+func (c Config) Cancel(s *State, now int64, r *policy.Receipt) bool { return false }
+
 // ExpiresAt is the end of the last window that holds any of the hits,
 // saturating at the ends of the int64 time line.
 func (c Config) ExpiresAt(s *State) int64 {

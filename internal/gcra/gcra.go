@@ -235,3 +235,52 @@ func (c Config) DecodeState(src []byte, s *State) error {
 	*s = st
 	return nil
 }
+
+// ticks is s's TAT as ticks of 1/Rate ns on an unsigned time line, the
+// int64 times shifted by 2^63 so that their order is kept.
+func (c Config) ticks(s *State) wide.U128 {
+	frac := uint64(min(max(s.Frac, 0), c.Rate-1))
+	return wide.Mul(uint64(s.TAT)^1<<63, uint64(c.Rate)).Add(wide.U128{Lo: frac})
+}
+
+// fromTicks is the State of ticks x, as ticks wrote them.
+func (c Config) fromTicks(x wide.U128) State {
+	q, r, _ := x.Quo(uint64(c.Rate)) // x < 2^64·Rate: the quotient fits
+	return State{TAT: int64(q ^ 1<<63), Frac: int64(r)}
+}
+
+// Cancel gives back, at now, what it can of the reservation r, as
+// x/time/rate's Reservation.CancelAt does: r moved the TAT on by
+// r.Tokens·T, to the TAT r.After holds; the requests granted after it
+// moved it on by the rest. The TAT goes back by r's share less what was
+// granted after it, so that no later request's tokens are handed out
+// again; it never goes back past where r found it. When the TAT is now
+// behind where r left it (the key was reset and used again), only what
+// of r's share it still holds comes back.
+func (c Config) Cancel(s *State, now int64, r *policy.Receipt) bool {
+	var after State
+	if r.Tokens <= 0 || c.DecodeState(r.After, &after) != nil {
+		return false
+	}
+	share := wide.Mul(uint64(r.Tokens), uint64(c.Period))
+	end, cur := c.ticks(&after), c.ticks(s)
+	if end.Less(share) {
+		return false
+	}
+	start := end.Sub(share)
+	var next wide.U128
+	switch {
+	case !cur.Less(end):
+		later := cur.Sub(end)
+		if !later.Less(share) {
+			return false
+		}
+		next = cur.Sub(share.Sub(later))
+	case start.Less(cur):
+		next = start
+	default:
+		return false
+	}
+	*s = c.fromTicks(next)
+	return true
+}

@@ -50,6 +50,9 @@ func (c Config) Peek(s *State, exists bool, now, n int64) policy.Result {
 	return res
 }
 
+// Cancel changes nothing: nothing was taken.
+func (Config) Cancel(s *State, now int64, r *policy.Receipt) bool { return false }
+
 // ExpiresAt is MinInt64: the state is worth nothing at any time.
 func (Config) ExpiresAt(s *State) int64 { return math.MinInt64 }
 

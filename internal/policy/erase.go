@@ -29,6 +29,10 @@ type Erased interface {
 	Reserve(state []byte, now, n, maxWait int64, dst []byte) (res Result, next []byte, changed bool)
 	// Peek answers as Consume would, changing nothing.
 	Peek(state []byte, now, n int64) Result
+	// Cancel gives back the reservation r, as Undo does. When it changed
+	// the state, next is the new state, empty when the key is back to no
+	// state.
+	Cancel(state []byte, now int64, r *Receipt, dst []byte) (next []byte, changed bool)
 	// ExpiresAt is the time from which state is worth no more than no state,
 	// as Machine.ExpiresAt; for no state it is math.MinInt64.
 	ExpiresAt(state []byte) int64
@@ -89,6 +93,17 @@ func (e *erased[S]) Reserve(state []byte, now, n, maxWait int64, dst []byte) (Re
 	}
 	e.pool.Put(s)
 	return res, next, changed
+}
+
+func (e *erased[S]) Cancel(state []byte, now int64, r *Receipt, dst []byte) ([]byte, bool) {
+	s, exists := e.load(state)
+	next := dst[:0]
+	out := Undo(e.m, s, exists, now, r)
+	if out == Changed {
+		next = e.m.AppendState(next, s)
+	}
+	e.pool.Put(s)
+	return next, out != Unchanged
 }
 
 func (e *erased[S]) Peek(state []byte, now, n int64) Result {

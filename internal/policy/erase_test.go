@@ -211,6 +211,8 @@ func (probe) Peek(s *probeState, exists bool, _, _ int64) policy.Result {
 	return policy.Result{Allowed: exists, Remaining: s.V}
 }
 
+func (probe) Cancel(*probeState, int64, *policy.Receipt) bool { return false }
+
 func (probe) ExpiresAt(s *probeState) int64 { return s.V }
 
 func (probe) Quota() int64 { return 7 }

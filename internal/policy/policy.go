@@ -10,6 +10,7 @@
 package policy
 
 import (
+	"bytes"
 	"errors"
 	"math"
 )
@@ -65,6 +66,16 @@ type Machine[S any] interface {
 	Reserve(s *S, exists bool, now, n, maxWait int64) (res Result, changed bool)
 	// Peek answers as Consume would for n tokens, without taking them.
 	Peek(s *S, exists bool, now, n int64) Result
+	// Cancel gives back what it can, at now, of the reservation r from a
+	// state that other requests changed after r (Undo restores an
+	// unchanged one exactly, and calls Cancel only for the others). It
+	// must leave no more tokens than there were before r, and take
+	// nothing from requests granted after r: their tokens stay theirs
+	// and their waits stay as they were granted. A policy that cannot
+	// tell its tokens apart from later ones gives nothing back. It
+	// reports whether *s changed; a policy that cannot reserve reports
+	// false.
+	Cancel(s *S, now int64, r *Receipt) (changed bool)
 	// ExpiresAt is the time from which the state is worth no more than no
 	// state at all, so a store may drop it.
 	ExpiresAt(s *S) int64
@@ -89,4 +100,63 @@ func CheckReserve(n, maxWait int64) Code {
 		return NonPositiveMaxWait
 	}
 	return OK
+}
+
+// Receipt is what a granted reservation did to a key, kept by the caller
+// so that it can give the tokens back (Undo) when it will not use them.
+// States are encoded as the machine's AppendState writes them.
+type Receipt struct {
+	Tokens int64 // n, as reserved
+	At     int64 // the time of the reservation
+	Due    int64 // At plus Result.Wait: when the tokens are the caller's
+	// Before is the state the reservation found; empty when the key had
+	// none (new or expired).
+	Before []byte
+	// After is the state the reservation left.
+	After []byte
+}
+
+// Outcome is what Undo did to a key's state.
+type Outcome uint8
+
+// The outcomes of Undo.
+const (
+	Unchanged Outcome = iota // nothing to give back
+	Changed                  // the state changed; store it
+	Dropped                  // the key is back to no state; forget it
+)
+
+// Undo gives back, at now, the tokens of the reservation r from *s, a
+// state of m (exists false: the key has none), as x/time/rate's
+// Reservation.CancelAt does:
+//
+//   - once the tokens are due (now after r.Due) they count as used, and
+//     nothing changes;
+//   - when the key has no state any more (it was reset), there is
+//     nothing to give back;
+//   - when the state is still the one r left, nothing having been taken
+//     since, it goes back exactly to the one r found: Before, or no state
+//     (Dropped) when the key had none;
+//   - otherwise m.Cancel decides what it can give back without touching
+//     the requests granted after r.
+//
+// Undo never leaves more tokens than there were before r.
+func Undo[S any](m Machine[S], s *S, exists bool, now int64, r *Receipt) Outcome {
+	if now > r.Due || !exists {
+		return Unchanged
+	}
+	var buf [64]byte
+	if !bytes.Equal(m.AppendState(buf[:0], s), r.After) {
+		if m.Cancel(s, now, r) {
+			return Changed
+		}
+		return Unchanged
+	}
+	if len(r.Before) == 0 {
+		return Dropped
+	}
+	if m.DecodeState(r.Before, s) != nil {
+		return Unchanged
+	}
+	return Changed
 }

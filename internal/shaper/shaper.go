@@ -186,6 +186,13 @@ func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Re
 	return res, changed
 }
 
+// Cancel gives nothing back once requests were queued after the
+// reservation: they keep their departures, and the line has a single next
+// free slot, so the slots the reservation held cannot be handed out again
+// without a later request departing with a new one at once. (policy.Undo
+// restores a line nothing was queued on since exactly.)
+func (c Config) Cancel(s *State, now int64, r *policy.Receipt) bool { return false }
+
 // ExpiresAt is the next free slot, rounded up to a whole nanosecond: from
 // then on the line is idle.
 func (c Config) ExpiresAt(s *State) int64 {

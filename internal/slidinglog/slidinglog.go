@@ -244,6 +244,9 @@ func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Re
 	return policy.Result{Code: policy.ReserveNotSupported}, false
 }
 
+// Cancel gives nothing back: the sliding log cannot reserve.
+func (c Config) Cancel(s *State, now int64, r *policy.Receipt) bool { return false }
+
 // ExpiresAt is when the newest entry stops counting, saturating at
 // MaxInt64, or MinInt64 for an empty log, which is worth nothing at any
 // time.

@@ -193,6 +193,9 @@ func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Re
 	return policy.Result{Code: policy.ReserveNotSupported}, false
 }
 
+// Cancel gives nothing back: the sliding window cannot reserve.
+func (c Config) Cancel(s *State, now int64, r *policy.Receipt) bool { return false }
+
 // ExpiresAt is the time from which s is worth no more than no state: the
 // end of the window after the current one, or the current window's end if
 // it has no hits (then nothing rolls over). It saturates at MaxInt64.

@@ -251,6 +251,20 @@ func result(cfg *Config, st State, now int64, allowed bool, n int64) policy.Resu
 	return res
 }
 
+// Reserve refills st in place and takes n tokens from every bandwidth if
+// they will be there within maxWait (Never: no bound), overdrawing: the
+// reservation of Multi.Reserve on a state that exists, for a bucket of any
+// configuration. n ≤ 0 and maxWait < 0 are argument errors. Tokens that can
+// never be had are refused with RetryAfter Never. changed means st must be
+// stored.
+func Reserve(cfg *Config, st State, now, n, maxWait int64) (policy.Result, bool) {
+	var code policy.Code
+	if n <= 0 {
+		code = policy.NonPositiveTokens
+	}
+	return reserve(cfg, st, now, n, maxWait, code)
+}
+
 // reserve refills st in place and takes n tokens from it if they will be
 // there within maxWait (Never: no bound), overdrawing; changed means st must
 // be stored.

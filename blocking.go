@@ -1,10 +1,13 @@
 package sluice
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/tokenbucket"
 )
 
@@ -21,130 +24,293 @@ func (b *Bucket) Blocking() BlockingBucket { return BlockingBucket{b} }
 // maxWait, and reports whether it took them. When they would take longer it
 // returns false at once, takes nothing and does not wait.
 //
-// When ctx ends during the wait, the tokens are given back and ctx.Err() is
-// returned. It returns an *ArgumentError for n ≤ 0 or maxWait ≤ 0, and with
-// maxWait == Never when the wait would overflow.
+// When ctx has a deadline sooner than the wait, it returns a *MaxWaitError
+// (matching ErrMaxWaitExceeded and context.DeadlineExceeded) at once and
+// takes nothing, as x/time/rate's WaitN does. When ctx ends during the
+// wait, the tokens are given back (Reservation.Cancel) and ctx.Err() is
+// returned. It returns an *ArgumentError for n ≤ 0 or maxWait ≤ 0
+// (Bucket4j's rule), and with maxWait == Never when the wait would
+// overflow.
 func (bb BlockingBucket) TryConsume(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
-	return bb.b.wait(ctx, "BlockingBucket.TryConsume", n, int64(maxWait))
+	b := bb.b
+	return blockingWait(ctx, "BlockingBucket.TryConsume", n, int64(maxWait), b.sleeper, b.listener, b.reserve)
 }
 
 // Consume takes n tokens, waiting as long as it takes for them. When ctx
-// ends during the wait, the tokens are given back and ctx.Err() is returned.
-// It returns an *ArgumentError for n ≤ 0 or when the wait would overflow.
+// has a deadline sooner than the wait, it returns a *MaxWaitError at once
+// and takes nothing; when ctx ends during the wait, the tokens are given
+// back and ctx.Err() is returned. It returns an *ArgumentError for n ≤ 0 or
+// when the wait would overflow.
 func (bb BlockingBucket) Consume(ctx context.Context, n int64) error {
-	_, err := bb.b.wait(ctx, "BlockingBucket.Consume", n, never)
+	b := bb.b
+	_, err := blockingWait(ctx, "BlockingBucket.Consume", n, never, b.sleeper, b.listener, b.reserve)
 	return err
 }
 
-// wait reserves n tokens within maxWait and sleeps until they are due. It
-// reports whether it took them.
-func (b *Bucket) wait(ctx context.Context, op string, n, maxWait int64) (bool, error) {
+// waitBound is how long a call may wait under ctx: maxWait, or the time
+// left until ctx's deadline when that is sooner (byDeadline). A wait past
+// the deadline would be cut short, its tokens taken for nothing, so it is
+// refused at once instead.
+func waitBound(ctx context.Context, maxWait int64) (bound int64, byDeadline bool) {
+	dl, ok := ctx.Deadline()
+	if !ok || maxWait < 0 {
+		return maxWait, false
+	}
+	if left := int64(time.Until(dl)); left < maxWait {
+		return max(left, 0), true
+	}
+	return maxWait, false
+}
+
+// blockingWait is Bucket4j's blocking consumption on a bucket that reserve
+// reserves on: it reserves n tokens due within maxWait (and ctx's
+// deadline) and sleeps until they are due, giving them back when ctx ends
+// first. It reports whether it took them.
+func blockingWait(ctx context.Context, op string, n, maxWait int64, sleeper Sleeper, l Listener,
+	reserve func(ctx context.Context, op string, n, maxWait int64) (*Reservation, error)) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	req := tokenbucket.Request{Op: tokenbucket.OpReserve, Tokens: n, MaxWait: maxWait}
-	res := b.apply(b.clock.Now(), req, nil)
-	if res.Code != tokenbucket.OK {
-		return false, argError(op, res, req)
+	switch {
+	case n <= 0:
+		return false, &ArgumentError{Op: op, Arg: "tokens", Value: n, Want: "must be positive"}
+	case maxWait <= 0:
+		return false, &ArgumentError{Op: op, Arg: "maxWait", Value: maxWait, Want: "must be positive"}
 	}
-	notify(b.listener, res.Consumed, n)
-	if !res.Consumed {
+	bound, byDeadline := waitBound(ctx, maxWait)
+	r, err := reserve(ctx, op, n, bound)
+	if err != nil {
+		return false, err
+	}
+	if !r.OK() {
+		wait := int64(r.res.RetryAfter)
+		switch {
+		case wait == never && maxWait == never:
+			return false, &ArgumentError{Op: op, Arg: "tokens", Value: n,
+				Want: "can never be had: their wait overflows int64 nanoseconds"}
+		case byDeadline && wait <= maxWait:
+			return false, &MaxWaitError{Tokens: n, Wait: wait, MaxWait: bound, Deadline: true}
+		}
+		notify(l, false, n)
 		return false, nil
 	}
-	if err := sleepReserved(ctx, b.sleeper, b.listener, n, res.Value, b.giveBack); err != nil {
+	notify(l, true, n)
+	if err := r.sleep(ctx, sleeper, l); err != nil {
 		return false, err
 	}
 	return true, nil
 }
 
-// sleepReserved sleeps the wait (ns) of n reserved tokens and reports it to
-// listener (nil: none). When ctx ends first it gives the tokens back and
-// returns ctx's error.
-func sleepReserved(ctx context.Context, sleeper Sleeper, listener Listener, n, wait int64, giveBack func(n int64)) error {
-	if wait == 0 {
-		return nil
-	}
-	d := time.Duration(wait)
-	if err := sleeper.Sleep(ctx, d); err != nil {
-		giveBack(n)
-		if listener != nil {
-			listener.OnCancelled(n)
-		}
-		return err
-	}
-	if listener != nil {
-		listener.OnWaited(d)
-	}
-	return nil
-}
-
-// giveBack returns the tokens of a reservation that will not be used.
-func (b *Bucket) giveBack(n int64) {
-	b.apply(b.clock.Now(), tokenbucket.Request{Op: tokenbucket.OpReturnTokens, Tokens: n}, nil)
-}
-
-// Reservation is tokens taken now for use after a delay: Bucket4j's
-// SchedulingBucket for callers that schedule their own work. It is safe for
-// concurrent use.
+// Reservation is a decision on n tokens that may be due later, as
+// x/time/rate's Reservation: when OK, the tokens were taken at once and
+// are the caller's after Delay, which the caller waits itself; Cancel
+// gives them back if the caller will not use them. A reservation that is
+// not OK took nothing; its Result says why (RetryAfter is the wait the
+// tokens would have needed, Never if they never can be had).
+//
+// Bucket.Reserve, KeyBucket.Reserve and Limiter.Reserve return one, under
+// one rule: maxWait ≥ 0 bounds the delay (0: only tokens that are there
+// now; Never: no bound), and a wait beyond it is a Reservation that is not
+// OK, not an error.
+//
+// A Reservation is safe for simultaneous use by multiple goroutines.
 type Reservation struct {
-	clock    Clock
-	giveBack func(n int64)
-	tokens   int64
-	delay    time.Duration
-	due      int64 // clock time at which the tokens are the caller's
-
+	ok     bool
+	tokens int64
+	res    Result
+	delay  time.Duration
+	clock  Clock
+	due    int64 // clock time at which the tokens are the caller's
+	// undo gives the tokens back at now; nil when there is nothing to give
+	// back (not OK, or nothing was taken).
+	undo func(now int64)
 	once sync.Once
 }
 
-// Tokens is the number of tokens reserved.
+// newReservation is the reservation of n tokens decided at now with res,
+// which undo gives back (nil: nothing to give back).
+func newReservation(clock Clock, now, n int64, res policy.Result, undo func(now int64)) *Reservation {
+	r := &Reservation{ok: res.Allowed, tokens: n, res: resultOf(res), delay: Never, clock: clock, due: never}
+	if r.ok {
+		r.delay = time.Duration(res.Wait)
+		r.due = policy.SatAdd(now, res.Wait)
+		r.res.RetryAfter = 0
+		r.undo = undo
+	}
+	return r
+}
+
+// OK reports whether the tokens were reserved: they are the caller's after
+// Delay.
+func (r *Reservation) OK() bool { return r.ok }
+
+// Tokens is the number of tokens asked for.
 func (r *Reservation) Tokens() int64 { return r.tokens }
 
-// Delay is how long the caller must wait, from the reservation, before
-// using the tokens. It is 0 when they were there at once.
+// Delay is how long, from the reservation, the caller must wait before
+// using the tokens: 0 when they were there at once, Never when the
+// reservation is not OK.
 func (r *Reservation) Delay() time.Duration { return r.delay }
 
-// Cancel gives the tokens back, if their due time has not come yet (after
-// that they count as used, as in x/time/rate). Calling it again does nothing.
-func (r *Reservation) Cancel() {
+// Result is the decision: Allowed is OK; RetryAfter is 0 when OK, else
+// the wait the tokens would have needed. Remaining is what the key (or
+// bucket) has left when the tokens are due, the moment the caller goes
+// ahead; ResetAfter counts from the reservation; Limit is the policy's.
+func (r *Reservation) Result() Result { return r.res }
+
+// String describes the reservation, for logs and tests.
+func (r *Reservation) String() string {
+	if !r.ok {
+		return fmt.Sprintf("reservation of %d tokens refused: %+v", r.tokens, r.res)
+	}
+	return fmt.Sprintf("reservation of %d tokens due in %v: %+v", r.tokens, r.delay, r.res)
+}
+
+// Cancel is shorthand for CancelAt at the time of the reservation's clock.
+func (r *Reservation) Cancel() { r.cancelAt(r.clock.Now()) }
+
+// CancelAt gives the tokens back at t, the caller having decided not to
+// use them, as x/time/rate's CancelAt does: once they are due (t after the
+// reservation's time plus Delay) they count as used and nothing happens.
+// When nothing was taken after the reservation, the key or bucket goes
+// back exactly to what it was before it; otherwise the policy gives back
+// what it can without touching the requests granted after it (see the
+// policies' docs). It never leaves more tokens than there were before the
+// reservation. A reservation in a store is given back with a call of the
+// store timeout; if that fails, the tokens stay taken. Calls after the
+// first do nothing.
+func (r *Reservation) CancelAt(t time.Time) { r.cancelAt(unixNano(t)) }
+
+func (r *Reservation) cancelAt(now int64) {
 	r.once.Do(func() {
-		if r.clock.Now() < r.due {
-			r.giveBack(r.tokens)
+		if r.undo != nil && now <= r.due {
+			r.undo(now)
 		}
 	})
 }
 
-// Reserve takes n tokens now that will be there within maxWait, overdrawing
-// the bucket if need be, and returns the reservation with its delay. The
-// caller waits itself. Pass Never as maxWait for no limit.
-//
-// When the tokens would take longer than maxWait, it returns a *MaxWaitError
-// (ErrMaxWaitExceeded) and takes nothing. It returns an *ArgumentError for
-// n ≤ 0, maxWait ≤ 0, or with no limit when the wait would overflow.
-func (b *Bucket) Reserve(n int64, maxWait time.Duration) (*Reservation, error) {
-	now := b.clock.Now()
-	req := tokenbucket.Request{Op: tokenbucket.OpReserve, Tokens: n, MaxWait: int64(maxWait)}
-	res := b.apply(now, req, nil)
-	if res.Code != tokenbucket.OK {
-		return nil, argError("Reserve", res, req)
+// sleep waits for the tokens of an OK reservation and reports the wait to
+// l (nil: none). When ctx ends first, it gives the tokens back and returns
+// ctx's error.
+func (r *Reservation) sleep(ctx context.Context, sleeper Sleeper, l Listener) error {
+	d := r.Delay()
+	if d == 0 {
+		return nil
 	}
-	return reserved(b.listener, b.clock, b.giveBack, now, n, maxWait, res)
+	if err := sleeper.Sleep(ctx, d); err != nil {
+		r.Cancel()
+		if l != nil {
+			l.OnCancelled(r.tokens)
+		}
+		return err
+	}
+	if l != nil {
+		l.OnWaited(d)
+	}
+	return nil
 }
 
-// reserved turns a reservation decided at now into the caller's
-// *Reservation, or a *MaxWaitError when its wait was over maxWait, and
-// tells l, which may be nil. Bucket and KeyBucket reserve through it.
-func reserved(l Listener, clock Clock, giveBack func(int64), now, n int64, maxWait time.Duration, res tokenbucket.Result) (*Reservation, error) {
-	notify(l, res.Consumed, n)
-	if !res.Consumed {
-		return nil, &MaxWaitError{Tokens: n, Wait: res.Value, MaxWait: int64(maxWait)}
+// bucketReceipt is what a reservation did to a token bucket's state, for
+// tokenbucket.Undo.
+type bucketReceipt struct {
+	cfg           *tokenbucket.Config
+	before, after tokenbucket.State
+	due, n        int64
+}
+
+// undo gives the reservation back from st, a state of cfg, at now, and
+// reports whether st changed. A bucket reconfigured since keeps its
+// tokens.
+func (rc *bucketReceipt) undo(cfg *tokenbucket.Config, st tokenbucket.State, now int64) bool {
+	if cfg != rc.cfg && !sameConfig(cfg, rc.cfg) {
+		return false
 	}
-	d := time.Duration(res.Value)
-	if d > 0 && l != nil {
+	return tokenbucket.Undo(cfg, st, rc.before, rc.after, rc.due, now, rc.n)
+}
+
+// reserveBucket reserves n tokens within maxWait on st, a bucket state of
+// cfg, at now, as Reserve does, and returns the result, whether st changed
+// and the receipt to give them back.
+func reserveBucket(cfg *tokenbucket.Config, st tokenbucket.State, now, n, maxWait int64) (policy.Result, bool, *bucketReceipt) {
+	before := append(tokenbucket.State(nil), st...)
+	res, ok := tokenbucket.Reserve(cfg, st, now, n, maxWait)
+	if !ok {
+		return res, false, nil
+	}
+	rc := &bucketReceipt{cfg: cfg, before: before, after: append(tokenbucket.State(nil), st...),
+		due: policy.SatAdd(now, res.Wait), n: n}
+	if res.Wait > 0 { // what is left when the tokens are due
+		then := append(tokenbucket.State(nil), st...)
+		tokenbucket.Refill(cfg, then, rc.due)
+		res.Remaining = max(tokenbucket.Available(then), 0)
+	}
+	return res, true, rc
+}
+
+// Reserve takes n tokens now that will be there within maxWait (0: only
+// if they are there now; Never: no bound), overdrawing the bucket if need
+// be, and returns the reservation; the caller waits its Delay itself, and
+// may Cancel it. Tokens that would take longer, or never come, are a
+// reservation that is not OK, and nothing is taken.
+//
+// It returns an *ArgumentError for n ≤ 0 or maxWait < 0.
+func (b *Bucket) Reserve(n int64, maxWait time.Duration) (*Reservation, error) {
+	r, err := b.reserve(context.Background(), "Bucket.Reserve", n, int64(maxWait))
+	if err != nil {
+		return nil, err
+	}
+	notifyReserved(b.listener, r)
+	return r, nil
+}
+
+// reserve is Reserve without the listener.
+func (b *Bucket) reserve(_ context.Context, op string, n, maxWait int64) (*Reservation, error) {
+	now := b.clock.Now()
+	b.mu.Lock()
+	copy(b.scratch, b.state)
+	res, changed, rc := reserveBucket(b.cfg, b.scratch, now, n, maxWait)
+	if changed {
+		b.state, b.scratch = b.scratch, b.state
+	}
+	limit := quotaOf(b.cfg)
+	b.mu.Unlock()
+	if res.Code != policy.OK {
+		return nil, limiterError(op, res, n, maxWait, limit)
+	}
+	var undo func(int64)
+	if rc != nil {
+		undo = func(now int64) { b.undo(rc, now) }
+	}
+	return newReservation(b.clock, now, n, res, undo), nil
+}
+
+// undo gives back the reservation of rc at now.
+func (b *Bucket) undo(rc *bucketReceipt, now int64) {
+	b.mu.Lock()
+	copy(b.scratch, b.state)
+	if rc.undo(b.cfg, b.scratch, now) {
+		b.state, b.scratch = b.scratch, b.state
+	}
+	b.mu.Unlock()
+}
+
+// notifyReserved tells l, which may be nil, of the reservation r.
+func notifyReserved(l Listener, r *Reservation) {
+	if l == nil {
+		return
+	}
+	notify(l, r.ok, r.tokens)
+	if d := r.Delay(); r.ok && d > 0 {
 		l.OnDelayed(d)
 	}
-	due := now + res.Value
-	if due < now {
-		due = never
-	}
-	return &Reservation{clock: clock, giveBack: giveBack, tokens: n, delay: d, due: due}, nil
+}
+
+// quotaOf is the smallest capacity of cfg, a bucket's Result.Limit.
+func quotaOf(cfg *tokenbucket.Config) int64 {
+	return tokenbucket.NewMulti(cfg).Quota()
+}
+
+// sameConfig reports whether a and b are the same bucket configuration.
+func sameConfig(a, b *tokenbucket.Config) bool {
+	return bytes.Equal(encodeConfig(a), encodeConfig(b))
 }

@@ -227,9 +227,9 @@ func TestReserve(t *testing.T) {
 	}
 }
 
-// TestReservationCancel: Cancel gives the tokens back only before their due
-// time, and only once. Each case reserves 5 tokens of an empty Simple(10,
-// 1s), due in 500ms.
+// TestReservationCancel: Cancel gives the tokens back until their due
+// time, as x/time/rate's CancelAt, and only once. Each case reserves 5
+// tokens of an empty Simple(10, 1s), due in 500ms.
 func TestReservationCancel(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -240,7 +240,7 @@ func TestReservationCancel(t *testing.T) {
 		{"at once", 0, -5, 0},
 		// -5 + 4.99 = -0.01, shown as -1; with 5 back, 4.99.
 		{"just before the due time", 499 * ms, -1, 4},
-		{"at the due time", 500 * ms, 0, 0},
+		{"at the due time", 500 * ms, 0, 5},
 		{"after the due time", 600 * ms, 1, 1},
 	}
 	for _, tt := range tests {
@@ -262,7 +262,7 @@ func TestReservationCancel(t *testing.T) {
 }
 
 // TestReservationCancelWithoutDelay: tokens that were there at once are due
-// at once, so Cancel does not return them.
+// at once: Cancel at that instant gives them back, later it does not.
 func TestReservationCancelWithoutDelay(t *testing.T) {
 	clock := sluice.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)})
@@ -271,23 +271,48 @@ func TestReservationCancelWithoutDelay(t *testing.T) {
 		t.Fatalf("Reserve(3, 1s) = %+v, %v, want no delay", r, err)
 	}
 	r.Cancel()
+	checkAvailable(t, b, 10)
+
+	r, _ = b.Reserve(3, time.Second)
+	clock.Advance(ms)
+	r.Cancel()
 	checkAvailable(t, b, 7)
 }
 
-func TestReserveMaxWaitExceeded(t *testing.T) {
+// TestReservationCancelAfterLater: a reservation cancelled after a later
+// one gives back only what the later one did not take after it (as
+// x/time/rate does), so that the later one's tokens are not handed out
+// twice.
+func TestReservationCancelAfterLater(t *testing.T) {
+	clock := sluice.NewFakeClock(t0)
+	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)})
+	first, _ := b.Reserve(5, time.Second)  // due at 500ms
+	second, _ := b.Reserve(2, time.Second) // due at 700ms
+	checkAvailable(t, b, -7)
+	first.Cancel()
+	checkAvailable(t, b, -4) // 5 less the 2 the second took after it
+	if d := second.Delay(); d != 700*ms {
+		t.Errorf("second Delay() = %v, want 700ms", d)
+	}
+	// Cancelling the last one restores what it took.
+	second.Cancel()
+	checkAvailable(t, b, -2)
+}
+
+// TestReserveRefused: tokens that would come after maxWait, or never, are
+// a reservation that is not OK, which takes nothing.
+func TestReserveRefused(t *testing.T) {
 	tests := []struct {
 		name    string
 		n       int64
 		maxWait time.Duration
-		want    sluice.MaxWaitError
-		msg     string
+		wait    time.Duration
 	}{
-		{"too long", 5, 100 * ms, sluice.MaxWaitError{Tokens: 5, Wait: int64(500 * ms), MaxWait: int64(100 * ms)},
-			"sluice: max wait exceeded: 5 tokens need 500000000ns, at most 100000000ns allowed"},
-		{"one ns too long", 5, 500*ms - 1, sluice.MaxWaitError{Tokens: 5, Wait: int64(500 * ms), MaxWait: int64(500*ms - 1)},
-			"sluice: max wait exceeded: 5 tokens need 500000000ns, at most 499999999ns allowed"},
-		{"never", math.MaxInt64, time.Hour, sluice.MaxWaitError{Tokens: math.MaxInt64, Wait: math.MaxInt64, MaxWait: int64(time.Hour)},
-			"sluice: max wait exceeded: 9223372036854775807 tokens can never be had"},
+		{"too long", 5, 100 * ms, 500 * ms},
+		{"one ns too long", 5, 500*ms - 1, 500 * ms},
+		{"not now", 1, 0, 100 * ms},
+		{"never", math.MaxInt64, time.Hour, sluice.Never},
+		{"never, without a bound", math.MaxInt64, sluice.Never, sluice.Never},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -296,19 +321,14 @@ func TestReserveMaxWaitExceeded(t *testing.T) {
 			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)}, sluice.WithListener(&l))
 			before := stateOf(t, b)
 			r, err := b.Reserve(tt.n, tt.maxWait)
-			var mwe *sluice.MaxWaitError
-			if r != nil || !errors.As(err, &mwe) {
-				t.Fatalf("Reserve(%d, %v) = %v, %v, want nil, a *MaxWaitError", tt.n, tt.maxWait, r, err)
+			if err != nil || r.OK() {
+				t.Fatalf("Reserve(%d, %v) = %v, %v, want a reservation that is not OK", tt.n, tt.maxWait, r, err)
 			}
-			if *mwe != tt.want {
-				t.Errorf("Reserve(%d, %v) error = %+v, want %+v", tt.n, tt.maxWait, *mwe, tt.want)
+			want := sluice.Result{RetryAfter: tt.wait, ResetAfter: time.Second, Limit: 10}
+			if r.Result() != want || r.Delay() != sluice.Never || r.Tokens() != tt.n {
+				t.Errorf("Reserve(%d, %v) = %v, delay %v; want %+v, delay Never", tt.n, tt.maxWait, r, r.Delay(), want)
 			}
-			if !errors.Is(err, sluice.ErrMaxWaitExceeded) || errors.Is(err, sluice.ErrInvalidArgument) {
-				t.Errorf("errors.Is(%v, ErrMaxWaitExceeded) = false or it matches ErrInvalidArgument", err)
-			}
-			if err.Error() != tt.msg {
-				t.Errorf("Error() = %q, want %q", err.Error(), tt.msg)
-			}
+			r.Cancel()
 			checkUnchanged(t, b, before)
 			if got := countsOf(&l); got != (counts{rejected: tt.n}) {
 				t.Errorf("listener saw %+v, want %d rejected", got, tt.n)

@@ -1,8 +1,10 @@
 package sluice
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 var (
@@ -13,8 +15,8 @@ var (
 	// ErrReserveNotSupported is returned by Limiter.Reserve for a policy
 	// that cannot reserve tokens ahead, such as the sliding window.
 	ErrReserveNotSupported = errors.New("sluice: policy does not support reservations")
-	// ErrMaxWaitExceeded is returned by Reserve when the tokens would not be
-	// there within the maximum wait. Nothing was reserved.
+	// ErrMaxWaitExceeded is matched by the *MaxWaitError of a wait that
+	// would be longer than allowed. Nothing was taken.
 	ErrMaxWaitExceeded = errors.New("sluice: max wait exceeded")
 )
 
@@ -85,21 +87,33 @@ func (e *ConfigError) Error() string {
 // Is reports whether target is ErrInvalidConfig.
 func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
 
-// MaxWaitError is returned when tokens cannot be reserved within the maximum
-// wait. It matches ErrMaxWaitExceeded. Wait is the wait the tokens would
-// need, or math.MaxInt64 nanoseconds when they can never be had.
+// MaxWaitError is returned when tokens cannot be had within the maximum
+// wait, or before the deadline of the call's context. It matches
+// ErrMaxWaitExceeded, and context.DeadlineExceeded when Deadline is set.
+// Wait is the wait the tokens would need, or math.MaxInt64 nanoseconds when
+// they can never be had. Nothing was taken.
 type MaxWaitError struct {
 	Tokens  int64
 	Wait    int64 // nanoseconds
-	MaxWait int64 // nanoseconds
+	MaxWait int64 // nanoseconds: the bound the wait broke
+	// Deadline reports that the bound was the context's deadline, sooner
+	// than the maximum wait: MaxWait is the time that was left until it.
+	Deadline bool
 }
 
 func (e *MaxWaitError) Error() string {
-	if e.Wait == never {
+	switch {
+	case e.Wait == never:
 		return fmt.Sprintf("sluice: max wait exceeded: %d tokens can never be had", e.Tokens)
+	case e.Deadline:
+		return fmt.Sprintf("sluice: %d tokens need %v, past the context's deadline in %v",
+			e.Tokens, time.Duration(e.Wait), time.Duration(e.MaxWait))
 	}
 	return fmt.Sprintf("sluice: max wait exceeded: %d tokens need %dns, at most %dns allowed", e.Tokens, e.Wait, e.MaxWait)
 }
 
-// Is reports whether target is ErrMaxWaitExceeded.
-func (e *MaxWaitError) Is(target error) bool { return target == ErrMaxWaitExceeded }
+// Is reports whether target is ErrMaxWaitExceeded, or
+// context.DeadlineExceeded when the bound was the context's deadline.
+func (e *MaxWaitError) Is(target error) bool {
+	return target == ErrMaxWaitExceeded || e.Deadline && target == context.DeadlineExceeded
+}

@@ -2,7 +2,6 @@ package sluice_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -189,12 +188,15 @@ func ExampleShaper() {
 	ctx := context.Background()
 
 	for range 4 {
-		d, err := l.Reserve(ctx, "user-1", 1, sluice.Never)
-		if errors.Is(err, sluice.ErrMaxWaitExceeded) {
+		r, err := l.Reserve(ctx, "user-1", 1, sluice.Never)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if !r.OK() {
 			fmt.Println("queue full")
 			continue
 		}
-		fmt.Println("departs in", d)
+		fmt.Println("departs in", r.Delay())
 	}
 	clock.Advance(500 * time.Millisecond)
 	if err := l.Wait(ctx, "user-1", 1, sluice.Never); err != nil {
@@ -274,11 +276,11 @@ func ExampleNoLimit() {
 
 	r, _ := l.AllowN(ctx, "user-1", 1_000_000)
 	fmt.Println(r.Allowed, r.Remaining)
-	d, err := l.Reserve(ctx, "user-1", 1_000_000, 0)
-	fmt.Println(d, err, "keys held:", l.Len())
+	res, err := l.Reserve(ctx, "user-1", 1_000_000, 0)
+	fmt.Println(res.OK(), res.Delay(), err, "keys held:", l.Len())
 	// Output:
 	// true 9223372036854775807
-	// 0s <nil> keys held: 0
+	// true 0s <nil> keys held: 0
 }
 
 // BucketPolicy applies Bucket4j bandwidths to each key: 20 a minute, in
@@ -322,8 +324,15 @@ func ExampleLimiter_Reserve() {
 	ctx := context.Background()
 
 	for range 3 {
-		d, err := l.Reserve(ctx, "user-1", 2, 90*time.Second)
-		fmt.Println("reserve 2: wait", d, "over 90s:", errors.Is(err, sluice.ErrMaxWaitExceeded))
+		res, err := l.Reserve(ctx, "user-1", 2, 90*time.Second)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if !res.OK() {
+			fmt.Println("reserve 2: not within 90s, but in", res.Result().RetryAfter)
+			continue
+		}
+		fmt.Println("reserve 2: wait", res.Delay())
 	}
 	r, _ := l.AllowN(ctx, "user-1", 1) // [0s, 1m) and [1m, 2m) are taken
 	fmt.Println("1 at 0s:", r.Allowed, "retry after", r.RetryAfter)
@@ -331,9 +340,33 @@ func ExampleLimiter_Reserve() {
 	r, _ = l.AllowN(ctx, "user-1", 1) // the debt fills [1m, 2m)
 	fmt.Println("1 at 1m:", r.Allowed, "retry after", r.RetryAfter)
 	// Output:
-	// reserve 2: wait 0s over 90s: false
-	// reserve 2: wait 1m0s over 90s: false
-	// reserve 2: wait 0s over 90s: true
+	// reserve 2: wait 0s
+	// reserve 2: wait 1m0s
+	// reserve 2: not within 90s, but in 2m0s
 	// 1 at 0s: false retry after 2m0s
 	// 1 at 1m: false retry after 1m0s
+}
+
+// A caller that reserved tokens and then will not use them gives them
+// back: nothing was taken after it, so the key is as it was before.
+func ExampleReservation_Cancel() {
+	clock := sluice.NewFakeClock(0)
+	l, err := sluice.NewLimiter(sluice.TokenBucket(2, 1, time.Second), sluice.WithClock(clock))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	l.AllowN(ctx, "user-1", 2)
+	res, err := l.Reserve(ctx, "user-1", 1, time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("reserved:", res.OK(), "due in", res.Delay())
+	res.Cancel() // the caller gave up
+	r, _ := l.Peek(ctx, "user-1", 1)
+	fmt.Println("after Cancel, 1 more in", r.RetryAfter)
+	// Output:
+	// reserved: true due in 1s
+	// after Cancel, 1 more in 1s
 }

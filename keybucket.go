@@ -165,47 +165,99 @@ func (b *KeyBucket) configure(ctx context.Context) error {
 	return nil
 }
 
-// apply runs req on the key's bucket, applying the failure policy.
-func (b *KeyBucket) apply(ctx context.Context, op string, req tokenbucket.Request, snap *Snapshot) (tokenbucket.Result, error) {
+// bucketFunc is an operation on a key's bucket: it runs on the state st
+// of configuration cfg at now, and reports whether st changed and must be
+// stored. It may run more than once (a store retries); the last run counts.
+type bucketFunc func(cfg *tokenbucket.Config, st tokenbucket.State, now int64) (changed bool)
+
+// bucketSite is where a KeyBucket operation ran.
+type bucketSite uint8
+
+const (
+	siteMem   bucketSite = iota // the in-memory Limiter's key
+	siteStore                   // the store
+	siteLocal                   // the in-memory fallback of FailLocal
+	siteOpen                    // nowhere: the store failed and the bucket fails open
+)
+
+// update runs f on the key's bucket, applying the failure policy, and
+// returns where it ran. Under FailOpen it does not run f and returns
+// siteOpen with the *StoreError.
+func (b *KeyBucket) update(ctx context.Context, op string, f bucketFunc) (bucketSite, error) {
 	if err := ctx.Err(); err != nil {
-		return tokenbucket.Result{}, err
+		return 0, err
 	}
 	if b.mem != nil {
-		var res tokenbucket.Result
-		now := b.clock.Now()
-		b.mem.withBucket(b.key, now, func(cfg *tokenbucket.Config, st tokenbucket.State) bool {
-			var changed bool
-			res, changed = tokenbucket.Apply(cfg, st, now, req)
-			if snap != nil {
-				snap.fill(cfg, st, now)
-			}
-			return changed
-		})
-		return res, argError(op, res, req)
+		b.inMemory(b.mem, f)
+		return siteMem, nil
 	}
-	var res tokenbucket.Result
-	s, err, failure := b.onStore(ctx, func(s *storeKeyed) (err error) {
-		res, err = s.applyBucket(ctx, b.key, req, snap)
-		return err
+	s, err, failure := b.onStore(ctx, func(s *storeKeyed) error {
+		return s.applyBucket(ctx, b.key, f)
 	})
 	switch {
 	case err != nil:
-		return tokenbucket.Result{}, err
+		return 0, err
 	case failure == nil:
-		return res, argError(op, res, req)
+		return siteStore, nil
 	}
 	if ferr := s.failed("KeyBucket."+op, b.key, failure); ferr != nil {
-		return res, ferr
+		return 0, ferr
 	}
 	if s.failure == FailLocal && s.local != nil {
-		local := &KeyBucket{key: b.key, clock: b.clock, mem: s.local.(bucketStore)}
-		return local.apply(ctx, op, req, snap)
+		b.inMemory(s.local.(bucketStore), f)
+		return siteLocal, nil
 	}
-	switch req.Op { // FailOpen
-	case tokenbucket.OpTryConsume, tokenbucket.OpTryConsumeAndReturnRemaining, tokenbucket.OpEstimate, tokenbucket.OpReserve:
-		return tokenbucket.Result{Consumed: true}, nil
+	return siteOpen, &StoreError{Op: "KeyBucket." + op, Key: b.key, Err: failure}
+}
+
+// updateAt runs f on the key's bucket at site only, where an earlier call
+// ran: a reservation is given back where it was taken. A store's failure
+// leaves the bucket as it is.
+func (b *KeyBucket) updateAt(site bucketSite, f bucketFunc) {
+	switch site {
+	case siteMem:
+		b.inMemory(b.mem, f)
+	case siteLocal:
+		if local, ok := b.backend().local.(bucketStore); ok {
+			b.inMemory(local, f)
+		}
+	case siteStore:
+		_ = b.backend().applyBucket(context.Background(), b.key, f)
 	}
-	return res, &StoreError{Op: "KeyBucket." + op, Key: b.key, Err: failure}
+}
+
+// inMemory runs f on the key's bucket in mem, now.
+func (b *KeyBucket) inMemory(mem bucketStore, f bucketFunc) {
+	now := b.clock.Now()
+	mem.withBucket(b.key, now, func(cfg *tokenbucket.Config, st tokenbucket.State) bool {
+		return f(cfg, st, now)
+	})
+}
+
+// apply runs req on the key's bucket, applying the failure policy: under
+// FailOpen a consuming operation is let through, and the others return
+// the *StoreError.
+func (b *KeyBucket) apply(ctx context.Context, op string, req tokenbucket.Request, snap *Snapshot) (tokenbucket.Result, error) {
+	var res tokenbucket.Result
+	site, err := b.update(ctx, op, func(cfg *tokenbucket.Config, st tokenbucket.State, now int64) bool {
+		var changed bool
+		res, changed = tokenbucket.Apply(cfg, st, now, req)
+		if snap != nil {
+			snap.fill(cfg, st, now)
+		}
+		return changed
+	})
+	if site == siteOpen {
+		switch req.Op {
+		case tokenbucket.OpTryConsume, tokenbucket.OpTryConsumeAndReturnRemaining, tokenbucket.OpEstimate:
+			return tokenbucket.Result{Consumed: true}, nil
+		}
+		return tokenbucket.Result{}, err
+	}
+	if err != nil {
+		return tokenbucket.Result{}, err
+	}
+	return res, argError(op, res, req)
 }
 
 // onStore runs f on the key's store. When f finds the key without state
@@ -391,50 +443,62 @@ func (b *KeyBucket) ReplaceConfiguration(ctx context.Context, cfg Config, strate
 // Consume takes n tokens, waiting as long as it takes, as
 // BlockingBucket.Consume.
 func (b *KeyBucket) Consume(ctx context.Context, n int64) error {
-	_, err := b.wait(ctx, "Consume", n, never)
+	_, err := blockingWait(ctx, "KeyBucket.Consume", n, never, b.sleeper, b.listener, b.reserve)
 	return err
 }
 
 // TryConsumeWait takes n tokens if they will be there within maxWait,
-// waiting for them, as BlockingBucket.TryConsume. When ctx ends during the
-// wait the tokens are given back and it returns ctx.Err().
+// waiting for them, as BlockingBucket.TryConsume: a ctx whose deadline is
+// sooner than the wait fails at once and takes nothing, and when ctx ends
+// during the wait the tokens are given back and it returns ctx.Err().
 func (b *KeyBucket) TryConsumeWait(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
-	return b.wait(ctx, "TryConsumeWait", n, int64(maxWait))
-}
-
-func (b *KeyBucket) wait(ctx context.Context, op string, n, maxWait int64) (bool, error) {
-	req := tokenbucket.Request{Op: tokenbucket.OpReserve, Tokens: n, MaxWait: maxWait}
-	res, err := b.apply(ctx, op, req, nil)
-	if err != nil {
-		return false, err
-	}
-	notify(b.listener, res.Consumed, n)
-	if !res.Consumed {
-		return false, nil
-	}
-	if err := sleepReserved(ctx, b.sleeper, b.listener, n, res.Value, b.giveBack); err != nil {
-		return false, err
-	}
-	return true, nil
-}
-
-// giveBack returns the tokens of a reservation that will not be used; a
-// failure to do so leaves them taken, the safe side.
-func (b *KeyBucket) giveBack(n int64) {
-	ctx := context.Background()
-	_, _ = b.apply(ctx, "giveBack", tokenbucket.Request{Op: tokenbucket.OpReturnTokens, Tokens: n}, nil)
+	return blockingWait(ctx, "KeyBucket.TryConsumeWait", n, int64(maxWait), b.sleeper, b.listener, b.reserve)
 }
 
 // Reserve takes n tokens now that will be there within maxWait, as
-// Bucket.Reserve; the caller waits Delay itself.
+// Bucket.Reserve: the caller waits Delay itself, and may Cancel the
+// reservation, which gives the tokens back where they were taken (the
+// store, or the in-memory fallback of FailLocal). When the store fails and
+// the bucket fails open, the reservation is OK at once and takes nothing.
 func (b *KeyBucket) Reserve(ctx context.Context, n int64, maxWait time.Duration) (*Reservation, error) {
-	req := tokenbucket.Request{Op: tokenbucket.OpReserve, Tokens: n, MaxWait: int64(maxWait)}
-	now := b.clock.Now()
-	res, err := b.apply(ctx, "Reserve", req, nil)
+	r, err := b.reserve(ctx, "KeyBucket.Reserve", n, int64(maxWait))
 	if err != nil {
 		return nil, err
 	}
-	return reserved(b.listener, b.clock, b.giveBack, now, n, maxWait, res)
+	notifyReserved(b.listener, r)
+	return r, nil
+}
+
+// reserve is Reserve without the listener.
+func (b *KeyBucket) reserve(ctx context.Context, op string, n, maxWait int64) (*Reservation, error) {
+	var (
+		res policy.Result
+		rc  *bucketReceipt
+		at  int64
+	)
+	site, err := b.update(ctx, op, func(cfg *tokenbucket.Config, st tokenbucket.State, now int64) bool {
+		var changed bool
+		at = now
+		res, changed, rc = reserveBucket(cfg, st, now, n, maxWait)
+		return changed
+	})
+	switch {
+	case site == siteOpen:
+		return newReservation(b.clock, b.clock.Now(), n, policy.Result{Allowed: true}, nil), nil
+	case err != nil:
+		return nil, err
+	case res.Code != policy.OK:
+		return nil, limiterError(op, res, n, maxWait, 0)
+	}
+	var undo func(int64)
+	if rc != nil {
+		undo = func(now int64) {
+			b.updateAt(site, func(cfg *tokenbucket.Config, st tokenbucket.State, _ int64) bool {
+				return rc.undo(cfg, st, now)
+			})
+		}
+	}
+	return newReservation(b.clock, at, n, res, undo), nil
 }
 
 func consumptionProbe(res tokenbucket.Result) ConsumptionProbe {

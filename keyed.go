@@ -13,7 +13,12 @@ import (
 type keyed interface {
 	consume(key string, now, n int64) policy.Result
 	peek(key string, now, n int64) policy.Result
-	reserve(key string, now, n, maxWait int64) policy.Result
+	// reserve returns, with a granted reservation that took something,
+	// the receipt for cancel.
+	reserve(key string, now, n, maxWait int64) (policy.Result, *policy.Receipt)
+	// cancel gives back the reservation of receipt r at now, as
+	// policy.Undo does.
+	cancel(key string, now int64, r *policy.Receipt)
 	reset(key string)
 	len() int
 	quota() int64
@@ -117,16 +122,52 @@ func (k *memKeyed[S, M]) peek(key string, now, n int64) policy.Result {
 	return res
 }
 
-func (k *memKeyed[S, M]) reserve(key string, now, n, maxWait int64) policy.Result {
+func (k *memKeyed[S, M]) reserve(key string, now, n, maxWait int64) (policy.Result, *policy.Receipt) {
 	sh := k.shard(key)
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	present, live := k.load(sh, key, now)
-	res, changed := k.m.Reserve(&sh.cur, live, now, n, maxWait)
-	if changed {
-		k.save(sh, key, present, now)
+	var before []byte
+	if live {
+		before = k.m.AppendState(nil, &sh.cur)
 	}
-	sh.mu.Unlock()
-	return res
+	res, changed := k.m.Reserve(&sh.cur, live, now, n, maxWait)
+	if !changed {
+		return res, nil
+	}
+	k.save(sh, key, present, now)
+	if !res.Allowed {
+		return res, nil
+	}
+	rc := newReceipt(now, n, res.Wait, before, k.m.AppendState(nil, &sh.cur))
+	if res.Wait > 0 {
+		res.Remaining = remainingAt(k.m.Peek(&sh.cur, true, rc.Due, 1))
+	}
+	return res, rc
+}
+
+// remainingAt is the Remaining of a key whose Peek of 1 token is p: a
+// granted reservation reports what the key has left when its tokens are
+// due, the moment its caller goes ahead. An allowed Remaining is what
+// there was less the token peeked at, for every policy.
+func remainingAt(p policy.Result) int64 {
+	if p.Allowed {
+		return policy.SatAdd(p.Remaining, 1)
+	}
+	return p.Remaining
+}
+
+func (k *memKeyed[S, M]) cancel(key string, now int64, r *policy.Receipt) {
+	sh := k.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	present, live := k.load(sh, key, now)
+	switch policy.Undo(k.m, &sh.cur, live, now, r) {
+	case policy.Changed:
+		k.save(sh, key, present, now)
+	case policy.Dropped:
+		delete(sh.m, key)
+	}
 }
 
 func (k *memKeyed[S, M]) reset(key string) {

@@ -122,7 +122,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	r, err := l.decide(ctx, "Limiter.AllowN", key, func(s *storeKeyed) (policy.Result, error) {
+	r, _, err := l.decide(ctx, "Limiter.AllowN", key, func(s *storeKeyed) (policy.Result, error) {
 		return s.consume(ctx, key, n)
 	}, func(now int64) policy.Result {
 		return l.keys.consume(key, now, n)
@@ -142,7 +142,7 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int64) (Result, error)
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	r, err := l.decide(ctx, "Limiter.Peek", key, func(s *storeKeyed) (policy.Result, error) {
+	r, _, err := l.decide(ctx, "Limiter.Peek", key, func(s *storeKeyed) (policy.Result, error) {
 		return s.peek(ctx, key, n)
 	}, func(now int64) policy.Result {
 		return l.keys.peek(key, now, n)
@@ -156,43 +156,81 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int64) (Result, error)
 	return resultOf(r), nil
 }
 
-// Reserve takes n tokens for key that will be there within maxWait
-// (Never: no bound) and returns how long the caller must wait before using
-// them; 0 when they are there now. When they would take longer it returns
-// a *MaxWaitError (ErrMaxWaitExceeded) and takes nothing. Policies that
-// cannot reserve (sliding window, sliding log) return
-// ErrReserveNotSupported.
-func (l *Limiter) Reserve(ctx context.Context, key string, n int64, maxWait time.Duration) (time.Duration, error) {
+// Reserve takes n tokens for key that will be there within maxWait (0:
+// only if they are there now; Never: no bound), possibly in the future,
+// and returns the reservation: when it is OK the tokens are taken and are
+// the caller's after its Delay, which the caller waits itself, or gives
+// back with Cancel. Tokens that would take longer are a reservation that
+// is not OK, which took nothing; its Result says how long they would take.
+// It returns an *ArgumentError for n ≤ 0, maxWait < 0, or n above the
+// limit where the policy forbids that, and ErrReserveNotSupported for the
+// policies that cannot reserve (sliding window, sliding log).
+//
+// Cancel gives the tokens back where they were taken: the store, or the
+// in-memory fallback of FailLocal. A reservation that a failing store let
+// through under FailOpen took nothing and gives nothing back.
+func (l *Limiter) Reserve(ctx context.Context, key string, n int64, maxWait time.Duration) (*Reservation, error) {
+	return l.reserve(ctx, "Limiter.Reserve", key, n, int64(maxWait))
+}
+
+func (l *Limiter) reserve(ctx context.Context, op, key string, n, maxWait int64) (*Reservation, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return nil, err
 	}
-	r, err := l.decide(ctx, "Limiter.Reserve", key, func(s *storeKeyed) (policy.Result, error) {
-		return s.reserve(ctx, key, n, int64(maxWait))
-	}, func(now int64) policy.Result {
-		return l.keys.reserve(key, now, n, int64(maxWait))
+	var (
+		rc *policy.Receipt
+		at int64
+	)
+	r, site, err := l.decide(ctx, op, key, func(s *storeKeyed) (res policy.Result, err error) {
+		at = l.clock.Now()
+		res, rc, err = s.reserve(ctx, key, n, maxWait)
+		if err != nil {
+			rc = nil
+		}
+		return res, err
+	}, func(now int64) (res policy.Result) {
+		at = now
+		res, rc = l.keys.reserve(key, now, n, maxWait)
+		return res
 	})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if r.Code != policy.OK {
-		return 0, limiterError("Limiter.Reserve", r, n, int64(maxWait), l.keys.quota())
+		return nil, limiterError(op, r, n, maxWait, l.keys.quota())
 	}
-	if !r.Allowed {
-		return 0, &MaxWaitError{Tokens: n, Wait: r.RetryAfter, MaxWait: int64(maxWait)}
+	if rc != nil {
+		at = rc.At
 	}
-	return time.Duration(r.Wait), nil
+	var undo func(int64)
+	switch {
+	case rc == nil:
+	case site == inStore:
+		undo = func(now int64) { _ = l.store.cancel(context.Background(), key, now, rc) }
+	default:
+		undo = func(now int64) { l.keys.cancel(key, now, rc) }
+	}
+	return newReservation(l.clock, at, n, r, undo), nil
 }
 
 // Wait reserves n tokens for key within maxWait, as Reserve, and sleeps
-// until they are due. When ctx ends during the sleep it returns ctx.Err();
-// the tokens stay taken (a keyed policy cannot give tokens back in
-// general).
+// until they are due. When they would take longer than maxWait, or ctx has
+// a deadline sooner than their wait, it returns a *MaxWaitError at once
+// (ErrMaxWaitExceeded; with the deadline, context.DeadlineExceeded too)
+// and takes nothing, as x/time/rate's WaitN does. When ctx ends during
+// the sleep, it gives the tokens back (Reservation.Cancel) and returns
+// ctx.Err().
 func (l *Limiter) Wait(ctx context.Context, key string, n int64, maxWait time.Duration) error {
-	d, err := l.Reserve(ctx, key, n, maxWait)
-	if err != nil || d == 0 {
+	bound, byDeadline := waitBound(ctx, int64(maxWait))
+	r, err := l.reserve(ctx, "Limiter.Wait", key, n, bound)
+	if err != nil {
 		return err
 	}
-	return l.sleeper.Sleep(ctx, d)
+	if !r.OK() {
+		wait := int64(r.res.RetryAfter)
+		return &MaxWaitError{Tokens: n, Wait: wait, MaxWait: bound, Deadline: byDeadline && wait <= int64(maxWait)}
+	}
+	return r.sleep(ctx, l.sleeper, nil)
 }
 
 // Reset forgets key's state: its next request starts afresh.
@@ -214,27 +252,36 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	return err
 }
 
+// site is where a Limiter's decision was made.
+type site uint8
+
+const (
+	inMemory site = iota // in memory: no store, or FailLocal's fallback
+	inStore
+	failedOpen // nowhere: the store failed and the limiter fails open
+)
+
 // decide runs a decision in the store, or in memory when there is none or
-// the store failed and the limiter falls back to memory. A store failure
-// under FailOpen allows the request.
-func (l *Limiter) decide(ctx context.Context, op, key string, inStore func(*storeKeyed) (policy.Result, error), inMemory func(now int64) policy.Result) (policy.Result, error) {
+// the store failed and the limiter falls back to memory, and says where it
+// ran. A store failure under FailOpen allows the request.
+func (l *Limiter) decide(ctx context.Context, op, key string, inStoreF func(*storeKeyed) (policy.Result, error), inMemoryF func(now int64) policy.Result) (policy.Result, site, error) {
 	if l.store == nil {
-		return inMemory(l.clock.Now()), nil
+		return inMemoryF(l.clock.Now()), inMemory, nil
 	}
-	r, err := inStore(l.store)
+	r, err := inStoreF(l.store)
 	if err == nil {
-		return r, nil
+		return r, inStore, nil
 	}
 	if isCallerDone(ctx, err) {
-		return policy.Result{}, ctx.Err()
+		return policy.Result{}, 0, ctx.Err()
 	}
 	if ferr := l.store.failed(op, key, err); ferr != nil {
-		return policy.Result{}, ferr
+		return policy.Result{}, 0, ferr
 	}
 	if l.store.failure == FailLocal {
-		return inMemory(l.clock.Now()), nil
+		return inMemoryF(l.clock.Now()), inMemory, nil
 	}
-	return policy.Result{Allowed: true, Limit: l.keys.quota()}, nil
+	return policy.Result{Allowed: true, Limit: l.keys.quota()}, failedOpen, nil
 }
 
 // Bucket returns the token bucket of key, for a limiter whose policy is a

@@ -195,16 +195,15 @@ func TestLimiterReserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, want := range []time.Duration{0, 0, 10 * time.Second, 10 * time.Second, 20 * time.Second} {
-		got, err := l.Reserve(ctx, "k", 1, time.Minute)
-		if err != nil || got != want {
-			t.Errorf("Reserve #%d = %v, %v, want %v", i, got, err, want)
+		r, err := l.Reserve(ctx, "k", 1, time.Minute)
+		if err != nil || !r.OK() || r.Delay() != want {
+			t.Errorf("Reserve #%d = %+v, %v, want OK with delay %v", i, r, err, want)
 		}
 	}
 	// The third window (20s-30s) has one place left, past a 15s bound.
-	_, err = l.Reserve(ctx, "k", 1, 15*time.Second)
-	var mw *sluice.MaxWaitError
-	if !errors.As(err, &mw) || mw.Wait != int64(20*time.Second) {
-		t.Errorf("Reserve past maxWait = %v, want a MaxWaitError with wait 20s", err)
+	r, err := l.Reserve(ctx, "k", 1, 15*time.Second)
+	if err != nil || r.OK() || r.Delay() != sluice.Never || r.Result().RetryAfter != 20*time.Second {
+		t.Errorf("Reserve past maxWait = %+v, %v, want not OK with RetryAfter 20s", r, err)
 	}
 	// The debt is repaid window by window: 25s later, the third window
 	// still holds one reserved token.

@@ -464,27 +464,86 @@ func (s *storeKeyed) peek(ctx context.Context, key string, n int64) (policy.Resu
 	return res, err
 }
 
-func (s *storeKeyed) reserve(ctx context.Context, key string, n, maxWait int64) (policy.Result, error) {
+// reserve reserves n tokens for key within maxWait; a granted
+// reservation that took something comes with its receipt.
+func (s *storeKeyed) reserve(ctx context.Context, key string, n, maxWait int64) (policy.Result, *policy.Receipt, error) {
 	var res policy.Result
+	var rc *policy.Receipt
 	err := s.submit(ctx, key, &call{apply: func(rec []byte, now int64) ([]byte, bool) {
+		rc = nil
 		if s.machine != nil {
+			before := s.machineState(rec, now)
 			var next []byte
 			var changed bool
-			res, next, changed = s.machine.Reserve(s.machineState(rec, now), now, n, maxWait, nil)
+			res, next, changed = s.machine.Reserve(before, now, n, maxWait, nil)
+			if !changed {
+				return nil, false
+			}
+			if res.Allowed {
+				rc = newReceipt(now, n, res.Wait, bytes.Clone(before), bytes.Clone(next))
+				if res.Wait > 0 {
+					res.Remaining = remainingAt(s.machine.Peek(next, rc.Due, 1))
+				}
+			}
+			return s.machineRecord(next), true
+		}
+		b := s.loadBucket(rec, now, true)
+		m := tokenbucket.NewMulti(b.cfg)
+		var before []byte
+		if b.exists {
+			before = m.AppendState(nil, &b.state)
+		}
+		var changed bool
+		k := tokenbucket.NewKeyed(b.cfg, s.strict)
+		res, changed = k.Reserve(&b.state, b.exists, now, n, maxWait)
+		if changed && res.Allowed {
+			rc = newReceipt(now, n, res.Wait, before, m.AppendState(nil, &b.state))
+			if res.Wait > 0 {
+				res.Remaining = remainingAt(k.Peek(&b.state, true, rc.Due, 1))
+			}
+		}
+		if !changed && !b.migrated {
+			return nil, false
+		}
+		return b.record(), true
+	}})
+	return res, rc, err
+}
+
+// newReceipt is the receipt of a reservation of n tokens at now, due after
+// wait, that took the state from before to after.
+func newReceipt(now, n, wait int64, before, after []byte) *policy.Receipt {
+	return &policy.Receipt{Tokens: n, At: now, Due: policy.SatAdd(now, wait), Before: before, After: after}
+}
+
+// cancel gives back the reservation of receipt r for key, at now, as
+// policy.Undo does. A record written since by another configuration keeps
+// its tokens.
+func (s *storeKeyed) cancel(ctx context.Context, key string, now int64, r *policy.Receipt) error {
+	return s.submit(ctx, key, &call{apply: func(rec []byte, _ int64) ([]byte, bool) {
+		if s.machine != nil {
+			origin, st, err := readRecordHeader(rec, recordMachine)
+			if err != nil || origin != s.fp {
+				return nil, false
+			}
+			next, changed := s.machine.Cancel(st, now, r, nil)
 			if !changed {
 				return nil, false
 			}
 			return s.machineRecord(next), true
 		}
 		b := s.loadBucket(rec, now, true)
-		var changed bool
-		res, changed = tokenbucket.NewKeyed(b.cfg, s.strict).Reserve(&b.state, b.exists, now, n, maxWait)
-		if !changed && !b.migrated {
+		if b.migrated || b.origin != s.fp || !bytes.Equal(b.encoded, s.encoded) {
 			return nil, false
 		}
-		return b.record(), true
+		switch policy.Undo(tokenbucket.NewMulti(b.cfg), &b.state, b.exists, now, r) {
+		case policy.Changed:
+			return b.record(), true
+		case policy.Dropped:
+			return appendRecordHeader(nil, recordBucket, 0), true // undecodable: no state
+		}
+		return nil, false
 	}})
-	return res, err
 }
 
 // reset forgets key: deleted when the store can, else overwritten with no
@@ -532,19 +591,12 @@ func (s *storeKeyed) bucketOp(ctx context.Context, key string, f func(b *loadedB
 	return err
 }
 
-// applyBucket runs a bucket operation on key's token bucket. With snap it
-// also describes the bucket after it.
-func (s *storeKeyed) applyBucket(ctx context.Context, key string, req tokenbucket.Request, snap *Snapshot) (tokenbucket.Result, error) {
-	var res tokenbucket.Result
-	err := s.bucketOp(ctx, key, func(b *loadedBucket, now int64) bool {
-		var changed bool
-		res, changed = tokenbucket.Apply(b.cfg, b.state, now, req)
-		if snap != nil {
-			snap.fill(b.cfg, b.state, now)
-		}
-		return changed
+// applyBucket runs f on key's token bucket, created by this call when the
+// key has none.
+func (s *storeKeyed) applyBucket(ctx context.Context, key string, f bucketFunc) error {
+	return s.bucketOp(ctx, key, func(b *loadedBucket, now int64) bool {
+		return f(b.cfg, b.state, now)
 	})
-	return res, err
 }
 
 // replaceBucket switches key's bucket to cfg, keeping the record's origin

@@ -49,6 +49,7 @@ func TestStoreLimiterMatchesMemory(t *testing.T) {
 				t.Fatal(err)
 			}
 			rng := rand.New(rand.NewPCG(1, uint64(len(p.String()))))
+			var held [][2]*sluice.Reservation // in memory, in the store
 			for i := range 2000 {
 				key := fmt.Sprint("k", rng.IntN(3))
 				n := int64(rng.IntN(4) + 1)
@@ -62,6 +63,20 @@ func TestStoreLimiterMatchesMemory(t *testing.T) {
 					da, ea := mem.Reserve(ctx, key, n, 300*time.Millisecond)
 					db, eb := st.Reserve(ctx, key, n, 300*time.Millisecond)
 					a, b = fmt.Sprint(da, ea), fmt.Sprint(db, eb)
+					if ea == nil && eb == nil {
+						held = append(held, [2]*sluice.Reservation{da, db})
+					}
+				case 3:
+					if len(held) == 0 {
+						continue
+					}
+					j := rng.IntN(len(held))
+					held[j][0].Cancel()
+					held[j][1].Cancel()
+					held = append(held[:j], held[j+1:]...)
+					ra, ea := mem.Peek(ctx, key, n)
+					rb, eb := st.Peek(ctx, key, n)
+					a, b = fmt.Sprint(ra, ea), fmt.Sprint(rb, eb)
 				case 2:
 					a, b = mem.Reset(ctx, key), st.Reset(ctx, key)
 				default:

@@ -41,13 +41,14 @@ type BlockingBucket interface {
 // *sluice.Limiter that the vectors use, each taking a context first so
 // that limiters keeping their keys in a store can implement it. Errors are
 // returned as sluice returns them (an *sluice.ArgumentError for a bad
-// argument, an *sluice.MaxWaitError, sluice.ErrReserveNotSupported); any
-// other error fails the step. A case runs every step on one key.
+// argument, sluice.ErrReserveNotSupported); any other error fails the
+// step. A case runs every step on one key.
 type Limiter interface {
 	AllowN(ctx context.Context, key string, n int64) (sluice.Result, error)
 	// Reserve takes n tokens that will be there within maxWait
-	// (sluice.Never: no bound) and returns how long the caller must wait.
-	Reserve(ctx context.Context, key string, n int64, maxWait time.Duration) (time.Duration, error)
+	// (sluice.Never: no bound), as sluice.Limiter.Reserve: a reservation
+	// that is not OK is a step's max_wait_exceeded.
+	Reserve(ctx context.Context, key string, n int64, maxWait time.Duration) (*sluice.Reservation, error)
 	Reset(ctx context.Context, key string) error
 }
 

@@ -30,15 +30,22 @@ var limiterOps = opTable{of: "a limiter", ops: map[string]opSpec{
 }}
 
 // bindLimiterReserve binds a limiter's reserve: an absent max_wait is no
-// bound (sluice.Never).
+// bound (sluice.Never), and a reservation that is not OK is the error
+// max_wait_exceeded.
 func bindLimiterReserve(d *stepDoc) (call, error) {
 	maxWait := sluice.Never
 	if d.MaxWait != nil {
 		maxWait = time.Duration(*d.MaxWait)
 	}
 	return withTokens(func(ctx context.Context, e *env, n int64) ([]any, error) {
-		w, err := e.limiter.Reserve(ctx, limiterKey, n, maxWait)
-		return []any{int64(w)}, err
+		r, err := e.limiter.Reserve(ctx, limiterKey, n, maxWait)
+		switch {
+		case err != nil:
+			return []any{int64(0)}, err
+		case !r.OK():
+			return []any{int64(0)}, &sluice.MaxWaitError{Tokens: n, Wait: int64(r.Result().RetryAfter), MaxWait: int64(maxWait)}
+		}
+		return []any{int64(r.Delay())}, nil
 	})(d)
 }
 

@@ -75,7 +75,7 @@ func (p prefixed) AllowN(ctx context.Context, key string, n int64) (sluice.Resul
 	return p.l.AllowN(ctx, p.prefix+key, n)
 }
 
-func (p prefixed) Reserve(ctx context.Context, key string, n int64, maxWait time.Duration) (time.Duration, error) {
+func (p prefixed) Reserve(ctx context.Context, key string, n int64, maxWait time.Duration) (*sluice.Reservation, error) {
 	return p.l.Reserve(ctx, p.prefix+key, n, maxWait)
 }
 

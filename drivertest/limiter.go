@@ -147,6 +147,7 @@ func testLimiterMatchesMemory(t *testing.T, e *env) {
 			}
 			prefix := key(t)
 			rng := rand.New(rand.NewPCG(7, 11))
+			var held [][2]*sluice.Reservation // in memory, in the store: the Cancel of each must match
 			for i := range 300 {
 				k := fmt.Sprint(prefix, rng.IntN(2))
 				n := int64(rng.IntN(3) + 1)
@@ -160,6 +161,20 @@ func testLimiterMatchesMemory(t *testing.T, e *env) {
 					da, ea := mem.Reserve(e.ctx, k, n, 300*time.Millisecond)
 					db, eb := st.Reserve(e.ctx, k, n, 300*time.Millisecond)
 					a, b = fmt.Sprint(da, ea), fmt.Sprint(db, eb)
+					if ea == nil && eb == nil {
+						held = append(held, [2]*sluice.Reservation{da, db})
+					}
+				case 2:
+					if len(held) == 0 {
+						continue
+					}
+					j := rng.IntN(len(held))
+					held[j][0].Cancel()
+					held[j][1].Cancel()
+					held = append(held[:j], held[j+1:]...)
+					ra, ea := mem.Peek(e.ctx, k, n)
+					rb, eb := st.Peek(e.ctx, k, n)
+					a, b = fmt.Sprint(ra, ea), fmt.Sprint(rb, eb)
 				default:
 					ra, ea := mem.AllowN(e.ctx, k, n)
 					rb, eb := st.AllowN(e.ctx, k, n)

@@ -288,37 +288,31 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) *apiError {
 }
 
 // wait reserves n tokens that will be there within maxWait and sleeps
-// until they are due.
+// until they are due. The answer is the reservation's decision, the one
+// that took the tokens: remaining as the reservation left it, and
+// reset_after_ms counted from the answer, after the wait. When ctx ends
+// during the wait (the client went away, or the drain timeout of a
+// shutdown passed), the tokens are given back.
 func (s *Server) wait(ctx context.Context, l *limiter, key string, n int64, maxWait time.Duration) (Result, error) {
-	delay, err := l.l.Reserve(ctx, key, n, maxWait)
-	var mw *sluice.MaxWaitError
-	if errors.As(err, &mw) {
-		peek, perr := l.l.Peek(ctx, key, n)
-		if perr != nil {
-			return Result{}, perr
-		}
-		res := newResult(peek)
-		res.Allowed = false
-		res.RetryAfterMS = millis(time.Duration(mw.Wait))
+	r, err := l.l.Reserve(ctx, key, n, maxWait)
+	if err != nil {
+		return Result{}, err
+	}
+	res := newResult(r.Result())
+	if !r.OK() {
 		return res, nil
 	}
-	if err != nil {
-		return Result{}, err
-	}
-	if delay > 0 {
+	if d := r.Delay(); d > 0 {
 		s.metrics.waiting.Inc()
-		err := sluice.TimerSleeper().Sleep(ctx, delay)
+		err := s.sleeper.Sleep(ctx, d)
 		s.metrics.waiting.Dec()
 		if err != nil {
+			r.Cancel()
 			return Result{}, err
 		}
+		res.ResetAfterMS = millis(max(r.Result().ResetAfter-d, 0))
+		res.WaitedMS = millis(d)
 	}
-	peek, err := l.l.Peek(ctx, key, 1)
-	if err != nil {
-		return Result{}, err
-	}
-	res := newResult(peek)
-	res.Allowed, res.RetryAfterMS, res.WaitedMS = true, 0, millis(delay)
 	return res, nil
 }
 

@@ -580,3 +580,54 @@ func TestDrainTimeout(t *testing.T) {
 	}
 	<-waited
 }
+
+// TestWaitResult: a consume that waited for its tokens answers with what
+// its reservation took and left, as inspect sees it at the same time:
+// not a peek of one more token after the wait.
+func TestWaitResult(t *testing.T) {
+	s, _ := testServer(t, fixedYAML)
+	for _, tt := range []struct {
+		name, first, waiting string
+		want                 map[string]any
+		inspect              string  // the inspect that shows the truth after the wait
+		left                 float64 // what it shows
+	}{
+		// A token bucket of 10, 5 back each second: 10 taken, then 1 more
+		// waits for the refill at 1s, which leaves 4; 6 more refill in 2
+		// periods.
+		{"token bucket", `{"limiter": "tb", "key": "a", "tokens": 10}`, `{"limiter": "tb", "key": "a", "max_wait_ms": 1000}`,
+			map[string]any{"allowed": true, "remaining": 4.0, "limit": 10.0, "retry_after_ms": 0.0, "reset_after_ms": 2000.0, "waited_ms": 1000.0},
+			`{"limiter": "tb", "key": "a"}`, 4},
+		// 3 a minute, all taken: 1 more waits for the next window and
+		// leaves 2 of it.
+		{"fixed window", `{"limiter": "three", "key": "b", "tokens": 3}`, `{"limiter": "three", "key": "b", "max_wait_ms": 60000}`,
+			map[string]any{"allowed": true, "remaining": 2.0, "limit": 3.0, "retry_after_ms": 0.0, "reset_after_ms": 60000.0, "waited_ms": 60000.0},
+			`{"limiter": "three", "key": "b"}`, 2},
+		// Refused: nothing taken, the wait it would need.
+		{"refused", `{"limiter": "three", "key": "c", "tokens": 3}`, `{"limiter": "three", "key": "c", "max_wait_ms": 1000}`,
+			map[string]any{"allowed": false, "remaining": 0.0, "limit": 3.0, "retry_after_ms": 60000.0, "reset_after_ms": 60000.0},
+			`{"limiter": "three", "key": "c"}`, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if code, out := call(t, s, "POST", "/api/v1/consume", tt.first); code != 200 || out["allowed"] != true {
+				t.Fatalf("consume %s = %d %v", tt.first, code, out)
+			}
+			code, got := call(t, s, "POST", "/api/v1/consume", tt.waiting)
+			if code != 200 || !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("consume %s = %d %v, want 200 %v", tt.waiting, code, got, tt.want)
+			}
+			_, in := call(t, s, "POST", "/api/v1/inspect", tt.inspect)
+			res := in["result"].(map[string]any)
+			left := res["remaining"].(float64)
+			if res["allowed"] == true {
+				left++ // inspect peeks at one more token
+			}
+			if b, ok := in["bucket"].(map[string]any); ok {
+				left = b["available_tokens"].(float64)
+			}
+			if left != tt.left || got["remaining"] != tt.left {
+				t.Errorf("inspect after the consume shows %v left, the consume said %v; want %v", left, got["remaining"], tt.left)
+			}
+		})
+	}
+}

@@ -38,6 +38,7 @@ type Server struct {
 	log     *slog.Logger
 	store   *storeurl.Store
 	clock   sluice.Clock
+	sleeper sluice.Sleeper // how consume waits for max_wait_ms
 	now     func() time.Time
 	started time.Time
 	metrics *metrics
@@ -106,9 +107,15 @@ type route struct {
 	h       http.Handler
 }
 
-// withClock sets the clocks, for tests.
+// withClock sets the clocks, for tests; a clock that is also a Sleeper
+// (a fake clock) is the sleeper too.
 func withClock(c sluice.Clock, now func() time.Time) Option {
-	return func(s *Server) { s.clock, s.now = c, now }
+	return func(s *Server) {
+		s.clock, s.now = c, now
+		if sl, ok := c.(sluice.Sleeper); ok {
+			s.sleeper = sl
+		}
+	}
 }
 
 // New opens cfg's store and builds its limiters. The caller must call
@@ -117,6 +124,7 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 	s := &Server{
 		log:     slog.New(slog.DiscardHandler),
 		clock:   sluice.MonotonicClock(),
+		sleeper: sluice.TimerSleeper(),
 		now:     time.Now,
 		metrics: newMetrics(),
 		hot:     newHotKeys(),

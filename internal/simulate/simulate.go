@@ -11,7 +11,6 @@ package simulate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -214,11 +213,9 @@ func Run(name string, p sluice.Policy, rq *Requests, o Options) (*Report, error)
 		var ok bool
 		var delay time.Duration
 		if o.MaxWait > 0 {
-			delay, err = l.Reserve(ctx, key, 1, o.MaxWait)
-			if mw := (*sluice.MaxWaitError)(nil); errors.As(err, &mw) {
-				err = nil
-			} else if err == nil {
-				ok = true
+			var rv *sluice.Reservation
+			if rv, err = l.Reserve(ctx, key, 1, o.MaxWait); err == nil {
+				ok, delay = rv.OK(), rv.Delay()
 			}
 		} else {
 			var res sluice.Result

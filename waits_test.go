@@ -1,0 +1,291 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// doomSleeper is a fake clock's sleeper on which a sleep of a context
+// marked doomed ends that context, as a caller's deadline or a client that
+// went away would, and the others advance the clock. It records every
+// sleep asked for.
+type doomSleeper struct {
+	*sluice.FakeClock
+	slept []time.Duration
+}
+
+type doomKey struct{}
+
+// doomed returns a context that ends during its first sleep.
+func doomed() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	return context.WithValue(ctx, doomKey{}, cancel)
+}
+
+func (s *doomSleeper) Sleep(ctx context.Context, d time.Duration) error {
+	s.slept = append(s.slept, d)
+	if cancel, ok := ctx.Value(doomKey{}).(context.CancelFunc); ok {
+		cancel()
+		return ctx.Err()
+	}
+	return s.FakeClock.Sleep(ctx, d)
+}
+
+// reservingPolicies take 1 token, then give the next one 1s later.
+func reservingPolicies() []sluice.Policy {
+	return []sluice.Policy{
+		sluice.TokenBucket(1, 1, time.Second),
+		sluice.LeakyBucket(1, 1, time.Second),
+		sluice.GCRA(1, 1, time.Second),
+		sluice.FixedWindow(1, time.Second),
+		sluice.AlignedFixedWindow(1, time.Second),
+		sluice.Shaper(1, time.Second, 5),
+		sluice.Compound(sluice.FixedWindow(1, time.Second), sluice.TokenBucket(3, 1, time.Second)),
+		sluice.BucketPolicy(sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(1, time.Second), sluice.Simple(5, time.Minute)}}),
+	}
+}
+
+// TestWaitGivesTokensBack: a Limiter.Wait whose context ends while it
+// sleeps gives its token back, in memory and on a store, so the next
+// caller waits one interval, not two.
+func TestWaitGivesTokensBack(t *testing.T) {
+	for _, p := range reservingPolicies() {
+		for _, where := range []string{"memory", "store"} {
+			t.Run(where+"/"+p.String(), func(t *testing.T) {
+				sl := &doomSleeper{FakeClock: sluice.NewFakeClock(t0)}
+				opts := []sluice.Option{sluice.WithClock(sl), sluice.WithSleeper(sl)}
+				if where == "store" {
+					opts = append(opts, sluice.WithStore(newMapStore()))
+				}
+				l, err := sluice.NewLimiter(p, opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := context.Background()
+				if r, err := l.Allow(ctx, "k"); err != nil || !r.Allowed {
+					t.Fatalf("Allow = %+v, %v", r, err)
+				}
+				if err := l.Wait(doomed(), "k", 1, time.Minute); !errors.Is(err, context.Canceled) {
+					t.Fatalf("Wait with a context that ends = %v, want context.Canceled", err)
+				}
+				if err := l.Wait(ctx, "k", 1, time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				if want := []time.Duration{time.Second, time.Second}; fmt.Sprint(sl.slept) != fmt.Sprint(want) {
+					t.Errorf("the two waits slept %v, want %v: the first one's token is given back", sl.slept, want)
+				}
+			})
+		}
+	}
+}
+
+// TestWaitPastDeadline: a wait that would outlast the context's deadline
+// fails at once with a *MaxWaitError matching context.DeadlineExceeded,
+// takes nothing and does not sleep, on every blocking call.
+func TestWaitPastDeadline(t *testing.T) {
+	// A token an hour: the deadline, a minute away, comes first.
+	hourly := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Limit(1, sluice.Intervally(1, time.Hour))}}
+	newStoreBucket := func(t *testing.T, clock *sluice.FakeClock) *sluice.KeyBucket {
+		b, err := sluice.NewStoreBucket(newMapStore(), "k", hourly, sluice.WithClock(clock), sluice.WithSleeper(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	newLimiterBucket := func(t *testing.T, clock *sluice.FakeClock) *sluice.KeyBucket {
+		l, err := sluice.NewLimiter(sluice.BucketPolicy(hourly), sluice.WithClock(clock), sluice.WithSleeper(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := l.Bucket("k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	tests := []struct {
+		name string
+		// run empties the limiter, then makes the blocking call; left
+		// reports what the limiter has after it: 0 tokens, or a RetryAfter
+		// of 1h, when it took nothing.
+		run func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (err error, left func() int64)
+	}{
+		{"Limiter.Wait", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (error, func() int64) {
+			l, err := sluice.NewLimiter(sluice.BucketPolicy(hourly), sluice.WithClock(clock), sluice.WithSleeper(clock))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Allow(context.Background(), "k")
+			return l.Wait(ctx, "k", 1, sluice.Never), func() int64 {
+				r, _ := l.Peek(context.Background(), "k", 1)
+				return int64(r.RetryAfter - time.Hour)
+			}
+		}},
+		{"BlockingBucket.Consume", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (error, func() int64) {
+			b, err := sluice.NewBucket(hourly, sluice.WithClock(clock), sluice.WithSleeper(clock))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.TryConsume(1)
+			return b.Blocking().Consume(ctx, 1), b.AvailableTokens
+		}},
+		{"BlockingBucket.TryConsume", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (error, func() int64) {
+			b, err := sluice.NewBucket(hourly, sluice.WithClock(clock), sluice.WithSleeper(clock))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.TryConsume(1)
+			_, err = b.Blocking().TryConsume(ctx, 1, 2*time.Hour)
+			return err, b.AvailableTokens
+		}},
+		{"KeyBucket.Consume in memory", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (error, func() int64) {
+			b := newLimiterBucket(t, clock)
+			b.TryConsume(context.Background(), 1)
+			return b.Consume(ctx, 1), func() int64 { n, _ := b.AvailableTokens(context.Background()); return n }
+		}},
+		{"KeyBucket.TryConsumeWait on a store", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (error, func() int64) {
+			b := newStoreBucket(t, clock)
+			b.TryConsume(context.Background(), 1)
+			_, err := b.TryConsumeWait(ctx, 1, 2*time.Hour)
+			return err, func() int64 { n, _ := b.AvailableTokens(context.Background()); return n }
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := sluice.NewFakeClock(t0)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			err, left := tt.run(t, ctx, clock)
+			var mw *sluice.MaxWaitError
+			if !errors.As(err, &mw) || !mw.Deadline || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, sluice.ErrMaxWaitExceeded) {
+				t.Fatalf("%s with a deadline in a minute and a wait of an hour = %v, want a *MaxWaitError of the deadline", tt.name, err)
+			}
+			if mw.Wait != int64(time.Hour) || mw.MaxWait <= 0 || mw.MaxWait > int64(time.Minute) {
+				t.Errorf("MaxWaitError = %+v, want a wait of 1h over at most a minute", *mw)
+			}
+			if clock.Slept() != 0 {
+				t.Errorf("slept %v before failing, want 0", clock.Slept())
+			}
+			if got := left(); got != 0 {
+				t.Errorf("%s took a token: %d left, want 0", tt.name, got)
+			}
+		})
+	}
+}
+
+// TestReservationCancelEveryPath: a reservation cancelled at once, nothing
+// taken since, leaves the bucket or key as it was, on every path: a
+// Bucket, a Limiter's key in memory and on a store, and a KeyBucket in
+// memory and on a store.
+func TestReservationCancelEveryPath(t *testing.T) {
+	ctx := context.Background()
+	cfg := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(2, 2*time.Second)}}
+	type path struct {
+		// reserve reserves 2 tokens on a bucket of 2 that lost 1 (due in
+		// 1s); look describes the bucket or key.
+		reserve func() (*sluice.Reservation, error)
+		look    func() string
+	}
+	limiterPath := func(t *testing.T, clock *sluice.FakeClock, opts ...sluice.Option) path {
+		l, err := sluice.NewLimiter(sluice.LeakyBucket(2, 1, time.Second), append(opts, sluice.WithClock(clock))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Allow(ctx, "k")
+		return path{
+			func() (*sluice.Reservation, error) { return l.Reserve(ctx, "k", 2, time.Minute) },
+			func() string { r, err := l.Peek(ctx, "k", 1); return fmt.Sprint(r, err) },
+		}
+	}
+	keyBucketPath := func(b *sluice.KeyBucket) path {
+		b.TryConsume(ctx, 1)
+		return path{
+			func() (*sluice.Reservation, error) { return b.Reserve(ctx, 2, time.Minute) },
+			func() string { n, err := b.AvailableTokens(ctx); return fmt.Sprint(n, err) },
+		}
+	}
+	paths := map[string]func(t *testing.T, clock *sluice.FakeClock) path{
+		"Bucket": func(t *testing.T, clock *sluice.FakeClock) path {
+			b := newBucket(t, clock, cfg.Bandwidths)
+			b.TryConsume(1)
+			return path{
+				func() (*sluice.Reservation, error) { return b.Reserve(2, time.Minute) },
+				func() string { return fmt.Sprint(b.AvailableTokens()) },
+			}
+		},
+		"Limiter in memory": func(t *testing.T, clock *sluice.FakeClock) path { return limiterPath(t, clock) },
+		"Limiter on a store": func(t *testing.T, clock *sluice.FakeClock) path {
+			return limiterPath(t, clock, sluice.WithStore(newMapStore()))
+		},
+		"KeyBucket in memory": func(t *testing.T, clock *sluice.FakeClock) path {
+			l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), sluice.WithClock(clock))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := l.Bucket("k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return keyBucketPath(b)
+		},
+		"KeyBucket on a store": func(t *testing.T, clock *sluice.FakeClock) path {
+			b, err := sluice.NewStoreBucket(newMapStore(), "k", cfg, sluice.WithClock(clock))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return keyBucketPath(b)
+		},
+	}
+	for name, newPath := range paths {
+		t.Run(name, func(t *testing.T) {
+			clock := sluice.NewFakeClock(t0)
+			p := newPath(t, clock)
+			before := p.look()
+			r, err := p.reserve()
+			if err != nil || !r.OK() || r.Delay() != time.Second {
+				t.Fatalf("Reserve(2) = %v, %v; want OK, due in 1s", r, err)
+			}
+			if during := p.look(); during == before {
+				t.Fatalf("the reservation took nothing: %s before and after", before)
+			}
+			r.Cancel()
+			if after := p.look(); after != before {
+				t.Errorf("after Cancel: %s, want %s as before the reservation", after, before)
+			}
+		})
+	}
+}
+
+// TestCancelWhereTaken: a reservation taken on the in-memory fallback
+// while the store failed is given back there, not to the store's state of
+// the key once the store is back.
+func TestCancelWhereTaken(t *testing.T) {
+	ctx := context.Background()
+	clock := sluice.NewFakeClock(t0)
+	store := newMapStore()
+	l, err := sluice.NewLimiter(sluice.TokenBucket(3, 1, time.Second), sluice.WithStore(store),
+		sluice.WithStoreFailure(sluice.FailLocal), sluice.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Allow(ctx, "k") // the store's key: 2 left
+	store.setFail(errors.New("down"))
+	r, err := l.Reserve(ctx, "k", 2, time.Minute) // in memory: 1 left
+	if err != nil || !r.OK() {
+		t.Fatalf("Reserve on the fallback = %v, %v", r, err)
+	}
+	store.setFail(nil)
+	r.Cancel()
+	if res, _ := l.Peek(ctx, "k", 1); res.Remaining != 1 {
+		t.Errorf("the store's key after the fallback's Cancel: %+v, want 1 remaining after a peek of 1, as before", res)
+	}
+	store.setFail(errors.New("down"))
+	if res, _ := l.Peek(ctx, "k", 3); !res.Allowed {
+		t.Errorf("the fallback's key after Cancel: %+v, want its 3 tokens back", res)
+	}
+}

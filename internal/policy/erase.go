@@ -10,9 +10,13 @@ import (
 // only bytes (a byte-oriented store).
 //
 // A state is what the machine's AppendState wrote. An empty state (nil or
-// of length 0) is no state: a key not seen yet or expired. A state that
-// does not decode (written by another policy, another version, or
-// corrupted) also counts as no state, as a store that dropped it would.
+// of length 0) is no state: a key not seen yet or expired. A state past
+// its ExpiresAt at the call's now is no state too, as the in-memory store
+// and the stores see it, so that a policy behaves the same wherever its
+// state is kept (alone, or in a compound while another member keeps the
+// key alive). A state that does not decode (written by another policy,
+// another version, or corrupted) also counts as no state, as a store that
+// dropped it would.
 //
 // The methods that may change the state append the new encoding to dst[:0]
 // and return it as next, so a caller that passes back a buffer with room
@@ -61,11 +65,14 @@ type erased[S any] struct {
 }
 
 // load takes a *S from the pool and decodes state into it. It reports
-// whether state holds a key's state; when it does not, *s is the zero S.
-// The caller must give s back with e.pool.Put.
-func (e *erased[S]) load(state []byte) (s *S, exists bool) {
+// whether state holds a key's live state at now; when it does not (no
+// state, one that does not decode, or one past its ExpiresAt), *s is the
+// zero S, as for a key seen for the first time: so a policy behaves the
+// same whether its state lives alone in a store or beside others' in a
+// compound. The caller must give s back with e.pool.Put.
+func (e *erased[S]) load(state []byte, now int64) (s *S, exists bool) {
 	s = e.pool.Get().(*S)
-	if len(state) != 0 && e.m.DecodeState(state, s) == nil {
+	if len(state) != 0 && e.m.DecodeState(state, s) == nil && e.m.ExpiresAt(s) > now {
 		return s, true
 	}
 	var zero S
@@ -74,7 +81,7 @@ func (e *erased[S]) load(state []byte) (s *S, exists bool) {
 }
 
 func (e *erased[S]) Consume(state []byte, now, n int64, dst []byte) (Result, []byte, bool) {
-	s, exists := e.load(state)
+	s, exists := e.load(state, now)
 	res, changed := e.m.Consume(s, exists, now, n)
 	next := dst[:0]
 	if changed {
@@ -85,7 +92,7 @@ func (e *erased[S]) Consume(state []byte, now, n int64, dst []byte) (Result, []b
 }
 
 func (e *erased[S]) Reserve(state []byte, now, n, maxWait int64, dst []byte) (Result, []byte, bool) {
-	s, exists := e.load(state)
+	s, exists := e.load(state, now)
 	res, changed := e.m.Reserve(s, exists, now, n, maxWait)
 	next := dst[:0]
 	if changed {
@@ -96,7 +103,7 @@ func (e *erased[S]) Reserve(state []byte, now, n, maxWait int64, dst []byte) (Re
 }
 
 func (e *erased[S]) Cancel(state []byte, now int64, r *Receipt, dst []byte) ([]byte, bool) {
-	s, exists := e.load(state)
+	s, exists := e.load(state, now)
 	next := dst[:0]
 	out := Undo(e.m, s, exists, now, r)
 	if out == Changed {
@@ -107,14 +114,14 @@ func (e *erased[S]) Cancel(state []byte, now int64, r *Receipt, dst []byte) ([]b
 }
 
 func (e *erased[S]) Peek(state []byte, now, n int64) Result {
-	s, exists := e.load(state)
+	s, exists := e.load(state, now)
 	res := e.m.Peek(s, exists, now, n)
 	e.pool.Put(s)
 	return res
 }
 
 func (e *erased[S]) ExpiresAt(state []byte) int64 {
-	s, exists := e.load(state)
+	s, exists := e.load(state, math.MinInt64)
 	at := int64(math.MinInt64)
 	if exists {
 		at = e.m.ExpiresAt(s)

@@ -397,3 +397,54 @@ func TestE2EDrain(t *testing.T) {
 		t.Errorf("stdout = %q, want it to end with stopped", p.stdout)
 	}
 }
+
+// TestE2EDrainCancels sends SIGTERM while a consume waits for a token
+// longer than the drain timeout: the request is answered 503 cancelled,
+// not dropped, and the token it reserved is given back, as a second
+// process on the same Redis sees.
+func TestE2EDrainCancels(t *testing.T) {
+	config := writeConfig(t, "store: "+testserver.Redis(t)+"\nserver: {drain_timeout: 200ms}\n"+
+		"limiters:\n  slow: {policy: bucket, limits: [{capacity: 1, refill: {greedy: 1, per: 30s}}]}\n")
+	p := startSluice(t, "--config", config)
+	consumeN(t, p, "slow", "k", 1)
+	type answer struct {
+		code int
+		out  map[string]any
+		err  error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		resp, err := http.Post("http://"+p.http+"/api/v1/consume", "application/json",
+			strings.NewReader(`{"limiter": "slow", "key": "k", "max_wait_ms": 60000}`))
+		if err != nil {
+			got <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		json.NewDecoder(resp.Body).Decode(&out)
+		got <- answer{code: resp.StatusCode, out: out}
+	}()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, m := p.get(t, "/metrics"); strings.Contains(m["text"].(string), "\nsluice_waiting_callers 1\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the consume is not waiting for its token; the test cannot check the drain")
+		}
+	}
+	p.stop(t, syscall.SIGTERM) // an error: a request was still running at the drain timeout
+	a := <-got
+	e, _ := a.out["error"].(map[string]any)
+	if a.err != nil || a.code != http.StatusServiceUnavailable || e["code"] != "cancelled" {
+		t.Errorf("consume waiting at the end of the drain = %d %v, %v; want 503 cancelled", a.code, a.out, a.err)
+	}
+
+	// The reservation took the one token of the next 30s; given back, the
+	// bucket is at 0 again, not -1.
+	q := startSluice(t, "--config", config)
+	_, in := q.post(t, "/api/v1/inspect", `{"limiter": "slow", "key": "k"}`)
+	if b, _ := in["bucket"].(map[string]any); b == nil || b["available_tokens"] != 0.0 {
+		t.Errorf("inspect after the drain = %v, want 0 available tokens: the waiting request's token given back", in)
+	}
+}

@@ -473,7 +473,8 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 }
 
 // shutdown drains hs and gs within the drain timeout, then stops them
-// hard, cancelling the requests still running.
+// hard, cancelling the requests still running; HTTP requests get a short
+// grace to answer their cancellation.
 func (s *Server) shutdown(hs *http.Server, gs *grpc.Server, cancelRequests context.CancelFunc) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cur.Load().cfg.DrainTimeout)
 	defer cancel()
@@ -493,8 +494,16 @@ func (s *Server) shutdown(hs *http.Server, gs *grpc.Server, cancelRequests conte
 	}
 	httpErr := hs.Shutdown(ctx)
 	if httpErr != nil {
+		// Cancel what still runs: a consume waiting for its tokens gives
+		// them back and answers 503 cancelled. Let those answers out
+		// (giving tokens back to a store takes up to a store timeout)
+		// before closing the connections left.
 		cancelRequests()
-		hs.Close()
+		grace, stop := context.WithTimeout(context.Background(), s.cur.Load().cfg.StoreTimeout+time.Second)
+		if hs.Shutdown(grace) != nil {
+			hs.Close()
+		}
+		stop()
 		httpErr = fmt.Errorf("server: HTTP requests still running at the drain timeout were cancelled: %w", httpErr)
 	}
 	wg.Wait()

@@ -20,18 +20,27 @@ import (
 //
 // Before sending, a request waits, within the maximum wait (WithMaxWait)
 // and its context, first for any hold-back of its key to end and then for
-// a token (Limiter.Wait). When either would take too long, or the context
-// ends, RoundTrip returns a *WaitError at once and sends nothing; tokens
-// already reserved stay taken.
+// a token (Limiter.Wait). When either would take too long, or the
+// context's deadline comes sooner, RoundTrip returns a *WaitError at once
+// and sends nothing. When the context ends while it waits for its token,
+// the token is given back.
 //
-// After each response it reads the provider's signals: Retry-After on a
-// 429 or 503 (delay seconds or an HTTP date), and on any response a
-// RateLimit list member with r=0 (draft-ietf-httpapi-ratelimit-headers-11:
-// wait t seconds), RateLimit-Remaining: 0 with RateLimit-Reset (seconds),
-// or X-RateLimit-Remaining: 0 with X-RateLimit-Reset (a Unix time in
-// seconds when it is at least 10^9, else seconds from now). The longest of
-// them holds back further requests of that key, in this process, until
-// then. A 429 without any of them holds nothing back.
+// After a refusal (429, 503, or 403 as GitHub's rate limits answer) it
+// holds further requests of that key back, in this process, until the
+// provider says a request may go: Retry-After (delay seconds or an HTTP
+// date) when the refusal has it, which takes precedence over the
+// rate-limit fields as draft-ietf-httpapi-ratelimit-headers-11 says;
+// otherwise until the quota resets by the fields that say it is spent (a
+// RateLimit list member with r=0 until its t, RateLimit-Remaining: 0 until
+// RateLimit-Reset, X-RateLimit-Remaining: 0 until X-RateLimit-Reset, a
+// Unix time in seconds when it is at least 10^9, else seconds from now),
+// the longest of them. A refusal with none of these holds nothing back.
+//
+// A response that went through holds nothing back, even with r=0: t is
+// when the whole quota is back, not when the next request may go, and
+// for a token bucket or a sliding window that is much sooner. The
+// limiter paces those requests, and the provider's next refusal says how
+// long to wait.
 //
 // Transport never retries: a 429 or 503 is returned to the caller as the
 // provider sent it, whether or not the request was idempotent.
@@ -80,7 +89,8 @@ type WaitError struct {
 	// deadline.
 	MaxWait time.Duration
 	// Err is ErrHeldBack, the limiter's *sluice.MaxWaitError
-	// (sluice.ErrMaxWaitExceeded), or the context's error.
+	// (sluice.ErrMaxWaitExceeded, and context.DeadlineExceeded when the
+	// bound was the context's deadline), or the context's error.
 	Err error
 }
 
@@ -103,18 +113,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, fmt.Errorf("httplimit: Transport key: %w", err)
 	}
-	maxWait := t.o.maxWait
+	maxWait, bound := t.o.maxWait, t.o.maxWait
 	if dl, ok := ctx.Deadline(); ok {
-		maxWait = max(min(maxWait, time.Until(dl)), 0)
+		bound = max(min(bound, time.Until(dl)), 0)
 	}
 	if wait := t.heldFor(key, t.o.clock.Now()); wait > 0 {
-		if wait > maxWait {
+		if wait > bound {
 			closeBody(req)
-			return nil, &WaitError{Key: key, Wait: wait, MaxWait: maxWait, Err: ErrHeldBack}
+			return nil, &WaitError{Key: key, Wait: wait, MaxWait: bound, Err: ErrHeldBack}
 		}
 		if err := t.o.sleeper.Sleep(ctx, wait); err != nil {
 			closeBody(req)
-			return nil, &WaitError{Key: key, MaxWait: maxWait, Err: err}
+			return nil, &WaitError{Key: key, MaxWait: bound, Err: err}
 		}
 		maxWait -= wait
 	}
@@ -123,7 +133,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		var mw *sluice.MaxWaitError
 		switch {
 		case errors.As(err, &mw):
-			return nil, &WaitError{Key: key, Wait: time.Duration(mw.Wait), MaxWait: maxWait, Err: err}
+			return nil, &WaitError{Key: key, Wait: time.Duration(mw.Wait), MaxWait: time.Duration(mw.MaxWait), Err: err}
 		case ctx.Err() != nil:
 			return nil, &WaitError{Key: key, MaxWait: maxWait, Err: err}
 		}
@@ -172,20 +182,25 @@ func (t *Transport) hold(key string, until int64) {
 	}
 }
 
-// holdBack is the longest wait that resp's headers ask for, at now (ns);
-// 0 when they ask for none.
+// holdBack is how long resp asks further requests to be held back, at
+// now (ns): 0 unless resp is a refusal; then its Retry-After, or without
+// one the longest reset of a quota its fields say is spent.
 func holdBack(resp *http.Response, now int64) time.Duration {
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusForbidden:
+	default:
+		return 0
+	}
 	h := resp.Header
-	var d time.Duration
-	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-		if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
-			if secs, ok := parseSeconds(v); ok {
-				d = max(d, seconds(secs))
-			} else if at, err := http.ParseTime(v); err == nil {
-				d = max(d, time.Duration(policy.SatAdd(at.UnixNano(), -now)))
-			}
+	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
+		if secs, ok := parseSeconds(v); ok {
+			return seconds(secs)
+		}
+		if at, err := http.ParseTime(v); err == nil {
+			return max(time.Duration(policy.SatAdd(at.UnixNano(), -now)), 0)
 		}
 	}
+	var d time.Duration
 	for _, line := range h.Values("RateLimit") {
 		for _, member := range splitQuoted(line, ',') {
 			var r, t int64 = -1, -1

@@ -182,13 +182,20 @@ func TestHoldBack(t *testing.T) {
 		{"429 Retry-After date past", 429, []string{"Retry-After", now.Add(-7 * time.Second).UTC().Format(http.TimeFormat)}, 0},
 		{"429 without a signal", 429, nil, 0},
 		{"200 Retry-After", 200, []string{"Retry-After", "5"}, 0},
-		{"draft-11 r=0", 200, []string{"RateLimit", `"burst";r=3;t=1, "day";r=0;t=3`}, 3 * time.Second},
-		{"draft-11 r>0", 200, []string{"RateLimit", `"burst";r=1;t=9`}, 0},
-		{"early draft", 200, []string{"RateLimit-Remaining", "0", "RateLimit-Reset", "4"}, 4 * time.Second},
-		{"early draft remaining", 200, []string{"RateLimit-Remaining", "1", "RateLimit-Reset", "4"}, 0},
-		{"X epoch", 200, []string{"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", strconv.FormatInt(now.Unix()+6, 10)}, 6 * time.Second},
+		{"draft-11 r=0", 429, []string{"RateLimit", `"burst";r=3;t=1, "day";r=0;t=3`}, 3 * time.Second},
+		{"draft-11 r>0", 429, []string{"RateLimit", `"burst";r=1;t=9`}, 0},
+		// t is when the quota is back, not when the next request may go.
+		{"draft-11 r=0 on a 200", 200, []string{"RateLimit", `"burst";r=0;t=10`}, 0},
+		{"early draft", 503, []string{"RateLimit-Remaining", "0", "RateLimit-Reset", "4"}, 4 * time.Second},
+		{"early draft remaining", 429, []string{"RateLimit-Remaining", "1", "RateLimit-Reset", "4"}, 0},
+		{"early draft on a 200", 200, []string{"RateLimit-Remaining", "0", "RateLimit-Reset", "4"}, 0},
+		{"X epoch on GitHub's 403", 403, []string{"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", strconv.FormatInt(now.Unix()+6, 10)}, 6 * time.Second},
 		{"X delta", 429, []string{"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "8"}, 8 * time.Second},
-		{"longest wins", 429, []string{"Retry-After", "2", "RateLimit", `"a";r=0;t=9`}, 9 * time.Second},
+		{"X on a 200", 200, []string{"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "8"}, 0},
+		{"403 without a signal", 403, nil, 0},
+		{"the longest reset wins", 429, []string{"RateLimit", `"a";r=0;t=9`, "RateLimit-Remaining", "0", "RateLimit-Reset", "4"}, 9 * time.Second},
+		// draft-11: Retry-After takes precedence over the RateLimit fields.
+		{"Retry-After wins", 429, []string{"Retry-After", "2", "RateLimit", `"a";r=0;t=9`}, 2 * time.Second},
 		{"garbage", 429, []string{"Retry-After", "soon", "RateLimit", `"a";r=0;t=x`}, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -306,5 +313,38 @@ func TestTransportKey(t *testing.T) {
 	sms := func(*http.Request) (string, error) { return "sms", nil }
 	if got := send(httplimit.WithKey(sms)); got != 2 {
 		t.Errorf("WithKey: %d of 4 requests sent, want 2 (one limit for both hosts)", got)
+	}
+}
+
+// TestTransportDeadline: a request whose context's deadline comes before
+// its token fails at once, matching context.DeadlineExceeded, without
+// sleeping, sending or taking the token.
+func TestTransportDeadline(t *testing.T) {
+	p := newProvider(t, nil)
+	clock := sluice.NewFakeClock(t0)
+	l := newLimiter(t, sluice.TokenBucket(1, 1, time.Hour), sluice.WithClock(clock), sluice.WithSleeper(clock))
+	client := &http.Client{Transport: newTransport(t, l, httplimit.WithClock(clock), httplimit.WithSleeper(clock))}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i, want := range []bool{true, false} {
+		req, _ := http.NewRequestWithContext(ctx, "GET", p.URL, nil)
+		resp, err := client.Do(req)
+		if want {
+			if err != nil {
+				t.Fatalf("Get %d: %v", i, err)
+			}
+			resp.Body.Close()
+			continue
+		}
+		var we *httplimit.WaitError
+		if !errors.As(err, &we) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, sluice.ErrMaxWaitExceeded) || we.Wait != time.Hour {
+			t.Errorf("Get %d: %v, want a *WaitError of an hour's wait matching context.DeadlineExceeded", i, err)
+		}
+	}
+	if p.count() != 1 || clock.Slept() != 0 {
+		t.Errorf("provider saw %d requests, slept %v; want 1, 0", p.count(), clock.Slept())
+	}
+	if r, _ := l.Peek(context.Background(), strings.TrimPrefix(p.URL, "http://"), 1); r.RetryAfter != time.Hour {
+		t.Errorf("Peek after = %+v, want the token an hour away: the refused request took nothing", r)
 	}
 }

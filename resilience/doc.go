@@ -18,15 +18,19 @@
 //	if err != nil { ... }
 //	ok, err := rl.AcquirePermission(ctx, 1)
 //
+// As in Resilience4j, a caller whose permits would take longer than the
+// timeout is parked for the whole timeout and then refused, so that the
+// callers the limiter refuses are held back too; [WithFailFast] refuses
+// them at once instead, as golang.org/x/time/rate and Bucket4j do.
+//
 // It follows Resilience4j's arithmetic exactly, in integer nanoseconds,
 // except where sluice decides otherwise:
 //   - a call for n ≤ 0 permits is an *sluice.ArgumentError (Resilience4j
 //     accepts it, and n < 0 adds permissions);
-//   - AcquirePermission returns false at once, without waiting, when the
-//     wait would exceed the timeout (Resilience4j parks for the whole
-//     timeout first), as golang.org/x/time/rate and Bucket4j do;
-//   - a wait cut short by its context gives its permits back and returns
-//     ctx.Err() (Resilience4j keeps them spent);
+//   - a wait cut short by its context gives its permits back, as far as
+//     the callers that reserved after it allow, and returns ctx.Err()
+//     (Resilience4j keeps them spent); a context whose deadline comes
+//     before the wait fails at once and takes nothing;
 //   - [RateLimiter.Drain] takes every permission available now, after the
 //     cycle refresh, and leaves debt alone (Resilience4j takes the stale
 //     stored count and erases debt);

@@ -57,8 +57,9 @@ func (c Config) validate() error {
 type Option func(*options)
 
 type options struct {
-	clock   sluice.Clock
-	sleeper sluice.Sleeper
+	clock    sluice.Clock
+	sleeper  sluice.Sleeper
+	failFast bool
 }
 
 // WithClock sets the limiter's clock. The default is sluice.MonotonicClock.
@@ -69,6 +70,15 @@ func WithClock(c sluice.Clock) Option { return func(o *options) { o.clock = c } 
 // sluice.TimerSleeper; tests pass a *sluice.FakeClock. nil keeps the
 // default.
 func WithSleeper(s sluice.Sleeper) Option { return func(o *options) { o.sleeper = s } }
+
+// WithFailFast sets whether AcquirePermission refuses at once when the
+// permits would take longer than the timeout. The default, false, is
+// Resilience4j's: such a caller is parked for the whole timeout and then
+// refused, so that callers the limiter refuses are slowed down as much as
+// those it serves, the backpressure Resilience4j's users rely on. With
+// true, it returns false at once, leaving the caller free to do something
+// else.
+func WithFailFast(on bool) Option { return func(o *options) { o.failFast = on } }
 
 // RateLimiter is Resilience4j's AtomicRateLimiter, in integer nanoseconds.
 //
@@ -88,9 +98,10 @@ func WithSleeper(s sluice.Sleeper) Option { return func(o *options) { o.sleeper 
 // RateLimiter is safe for simultaneous use by multiple goroutines. Make one
 // with New; the zero RateLimiter is not usable.
 type RateLimiter struct {
-	clock   sluice.Clock
-	sleeper sluice.Sleeper
-	waiting atomic.Int64 // callers sleeping in AcquirePermission
+	clock    sluice.Clock
+	sleeper  sluice.Sleeper
+	failFast bool
+	waiting  atomic.Int64 // callers sleeping in AcquirePermission
 
 	mu    sync.Mutex
 	cfg   Config
@@ -118,11 +129,12 @@ func New(cfg Config, opts ...Option) (*RateLimiter, error) {
 	}
 	m := machine(cfg)
 	return &RateLimiter{
-		clock:   o.clock,
-		sleeper: o.sleeper,
-		cfg:     cfg,
-		m:       m,
-		state:   resilience4j.New(m, o.clock.Now()),
+		clock:    o.clock,
+		sleeper:  o.sleeper,
+		failFast: o.failFast,
+		cfg:      cfg,
+		m:        m,
+		state:    resilience4j.New(m, o.clock.Now()),
 	}, nil
 }
 
@@ -135,13 +147,17 @@ func machine(cfg Config) resilience4j.Config {
 //
 // With enough permissions left it returns true at once. When the wait is at
 // most the timeout, it reserves the permits at once and sleeps for the
-// wait. When the wait would exceed the timeout it returns false at once,
-// takes nothing and does not wait: Resilience4j instead parks the caller
-// for the whole timeout before returning false.
+// wait. When the wait would exceed the timeout it takes nothing and, as
+// Resilience4j does, sleeps for the whole timeout before it returns false;
+// WithFailFast(true) makes it return false at once instead.
 //
-// When ctx ends during the wait, the permits are given back (up to
-// LimitForPeriod) and ctx.Err() is returned; Resilience4j keeps them spent
-// on interruption. A ctx already done returns ctx.Err() and takes nothing.
+// When ctx has a deadline sooner than its sleep, it returns a
+// *sluice.MaxWaitError (matching context.DeadlineExceeded) at once and
+// takes nothing, rather than sleep until the deadline. When ctx ends
+// during the sleep, it returns ctx.Err(), and permits it reserved are
+// given back, as far as the callers that reserved after it allow (see
+// the package resilience4j's Cancel); Resilience4j keeps them spent on
+// interruption. A ctx already done returns ctx.Err() and takes nothing.
 // It returns an *sluice.ArgumentError for n ≤ 0.
 func (l *RateLimiter) AcquirePermission(ctx context.Context, n int64) (bool, error) {
 	if n <= 0 {
@@ -151,24 +167,48 @@ func (l *RateLimiter) AcquirePermission(ctx context.Context, n int64) (bool, err
 		return false, err
 	}
 	l.mu.Lock()
-	wait, ok := l.m.Acquire(&l.state, l.clock.Now(), n, int64(l.cfg.Timeout))
+	timeout := int64(l.cfg.Timeout)
+	bound, byDeadline := timeout, false
+	if dl, ok := ctx.Deadline(); ok {
+		if left := int64(time.Until(dl)); left < timeout {
+			bound, byDeadline = max(left, 0), true
+		}
+	}
+	before := l.state
+	wait, ok := l.m.Acquire(&l.state, l.clock.Now(), n, bound)
+	after := l.state
 	l.mu.Unlock()
 	if !ok {
+		switch {
+		case byDeadline && (wait <= timeout || !l.failFast && timeout > 0):
+			return false, &sluice.MaxWaitError{Tokens: n, Wait: wait, MaxWait: bound, Deadline: true}
+		case l.failFast || timeout == 0:
+			return false, nil
+		}
+		// Parked for the whole timeout, as Resilience4j parks a caller it
+		// will refuse.
+		if err := l.sleep(ctx, time.Duration(timeout)); err != nil {
+			return false, err
+		}
 		return false, nil
 	}
 	if wait == 0 {
 		return true, nil
 	}
-	l.waiting.Add(1)
-	err := l.sleeper.Sleep(ctx, time.Duration(wait))
-	l.waiting.Add(-1)
-	if err != nil {
+	if err := l.sleep(ctx, time.Duration(wait)); err != nil {
 		l.mu.Lock()
-		l.m.GiveBack(&l.state, l.clock.Now(), n)
+		l.m.Cancel(&l.state, l.clock.Now(), before, after, n)
 		l.mu.Unlock()
 		return false, err
 	}
 	return true, nil
+}
+
+// sleep sleeps d on the limiter's sleeper, counted as a waiting caller.
+func (l *RateLimiter) sleep(ctx context.Context, d time.Duration) error {
+	l.waiting.Add(1)
+	defer l.waiting.Add(-1)
+	return l.sleeper.Sleep(ctx, d)
 }
 
 // ReservePermission reserves n permits that will be there within the
@@ -215,9 +255,8 @@ func (l *RateLimiter) NanosToWait() time.Duration {
 }
 
 // NumberOfWaitingCallers returns the number of AcquirePermission calls
-// sleeping for their permits now. Unlike Resilience4j's waiting-threads
-// gauge it never counts callers that will time out, since those do not
-// wait.
+// sleeping now: for their permits, or for the timeout before a refusal
+// (Resilience4j's waiting-threads gauge counts both too).
 func (l *RateLimiter) NumberOfWaitingCallers() int {
 	return int(l.waiting.Load())
 }

@@ -23,10 +23,10 @@ type fixture struct {
 	clk *sluice.FakeClock
 }
 
-func newFixture(t *testing.T, cfg Config) fixture {
+func newFixture(t *testing.T, cfg Config, opts ...Option) fixture {
 	t.Helper()
 	clk := sluice.NewFakeClock(t0)
-	l, err := New(cfg, WithClock(clk), WithSleeper(clk))
+	l, err := New(cfg, append([]Option{WithClock(clk), WithSleeper(clk)}, opts...)...)
 	if err != nil {
 		t.Fatalf("New(%+v) = %v", cfg, err)
 	}
@@ -121,9 +121,10 @@ func changeTimeout(d time.Duration) step {
 
 func TestRateLimiterScenarios(t *testing.T) {
 	tests := []struct {
-		name  string
-		cfg   Config
-		steps []step
+		name     string
+		cfg      Config
+		failFast bool
+		steps    []step
 	}{
 		{
 			name: "a cycle's permissions, then refused at once with no timeout",
@@ -168,9 +169,19 @@ func TestRateLimiterScenarios(t *testing.T) {
 			steps: []step{acquire(1, true, 0), acquire(1, true, time.Second), available(0)},
 		},
 		{
-			name:  "a wait one nanosecond past the timeout returns false at once",
-			cfg:   Config{LimitForPeriod: 1, LimitRefreshPeriod: time.Second, Timeout: time.Second - 1},
-			steps: []step{acquire(1, true, 0), acquire(1, false, 0), available(0), reserveRefused(1, time.Second)},
+			// Resilience4j parks a caller it refuses for the whole timeout.
+			name: "a wait one nanosecond past the timeout is refused after the timeout",
+			cfg:  Config{LimitForPeriod: 1, LimitRefreshPeriod: time.Second, Timeout: time.Second - 1},
+			steps: []step{
+				acquire(1, true, 0), acquire(1, false, time.Second-1), available(0), nanosToWait(1),
+				acquire(1, true, 1), available(0),
+			},
+		},
+		{
+			name:     "WithFailFast: a wait one nanosecond past the timeout returns false at once",
+			cfg:      Config{LimitForPeriod: 1, LimitRefreshPeriod: time.Second, Timeout: time.Second - 1},
+			failFast: true,
+			steps:    []step{acquire(1, true, 0), acquire(1, false, 0), available(0), reserveRefused(1, time.Second)},
 		},
 		{
 			name: "reserved permits queue later callers",
@@ -202,6 +213,14 @@ func TestRateLimiterScenarios(t *testing.T) {
 			steps: []step{acquire(1, true, 0), acquire(1, false, 0), changeTimeout(time.Second), acquire(1, true, time.Second)},
 		},
 		{
+			name: "a refused caller parked for the timeout counts as waiting, and takes nothing",
+			cfg:  Config{LimitForPeriod: 2, LimitRefreshPeriod: time.Second, Timeout: 300 * time.Millisecond},
+			steps: []step{
+				acquire(2, true, 0), acquire(1, false, 300*time.Millisecond), available(0),
+				advance(700 * time.Millisecond), available(2),
+			},
+		},
+		{
 			name:  "Drain in the current cycle leaves 0",
 			cfg:   Config{LimitForPeriod: 5, LimitRefreshPeriod: time.Second},
 			steps: []step{acquire(2, true, 0), drain(), available(0)},
@@ -229,7 +248,7 @@ func TestRateLimiterScenarios(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFixture(t, tt.cfg)
+			f := newFixture(t, tt.cfg, WithFailFast(tt.failFast))
 			for i, s := range tt.steps {
 				t.Logf("step %d: %s", i, s.name)
 				s.run(t, f)
@@ -430,5 +449,36 @@ func TestConcurrentAcquireWithWaits(t *testing.T) {
 	wg.Wait()
 	if got := l.NumberOfWaitingCallers(); got != 0 {
 		t.Errorf("NumberOfWaitingCallers() = %d, want 0", got)
+	}
+}
+
+// TestAcquireDeadline: a context whose deadline comes before the sleep
+// fails at once with a *sluice.MaxWaitError of the deadline and takes
+// nothing: for permits that would come within the timeout, and for a
+// refusal that would park for the whole timeout.
+func TestAcquireDeadline(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		n      int64
+		wait   time.Duration
+		permit int64 // AvailablePermissions after: nothing taken
+	}{
+		{"permits after the deadline", 1, time.Hour, 0},
+		{"a refusal parked past the deadline", 5, 3 * time.Hour, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, Config{LimitForPeriod: 2, LimitRefreshPeriod: time.Hour, Timeout: 2 * time.Hour})
+			acquire(2, true, 0).run(t, f)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			ok, err := f.l.AcquirePermission(ctx, tt.n)
+			var mw *sluice.MaxWaitError
+			if ok || !errors.As(err, &mw) || !mw.Deadline || mw.Wait != int64(tt.wait) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("AcquirePermission(%d) with a deadline in a minute = %v, %v; want false, a *MaxWaitError of the deadline and a %v wait", tt.n, ok, err, tt.wait)
+			}
+			if f.clk.Slept() != 0 || f.l.AvailablePermissions() != tt.permit {
+				t.Errorf("slept %v, %d permissions left; want 0, %d", f.clk.Slept(), f.l.AvailablePermissions(), tt.permit)
+			}
+		})
 	}
 }

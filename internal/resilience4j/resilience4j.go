@@ -17,7 +17,7 @@
 //     erases debt);
 //   - a clock that goes back to an earlier cycle refreshes nothing and
 //     keeps the active cycle (Resilience4j would subtract permissions);
-//   - GiveBack returns the permits of a cancelled wait.
+//   - Cancel gives back the permits of a wait that was cancelled.
 package resilience4j
 
 import (
@@ -149,13 +149,30 @@ func (c Config) Drain(s *State, now int64) int64 {
 	return took
 }
 
-// GiveBack refreshes s to now and returns n permits of a reservation that
-// will not be used, without raising Permissions above Limit (or above what
-// it already is, when that is more). n must be positive.
-func (c Config) GiveBack(s *State, now, n int64) {
+// Cancel gives back, at now, what it can of the n permits that an Acquire
+// reserved, which took the state from before to after, as x/time/rate's
+// Reservation.CancelAt does: when nothing was acquired since (s is still
+// after), s goes back to before exactly; otherwise it gives back n less
+// the permits acquired after it (after's permissions less s's, both
+// refreshed to now), never less than 0, since the callers that acquired
+// them keep them and their waits, and counted on the permits the
+// cancelled one held. Permits given back never raise Permissions above
+// Limit (or above what it already is, when that is more). n must be
+// positive.
+func (c Config) Cancel(s *State, now int64, before, after State, n int64) {
+	if *s == after {
+		*s = before
+		return
+	}
 	r := c.Refresh(*s, now)
-	if r.Permissions < c.Limit {
-		if p, ok := add(r.Permissions, n); ok && p < c.Limit {
+	back := n
+	if later, ok := sub(c.Refresh(after, now).Permissions, r.Permissions); !ok {
+		back = 0
+	} else if later > 0 {
+		back = max(0, n-later)
+	}
+	if back > 0 && r.Permissions < c.Limit {
+		if p, ok := add(r.Permissions, back); ok && p < c.Limit {
 			r.Permissions = p
 		} else {
 			r.Permissions = c.Limit

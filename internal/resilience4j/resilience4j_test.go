@@ -130,28 +130,64 @@ func TestDrain(t *testing.T) {
 	}
 }
 
-func TestGiveBack(t *testing.T) {
+// TestCancel gives back reservations, alone and with later ones: 5
+// permits per 1s cycle, counted from 0.
+func TestCancel(t *testing.T) {
 	c := Config{Limit: 5, Period: sec}
-	tests := []struct {
-		name      string
-		s         State
-		now, n    int64
-		wantPerms int64
-	}{
-		{"restores a reservation", State{Permissions: -3}, 0, 3, 0},
-		{"capped at Limit", State{Permissions: -7}, sec, 12, 5},
-		{"above a lowered Limit stays", State{Permissions: 8}, 0, 2, 8},
-		{"overflow caps at Limit", State{Permissions: 4}, 0, math.MaxInt64, 5},
+	acquire := func(s *State, now, n int64) (before, after State) {
+		t.Helper()
+		before = *s
+		if _, ok := c.Acquire(s, now, n, 10*sec); !ok {
+			t.Fatalf("Acquire(%+v, %d, %d) refused", before, now, n)
+		}
+		return before, *s
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := tt.s
-			c.GiveBack(&s, tt.now, tt.n)
-			if s.Permissions != tt.wantPerms {
-				t.Errorf("GiveBack(%+v, %d, %d): permissions %d, want %d", tt.s, tt.now, tt.n, s.Permissions, tt.wantPerms)
-			}
-		})
-	}
+	t.Run("alone, exactly", func(t *testing.T) {
+		s := New(c, 0)
+		acquire(&s, 0, 5)
+		prior := s
+		before, after := acquire(&s, 100, 3) // due at 1s
+		c.Cancel(&s, 200, before, after, 3)
+		if s != prior {
+			t.Errorf("Cancel = %+v, want %+v", s, prior)
+		}
+	})
+	t.Run("a later reservation keeps its permits", func(t *testing.T) {
+		s := New(c, 0)
+		acquire(&s, 0, 5)
+		before, after := acquire(&s, 0, 5) // due at 1s, repaid then
+		acquire(&s, 0, 3)                  // due at 2s
+		c.Cancel(&s, 0, before, after, 5)
+		if s.Permissions != -8+2 {
+			t.Errorf("Cancel of 5 with 3 acquired after them: permissions %d, want -6", s.Permissions)
+		}
+	})
+	t.Run("a later reservation repaid in the same cycle", func(t *testing.T) {
+		s := New(c, 0)
+		acquire(&s, 0, 3)
+		before, after := acquire(&s, 0, 3) // due at 1s, leaves 4 of that cycle
+		acquire(&s, 0, 2)                  // due at 1s too, on the permits of that cycle
+		// Giving back all 3 would leave 5 permits in cycle 1 besides the
+		// 2 the later caller uses then.
+		c.Cancel(&s, 0, before, after, 3)
+		if s.Permissions != -2 {
+			t.Errorf("Cancel: permissions %d, want -2", s.Permissions)
+		}
+	})
+	t.Run("capped at Limit", func(t *testing.T) {
+		s := State{Permissions: 2} // a permit came back since
+		c.Cancel(&s, 0, State{Permissions: 4}, State{Permissions: 1}, 3)
+		if s.Permissions != 5 {
+			t.Errorf("Cancel: permissions %d, want 5", s.Permissions)
+		}
+	})
+	t.Run("above a lowered Limit stays", func(t *testing.T) {
+		s := State{Permissions: 8}
+		c.Cancel(&s, 0, State{Permissions: 9}, State{Permissions: 7}, 2)
+		if s.Permissions != 8 {
+			t.Errorf("Cancel: permissions %d, want 8", s.Permissions)
+		}
+	})
 }
 
 // javaModel is AtomicRateLimiter's calculateNextState transcribed in

@@ -178,7 +178,9 @@ func (t *timeLimit) newTimer(time.Duration) (<-chan time.Time, func() bool) {
 // call runs one simulated call of task on clock, failing when fails, and
 // returns the result ("success", "timeout" or "error"), the fake time the
 // caller waited and whether the task's context was cancelled while it
-// ran. A call whose timeout is 0 never runs its task.
+// ran. A task of 0 returns without waiting on anything, as a future that
+// is already done; a task cut short by its context returns the context's
+// error, as a call that heeds it does.
 func (t *timeLimit) call(ctx context.Context, clock *sluice.FakeClock, task time.Duration, fails bool) ([]any, error) {
 	timeout := t.l.Config().Timeout
 	fire := make(chan time.Time, 1)
@@ -189,6 +191,12 @@ func (t *timeLimit) call(ctx context.Context, clock *sluice.FakeClock, task time
 	start := clock.Now()
 	_, err := resilience.Call(ctx, t.l, func(ctx context.Context) (struct{}, error) {
 		if task <= timeout {
+			if task == 0 {
+				if fails {
+					return struct{}{}, errTask
+				}
+				return struct{}{}, nil
+			}
 			if err := clock.Sleep(ctx, task); err != nil {
 				return struct{}{}, err
 			}
@@ -206,7 +214,7 @@ func (t *timeLimit) call(ctx context.Context, clock *sluice.FakeClock, task time
 		}
 		// Call cancels ctx, if it does, before it returns.
 		cancelled <- ctx.Err() != nil
-		return struct{}{}, nil
+		return struct{}{}, ctx.Err()
 	})
 	waited := clock.Now() - start
 	close(release)

@@ -40,8 +40,10 @@ func (e *TimeoutError) Is(target error) bool {
 // Resilience4j's defaults.
 type TimeLimiterConfig struct {
 	// Timeout is how long a call may run, ≥ 0, in nanoseconds (Resilience4j
-	// truncates it to whole milliseconds; sluice does not). With 0 the
-	// function is not started and the caller gets a *TimeoutError at once.
+	// truncates it to whole milliseconds; sluice does not). With 0 only a
+	// function that returns without waiting has its result returned, as
+	// Resilience4j returns the result of a future that is already done;
+	// see Call.
 	Timeout time.Duration
 	// CancelRunning cancels the function's context when it times out, with
 	// the *TimeoutError as the context's cause. The zero value, false,
@@ -137,10 +139,17 @@ func (l *TimeLimiter) Do(ctx context.Context, fn func(context.Context) error) er
 //
 // When ctx ends first, Call returns ctx.Err() (fn's context, derived from
 // ctx, is cancelled too). When ctx is already done, Call returns ctx.Err()
-// without running fn; with a zero timeout it returns a *TimeoutError at
-// once, also without running fn. A panic in fn is raised again in the
-// caller while it waits, and after that crashes the program as any
-// goroutine's panic does.
+// without running fn. A panic in fn is raised again in the caller while it
+// waits, and after that crashes the program as any goroutine's panic does.
+//
+// With a zero timeout there is no time to wait for fn, and no time to
+// leave it running either: fn runs in the caller's goroutine with a
+// context that is already done, its cause the *TimeoutError, whatever
+// CancelRunning says. A function that returns without waiting has its
+// result returned, as Resilience4j returns the result of a future that
+// was already done; one that returns its context's error gets the
+// *TimeoutError (Cancelled true). A function that ignores its context
+// runs to its end.
 func Call[T any](ctx context.Context, l *TimeLimiter, fn func(context.Context) (T, error)) (T, error) {
 	return call(ctx, l.cfg.Timeout, l.cfg.CancelRunning, l.newTimer, fn)
 }
@@ -212,7 +221,7 @@ func call[T any](ctx context.Context, timeout time.Duration, cancelRunning bool,
 		return zero, err
 	}
 	if timeout == 0 {
-		return zero, &TimeoutError{Timeout: 0}
+		return callNow(ctx, fn)
 	}
 	runCtx, cancel := ctx, context.CancelCauseFunc(func(error) {})
 	if cancelRunning {
@@ -256,4 +265,18 @@ func call[T any](ctx context.Context, timeout time.Duration, cancelRunning bool,
 		cancel(nil)
 		return zero, ctx.Err()
 	}
+}
+
+// callNow is call with a zero timeout: fn gets a context that is already
+// done, and its result counts unless it is that context's error.
+func callNow[T any](ctx context.Context, fn func(context.Context) (T, error)) (T, error) {
+	terr := &TimeoutError{Timeout: 0, Cancelled: true}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	cancel(terr)
+	v, err := fn(runCtx)
+	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, ErrTimeout)) {
+		var zero T
+		return zero, terr
+	}
+	return v, err
 }

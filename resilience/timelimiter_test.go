@@ -151,13 +151,28 @@ func TestCallCallerContext(t *testing.T) {
 	}
 }
 
+// TestCallZeroTimeout: with no time at all, a function that returns
+// without waiting has its result returned, as Resilience4j returns an
+// already completed future's; one that waits for its context times out.
 func TestCallZeroTimeout(t *testing.T) {
-	l, _ := newTestLimiter(t, TimeLimiterConfig{})
-	ran := false
-	err := l.Do(context.Background(), func(context.Context) error { ran = true; return nil })
-	var te *TimeoutError
-	if !errors.As(err, &te) || te.Timeout != 0 || te.Cancelled || ran {
-		t.Errorf("Do with a zero timeout = %v, ran %v; want a *TimeoutError at once without running", err, ran)
+	for _, cancelRunning := range []bool{false, true} {
+		l, _ := newTestLimiter(t, TimeLimiterConfig{CancelRunning: cancelRunning})
+		v, err := Call(context.Background(), l, func(context.Context) (int, error) { return 42, nil })
+		if v != 42 || err != nil {
+			t.Errorf("CancelRunning %v: Call of a function done at once = %d, %v; want 42, nil", cancelRunning, v, err)
+		}
+		failed := errors.New("failed")
+		if err := l.Do(context.Background(), func(context.Context) error { return failed }); err != failed {
+			t.Errorf("CancelRunning %v: Do of a function failing at once = %v, want its error", cancelRunning, err)
+		}
+		_, err = Call(context.Background(), l, func(ctx context.Context) (int, error) {
+			<-ctx.Done() // a call that would wait
+			return 0, ctx.Err()
+		})
+		var te *TimeoutError
+		if !errors.As(err, &te) || te.Timeout != 0 || !te.Cancelled {
+			t.Errorf("CancelRunning %v: Call of a waiting function = %v, want a *TimeoutError, cancelled", cancelRunning, err)
+		}
 	}
 }
 

@@ -22,9 +22,13 @@
 // # Waiting
 //
 // [Bucket.Blocking] returns a view whose calls wait for their tokens and
-// honour a context; [Bucket.Reserve] hands out a [Reservation] for callers
-// who schedule work themselves. Both reserve fairly: tokens are taken first
-// and the caller then waits, so later callers queue behind.
+// honour a context; [Bucket.Reserve], [KeyBucket.Reserve] and
+// [Limiter.Reserve] hand out a [Reservation] for callers who schedule work
+// themselves, as x/time/rate's ReserveN does. Both reserve fairly: tokens
+// are taken first and the caller then waits, so later callers queue
+// behind. A wait that ends without its caller going ahead gives its tokens
+// back ([Reservation.Cancel]), and one that would outlast its context's
+// deadline fails at once and takes nothing.
 //
 // # Keyed limiters
 //

@@ -113,46 +113,46 @@ func TestWaitPastDeadline(t *testing.T) {
 		// run empties the limiter, then makes the blocking call; left
 		// reports what the limiter has after it: 0 tokens, or a RetryAfter
 		// of 1h, when it took nothing.
-		run func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (err error, left func() int64)
+		run func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (left func() int64, err error)
 	}{
-		{"Limiter.Wait", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (error, func() int64) {
+		{"Limiter.Wait", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
 			l, err := sluice.NewLimiter(sluice.BucketPolicy(hourly), sluice.WithClock(clock), sluice.WithSleeper(clock))
 			if err != nil {
 				t.Fatal(err)
 			}
 			l.Allow(context.Background(), "k")
-			return l.Wait(ctx, "k", 1, sluice.Never), func() int64 {
+			return func() int64 {
 				r, _ := l.Peek(context.Background(), "k", 1)
 				return int64(r.RetryAfter - time.Hour)
-			}
+			}, l.Wait(ctx, "k", 1, sluice.Never)
 		}},
-		{"BlockingBucket.Consume", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (error, func() int64) {
+		{"BlockingBucket.Consume", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
 			b, err := sluice.NewBucket(hourly, sluice.WithClock(clock), sluice.WithSleeper(clock))
 			if err != nil {
 				t.Fatal(err)
 			}
 			b.TryConsume(1)
-			return b.Blocking().Consume(ctx, 1), b.AvailableTokens
+			return b.AvailableTokens, b.Blocking().Consume(ctx, 1)
 		}},
-		{"BlockingBucket.TryConsume", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (error, func() int64) {
+		{"BlockingBucket.TryConsume", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
 			b, err := sluice.NewBucket(hourly, sluice.WithClock(clock), sluice.WithSleeper(clock))
 			if err != nil {
 				t.Fatal(err)
 			}
 			b.TryConsume(1)
 			_, err = b.Blocking().TryConsume(ctx, 1, 2*time.Hour)
-			return err, b.AvailableTokens
+			return b.AvailableTokens, err
 		}},
-		{"KeyBucket.Consume in memory", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (error, func() int64) {
+		{"KeyBucket.Consume in memory", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
 			b := newLimiterBucket(t, clock)
 			b.TryConsume(context.Background(), 1)
-			return b.Consume(ctx, 1), func() int64 { n, _ := b.AvailableTokens(context.Background()); return n }
+			return func() int64 { n, _ := b.AvailableTokens(context.Background()); return n }, b.Consume(ctx, 1)
 		}},
-		{"KeyBucket.TryConsumeWait on a store", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (error, func() int64) {
+		{"KeyBucket.TryConsumeWait on a store", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
 			b := newStoreBucket(t, clock)
 			b.TryConsume(context.Background(), 1)
 			_, err := b.TryConsumeWait(ctx, 1, 2*time.Hour)
-			return err, func() int64 { n, _ := b.AvailableTokens(context.Background()); return n }
+			return func() int64 { n, _ := b.AvailableTokens(context.Background()); return n }, err
 		}},
 	}
 	for _, tt := range tests {
@@ -160,7 +160,7 @@ func TestWaitPastDeadline(t *testing.T) {
 			clock := sluice.NewFakeClock(t0)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			err, left := tt.run(t, ctx, clock)
+			left, err := tt.run(t, ctx, clock)
 			var mw *sluice.MaxWaitError
 			if !errors.As(err, &mw) || !mw.Deadline || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, sluice.ErrMaxWaitExceeded) {
 				t.Fatalf("%s with a deadline in a minute and a wait of an hour = %v, want a *MaxWaitError of the deadline", tt.name, err)

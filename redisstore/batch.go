@@ -115,15 +115,33 @@ func (b *batcher) send(batch []*call) {
 	}
 	// The pipeline's context is not any caller's: one caller giving up
 	// must not fail the others. The client's timeouts bound it.
-	_, _ = b.client.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+	_, err := b.client.Pipelined(context.Background(), func(p redis.Pipeliner) error {
 		for _, c := range live {
 			_ = p.Process(context.Background(), c.cmd) // only queues it
 		}
 		return nil
 	})
+	if err != nil && !anyErr(live) {
+		// The pipeline failed before any command did, as when a new
+		// connection cannot be set up (a wrong password, a database index
+		// out of range): go-redis leaves the commands without their error.
+		for _, c := range live {
+			c.cmd.SetErr(err)
+		}
+	}
 	for _, c := range live {
 		close(c.done)
 	}
+}
+
+// anyErr reports whether a command of calls has an error.
+func anyErr(calls []*call) bool {
+	for _, c := range calls {
+		if c.cmd.Err() != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // close makes later calls fail, lets the sender send what is queued, and

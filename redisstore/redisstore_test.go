@@ -425,6 +425,36 @@ func TestUnreachable(t *testing.T) {
 	}
 }
 
+// TestBadDatabase: a client whose connections cannot be set up (SELECT
+// of a database index out of range) fails every call with the server's
+// reply, not "script replied <nil>" as a pipeline without per-command
+// errors once did.
+func TestBadDatabase(t *testing.T) {
+	opt, err := redis.ParseURL(testserver.SharedRedis(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.DB, opt.MaxRetries = 99, -1
+	ctx := context.Background()
+	for _, pipelining := range []bool{true, false} {
+		t.Run(fmt.Sprintf("pipelining=%v", pipelining), func(t *testing.T) {
+			c := redis.NewClient(opt)
+			t.Cleanup(func() { c.Close() })
+			s := newStore(t, c, redisstore.WithPipelining(pipelining))
+			for name, call := range map[string]func() error{
+				"Update": func() error { return s.Update(ctx, "k", increment) },
+				"Delete": func() error { return s.Delete(ctx, "k") },
+				"Ping":   func() error { return s.Ping(ctx) },
+			} {
+				err := call()
+				if !errors.Is(err, driver.ErrUnavailable) || !strings.Contains(err.Error(), "DB index is out of range") {
+					t.Errorf("%s = %v, want ErrUnavailable with the server's reply", name, err)
+				}
+			}
+		})
+	}
+}
+
 func TestClosed(t *testing.T) {
 	s := newStore(t, standalone(t))
 	mustUpdate(t, s, "k", increment)

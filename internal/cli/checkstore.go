@@ -66,10 +66,8 @@ func runCheckStore(ctx context.Context, args []string, stdout, stderr io.Writer)
 		problems = append(problems, msg)
 		fmt.Fprintln(stdout, "FAIL", msg)
 	}
-	if p, ok := store.Store.(storeurl.Pinger); ok {
-		if err := p.Ping(ctx); err != nil {
-			return fmt.Errorf("sluice check-store: %s is not reachable: %w", store.Scheme, err)
-		}
+	if err := store.Check(ctx); err != nil {
+		return fmt.Errorf("sluice check-store: %w", err)
 	}
 
 	// 1. Every increment counted, from goroutines and processes.
@@ -237,6 +235,9 @@ func runCheckStoreWorker(ctx context.Context, args []string, _, _ io.Writer) err
 		return err
 	}
 	defer store.Close()
+	if err := store.Check(ctx); err != nil {
+		return err
+	}
 	var conflicts atomic.Int64
 	return increment(ctx, store, args[1], n, &conflicts)
 }

@@ -51,6 +51,10 @@ func targetFor(ctx context.Context, rawURL string) (conformance.Target, func() e
 	if err != nil {
 		return nil, nil, fmt.Errorf("sluice conformance: %w", err)
 	}
+	if err := store.Check(ctx); err != nil {
+		store.Close()
+		return nil, nil, fmt.Errorf("sluice conformance: %w", err)
+	}
 	return conformance.Store{TargetName: store.Scheme, Store: store}, store.Close, nil
 }
 

@@ -511,8 +511,12 @@ func (s *Server) limiterHealth(w http.ResponseWriter, _ *http.Request) *apiError
 }
 
 // ready checks that the store answers: its Ping when it has one, else an
-// update that changes nothing.
+// update that changes nothing. A store that has not passed its check
+// since the start (Server.storeErr) is not ready, whatever a ping says.
 func (s *Server) ready(w http.ResponseWriter, r *http.Request) *apiError {
+	if err := s.storeErr.Load(); err != nil {
+		return errorf(http.StatusServiceUnavailable, codeStoreUnavailable, "the store has not answered since the start: %v", *err)
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cur.Load().cfg.StoreTimeout)
 	defer cancel()
 	start := time.Now()

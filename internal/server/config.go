@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/envoyrls"
+	"github.com/sluicehq/sluice/internal/storeurl"
 	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
@@ -24,7 +25,14 @@ type Config struct {
 	// Limiters are the file's limiters.
 	Limiters *config.File
 	// Store is the store's URL, for storeurl.Open; "mem://" by default.
+	// LoadConfig refuses a URL whose scheme storeurl does not know.
 	Store string
+	// StartWithoutStore says what New does when the store does not answer
+	// its check at start: true starts the server anyway, not ready, and
+	// Serve checks again in the background; false refuses to start. A
+	// store that answers with an error (a bad database, a wrong password)
+	// always stops the start.
+	StartWithoutStore bool
 	// HTTP and GRPC are the listen addresses; "" leaves the choice to the
 	// command line and its defaults. GRPC "off" turns gRPC off.
 	HTTP, GRPC string
@@ -131,6 +139,7 @@ func (c *Config) rateLimitFromEnv(section bool) (err error) {
 func newConfig() *Config {
 	return &Config{
 		Store:             DefaultStore,
+		StartWithoutStore: true,
 		DrainTimeout:      DefaultDrainTimeout,
 		HealthWindow:      DefaultHealthWindow,
 		HealthThreshold:   DefaultHealthThreshold,
@@ -145,7 +154,14 @@ func newConfig() *Config {
 func (c *Config) sections(rateLimit *bool) map[string]config.Section {
 	return map[string]config.Section{
 		"store": func(path string, n *yaml.Node, _ *config.File) error {
-			return str(&c.Store)(path, n)
+			if err := str(&c.Store)(path, n); err != nil {
+				return err
+			}
+			// The rest of the URL is checked when the store is opened.
+			if _, err := storeurl.Parse(c.Store); err != nil {
+				return yamlnode.Errorf(path, n, "%v", err)
+			}
+			return nil
 		},
 		"server": func(path string, n *yaml.Node, _ *config.File) error {
 			if err := decodeMapping(path, n, c.serverFields()); err != nil {
@@ -175,10 +191,11 @@ func (c *Config) sections(rateLimit *bool) map[string]config.Section {
 // serverFields are the keys of the server section.
 func (c *Config) serverFields() fields {
 	return fields{
-		"http":          str(&c.HTTP),
-		"grpc":          str(&c.GRPC),
-		"drain_timeout": positiveDuration(&c.DrainTimeout),
-		"store_timeout": positiveDuration(&c.StoreTimeout),
+		"http":                str(&c.HTTP),
+		"grpc":                str(&c.GRPC),
+		"drain_timeout":       positiveDuration(&c.DrainTimeout),
+		"start_without_store": boolean(&c.StartWithoutStore),
+		"store_timeout":       positiveDuration(&c.StoreTimeout),
 		"store_failure": enum(&c.StoreFailure, map[string]sluice.StoreFailure{
 			"fail_closed": sluice.FailClosed, "fail_open": sluice.FailOpen, "fail_local": sluice.FailLocal}),
 		"inheritance": enum(&c.Inheritance, map[string]sluice.TokensInheritance{

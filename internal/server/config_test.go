@@ -23,6 +23,7 @@ server:
   auth: {tokens: [a, b], token_file: /etc/sluice/tokens, metrics: true}
   tls: {cert: c.pem, key: k.pem}
   drain_timeout: 30 seconds
+  start_without_store: false
   store_timeout: 250ms
   store_failure: fail_local
   inheritance: as_is
@@ -45,7 +46,7 @@ ratelimit:
 	want := Config{
 		Store: "redis://127.0.0.1:6379/0", HTTP: ":9000", GRPC: "off",
 		Tokens: []string{"a", "b"}, TokenFile: "/etc/sluice/tokens", AuthMetrics: true,
-		TLSCert: "c.pem", TLSKey: "k.pem", DrainTimeout: 30 * time.Second,
+		TLSCert: "c.pem", TLSKey: "k.pem", DrainTimeout: 30 * time.Second, StartWithoutStore: false,
 		HealthWindow: 5 * time.Minute, HealthThreshold: 0.75, HealthMinRequests: 100,
 		StoreTimeout: 250 * time.Millisecond, StoreFailure: sluice.FailLocal, Inheritance: sluice.AsIs,
 		RateLimit: rl,
@@ -60,7 +61,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadConfig = %v", err)
 	}
-	if c.Store != "mem://" || c.DrainTimeout != DefaultDrainTimeout || c.Inheritance != sluice.Proportionally || c.Envoy != nil {
+	if c.Store != "mem://" || !c.StartWithoutStore || c.DrainTimeout != DefaultDrainTimeout || c.Inheritance != sluice.Proportionally || c.Envoy != nil {
 		t.Errorf("LoadConfig of limiters alone = %+v, want the defaults", c)
 	}
 }
@@ -79,7 +80,12 @@ func TestLoadConfigErrors(t *testing.T) {
 	tests := []struct{ name, yaml, want string }{
 		{"unknown section", "stores: mem://\n" + limitersYAML, `config: stores (line 1): unknown key "stores"; valid keys: limiters, envoy, ratelimit, server, store`},
 		{"store not a string", "store: 5\n" + limitersYAML, `config: store (line 1): must be a string, got integer 5 (quote it)`},
-		{"unknown server key", "server:\n  htp: x\n" + limitersYAML, `config: server.htp (line 2): unknown key "htp"; valid keys: auth, drain_timeout, grpc, health, http, inheritance, store_failure, store_timeout, tls`},
+		// A typo of redis:// ran on the in-memory store, every instance with a limit of its own.
+		{"store without a scheme", "store: redis//127.0.0.1:6379/9\n" + limitersYAML,
+			`config: store (line 1): store redis//127.0.0.1:6379/9: no scheme; want a URL starting with mem://, mysql://, postgres://, postgresql://, redis://, redis+cluster://, redis+sentinel://, rediss://`},
+		{"store empty", "store: ''\n" + limitersYAML, `config: store (line 1): store : no scheme`},
+		{"store unknown scheme", "store: memory://\n" + limitersYAML, `config: store (line 1): store memory://: unknown scheme "memory"`},
+		{"unknown server key", "server:\n  htp: x\n" + limitersYAML, `config: server.htp (line 2): unknown key "htp"; valid keys: auth, drain_timeout, grpc, health, http, inheritance, start_without_store, store_failure, store_timeout, tls`},
 		{"duplicate key", "server:\n  http: x\n  http: y\n" + limitersYAML, `config: server.http (line 3): duplicate key "http", first at line 2`},
 		{"port as a number", "server: {http: 8080}\n" + limitersYAML, `config: server.http (line 1): must be a string, got integer 8080 (quote it)`},
 		{"bare duration", "server: {drain_timeout: 10}\n" + limitersYAML, `config: server.drain_timeout (line 1): must be a duration with a unit, as in 10s or 1 minute`},

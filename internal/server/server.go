@@ -53,12 +53,29 @@ type Server struct {
 
 	reloadMu   sync.Mutex // serialises Reload
 	cur        atomic.Pointer[snapshot]
-	badEnvoy   [32]byte // the stamp of envoyproxy/ratelimit files that failed to load, guarded by reloadMu
-	envoyWatch string   // the last error looking at those files, guarded by reloadMu
+	failed     failedRead // the config file at the last failed reload, guarded by reloadMu
+	badEnvoy   [32]byte   // the stamp of envoyproxy/ratelimit files that failed to load, guarded by reloadMu
+	envoyWatch string     // the last error looking at those files, guarded by reloadMu
+
+	// storeErr is the error of the store's last check while it has not
+	// passed one since the start, nil once it has: until then /readyz
+	// answers 503 and Serve checks again in the background.
+	storeErr     atomic.Pointer[error]
+	recheckEvery time.Duration // the first wait before checking again; it doubles up to maxRecheck
 
 	closeOnce sync.Once
 	closeErr  error
 }
+
+// checkTimeout bounds each check of the store: its connection, ping and,
+// for SQL stores, the creation of its table.
+const checkTimeout = 5 * time.Second
+
+// The waits between checks of a store that was unreachable at start.
+const (
+	firstRecheck = time.Second
+	maxRecheck   = 30 * time.Second
+)
 
 // snapshot is one configuration of the server, never changed once
 // published: requests load it once and finish on it even if a reload
@@ -122,12 +139,13 @@ func withClock(c sluice.Clock, now func() time.Time) Option {
 // Serve or Close to close the store.
 func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 	s := &Server{
-		log:     slog.New(slog.DiscardHandler),
-		clock:   sluice.MonotonicClock(),
-		sleeper: sluice.TimerSleeper(),
-		now:     time.Now,
-		metrics: newMetrics(),
-		hot:     newHotKeys(),
+		log:          slog.New(slog.DiscardHandler),
+		clock:        sluice.MonotonicClock(),
+		sleeper:      sluice.TimerSleeper(),
+		now:          time.Now,
+		metrics:      newMetrics(),
+		hot:          newHotKeys(),
+		recheckEvery: firstRecheck,
 	}
 	for _, o := range opts {
 		o(s)
@@ -145,6 +163,15 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.store = st
+	if err := s.checkStore(ctx); err != nil {
+		if !errors.Is(err, storeurl.ErrUnreachable) || !cfg.StartWithoutStore {
+			st.Close()
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		s.log.Error("the store is unreachable at start: serving without it, /readyz answers 503 and each limiter does what "+
+			"server.store_failure says until the store answers; checking again in the background",
+			"store", st.URL, "err", err, "store_failure", failureLabel(cfg.StoreFailure))
+	}
 	snap, err := s.build(cfg, nil)
 	if err != nil {
 		st.Close()
@@ -316,7 +343,7 @@ func (s *Server) reloadLocked(cfg *Config, stamp fileStamp, hash [32]byte) error
 
 // fileStamp is what the watcher compares each second.
 type fileStamp struct {
-	mod  time.Time
+	mod  int64 // Unix nanoseconds
 	size int64
 }
 
@@ -329,10 +356,12 @@ func readStamp(path string) (fileStamp, [32]byte, error) {
 	if err != nil {
 		return fileStamp{}, [32]byte{}, err
 	}
-	return fileStamp{fi.ModTime(), fi.Size()}, sha256.Sum256(data), nil
+	return fileStamp{fi.ModTime().UnixNano(), fi.Size()}, sha256.Sum256(data), nil
 }
 
-// reloadFile reloads the config file when force or when it changed.
+// reloadFile reloads the config file when force or when it changed since
+// it was last read, whether that read loaded or failed: a bad file is
+// reported once per change, not at every poll.
 func (s *Server) reloadFile(force bool) {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
@@ -344,20 +373,28 @@ func (s *Server) reloadFile(force bool) {
 		}
 		return
 	}
-	if !force && fi.ModTime().Equal(old.fileStat.mod) && fi.Size() == old.fileStat.size {
+	stamp := fileStamp{fi.ModTime().UnixNano(), fi.Size()}
+	if !force && (stamp == old.fileStat || stamp == s.failed.stamp) {
 		return
 	}
 	data, err := os.ReadFile(s.path)
 	if err != nil {
+		s.failed = failedRead{stamp: stamp}
+		s.metrics.reloads.WithLabelValues("error").Inc()
 		s.log.Error("reload failed; the old config stays", "err", err)
 		return
 	}
-	stamp, hash := fileStamp{fi.ModTime(), fi.Size()}, sha256.Sum256(data)
-	if !force && hash == old.hash {
-		// Touched, not changed: remember the stamp without rebuilding.
+	hash := sha256.Sum256(data)
+	switch {
+	case !force && hash == old.hash:
+		// Touched, or back to what runs: remember the stamp without rebuilding.
 		snap := *old
 		snap.fileStat = stamp
 		s.cur.Store(&snap)
+		s.failed = failedRead{}
+		return
+	case !force && hash == s.failed.hash:
+		s.failed.stamp = stamp // the same bad file, touched
 		return
 	}
 	cfg, err := LoadConfig(data)
@@ -367,12 +404,21 @@ func (s *Server) reloadFile(force bool) {
 			ce.File = s.path
 		}
 		s.metrics.reloads.WithLabelValues("error").Inc()
+	} else {
+		err = s.reloadLocked(cfg, stamp, hash)
+	}
+	if err != nil {
+		s.failed = failedRead{stamp, hash}
 		s.log.Error("reload failed; the old config stays", "err", err)
 		return
 	}
-	if err := s.reloadLocked(cfg, stamp, hash); err != nil {
-		s.log.Error("reload failed; the old config stays", "err", err)
-	}
+	s.failed = failedRead{}
+}
+
+// failedRead is the config file as it was when a reload of it failed.
+type failedRead struct {
+	stamp fileStamp
+	hash  [32]byte // zero when the file could not be read
 }
 
 // reloadEnvoyFiles reloads the configuration when envoyproxy/ratelimit's
@@ -424,6 +470,44 @@ func (s *Server) watch(ctx context.Context) {
 	}
 }
 
+// checkStore checks the store once and records the outcome for /readyz.
+func (s *Server) checkStore(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	err := s.store.Check(ctx)
+	if err != nil {
+		s.storeErr.Store(&err)
+	} else {
+		s.storeErr.Store(nil)
+	}
+	return err
+}
+
+// recheckStore checks the store that was unreachable at start until it
+// passes or ctx ends, waiting longer after each failure.
+func (s *Server) recheckStore(ctx context.Context) {
+	wait := s.recheckEvery
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		err := s.checkStore(ctx)
+		if err == nil {
+			s.log.Info("the store answers; ready", "store", s.store.URL)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		wait = min(2*wait, maxRecheck)
+		s.log.Error("the store is still unreachable; not ready", "store", s.store.URL, "err", err, "next_check", wait)
+	}
+}
+
 // Serve serves HTTP on httpLn and gRPC on grpcLn (nil: no gRPC) until ctx
 // ends, then shuts down: it stops accepting, waits for requests in flight
 // at most the config's drain timeout, and closes the store.
@@ -459,6 +543,9 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	defer stopWatch()
 	if s.path != "" || s.cur.Load().cfg.RateLimit.Files {
 		go s.watch(watchCtx)
+	}
+	if s.storeErr.Load() != nil {
+		go s.recheckStore(watchCtx)
 	}
 
 	var serveErr error

@@ -1,10 +1,16 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,5 +108,205 @@ func TestReloadForgetsRemovedLimiters(t *testing.T) {
 	}
 	if !kept {
 		t.Error("the kept limiter lost its series too")
+	}
+}
+
+// TestStartChecksStore: a store that answers no at start stops the start,
+// whatever start_without_store says; a store that does not answer stops
+// it with start_without_store false, and otherwise starts a server that
+// says so loudly and is not ready. Before the check, all of them started
+// ready-looking servers that failed each call ("script replied <nil>").
+func TestStartChecksStore(t *testing.T) {
+	redisURL := testserver.SharedRedis(t)
+	pgURL := testserver.SharedPostgres(t)
+	stopped, stop, err := testserver.StartRedis(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	const limiters = "limiters:\n  api: {policy: fixed_window, limit: 3, interval: 1 minute}\n"
+	refused := []struct{ name, yaml, want string }{
+		{"redis db 99", "store: " + strings.TrimSuffix(redisURL, "/0") + "/99\n", "DB index is out of range"},
+		{"postgres unknown database", "store: " + strings.Replace(pgURL, "/postgres?", "/nosuchdb?", 1) + "\n", `database "nosuchdb" does not exist`},
+		{"redis down, not started without it", "store: " + stopped + "\nserver: {start_without_store: false}\n", "connection refused"},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := LoadConfig([]byte(tt.yaml + limiters))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := New(t.Context(), cfg)
+			if err == nil {
+				s.Close()
+				t.Fatalf("New = nil error, want one containing %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+
+	t.Run("redis down, started without it", func(t *testing.T) {
+		cfg, err := LoadConfig([]byte("store: " + stopped + "\n" + limiters))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var log testserver.Buffer
+		s, err := New(t.Context(), cfg, WithLogger(slog.New(slog.NewJSONHandler(&log, nil))))
+		if err != nil {
+			t.Fatalf("New = %v, want a server that starts without its store", err)
+		}
+		defer s.Close()
+		code, got := call(t, s, "GET", "/readyz", "")
+		e, _ := got["error"].(map[string]any)
+		if msg, _ := e["message"].(string); code != 503 || !strings.Contains(msg, "has not answered since the start") {
+			t.Errorf("/readyz = %d %v, want 503 saying the store has not answered", code, got)
+		}
+		if !strings.Contains(log.String(), `"level":"ERROR","msg":"the store is unreachable at start`) {
+			t.Errorf("log = %s, want an error about the unreachable store", log.String())
+		}
+	})
+}
+
+// TestStoreAnswersLater starts a server whose store does not answer yet
+// (a proxy to a real Redis that drops every connection), then lets the
+// connections through: the server becomes ready on its own.
+func TestStoreAnswersLater(t *testing.T) {
+	redisURL := testserver.SharedRedis(t)
+	target := strings.Split(strings.TrimPrefix(redisURL, "redis://"), "/")[0]
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var up atomic.Bool
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if !up.Load() {
+				c.Close()
+				continue
+			}
+			go func() {
+				defer c.Close()
+				r, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer r.Close()
+				go io.Copy(r, c)
+				io.Copy(c, r)
+			}()
+		}
+	}()
+
+	cfg, err := LoadConfig([]byte("store: redis://" + ln.Addr().String() + "/0\n" +
+		"limiters:\n  api: {policy: fixed_window, limit: 3, interval: 1 minute}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log testserver.Buffer
+	s, err := New(t.Context(), cfg, WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
+	if err != nil {
+		t.Fatalf("New = %v", err)
+	}
+	s.recheckEvery = 20 * time.Millisecond
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- s.Serve(ctx, httpLn, nil) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	if code, _ := call(t, s, "GET", "/readyz", ""); code != 503 {
+		t.Fatalf("/readyz before the store answers = %d, want 503", code)
+	}
+	up.Store(true)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if code, _ := call(t, s, "GET", "/readyz", ""); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still not ready 20s after the store answers; log:\n%s", log.String())
+		}
+	}
+	if !strings.Contains(log.String(), "the store answers; ready") {
+		t.Errorf("log = %s, want a line saying the store answers", log.String())
+	}
+}
+
+// TestReloadErrorOncePerChange: a config file that fails to load is
+// reported once per change of the file, not at every poll (it was read
+// and logged again each second: 13 errors for two bad edits).
+func TestReloadErrorOncePerChange(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	mtime := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	write := func(content string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mtime = mtime.Add(time.Second) // a new stamp whatever the file system's resolution
+		if err := os.Chtimes(path, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good := "limiters:\n  api: {policy: fixed_window, limit: 3, interval: 1 minute}\n"
+	write(good)
+	cfg, err := LoadConfigFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log testserver.Buffer
+	s, err := New(t.Context(), cfg, WithConfigFile(path, nil), WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	polls := func(n int) {
+		for range n {
+			s.reloadFile(false)
+		}
+	}
+	counts := func() (ok, failed float64) {
+		return testutil.ToFloat64(s.metrics.reloads.WithLabelValues("ok")), testutil.ToFloat64(s.metrics.reloads.WithLabelValues("error"))
+	}
+	steps := []struct {
+		name       string
+		edit       func()
+		ok, failed float64
+	}{
+		{"first bad edit", func() { write("limiters: {api: {policy: nope}}\n") }, 0, 1},
+		{"second bad edit", func() { write("limiters: [\n") }, 0, 2},
+		{"bad file touched", func() { write("limiters: [\n") }, 0, 2},
+		{"back to the running file", func() { write(good) }, 0, 2},
+		{"bad again", func() { write("limiters: [\n") }, 0, 3},
+		{"a new good file", func() { write(strings.Replace(good, "limit: 3", "limit: 4", 1)) }, 1, 3},
+		{"bad once more", func() { write("limiters: [\n") }, 1, 4},
+	}
+	for _, st := range steps {
+		st.edit()
+		polls(6)
+		if ok, failed := counts(); ok != st.ok || failed != st.failed {
+			t.Errorf("after %s and 6 polls: reloads ok %v, error %v; want %v and %v", st.name, ok, failed, st.ok, st.failed)
+		}
+	}
+	if n := strings.Count(log.String(), "reload failed"); n != 4 {
+		t.Errorf("%d reload errors logged, want 4 (one per bad change):\n%s", n, log.String())
+	}
+	// A reload asked for (SIGHUP) tries again, and says so.
+	s.reloadFile(true)
+	if _, failed := counts(); failed != 5 {
+		t.Errorf("a forced reload of the bad file: %v errors counted, want 5", failed)
 	}
 }

@@ -7,12 +7,17 @@
 //	postgres://user@host:port/db?strategy=select_for_update&table=name
 //	mysql://user:pass@host:port/db?strategy=...&table=name
 //
-// The SQL stores create their table if it is missing. strategy is one of
-// single_statement (the default on PostgreSQL), select_for_update (the
-// only one, and default, on MySQL) and advisory_lock (PostgreSQL).
+// strategy is one of single_statement (the default on PostgreSQL),
+// select_for_update (the only one, and default, on MySQL) and
+// advisory_lock (PostgreSQL).
 //
-// Stores are chosen by scheme in one switch, not registered by init, so
-// what the command can open is written here.
+// Open only builds the clients; Check connects. A URL whose scheme is
+// missing or unknown, or that has parameters its store does not take, is
+// an error: nothing is silently read as something else.
+//
+// Stores are chosen by scheme in one table (as gocloud's URLMux does, but
+// fixed here rather than registered by init), so what the command can
+// open is written in this file.
 package storeurl
 
 import (
@@ -20,10 +25,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -38,7 +46,11 @@ import (
 type Store struct {
 	driver.Store
 	// Scheme is the URL's scheme, e.g. "redis+cluster".
-	Scheme  string
+	Scheme string
+	// URL is the URL without its password, for messages.
+	URL string
+
+	check   func(ctx context.Context) error // nil: nothing to check
 	closers []func() error
 }
 
@@ -51,16 +63,47 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
+// Check connects to the store once: it pings it and, for the SQL stores,
+// creates the table if it is missing. It may be called again after it
+// failed. Its error is an *Error that matches ErrUnreachable when the
+// store did not answer (refused or timed out connections, a server still
+// starting), which a later Check may get past; any other error is one the
+// store answered with (an unknown database, a wrong password, a database
+// index out of range, no right to create the table), which waiting will
+// not cure.
+func (s *Store) Check(ctx context.Context) error {
+	if s.check == nil {
+		return nil
+	}
+	if err := s.check(ctx); err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+			return &Error{URL: s.URL, Msg: "no answer", Err: err, unreachable: true}
+		}
+		if unreachable(err) {
+			return &Error{URL: s.URL, Msg: "unreachable", Err: err, unreachable: true}
+		}
+		return &Error{URL: s.URL, Msg: "the store refused the connection or the table (check the URL's database, user and password)", Err: err}
+	}
+	return nil
+}
+
 // Pinger is implemented by stores that can check they are reachable.
 type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
-// Error reports a URL that cannot be opened.
+// ErrUnreachable is matched (errors.Is) by the errors of Check for a
+// store that did not answer.
+var ErrUnreachable = errors.New("store unreachable")
+
+// Error reports a URL that cannot be opened, or a store that failed its
+// Check.
 type Error struct {
 	URL string // with any password removed
 	Msg string
 	Err error // the underlying error, if any
+
+	unreachable bool
 }
 
 func (e *Error) Error() string {
@@ -72,124 +115,322 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// Is reports whether target is ErrUnreachable and e is about a store that
+// did not answer.
+func (e *Error) Is(target error) bool { return target == ErrUnreachable && e.unreachable }
+
+// An opener opens the store of a URL with its scheme. It builds clients
+// but does not connect; Store.check does.
+type opener func(ctx context.Context, src source) (*Store, error)
+
+// openers are the stores by scheme.
+var openers = map[string]opener{
+	"mem":            openMem,
+	"redis":          openRedis,
+	"rediss":         openRedis,
+	"redis+cluster":  openRedisCluster,
+	"redis+sentinel": openRedisSentinel,
+	"postgres":       openPostgres,
+	"postgresql":     openPostgres,
+	"mysql":          openMySQL,
+}
+
+// Schemes returns the schemes Open accepts, sorted.
+func Schemes() []string { return slices.Sorted(maps.Keys(openers)) }
+
+// Parse checks that rawURL is a URL whose scheme Open knows, without
+// opening anything, and returns the parsed URL.
+func Parse(rawURL string) (*url.URL, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		shown := rawURL
+		if strings.Contains(rawURL, "@") { // a password we cannot tell apart from the rest
+			shown = "(unparsable)"
+		}
+		if !strings.Contains(rawURL, "://") {
+			return nil, &Error{URL: shown, Msg: "no scheme; want " + want()}
+		}
+		return nil, &Error{URL: shown, Msg: "not a URL; want " + want(), Err: errors.Unwrap(err)}
+	}
+	shown := redact(u, rawURL)
+	switch _, ok := openers[u.Scheme]; {
+	case u.Scheme == "":
+		return nil, &Error{URL: shown, Msg: "no scheme; want " + want()}
+	case !ok:
+		return nil, &Error{URL: shown, Msg: fmt.Sprintf("unknown scheme %q; want %s", u.Scheme, want())}
+	}
+	return u, nil
+}
+
+// want lists the schemes for an error message.
+func want() string {
+	s := Schemes()
+	for i := range s {
+		s[i] += "://"
+	}
+	return "a URL starting with " + strings.Join(s, ", ")
+}
+
+// redact is raw, parsed as u, for messages: as written when it has no
+// password, else u without its password.
+func redact(u *url.URL, raw string) string {
+	if _, ok := u.User.Password(); ok {
+		return u.Redacted()
+	}
+	return raw
+}
+
+// Open opens the store rawURL names, without connecting to it: call Check
+// for that. The caller must Close it.
+func Open(ctx context.Context, rawURL string) (*Store, error) {
+	u, err := Parse(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return openers[u.Scheme](ctx, source{u: u, raw: rawURL, shown: redact(u, rawURL)})
+}
+
+// source is a URL being opened.
+type source struct {
+	u     *url.URL
+	raw   string // as written
+	shown string // for messages, without its password
+}
+
+// bad returns an *Error about src.
+func (src source) bad(msg string, err error) error {
+	return &Error{URL: src.shown, Msg: msg, Err: err}
+}
+
+// query returns u's query parameters, and an error for a query that does
+// not parse (u.Query drops what it cannot read, ";" among them) or a
+// parameter given but empty.
+func query(src source) (url.Values, error) {
+	u := src.u
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, src.bad("bad query", err)
+	}
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		if slices.Contains(q[k], "") {
+			return nil, src.bad(fmt.Sprintf("parameter %q is empty", k), nil)
+		}
+	}
+	return q, nil
+}
+
+// params returns u's query parameters and an error for any not in known.
+func params(src source, known ...string) (url.Values, error) {
+	u := src.u
+	q, err := query(src)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		if !slices.Contains(known, k) {
+			if len(known) == 0 {
+				return nil, src.bad(fmt.Sprintf("unknown parameter %q: %s:// URLs take none", k, u.Scheme), nil)
+			}
+			return nil, src.bad(fmt.Sprintf("unknown parameter %q: %s:// URLs take %s", k, u.Scheme, strings.Join(known, ", ")), nil)
+		}
+	}
+	return q, nil
+}
+
+func openMem(_ context.Context, src source) (*Store, error) {
+	u := src.u
+	if u.Host != "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.User != nil || u.Opaque != "" {
+		return nil, src.bad("mem:// takes no host, path or parameters", nil)
+	}
+	return &Store{Store: memstore.New(), Scheme: u.Scheme, URL: src.shown}, nil
+}
+
 // noRetries turns off go-redis's own retries: a compare-and-set it re-sent
 // after a lost reply may have been applied twice (redisstore's doc), and
 // the limiter's store timeout and failure policy already bound a failing
 // call. A redis:// URL may still set max_retries.
 const noRetries = -1
 
-// Open opens the store rawURL names. The caller must Close it.
-func Open(ctx context.Context, rawURL string) (*Store, error) {
-	u, err := url.Parse(rawURL)
+func openRedis(_ context.Context, src source) (*Store, error) {
+	u := src.u
+	if _, err := query(src); err != nil {
+		return nil, err
+	}
+	opt, err := redis.ParseURL(src.raw)
 	if err != nil {
-		return nil, &Error{URL: "(unparsable)", Msg: "not a URL", Err: err}
+		return nil, src.bad("bad Redis URL", err)
 	}
-	shown := u.Redacted()
-	bad := func(msg string, err error) error { return &Error{URL: shown, Msg: msg, Err: err} }
-	s := &Store{Scheme: u.Scheme}
-	switch u.Scheme {
-	case "mem", "":
-		s.Store = memstore.New()
-		return s, nil
-	case "redis", "rediss":
-		opt, err := redis.ParseURL(rawURL)
-		if err != nil {
-			return nil, bad("bad Redis URL", err)
-		}
-		if !u.Query().Has("max_retries") {
-			opt.MaxRetries = noRetries
-		}
-		return s.redis(redis.NewClient(opt), bad)
-	case "redis+cluster":
-		addrs := strings.Split(u.Host, ",")
-		opt := &redis.ClusterOptions{Addrs: addrs, Username: u.User.Username(), MaxRetries: noRetries}
-		opt.Password, _ = u.User.Password() // both read "" from a nil u.User
-		return s.redis(redis.NewClusterClient(opt), bad)
-	case "redis+sentinel":
-		master := strings.Trim(u.Path, "/")
-		if master == "" {
-			return nil, bad("the path must name the master, e.g. redis+sentinel://host:26379/mymaster", nil)
-		}
-		opt := &redis.FailoverOptions{MasterName: master, SentinelAddrs: strings.Split(u.Host, ","), Username: u.User.Username(),
-			MaxRetries: noRetries}
-		opt.Password, _ = u.User.Password()
-		return s.redis(redis.NewFailoverClient(opt), bad)
-	case "postgres", "postgresql":
-		q := u.Query()
-		var opts []pgstore.Option
-		switch strategy := q.Get("strategy"); strategy {
-		case "", "single_statement":
-		case "select_for_update":
-			opts = append(opts, pgstore.WithStrategy(pgstore.SelectForUpdate))
-		case "advisory_lock":
-			opts = append(opts, pgstore.WithStrategy(pgstore.AdvisoryLock))
-		default:
-			return nil, bad(fmt.Sprintf("unknown strategy %q: want single_statement, select_for_update or advisory_lock", strategy), nil)
-		}
-		if t := q.Get("table"); t != "" {
-			opts = append(opts, pgstore.WithTable(t))
-		}
-		q.Del("strategy")
-		q.Del("table")
-		u.RawQuery = q.Encode()
-		pool, err := pgxpool.New(ctx, u.String())
-		if err != nil {
-			return nil, bad("cannot configure the PostgreSQL pool", err)
-		}
-		s.closers = append(s.closers, func() error { pool.Close(); return nil })
-		st, err := pgstore.New(pool, opts...)
-		if err != nil {
-			pool.Close()
-			return nil, bad("bad store options", err)
-		}
-		if err := st.Migrate(ctx); err != nil {
-			pool.Close()
-			return nil, bad("cannot create the table", err)
-		}
-		s.Store = st
-		return s, nil
-	case "mysql":
-		q := u.Query()
-		var opts []mysqlstore.Option
-		switch strategy := q.Get("strategy"); strategy {
-		case "", "select_for_update":
-		default:
-			return nil, bad(fmt.Sprintf("unknown strategy %q: MySQL has select_for_update", strategy), nil)
-		}
-		if t := q.Get("table"); t != "" {
-			opts = append(opts, mysqlstore.WithTable(t))
-		}
-		cfg := mysql.NewConfig()
-		cfg.Net, cfg.Addr, cfg.DBName, cfg.ParseTime = "tcp", u.Host, strings.Trim(u.Path, "/"), true
-		cfg.User = u.User.Username()
-		cfg.Passwd, _ = u.User.Password()
-		db, err := sql.Open("mysql", cfg.FormatDSN())
-		if err != nil {
-			return nil, bad("cannot configure the MySQL client", err)
-		}
-		s.closers = append(s.closers, db.Close)
-		st, err := mysqlstore.New(db, opts...)
-		if err != nil {
-			db.Close()
-			return nil, bad("bad store options", err)
-		}
-		if err := st.Migrate(ctx); err != nil {
-			db.Close()
-			return nil, bad("cannot create the table", err)
-		}
-		s.Store = st
-		return s, nil
+	if !u.Query().Has("max_retries") {
+		opt.MaxRetries = noRetries
 	}
-	return nil, bad(fmt.Sprintf("unknown scheme %q: want mem, redis, rediss, redis+cluster, redis+sentinel, postgres or mysql", u.Scheme), nil)
+	return newRedis(src, redis.NewClient(opt))
 }
 
-func (s *Store) redis(c redis.UniversalClient, bad func(string, error) error) (*Store, error) {
+func openRedisCluster(_ context.Context, src source) (*Store, error) {
+	u := src.u
+	if _, err := params(src); err != nil {
+		return nil, err
+	}
+	if p := strings.Trim(u.Path, "/"); p != "" && p != "0" {
+		return nil, src.bad(fmt.Sprintf("a Redis Cluster has database 0 only, got path %q", u.Path), nil)
+	}
+	opt := &redis.ClusterOptions{Addrs: strings.Split(u.Host, ","), Username: u.User.Username(), MaxRetries: noRetries}
+	opt.Password, _ = u.User.Password() // both read "" from a nil u.User
+	return newRedis(src, redis.NewClusterClient(opt))
+}
+
+func openRedisSentinel(_ context.Context, src source) (*Store, error) {
+	u := src.u
+	if _, err := params(src); err != nil {
+		return nil, err
+	}
+	master := strings.Trim(u.Path, "/")
+	if master == "" {
+		return nil, src.bad("the path must name the master, e.g. redis+sentinel://host:26379/mymaster", nil)
+	}
+	opt := &redis.FailoverOptions{MasterName: master, SentinelAddrs: strings.Split(u.Host, ","), Username: u.User.Username(),
+		MaxRetries: noRetries}
+	opt.Password, _ = u.User.Password()
+	s, err := newRedis(src, redis.NewFailoverClient(opt))
+	if err != nil {
+		return nil, err
+	}
+	ping := s.check
+	s.check = func(ctx context.Context) error {
+		err := ping(ctx)
+		if errors.Is(err, redis.Nil) { // a Sentinel's nil reply to GET-MASTER-ADDR-BY-NAME
+			return fmt.Errorf("no Sentinel knows a master called %q: %w", master, err)
+		}
+		return err
+	}
+	return s, nil
+}
+
+func newRedis(src source, c redis.UniversalClient) (*Store, error) {
 	st, err := redisstore.New(c)
 	if err != nil {
 		c.Close()
-		return nil, bad("bad store options", err)
+		return nil, src.bad("bad store options", err)
 	}
-	s.Store = st
-	s.closers = append(s.closers, c.Close, st.Close)
-	return s, nil
+	return &Store{Store: st, Scheme: src.u.Scheme, URL: src.shown, check: st.Ping, closers: []func() error{c.Close, st.Close}}, nil
+}
+
+func openPostgres(ctx context.Context, src source) (*Store, error) {
+	u := src.u
+	q, err := query(src) // all but strategy and table are pgx's connection parameters
+	if err != nil {
+		return nil, err
+	}
+	var opts []pgstore.Option
+	switch strategy := q.Get("strategy"); strategy {
+	case "", "single_statement":
+	case "select_for_update":
+		opts = append(opts, pgstore.WithStrategy(pgstore.SelectForUpdate))
+	case "advisory_lock":
+		opts = append(opts, pgstore.WithStrategy(pgstore.AdvisoryLock))
+	default:
+		return nil, src.bad(fmt.Sprintf("unknown strategy %q: want single_statement, select_for_update or advisory_lock", strategy), nil)
+	}
+	if t := q.Get("table"); t != "" {
+		opts = append(opts, pgstore.WithTable(t))
+	}
+	q.Del("strategy")
+	q.Del("table")
+	pgURL := *u
+	pgURL.RawQuery = q.Encode()
+	cfg, err := pgxpool.ParseConfig(pgURL.String())
+	if err != nil {
+		return nil, src.bad("bad PostgreSQL URL", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg) // connects lazily
+	if err != nil {
+		return nil, src.bad("cannot configure the PostgreSQL pool", err)
+	}
+	st, err := pgstore.New(pool, opts...)
+	if err != nil {
+		pool.Close()
+		return nil, src.bad("bad store options", err)
+	}
+	return &Store{Store: st, Scheme: u.Scheme, URL: src.shown, check: pingAndMigrate(st),
+		closers: []func() error{func() error { pool.Close(); return nil }}}, nil
+}
+
+func openMySQL(_ context.Context, src source) (*Store, error) {
+	u := src.u
+	q, err := params(src, "strategy", "table")
+	if err != nil {
+		return nil, err
+	}
+	var opts []mysqlstore.Option
+	switch strategy := q.Get("strategy"); strategy {
+	case "", "select_for_update":
+	default:
+		return nil, src.bad(fmt.Sprintf("unknown strategy %q: MySQL has select_for_update", strategy), nil)
+	}
+	if t := q.Get("table"); t != "" {
+		opts = append(opts, mysqlstore.WithTable(t))
+	}
+	cfg := mysql.NewConfig()
+	cfg.Net, cfg.Addr, cfg.DBName, cfg.ParseTime = "tcp", u.Host, strings.Trim(u.Path, "/"), true
+	cfg.User = u.User.Username()
+	cfg.Passwd, _ = u.User.Password()
+	db, err := sql.Open("mysql", cfg.FormatDSN()) // connects lazily
+	if err != nil {
+		return nil, src.bad("cannot configure the MySQL client", err)
+	}
+	st, err := mysqlstore.New(db, opts...)
+	if err != nil {
+		db.Close()
+		return nil, src.bad("bad store options", err)
+	}
+	return &Store{Store: st, Scheme: u.Scheme, URL: src.shown, check: pingAndMigrate(st), closers: []func() error{db.Close}}, nil
+}
+
+// pingAndMigrate is the check of a SQL store: a ping, then its table.
+func pingAndMigrate(st interface {
+	Pinger
+	Migrate(ctx context.Context) error
+}) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if err := st.Ping(ctx); err != nil {
+			return err
+		}
+		if err := st.Migrate(ctx); err != nil {
+			return fmt.Errorf("creating the table: %w", err)
+		}
+		return nil
+	}
+}
+
+// unreachable reports whether err, from a store's check, means that the
+// store did not answer, or answered that it cannot serve yet: anything but
+// a reply that refuses the configuration.
+func unreachable(err error) bool {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		// Replies of a server that is starting, busy or failing over.
+		for _, transient := range []string{"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN"} {
+			if redis.HasErrorPrefix(rerr, transient) {
+				return true
+			}
+		}
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// Class 08: connection exception; 53: insufficient resources (too
+		// many connections); 57: operator intervention (shutting down,
+		// starting up).
+		c := pgErr.Code[:min(2, len(pgErr.Code))]
+		return c == "08" || c == "53" || c == "57"
+	}
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) {
+		switch myErr.Number {
+		case 1040, 1053, 1203: // ER_CON_COUNT_ERROR, ER_SERVER_SHUTDOWN, ER_TOO_MANY_USER_CONNECTIONS
+			return true
+		}
+		return false
+	}
+	return true
 }

@@ -8,27 +8,139 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/testserver"
 )
 
+func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
+
+// TestOpenBadURLs: a URL that Open cannot read exactly as written is an
+// *Error naming the value (without its password) and, for a scheme, the
+// schemes there are. Before the table of schemes, a URL without one
+// (a typo) opened the in-memory store.
 func TestOpenBadURLs(t *testing.T) {
-	for _, u := range []string{
-		"ftp://x",
-		"redis+sentinel://127.0.0.1:1",
-		"postgres://127.0.0.1:1/db?strategy=optimistic",
-		"mysql://127.0.0.1:1/db?strategy=advisory_lock",
-		"postgres://127.0.0.1:1/db?table=x;drop",
-	} {
-		s, err := Open(context.Background(), u)
-		var e *Error
-		if !errors.As(err, &e) {
-			t.Errorf("Open(%q) = %v, %v, want an *Error", u, s, err)
-		}
+	tests := []struct {
+		url  string
+		want []string // in the error
+	}{
+		{"redis//127.0.0.1:6379/9", []string{"redis//127.0.0.1:6379/9", "no scheme", "redis://", "mem://", "mysql://"}},
+		{"", []string{"no scheme", "redis+sentinel://"}},
+		{"127.0.0.1:6379", []string{"127.0.0.1:6379", "no scheme"}},
+		{"ftp://x", []string{`unknown scheme "ftp"`, "postgres://"}},
+		{"mem://localhost", []string{"mem:// takes no host"}},
+		{"mem://?max_keys=10", []string{"mem:// takes no host, path or parameters"}},
+		{"redis://127.0.0.1:1/0?frobnicate=1", []string{"bad Redis URL", "frobnicate"}},
+		{"redis+cluster://127.0.0.1:1,127.0.0.1:2?max_retries=3", []string{`unknown parameter "max_retries"`, "take none"}},
+		{"redis+cluster://127.0.0.1:1/3", []string{"database 0 only"}},
+		{"redis+sentinel://127.0.0.1:1", []string{"must name the master"}},
+		{"redis+sentinel://127.0.0.1:1/m?db=2", []string{`unknown parameter "db"`}},
+		{"postgres://127.0.0.1:1/db?strategy=optimistic", []string{`unknown strategy "optimistic"`}},
+		{"postgres://127.0.0.1:1/db?table=x;drop", []string{"bad query", "semicolon"}},
+		{"postgres://127.0.0.1:1/db?table=", []string{`parameter "table" is empty`}},
+		{"postgres://127.0.0.1:1/db?table=1x", []string{"bad store options", "not an SQL identifier"}},
+		{"redis://127.0.0.1:1/0?db=1;x=2", []string{"bad query"}},
+		{"mysql://127.0.0.1:1/db?strategy=advisory_lock", []string{`unknown strategy "advisory_lock"`}},
+		{"mysql://root@127.0.0.1:1/db?tls=true", []string{`unknown parameter "tls"`, "strategy, table"}},
+		{"mysql://root:hunter2@127.0.0.1:1/db?x=1", []string{"root:xxxxx@"}},
+		{"redis://user:hunter2@host:port/x", []string{"(unparsable)"}},
 	}
-	if _, err := Open(context.Background(), "redis://user:secret@127.0.0.1:1/x"); err == nil || strings.Contains(err.Error(), "secret") {
-		t.Errorf("Open with a bad database = %v, want an error without the password", err)
+	for _, tt := range tests {
+		t.Run(tt.url, func(t *testing.T) {
+			s, err := Open(t.Context(), tt.url)
+			var e *Error
+			if !errors.As(err, &e) {
+				if s != nil {
+					s.Close()
+				}
+				t.Fatalf("Open(%q) = %v, %v, want an *Error", tt.url, s, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Open(%q) = %q, want it to contain %q", tt.url, err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("Open(%q) = %q shows the password", tt.url, err)
+			}
+		})
+	}
+}
+
+// TestCheck connects to real servers: a store that answers passes; one
+// that does not is ErrUnreachable; one that answers no (a database index
+// out of range, a wrong password, a database that does not exist) is an
+// error that does not match ErrUnreachable and says what the server said.
+func TestCheck(t *testing.T) {
+	redisURL := testserver.SharedRedis(t) // redis://127.0.0.1:PORT/0
+	pgURL := testserver.SharedPostgres(t)
+	mysqlHost := strings.TrimSuffix(strings.TrimPrefix(testserver.SharedMariaDB(t), "root@tcp("), ")/sluice")
+	stopped, stop, err := testserver.StartRedis(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	host := func(u string) string { return strings.Split(strings.TrimPrefix(u, "redis://"), "/")[0] }
+	// A Redis of its own that asks for a password.
+	locked := testserver.Redis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: host(locked)})
+	if err := rdb.ConfigSet(t.Context(), "requirepass", "sesame").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.Close()
+	tests := []struct {
+		name        string
+		url         string
+		unreachable bool
+		want        string // in the error; "" for none
+	}{
+		{"mem", "mem://", false, ""},
+		{"redis", redisURL, false, ""},
+		{"postgres", pgURL, false, ""},
+		{"mysql", "mysql://root@" + mysqlHost + "/sluice", false, ""},
+		{"redis stopped", stopped, true, "connection refused"},
+		{"redis db 99", "redis://" + host(redisURL) + "/99", false, "DB index is out of range"},
+		{"redis password", "redis://:sesame@" + host(locked) + "/0", false, ""},
+		{"redis wrong password", "redis://:hunter2@" + host(locked) + "/0", false, "WRONGPASS"},
+		{"redis no password", "redis://" + host(locked) + "/0", false, "NOAUTH"},
+		{"sentinel unknown master", strings.TrimSuffix(testserver.SharedRedisSentinel(t), "/sluice") + "/nosuchmaster", false,
+			`no Sentinel knows a master called "nosuchmaster"`},
+		{"postgres unknown database", strings.Replace(pgURL, "/postgres?", "/nosuchdb?", 1), false, `database "nosuchdb" does not exist`},
+		{"mysql unknown database", "mysql://root@" + mysqlHost + "/nosuchdb", false, "Unknown database 'nosuchdb'"},
+		{"mysql wrong password", "mysql://root:hunter2@" + mysqlHost + "/sluice", false, "Access denied"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			s, err := Open(ctx, tt.url)
+			if err != nil {
+				t.Fatalf("Open(%q) = %v", tt.url, err)
+			}
+			defer s.Close()
+			err = s.Check(ctx)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("Check(%s) = %v, want nil", tt.url, err)
+			case tt.want == "":
+				return
+			case err == nil:
+				t.Fatalf("Check(%s) = nil, want an error containing %q", tt.url, tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Check(%s) = %q, want it to contain %q", tt.url, err, tt.want)
+			}
+			if got := errors.Is(err, ErrUnreachable); got != tt.unreachable {
+				t.Errorf("Check(%s) = %q: errors.Is(err, ErrUnreachable) = %v, want %v", tt.url, err, got, tt.unreachable)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("Check(%s) = %q shows the password", tt.url, err)
+			}
+		})
 	}
 }
 
@@ -62,6 +174,9 @@ func TestServerKilled(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer store.Close()
+			if err := store.Check(ctx); err != nil {
+				t.Fatal(err)
+			}
 			counts := new(sluice.CountingListener)
 			local, err := sluice.NewLimiter(sluice.FixedWindow(30, time.Hour), sluice.WithStore(store),
 				sluice.WithStoreFailure(sluice.FailLocal), sluice.WithListener(counts), sluice.WithStoreTimeout(300*time.Millisecond))

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 )
 
 // ErrUsage is matched (errors.Is) by the errors Run returns for a command
@@ -54,6 +55,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		usage(stderr)
 		return usagef("sluice: no command given")
 	}
+	// Until a command says otherwise (serve's --log-format), what the
+	// store clients log goes to stderr as text.
+	routeLogs(slog.New(slog.NewTextHandler(stderr, nil)))
 	if args[0] == "check-store-worker" { // hidden: a writer process of check-store
 		return runCheckStoreWorker(ctx, args[1:], stdout, stderr)
 	}

@@ -41,6 +41,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	default:
 		return usagef("sluice serve: --log-format %q: want text or json", *logFormat)
 	}
+	routeLogs(log)
 
 	var cfg *server.Config
 	var err error

@@ -3,9 +3,13 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -78,5 +82,47 @@ func TestServe(t *testing.T) {
 	}
 	if !strings.HasSuffix(stdout.String(), "sluice serve: stopped\n") {
 		t.Errorf("serve printed %q, want it to end with stopped", stdout.String())
+	}
+}
+
+// TestServeLogsJSON: with --log-format json every line on stderr is JSON,
+// the lines go-redis writes on its own included (Sentinel's choice of
+// master, logged as the store is checked at start), which it used to
+// print as plain text on the process's stderr.
+func TestServeLogsJSON(t *testing.T) {
+	config := filepath.Join(t.TempDir(), "sluice.yaml")
+	yaml := "store: " + testserver.SharedRedisSentinel(t) + "\nlimiters:\n  api: {policy: fixed_window, limit: 3, interval: 1 minute}\n"
+	if err := os.WriteFile(config, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout, stderr testserver.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, []string{"serve", "--config", config, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--log-format", "json"},
+			&stdout, &stderr)
+	}()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(stdout.String(), "gRPC on"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve printed %q, want the addresses; stderr:\n%s", stdout.String(), stderr.String())
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve = %v", err)
+	}
+	var fromRedis int
+	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		var entry map[string]any
+		if err := json.Unmarshal([]byte(line), &entry); err != nil {
+			t.Errorf("stderr line %q is not JSON: %v", line, err)
+		}
+		if entry["lib"] == "go-redis" && strings.Contains(fmt.Sprint(entry["msg"]), "sentinel") {
+			fromRedis++
+		}
+	}
+	if fromRedis == 0 {
+		t.Errorf("no line of go-redis's on stderr, want its Sentinel lines as JSON:\n%s", stderr.String())
 	}
 }

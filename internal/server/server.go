@@ -555,7 +555,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 		serveErr = fmt.Errorf("server: %w", serveErr)
 	}
 	stopWatch()
-	s.log.Info("shutting down", "drain_timeout", s.cur.Load().cfg.DrainTimeout)
+	s.log.Info("shutting down", "drain_timeout", s.cur.Load().cfg.DrainTimeout.String())
 	return errors.Join(serveErr, s.shutdown(hs, gs, cancelBase))
 }
 

@@ -43,6 +43,7 @@ func commands() []command {
 		{"demo", "throttle a burst of requests with a token bucket, in real time", runDemo},
 		{"serve", "run the rate-limit server: HTTP API, Envoy gRPC, metrics, live page", runServe},
 		{"simulate", "run limiters against a traffic pattern on a fake clock; chart it as SVG", runSimulate},
+		{"version", "print the version and VCS revision of this build", runVersion},
 		{"help", "show this help, or a command's flags: sluice help COMMAND", runHelp},
 	}
 }

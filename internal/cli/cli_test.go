@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -197,5 +199,19 @@ func TestDemoCancelled(t *testing.T) {
 	cancel()
 	if err := demo(ctx, new(bytes.Buffer), clock, clock, 3, time.Second); !errors.Is(err, context.Canceled) {
 		t.Errorf("demo with a cancelled context = %v, want context.Canceled", err)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	info := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/sluicehq/sluice", Version: "v0.4.0"},
+		Settings: []debug.BuildSetting{{Key: "GOOS", Value: "linux"}, {Key: "GOARCH", Value: "amd64"},
+			{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.time", Value: "2026-11-24T09:00:00Z"}, {Key: "vcs.modified", Value: "true"}}}
+	want := "sluice v0.4.0\nrevision 0123abcd 2026-11-24T09:00:00Z (modified)\ngo1.26.8 linux/amd64\n"
+	if got := version(info); got != want {
+		t.Errorf("version = %q, want %q", got, want)
+	}
+	out, _, err := runCLI(t, "version")
+	if err != nil || !strings.HasPrefix(out, "sluice ") || !strings.Contains(out, runtime.Version()) {
+		t.Errorf("sluice version = %q, %v; want the version and %s", out, err, runtime.Version())
 	}
 }

@@ -62,7 +62,32 @@ func newMetrics() *metrics {
 	}
 	m.reg.MustRegister(m.decisions, m.tokens, m.storeSeconds, m.storeErrors, m.storeFailures, m.waiting, m.reloads,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Series exist from the start at zero, so that alerts on a rate or on
+	// absence work before the first event.
+	for _, op := range storeOps {
+		m.storeSeconds.WithLabelValues(op)
+		m.storeErrors.WithLabelValues(op)
+	}
+	for _, result := range []string{"ok", "error"} {
+		m.reloads.WithLabelValues(result)
+	}
 	return m
+}
+
+// storeOps are the values of the op label of the store metrics.
+var storeOps = []string{"update", "delete", "ping"}
+
+// declare makes the series of snap's limiters exist at zero: their
+// decisions by outcome, their tokens and their store failures under the
+// failure policy snap configures.
+func (m *metrics) declare(snap *snapshot) {
+	for _, name := range snap.order {
+		for _, outcome := range []string{"allowed", "rejected", "error"} {
+			m.decisions.WithLabelValues(name, outcome)
+		}
+		m.tokens.WithLabelValues(name)
+		m.storeFailures.WithLabelValues(name, failureLabel(snap.cfg.StoreFailure))
+	}
 }
 
 // forget drops the series of a limiter that a reload removed, so that

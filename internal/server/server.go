@@ -181,6 +181,7 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 		snap.fileStat, snap.hash, _ = readStamp(s.path)
 	}
 	s.cur.Store(snap)
+	s.metrics.declare(snap)
 	if rl := cfg.RateLimit; rl.Files {
 		s.log.Info("serving envoyproxy/ratelimit's config files", "runtime_root", rl.RuntimeRoot,
 			"runtime_subdirectory", rl.RuntimeSubdirectory, "runtime_appdirectory", rl.RuntimeAppDirectory)
@@ -330,6 +331,7 @@ func (s *Server) reloadLocked(cfg *Config, stamp fileStamp, hash [32]byte) error
 		s.log.Warn("reload: listen addresses and TLS files change at the next restart")
 	}
 	s.cur.Store(snap)
+	s.metrics.declare(snap)
 	s.envoy.Swap(snap.envoy, snap.lookup)
 	for name := range old.limiters {
 		if _, ok := snap.limiters[name]; !ok {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -308,5 +309,30 @@ func TestReloadErrorOncePerChange(t *testing.T) {
 	s.reloadFile(true)
 	if _, failed := counts(); failed != 5 {
 		t.Errorf("a forced reload of the bad file: %v errors counted, want 5", failed)
+	}
+}
+
+// TestMetricsFromStart: the counters of rare events exist at zero before
+// the first one, with their label values, so that alerts on their rate or
+// absence work from the start (they appeared only after a first event).
+func TestMetricsFromStart(t *testing.T) {
+	s, _ := testServer(t, "server: {store_failure: fail_open}\nlimiters:\n  api: {policy: fixed_window, limit: 3, interval: 1 minute}\n")
+	w := httptest.NewRecorder()
+	s.handler.ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{
+		`sluice_store_errors_total{op="update"} 0`,
+		`sluice_store_errors_total{op="delete"} 0`,
+		`sluice_store_errors_total{op="ping"} 0`,
+		`sluice_store_failures_total{limiter="api",policy="fail_open"} 0`,
+		`sluice_config_reloads_total{result="ok"} 0`,
+		`sluice_config_reloads_total{result="error"} 0`,
+		`sluice_decisions_total{limiter="api",outcome="rejected"} 0`,
+		`sluice_decisions_total{limiter="api",outcome="error"} 0`,
+		`sluice_tokens_consumed_total{limiter="api"} 0`,
+		`sluice_store_duration_seconds_count{op="update"} 0`,
+	} {
+		if !strings.Contains(w.Body.String(), want+"\n") {
+			t.Errorf("/metrics has no line %q", want)
+		}
 	}
 }

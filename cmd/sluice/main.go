@@ -1,12 +1,14 @@
-// Command sluice is the front door of the sluice rate limiter: it runs
-// conformance vectors against buckets and limiters and demonstrates a
-// bucket at work.
-// Run "sluice help" for the commands.
+// Command sluice is the rate limiter's command line: a rate-limit server
+// (serve), a simulator of limiters on traffic patterns (simulate), the
+// conformance vectors' runner (conformance), a check of a shared store
+// (check-store), a demonstration of a bucket (demo) and the build's
+// version (version). Run "sluice help" for the commands and
+// "sluice help COMMAND" for one's flags; package internal/cli implements
+// them.
 package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -16,10 +18,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(cli.ExitCode(err))
+	os.Exit(code)
 }

@@ -10,25 +10,40 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
+
+	"github.com/sluicehq/sluice/config"
 )
 
 // ErrUsage is matched (errors.Is) by the errors Run returns for a command
 // line it cannot parse; the command exits with status 2 for them.
 var ErrUsage = errors.New("usage error")
 
-type usageError struct{ msg string }
+// usageError is a command line that does not parse. usage is the
+// command's usage line, printed after the error by Main.
+type usageError struct{ msg, usage string }
 
 func (e *usageError) Error() string        { return e.msg }
 func (e *usageError) Is(target error) bool { return target == ErrUsage }
 
 func usagef(format string, args ...any) error {
-	return &usageError{fmt.Sprintf(format, args...)}
+	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
+
+// commandError is the error of a command, which it names.
+type commandError struct {
+	cmd string
+	err error
+}
+
+func (e *commandError) Error() string { return "sluice " + e.cmd + ": " + e.err.Error() }
+func (e *commandError) Unwrap() error { return e.err }
 
 // errHelp is returned by a subcommand asked for -h; Run turns it into nil.
 var errHelp = errors.New("help requested")
 
-// command is a subcommand. run parses its own flags from args.
+// command is a subcommand. run parses its own flags from args and returns
+// errors without its name, which Run adds.
 type command struct {
 	name    string
 	summary string
@@ -48,9 +63,23 @@ func commands() []command {
 	}
 }
 
-// Run runs the sluice command line args (without the program name). It
-// returns an error matching ErrUsage when args do not parse, and nil when
-// help was asked for.
+// Main runs args as Run does, prints its error on stderr (followed, for a
+// usage error, by the command's usage line) and returns the exit status.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := Run(ctx, args, stdout, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		var ue *usageError
+		if errors.As(err, &ue) && ue.usage != "" {
+			fmt.Fprintln(stderr, ue.usage)
+		}
+	}
+	return ExitCode(err)
+}
+
+// Run runs the sluice command line args (without the program name). Its
+// errors start with "sluice COMMAND: ". It returns an error matching
+// ErrUsage when args do not parse, and nil when help was asked for.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		usage(stderr)
@@ -59,20 +88,26 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Until a command says otherwise (serve's --log-format), what the
 	// store clients log goes to stderr as text.
 	routeLogs(slog.New(slog.NewTextHandler(stderr, nil)))
+	run := func(name string, f func(context.Context, []string, io.Writer, io.Writer) error) error {
+		err := f(ctx, args[1:], stdout, stderr)
+		switch {
+		case errors.Is(err, errHelp):
+			return nil
+		case err != nil:
+			return &commandError{name, err}
+		}
+		return nil
+	}
 	if args[0] == "check-store-worker" { // hidden: a writer process of check-store
-		return runCheckStoreWorker(ctx, args[1:], stdout, stderr)
+		return run(args[0], runCheckStoreWorker)
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
-			err := c.run(ctx, args[1:], stdout, stderr)
-			if errors.Is(err, errHelp) {
-				return nil
-			}
-			return err
+			return run(c.name, c.run)
 		}
 	}
-	usage(stderr)
-	return usagef("sluice: unknown command %q", args[0])
+	return &usageError{msg: fmt.Sprintf("sluice: unknown command %q", args[0]),
+		usage: "usage: sluice COMMAND [flags] [arguments]\n(sluice help lists the commands)"}
 }
 
 // ExitCode is the exit status for the error Run returned: 0 for nil, 2 for
@@ -93,7 +128,8 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "\t%-12s %s\n", c.name, c.summary)
 	}
-	fmt.Fprint(w, "\nRun \"sluice help COMMAND\" for a command's flags.\n")
+	fmt.Fprint(w, "\nFlags may come before or after the arguments; \"--\" ends the flags.\n")
+	fmt.Fprint(w, "Run \"sluice help COMMAND\" for a command's flags.\n")
 }
 
 func runHelp(ctx context.Context, args []string, stdout, _ io.Writer) error {
@@ -108,36 +144,99 @@ func runHelp(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		usage(stdout)
 		return nil
 	}
-	return usagef("sluice help: too many arguments")
+	return usagef("too many arguments")
 }
 
-// newFlagSet returns the flag set of a subcommand, whose usage message
-// shows synopsis (the arguments after the command name) and doc.
-func newFlagSet(name, synopsis, doc string, output io.Writer) *flag.FlagSet {
+// flagSet is the flags of a subcommand and what its help says.
+type flagSet struct {
+	*flag.FlagSet
+	name, synopsis, doc string
+	help                io.Writer // where -h prints the help
+}
+
+// newFlagSet returns the flag set of a subcommand, whose help shows
+// synopsis (the arguments after the command name) and doc.
+func newFlagSet(name, synopsis, doc string, help io.Writer) *flagSet {
 	fs := flag.NewFlagSet("sluice "+name, flag.ContinueOnError)
-	fs.SetOutput(output)
-	fs.Usage = func() {
-		w := fs.Output()
-		fmt.Fprintf(w, "Usage: sluice %s %s\n\n%s\n", name, synopsis, doc)
-		hasFlags := false
-		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
-		if hasFlags {
-			fmt.Fprint(w, "\nFlags:\n")
-			fs.PrintDefaults()
-		}
-	}
-	return fs
+	// Errors are returned and printed once, by Main, with the usage line
+	// rather than the whole help.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flagSet{FlagSet: fs, name: name, synopsis: synopsis, doc: doc, help: help}
 }
 
-// parse parses args into fs. It returns errHelp for -h and a usage error
-// for anything flag rejects (which flag has already reported).
-func parse(fs *flag.FlagSet, args []string) error {
-	err := fs.Parse(args)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, flag.ErrHelp):
-		return errHelp
+// printHelp prints the usage line, the doc and the flags.
+func (fs *flagSet) printHelp() {
+	w := fs.help
+	fmt.Fprintf(w, "Usage: sluice %s %s\n\n%s\n", fs.name, fs.synopsis, fs.doc)
+	hasFlags := false
+	fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+	if hasFlags {
+		fmt.Fprint(w, "\nFlags (before or after the arguments):\n")
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
 	}
-	return usagef("%s: %v", fs.Name(), err)
+}
+
+// usagef returns a usage error that Main follows with the command's
+// usage line.
+func (fs *flagSet) usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...),
+		usage: fmt.Sprintf("usage: sluice %s %s\n(sluice help %s shows the flags)", fs.name, fs.synopsis, fs.name)}
+}
+
+// parse parses args into fs, flags before, between and after the
+// positional arguments, until "--", after which everything is positional;
+// fs.Args() are then the positional arguments. It returns errHelp for -h,
+// having printed the help, and a usage error for anything flag rejects.
+func (fs *flagSet) parse(args []string) error {
+	var positional []string
+	for {
+		if err := fs.FlagSet.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fs.printHelp()
+				return errHelp
+			}
+			return fs.usagef("%v", err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+	return fs.FlagSet.Parse(append([]string{"--"}, positional...))
+}
+
+// durationFlag is a duration flag that reads what config files read:
+// Go's syntax (1m30s) or a count and a unit word ("3 minutes").
+type durationFlag struct{ d *time.Duration }
+
+// duration defines a duration flag.
+func (fs *flagSet) duration(name string, value time.Duration, usage string) *time.Duration {
+	d := value
+	fs.Var(durationFlag{&d}, name, usage)
+	return &d
+}
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return "0s"
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(s string) error {
+	d, err := config.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*f.d = d
+	return nil
 }

@@ -105,36 +105,50 @@ func TestConformanceUnknownStore(t *testing.T) {
 	}
 }
 
+// runMain runs the command line args through Main and returns its
+// stdout, its stderr and the exit status.
+func runMain(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = Main(t.Context(), args, &out, &errOut)
+	return out.String(), errOut.String(), code
+}
+
 func TestUsage(t *testing.T) {
 	tests := []struct {
-		args     []string
-		exit     int
-		stdout   string // a substring of stdout, or "" for none
-		stderr   string // a substring of stderr, or "" for none
-		errorMsg string // a substring of the error
+		args   []string
+		exit   int
+		stdout string // a substring of stdout, or "" for none
+		stderr string // a substring of stderr, or "" for none
 	}{
-		{nil, 2, "", "Commands:", "no command given"},
-		{[]string{"frobnicate"}, 2, "", "conformance", `unknown command "frobnicate"`},
-		{[]string{"help"}, 0, "demo ", "", ""},
-		{[]string{"help", "conformance"}, 0, "-store URL", "", ""},
-		{[]string{"help", "help", "help"}, 2, "", "", "too many arguments"},
-		{[]string{"conformance", "-h"}, 0, "", "Usage: sluice conformance", ""},
-		{[]string{"conformance"}, 2, "", "Usage: sluice conformance", "no PATH given"},
-		{[]string{"conformance", "--nope", "x"}, 2, "", "flag provided but not defined", "not defined"},
-		{[]string{"demo", "-n", "0"}, 2, "", "", "-n must be positive"},
-		{[]string{"demo", "extra"}, 2, "", "", "unexpected arguments"},
+		{nil, 2, "", "Commands:"},
+		{[]string{"frobnicate"}, 2, "", "sluice: unknown command \"frobnicate\"\nusage: sluice COMMAND [flags] [arguments]\n"},
+		{[]string{"help"}, 0, "demo ", ""},
+		{[]string{"help", "conformance"}, 0, "-store URL", ""},
+		{[]string{"help", "help", "help"}, 2, "", "sluice help: too many arguments\n"},
+		{[]string{"conformance", "-h"}, 0, "", "Usage: sluice conformance"},
+		{[]string{"version", "extra"}, 2, "", `sluice version: unexpected arguments ["extra"]`},
+		// A flag error is the one-line error and the usage line, not the whole help.
+		{[]string{"conformance"}, 2, "", "sluice conformance: no PATH given\n" +
+			"usage: sluice conformance [--store URL] [-v] PATH...\n(sluice help conformance shows the flags)\n"},
+		{[]string{"conformance", "--nope", "x"}, 2, "", "sluice conformance: flag provided but not defined: -nope\n" +
+			"usage: sluice conformance [--store URL] [-v] PATH...\n(sluice help conformance shows the flags)\n"},
+		{[]string{"demo", "-n", "0"}, 2, "", "sluice demo: -n must be positive"},
+		{[]string{"demo", "extra"}, 2, "", "sluice demo: unexpected arguments"},
+		{[]string{"demo", "-every", "soon"}, 2, "", `sluice demo: invalid value "soon" for flag -every: `},
+		{[]string{"simulate", "-limiter", "api"}, 2, "", "sluice simulate: -traffic is required"},
+		{[]string{"simulate", "-limiter", "nope", "-traffic", "steady 1/s"}, 1, "", "sluice simulate: "},
+		{[]string{"simulate", "-config", "/nonexistent.yaml", "-limiter", "api", "-traffic", "steady 1/s"}, 1, "", "sluice simulate: "},
+		{[]string{"simulate", "-limiter", "api", "-traffic", "trickle"}, 1, "", "sluice simulate: "},
+		{[]string{"check-store", "ftp://x"}, 1, "", `sluice check-store: store ftp://x: unknown scheme "ftp"`},
+		{[]string{"check-store", "mem://", "extra"}, 2, "", "sluice check-store: want exactly one URL, got 2 arguments\nusage: sluice check-store"},
+		{[]string{"serve", "--log-format", "xml"}, 2, "", "sluice serve: --log-format \"xml\": want text or json"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			out, errOut, err := runCLI(t, tt.args...)
-			if got := ExitCode(err); got != tt.exit {
-				t.Errorf("exit code = %d (%v), want %d", got, err, tt.exit)
-			}
-			if tt.exit == 2 && !errors.Is(err, ErrUsage) {
-				t.Errorf("error %v does not match ErrUsage", err)
-			}
-			if tt.errorMsg != "" && (err == nil || !strings.Contains(err.Error(), tt.errorMsg)) {
-				t.Errorf("error = %v, want one containing %q", err, tt.errorMsg)
+			out, errOut, code := runMain(t, tt.args...)
+			if code != tt.exit {
+				t.Errorf("exit code = %d, want %d; stderr:\n%s", code, tt.exit, errOut)
 			}
 			if !strings.Contains(out, tt.stdout) || (tt.stdout == "" && out != "") {
 				t.Errorf("stdout = %q, want it to contain %q", out, tt.stdout)
@@ -142,7 +156,48 @@ func TestUsage(t *testing.T) {
 			if !strings.Contains(errOut, tt.stderr) {
 				t.Errorf("stderr = %q, want it to contain %q", errOut, tt.stderr)
 			}
+			if tt.exit != 0 && len(tt.args) > 0 && strings.Contains(errOut, "Flags") {
+				t.Errorf("stderr = %q, want no help dump on an error", errOut)
+			}
+			if tt.exit != 0 && len(tt.args) > 0 && strings.Count(errOut, "sluice "+tt.args[0]+": ") > 1 {
+				t.Errorf("stderr = %q names the command twice", errOut)
+			}
 		})
+	}
+}
+
+// TestFlagsAfterArguments: flags may follow the positional arguments in
+// every command; conformance DIR --store URL took --store and the URL as
+// paths and ran the vectors locally.
+func TestFlagsAfterArguments(t *testing.T) {
+	dir := vectorDir(t, "6")
+	_, _, err := runCLI(t, "conformance", dir, "--store", "ftp://nowhere")
+	if err == nil || !strings.Contains(err.Error(), `unknown scheme "ftp"`) {
+		t.Errorf("conformance DIR --store ftp:// = %v, want the store's unknown scheme", err)
+	}
+	out, _, err := runCLI(t, "conformance", dir, "-v")
+	if err != nil || !strings.Contains(out, "PASS ") {
+		t.Errorf("conformance DIR -v = %v\n%s\nwant the passed cases listed", err, out)
+	}
+	out, _, err = runCLI(t, "conformance", dir, "--store", "mem://", "-v")
+	if err != nil || !strings.Contains(out, "PASS ") {
+		t.Errorf("conformance DIR --store mem:// -v = %v\n%s", err, out)
+	}
+	// After "--", everything is an argument.
+	out, _, err = runCLI(t, "conformance", dir, "--", "-v")
+	if err == nil || strings.Contains(out, "PASS ") || !strings.Contains(out, "-v") {
+		t.Errorf("conformance DIR -- -v = %v\n%s\nwant -v read as a path", err, out)
+	}
+}
+
+// TestDurationFlags: the commands read durations as config files do.
+func TestDurationFlags(t *testing.T) {
+	out, _, err := runCLI(t, "simulate", "-limiter", "api", "-traffic", "steady 5/s", "-duration", "3 minutes", "-slice", "30 seconds")
+	if err != nil || !strings.Contains(out, "900 requests in 3m0s, slices of 30s") {
+		t.Errorf("simulate -duration '3 minutes' -slice '30 seconds' = %v\n%s\nwant slices up to 3 minutes", err, out)
+	}
+	if _, _, err := runCLI(t, "check-store", "--timeout", "2 fortnights", "mem://"); err == nil || !strings.Contains(err.Error(), `unknown unit "fortnights"`) {
+		t.Errorf("check-store --timeout '2 fortnights' = %v, want the unit refused", err)
 	}
 }
 

@@ -13,17 +13,19 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs := newFlagSet("conformance", "[--store URL] [-v] PATH...",
 		"Conformance runs vector files (PATH is a *.json file or a directory of them) against\n"+
 			"sluice's buckets and limiters, prints every failing step, and ends with the line\n"+
-			"\"N passed, M failed, K skipped\". It fails when any case fails.", stderr)
+			"\"N passed, M failed, K skipped\". It fails when any case fails.\n\n"+
+			"With --store, the buckets and limiters keep their state in that store: keys under a\n"+
+			"prefix of the run's own (sluice-conformance-<random>:), none kept longer than an hour,\n"+
+			"all deleted when it ends (a failure to delete them is reported on stderr).", stderr)
 	store := fs.String("store", "", "the `URL` of the store to test; empty: the local buckets and limiters; mem://, redis://, redis+cluster://, redis+sentinel://, postgres://, mysql://: that store")
 	verbose := fs.Bool("v", false, "also print passed and skipped cases")
-	if err := parse(fs, args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
-		fs.Usage()
-		return usagef("sluice conformance: no PATH given")
+		return fs.usagef("no PATH given")
 	}
-	target, closeStore, err := targetFor(ctx, *store)
+	target, closeStore, err := targetFor(ctx, *store, stderr)
 	if err != nil {
 		return err
 	}
@@ -33,29 +35,37 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		printReport(stdout, r, *verbose)
 	}
 	if runErr != nil {
-		return fmt.Errorf("sluice conformance: %w", runErr)
+		return runErr
 	}
 	if _, failed, _ := r.Counts(); failed > 0 {
-		return fmt.Errorf("sluice conformance: %d failed against %s", failed, r.Target)
+		return fmt.Errorf("%d failed against %s", failed, r.Target)
 	}
 	return nil
 }
 
 // targetFor returns the conformance target of a --store URL, and how to
-// release it.
-func targetFor(ctx context.Context, rawURL string) (conformance.Target, func() error, error) {
+// release it: delete the keys written (saying so on stderr if it cannot)
+// and close the store.
+func targetFor(ctx context.Context, rawURL string, stderr io.Writer) (conformance.Target, func(), error) {
 	if rawURL == "" {
-		return conformance.Local{}, func() error { return nil }, nil
+		return conformance.Local{}, func() {}, nil
 	}
 	store, err := storeurl.Open(ctx, rawURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("sluice conformance: %w", err)
+		return nil, nil, err
 	}
 	if err := store.Check(ctx); err != nil {
 		store.Close()
-		return nil, nil, fmt.Errorf("sluice conformance: %w", err)
+		return nil, nil, err
 	}
-	return conformance.Store{TargetName: store.Scheme, Store: store}, store.Close, nil
+	s := newScratch(store.Store, "sluice-conformance-"+randomHex()+":")
+	release := func() {
+		if deleted, written, err := s.cleanup(ctx); err != nil {
+			fmt.Fprintln(stderr, s.cleanupMessage(deleted, written, err))
+		}
+		store.Close()
+	}
+	return conformance.Store{TargetName: store.Scheme, Store: s}, release, nil
 }
 
 // printReport prints every failure, and with verbose every case, then the

@@ -15,15 +15,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			"at 5 per second, and prints for each whether it was allowed, the tokens left, and\n"+
 			"the wait before a rejected request could pass. The defaults take 1.9 seconds.", stderr)
 	n := fs.Int("n", 20, "the number of requests")
-	every := fs.Duration("every", 100*time.Millisecond, "the time between requests")
-	if err := parse(fs, args); err != nil {
+	every := fs.duration("every", 100*time.Millisecond, "the time between requests (a `duration`: 100ms, '1 second')")
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("sluice demo: unexpected arguments %q", fs.Args())
+		return fs.usagef("unexpected arguments %q", fs.Args())
 	}
 	if *n <= 0 || *every < 0 {
-		return usagef("sluice demo: -n must be positive and -every not negative, got %d and %v", *n, *every)
+		return fs.usagef("-n must be positive and -every not negative, got %d and %v", *n, *every)
 	}
 	return demo(ctx, stdout, sluice.MonotonicClock(), sluice.TimerSleeper(), *n, *every)
 }

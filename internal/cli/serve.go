@@ -26,11 +26,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	httpAddr := fs.String("http", "", "HTTP listen `address`, e.g. 127.0.0.1:0 (default: the config's server.http, else "+server.DefaultHTTP+")")
 	grpcAddr := fs.String("grpc", "", "gRPC listen `address`, or off (default: the config's server.grpc, else "+server.DefaultGRPC+")")
 	logFormat := fs.String("log-format", "text", "log format on stderr: text or json")
-	if err := parse(fs, args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
-		return usagef("sluice serve: unexpected arguments %q", fs.Args())
+		return fs.usagef("unexpected arguments %q", fs.Args())
 	}
 	var log *slog.Logger
 	switch *logFormat {
@@ -39,7 +39,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "json":
 		log = slog.New(slog.NewJSONHandler(stderr, nil))
 	default:
-		return usagef("sluice serve: --log-format %q: want text or json", *logFormat)
+		return fs.usagef("--log-format %q: want text or json", *logFormat)
 	}
 	routeLogs(log)
 
@@ -56,7 +56,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		opts = append(opts, server.WithConfigFile(*configPath, hup))
 	}
 	if err != nil {
-		return fmt.Errorf("sluice serve: %w", err)
+		return err
 	}
 	var srv *server.Server // the charts look up the policies of the running config
 	opts = append(opts, server.WithLogger(log), server.WithHandler("GET /api/v1/simulate",
@@ -64,19 +64,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	srv, err = server.New(ctx, cfg, opts...)
 	if err != nil {
-		return fmt.Errorf("sluice serve: %w", err)
+		return err
 	}
 	httpLn, err := net.Listen("tcp", pick(*httpAddr, cfg.HTTP, server.DefaultHTTP))
 	if err != nil {
 		srv.Close()
-		return fmt.Errorf("sluice serve: %w", err)
+		return err
 	}
 	var grpcLn net.Listener
 	if addr := pick(*grpcAddr, cfg.GRPC, server.DefaultGRPC); addr != "off" {
 		if grpcLn, err = net.Listen("tcp", addr); err != nil {
 			httpLn.Close()
 			srv.Close()
-			return fmt.Errorf("sluice serve: %w", err)
+			return err
 		}
 	}
 	scheme := "http"
@@ -88,7 +88,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "sluice serve: gRPC on %s\n", grpcLn.Addr())
 	}
 	if err := srv.Serve(ctx, httpLn, grpcLn); err != nil {
-		return fmt.Errorf("sluice serve: %w", err)
+		return err
 	}
 	fmt.Fprintln(stdout, "sluice serve: stopped")
 	return nil

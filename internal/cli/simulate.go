@@ -36,6 +36,9 @@ a column number from 1 or a header name. With key K each request is on its
 own key: field K of its line (key 1 is an access log's client address) or
 column K of the CSV; the level shown is then the busiest key's.
 
+Durations (-duration, -slice, -window, -max-wait) are written as in config
+files: 90s, 1m30s or a count and a unit word, '3 minutes'.
+
 Without -config it runs the limiters of sluice serve's built-in example.
 
 Example:
@@ -49,16 +52,16 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 	limiter := fs.String("limiter", "", "the `name` of the limiter to run")
 	compare := fs.String("compare", "", "several limiter `names`, separated by commas, to run side by side")
 	spec := fs.String("traffic", "", "the traffic `spec`")
-	duration := fs.Duration("duration", 0, "the span to simulate (default 10s, or enough to cover the spec's times)")
-	slice := fs.Duration("slice", 0, "the length of a reporting slice (default: about 60 slices)")
-	window := fs.Duration("window", 0, "the window in which to find the busiest burst (default: the policy's own)")
-	maxWait := fs.Duration("max-wait", 0, "let each request wait up to this long for its turn (Reserve) instead of refusing it")
+	duration := fs.duration("duration", 0, "the `duration` to simulate (default 10s, or enough to cover the spec's times)")
+	slice := fs.duration("slice", 0, "the `duration` of a reporting slice (default: about 60 slices)")
+	window := fs.duration("window", 0, "the `duration` of the window in which to find the busiest burst (default: the policy's own)")
+	maxWait := fs.duration("max-wait", 0, "let each request wait up to this `duration` for its turn (Reserve) instead of refusing it")
 	out := fs.String("out", "", "write an SVG chart to this `file`")
-	if err := parse(fs, args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("sluice simulate: unexpected arguments %q", fs.Args())
+		return fs.usagef("unexpected arguments %q", fs.Args())
 	}
 	var names []string
 	for _, n := range strings.Split(*limiter+","+*compare, ",") {
@@ -68,11 +71,11 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	switch {
 	case len(names) == 0:
-		return usagef("sluice simulate: name a limiter with -limiter or several with -compare")
+		return fs.usagef("name a limiter with -limiter or several with -compare")
 	case *spec == "":
-		return usagef("sluice simulate: -traffic is required, for example -traffic 'steady 20/s'")
+		return fs.usagef("-traffic is required, for example -traffic 'steady 20/s'")
 	case *duration < 0 || *slice < 0 || *window < 0 || *maxWait < 0:
-		return usagef("sluice simulate: -duration, -slice, -window and -max-wait must not be negative")
+		return fs.usagef("-duration, -slice, -window and -max-wait must not be negative")
 	}
 
 	var cfg *server.Config

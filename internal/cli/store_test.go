@@ -2,11 +2,20 @@ package cli
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"io"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	_ "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/testserver"
 )
 
@@ -87,5 +96,150 @@ func TestCheckStoreCatchesUnsharedStore(t *testing.T) {
 	out, _, err := runCLI(t, "check-store", "--writers", "2", "--processes", "2", "--increments", "10", "mem://")
 	if err == nil || !strings.HasPrefix(lastLine(out), "NOT SAFE: ") || !strings.Contains(out, "counter is 20 after 40 increments") {
 		t.Errorf("check-store mem:// with processes = %v\n%s", err, out)
+	}
+}
+
+// leftovers counts the keys under prefix in the store at url, as the
+// store keeps them: Redis keys under redisstore's prefix, rows of the SQL
+// stores' default table.
+func leftovers(t *testing.T, url, prefix string) int {
+	t.Helper()
+	ctx := t.Context()
+	switch {
+	case strings.HasPrefix(url, "redis://"):
+		opt, err := redis.ParseURL(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := redis.NewClient(opt)
+		defer c.Close()
+		keys, err := c.Keys(ctx, "*"+prefix+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(keys)
+	case strings.HasPrefix(url, "postgres://"):
+		pool, err := pgxpool.New(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM sluice_state WHERE key LIKE $1", prefix+"%").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	case strings.HasPrefix(url, "mysql://"):
+		db, err := sql.Open("mysql", mysqlDSN(url))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM sluice_state WHERE `key` LIKE ?", prefix+"%").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	t.Fatalf("leftovers: no way to look into %s", url)
+	return 0
+}
+
+// mysqlDSN turns mysql://root@HOST:PORT/DB into root@tcp(HOST:PORT)/DB.
+func mysqlDSN(url string) string {
+	userHost, db, _ := strings.Cut(strings.TrimPrefix(url, "mysql://"), "/")
+	user, host, _ := strings.Cut(userHost, "@")
+	return user + "@tcp(" + host + ")/" + db
+}
+
+var scratchPrefix = regexp.MustCompile(`writes keys under "(sluice-check-[0-9a-f]+:)"`)
+
+// TestCheckStoreLeavesNothing: check-store says up front where it writes,
+// and deletes every key it wrote (it left its counter without expiry and
+// the vectors' keys for up to 146 years).
+func TestCheckStoreLeavesNothing(t *testing.T) {
+	urls := storeURLs(t)
+	for _, name := range []string{"redis", "postgres", "mysql"} {
+		t.Run(name, func(t *testing.T) {
+			url := urls[name]
+			out, _, err := runCLI(t, "check-store", "--writers", "4", "--processes", "1", "--increments", "5", url)
+			if err != nil {
+				t.Fatalf("check-store %s = %v\n%s", url, err, out)
+			}
+			m := scratchPrefix.FindStringSubmatch(strings.SplitN(out, "\n", 2)[0])
+			if m == nil {
+				t.Fatalf("check-store's first line does not say where it writes:\n%s", out)
+			}
+			if !regexp.MustCompile(`deleted the [1-9][0-9]* keys written under "` + m[1] + `"`).MatchString(out) {
+				t.Errorf("check-store does not say it deleted its keys:\n%s", out)
+			}
+			if n := leftovers(t, url, m[1]); n != 0 {
+				t.Errorf("check-store left %d keys under %s in %s", n, m[1], url)
+			}
+		})
+	}
+}
+
+// TestCheckStoreInterrupted cancels check-store (as Ctrl-C does) while its
+// writers run: it still deletes what it wrote.
+func TestCheckStoreInterrupted(t *testing.T) {
+	url := storeURLs(t)["redis"]
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var out testserver.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, []string{"check-store", "--processes", "0", "--increments", "100000", url}, &out, io.Discard)
+	}()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), "\n"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("check-store printed nothing within 30s")
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // let the writers write
+	cancel()
+	if err := <-done; err == nil {
+		t.Errorf("check-store cancelled = nil error, want one")
+	}
+	m := scratchPrefix.FindStringSubmatch(out.String())
+	if m == nil || !strings.Contains(out.String(), "deleted the ") || !strings.Contains(out.String(), "UNKNOWN: interrupted") ||
+		strings.Contains(out.String(), "FAIL") {
+		t.Fatalf("check-store cancelled printed:\n%s\nwant where it wrote, that it was interrupted (no failures) and that it deleted its keys", out.String())
+	}
+	if n := leftovers(t, url, m[1]); n != 0 {
+		t.Errorf("check-store cancelled left %d keys under %s", n, m[1])
+	}
+}
+
+// TestConformanceStoreLeavesNothing: conformance --store deletes the keys
+// of its cases.
+func TestConformanceStoreLeavesNothing(t *testing.T) {
+	url := storeURLs(t)["redis"]
+	out, errOut, err := runCLI(t, "conformance", "--store", url, "../../conformance/vectors")
+	if err != nil {
+		t.Fatalf("conformance --store = %v\n%s%s", err, out, errOut)
+	}
+	if n := leftovers(t, url, "sluice-conformance-"); n != 0 {
+		t.Errorf("conformance --store left %d keys", n)
+	}
+}
+
+// failing is a store whose every update fails.
+type failing struct{}
+
+func (failing) Update(context.Context, string, driver.UpdateFunc) error {
+	return fmt.Errorf("failing: %w", driver.ErrUnavailable)
+}
+
+// TestCheckLimiterFailures: the limiter check's writers report their
+// failures concurrently (a data race on the list of problems once).
+func TestCheckLimiterFailures(t *testing.T) {
+	var out testserver.Buffer
+	r := &checkReport{w: &out, ctx: t.Context()}
+	if err := checkLimiter(t.Context(), r, newScratch(failing{}, "p:"), 8); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.failed(); got < 8 {
+		t.Errorf("%d failures reported by 8 failing writers, want at least 8:\n%s", got, out.String())
 	}
 }

@@ -12,11 +12,11 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("version", "",
 		"Version prints the module version of this build, the VCS revision it was built from\n"+
 			"(with its time, and \"modified\" when the work tree had changes), and the Go version.", stderr)
-	if err := parse(fs, args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("sluice version: unexpected arguments %q", fs.Args())
+		return fs.usagef("unexpected arguments %q", fs.Args())
 	}
 	info, _ := debug.ReadBuildInfo()
 	fmt.Fprint(stdout, version(info))

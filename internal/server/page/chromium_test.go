@@ -6,7 +6,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"html"
 	"image"
+	"io"
+	"maps"
 	"image/png"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +18,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -45,11 +49,16 @@ type fakeLimiter struct {
 }
 
 // The api limiter is steady at 41 allowed and 6 rejected a second: 47
-// decisions/s, 6 rejections/s, 12.8% rejected.
+// decisions/s, 6 rejections/s, 12.8% rejected; its totals start at 1000
+// allowed and 100 rejected.
+// The policies are written as sluice serve writes them, the long ones of
+// its built-in example included: the page must fit them.
 var fakeLimiters = []fakeLimiter{
-	{"api", "sliding_window(100/1m0s)", 100, []int{41}, []int{6}, 0, false},
-	{"login", "fixed_window(10/1m0s)", 10, []int{2, 3, 1, 4}, []int{9, 14, 22, 11}, 3, true},
-	{"search", "token_bucket(200, 50/1s)", 200, []int{120, 95, 150, 180, 130, 110, 160}, []int{0, 0, 4, 12, 0, 0, 2}, 0, false},
+	{"api", "sliding_window(limit=100, interval=1m0s)", 100, []int{41}, []int{6}, 0, false},
+	{"login", "sliding_log(limit=5, interval=15m0s)", 10, []int{2, 3, 1, 4}, []int{9, 14, 22, 11}, 3, true},
+	{"search", "bucket(capacity=20 greedy(10 per 1s) id=burst)", 200, []int{120, 95, 150, 180, 130, 110, 160}, []int{0, 0, 4, 12, 0, 0, 2}, 0, false},
+	{"checkout", "compound(sliding_window(limit=100, interval=1m0s), fixed_window(limit=3, interval=10s))", 3, []int{1}, []int{0}, 0, false},
+	{"envoy:edge|path=/login|user", "fixed_window(limit=5, interval=1m0s, aligned)", 5, []int{2}, []int{1}, 0, false},
 }
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -187,12 +196,14 @@ func element(t *testing.T, dom, id string) string {
 }
 
 var (
-	cellRE = regexp.MustCompile(`(?s)<t[hd]\b[^>]*>(.*?)</t[hd]>`)
-	tagRE  = regexp.MustCompile(`<[^>]*>`)
+	cellRE  = regexp.MustCompile(`(?s)<t[hd]\b[^>]*>(.*?)</t[hd]>`)
+	tagRE   = regexp.MustCompile(`<[^>]*>`)
+	spaceRE = regexp.MustCompile(`\s+`)
 )
 
 // rowCells returns the texts of the cells of the limiters table row of
-// limiter name, as a user reads them.
+// limiter name, as a user reads them: the texts of a cell's elements
+// separated by a space.
 func rowCells(t *testing.T, dom, name string) []string {
 	t.Helper()
 	tr := regexp.MustCompile(`(?s)<tr data-limiter="` + regexp.QuoteMeta(name) + `">(.*?)</tr>`).FindStringSubmatch(dom)
@@ -201,7 +212,7 @@ func rowCells(t *testing.T, dom, name string) []string {
 	}
 	var cells []string
 	for _, c := range cellRE.FindAllStringSubmatch(tr[1], -1) {
-		cells = append(cells, strings.TrimSpace(tagRE.ReplaceAllString(c[1], "")))
+		cells = append(cells, strings.TrimSpace(spaceRE.ReplaceAllString(tagRE.ReplaceAllString(c[1], " "), " ")))
 	}
 	return cells
 }
@@ -211,17 +222,44 @@ func TestChromiumLivePage(t *testing.T) {
 	srv := newSite(t, api)
 	dom := live(chromium(t, srv.URL+"/", "--dump-dom"))
 
-	// Name, policy, limit, decisions/s, rejections/s, rejected, errors,
-	// health, sparkline (no text).
-	want := []string{"api", "sliding_window(100/1m0s)", "100", "47", "6", "12.8%", "0", "ok", ""}
-	if got := rowCells(t, dom, "api"); !slices.Equal(got, want) {
-		t.Errorf("api row = %q, want %q", got, want)
+	// Name and policy, limit; last poll: decisions/s, rejections/s,
+	// rejected; totals: allowed, rejected, errors; health, sparkline (no
+	// text). The totals grow by a poll's counts at each poll, so they are
+	// checked against the rates: allowed = 1000 + 41 × polls.
+	got := rowCells(t, dom, "api")
+	if len(got) != 10 {
+		t.Fatalf("api row = %q, want 10 cells", got)
 	}
-	if got := rowCells(t, dom, "login"); len(got) < 8 || got[0] != "login" || got[6] != "3" || got[7] != "degraded" {
+	want := []string{"api sliding_window(limit=100, interval=1m0s)", "100", "47", "6", "12.8%"}
+	if !slices.Equal(got[:5], want) || got[7] != "0" || got[8] != "ok" || got[9] != "" {
+		t.Errorf("api row = %q, want %q, totals, 0 errors, ok and a sparkline", got, want)
+	}
+	allowed, err1 := strconv.Atoi(strings.ReplaceAll(got[5], ",", ""))
+	rejected, err2 := strconv.Atoi(strings.ReplaceAll(got[6], ",", ""))
+	if polls := (allowed - 1000) / 41; err1 != nil || err2 != nil || polls < 2 || allowed != 1000+41*polls || rejected != 100+6*polls {
+		t.Errorf("api totals = %q allowed, %q rejected; want 1000 + 41 and 100 + 6 a poll", got[5], got[6])
+	}
+	if got := rowCells(t, dom, "login"); len(got) != 10 || !strings.HasPrefix(got[0], "login ") || got[7] != "3" || got[8] != "degraded" {
 		t.Errorf("login row = %q, want login with 3 errors, degraded", got)
 	}
-	if got := rowCells(t, dom, "search"); len(got) < 1 || got[0] != "search" {
+	if got := rowCells(t, dom, "search"); len(got) < 1 || !strings.HasPrefix(got[0], "search ") {
 		t.Errorf("search row = %q, want search", got)
+	}
+	// Every column says its unit.
+	head := regexp.MustCompile(`(?s)<thead>(.*?)</thead>`).FindStringSubmatch(dom)
+	if head == nil {
+		t.Fatal("no table head in the DOM")
+	}
+	for _, unit := range []string{"Last poll", "Decisions per second", "Rejections per second", "Rejected, % of decisions",
+		"Totals since the start", "Decisions per second, last 60 polls"} {
+		if !strings.Contains(head[1], unit) {
+			t.Errorf("the limiters' table head does not say %q:\n%s", unit, head[1])
+		}
+	}
+	// And the totals of every limiter, in the table's foot.
+	foot := regexp.MustCompile(`(?s)<tfoot\b([^>]*)>(.*?)</tfoot>`).FindStringSubmatch(dom)
+	if foot == nil || strings.Contains(foot[1], "hidden") || !strings.Contains(foot[2], "All limiters") {
+		t.Errorf("no row of totals over all limiters in the DOM")
 	}
 	if n := strings.Count(dom, `<svg class="spark"`); n != len(fakeLimiters) {
 		t.Errorf("%d sparklines in the DOM, want %d", n, len(fakeLimiters))
@@ -310,6 +348,78 @@ func TestChromiumServerTrouble(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// layoutProbe is a page of the test's that shows the live page in a frame
+// 1280 pixels wide, as a browser window of that width, and after the page
+// has polled a few times writes what the frame laid out into its own DOM:
+// the limiters table's box and scroll width, and each sparkline's box.
+const layoutProbe = `<!doctype html>
+<iframe id="f" src="/" style="width:1280px;height:900px;border:0"></iframe>
+<pre id="out"></pre>
+<script>
+setTimeout(() => {
+  const d = document.getElementById("f").contentDocument;
+  const scroll = d.getElementById("limiters").closest(".scroll");
+  const box = scroll.getBoundingClientRect();
+  const sparks = [...d.querySelectorAll("svg.spark")].map((s) => s.getBoundingClientRect().right);
+  document.getElementById("out").textContent = JSON.stringify({
+    scrollWidth: scroll.scrollWidth, clientWidth: scroll.clientWidth, right: box.right,
+    pageWidth: d.documentElement.scrollWidth, viewport: d.documentElement.clientWidth, sparks,
+  });
+}, 4000);
+</script>`
+
+// TestChromiumFitsAt1280 lays the page out at 1280 pixels with the long
+// policy names of the built-in example: the limiters table does not
+// scroll sideways and every sparkline is shown whole (the table scrolled
+// and cut them).
+func TestChromiumFitsAt1280(t *testing.T) {
+	mux := http.NewServeMux()
+	page := Handler()
+	// The page forbids framing; the probe, of the same origin, needs it.
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		rec := httptest.NewRecorder()
+		page.ServeHTTP(rec, r)
+		maps.Copy(w.Header(), rec.Header())
+		w.Header().Set("Content-Security-Policy", strings.Replace(contentSecurityPolicy, "; frame-ancestors 'none'", "", 1))
+		w.WriteHeader(rec.Code)
+		w.Write(rec.Body.Bytes())
+	})
+	mux.HandleFunc("/probe", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(w, layoutProbe)
+	})
+	mux.Handle("/api/", &fakeAPI{})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	dom := string(chromium(t, srv.URL+"/probe", "--dump-dom", "--window-size=1400,1000"))
+	m := regexp.MustCompile(`<pre id="out">(.*?)</pre>`).FindStringSubmatch(dom)
+	if m == nil || m[1] == "" {
+		t.Fatalf("the probe wrote nothing:\n%s", dom)
+	}
+	var got struct {
+		ScrollWidth, ClientWidth, PageWidth, Viewport float64
+		Right                                         float64
+		Sparks                                        []float64
+	}
+	if err := json.Unmarshal([]byte(html.UnescapeString(m[1])), &got); err != nil {
+		t.Fatalf("probe output %q: %v", m[1], err)
+	}
+	if got.ScrollWidth > got.ClientWidth {
+		t.Errorf("the limiters table is %v pixels wide in a box of %v: it scrolls sideways", got.ScrollWidth, got.ClientWidth)
+	}
+	if got.PageWidth > got.Viewport {
+		t.Errorf("the page is %v pixels wide in a window of %v", got.PageWidth, got.Viewport)
+	}
+	if len(got.Sparks) != len(fakeLimiters) {
+		t.Errorf("%d sparklines laid out, want %d", len(got.Sparks), len(fakeLimiters))
+	}
+	for i, right := range got.Sparks {
+		if right > got.Right {
+			t.Errorf("sparkline %d ends at %v, past the table's visible edge at %v", i, right, got.Right)
+		}
 	}
 }
 

@@ -1,6 +1,9 @@
 // Package page serves the live page of sluice serve: the configured
-// limiters with their decisions and rejections per second, the hottest
-// keys, and a simulate panel per limiter, updated about once a second.
+// limiters with their decisions and rejections per second at the last
+// poll, their totals of allowed, rejected and failed decisions (and those
+// of all limiters), the hottest keys, and a simulate panel per limiter,
+// updated about once a second. The limiters table fits a 1280-pixel
+// window without scrolling.
 //
 // The page is plain HTML, CSS and JavaScript embedded in the binary, with
 // no build step and no assets from elsewhere. It reads the server's JSON

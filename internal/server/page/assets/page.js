@@ -74,7 +74,7 @@
       showBanner("");
     } catch (err) {
       if (!lastUpdate) {
-        $("limiters").replaceChildren(emptyRow(9, "No data yet."));
+        $("limiters").replaceChildren(emptyRow(10, "No data yet."));
         $("hot").replaceChildren(emptyRow(3, "No data yet."));
       }
       if (err instanceof HTTPError && err.status === 401) {
@@ -156,7 +156,8 @@
     $("updated").dateTime = lastUpdate.toISOString();
 
     const rows = limiters.map((l) => limiterRow(l, byName.get(l.name), r.get(l.name)));
-    $("limiters").replaceChildren(...(rows.length ? rows : [emptyRow(9, "No limiters configured.")]));
+    $("limiters").replaceChildren(...(rows.length ? rows : [emptyRow(10, "No limiters configured.")]));
+    totalsRow(limiters, byName, r);
 
     const hot = (stats.hot_keys || []).map((k) => row([
       cell("td", k.limiter),
@@ -169,20 +170,56 @@
   }
 
   function limiterRow(l, s, v) {
+    const name = cell("th", l.name);
+    name.scope = "row";
+    name.append(cell("span", l.policy, "policy mono"));
     const tr = row([
-      cell("th", l.name),
-      cell("td", l.policy, "mono"),
+      name,
       cell("td", number(l.limit), "num"),
       cell("td", number(v?.dps), "num"),
       cell("td", number(v?.rps), "num"),
-      cell("td", v?.dps > 0 ? number((100 * v.rps) / v.dps) + "%" : "—", "num"),
+      cell("td", percent(v?.rps, v?.dps), "num"),
+      cell("td", number(s?.allowed), "num"),
+      cell("td", number(s?.rejected), "num"),
       cell("td", number(s?.errors), "num"),
       badge(s),
       sparkCell(l.name),
     ]);
-    tr.firstChild.scope = "row";
     tr.dataset.limiter = l.name;
     return tr;
+  }
+
+  // percent is part of whole in percent, or a dash without a whole.
+  function percent(part, whole) {
+    return whole > 0 ? number((100 * part) / whole) + "%" : "—";
+  }
+
+  // totalsRow sums the rates and totals over every limiter, in the
+  // table's foot.
+  function totalsRow(limiters, byName, r) {
+    const foot = $("totals");
+    if (limiters.length < 2) {
+      foot.hidden = true;
+      return;
+    }
+    const sum = (f) => limiters.reduce((acc, l) => acc + (f(l) ?? 0), 0);
+    const dps = sum((l) => r.get(l.name)?.dps), rps = sum((l) => r.get(l.name)?.rps);
+    const label = cell("th", "All limiters");
+    label.scope = "row";
+    const rated = limiters.some((l) => r.has(l.name));
+    foot.replaceChildren(row([
+      label,
+      cell("td", ""),
+      cell("td", rated ? number(dps) : "—", "num"),
+      cell("td", rated ? number(rps) : "—", "num"),
+      cell("td", rated ? percent(rps, dps) : "—", "num"),
+      cell("td", number(sum((l) => byName.get(l.name)?.allowed)), "num"),
+      cell("td", number(sum((l) => byName.get(l.name)?.rejected)), "num"),
+      cell("td", number(sum((l) => byName.get(l.name)?.errors)), "num"),
+      cell("td", ""),
+      cell("td", ""),
+    ]));
+    foot.hidden = false;
   }
 
   function badge(s) {

@@ -32,6 +32,7 @@ const (
 // The error codes of the API, stable for clients to branch on.
 const (
 	codeInvalidRequest   = "invalid_request"
+	codeAboveLimit       = "tokens_above_limit"
 	codeTooLarge         = "request_too_large"
 	codeUnknownLimiter   = "unknown_limiter"
 	codeUnsupported      = "unsupported"
@@ -203,8 +204,8 @@ func tokens(n *int64) (int64, *apiError) {
 }
 
 // Result is a decision as the API reports it. Durations are milliseconds,
-// rounded up; RetryAfterMS is -1 when the request can never pass (it asks
-// for more than the limit holds).
+// rounded up. A request that can never pass (it asks for more than the
+// limit holds) is not a Result but a tokensAboveLimit error.
 type Result struct {
 	Allowed      bool  `json:"allowed"`
 	Remaining    int64 `json:"remaining"`
@@ -228,11 +229,42 @@ func millis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
+// tokensAboveLimit is a request for more tokens than its limiter can ever
+// grant at once: a client's bug, which no wait cures. Policies tell it
+// apart in two ways, as an argument error (fixed windows, Symfony's token
+// bucket, compounds of them) or as a rejection that can never pass (the
+// others); the API answers both with one 400.
+type tokensAboveLimit struct {
+	limiter       string
+	tokens, limit int64
+}
+
+func (e *tokensAboveLimit) Error() string {
+	return fmt.Sprintf("%d tokens can never pass limiter %q, whose limit is %d", e.tokens, e.limiter, e.limit)
+}
+
+// aboveLimit returns the error of the call of l for n tokens that
+// answered res and err: a *tokensAboveLimit when n can never pass, else
+// err.
+func aboveLimit(l *limiter, n int64, res Result, err error) error {
+	var argErr *sluice.ArgumentError
+	switch {
+	case errors.As(err, &argErr) && argErr.Arg == "tokens": // n ≥ 1, so above the limit
+		return &tokensAboveLimit{l.name, n, l.limit}
+	case err == nil && !res.Allowed && res.RetryAfterMS == millis(sluice.Never):
+		return &tokensAboveLimit{l.name, n, res.Limit}
+	}
+	return err
+}
+
 // limiterError turns an error of a limiter call into an API error.
 func limiterError(err error) *apiError {
 	var argErr *sluice.ArgumentError
 	var storeErr *sluice.StoreError
+	var above *tokensAboveLimit
 	switch {
+	case errors.As(err, &above):
+		return errorf(http.StatusBadRequest, codeAboveLimit, "%v", err)
 	case errors.As(err, &argErr):
 		return errorf(http.StatusBadRequest, codeInvalidRequest, "%v", err)
 	case errors.Is(err, sluice.ErrReserveNotSupported):
@@ -252,7 +284,8 @@ type consumeRequest struct {
 }
 
 // consume takes tokens for a key. Being limited is a 200 result with
-// allowed false: the API answers the question it was asked.
+// allowed false: the API answers the question it was asked. Asking for
+// more than the limit is a 400, tokens_above_limit, for every policy.
 func (s *Server) consume(w http.ResponseWriter, r *http.Request) *apiError {
 	var q consumeRequest
 	if e := decode(w, r, &q); e != nil {
@@ -279,6 +312,7 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) *apiError {
 		sr, err = l.l.AllowN(r.Context(), q.Key, n)
 		res = newResult(sr)
 	}
+	err = aboveLimit(l, n, res, err)
 	s.record(snap, l.name, q.Key, n, res.Allowed, err)
 	if err != nil {
 		return limiterError(err)
@@ -386,7 +420,7 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) *apiError {
 		return e
 	}
 	peek, err := l.l.Peek(r.Context(), q.Key, n)
-	if err != nil {
+	if err := aboveLimit(l, n, newResult(peek), err); err != nil {
 		return limiterError(err)
 	}
 	out := Inspection{Limiter: l.name, Key: q.Key, Policy: l.policy.String(), Result: newResult(peek)}

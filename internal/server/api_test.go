@@ -126,7 +126,7 @@ func TestAPIErrors(t *testing.T) {
 		{"long key", "POST", "/api/v1/consume", `{"limiter": "three", "key": "` + strings.Repeat("k", maxKey+1) + `"}`, 400, "invalid_request"},
 		{"zero tokens", "POST", "/api/v1/consume", `{"limiter": "three", "key": "k", "tokens": 0}`, 400, "invalid_request"},
 		{"too many tokens", "POST", "/api/v1/consume", `{"limiter": "three", "key": "k", "tokens": 1099511627777}`, 400, "invalid_request"},
-		{"more than the limit", "POST", "/api/v1/consume", `{"limiter": "three", "key": "k", "tokens": 4}`, 400, "invalid_request"},
+		{"more than the limit", "POST", "/api/v1/consume", `{"limiter": "three", "key": "k", "tokens": 4}`, 400, "tokens_above_limit"},
 		{"unknown field", "POST", "/api/v1/consume", `{"limiter": "three", "key": "k", "tokenz": 1}`, 400, "invalid_request"},
 		{"not JSON", "POST", "/api/v1/consume", `limiter=three`, 400, "invalid_request"},
 		{"two values", "POST", "/api/v1/consume", `{"limiter": "three", "key": "k"} {}`, 400, "invalid_request"},
@@ -627,6 +627,63 @@ func TestWaitResult(t *testing.T) {
 			}
 			if left != tt.left || got["remaining"] != tt.left {
 				t.Errorf("inspect after the consume shows %v left, the consume said %v; want %v", left, got["remaining"], tt.left)
+			}
+		})
+	}
+}
+
+// TestTokensAboveLimit: a request for more tokens than a limiter can ever
+// grant is a 400 tokens_above_limit naming the limit, for every policy
+// and every way of asking. Fixed windows and token buckets answered 400
+// invalid_request, the others 200 allowed:false retry_after_ms:-1.
+func TestTokensAboveLimit(t *testing.T) {
+	s, _ := testServer(t, `limiters:
+  fixed: {policy: fixed_window, limit: 10, interval: 1 minute}
+  sliding: {policy: sliding_window, limit: 10, interval: 1 minute}
+  log: {policy: sliding_log, limit: 10, interval: 1 minute}
+  tokens: {policy: token_bucket, limit: 10, rate: {interval: 1s, amount: 5}}
+  leaky: {policy: leaky_bucket, limit: 10, rate: {amount: 5, interval: 250ms}}
+  gcra: {policy: gcra, limit: 10, rate: {interval: 1 min, amount: 600}}
+  both: {policy: compound, limiters: [sliding, {policy: fixed_window, limit: 10, interval: 10s}]}
+  bucket:
+    policy: bucket
+    limits:
+      - {capacity: 100, refill: {greedy: 100, per: 1 minute}}
+      - {capacity: 10, refill: {greedy: 10, per: 1s}}
+`)
+	for _, name := range []string{"fixed", "sliding", "log", "tokens", "leaky", "gcra", "both", "bucket"} {
+		t.Run(name, func(t *testing.T) {
+			for _, req := range []struct{ path, extra string }{
+				{"/api/v1/consume", ""},
+				{"/api/v1/inspect", ""},
+				{"/api/v1/consume", `, "max_wait_ms": 100`},
+			} {
+				body := fmt.Sprintf(`{"limiter": %q, "key": "k%s", "tokens": 11%s}`, name, req.path, req.extra)
+				code, got := call(t, s, "POST", req.path, body)
+				e, _ := got["error"].(map[string]any)
+				switch {
+				case req.extra != "" && (name == "sliding" || name == "log" || name == "both"):
+					if code != 400 || e["code"] != codeUnsupported { // they cannot wait at all
+						t.Errorf("POST %s %s = %d %v, want 400 %s", req.path, body, code, got, codeUnsupported)
+					}
+					continue
+				case req.extra != "" && name == "bucket":
+					// Bucket4j's reservations borrow beyond the capacity
+					// (its blocking tryConsume does not check it): 11 pass
+					// after the 100ms the eleventh token takes.
+					if code != 200 || got["allowed"] != true || got["waited_ms"] != 100.0 {
+						t.Errorf("POST %s %s = %d %v, want allowed after 100ms", req.path, body, code, got)
+					}
+					continue
+				}
+				msg, _ := e["message"].(string)
+				if code != 400 || e["code"] != codeAboveLimit || !strings.Contains(msg, "whose limit is 10") {
+					t.Errorf("POST %s %s = %d %v, want 400 %s naming the limit 10", req.path, body, code, got, codeAboveLimit)
+				}
+			}
+			// The limit itself passes.
+			if code, got := call(t, s, "POST", "/api/v1/consume", fmt.Sprintf(`{"limiter": %q, "key": "k", "tokens": 10}`, name)); code != 200 || got["allowed"] != true {
+				t.Errorf("consume of the limit on %s = %d %v, want allowed", name, code, got)
 			}
 		})
 	}

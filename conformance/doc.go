@@ -3,15 +3,14 @@
 //
 // A vector file is a JSON suite of cases; each case builds a bucket or a
 // limiter on a fake clock and runs steps that move the clock or call an
-// operation and state what it must return. The format is described in
-// FORMAT.md beside the shared examples (conformance/FORMAT.md of the
-// sluice project).
+// operation and state what it must return. FORMAT.md in this package's
+// directory describes the format.
 //
 // The same files run against every implementation through a [Target],
 // which builds the [Bucket] of a bucket case. A target that is also a
 // [LimiterTarget] builds the [Limiter] of a limiter case, and one that is
 // a [CompatTarget] runs the compatibility policies. [Local] is all three,
-// in memory; each store will have its own target. A case that a target
+// in memory; [Store] runs them on a driver.Store. A case that a target
 // cannot run (its kind of limiter, or an operation such as a blocking
 // wait) is reported as skipped, never as passed. [Run] returns a [Report]
 // for the sluice command; [RunT] runs each file and case as a subtest.

@@ -16,9 +16,10 @@
 //   - [RowLocker]: SELECT … FOR UPDATE on a row that may not exist yet;
 //     [NewRowLockStore] handles the first insert.
 //
-// A store may also implement a policy natively (a Lua script, one SQL
-// statement) through optional interfaces; the conformance suite in
-// package drivertest proves either way against the same vectors.
+// Every policy runs on that one operation: a store implements no policy
+// of its own, and the only optional interface is [Deleter], which
+// Limiter.Reset uses when a store offers it. The conformance suite in package drivertest runs every
+// policy's vectors against a store to prove it.
 //
 // # Errors
 //

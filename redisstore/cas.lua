@@ -1,6 +1,7 @@
--- Compare-and-swap of one bucket's state, the only script of redisstore.
+-- Compare-and-swap of one key's state (the record of any policy: a
+-- bucket, a window, a log...), the only script of redisstore.
 --
--- KEYS[1]  the bucket's key (one key, so the script runs on any cluster
+-- KEYS[1]  the key (one key, so the script runs on any cluster
 --          node that owns its slot; it touches no other key).
 -- ARGV[1]  "1" when the key must hold ARGV[2], "0" when it must not exist
 --          (an empty string is a state, so absence needs its own flag).

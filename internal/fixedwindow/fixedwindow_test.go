@@ -12,7 +12,7 @@ import (
 )
 
 // The expected numbers are worked out by hand in the comments, from
-// SEMANTICS.md Part B (Symfony's fixed window) and the differences the
+// Symfony's fixed window and the differences the
 // package documents: exact nanoseconds, a window that ends at exactly
 // start+Interval, and reservations that are debt repaid window by window.
 
@@ -156,7 +156,7 @@ func TestDecisions(t *testing.T) {
 			final: State{Start: 0, Hits: 5},
 		},
 		{
-			// SEMANTICS.md's quirk: Symfony says 9.25s where 9.75s are
+			// Symfony's quirk (limiter-windows.json pins the exact value): it says 9.25s where 9.75s are
 			// left of a window that opened at +250ms, seen at +500ms.
 			name: "retry after is the exact time left in the window",
 			cfg:  Config{Limit: 2, Interval: 10 * sec},

@@ -10,8 +10,9 @@ import (
 
 const never = policy.Never
 
-// unlimitedResult is SEMANTICS.md Part B's no_limit: accepted, remaining =
-// limit = 2^63−1, wait 0.
+// unlimitedResult is the vector format's no_limit
+// (conformance/vectors/limiter-compound.json): accepted, remaining = limit
+// = 2^63−1, wait 0.
 var unlimitedResult = policy.Result{Allowed: true, Remaining: 1<<63 - 1, Limit: 1<<63 - 1}
 
 func TestDecisions(t *testing.T) {

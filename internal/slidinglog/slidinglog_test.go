@@ -10,8 +10,9 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
-// The expected numbers come from limiter-basics.json or are worked out in
-// the comments; a Python model of the semantics (a plain list of entries,
+// The expected numbers are Symfony's sliding log's (its documented
+// examples; conformance/vectors/limiter-windows.json pins the same rule)
+// or are worked out in the comments; a Python model of the semantics (a plain list of entries,
 // RetryAfter found by searching the time line) agrees with every one.
 
 const (
@@ -51,7 +52,7 @@ func TestConsume(t *testing.T) {
 		final []Entry
 	}{
 		{
-			// limiter-basics.json. At +30s the hit at 0 frees a token at
+			// Symfony's example. At +30s the hit at 0 frees a token at
 			// +60s; at +71s, 2 tokens need the hit at +20s gone: +80s.
 			name: "basics: every hit counts for one interval",
 			cfg:  Config{Limit: 3, Interval: 60 * sec},

@@ -9,8 +9,9 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
-// The expected numbers come from SEMANTICS.md Part B, limiter-basics.json
-// or are worked out in the comments; a Python model of the semantics
+// The expected numbers are Symfony's sliding window's (its documented
+// examples, several of which conformance/vectors/limiter-windows.json also
+// pins) or are worked out in the comments; a Python model of the semantics
 // (fractions, and RetryAfter found by searching the time line) agrees with
 // every one of them.
 
@@ -42,7 +43,7 @@ func TestConsume(t *testing.T) {
 		final State
 	}{
 		{
-			// limiter-basics.json: at +90s the window [60s, 120s) is half
+			// Symfony's example: at +90s the window [60s, 120s) is half
 			// gone, so 80·30/60 = 40 previous hits count. 61 would need
 			// the weight below 39.5, which is 1 ns later: 80·(30s−1ns)/60s
 			// = 39.99… floors to 39.
@@ -57,7 +58,7 @@ func TestConsume(t *testing.T) {
 			final: State{Start: t0 + 60*sec, Prev: 80, Hits: 60},
 		},
 		{
-			// limiter-basics.json: at +15s, 4·5/10 = 2 count; at +25s the
+			// Symfony's example: at +15s, 4·5/10 = 2 count; at +25s the
 			// window [20s, 30s) starts with the 2 hits of [10s, 20s), and
 			// 2·5/10 = 1 counts.
 			name: "basics: the previous window fades out",
@@ -71,7 +72,7 @@ func TestConsume(t *testing.T) {
 			final: State{Start: t0 + 20*sec, Prev: 2, Hits: 3},
 		},
 		{
-			// SEMANTICS.md: 10/min, 9 previous hits, 25% into the window:
+			// Symfony's worked example, also in limiter-windows.json: 10/min, 9 previous hits, 25% into the window:
 			// ⌊6.75⌋ = 6 count, so 4 fit and 5 do not. 5 fit once
 			// 9·(60s−e)/60s < 6, that is e > 20s: e = 20s+1ns, 5s+1ns later.
 			name: "worked example: 9 previous hits at 25%",

@@ -7,7 +7,8 @@ import (
 )
 
 // This file is a reference model of the token bucket, written from
-// SEMANTICS.md Part A rather than from the code under test: every quantity
+// Bucket4j 7.6's semantics as its manual and tests state them, rather than
+// from the code under test: every quantity
 // is a math/big integer, so nothing can overflow, and the only clamps are
 // the ones the semantics name (capacity, Never, ForceAddTokens saturating at
 // MaxInt64). The fuzz targets compare the package against it.

@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// The expected numbers in these tests come from SEMANTICS.md Part A or are
-// worked out by hand in the comments (token·ns arithmetic: a greedy
+// The expected numbers in these tests are Bucket4j 7.6's (its reference
+// manual and its own test suite) or are worked out by hand in the comments (token·ns arithmetic: a greedy
 // bandwidth refilling r tokens per p ns holds size·p + err token·ns and
 // gains r of them per ns).
 

@@ -16,7 +16,9 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 			"\"N passed, M failed, K skipped\". It fails when any case fails.\n\n"+
 			"With --store, the buckets and limiters keep their state in that store: keys under a\n"+
 			"prefix of the run's own (sluice-conformance-<random>:), none kept longer than an hour,\n"+
-			"all deleted when it ends (a failure to delete them is reported on stderr).", stderr)
+			"all deleted when it ends (a failure to delete them is reported on stderr). On PostgreSQL\n"+
+			"and MySQL it creates the store's table if it is missing, as sluice serve would, and\n"+
+			"leaves the table.", stderr)
 	store := fs.String("store", "", "the `URL` of the store to test; empty: the local buckets and limiters; mem://, redis://, redis+cluster://, redis+sentinel://, postgres://, mysql://: that store")
 	verbose := fs.Bool("v", false, "also print passed and skipped cases")
 	if err := fs.parse(args); err != nil {

@@ -453,7 +453,11 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) *apiError {
 	if err := l.l.Reset(r.Context(), q.Key); err != nil {
 		return limiterError(err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"limiter": l.name, "key": q.Key, "reset": true})
+	writeJSON(w, http.StatusOK, struct {
+		Limiter string `json:"limiter"`
+		Key     string `json:"key"`
+		Reset   bool   `json:"reset"`
+	}{l.name, q.Key, true})
 	return nil
 }
 
@@ -540,7 +544,10 @@ func (s *Server) limiterHealth(w http.ResponseWriter, _ *http.Request) *apiError
 		}
 		out = append(out, health{name, d})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": status, "limiters": out})
+	writeJSON(w, http.StatusOK, struct {
+		Status   string   `json:"status"`
+		Limiters []health `json:"limiters"`
+	}{status, out})
 	return nil
 }
 

@@ -506,7 +506,7 @@ func (s *Server) recheckStore(ctx context.Context) {
 			return
 		}
 		wait = min(2*wait, maxRecheck)
-		s.log.Error("the store is still unreachable; not ready", "store", s.store.URL, "err", err, "next_check", wait)
+		s.log.Error("the store is still unreachable; not ready", "store", s.store.URL, "err", err, "next_check", wait.String())
 	}
 }
 

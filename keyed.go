@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"hash/maphash"
+	"math/bits"
 	"sync"
 
 	"github.com/sluicehq/sluice/internal/policy"
@@ -22,11 +23,18 @@ type keyed interface {
 	reset(key string)
 	len() int
 	quota() int64
-	// bound caps the keys held at about n (0: no cap).
+	// bound caps the keys held at n (0: no cap). It must be called
+	// before any other method.
 	bound(n int)
 }
 
-const shardCount = 64 // a power of two; enough to keep 2-8 cores off each other's locks
+const shardCount = 64 // enough to keep 2-8 cores off each other's locks
+
+// minKeysPerShard is the fewest keys a shard of a bounded limiter holds:
+// a bound of n keys uses n/minKeysPerShard shards (1 to shardCount), so
+// that the bound splits exactly among them and every shard has room
+// enough to fill evenly with the others.
+const minKeysPerShard = 1024
 
 // memKeyed keeps each key's typed state in a sharded map, so a key costs
 // its state and the map's slot, nothing more: no pointer, no encoding.
@@ -35,15 +43,16 @@ const shardCount = 64 // a power of two; enough to keep 2-8 cores off each other
 // when next seen; each insertion also checks a couple of other keys of
 // its shard, so idle keys do not accumulate.
 type memKeyed[S any, M policy.Machine[S]] struct {
-	m        M
-	seed     maphash.Seed
-	perShard int // the most keys a shard holds; 0: no bound
-	shards   [shardCount]memShard[S]
+	m       M
+	seed    maphash.Seed
+	nshards uint64 // the shards in use, the first of shards: all but under a small bound
+	shards  [shardCount]memShard[S]
 }
 
 type memShard[S any] struct {
-	mu sync.Mutex
-	m  map[string]S
+	mu  sync.Mutex
+	m   map[string]S
+	max int // the most keys the shard holds; 0: no bound. Set by bound.
 	// cur holds the state of the call under way. A machine's methods take
 	// the state by pointer through the generic dictionary, which makes a
 	// local variable escape to the heap; a field of the (already heap
@@ -53,7 +62,7 @@ type memShard[S any] struct {
 }
 
 func newMemKeyed[S any, M policy.Machine[S]](m M) *memKeyed[S, M] {
-	k := &memKeyed[S, M]{m: m, seed: maphash.MakeSeed()}
+	k := &memKeyed[S, M]{m: m, seed: maphash.MakeSeed(), nshards: shardCount}
 	for i := range k.shards {
 		k.shards[i].m = make(map[string]S)
 	}
@@ -61,7 +70,9 @@ func newMemKeyed[S any, M policy.Machine[S]](m M) *memKeyed[S, M] {
 }
 
 func (k *memKeyed[S, M]) shard(key string) *memShard[S] {
-	return &k.shards[maphash.String(k.seed, key)&(shardCount-1)]
+	// Lemire's reduction: the high word of h·n is uniform in [0, n).
+	hi, _ := bits.Mul64(maphash.String(k.seed, key), k.nshards)
+	return &k.shards[hi]
 }
 
 // load puts key's state in sh.cur and reports whether the key is in the
@@ -91,7 +102,7 @@ func (k *memKeyed[S, M]) save(sh *memShard[S], key string, present bool, now int
 				break
 			}
 		}
-		if k.perShard > 0 && len(sh.m) >= k.perShard {
+		if sh.max > 0 && len(sh.m) >= sh.max {
 			for other := range sh.m { // full of live keys: evict an arbitrary one
 				delete(sh.m, other)
 				break
@@ -179,9 +190,19 @@ func (k *memKeyed[S, M]) reset(key string) {
 
 func (k *memKeyed[S, M]) quota() int64 { return k.m.Quota() }
 
+// bound splits n among the shards in use, the first n%nshards taking
+// one key more, so that the shards' bounds add up to n exactly.
 func (k *memKeyed[S, M]) bound(n int) {
-	if n > 0 {
-		k.perShard = max(1, n/shardCount)
+	if n <= 0 {
+		return
+	}
+	ns := min(max(n/minKeysPerShard, 1), shardCount)
+	k.nshards = uint64(ns)
+	for i := range ns {
+		k.shards[i].max = n / ns
+		if i < n%ns {
+			k.shards[i].max++
+		}
 	}
 }
 

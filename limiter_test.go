@@ -346,3 +346,31 @@ func TestLimiterMaxKeys(t *testing.T) {
 		t.Error("WithMaxKeys(-1) accepted")
 	}
 }
+
+// TestLimiterMaxKeysExact: the bound is what it says, for small bounds
+// too (one shard's worth each was 64 keys for WithMaxKeys(1)), and a full
+// limiter still takes every new key.
+func TestLimiterMaxKeysExact(t *testing.T) {
+	ctx := context.Background()
+	for _, n := range []int{1, 2, 63, 65, 1000, 1025, 70_000} {
+		l, err := sluice.NewLimiter(sluice.FixedWindow(1, time.Hour), sluice.WithMaxKeys(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		most := 0
+		for i := range 2*n + 200 {
+			key := fmt.Sprint("key", i)
+			if r, err := l.Allow(ctx, key); err != nil || !r.Allowed {
+				t.Fatalf("WithMaxKeys(%d): Allow(%s) = %+v, %v, want allowed", n, key, r, err)
+			}
+			// The key just admitted is held: its second request is refused.
+			if r, _ := l.Allow(ctx, key); r.Allowed {
+				t.Fatalf("WithMaxKeys(%d): second Allow(%s) allowed; the new key was not kept", n, key)
+			}
+			most = max(most, l.Len())
+		}
+		if most != n {
+			t.Errorf("WithMaxKeys(%d) held at most %d keys, want exactly %d at its fullest", n, most, n)
+		}
+	}
+}

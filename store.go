@@ -86,10 +86,13 @@ type StoreListener interface {
 func WithStore(s driver.Store) Option { return func(o *options) { o.store = s } }
 
 // WithMaxKeys bounds the keys an in-memory Limiter (and the local fallback
-// of one with a store) holds to about n, at least 64: past it, a new key
-// first drops expired ones, then evicts an arbitrary key, which starts
-// afresh when next seen (a full bucket, an empty window). The default, 0,
-// is no bound beyond expiry.
+// of one with a store) holds to n exactly: past it, a new key first drops
+// expired ones, then evicts an arbitrary key, which starts afresh when
+// next seen (a full bucket, an empty window). The bound is split among
+// shards of at least 1024 keys (a bound under 2048 keys has a single
+// lock), and a shard may evict while others still have room: the limiter
+// never holds more than n keys, and holds n once every shard has filled.
+// The default, 0, is no bound beyond expiry.
 func WithMaxKeys(n int) Option { return func(o *options) { o.maxKeys = n } }
 
 // WithStoreTimeout bounds each store call; the default is

@@ -44,7 +44,9 @@ type KeyBucket struct {
 }
 
 // NewStoreBucket returns the token bucket of key in s, with the
-// configuration cfg for a key that has no state yet. A key that has state
+// configuration cfg for a key that has no state yet. As Bucket4j's proxy,
+// its first call creates the key's state, even a call that only reads:
+// the bucket's refill counts from then. A key that has state
 // keeps the configuration stored with it, migrated to cfg (with the
 // WithInheritance strategy) when cfg changed since it was written.
 // WithStoreTimeout, WithStoreFailure, WithClock, WithSleeper and
@@ -109,6 +111,7 @@ func newStoreBucket(key string, o *options, cfg Config) (*KeyBucket, error) {
 	if err != nil {
 		return nil, err
 	}
+	sk.createOnRead = true
 	b.store = sk
 	return b, nil
 }
@@ -158,7 +161,7 @@ func (b *KeyBucket) configure(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sk.noMigrate = true
+	sk.noMigrate, sk.createOnRead = true, true
 	b.mu.Lock()
 	b.store = sk
 	b.mu.Unlock()

@@ -287,8 +287,10 @@ func (l *Limiter) decide(ctx context.Context, op, key string, inStoreF func(*sto
 // Bucket returns the token bucket of key, for a limiter whose policy is a
 // token bucket (TokenBucket, LeakyBucket, BucketPolicy): the whole Bucket
 // API (probes, blocking calls, reservations, diagnostics) acting on the
-// key's state in the limiter's memory or store, created at first use like
-// any other. Its clock, sleeper, listener and store options are the
+// key's state in the limiter's memory or store. As for any key of a
+// Limiter, a key without state is a new bucket at the time of each call,
+// and only a call that changes it (takes or adds tokens) stores it: reads
+// (Snapshot, AvailableTokens, a refused TryConsume) store nothing. Its clock, sleeper, listener and store options are the
 // limiter's. For other policies it returns an error matching
 // errors.ErrUnsupported.
 func (l *Limiter) Bucket(key string) (*KeyBucket, error) {

@@ -145,6 +145,13 @@ type storeKeyed struct {
 	// noMigrate keeps a stored configuration as it is: the lazily
 	// configured bucket's, whose configuration is only for new keys.
 	noMigrate bool
+	// createOnRead is set for the buckets of NewStoreBucket, Bucket4j's
+	// proxies, which create the state at their first call even when it
+	// only reads: the refill of an intervally bandwidth or of initial
+	// tokens counts from then. A Limiter's key has no state until a call
+	// changes it, as a key without state is a bucket created at the time
+	// of the call; reading it then writes nothing.
+	createOnRead bool
 
 	seed   maphash.Seed
 	shards [shardCount]queueShard
@@ -568,10 +575,10 @@ func (s *storeKeyed) reset(ctx context.Context, key string) error {
 	}})
 }
 
-// bucketOp runs f on key's token bucket, created by this call when the
-// key has none, and writes the bucket when f changed it or it was created
-// or migrated. A lazily configured bucket whose key has no state returns
-// errNeedConfig and writes nothing.
+// bucketOp runs f on key's token bucket, a new one when the key has none,
+// and writes the bucket when f changed it or migrated it, or when it is
+// new and s creates state on reads. A lazily configured bucket whose key
+// has no state returns errNeedConfig and writes nothing.
 func (s *storeKeyed) bucketOp(ctx context.Context, key string, f func(b *loadedBucket, now int64) (changed bool)) error {
 	var needConfig bool
 	err := s.submit(ctx, key, &call{apply: func(rec []byte, now int64) ([]byte, bool) {
@@ -581,7 +588,7 @@ func (s *storeKeyed) bucketOp(ctx context.Context, key string, f func(b *loadedB
 		}
 		if !b.exists {
 			b.state = tokenbucket.New(b.cfg, now)
-			b.migrated = true // a bucket is created by its first call, even one that reads
+			b.migrated = s.createOnRead // Bucket4j creates a bucket at its first call, even one that reads
 		}
 		if changed := f(&b, now); !changed && !b.migrated {
 			return nil, false

@@ -32,6 +32,7 @@ func runLimiterTests(t *testing.T, h Harness) {
 		{"LimiterExact", testLimiterExact},
 		{"LimiterMatchesMemory", testLimiterMatchesMemory},
 		{"Migration", testMigration},
+		{"ReadsCreateNothing", testReadsCreateNothing},
 		{"Faults", testFaults},
 	} {
 		t.Run(tt.name, func(t *testing.T) { tt.f(t, newEnv(t, h)) })
@@ -209,6 +210,67 @@ func testMigration(t *testing.T, e *env) {
 	}
 	if r, err := before.Allow(e.ctx, k); err != nil || !r.Allowed || r.Remaining != 2 {
 		t.Errorf("Allow by the old limiter again = %+v, %v, want 7 of 20 → 3 of 10, 2 left", r, err)
+	}
+}
+
+// testReadsCreateNothing reads keys that have no state through every
+// read-only call of a Limiter and of its keys' buckets: none may write a
+// record, or each look at a key (the server's inspect) would cost the
+// store a record.
+func testReadsCreateNothing(t *testing.T, e *env) {
+	for _, p := range []sluice.Policy{
+		sluice.TokenBucket(10, 1, time.Second), // intervally: its refill grid starts with the bucket
+		sluice.LeakyBucket(10, 1, time.Second),
+		sluice.FixedWindow(10, time.Second),
+		sluice.SlidingLog(10, time.Second),
+	} {
+		t.Run(p.String(), func(t *testing.T) {
+			l, err := sluice.NewLimiter(p, sluice.WithStore(e.store))
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := key(t)
+			if _, err := l.Peek(e.ctx, k, 1); err != nil {
+				t.Fatal(err)
+			}
+			// Refused, or an argument error for the policies that forbid
+			// asking for more than the limit.
+			if r, err := l.AllowN(e.ctx, k, 11); err == nil && r.Allowed {
+				t.Fatalf("AllowN(11) of a limit of 10 = %+v, want refused", r)
+			}
+			if b, err := l.Bucket(k); err == nil {
+				if _, err := b.Snapshot(e.ctx); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := b.AvailableTokens(e.ctx); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := b.EstimateAbilityToConsume(e.ctx, 3); err != nil {
+					t.Fatal(err)
+				}
+				if ok, err := b.TryConsume(e.ctx, 11); err != nil || ok {
+					t.Fatalf("TryConsume(11) of a capacity of 10 = %v, %v, want refused", ok, err)
+				}
+				if _, err := b.Configuration(e.ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var found []byte
+			err = e.store.Update(e.ctx, k, func(rec []byte) ([]byte, time.Duration, bool) {
+				found = append([]byte(nil), rec...)
+				return nil, 0, false
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if found != nil {
+				t.Errorf("reading key %q wrote a record of %d bytes, want none", k, len(found))
+			}
+			// The first call that takes a token creates the key.
+			if r, err := l.Allow(e.ctx, k); err != nil || !r.Allowed || r.Remaining != 9 {
+				t.Errorf("Allow after the reads = %+v, %v, want allowed with 9 left", r, err)
+			}
+		})
 	}
 }
 

@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -194,8 +195,50 @@ func (d *Domains) Settings() Settings {
 	return d.settings
 }
 
-// Register registers the service on g.
-func (s *Service) Register(g *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(g, s) }
+// Register registers the service on g. The service decodes its requests
+// itself, so that a malformed one is InvalidArgument, where gRPC's codec
+// makes it Internal: interceptors see the request undecoded.
+func (s *Service) Register(g *grpc.Server) { g.RegisterService(&serviceDesc, s) }
+
+// rawRequest is a RateLimitRequest as it came, not yet decoded. It is a
+// protobuf message of the legacy kind that decodes itself (its Unmarshal
+// method), which gRPC's codec hands the bytes to and which never fails.
+type rawRequest struct{ b []byte }
+
+func (r *rawRequest) Reset()         { r.b = nil }
+func (r *rawRequest) String() string { return fmt.Sprintf("envoyrls.rawRequest(%d bytes)", len(r.b)) }
+func (r *rawRequest) ProtoMessage()  {}
+
+// Unmarshal keeps a copy of b, which the codec reuses.
+func (r *rawRequest) Unmarshal(b []byte) error {
+	r.b = append(r.b[:0], b...)
+	return nil
+}
+
+// serviceDesc is rlsv3's, with a handler that decodes the request itself.
+var serviceDesc = func() grpc.ServiceDesc {
+	d := rlsv3.RateLimitService_ServiceDesc
+	d.Methods = []grpc.MethodDesc{{MethodName: "ShouldRateLimit", Handler: shouldRateLimit}}
+	return d
+}()
+
+func shouldRateLimit(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	req := new(rawRequest)
+	if err := dec(req); err != nil {
+		return nil, err
+	}
+	handle := func(ctx context.Context, req any) (any, error) {
+		in := new(rlsv3.RateLimitRequest)
+		if err := proto.Unmarshal(req.(*rawRequest).b, in); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "envoyrls: malformed RateLimitRequest: %v", err)
+		}
+		return srv.(*Service).ShouldRateLimit(ctx, in)
+	}
+	if interceptor == nil {
+		return handle(ctx, req)
+	}
+	return interceptor(ctx, req, &grpc.UnaryServerInfo{Server: srv, FullMethod: rlsv3.RateLimitService_ShouldRateLimit_FullMethodName}, handle)
+}
 
 // check is one descriptor of a request: its rule, what it asks and what
 // it got.

@@ -696,6 +696,54 @@ envoy:
 		"OK remaining=0", "OK remaining=0", "OK 5/MINUTE(l) remaining=4 reset=1m0s"})
 }
 
+// rawCodec sends a []byte as the request, as it is, to send malformed
+// protobuf.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error)   { return v.([]byte), nil }
+func (rawCodec) Unmarshal(_ []byte, _ any) error { return nil }
+func (rawCodec) Name() string                    { return "proto" }
+
+// TestMalformedRequest: bytes that are not a RateLimitRequest are the
+// caller's error, InvalidArgument, not the server's (Internal, as gRPC's
+// codec has it). A valid request still works through an interceptor.
+func TestMalformedRequest(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var intercepted atomic.Int64
+	g := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		intercepted.Add(1)
+		return h(ctx, req)
+	}))
+	f := &fixture{clock: sluice.NewFakeClock(start)}
+	d, limiters := f.config(t, "envoy:\n  - domain: d\n    descriptors:\n      - {key: k, limiter: l}\n",
+		map[string]sluice.Policy{"l": sluice.FixedWindow(5, time.Minute)}, nil)
+	envoyrls.New(d, lookup(limiters), envoyrls.WithClock(f.wall)).Register(g)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	for _, bad := range [][]byte{
+		{0x0a, 0xff},       // field 1 (domain), length 255 cut short
+		{0xff, 0xff, 0xff}, // a varint tag that never ends
+		{0x12, 0x02, 0x0a}, // a descriptor cut inside
+	} {
+		err := conn.Invoke(t.Context(), rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, bad, new([]byte), grpc.ForceCodec(rawCodec{}))
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("ShouldRateLimit(% x) = %v, want InvalidArgument", bad, err)
+		}
+	}
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(t.Context(), req("d", desc("k", "v")))
+	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK || intercepted.Load() != 4 {
+		t.Errorf("ShouldRateLimit = %v, %v after %d interceptions, want OK after 4", resp, err, intercepted.Load())
+	}
+}
+
 // TestKeys: separators inside keys and values are escaped, so different
 // descriptors never share a key.
 func TestKeys(t *testing.T) {

@@ -60,7 +60,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var srv *server.Server // the charts look up the policies of the running config
 	opts = append(opts, server.WithLogger(log), server.WithHandler("GET /api/v1/simulate",
-		simulate.Handler(func(name string) (sluice.Policy, bool) { return srv.Policy(name) })))
+		simulate.Handler(func(name string) (sluice.Policy, bool) { return srv.Policy(name) }, 1_000_000)))
 
 	srv, err = server.New(ctx, cfg, opts...)
 	if err != nil {

@@ -25,7 +25,7 @@ func TestLivePageInChromium(t *testing.T) {
 	}
 	var s *Server
 	s, err = New(t.Context(), cfg, WithHandler("GET /api/v1/simulate",
-		simulate.Handler(func(name string) (sluice.Policy, bool) { return s.Policy(name) })))
+		simulate.Handler(func(name string) (sluice.Policy, bool) { return s.Policy(name) }, 1_000_000)))
 	if err != nil {
 		t.Fatal(err)
 	}

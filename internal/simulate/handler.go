@@ -10,17 +10,14 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// maxServedRequests bounds the simulations Handler runs, so that one query
-// cannot hold a server's CPU for long: a million take about a quarter of a
-// second (docs/benchmarks.md).
-const maxServedRequests = 1_000_000
-
 // Handler serves GET ?limiter=NAME&traffic=SPEC[&duration=D][&slice=D] as
 // an SVG chart of the limiter whose policy lookup returns. A spec may not
 // replay files, which are the server's and not the caller's, and may make
-// at most a million requests. Errors are JSON, as the server's API writes
-// them: {"error": {"code": ..., "message": ...}}.
-func Handler(lookup func(name string) (sluice.Policy, bool)) http.Handler {
+// at most maxRequests requests, counted from the spec before any is made
+// (a million take about a quarter of a second, docs/benchmarks.md).
+// Errors are JSON, as the server's API writes them:
+// {"error": {"code": ..., "message": ...}}.
+func Handler(lookup func(name string) (sluice.Policy, bool), maxRequests int) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		name := q.Get("limiter")
@@ -41,19 +38,16 @@ func Handler(lookup func(name string) (sluice.Policy, bool)) http.Handler {
 				}
 			}
 		}
-		var arrivals []int64
+		var rq *Requests
 		if err == nil {
 			if o.Duration == 0 {
 				o.Duration = DefaultDuration(t)
 			}
-			arrivals, err = t.Arrivals(o.Duration)
-		}
-		if err == nil && len(arrivals) > maxServedRequests {
-			err = fmt.Errorf("traffic: %d requests; a served simulation may have at most %d", len(arrivals), maxServedRequests)
+			rq, err = t.requests(o.Duration, maxRequests)
 		}
 		var rep *Report
 		if err == nil {
-			rep, err = Run(name, p, &Requests{Times: arrivals}, o)
+			rep, err = Run(name, p, rq, o)
 		}
 		var b bytes.Buffer
 		if err == nil {

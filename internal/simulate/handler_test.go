@@ -6,8 +6,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
 )
@@ -17,7 +19,7 @@ func TestHandler(t *testing.T) {
 	srv := httptest.NewServer(Handler(func(name string) (sluice.Policy, bool) {
 		l, ok := f.Limiters[name]
 		return l.Policy, ok
-	}))
+	}, 1_000_000))
 	defer srv.Close()
 	get := func(q url.Values) (*http.Response, string) {
 		resp, err := http.Get(srv.URL + "?" + q.Encode())
@@ -58,6 +60,44 @@ func TestHandler(t *testing.T) {
 		if err := json.Unmarshal([]byte(body), &e); err != nil || resp.StatusCode != tt.status ||
 			e.Error.Code != tt.code || !strings.Contains(e.Error.Message, tt.says) {
 			t.Errorf("%v: %d %s, want %d %s saying %q", tt.q, resp.StatusCode, body, tt.status, tt.code, tt.says)
+		}
+	}
+}
+
+// TestHandlerRefusesBeforeGenerating: a spec over the cap is refused from
+// its count, before its arrivals are made: 49 million would take 392 MB
+// of arrival times alone (1.45 GB with the growth of the slice).
+func TestHandlerRefusesBeforeGenerating(t *testing.T) {
+	f := loadLimiters(t)
+	h := Handler(func(name string) (sluice.Policy, bool) {
+		l, ok := f.Limiters[name]
+		return l.Policy, ok
+	}, 1_000_000)
+	for _, spec := range []string{
+		"steady 49000000/s",
+		"burst 40000000 at 0s",
+		"ramp 1/s to 98000000/s",
+		"poisson 49000000/s",
+		"steady 1/s; steady 48999999/s",
+	} {
+		q := url.Values{"limiter": {"fixed"}, "traffic": {spec}, "duration": {"1s"}}
+		r := httptest.NewRequest("GET", "/?"+q.Encode(), nil)
+		var before, after runtime.MemStats
+		var w *httptest.ResponseRecorder
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		w = httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		took := time.Since(start)
+		runtime.ReadMemStats(&after)
+		if w.Code != 400 || !strings.Contains(w.Body.String(), "at most 1000000") {
+			t.Errorf("%q: %d %s, want 400 saying at most 1000000", spec, w.Code, w.Body)
+		}
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<10 {
+			t.Errorf("%q: refusing it allocated %d bytes, want under 64 KiB", spec, alloc)
+		}
+		if took > time.Second { // a generous bound: it takes microseconds
+			t.Errorf("%q: refused after %v", spec, took)
 		}
 	}
 }

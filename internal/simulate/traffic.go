@@ -31,11 +31,14 @@ type Traffic struct {
 func (t *Traffic) String() string { return t.spec }
 
 // part is one clause of a spec. end is the last instant it asks for
-// (0 when it runs for the whole simulation); arrivals appends its arrival
-// times within [0, duration).
+// (0 when it runs for the whole simulation); count is the number of its
+// arrivals within [0, duration), worked out without making them: exact,
+// or for random arrivals their mean; arrivals appends those arrivals to
+// dst, failing when dst would pass limit.
 type part interface {
 	end() time.Duration
-	arrivals(dst []int64, duration time.Duration) ([]int64, error)
+	count(duration time.Duration) float64
+	arrivals(dst []int64, duration time.Duration, limit int) ([]int64, error)
 }
 
 // SpecError reports a traffic spec that does not parse: which clause,
@@ -284,9 +287,14 @@ func (s span) within(duration time.Duration) (from, to int64) {
 	return int64(s.from), to
 }
 
-// tooMany is the error for a pattern that would exceed MaxRequests.
-func tooMany(what string, n float64) error {
-	return fmt.Errorf("%s makes about %.0f requests, more than the %d a simulation may have", what, n, MaxRequests)
+// tooMany is the error for a pattern that makes more than limit
+// requests: about n, or at least n when atLeast.
+func tooMany(n float64, atLeast bool, limit int) error {
+	about := "about"
+	if atLeast {
+		about = "at least"
+	}
+	return fmt.Errorf("the spec makes %s %.0f requests; a simulation may have at most %d", about, n, limit)
 }
 
 type steady struct {
@@ -294,15 +302,31 @@ type steady struct {
 	span
 }
 
+// count is the number of i ≥ 0 with from + ⌊i·period/count⌋ < to, which
+// is i·period < (to-from)·count: ⌈(to-from)·count/period⌉.
+func (s *steady) count(duration time.Duration) float64 {
+	from, to := s.within(duration)
+	if s.rate.count == 0 || to <= from {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(to-from), uint64(s.rate.count))
+	p := uint64(s.rate.period)
+	if hi >= p {
+		return math.Inf(1) // more than 2^64 arrivals
+	}
+	q, r := bits.Div64(hi, lo, p)
+	if r > 0 {
+		return float64(q) + 1
+	}
+	return float64(q)
+}
+
 // arrivals spaces count arrivals per period exactly: the i-th is at
 // from + i*period/count, rounded down to the nanosecond.
-func (s *steady) arrivals(dst []int64, duration time.Duration) ([]int64, error) {
+func (s *steady) arrivals(dst []int64, duration time.Duration, _ int) ([]int64, error) {
 	from, to := s.within(duration)
 	if s.rate.count == 0 || to <= from {
 		return dst, nil
-	}
-	if n := float64(to-from) / float64(s.rate.period) * float64(s.rate.count); n > MaxRequests {
-		return nil, tooMany("steady "+s.rate.String(), n)
 	}
 	for i := int64(0); ; i++ {
 		hi, lo := bits.Mul64(uint64(i), uint64(s.rate.period))
@@ -322,7 +346,14 @@ type burst struct {
 
 func (b *burst) end() time.Duration { return b.at + 1 }
 
-func (b *burst) arrivals(dst []int64, duration time.Duration) ([]int64, error) {
+func (b *burst) count(duration time.Duration) float64 {
+	if b.at >= duration {
+		return 0
+	}
+	return float64(b.n)
+}
+
+func (b *burst) arrivals(dst []int64, duration time.Duration, _ int) ([]int64, error) {
 	if b.at >= duration {
 		return dst, nil
 	}
@@ -337,11 +368,23 @@ type ramp struct {
 	span
 }
 
+// count is the cumulative count at the end of the span, rounded up: the
+// loop of arrivals makes at most that many.
+func (r *ramp) count(duration time.Duration) float64 {
+	from, to := r.within(duration)
+	if to <= from {
+		return 0
+	}
+	r0 := float64(r.from.count) / float64(r.from.period)
+	r1 := float64(r.to.count) / float64(r.to.period)
+	return math.Ceil((r0 + r1) / 2 * float64(to-from))
+}
+
 // arrivals places the k-th arrival where the cumulative count of a rate
 // going linearly from r0 to r1 over the span reaches k: solving
 // r0*x + (r1-r0)*x²/(2L) = k for x. Traffic is the input, not a decision,
 // so floating point is fine here; the results are rounded to nanoseconds.
-func (r *ramp) arrivals(dst []int64, duration time.Duration) ([]int64, error) {
+func (r *ramp) arrivals(dst []int64, duration time.Duration, _ int) ([]int64, error) {
 	from, to := r.within(duration)
 	if to <= from {
 		return dst, nil
@@ -350,9 +393,6 @@ func (r *ramp) arrivals(dst []int64, duration time.Duration) ([]int64, error) {
 	r0 := float64(r.from.count) / float64(r.from.period)
 	r1 := float64(r.to.count) / float64(r.to.period)
 	total := (r0 + r1) / 2 * length
-	if total > MaxRequests {
-		return nil, tooMany("ramp", total)
-	}
 	a := (r1 - r0) / (2 * length)
 	for k := 0.0; k < total; k++ {
 		var x float64
@@ -378,23 +418,33 @@ type poisson struct {
 	span
 }
 
+// count is the mean number of arrivals; the actual number is random.
+func (p *poisson) count(duration time.Duration) float64 {
+	from, to := p.within(duration)
+	if p.rate.count == 0 || to <= from {
+		return 0
+	}
+	return float64(to-from) / float64(p.rate.period) * float64(p.rate.count)
+}
+
 // arrivals draws exponential gaps with mean period/count from a PCG
 // generator seeded with seed, so a seed always gives the same arrivals.
-func (p *poisson) arrivals(dst []int64, duration time.Duration) ([]int64, error) {
+// Their number is random, so it is checked against limit as they come.
+func (p *poisson) arrivals(dst []int64, duration time.Duration, limit int) ([]int64, error) {
 	from, to := p.within(duration)
 	if p.rate.count == 0 || to <= from {
 		return dst, nil
 	}
 	mean := float64(p.rate.period) / float64(p.rate.count)
-	if n := float64(to-from) / mean; n > MaxRequests {
-		return nil, tooMany("poisson "+p.rate.String(), n)
-	}
 	rng := rand.New(rand.NewPCG(p.seed, 0x5eed))
 	t := float64(from)
 	for {
 		t += rng.ExpFloat64() * mean
 		if t >= float64(to) {
 			return dst, nil
+		}
+		if len(dst) >= limit {
+			return nil, tooMany(float64(len(dst)+1), true, limit)
 		}
 		dst = append(dst, int64(t))
 	}
@@ -425,7 +475,12 @@ func (r *replay) end() time.Duration {
 	return time.Duration(r.times[len(r.times)-1] + 1)
 }
 
-func (r *replay) arrivals(dst []int64, duration time.Duration) ([]int64, error) {
+func (r *replay) count(duration time.Duration) float64 {
+	n, _ := slices.BinarySearch(r.times, int64(duration)) // sorted: those before duration
+	return float64(n)
+}
+
+func (r *replay) arrivals(dst []int64, duration time.Duration, _ int) ([]int64, error) {
 	for _, t := range r.times {
 		if t < int64(duration) {
 			dst = append(dst, t)
@@ -545,7 +600,7 @@ func readReplay(r io.Reader, column, key string) (*replay, error) {
 	}
 	spreadSeconds(times, whole)
 	if len(times) > MaxRequests {
-		return nil, tooMany("the file", float64(len(times)))
+		return nil, tooMany(float64(len(times)), false, MaxRequests)
 	}
 	rp := &replay{times: times}
 	if rawKeys != nil {
@@ -664,6 +719,17 @@ func (t *Traffic) End() time.Duration {
 	return end
 }
 
+// Count returns the number of arrivals within [0, duration), worked out
+// from the spec without making them: exact, except that a poisson
+// clause counts its mean. It is +Inf past 2^64.
+func (t *Traffic) Count(duration time.Duration) float64 {
+	var n float64
+	for _, p := range t.parts {
+		n += p.count(duration)
+	}
+	return n
+}
+
 // Arrivals returns the sorted arrival times, in nanoseconds from the
 // start, of every clause within [0, duration).
 func (t *Traffic) Arrivals(duration time.Duration) ([]int64, error) {
@@ -687,18 +753,31 @@ type Requests struct {
 
 // Requests returns the arrivals of every clause within [0, duration),
 // sorted, with their keys: those of a replayed file with key K, and ""
-// for the other clauses.
+// for the other clauses. There may be at most MaxRequests.
 func (t *Traffic) Requests(duration time.Duration) (*Requests, error) {
-	rq := &Requests{}
+	return t.requests(duration, MaxRequests)
+}
+
+// requests is Requests with at most limit arrivals. A spec whose count
+// passes limit is refused before any arrival is made, so that refusing a
+// typo costs nothing.
+func (t *Traffic) requests(duration time.Duration, limit int) (*Requests, error) {
+	n := t.Count(duration)
+	if n > float64(limit) {
+		err := tooMany(n, false, limit)
+		return nil, &SpecError{Msg: err.Error(), Err: err}
+	}
+	rq := &Requests{Times: make([]int64, 0, int(n))}
 	var index map[string]uint32 // Names' indexes, once a clause names keys
 	for _, p := range t.parts {
 		n := len(rq.Times)
 		var err error
-		if rq.Times, err = p.arrivals(rq.Times, duration); err != nil {
+		if rq.Times, err = p.arrivals(rq.Times, duration, limit); err != nil {
 			return nil, &SpecError{Msg: err.Error(), Err: err}
 		}
-		if len(rq.Times) > MaxRequests {
-			return nil, &SpecError{Msg: fmt.Sprintf("the spec makes more than %d requests", MaxRequests)}
+		if len(rq.Times) > limit { // a bug in a part's count, not the caller's
+			err := tooMany(float64(len(rq.Times)), true, limit)
+			return nil, &SpecError{Msg: err.Error(), Err: err}
 		}
 		r, _ := p.(*replay)
 		if r == nil || r.keys == nil {

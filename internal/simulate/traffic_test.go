@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -140,8 +141,66 @@ func TestTooManyRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tr.Arrivals(time.Hour); !errors.As(err, new(*SpecError)) || !strings.Contains(err.Error(), "more than") {
+	if _, err := tr.Arrivals(time.Hour); !errors.As(err, new(*SpecError)) || !strings.Contains(err.Error(), "at most 50000000") {
 		t.Errorf("Arrivals = %v, want a *SpecError about too many requests", err)
+	}
+}
+
+// TestCountMatchesArrivals: Count, which the caps are checked on before
+// any arrival is made, is the number of arrivals, exactly for every
+// clause but poisson, whose mean it is.
+func TestCountMatchesArrivals(t *testing.T) {
+	for _, tt := range []struct {
+		spec     string
+		duration time.Duration
+	}{
+		{"steady 20/s", 10 * time.Second},
+		{"steady 3/7ms", time.Second},
+		{"steady 7/3s", 10*time.Second + 1},
+		{"steady 1000/s from 1500ms to 2s", 10 * time.Second},
+		{"steady 1000/s from 1500ms to 20s", 10 * time.Second},
+		{"steady 0/s", time.Second},
+		{"burst 50 at 2s; burst 7 at 10s", 10 * time.Second},
+		{"ramp 1/s to 100/s", 10 * time.Second},
+		{"ramp 100/s to 0/s from 1s to 3s", 10 * time.Second},
+		{"ramp 3/s to 17/s", 7*time.Second + 3},
+		{"replay testdata/nginx.log", 3 * time.Second},
+		{"steady 5/s; burst 3 at 1s; ramp 1/s to 9/s", 4 * time.Second},
+	} {
+		tr, err := ParseTraffic(tt.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		arrivals, err := tr.Arrivals(tt.duration)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tr.Count(tt.duration); got != float64(len(arrivals)) {
+			t.Errorf("%q over %v: Count = %v, want the %d arrivals", tt.spec, tt.duration, got, len(arrivals))
+		}
+	}
+	tr, err := ParseTraffic("poisson 1000/s seed 3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrivals, err := tr.Arrivals(10 * time.Second)
+	if got := tr.Count(10 * time.Second); err != nil || got != 10_000 || len(arrivals) < 9_500 || len(arrivals) > 10_500 {
+		t.Errorf("poisson 1000/s over 10s: Count = %v and %d arrivals (%v), want 10000 and about as many", got, len(arrivals), err)
+	}
+	// A poisson spec whose mean is within the cap may still draw more
+	// arrivals than it: they are refused as they come.
+	for seed := 1; ; seed++ {
+		tr, err = ParseTraffic(fmt.Sprintf("poisson 100/s seed %d", seed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if arrivals, _ := tr.Arrivals(time.Second); len(arrivals) <= 100 {
+			continue // a draw within the mean
+		}
+		if _, err := tr.requests(time.Second, 100); err == nil || !strings.Contains(err.Error(), "at least 101") {
+			t.Errorf("poisson 100/s seed %d capped at 100 = %v, want an error about at least 101 requests", seed, err)
+		}
+		break
 	}
 }
 

@@ -10,9 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/server"
-	"github.com/sluicehq/sluice/internal/simulate"
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -58,11 +56,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	var srv *server.Server // the charts look up the policies of the running config
-	opts = append(opts, server.WithLogger(log), server.WithHandler("GET /api/v1/simulate",
-		simulate.Handler(func(name string) (sluice.Policy, bool) { return srv.Policy(name) }, 1_000_000)))
-
-	srv, err = server.New(ctx, cfg, opts...)
+	opts = append(opts, server.WithLogger(log))
+	srv, err := server.New(ctx, cfg, opts...)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -9,15 +10,19 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"reflect"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/envoyrls"
 	"github.com/sluicehq/sluice/internal/server/page"
+	"github.com/sluicehq/sluice/internal/simulate"
 	"github.com/sluicehq/sluice/internal/storeurl"
 )
 
@@ -42,6 +47,8 @@ const (
 	codeMethod           = "method_not_allowed"
 	codeCancelled        = "cancelled"
 	codeInternal         = "internal"
+	codeBusy             = "busy"
+	codeCrossOrigin      = "cross_origin"
 )
 
 // apiError is an API error response.
@@ -51,8 +58,34 @@ type apiError struct {
 	Msg    string `json:"message"`
 }
 
+// maxMessage bounds an error's message, in bytes, so that an answer
+// never echoes a large input back.
+const maxMessage = 300
+
 func errorf(status int, code, format string, args ...any) *apiError {
-	return &apiError{status: status, Code: code, Msg: fmt.Sprintf(format, args...)}
+	return &apiError{status: status, Code: code, Msg: clip(fmt.Sprintf(format, args...), maxMessage)}
+}
+
+// clip cuts s to at most n bytes, on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
+
+// short quotes s for a message, cut to 64 bytes and with its length when
+// longer: enough to recognise a name without echoing a large input.
+func short(s string) string {
+	if len(s) <= 64 {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q (%d bytes)", clip(s, 64), len(s))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -73,6 +106,7 @@ func (s *Server) routes() http.Handler {
 	api.Handle("/api/v1/reset", post(s.reset))
 	api.Handle("/api/v1/limiters", get(s.listLimiters))
 	api.Handle("/api/v1/stats", get(s.stats))
+	api.Handle("/api/v1/simulate", get(s.simulate))
 	api.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusNotFound, codeNotFound, "no API endpoint %s", r.URL.Path))
 	})
@@ -95,7 +129,54 @@ func (s *Server) routes() http.Handler {
 			mux.Handle(r.pattern, r.h)
 		}
 	}
-	return mux
+	// Health checks skip the bound on requests in progress, which leaves
+	// them the connections reserved for them.
+	others := s.admit(mux)
+	return s.sameOrigin(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/healthz", "/readyz", "/healthz/limiters":
+			mux.ServeHTTP(w, r)
+		default:
+			others.ServeHTTP(w, r)
+		}
+	}))
+}
+
+// sameOrigin refuses the cross-origin requests of browsers that change
+// state (any method but GET, HEAD and OPTIONS), unless their origin is
+// one of server.allowed_origins: a web page must not consume or reset
+// keys in its visitors' name. Clients that are not browsers send neither
+// Sec-Fetch-Site nor Origin, and pass (http.CrossOriginProtection).
+func (s *Server) sameOrigin(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := s.cur.Load().origins.Check(r); err != nil {
+			writeError(w, errorf(http.StatusForbidden, codeCrossOrigin,
+				"cross-origin browser requests that change state are refused; an operator may allow the origin in server.allowed_origins"))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// admit runs h unless as many requests are in progress as the
+// connections not reserved for health checks: it then answers 503 busy
+// and closes the connection, without reading the request's body.
+func (s *Server) admit(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l := s.cur.Load().cfg.HTTPLimits
+		if s.admission.inFlight.Add(1) > l.MaxConnections-l.ReservedForHealth {
+			s.admission.inFlight.Add(-1)
+			s.metrics.busy.WithLabelValues("requests").Inc()
+			condemn(r)
+			w.Header().Set("Connection", "close")
+			w.Header().Set("Retry-After", "1")
+			writeError(w, errorf(http.StatusServiceUnavailable, codeBusy,
+				"the server has as many requests in progress as it takes; retry shortly"))
+			return
+		}
+		defer s.admission.inFlight.Add(-1)
+		h.ServeHTTP(w, r)
+	})
 }
 
 // handler is an endpoint that returns its error for the caller to write.
@@ -117,29 +198,43 @@ func method(m string, h handler) http.Handler {
 func post(h handler) http.Handler { return method(http.MethodPost, h) }
 func get(h handler) http.Handler  { return method(http.MethodGet, h) }
 
-// auth lets a request through h when the snapshot has no tokens, when
-// covered says its config leaves the endpoint open, or when the request
-// carries one of the tokens as "Authorization: Bearer TOKEN".
+// auth lets a request through h when covered says its config leaves the
+// endpoint open, or when the request satisfies the API's auth: one of the
+// tokens as "Authorization: Bearer TOKEN" when there are tokens, and a
+// client certificate that the client CA verifies when there is one.
 func (s *Server) auth(h http.Handler, covered func(*Config) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		snap := s.cur.Load()
-		if len(snap.tokens) == 0 || !covered(snap.cfg) || validToken(snap.tokens, r.Header.Get("Authorization")) {
+		if !covered(snap.cfg) {
 			h.ServeHTTP(w, r)
 			return
 		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-		writeError(w, errorf(http.StatusUnauthorized, codeUnauthorized, "missing or wrong bearer token"))
+		if len(snap.tokens) > 0 && !validToken(snap.tokens, r.Header.Get("Authorization")) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+			writeError(w, errorf(http.StatusUnauthorized, codeUnauthorized, "missing or wrong bearer token"))
+			return
+		}
+		if !s.clientCertOK(r.TLS) {
+			writeError(w, errorf(http.StatusUnauthorized, codeUnauthorized, "a client certificate signed by the server's client CA is required"))
+			return
+		}
+		h.ServeHTTP(w, r)
 	})
 }
 
-// validToken compares the header's token with every token in constant
-// time, so that neither which token nor how much of one matched shows in
-// the timing.
+// validToken compares the token of an Authorization value, "Bearer
+// TOKEN", with every token in constant time, so that neither which token
+// nor how much of one matched shows in the timing. The scheme is
+// case-insensitive and may be followed by several spaces (RFC 9110
+// §11.4, RFC 6750 §2.1); whitespace around the value is not part of it
+// (RFC 9110 §5.5: HTTP strips it, and it is stripped from gRPC metadata
+// too), so "Bearer TOKEN " is TOKEN. A token holds no whitespace.
 func validToken(tokens [][]byte, header string) bool {
-	got, ok := strings.CutPrefix(header, "Bearer ")
-	if !ok {
+	scheme, got, ok := strings.Cut(strings.Trim(header, " \t"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
+	got = strings.TrimLeft(got, " ")
 	match := 0
 	for _, t := range tokens {
 		match |= subtle.ConstantTimeCompare([]byte(got), t)
@@ -147,15 +242,12 @@ func validToken(tokens [][]byte, header string) bool {
 	return match == 1
 }
 
-// decode decodes the JSON body of r into v strictly: one object, known
-// fields only, at most maxBody bytes.
+// decode decodes the JSON body of r into v, a pointer to a struct,
+// strictly: at most maxBody bytes, valid Unicode, one object whose keys
+// are v's fields' names exactly (encoding/json would take "LIMITER" for
+// "limiter", and the last of duplicate keys).
 func decode(w http.ResponseWriter, r *http.Request, v any) *apiError {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.Decode(new(json.RawMessage)) != io.EOF {
-		err = errors.New("more than one JSON value")
-	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
@@ -163,7 +255,137 @@ func decode(w http.ResponseWriter, r *http.Request, v any) *apiError {
 	case err != nil:
 		return errorf(http.StatusBadRequest, codeInvalidRequest, "body: %v", err)
 	}
+	if err := checkUnicode(body); err != nil {
+		return errorf(http.StatusBadRequest, codeInvalidRequest, "body: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	err = checkKeys(body, v)
+	if err == nil {
+		err = dec.Decode(v)
+	}
+	if err == nil && dec.Decode(new(json.RawMessage)) != io.EOF {
+		err = errors.New("more than one JSON value")
+	}
+	if err != nil {
+		return errorf(http.StatusBadRequest, codeInvalidRequest, "body: %v", err)
+	}
 	return nil
+}
+
+// checkUnicode reports where body is not valid UTF-8, or has a \u escape
+// of half a UTF-16 surrogate pair without the other half: encoding/json
+// turns both into U+FFFD silently, which would make different keys one.
+func checkUnicode(body []byte) error {
+	if !utf8.Valid(body) {
+		i := 0
+		for i < len(body) {
+			r, n := utf8.DecodeRune(body[i:])
+			if r == utf8.RuneError && n == 1 {
+				break
+			}
+			i += n
+		}
+		return fmt.Errorf("invalid UTF-8 at byte %d", i)
+	}
+	for i := 0; i < len(body); i++ {
+		if body[i] != '\\' {
+			continue
+		}
+		i++ // the escaped character: a second backslash is not an escape
+		if i >= len(body) || body[i] != 'u' {
+			continue
+		}
+		r, ok := hex4(body[i+1:])
+		if !ok {
+			continue // malformed: the decoder says so
+		}
+		switch {
+		case r >= 0xd800 && r < 0xdc00: // a high half: a low half must follow
+			if len(body) >= i+11 && body[i+5] == '\\' && body[i+6] == 'u' {
+				if lo, ok := hex4(body[i+7:]); ok && lo >= 0xdc00 && lo < 0xe000 {
+					i += 10
+					continue
+				}
+			}
+			return fmt.Errorf("\\u%04x at byte %d is half of a UTF-16 surrogate pair, without the other half", r, i-1)
+		case r >= 0xdc00 && r < 0xe000:
+			return fmt.Errorf("\\u%04x at byte %d is half of a UTF-16 surrogate pair, without the other half", r, i-1)
+		}
+		i += 4
+	}
+	return nil
+}
+
+// hex4 reads the 4 hex digits at the start of b.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+// checkKeys checks the keys of the object in body against the JSON names
+// of v's fields, exactly, and refuses a key given twice. It leaves
+// malformed JSON to the decoder.
+func checkKeys(body []byte, v any) error {
+	names := fieldNames(reflect.TypeOf(v).Elem())
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	seen := make(map[string]bool, len(names))
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		k, _ := t.(string)
+		switch {
+		case !names[k]:
+			return fmt.Errorf("unknown field %s; the fields are case-sensitive", short(k))
+		case seen[k]:
+			return fmt.Errorf("field %s given twice", short(k))
+		}
+		seen[k] = true
+		if err := dec.Decode(new(json.RawMessage)); err != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+var fieldNamesCache sync.Map // reflect.Type → map[string]bool
+
+// fieldNames returns the JSON names of the fields of t, a struct type,
+// those of its embedded structs included.
+func fieldNames(t reflect.Type) map[string]bool {
+	if m, ok := fieldNamesCache.Load(t); ok {
+		return m.(map[string]bool)
+	}
+	m := make(map[string]bool)
+	for _, f := range reflect.VisibleFields(t) {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.IsExported() && !f.Anonymous && name != "-" && name != "" {
+			m[name] = true
+		}
+	}
+	fieldNamesCache.Store(t, m)
+	return m
 }
 
 // keyRequest names a key of a limiter.
@@ -182,12 +404,10 @@ func (q keyRequest) find(snap *snapshot) (*limiter, *apiError) {
 		return nil, errorf(http.StatusBadRequest, codeInvalidRequest, "key is required")
 	case len(q.Key) > maxKey:
 		return nil, errorf(http.StatusBadRequest, codeInvalidRequest, "key must be at most %d bytes, got %d", maxKey, len(q.Key))
-	case !utf8.ValidString(q.Key):
-		return nil, errorf(http.StatusBadRequest, codeInvalidRequest, "key must be UTF-8")
 	}
 	l, ok := snap.limiters[q.Limiter]
 	if !ok {
-		return nil, errorf(http.StatusNotFound, codeUnknownLimiter, "no limiter %q", q.Limiter)
+		return nil, errorf(http.StatusNotFound, codeUnknownLimiter, "no limiter %s", short(q.Limiter))
 	}
 	return l, nil
 }
@@ -258,7 +478,7 @@ func aboveLimit(l *limiter, n int64, res Result, err error) error {
 }
 
 // limiterError turns an error of a limiter call into an API error.
-func limiterError(err error) *apiError {
+func (s *Server) limiterError(r *http.Request, err error) *apiError {
 	var argErr *sluice.ArgumentError
 	var storeErr *sluice.StoreError
 	var above *tokensAboveLimit
@@ -270,11 +490,30 @@ func limiterError(err error) *apiError {
 	case errors.Is(err, sluice.ErrReserveNotSupported):
 		return errorf(http.StatusBadRequest, codeUnsupported, "the limiter's policy cannot wait for tokens: %v", err)
 	case errors.As(err, &storeErr):
-		return errorf(http.StatusServiceUnavailable, codeStoreUnavailable, "%v", err)
+		// The store's own message names the key, as the StoreError does,
+		// and may quote the store's reply: the log has it; the answer
+		// says what kind of failure it was.
+		s.log.WarnContext(r.Context(), "store failure", "path", r.URL.Path, "err", err)
+		return errorf(http.StatusServiceUnavailable, codeStoreUnavailable, "the store failed: %s (the server's log has the details)", storeFailure(err))
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return errorf(http.StatusServiceUnavailable, codeCancelled, "%v", err)
 	}
 	return errorf(http.StatusInternalServerError, codeInternal, "%v", err)
+}
+
+// storeFailure says what kind of store failure err is.
+func storeFailure(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "no answer within the store timeout"
+	case errors.Is(err, driver.ErrIndeterminate):
+		return "the store's answer was lost"
+	case errors.Is(err, driver.ErrConflict):
+		return "contention on the key"
+	case errors.Is(err, driver.ErrUnavailable):
+		return "the store is unavailable"
+	}
+	return "an error of the store"
 }
 
 type consumeRequest struct {
@@ -306,6 +545,7 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) *apiError {
 	var res Result
 	var err error
 	if q.MaxWaitMS > 0 {
+		extendDeadlines(w, snap.cfg.HTTPLimits, time.Duration(q.MaxWaitMS)*time.Millisecond)
 		res, err = s.wait(r.Context(), l, q.Key, n, time.Duration(q.MaxWaitMS)*time.Millisecond)
 	} else {
 		var sr sluice.Result
@@ -315,7 +555,7 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) *apiError {
 	err = aboveLimit(l, n, res, err)
 	s.record(snap, l.name, q.Key, n, res.Allowed, err)
 	if err != nil {
-		return limiterError(err)
+		return s.limiterError(r, err)
 	}
 	writeJSON(w, http.StatusOK, res)
 	return nil
@@ -421,13 +661,13 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	peek, err := l.l.Peek(r.Context(), q.Key, n)
 	if err := aboveLimit(l, n, newResult(peek), err); err != nil {
-		return limiterError(err)
+		return s.limiterError(r, err)
 	}
 	out := Inspection{Limiter: l.name, Key: q.Key, Policy: l.policy.String(), Result: newResult(peek)}
 	if b, err := l.l.Bucket(q.Key); err == nil {
 		snap, err := b.Snapshot(r.Context())
 		if err != nil {
-			return limiterError(err)
+			return s.limiterError(r, err)
 		}
 		bs := &BucketState{AvailableTokens: snap.AvailableTokens, TimeToFullRefillMS: millis(snap.TimeToFullRefill)}
 		for i, bw := range snap.Config.Bandwidths {
@@ -435,9 +675,41 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) *apiError {
 		}
 		out.Bucket = bs
 	} else if !errors.Is(err, errors.ErrUnsupported) {
-		return limiterError(err)
+		return s.limiterError(r, err)
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// simQueue is how long a simulation waits for one of those running to
+// end, at most, before it is answered busy: the live page asks for a
+// chart of every limiter at once, and a simulation takes at most about a
+// quarter of a second.
+const simQueue = 5 * time.Second
+
+// simulate serves GET /api/v1/simulate, a chart of a limiter on a
+// traffic pattern, unless server.simulate turns it off. At most
+// max_concurrent simulations run at once; others wait their turn for up
+// to simQueue.
+func (s *Server) simulate(w http.ResponseWriter, r *http.Request) *apiError {
+	c := s.cur.Load().cfg.Simulate
+	if !c.Enabled {
+		return errorf(http.StatusNotFound, codeNotFound, "GET /api/v1/simulate is turned off on this server (server.simulate.enabled)")
+	}
+	t := time.NewTimer(s.simQueue)
+	defer t.Stop()
+	select {
+	case s.simSlots <- struct{}{}:
+	case <-t.C:
+		s.metrics.busy.WithLabelValues("simulations").Inc()
+		w.Header().Set("Retry-After", "1")
+		return errorf(http.StatusServiceUnavailable, codeBusy,
+			"%d simulations are running, as many as server.simulate.max_concurrent allows; retry shortly", cap(s.simSlots))
+	case <-r.Context().Done():
+		return s.limiterError(r, r.Context().Err())
+	}
+	defer func() { <-s.simSlots }()
+	simulate.Handler(s.Policy, int(min(c.MaxRequests, simulate.MaxRequests))).ServeHTTP(w, r)
 	return nil
 }
 
@@ -451,7 +723,7 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) *apiError {
 		return e
 	}
 	if err := l.l.Reset(r.Context(), q.Key); err != nil {
-		return limiterError(err)
+		return s.limiterError(r, err)
 	}
 	writeJSON(w, http.StatusOK, struct {
 		Limiter string `json:"limiter"`

@@ -137,6 +137,17 @@ func TestAPIErrors(t *testing.T) {
 		{"GET consume", "GET", "/api/v1/consume", ``, 405, "method_not_allowed"},
 		{"POST stats", "POST", "/api/v1/stats", `{}`, 405, "method_not_allowed"},
 		{"unknown endpoint", "GET", "/api/v1/nope", ``, 404, "not_found"},
+		// Strict JSON: exact names, no duplicate, valid Unicode, the size
+		// bound whatever follows the object.
+		{"field name in capitals", "POST", "/api/v1/consume", `{"LIMITER": "three", "key": "k"}`, 400, "invalid_request"},
+		{"field name in another case", "POST", "/api/v1/consume", `{"limiter": "three", "Key": "k"}`, 400, "invalid_request"},
+		{"field given twice", "POST", "/api/v1/consume", `{"limiter": "three", "key": "k", "key": "j"}`, 400, "invalid_request"},
+		{"whitespace past the bound", "POST", "/api/v1/consume", `{"limiter": "three", "key": "k"}` + strings.Repeat(" ", maxBody), 413, "request_too_large"},
+		{"invalid UTF-8 key", "POST", "/api/v1/consume", "{\"limiter\": \"three\", \"key\": \"k\xff\"}", 400, "invalid_request"},
+		{"lone high surrogate", "POST", "/api/v1/consume", `{"limiter": "three", "key": "k\ud800"}`, 400, "invalid_request"},
+		{"lone low surrogate", "POST", "/api/v1/consume", `{"limiter": "three", "key": "\udc00k"}`, 400, "invalid_request"},
+		{"reversed surrogates", "POST", "/api/v1/consume", `{"limiter": "three", "key": "\udc00\ud800"}`, 400, "invalid_request"},
+		{"surrogate in the limiter", "POST", "/api/v1/inspect", `{"limiter": "thre\udfff", "key": "k"}`, 400, "invalid_request"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -146,6 +157,42 @@ func TestAPIErrors(t *testing.T) {
 				t.Errorf("%s %s = %d %v, want %d with code %q and a message", tt.method, tt.path, code, out, tt.status, tt.code)
 			}
 		})
+	}
+}
+
+// TestDecodeAcceptsUnicode: valid text of every kind is accepted and kept
+// as sent: a surrogate pair, an escaped backslash before a u, raw UTF-8.
+func TestDecodeAcceptsUnicode(t *testing.T) {
+	s, _ := testServer(t, fixedYAML)
+	for body, key := range map[string]string{
+		`{"limiter": "three", "key": "\ud83d\ude00"}`: "😀",
+		`{"limiter": "three", "key": "\\ud800"}`:      `\ud800`,
+		`{"limiter": "three", "key": "\\\u00e9"}`:     `\é`,
+		`{"limiter": "three", "key": "k€ü"}`:          "k€ü",
+	} {
+		code, out := call(t, s, "POST", "/api/v1/reset", body)
+		if code != 200 || out["key"] != key {
+			t.Errorf("reset %s = %d %v, want 200 with key %q", body, code, out, key)
+		}
+	}
+}
+
+// TestErrorsDoNotEcho: an error answer quotes at most a little of what it
+// refuses, and never the key twice.
+func TestErrorsDoNotEcho(t *testing.T) {
+	s, _ := testServer(t, fixedYAML)
+	big := strings.Repeat("x", 60<<10)
+	for _, body := range []string{
+		`{"limiter": "` + big + `", "key": "k"}`,
+		`{"` + big + `": 1}`,
+		`{"limiter": "three", "key": "k", "tokens": "` + big + `"}`,
+	} {
+		r := httptest.NewRequest("POST", "/api/v1/consume", strings.NewReader(body))
+		w := httptest.NewRecorder()
+		s.handler.ServeHTTP(w, r)
+		if w.Code/100 != 4 || w.Body.Len() > 500 {
+			t.Errorf("consume of %.40s… = %d with %d bytes, want a 4xx of under 500 bytes:\n%.600s", body, w.Code, w.Body.Len(), w.Body)
+		}
 	}
 }
 
@@ -164,6 +211,15 @@ func TestAuth(t *testing.T) {
 		{"/api/v1/limiters", "s3cret", 401},
 		{"/api/v1/limiters", "Bearer s3cret", 200},
 		{"/api/v1/limiters", "Bearer file-token", 200},
+		{"/api/v1/limiters", "bearer s3cret", 200},
+		{"/api/v1/limiters", "BEARER s3cret", 200},
+		{"/api/v1/limiters", "Bearer   s3cret", 200},
+		{"/api/v1/limiters", "Bearer s3cret ", 200},
+		{"/api/v1/limiters", "Bearer s3cre", 401},
+		{"/api/v1/limiters", "Bearer s3cret x", 401},
+		{"/api/v1/limiters", "Bearers3cret", 401},
+		{"/api/v1/limiters", "Basic s3cret", 401},
+		{"/api/v1/limiters", "Bearer ", 401},
 		{"/api/v1/nope", "", 401},
 		{"/healthz", "", 200},
 		{"/readyz", "", 200},
@@ -516,17 +572,17 @@ func TestWithHandler(t *testing.T) {
 		p, ok := s.Policy(r.URL.Query().Get("limiter"))
 		writeJSON(w, 200, map[string]any{"found": ok, "policy": fmt.Sprint(p)})
 	})
-	s, err = New(t.Context(), cfg, WithHandler("GET /api/v1/simulate", extra))
+	s, err = New(t.Context(), cfg, WithHandler("GET /api/v1/extra", extra))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if code, _ := call(t, s, "GET", "/api/v1/simulate?limiter=three", ""); code != 401 {
-		t.Errorf("GET /api/v1/simulate without a token = %d, want 401: added /api/ routes are behind auth", code)
+	if code, _ := call(t, s, "GET", "/api/v1/extra?limiter=three", ""); code != 401 {
+		t.Errorf("GET /api/v1/extra without a token = %d, want 401: added /api/ routes are behind auth", code)
 	}
-	_, out := call(t, s, "GET", "/api/v1/simulate?limiter=three", "", "Authorization", "Bearer s3cret")
+	_, out := call(t, s, "GET", "/api/v1/extra?limiter=three", "", "Authorization", "Bearer s3cret")
 	if out["found"] != true || out["policy"] != "fixed_window(limit=3, interval=1m0s)" {
-		t.Errorf("GET /api/v1/simulate = %v, want the policy of three", out)
+		t.Errorf("GET /api/v1/extra = %v, want the policy of three", out)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"maps"
 	"math"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -66,6 +67,80 @@ type Config struct {
 	// section's keys over its environment variables, which say where its
 	// config files are and shape the answers of Envoy's service.
 	RateLimit envoyrls.Settings
+
+	// ClientCA is a PEM file of the certificate authorities whose client
+	// certificates the APIs require, over TLS; "" requires none.
+	ClientCA string
+	// AllowedOrigins are the origins (scheme://host[:port]) whose web
+	// pages may send the API requests that change state; other
+	// cross-origin browser requests are refused.
+	AllowedOrigins []string
+	// HTTPLimits, GRPCLimits and MaxKeys bound what clients can make the
+	// server hold, and Simulate its simulations: docs/deploy.md's
+	// Hardening section lists them with their defaults.
+	HTTPLimits HTTPLimits
+	GRPCLimits GRPCLimits
+	// MaxKeys bounds the keys of the in-memory store (mem://).
+	MaxKeys  int64
+	Simulate Simulate
+
+	maxKeysNode *yaml.Node // where max_keys was set, or nil
+}
+
+// HTTPLimits bound the HTTP server's connections.
+type HTTPLimits struct {
+	// ReadHeaderTimeout bounds the reading of a request's headers,
+	// ReadTimeout of the whole request, body included; WriteTimeout
+	// bounds the writing of the response, counted from the end of the
+	// headers (from the end of the wait for a consume with max_wait_ms);
+	// IdleTimeout bounds the wait for the next request on a kept-alive
+	// connection.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// MaxHeaderBytes bounds the request line and headers of a request.
+	MaxHeaderBytes int64
+	// MaxConnections bounds the open connections. At the bound, a new
+	// connection closes the one idle the longest, else the one that has
+	// waited the longest for its first request, else it is closed. Of
+	// them, ReservedForHealth are kept for /healthz, /readyz and
+	// /healthz/limiters: other requests in progress may hold at most
+	// MaxConnections-ReservedForHealth; past that they are answered 503.
+	MaxConnections, ReservedForHealth int64
+}
+
+// GRPCLimits bound the gRPC server's connections and calls.
+type GRPCLimits struct {
+	// MaxConnections bounds the open connections; past it, new ones are
+	// closed at once.
+	MaxConnections int64
+	// MaxConcurrentStreams bounds the calls in progress on a connection,
+	// and MaxRecvMsgBytes the size of a request.
+	MaxConcurrentStreams, MaxRecvMsgBytes int64
+	// HandshakeTimeout bounds a new connection's TLS and HTTP/2
+	// handshakes.
+	HandshakeTimeout time.Duration
+	// KeepaliveTime is how long a connection may be silent before the
+	// server pings it, and KeepaliveTimeout how long the server then
+	// waits for the answer before it closes it.
+	KeepaliveTime, KeepaliveTimeout time.Duration
+	// MinPingInterval is the shortest interval between a client's pings
+	// that the server tolerates; a client pinging more often is closed.
+	MinPingInterval time.Duration
+	// MaxConnectionIdle closes a connection that has had no call for that
+	// long; MaxConnectionAge closes any connection after that long (with
+	// a jitter of ±10%), giving its calls MaxConnectionAgeGrace to end.
+	MaxConnectionIdle, MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+}
+
+// Simulate configures GET /api/v1/simulate.
+type Simulate struct {
+	// Enabled serves it; when false it answers 404.
+	Enabled bool
+	// MaxConcurrent bounds the simulations that run at once; past it a
+	// request is answered 503 with code busy.
+	MaxConcurrent int64
+	// MaxRequests bounds the requests of one simulation, counted from its
+	// traffic spec before any is made.
+	MaxRequests int64
 }
 
 // The defaults of a Config's fields.
@@ -77,6 +152,36 @@ const (
 	DefaultHealthWindow      = time.Minute
 	DefaultHealthThreshold   = 0.9
 	DefaultHealthMinRequests = 10
+	DefaultMaxKeys           = 1_000_000
+)
+
+// DefaultHTTPLimits, DefaultGRPCLimits and DefaultSimulate are the
+// defaults of the server's limits.
+var (
+	DefaultHTTPLimits = HTTPLimits{
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       2 * time.Minute, // past the 90s of Go's and most clients' pools
+		MaxHeaderBytes:    16 << 10,
+		MaxConnections:    4096,
+		ReservedForHealth: 64,
+	}
+	DefaultGRPCLimits = GRPCLimits{
+		MaxConnections:        1024,
+		MaxConcurrentStreams:  100, // RFC 9113 §6.5.2's least recommended value
+		MaxRecvMsgBytes:       256 << 10,
+		HandshakeTimeout:      10 * time.Second,
+		KeepaliveTime:         time.Minute,
+		KeepaliveTimeout:      20 * time.Second,
+		MinPingInterval:       10 * time.Second,
+		MaxConnectionIdle:     5 * time.Minute,
+		MaxConnectionAge:      30 * time.Minute,
+		MaxConnectionAgeGrace: 10 * time.Second,
+	}
+	// One simulation at a time leaves the other cores to the API: one of
+	// a million requests takes a core for a quarter to half a second.
+	DefaultSimulate = Simulate{Enabled: true, MaxConcurrent: 1, MaxRequests: 1_000_000}
 )
 
 //go:embed example.yaml
@@ -112,6 +217,9 @@ func LoadConfig(data []byte) (*Config, error) {
 		return nil, err
 	}
 	c.Limiters = f
+	if err := c.check(); err != nil {
+		return nil, err
+	}
 	return c, c.rateLimitFromEnv(section)
 }
 
@@ -124,6 +232,10 @@ func LoadConfigFile(path string) (*Config, error) {
 		return nil, err
 	}
 	c.Limiters = f
+	if err := c.check(); err != nil {
+		err.File = path
+		return nil, err
+	}
 	return c, c.rateLimitFromEnv(section)
 }
 
@@ -136,6 +248,15 @@ func (c *Config) rateLimitFromEnv(section bool) (err error) {
 	return err
 }
 
+// check checks what involves several sections, once all are decoded.
+func (c *Config) check() *config.Error {
+	if c.maxKeysNode != nil && !strings.HasPrefix(c.Store, "mem:") {
+		return config.NodeError("server.limits.max_keys", c.maxKeysNode,
+			"bounds the in-memory store (mem://), and the store is %s", redact(c.Store))
+	}
+	return nil
+}
+
 func newConfig() *Config {
 	return &Config{
 		Store:             DefaultStore,
@@ -146,6 +267,10 @@ func newConfig() *Config {
 		HealthMinRequests: DefaultHealthMinRequests,
 		StoreTimeout:      sluice.DefaultStoreTimeout,
 		Inheritance:       sluice.Proportionally,
+		HTTPLimits:        DefaultHTTPLimits,
+		GRPCLimits:        DefaultGRPCLimits,
+		MaxKeys:           DefaultMaxKeys,
+		Simulate:          DefaultSimulate,
 	}
 }
 
@@ -169,6 +294,13 @@ func (c *Config) sections(rateLimit *bool) map[string]config.Section {
 			}
 			if (c.TLSCert == "") != (c.TLSKey == "") {
 				return yamlnode.Errorf(path+".tls", nil, "cert and key go together, got only one")
+			}
+			if c.ClientCA != "" && c.TLSCert == "" {
+				return yamlnode.Errorf(path+".tls", nil, "client_ca needs cert and key: client certificates are checked over TLS")
+			}
+			if l := c.HTTPLimits; l.ReservedForHealth >= l.MaxConnections {
+				return yamlnode.Errorf(path+".limits.http", nil, "reserved_for_health (%d) must be below max_connections (%d)",
+					l.ReservedForHealth, l.MaxConnections)
 			}
 			return nil
 		},
@@ -202,13 +334,55 @@ func (c *Config) serverFields() fields {
 			"proportionally": sluice.Proportionally, "as_is": sluice.AsIs, "reset": sluice.Reset, "additive": sluice.Additive}),
 		"auth": func(path string, n *yaml.Node) error {
 			return decodeMapping(path, n, fields{
-				"tokens":     strList(&c.Tokens),
+				"tokens":     tokenList(&c.Tokens),
 				"token_file": str(&c.TokenFile),
 				"metrics":    boolean(&c.AuthMetrics),
 			})
 		},
 		"tls": func(path string, n *yaml.Node) error {
-			return decodeMapping(path, n, fields{"cert": str(&c.TLSCert), "key": str(&c.TLSKey)})
+			return decodeMapping(path, n, fields{"cert": str(&c.TLSCert), "key": str(&c.TLSKey), "client_ca": str(&c.ClientCA)})
+		},
+		"allowed_origins": origins(&c.AllowedOrigins),
+		"limits": func(path string, n *yaml.Node) error {
+			h, g := &c.HTTPLimits, &c.GRPCLimits
+			return decodeMapping(path, n, fields{
+				"max_keys": func(path string, n *yaml.Node) error {
+					c.maxKeysNode = n
+					return positiveInt(&c.MaxKeys)(path, n)
+				},
+				"http": func(path string, n *yaml.Node) error {
+					return decodeMapping(path, n, fields{
+						"read_header_timeout": positiveDuration(&h.ReadHeaderTimeout),
+						"read_timeout":        positiveDuration(&h.ReadTimeout),
+						"write_timeout":       positiveDuration(&h.WriteTimeout),
+						"idle_timeout":        positiveDuration(&h.IdleTimeout),
+						"max_header_bytes":    positiveInt(&h.MaxHeaderBytes),
+						"max_connections":     positiveInt(&h.MaxConnections),
+						"reserved_for_health": positiveInt(&h.ReservedForHealth),
+					})
+				},
+				"grpc": func(path string, n *yaml.Node) error {
+					return decodeMapping(path, n, fields{
+						"max_connections":          positiveInt(&g.MaxConnections),
+						"max_concurrent_streams":   positiveInt(&g.MaxConcurrentStreams),
+						"max_recv_msg_bytes":       positiveInt(&g.MaxRecvMsgBytes),
+						"handshake_timeout":        positiveDuration(&g.HandshakeTimeout),
+						"keepalive_time":           positiveDuration(&g.KeepaliveTime),
+						"keepalive_timeout":        positiveDuration(&g.KeepaliveTimeout),
+						"min_ping_interval":        positiveDuration(&g.MinPingInterval),
+						"max_connection_idle":      positiveDuration(&g.MaxConnectionIdle),
+						"max_connection_age":       positiveDuration(&g.MaxConnectionAge),
+						"max_connection_age_grace": positiveDuration(&g.MaxConnectionAgeGrace),
+					})
+				},
+			})
+		},
+		"simulate": func(path string, n *yaml.Node) error {
+			return decodeMapping(path, n, fields{
+				"enabled":        boolean(&c.Simulate.Enabled),
+				"max_concurrent": positiveInt(&c.Simulate.MaxConcurrent),
+				"max_requests":   positiveInt(&c.Simulate.MaxRequests),
+			})
 		},
 		"health": func(path string, n *yaml.Node) error {
 			return decodeMapping(path, n, fields{
@@ -276,6 +450,47 @@ func strList(dst *[]string) func(string, *yaml.Node) error {
 				return err
 			}
 			*dst = append(*dst, s)
+		}
+		return nil
+	}
+}
+
+// tokenList decodes a list of bearer tokens: none empty, none with
+// whitespace, which a header cannot carry inside a token.
+func tokenList(dst *[]string) func(string, *yaml.Node) error {
+	return func(path string, n *yaml.Node) error {
+		if err := strList(dst)(path, n); err != nil {
+			return err
+		}
+		for i, t := range *dst {
+			if t == "" || strings.ContainsAny(t, " \t\r\n") {
+				return yamlnode.Errorf(yamlnode.Index(path, i), n.Content[i], "a token must not be empty nor hold whitespace")
+			}
+		}
+		return nil
+	}
+}
+
+// origins decodes a list of origins for http.CrossOriginProtection,
+// each scheme://host[:port].
+func origins(dst *[]string) func(string, *yaml.Node) error {
+	return func(path string, n *yaml.Node) error {
+		var d yamlnode.Decoder
+		items, err := d.List(path, n)
+		if err != nil {
+			return err
+		}
+		*dst = nil
+		for i, item := range items {
+			p := yamlnode.Index(path, i)
+			o, err := d.String(p, item)
+			if err != nil {
+				return err
+			}
+			if err := http.NewCrossOriginProtection().AddTrustedOrigin(o); err != nil {
+				return yamlnode.Errorf(p, item, "must be an origin such as https://app.example.com, got %q", o)
+			}
+			*dst = append(*dst, o)
 		}
 		return nil
 	}

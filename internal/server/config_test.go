@@ -21,7 +21,15 @@ server:
   http: ":9000"
   grpc: "off"
   auth: {tokens: [a, b], token_file: /etc/sluice/tokens, metrics: true}
-  tls: {cert: c.pem, key: k.pem}
+  tls: {cert: c.pem, key: k.pem, client_ca: ca.pem}
+  allowed_origins: [https://app.example.com, "http://localhost:3000"]
+  limits:
+    http: {read_header_timeout: 1s, read_timeout: 2s, write_timeout: 3s, idle_timeout: 4s, max_header_bytes: 8192,
+           max_connections: 100, reserved_for_health: 10}
+    grpc: {max_connections: 50, max_concurrent_streams: 10, max_recv_msg_bytes: 65536, handshake_timeout: 5s,
+           keepalive_time: 30s, keepalive_timeout: 6s, min_ping_interval: 20s, max_connection_idle: 1m,
+           max_connection_age: 10m, max_connection_age_grace: 7s}
+  simulate: {enabled: false, max_concurrent: 1, max_requests: 1000}
   drain_timeout: 30 seconds
   start_without_store: false
   store_timeout: 250ms
@@ -40,7 +48,7 @@ ratelimit:
 	if err != nil {
 		t.Fatalf("LoadConfig = %v", err)
 	}
-	c.Limiters, c.Envoy = nil, nil
+	c.Limiters, c.Envoy, c.maxKeysNode = nil, nil, nil
 	rl := envoyrls.DefaultSettings()
 	rl.Files, rl.RuntimeRoot, rl.RuntimeSubdirectory, rl.ResponseHeaders, rl.NearLimitRatio = true, "/srv/rl", "ratelimit", true, 0.5
 	want := Config{
@@ -50,6 +58,14 @@ ratelimit:
 		HealthWindow: 5 * time.Minute, HealthThreshold: 0.75, HealthMinRequests: 100,
 		StoreTimeout: 250 * time.Millisecond, StoreFailure: sluice.FailLocal, Inheritance: sluice.AsIs,
 		RateLimit: rl,
+		ClientCA:  "ca.pem", AllowedOrigins: []string{"https://app.example.com", "http://localhost:3000"},
+		HTTPLimits: HTTPLimits{ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second,
+			IdleTimeout: 4 * time.Second, MaxHeaderBytes: 8192, MaxConnections: 100, ReservedForHealth: 10},
+		GRPCLimits: GRPCLimits{MaxConnections: 50, MaxConcurrentStreams: 10, MaxRecvMsgBytes: 65536, HandshakeTimeout: 5 * time.Second,
+			KeepaliveTime: 30 * time.Second, KeepaliveTimeout: 6 * time.Second, MinPingInterval: 20 * time.Second,
+			MaxConnectionIdle: time.Minute, MaxConnectionAge: 10 * time.Minute, MaxConnectionAgeGrace: 7 * time.Second},
+		MaxKeys:  DefaultMaxKeys,
+		Simulate: Simulate{Enabled: false, MaxConcurrent: 1, MaxRequests: 1000},
 	}
 	if d := diff(want, *c); d != "" {
 		t.Errorf("LoadConfig:\n%s", d)
@@ -61,8 +77,13 @@ func TestLoadConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadConfig = %v", err)
 	}
-	if c.Store != "mem://" || !c.StartWithoutStore || c.DrainTimeout != DefaultDrainTimeout || c.Inheritance != sluice.Proportionally || c.Envoy != nil {
+	if c.Store != "mem://" || !c.StartWithoutStore || c.DrainTimeout != DefaultDrainTimeout || c.Inheritance != sluice.Proportionally || c.Envoy != nil ||
+		c.HTTPLimits != DefaultHTTPLimits || c.GRPCLimits != DefaultGRPCLimits || c.Simulate != DefaultSimulate || c.MaxKeys != DefaultMaxKeys {
 		t.Errorf("LoadConfig of limiters alone = %+v, want the defaults", c)
+	}
+	m, err := LoadConfig([]byte(limitersYAML + "server:\n  limits: {max_keys: 10}\n"))
+	if err != nil || m.MaxKeys != 10 {
+		t.Errorf("LoadConfig with max_keys 10 = %v, %v", m, err)
 	}
 }
 
@@ -85,7 +106,17 @@ func TestLoadConfigErrors(t *testing.T) {
 			`config: store (line 1): store redis//127.0.0.1:6379/9: no scheme; want a URL starting with mem://, mysql://, postgres://, postgresql://, redis://, redis+cluster://, redis+sentinel://, rediss://`},
 		{"store empty", "store: ''\n" + limitersYAML, `config: store (line 1): store : no scheme`},
 		{"store unknown scheme", "store: memory://\n" + limitersYAML, `config: store (line 1): store memory://: unknown scheme "memory"`},
-		{"unknown server key", "server:\n  htp: x\n" + limitersYAML, `config: server.htp (line 2): unknown key "htp"; valid keys: auth, drain_timeout, grpc, health, http, inheritance, start_without_store, store_failure, store_timeout, tls`},
+		{"unknown server key", "server:\n  htp: x\n" + limitersYAML, `config: server.htp (line 2): unknown key "htp"; valid keys: allowed_origins, auth, drain_timeout, grpc, health, http, inheritance, limits, simulate, start_without_store, store_failure, store_timeout, tls`},
+		{"empty token", "server:\n  auth: {tokens: [a, \"\"]}\n" + limitersYAML, `config: server.auth.tokens[1] (line 2): a token must not be empty nor hold whitespace`},
+		{"token with a space", "server:\n  auth: {tokens: [\"a b\"]}\n" + limitersYAML, `config: server.auth.tokens[0] (line 2): a token must not be empty nor hold whitespace`},
+		{"client CA without TLS", "server:\n  tls: {client_ca: ca.pem}\n" + limitersYAML, `config: server.tls: client_ca needs cert and key`},
+		{"bad origin", "server:\n  allowed_origins: [app.example.com]\n" + limitersYAML, `config: server.allowed_origins[0] (line 2): must be an origin such as https://app.example.com, got "app.example.com"`},
+		{"origin with a path", "server:\n  allowed_origins: [\"https://a.example/x\"]\n" + limitersYAML, `config: server.allowed_origins[0] (line 2): must be an origin`},
+		{"headroom above the bound", "server:\n  limits:\n    http: {max_connections: 10, reserved_for_health: 10}\n" + limitersYAML, `config: server.limits.http: reserved_for_health (10) must be below max_connections (10)`},
+		{"unknown limit", "server:\n  limits:\n    grpc: {max_streams: 10}\n" + limitersYAML, `config: server.limits.grpc.max_streams (line 3): unknown key "max_streams"`},
+		{"zero connections", "server:\n  limits:\n    grpc: {max_connections: 0}\n" + limitersYAML, `config: server.limits.grpc.max_connections (line 3): must be positive, got 0`},
+		{"max_keys of redis", "store: redis://127.0.0.1:6379/0\nserver:\n  limits: {max_keys: 10}\n" + limitersYAML, `config: server.limits.max_keys (line 3): bounds the in-memory store (mem://), and the store is redis://127.0.0.1:6379/0`},
+		{"simulate enabled", "server:\n  simulate: {enabled: no way}\n" + limitersYAML, `config: server.simulate.enabled (line 2)`},
 		{"duplicate key", "server:\n  http: x\n  http: y\n" + limitersYAML, `config: server.http (line 3): duplicate key "http", first at line 2`},
 		{"port as a number", "server: {http: 8080}\n" + limitersYAML, `config: server.http (line 1): must be a string, got integer 8080 (quote it)`},
 		{"bare duration", "server: {drain_timeout: 10}\n" + limitersYAML, `config: server.drain_timeout (line 1): must be a duration with a unit, as in 10s or 1 minute`},
@@ -118,7 +149,8 @@ func TestDeployDocCoversKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	validKeys := regexp.MustCompile(`valid keys: (.*)$`)
-	for _, section := range []string{"", "server", "server.auth", "server.tls", "server.health", "ratelimit"} {
+	for _, section := range []string{"", "server", "server.auth", "server.tls", "server.health", "ratelimit", "server.limits",
+		"server.limits.http", "server.limits.grpc", "server.simulate"} {
 		yaml := "bogus_key: 1\n"
 		parts := strings.Split(section, ".")
 		for i := len(parts) - 1; i >= 0 && parts[i] != ""; i-- {

@@ -25,6 +25,8 @@ type metrics struct {
 	storeFailures *prometheus.CounterVec // limiter, policy
 	waiting       prometheus.Gauge
 	reloads       *prometheus.CounterVec // result
+	refused       *prometheus.CounterVec // api: connections closed at once, the listener being full
+	busy          *prometheus.CounterVec // what: requests answered 503 busy
 }
 
 func newMetrics() *metrics {
@@ -60,8 +62,22 @@ func newMetrics() *metrics {
 			Help: "Config reloads by result (ok, error).",
 		}, []string{"result"}),
 	}
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_connections_refused_total",
+		Help: "Connections closed as soon as accepted, the API (http, grpc) holding server.limits' max_connections that it could not close.",
+	}, []string{"api"})
+	m.busy = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_busy_total",
+		Help: "HTTP requests answered 503 busy: requests (past max_connections less reserved_for_health in progress) or simulations (past server.simulate.max_concurrent).",
+	}, []string{"what"})
+	for _, api := range []string{"http", "grpc"} {
+		m.refused.WithLabelValues(api)
+	}
+	for _, what := range []string{"requests", "simulations"} {
+		m.busy.WithLabelValues(what)
+	}
 	m.reg.MustRegister(m.decisions, m.tokens, m.storeSeconds, m.storeErrors, m.storeFailures, m.waiting, m.reloads,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.refused, m.busy, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Series exist from the start at zero, so that alerts on a rate or on
 	// absence work before the first event.
 	for _, op := range storeOps {

@@ -9,13 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/simulate"
 	"github.com/sluicehq/sluice/internal/testserver"
 )
 
 // TestLivePageInChromium loads the live page of a real server, with the
-// simulator's charts mounted as sluice serve mounts them, in headless
+// simulator's charts, in headless
 // Chromium: the page shows the configured limiters, the key the test
 // used, and a chart for each limiter.
 func TestLivePageInChromium(t *testing.T) {
@@ -23,9 +21,7 @@ func TestLivePageInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var s *Server
-	s, err = New(t.Context(), cfg, WithHandler("GET /api/v1/simulate",
-		simulate.Handler(func(name string) (sluice.Policy, bool) { return s.Policy(name) }, 1_000_000)))
+	s, err := New(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,9 +9,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -22,9 +24,14 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
@@ -47,6 +54,14 @@ type Server struct {
 	handler http.Handler
 	extra   []route     // from WithHandler
 	tls     *tls.Config // nil without TLS
+
+	// admission bounds the HTTP requests in progress other than health
+	// checks, and simSlots the simulations of GET /api/v1/simulate.
+	admission admission
+	simSlots  chan struct{}
+	simQueue  time.Duration // simQueue but in tests
+	// httpCap and grpcCap hold Serve's listeners, for the tests.
+	httpCap, grpcCap atomic.Pointer[connCap]
 
 	path   string           // the config file to reload from, or ""
 	reload <-chan os.Signal // SIGHUP, or nil
@@ -89,6 +104,9 @@ type snapshot struct {
 	tokens   [][]byte          // bearer tokens; none: the API is open
 	hash     [32]byte          // of the file it was loaded from, or zero
 	fileStat fileStamp         // of the file when it was read
+	// origins refuses the cross-origin browser requests that change
+	// state, but from cfg.AllowedOrigins.
+	origins *http.CrossOriginProtection
 }
 
 // limiter is a named limiter of a snapshot.
@@ -146,19 +164,20 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 		metrics:      newMetrics(),
 		hot:          newHotKeys(),
 		recheckEvery: firstRecheck,
+		simSlots:     make(chan struct{}, cfg.Simulate.MaxConcurrent),
+		simQueue:     simQueue,
 	}
 	for _, o := range opts {
 		o(s)
 	}
 	s.started = s.now()
 	if cfg.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
-		if err != nil {
-			return nil, fmt.Errorf("server: tls: %w", err)
+		var err error
+		if s.tls, err = tlsConfig(cfg); err != nil {
+			return nil, err
 		}
-		s.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	st, err := storeurl.Open(ctx, cfg.Store)
+	st, err := storeurl.Open(ctx, cfg.Store, storeurl.WithMemMaxKeys(int(cfg.MaxKeys)))
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -196,6 +215,48 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 	return s, nil
 }
 
+// tlsCipherSuites are the TLS 1.2 suites the server offers: forward
+// secret AEADs only, none of CBC with SHA-1. TLS 1.3's suites are all
+// modern and not configurable.
+var tlsCipherSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
+// tlsConfig is the TLS configuration of cfg's files. With a client CA,
+// a client certificate is verified when given and required by the APIs
+// (see Server.clientCertOK), not by the handshake, so that health checks
+// without one still work.
+func tlsConfig(cfg *Config) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("server: tls: %w", err)
+	}
+	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, CipherSuites: tlsCipherSuites}
+	if cfg.ClientCA != "" {
+		pem, err := os.ReadFile(cfg.ClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("server: tls client_ca: %w", err)
+		}
+		c.ClientCAs = x509.NewCertPool()
+		if !c.ClientCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("server: tls client_ca %s: no PEM certificate in the file", cfg.ClientCA)
+		}
+		c.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	return c, nil
+}
+
+// clientCertOK reports whether a connection's TLS state satisfies the
+// client CA: there is none, or the client gave a certificate it verifies.
+func (s *Server) clientCertOK(st *tls.ConnectionState) bool {
+	if s.tls == nil || s.tls.ClientCAs == nil {
+		return true
+	}
+	return st != nil && len(st.VerifiedChains) > 0
+}
+
 func (snap *snapshot) lookup(name string) (*sluice.Limiter, bool) {
 	l, ok := snap.limiters[name]
 	if !ok {
@@ -212,7 +273,12 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	snap := &snapshot{cfg: cfg, limiters: make(map[string]*limiter), tokens: tokens}
+	snap := &snapshot{cfg: cfg, limiters: make(map[string]*limiter), tokens: tokens, origins: http.NewCrossOriginProtection()}
+	for _, o := range cfg.AllowedOrigins {
+		if err := snap.origins.AddTrustedOrigin(o); err != nil { // checked by LoadConfig
+			return nil, fmt.Errorf("server: allowed_origins: %w", err)
+		}
+	}
 	add := func(name string, p sluice.Policy, line, col int) error {
 		l, err := sluice.NewLimiter(p,
 			sluice.WithStore(newLimiterStore(s.store.Store, name, s.metrics)),
@@ -287,7 +353,12 @@ func bearerTokens(cfg *Config) ([][]byte, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if t := strings.TrimSpace(sc.Text()); t != "" && !strings.HasPrefix(t, "#") {
+		t := strings.TrimSpace(sc.Text())
+		switch {
+		case t == "" || strings.HasPrefix(t, "#"):
+		case strings.ContainsAny(t, " \t"):
+			return nil, fmt.Errorf("server: auth token file %s: a token holds whitespace", cfg.TokenFile)
+		default:
 			out = append(out, []byte(t))
 		}
 	}
@@ -327,8 +398,13 @@ func (s *Server) reloadLocked(cfg *Config, stamp fileStamp, hash [32]byte) error
 		return err
 	}
 	snap.fileStat, snap.hash = stamp, hash
-	if cfg.HTTP != old.cfg.HTTP || cfg.GRPC != old.cfg.GRPC || cfg.TLSCert != old.cfg.TLSCert || cfg.TLSKey != old.cfg.TLSKey {
+	if cfg.HTTP != old.cfg.HTTP || cfg.GRPC != old.cfg.GRPC || cfg.TLSCert != old.cfg.TLSCert || cfg.TLSKey != old.cfg.TLSKey ||
+		cfg.ClientCA != old.cfg.ClientCA {
 		s.log.Warn("reload: listen addresses and TLS files change at the next restart")
+	}
+	if cfg.HTTPLimits != old.cfg.HTTPLimits || cfg.GRPCLimits != old.cfg.GRPCLimits || cfg.MaxKeys != old.cfg.MaxKeys ||
+		cfg.Simulate.MaxConcurrent != old.cfg.Simulate.MaxConcurrent {
+		s.log.Warn("reload: server.limits and server.simulate.max_concurrent change at the next restart")
 	}
 	s.cur.Store(snap)
 	s.metrics.declare(snap)
@@ -515,6 +591,11 @@ func (s *Server) recheckStore(ctx context.Context) {
 // at most the config's drain timeout, and closes the store.
 func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	defer s.Close()
+	cfg := s.cur.Load().cfg
+	hl := cfg.HTTPLimits
+	httpCap := newConnCap(httpLn, int(hl.MaxConnections), true, func() { s.metrics.refused.WithLabelValues("http").Inc() })
+	s.httpCap.Store(httpCap)
+	httpLn = httpCap
 	if s.tls != nil {
 		httpLn = tls.NewListener(httpLn, s.tls)
 	}
@@ -522,7 +603,13 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	defer cancelBase()
 	hs := &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: hl.ReadHeaderTimeout,
+		ReadTimeout:       hl.ReadTimeout,
+		WriteTimeout:      hl.WriteTimeout,
+		IdleTimeout:       hl.IdleTimeout,
+		MaxHeaderBytes:    int(hl.MaxHeaderBytes),
+		ConnState:         httpCap.track,
+		ConnContext:       func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 	}
@@ -531,14 +618,42 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 
 	var gs *grpc.Server
 	if grpcLn != nil {
-		var opts []grpc.ServerOption
+		gl := cfg.GRPCLimits
+		grpcCap := newConnCap(grpcLn, int(gl.MaxConnections), false, func() { s.metrics.refused.WithLabelValues("grpc").Inc() })
+		s.grpcCap.Store(grpcCap)
+		opts := []grpc.ServerOption{
+			grpc.MaxRecvMsgSize(int(gl.MaxRecvMsgBytes)),
+			// Fixed flow-control windows (no BDP estimation) bound what a
+			// connection buffers of requests not yet read, even of one
+			// refused for its size: rate-limit requests are small.
+			grpc.InitialWindowSize(grpcStreamWindow), grpc.InitialConnWindowSize(grpcConnWindow),
+			grpc.MaxConcurrentStreams(uint32(min(gl.MaxConcurrentStreams, math.MaxUint32))),
+			grpc.ConnectionTimeout(gl.HandshakeTimeout),
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: gl.MinPingInterval, PermitWithoutStream: true}),
+			grpc.KeepaliveParams(keepalive.ServerParameters{
+				MaxConnectionIdle: gl.MaxConnectionIdle, MaxConnectionAge: gl.MaxConnectionAge,
+				MaxConnectionAgeGrace: gl.MaxConnectionAgeGrace, Time: gl.KeepaliveTime, Timeout: gl.KeepaliveTimeout,
+			}),
+			grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+				if err := s.grpcAuth(ctx, info.FullMethod); err != nil {
+					return nil, err
+				}
+				return h(ctx, req)
+			}),
+			grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+				if err := s.grpcAuth(ss.Context(), info.FullMethod); err != nil {
+					return err
+				}
+				return h(srv, ss)
+			}),
+		}
 		if s.tls != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls)))
 		}
 		gs = grpc.NewServer(opts...)
 		s.envoy.Register(gs)
 		healthpb.RegisterHealthServer(gs, health.NewServer())
-		go func() { errc <- gs.Serve(grpcLn) }()
+		go func() { errc <- gs.Serve(grpcCap) }()
 	}
 
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -559,6 +674,41 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	stopWatch()
 	s.log.Info("shutting down", "drain_timeout", s.cur.Load().cfg.DrainTimeout.String())
 	return errors.Join(serveErr, s.shutdown(hs, gs, cancelBase))
+}
+
+// The HTTP/2 flow-control windows of gRPC connections, in bytes: per call
+// and per connection.
+const (
+	grpcStreamWindow = 64 << 10
+	grpcConnWindow   = 1 << 20
+)
+
+// grpcAuth checks a gRPC call against the API's bearer tokens (metadata
+// "authorization: Bearer TOKEN") and client CA, as the HTTP API does.
+// gRPC health checks are open, as /healthz is.
+func (s *Server) grpcAuth(ctx context.Context, method string) error {
+	if strings.HasPrefix(method, "/"+healthpb.Health_ServiceDesc.ServiceName+"/") {
+		return nil
+	}
+	if snap := s.cur.Load(); len(snap.tokens) > 0 {
+		var header string
+		if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
+			header = v[0]
+		}
+		if !validToken(snap.tokens, header) {
+			return status.Error(codes.Unauthenticated, "missing or wrong bearer token in the authorization metadata")
+		}
+	}
+	var st *tls.ConnectionState
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			st = &ti.State
+		}
+	}
+	if !s.clientCertOK(st) {
+		return status.Error(codes.Unauthenticated, "a client certificate signed by the server's client CA is required")
+	}
+	return nil
 }
 
 // shutdown drains hs and gs within the drain timeout, then stops them

@@ -65,6 +65,13 @@ func TestStoreDown(t *testing.T) {
 			if tt.code == "" && got["allowed"] != true {
 				t.Errorf("consume with Redis down under %s = %v, want allowed", tt.failure, got)
 			}
+			// The answer does not echo the key: the caller sent it, and
+			// the store's messages named it twice.
+			if e, _ := got["error"].(map[string]any); e != nil {
+				if msg, _ := e["message"].(string); strings.Contains(msg, `"k"`) || strings.Contains(msg, ":k") {
+					t.Errorf("store failure message %q echoes the key", msg)
+				}
+			}
 			if n := testutil.ToFloat64(s.metrics.storeFailures.WithLabelValues("three", tt.failure)); n != 1 {
 				t.Errorf("sluice_store_failures_total{limiter=three,policy=%s} = %v, want 1", tt.failure, n)
 			}

@@ -182,19 +182,35 @@ func redact(u *url.URL, raw string) string {
 
 // Open opens the store rawURL names, without connecting to it: call Check
 // for that. The caller must Close it.
-func Open(ctx context.Context, rawURL string) (*Store, error) {
+func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	u, err := Parse(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	return openers[u.Scheme](ctx, source{u: u, raw: rawURL, shown: redact(u, rawURL)})
+	src := source{u: u, raw: rawURL, shown: redact(u, rawURL)}
+	for _, opt := range opts {
+		opt(&src.options)
+	}
+	return openers[u.Scheme](ctx, src)
 }
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	memMaxKeys int
+}
+
+// WithMemMaxKeys bounds the keys of an in-memory store (memstore's
+// WithMaxKeys); the stores of other schemes ignore it.
+func WithMemMaxKeys(n int) Option { return func(o *options) { o.memMaxKeys = n } }
 
 // source is a URL being opened.
 type source struct {
 	u     *url.URL
 	raw   string // as written
 	shown string // for messages, without its password
+	options
 }
 
 // bad returns an *Error about src.
@@ -242,7 +258,7 @@ func openMem(_ context.Context, src source) (*Store, error) {
 	if u.Host != "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.User != nil || u.Opaque != "" {
 		return nil, src.bad("mem:// takes no host, path or parameters", nil)
 	}
-	return &Store{Store: memstore.New(), Scheme: u.Scheme, URL: src.shown}, nil
+	return &Store{Store: memstore.New(memstore.WithMaxKeys(src.memMaxKeys)), Scheme: u.Scheme, URL: src.shown}, nil
 }
 
 // noRetries turns off go-redis's own retries: a compare-and-set it re-sent

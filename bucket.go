@@ -47,6 +47,8 @@ type options struct {
 	storeFailure StoreFailure
 	inheritance  TokensInheritance
 	maxKeys      int
+	// circuitFailures configures the breaker (WithCircuitBreaker).
+	circuitFailures int
 }
 
 // WithClock sets the bucket's clock. The default is MonotonicClock, or

@@ -41,6 +41,7 @@ func (NopListener) OnDelayed(time.Duration) {}
 type CountingListener struct {
 	consumed, rejected, waited, cancelled, delayed atomic.Int64
 	storeFailures                                  [FailLocal + 1]atomic.Int64
+	circuitOpened                                  atomic.Int64
 }
 
 var _ StoreListener = (*CountingListener)(nil)
@@ -57,6 +58,16 @@ func (c *CountingListener) OnStoreFailure(_ error, f StoreFailure) {
 		c.storeFailures[f].Add(1)
 	}
 }
+
+// OnCircuit counts the circuit's openings (moves to CircuitOpen).
+func (c *CountingListener) OnCircuit(s CircuitState) {
+	if s == CircuitOpen {
+		c.circuitOpened.Add(1)
+	}
+}
+
+// CircuitOpened is the number of times the circuit opened.
+func (c *CountingListener) CircuitOpened() int64 { return c.circuitOpened.Load() }
 
 // StoreFailures is the number of store failures met with f.
 func (c *CountingListener) StoreFailures(f StoreFailure) int64 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +17,9 @@ import (
 )
 
 // StoreFailure is what a Limiter does when its store fails: cannot be
-// reached, answers too late, or stays contended past its retries.
+// reached, or answers too late. Contention is not a failure: a call whose
+// update lost races to other writers runs again, until it wins or its
+// store timeout ends.
 type StoreFailure uint8
 
 // The store failure policies.
@@ -46,15 +49,17 @@ func (f StoreFailure) String() string {
 	return fmt.Sprintf("StoreFailure(%d)", uint8(f))
 }
 
-// DefaultStoreTimeout bounds each store call of a Limiter unless
-// WithStoreTimeout says otherwise.
+// DefaultStoreTimeout bounds each call of a Limiter to its store, from the
+// call's start to its answer, unless WithStoreTimeout says otherwise.
 const DefaultStoreTimeout = time.Second
 
 // StoreError is a store's failure, as a Limiter that fails closed returns
-// it. Err wraps the store's error: match it with errors.Is against
-// driver.ErrUnavailable, driver.ErrIndeterminate (tokens may have been
-// taken), driver.ErrConflict or context.DeadlineExceeded (the store
-// timeout).
+// it. Err wraps the store's error, which matches (errors.Is) either
+// driver.ErrUnavailable (nothing was taken: the store could not be
+// reached, refused the call, did not answer within the store timeout
+// before anything was sent, or the circuit is open: ErrCircuitOpen) or
+// driver.ErrIndeterminate (tokens may have been taken). A store timeout
+// also matches context.DeadlineExceeded.
 type StoreError struct {
 	// Op is the operation, e.g. "Limiter.AllowN".
 	Op string
@@ -78,6 +83,11 @@ type StoreListener interface {
 	Listener
 	// OnStoreFailure reports a failed store call and the policy applied.
 	OnStoreFailure(err error, f StoreFailure)
+	// OnCircuit reports that the limiter's circuit breaker moved to state
+	// s (see WithCircuitBreaker). It is called in the order of the
+	// changes, with the breaker locked: it must return quickly and not
+	// call the limiter.
+	OnCircuit(s CircuitState)
 }
 
 // WithStore keeps a Limiter's state in s instead of this process's
@@ -95,7 +105,10 @@ func WithStore(s driver.Store) Option { return func(o *options) { o.store = s } 
 // The default, 0, is no bound beyond expiry.
 func WithMaxKeys(n int) Option { return func(o *options) { o.maxKeys = n } }
 
-// WithStoreTimeout bounds each store call; the default is
+// WithStoreTimeout bounds each call to the store, end to end: the time it
+// waits behind the key's call in flight from this process is included, so
+// a call that does not have its answer d after it began fails with a
+// store timeout and gets the failure policy's answer. The default is
 // DefaultStoreTimeout. A zero or negative d keeps the default.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(o *options) {
@@ -124,7 +137,14 @@ func WithInheritance(t TokensInheritance) Option { return func(o *options) { o.i
 // process are coalesced: they queue, and one of them runs the whole queue
 // in the next Update, in order, so a hot key costs one round trip per
 // batch rather than per call (Bucket4j's batching). Results are those of
-// the calls run one after another.
+// the calls run one after another. Each time the store runs the batch's
+// UpdateFunc, which it does again after a lost race, the calls queued
+// meanwhile join the batch, so that contention makes batches larger
+// rather than queues longer.
+//
+// Every call has a deadline, its start plus the store timeout, which
+// bounds its wait in the queue and the Update that runs it; a batch's
+// Update runs until the deadline of its first call, the earliest.
 type storeKeyed struct {
 	store    driver.Store
 	clock    Clock
@@ -153,13 +173,15 @@ type storeKeyed struct {
 	// of the call; reading it then writes nothing.
 	createOnRead bool
 
+	breaker *breaker
+
 	seed   maphash.Seed
 	shards [shardCount]queueShard
 }
 
 type queueShard struct {
 	mu       sync.Mutex
-	inflight map[string]*[]*call // the calls waiting behind the key's call in flight
+	inflight map[string]*[]*call // guarded by mu; the calls waiting behind the key's call in flight
 	_        [40]byte
 }
 
@@ -172,11 +194,12 @@ type call struct {
 	// the closure, and returns the new record when it changed. It may run
 	// more than once (a store retries after a conflict); the last run
 	// counts.
-	apply func(rec []byte, now int64) (next []byte, changed bool)
-	err   error
-	state atomic.Int32  // callWaiting, callTaken, callAbandoned
-	done  chan struct{} // closed when err and the result are set, or to promote
-	batch []*call       // set before done is closed to make this call lead the batch
+	apply    func(rec []byte, now int64) (next []byte, changed bool)
+	err      error
+	deadline time.Time     // when the store timeout ends the call
+	state    atomic.Int32  // callWaiting, callTaken, callAbandoned
+	done     chan struct{} // closed when err and the result are set, or to promote
+	batch    *[]*call      // set before done is closed to make this call lead the batch
 }
 
 const (
@@ -211,9 +234,16 @@ func newStoreKeyed(p Policy, o *options, clock Clock, local keyed) (*storeKeyed,
 		return nil, &ConfigError{Rule: RuleUnknownStrategy, Bandwidth: -1, Field: "store failure", Value: s.failure.String(),
 			Msg: "must be FailClosed, FailOpen or FailLocal"}
 	}
+	var notify func(CircuitState)
 	if l, ok := o.listener.(StoreListener); ok {
 		s.listener = l
+		notify = l.OnCircuit
 	}
+	threshold := o.circuitFailures
+	if threshold == 0 {
+		threshold = DefaultCircuitFailures
+	}
+	s.breaker = newBreaker(threshold, notify)
 	if p == nil { // a lazy bucket, configured at the first key without state
 		return s.init(), nil
 	}
@@ -269,21 +299,36 @@ func ttl(expiresAt, now int64) time.Duration {
 
 // submit runs c in an Update of key, alone or in a batch with the calls
 // queued behind the key's call in flight, and returns the store's error.
+// The store timeout bounds the whole call, wait in the queue included.
 // When ctx ends while c waits in a queue, c is dropped and submit returns
 // ctx.Err(); once c is taken into a batch it waits for the batch, which
-// the store timeout bounds.
+// ends by c's deadline. While the circuit is open, submit returns
+// ErrCircuitOpen at once.
 func (s *storeKeyed) submit(ctx context.Context, key string, c *call) error {
+	probe, err := s.breaker.allow()
+	if err != nil {
+		return err
+	}
+	defer s.breaker.endProbe(probe)
+	c.deadline = time.Now().Add(s.timeout)
 	sh := &s.shards[maphash.String(s.seed, key)&(shardCount-1)]
 	sh.mu.Lock()
 	if q, busy := sh.inflight[key]; busy {
 		c.done = make(chan struct{})
 		*q = append(*q, c)
 		sh.mu.Unlock()
+		timer := time.NewTimer(time.Until(c.deadline))
+		defer timer.Stop()
 		select {
 		case <-c.done:
 		case <-ctx.Done():
 			if c.state.CompareAndSwap(callWaiting, callAbandoned) {
 				return ctx.Err()
+			}
+			<-c.done
+		case <-timer.C:
+			if c.state.CompareAndSwap(callWaiting, callAbandoned) {
+				return s.queueTimeout()
 			}
 			<-c.done
 		}
@@ -295,19 +340,30 @@ func (s *storeKeyed) submit(ctx context.Context, key string, c *call) error {
 	q := make([]*call, 0, 4)
 	sh.inflight[key] = &q
 	sh.mu.Unlock()
-	s.lead(ctx, key, sh, []*call{c})
+	s.lead(ctx, key, sh, &[]*call{c})
 	return c.err
 }
 
+// queueTimeout is the error of a call whose store timeout ended while it
+// waited behind the key's call in flight: nothing of it was sent.
+func (s *storeKeyed) queueTimeout() error {
+	s.breaker.result(context.DeadlineExceeded)
+	return fmt.Errorf("%w: no answer within the store timeout %v, waiting behind the key's call in flight: %w",
+		driver.ErrUnavailable, s.timeout, context.DeadlineExceeded)
+}
+
 // lead runs batch in one Update, then hands the queue of key to its first
-// waiting call, or retires the key's queue when it is empty. batch[0] is
-// the calling goroutine's own call.
-func (s *storeKeyed) lead(ctx context.Context, key string, sh *queueShard, batch []*call) {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-	err := s.store.Update(sctx, key, func(rec []byte) ([]byte, time.Duration, bool) {
+// waiting call, or retires the key's queue when it is empty. (*batch)[0]
+// is the calling goroutine's own call. An Update that fails with
+// driver.ErrConflict wrote nothing and runs again, after a random
+// backoff, until the batch's deadline.
+func (s *storeKeyed) lead(ctx context.Context, key string, sh *queueShard, batch *[]*call) {
+	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), (*batch)[0].deadline)
+	fn := func(rec []byte) ([]byte, time.Duration, bool) {
+		s.join(key, sh, batch)
 		now := s.clock.Now()
 		changed := false
-		for _, c := range batch {
+		for _, c := range *batch {
 			if next, ch := c.apply(rec, now); ch {
 				rec, changed = next, true
 			}
@@ -316,9 +372,23 @@ func (s *storeKeyed) lead(ctx context.Context, key string, sh *queueShard, batch
 			return nil, 0, false
 		}
 		return rec, ttl(s.expiresAt(rec), now), true
-	})
+	}
+	err := s.store.Update(sctx, key, fn)
+	for losses := 1; errors.Is(err, driver.ErrConflict); losses++ {
+		if werr := backoff(sctx, losses); werr != nil {
+			break
+		}
+		err = s.store.Update(sctx, key, fn)
+	}
 	cancel()
-	for i, c := range batch {
+	if err != nil && sctx.Err() != nil && !errors.Is(err, driver.ErrUnavailable) && !errors.Is(err, driver.ErrIndeterminate) {
+		// A context error as the contract returns it when nothing was
+		// written, or the last lost race when the deadline came: the
+		// store did not answer within the timeout, nothing was taken.
+		err = fmt.Errorf("%w: no answer within the store timeout %v: %w", driver.ErrUnavailable, s.timeout, err)
+	}
+	s.breaker.result(err)
+	for i, c := range *batch {
 		c.err = err
 		if i > 0 {
 			close(c.done)
@@ -328,9 +398,13 @@ func (s *storeKeyed) lead(ctx context.Context, key string, sh *queueShard, batch
 	sh.mu.Lock()
 	q := sh.inflight[key]
 	var next []*call
+	open := s.breaker.open()
 	rest := (*q)[:0]
 	for _, w := range *q {
 		switch {
+		case open && w.state.CompareAndSwap(callWaiting, callTaken):
+			w.err = ErrCircuitOpen // answered at once; nothing was sent
+			close(w.done)
 		case len(next) < maxBatch && w.state.CompareAndSwap(callWaiting, callTaken):
 			next = append(next, w)
 		case w.state.Load() == callWaiting:
@@ -344,8 +418,53 @@ func (s *storeKeyed) lead(ctx context.Context, key string, sh *queueShard, batch
 	}
 	sh.mu.Unlock()
 	if len(next) > 0 {
-		next[0].batch = next
+		next[0].batch = &next
 		close(next[0].done)
+	}
+}
+
+// join moves the calls waiting behind key's call in flight into batch, up
+// to maxBatch calls in all. It runs in the batch's UpdateFunc, so the
+// calls that queued while the store read the key, or while a lost race
+// was retried, are decided in the same write.
+func (s *storeKeyed) join(key string, sh *queueShard, batch *[]*call) {
+	if len(*batch) >= maxBatch {
+		return
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	q := sh.inflight[key]
+	if q == nil || len(*q) == 0 {
+		return
+	}
+	rest := (*q)[:0]
+	for _, w := range *q {
+		switch {
+		case len(*batch) < maxBatch && w.state.CompareAndSwap(callWaiting, callTaken):
+			*batch = append(*batch, w)
+		case w.state.Load() == callWaiting:
+			rest = append(rest, w)
+		}
+	}
+	clear((*q)[len(rest):])
+	*q = rest
+}
+
+// backoff waits a random time before the attempt after the given number
+// of lost races, longer as they add up (full jitter, at most 10ms), or
+// returns ctx's error when it ends first.
+func backoff(ctx context.Context, losses int) error {
+	ceiling := 10 * time.Millisecond
+	if losses < 10 {
+		ceiling = min(ceiling, 50*time.Microsecond<<losses)
+	}
+	t := time.NewTimer(rand.N(ceiling) + 1)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -559,10 +678,17 @@ func (s *storeKeyed) cancel(ctx context.Context, key string, now int64, r *polic
 // reset forgets key: deleted when the store can, else overwritten with no
 // state.
 func (s *storeKeyed) reset(ctx context.Context, key string) error {
-	sctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	if d, ok := s.store.(driver.Deleter); ok {
-		return d.Delete(sctx, key)
+		if s.breaker.open() {
+			return ErrCircuitOpen
+		}
+		sctx, cancel := context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+		err := d.Delete(sctx, key)
+		if !isCallerDone(ctx, err) {
+			s.breaker.result(err)
+		}
+		return err
 	}
 	return s.submit(ctx, key, &call{apply: func(rec []byte, now int64) ([]byte, bool) {
 		if len(rec) == 0 {

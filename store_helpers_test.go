@@ -15,6 +15,7 @@ type mapStore struct {
 	mu      sync.Mutex
 	m       map[string][]byte
 	updates int
+	called  int   // every call of Update, failed ones included
 	fail    error // returned by every call while set
 }
 
@@ -26,6 +27,7 @@ func (s *mapStore) Update(ctx context.Context, key string, fn driver.UpdateFunc)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.called++
 	if s.fail != nil {
 		return s.fail
 	}
@@ -47,6 +49,13 @@ func (s *mapStore) count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.updates
+}
+
+// calls is how many times Update was called, failed calls included.
+func (s *mapStore) calls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.called
 }
 
 var _ driver.Store = (*mapStore)(nil)

@@ -190,8 +190,10 @@ func TestStoreFailurePolicies(t *testing.T) {
 	t.Run("local", func(t *testing.T) {
 		store, counts := newMapStore(), new(sluice.CountingListener)
 		clock := sluice.NewFakeClock(limiterStart)
+		// Without the breaker, the first call after the store is back
+		// goes to it (TestCircuitBreaker tests the breaker).
 		l, _ := sluice.NewLimiter(sluice.FixedWindow(2, time.Second), sluice.WithStore(store), sluice.WithListener(counts),
-			sluice.WithStoreFailure(sluice.FailLocal), sluice.WithClock(clock))
+			sluice.WithStoreFailure(sluice.FailLocal), sluice.WithClock(clock), sluice.WithCircuitBreaker(-1))
 		store.setFail(storeDown)
 		var allowed int
 		for range 5 {

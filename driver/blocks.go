@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -21,27 +22,31 @@ type CAS interface {
 	CompareAndSwap(ctx context.Context, key string, old, next []byte, ttl time.Duration) (bool, error)
 }
 
-// DefaultMaxAttempts is how many times NewCASStore and NewRowLockStore try
-// an update before they give up with ErrConflict.
-const DefaultMaxAttempts = 8
+// SwapReader is a CAS whose compare-and-swap also returns the state it
+// found when it did not write, in the same round trip, so that a lost
+// race costs no extra read. NewCASStore uses it when c implements it.
+type SwapReader interface {
+	CAS
+	// CompareAndSwapRead is CompareAndSwap that, when it does not write,
+	// returns key's current state (nil when it has none) as cur.
+	CompareAndSwapRead(ctx context.Context, key string, old, next []byte, ttl time.Duration) (cur []byte, swapped bool, err error)
+}
 
 // StoreOption configures the stores built from the building blocks.
 type StoreOption func(*storeOptions)
 
 type storeOptions struct {
-	maxAttempts int
+	maxAttempts int // 0: until the context ends
 	cacheSize   int // 0: no state cache
 }
 
-// WithMaxAttempts bounds the attempts of one update (at least 1; smaller
-// values keep the default). A hot key under contention then fails with
-// ErrConflict instead of looping without end.
+// WithMaxAttempts bounds the attempts of one update to n, after which it
+// fails with ErrConflict. The default, and any n < 1, is no bound: an
+// update retries until its context ends, since a store that is reachable
+// must not turn contention into a failure (see the package doc). Give
+// the context a deadline.
 func WithMaxAttempts(n int) StoreOption {
-	return func(o *storeOptions) {
-		if n >= 1 {
-			o.maxAttempts = n
-		}
-	}
+	return func(o *storeOptions) { o.maxAttempts = max(n, 0) }
 }
 
 // WithStateCache makes NewCASStore remember, for at most entries keys, the
@@ -55,7 +60,7 @@ func WithStateCache(entries int) StoreOption {
 }
 
 func newStoreOptions(opts []StoreOption) storeOptions {
-	o := storeOptions{maxAttempts: DefaultMaxAttempts}
+	var o storeOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -63,9 +68,22 @@ func newStoreOptions(opts []StoreOption) storeOptions {
 }
 
 // NewCASStore makes a Store of c: each update reads, computes and
-// compares-and-swaps, retrying a lost race at most the configured number
-// of attempts (DefaultMaxAttempts unless WithMaxAttempts), after which it
-// returns ErrConflict. The store is safe for concurrent use if c is.
+// compares-and-swaps, and after a lost race computes again on the state
+// that won, until it wins or its context ends (or, with WithMaxAttempts,
+// after that many attempts it returns ErrConflict). The store is safe for
+// concurrent use if c is.
+//
+// # Contention
+//
+// A lost race means another writer's update went in, so the writers of a
+// key as a whole always progress; an update that keeps losing backs off
+// for a random time, growing with its losses up to a few milliseconds
+// (full jitter), which spreads the writers out so that each soon finds a
+// window to win in. The chance of losing k races in a row falls
+// geometrically with k, so on a healthy store an update ends long before
+// any store timeout: contention costs latency, never an error. When c is
+// a SwapReader, a lost race returns the state that won, and the next
+// attempt needs no read.
 //
 // # State cache
 //
@@ -78,7 +96,7 @@ func newStoreOptions(opts []StoreOption) storeOptions {
 //   - starts from the cached state if there is one, else from a Get;
 //   - when fn changes the state, compares-and-swaps against the state it
 //     started from, caching the new state when that wins; a lost race
-//     drops the entry, Gets the current state and tries again;
+//     drops the entry, reads the current state and tries again;
 //   - when fn leaves a cached state unchanged, Gets the current state
 //     once, since another process may have changed it (added tokens, say)
 //     and fn decided on stale bytes: if it still equals the cached bytes,
@@ -99,6 +117,7 @@ func newStoreOptions(opts []StoreOption) storeOptions {
 func NewCASStore(c CAS, opts ...StoreOption) Store {
 	o := newStoreOptions(opts)
 	s := &casStore{c: c, o: o, cache: newStateCache(o.cacheSize)}
+	s.sr, _ = c.(SwapReader)
 	if d, ok := c.(Deleter); ok {
 		return &casDeleteStore{casStore: s, d: d}
 	}
@@ -107,9 +126,18 @@ func NewCASStore(c CAS, opts ...StoreOption) Store {
 
 type casStore struct {
 	c     CAS
+	sr    SwapReader // c, when it is one; else nil
 	o     storeOptions
 	cache *stateCache // nil: no cache
 }
+
+// Backoff after lost races: none after the first (the state that won is
+// fresh), then a random time below casBackoffBase·2^(losses-2), at most
+// casBackoffMax.
+const (
+	casBackoffBase = 50 * time.Microsecond
+	casBackoffMax  = 5 * time.Millisecond
+)
 
 func (s *casStore) Update(ctx context.Context, key string, fn UpdateFunc) error {
 	old, cached := s.cache.get(key)
@@ -119,7 +147,7 @@ func (s *casStore) Update(ctx context.Context, key string, fn UpdateFunc) error 
 			return err
 		}
 	}
-	for attempt := 1; ; {
+	for losses := 0; ; {
 		next, ttl, changed := fn(old)
 		if !changed {
 			if !cached {
@@ -136,7 +164,7 @@ func (s *casStore) Update(ctx context.Context, key string, fn UpdateFunc) error 
 			old, cached = cur, false
 			continue
 		}
-		ok, err := s.c.CompareAndSwap(ctx, key, old, next, ttl)
+		cur, ok, read, err := s.swap(ctx, key, old, next, ttl)
 		if err != nil {
 			s.cache.drop(key)
 			return err
@@ -146,17 +174,55 @@ func (s *casStore) Update(ctx context.Context, key string, fn UpdateFunc) error 
 			return nil
 		}
 		s.cache.drop(key)
-		if attempt >= s.o.maxAttempts {
+		losses++
+		if s.o.maxAttempts > 0 && losses >= s.o.maxAttempts {
 			return fmt.Errorf("%w: key %q still contended after %d attempts", ErrConflict, key, s.o.maxAttempts)
 		}
-		attempt++
-		if err := ctx.Err(); err != nil {
+		if err := backoff(ctx, losses); err != nil {
 			return err
 		}
-		if old, err = s.get(ctx, key); err != nil {
-			return err
+		if !read {
+			if cur, err = s.get(ctx, key); err != nil {
+				return err
+			}
+		} else {
+			s.cache.put(key, cur)
 		}
-		cached = false
+		old, cached = cur, false
+	}
+}
+
+// swap compares-and-swaps, returning the current state when it did not
+// write and c could tell it (read).
+func (s *casStore) swap(ctx context.Context, key string, old, next []byte, ttl time.Duration) (cur []byte, ok, read bool, err error) {
+	if s.sr != nil {
+		cur, ok, err = s.sr.CompareAndSwapRead(ctx, key, old, next, ttl)
+		return cur, ok, true, err
+	}
+	ok, err = s.c.CompareAndSwap(ctx, key, old, next, ttl)
+	return nil, ok, false, err
+}
+
+// backoff waits before the attempt that follows the given number of lost
+// races, or returns ctx's error when it ends first.
+func backoff(ctx context.Context, losses int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if losses < 2 {
+		return nil
+	}
+	ceiling := casBackoffMax
+	if shift := losses - 2; shift < 16 {
+		ceiling = min(casBackoffBase<<shift, casBackoffMax)
+	}
+	t := time.NewTimer(rand.N(ceiling) + 1)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -382,14 +448,22 @@ type rowLockStore struct {
 	o storeOptions
 }
 
+// Update runs attempts until one finds the key's row, which is at the
+// second unless the row is deleted meanwhile, or until ctx ends (or
+// WithMaxAttempts).
 func (s *rowLockStore) Update(ctx context.Context, key string, fn UpdateFunc) error {
-	for range s.o.maxAttempts {
+	for attempt := 1; ; attempt++ {
 		done, err := s.attempt(ctx, key, fn)
 		if err != nil || done {
 			return err
 		}
+		if s.o.maxAttempts > 0 && attempt >= s.o.maxAttempts {
+			return fmt.Errorf("%w: no row for key %q after %d attempts", ErrConflict, key, s.o.maxAttempts)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 	}
-	return fmt.Errorf("%w: no row for key %q after %d attempts", ErrConflict, key, s.o.maxAttempts)
 }
 
 // attempt runs one transaction; done is false when it only inserted the

@@ -275,6 +275,63 @@ func TestCASGivesUpWithErrConflict(t *testing.T) {
 	}
 }
 
+// TestCASOutlastsContention: by default an update keeps trying past any
+// count of lost races (here 50, where the old default gave up after 8)
+// and wins once they stop; only its context ends it, and then with the
+// context's error and nothing written.
+func TestCASOutlastsContention(t *testing.T) {
+	c := &memCAS{m: map[string][]byte{}, conflix: 50}
+	if err := driver.NewCASStore(c).Update(context.Background(), "k", increment); err != nil {
+		t.Fatalf("Update after 50 lost races = %v, want nil", err)
+	}
+	if got := string(c.m["k"]); got != "1" {
+		t.Errorf("state = %q, want 1", got)
+	}
+	c = &memCAS{m: map[string][]byte{}, conflix: 1 << 30}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := driver.NewCASStore(c).Update(ctx, "k", increment)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, driver.ErrIndeterminate) {
+		t.Errorf("Update that never wins = %v, want context.DeadlineExceeded", err)
+	}
+	if c.m["k"] != nil {
+		t.Errorf("state = %q after the context ended, want none", c.m["k"])
+	}
+}
+
+// swapReaderCAS is a memCAS that returns the current state of a lost race.
+type swapReaderCAS struct{ *memCAS }
+
+func (c swapReaderCAS) CompareAndSwapRead(ctx context.Context, key string, old, next []byte, ttl time.Duration) ([]byte, bool, error) {
+	ok, err := c.CompareAndSwap(ctx, key, old, next, ttl)
+	if ok || err != nil {
+		return nil, ok, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return bytes.Clone(c.m[key]), false, nil
+}
+
+// TestCASSwapReaderSkipsGet: with a SwapReader, a lost race costs no Get.
+func TestCASSwapReaderSkipsGet(t *testing.T) {
+	c := &memCAS{m: map[string][]byte{"k": []byte("5")}}
+	s := driver.NewCASStore(swapReaderCAS{c}, driver.WithStateCache(4))
+	if err := s.Update(context.Background(), "k", increment); err != nil { // caches 6
+		t.Fatal(err)
+	}
+	c.m["k"] = []byte("10") // another process wrote
+	c.gets = 0
+	if err := s.Update(context.Background(), "k", increment); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(c.m["k"]); got != "11" {
+		t.Errorf("state = %q, want 11", got)
+	}
+	if c.gets != 0 {
+		t.Errorf("%d Gets after a lost race of a SwapReader, want 0", c.gets)
+	}
+}
+
 func TestLockStoreSteps(t *testing.T) {
 	tests := []struct {
 		name string

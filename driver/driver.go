@@ -10,7 +10,8 @@
 // Bucket4j documentation describes for custom back ends:
 //
 //   - [CAS]: read, then compare-and-swap (Redis with a Lua compare, etcd,
-//     NATS KV revisions); [NewCASStore] adds bounded retries.
+//     NATS KV revisions); [NewCASStore] retries lost races until the
+//     context ends.
 //   - [Locker]: a pessimistic lock around read and write (advisory locks,
 //     flock); [NewLockStore].
 //   - [RowLocker]: SELECT … FOR UPDATE on a row that may not exist yet;
@@ -28,7 +29,10 @@
 // been taken:
 //
 //   - [ErrConflict]: another writer won; nothing was written. Safe to
-//     retry.
+//     retry, and a limiter does, until its store timeout: contention on a
+//     healthy store must end in an answer, not a failure, so a store
+//     should resolve it itself (as NewCASStore does) rather than return
+//     ErrConflict after a fixed count.
 //   - [ErrUnavailable]: the store could not be reached, or refused the
 //     call, before anything was written. Safe to fall back.
 //   - [ErrIndeterminate]: the write was sent but its outcome is unknown (a
@@ -36,8 +40,10 @@
 //
 // Wrap the underlying error with %w and one of these, e.g.
 // fmt.Errorf("redisstore: %w: %w", driver.ErrUnavailable, err). A context
-// that ended is returned as ctx.Err(), wrapped the same way when the write
-// may have been sent.
+// that ended is returned as ctx.Err(), wrapped with ErrIndeterminate when
+// the write may have been sent; a bare ctx.Err() (or one wrapped with
+// ErrUnavailable) means nothing was written, and a limiter reports it as
+// ErrUnavailable.
 package driver
 
 import (

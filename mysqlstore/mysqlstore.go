@@ -85,9 +85,9 @@ func WithColumns(key, state, expires string) Option {
 }
 
 // WithMaxAttempts bounds the transactions of one update that only insert
-// the key's empty row (at least 1; the default is
-// driver.DefaultMaxAttempts), after which the update fails with
-// driver.ErrConflict.
+// the key's empty row, after which the update fails with
+// driver.ErrConflict. The default, 0, is no bound: the update retries
+// until its context ends.
 func WithMaxAttempts(n int) Option {
 	return func(o *options) { o.maxAttempts = n }
 }
@@ -126,12 +126,11 @@ func New(db DB, opts ...Option) (*Store, error) {
 		return nil, errors.New("mysqlstore: nil DB")
 	}
 	o := options{
-		table:       DefaultTable,
-		tableOpt:    DefaultTable,
-		key:         DefaultKeyColumn,
-		state:       DefaultStateColumn,
-		expires:     DefaultExpiresColumn,
-		maxAttempts: driver.DefaultMaxAttempts,
+		table:    DefaultTable,
+		tableOpt: DefaultTable,
+		key:      DefaultKeyColumn,
+		state:    DefaultStateColumn,
+		expires:  DefaultExpiresColumn,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -148,8 +147,8 @@ func New(db DB, opts ...Option) (*Store, error) {
 	if strings.EqualFold(o.key, o.state) || strings.EqualFold(o.key, o.expires) || strings.EqualFold(o.state, o.expires) {
 		return nil, fmt.Errorf("mysqlstore: WithColumns: names must differ, got %q, %q, %q", o.key, o.state, o.expires)
 	}
-	if o.maxAttempts < 1 {
-		return nil, fmt.Errorf("mysqlstore: WithMaxAttempts: attempts must be at least 1, got %d", o.maxAttempts)
+	if o.maxAttempts < 0 {
+		return nil, fmt.Errorf("mysqlstore: WithMaxAttempts: attempts must not be negative, got %d", o.maxAttempts)
 	}
 	s := &Store{db: db, q: newQueries(o)}
 	s.s = driver.NewRowLockStore(rowLocker{s}, driver.WithMaxAttempts(o.maxAttempts))

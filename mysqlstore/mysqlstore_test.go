@@ -379,7 +379,7 @@ func TestInvalidOptions(t *testing.T) {
 		})
 	}
 	for _, opt := range []mysqlstore.Option{
-		mysqlstore.WithMaxAttempts(0),
+		mysqlstore.WithMaxAttempts(-1),
 		mysqlstore.WithColumns("a", "A", "b"),
 	} {
 		if _, err := mysqlstore.New(db, opt); err == nil {

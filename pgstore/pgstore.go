@@ -135,12 +135,13 @@ func WithStateCache(entries int) Option {
 	return func(o *options) { o.stateCache = entries }
 }
 
-// WithMaxAttempts bounds the attempts of one update (at least 1; the
-// default is driver.DefaultMaxAttempts): with SingleStatement, the
-// compare-and-swaps lost to other writers; with SelectForUpdate, the
-// transactions that only inserted the key's empty row. A hot key then
-// fails with driver.ErrConflict instead of looping. AdvisoryLock waits for
-// its lock and never retries.
+// WithMaxAttempts bounds the attempts of one update: with
+// SingleStatement, the compare-and-swaps lost to other writers; with
+// SelectForUpdate, the transactions that only inserted the key's empty
+// row. Past it the update fails with driver.ErrConflict. The default, 0,
+// is no bound: an update retries until its context ends, so that
+// contention is never a failure (see driver.NewCASStore). AdvisoryLock
+// waits for its lock and never retries.
 func WithMaxAttempts(n int) Option {
 	return func(o *options) { o.maxAttempts = n }
 }
@@ -184,13 +185,12 @@ func New(db DB, opts ...Option) (*Store, error) {
 		return nil, errors.New("pgstore: nil DB")
 	}
 	o := options{
-		table:       DefaultTable,
-		tableOpt:    DefaultTable,
-		key:         DefaultKeyColumn,
-		state:       DefaultStateColumn,
-		expires:     DefaultExpiresColumn,
-		maxAttempts: driver.DefaultMaxAttempts,
-		stateCache:  DefaultStateCache,
+		table:      DefaultTable,
+		tableOpt:   DefaultTable,
+		key:        DefaultKeyColumn,
+		state:      DefaultStateColumn,
+		expires:    DefaultExpiresColumn,
+		stateCache: DefaultStateCache,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -209,8 +209,8 @@ func New(db DB, opts ...Option) (*Store, error) {
 	if o.stateCache < 0 {
 		return nil, fmt.Errorf("pgstore: WithStateCache: entries must not be negative, got %d", o.stateCache)
 	}
-	if o.maxAttempts < 1 {
-		return nil, fmt.Errorf("pgstore: WithMaxAttempts: attempts must be at least 1, got %d", o.maxAttempts)
+	if o.maxAttempts < 0 {
+		return nil, fmt.Errorf("pgstore: WithMaxAttempts: attempts must not be negative, got %d", o.maxAttempts)
 	}
 	s := &Store{db: db, strategy: o.strategy, q: newQueries(o)}
 	switch o.strategy {

@@ -421,7 +421,7 @@ func TestInvalidOptions(t *testing.T) {
 		})
 	}
 	for _, opt := range []pgstore.Option{
-		pgstore.WithMaxAttempts(0),
+		pgstore.WithMaxAttempts(-1),
 		pgstore.WithStateCache(-1),
 		pgstore.WithStrategy(pgstore.Strategy(99)),
 		pgstore.WithColumns("a", "a", "b"),

@@ -10,7 +10,11 @@
 -- ARGV[4]  how long to keep it, in whole milliseconds as a decimal
 --          integer; "0" keeps it without expiry.
 --
--- Returns 1 when it wrote ARGV[3], 0 when the key held something else.
+-- Returns the integer 1 when it wrote ARGV[3]. When it did not write, it
+-- returns what the key holds, so that the client needs no GET before its
+-- next attempt: the integer 0 when the key does not exist, else the key's
+-- string (a string reply, never an integer, so the three cannot be
+-- confused).
 --
 -- Limits: states are binary-safe strings of up to Redis's 512 MB; the
 -- comparison is byte for byte. The TTL is passed to SET … PX as the string
@@ -23,11 +27,11 @@
 local cur = redis.call('GET', KEYS[1])
 if ARGV[1] == '0' then
   if cur then
-    return 0
+    return cur
   end
 elseif cur ~= ARGV[2] then
   -- cur is false when the key does not exist, which equals no string.
-  return 0
+  return cur or 0
 end
 if ARGV[4] == '0' then
   redis.call('SET', KEYS[1], ARGV[3])

@@ -60,8 +60,10 @@
 // could not be reached or refused the command (connection refused, pool
 // timeout, an error reply, a closed Store), driver.ErrIndeterminate when a
 // write was sent and its outcome is unknown (a timeout or a broken
-// connection after sending), driver.ErrConflict after too many lost races
-// ([WithMaxAttempts]).
+// connection after sending). A lost race is not an error: the update runs
+// again, on the state the script returned with its refusal, until it wins
+// or its context ends (driver.ErrConflict only past [WithMaxAttempts], if
+// set).
 //
 // go-redis itself re-sends a command after a network error or a timeout
 // (redis.Options.MaxRetries, 3 by default). A compare-and-swap re-sent after

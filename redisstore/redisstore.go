@@ -74,7 +74,8 @@ func WithStateCache(entries int) Option {
 
 // WithMaxAttempts bounds the compare-and-swaps of one update under
 // contention; after that, Update fails with driver.ErrConflict. The
-// default is driver.DefaultMaxAttempts. New refuses n < 1.
+// default, 0, is no bound: an update retries until its context ends (see
+// driver.NewCASStore). New refuses n < 0.
 func WithMaxAttempts(n int) Option {
 	return func(o *options) { o.maxAttempts = n }
 }
@@ -98,8 +99,9 @@ type Store struct {
 }
 
 var (
-	_ driver.Store   = (*Store)(nil)
-	_ driver.Deleter = (*Store)(nil)
+	_ driver.Store      = (*Store)(nil)
+	_ driver.Deleter    = (*Store)(nil)
+	_ driver.SwapReader = (*redisCAS)(nil)
 )
 
 // New returns a Store of client's server or cluster. It does not talk to
@@ -109,15 +111,15 @@ func New(client Client, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: client is nil")
 	}
-	o := options{prefix: DefaultPrefix, cache: DefaultStateCache, maxAttempts: driver.DefaultMaxAttempts, pipelining: true}
+	o := options{prefix: DefaultPrefix, cache: DefaultStateCache, pipelining: true}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.cache < 0 {
 		return nil, fmt.Errorf("redisstore: state cache must not be negative, got %d", o.cache)
 	}
-	if o.maxAttempts < 1 {
-		return nil, fmt.Errorf("redisstore: max attempts must be positive, got %d", o.maxAttempts)
+	if o.maxAttempts < 0 {
+		return nil, fmt.Errorf("redisstore: max attempts must not be negative, got %d", o.maxAttempts)
 	}
 	s := &Store{cas: &redisCAS{client: client, prefix: o.prefix}}
 	s.cas.closed = &s.closed
@@ -224,8 +226,15 @@ func (c *redisCAS) Get(ctx context.Context, key string) ([]byte, error) {
 }
 
 func (c *redisCAS) CompareAndSwap(ctx context.Context, key string, old, next []byte, ttl time.Duration) (bool, error) {
+	_, ok, err := c.CompareAndSwapRead(ctx, key, old, next, ttl)
+	return ok, err
+}
+
+// CompareAndSwapRead is CompareAndSwap that returns the key's state when
+// it did not write: the script replies with it (see cas.lua).
+func (c *redisCAS) CompareAndSwapRead(ctx context.Context, key string, old, next []byte, ttl time.Duration) ([]byte, bool, error) {
 	if ttl < 0 {
-		return false, fmt.Errorf("redisstore: update %q: negative TTL %v", key, ttl)
+		return nil, false, fmt.Errorf("redisstore: update %q: negative TTL %v", key, ttl)
 	}
 	ms := int64(ttl / time.Millisecond)
 	if ttl%time.Millisecond != 0 {
@@ -243,22 +252,27 @@ func (c *redisCAS) CompareAndSwap(ctx context.Context, key string, old, next []b
 		// The server lost its scripts (SCRIPT FLUSH, a restart, a failover,
 		// a new cluster node); the script did not run.
 		if err := c.client.ScriptLoad(ctx, casScript).Err(); err != nil {
-			return false, classify(ctx, "update", key, err, false, false)
+			return nil, false, classify(ctx, "update", key, err, false, false)
 		}
 		cmd = redis.NewCmd(ctx, args...)
 		cmd.SetFirstKeyPos(3)
 		sent, err = c.exec(ctx, cmd)
 	}
 	if err != nil {
-		return false, classify(ctx, "update", key, err, sent, true)
+		return nil, false, classify(ctx, "update", key, err, sent, true)
 	}
 	switch v := cmd.Val().(type) {
 	case int64:
-		if v == 0 || v == 1 {
-			return v == 1, nil
+		switch v {
+		case 1:
+			return nil, true, nil
+		case 0:
+			return nil, false, nil
 		}
+	case string:
+		return []byte(v), false, nil
 	}
-	return false, fmt.Errorf("redisstore: update %q: %w: script replied %#v, want 0 or 1", key, driver.ErrIndeterminate, cmd.Val())
+	return nil, false, fmt.Errorf("redisstore: update %q: %w: script replied %#v, want 0, 1 or a string", key, driver.ErrIndeterminate, cmd.Val())
 }
 
 func (c *redisCAS) Delete(ctx context.Context, key string) error {

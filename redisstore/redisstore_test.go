@@ -479,7 +479,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	}{
 		{"nil client", nil, nil},
 		{"negative cache", c, []redisstore.Option{redisstore.WithStateCache(-1)}},
-		{"no attempts", c, []redisstore.Option{redisstore.WithMaxAttempts(0)}},
+		{"negative attempts", c, []redisstore.Option{redisstore.WithMaxAttempts(-1)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -23,6 +23,7 @@ type metrics struct {
 	storeSeconds  *prometheus.HistogramVec
 	storeErrors   *prometheus.CounterVec // op
 	storeFailures *prometheus.CounterVec // limiter, policy
+	circuitOpen   *prometheus.GaugeVec   // limiter
 	waiting       prometheus.Gauge
 	reloads       *prometheus.CounterVec // result
 	refused       *prometheus.CounterVec // api: connections closed at once, the listener being full
@@ -53,6 +54,10 @@ func newMetrics() *metrics {
 			Name: "sluice_store_failures_total",
 			Help: "Decisions a store failure decided, by limiter and the failure policy applied (fail_closed, fail_open, fail_local).",
 		}, []string{"limiter", "policy"}),
+		circuitOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_store_circuit_open",
+			Help: "1 while a limiter's circuit breaker keeps calls from the store (open or half-open), 0 when closed.",
+		}, []string{"limiter"}),
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_waiting_callers",
 			Help: "Consume calls waiting for their tokens (max_wait_ms).",
@@ -76,7 +81,7 @@ func newMetrics() *metrics {
 	for _, what := range []string{"requests", "simulations"} {
 		m.busy.WithLabelValues(what)
 	}
-	m.reg.MustRegister(m.decisions, m.tokens, m.storeSeconds, m.storeErrors, m.storeFailures, m.waiting, m.reloads,
+	m.reg.MustRegister(m.decisions, m.tokens, m.storeSeconds, m.storeErrors, m.storeFailures, m.circuitOpen, m.waiting, m.reloads,
 		m.refused, m.busy, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Series exist from the start at zero, so that alerts on a rate or on
 	// absence work before the first event.
@@ -113,6 +118,7 @@ func (m *metrics) forget(limiter string) {
 	m.decisions.DeletePartialMatch(l)
 	m.tokens.DeletePartialMatch(l)
 	m.storeFailures.DeletePartialMatch(l)
+	m.circuitOpen.DeletePartialMatch(l)
 }
 
 // failureLabel names a store failure policy as the config writes it.
@@ -135,6 +141,15 @@ type failureListener struct {
 
 func (l failureListener) OnStoreFailure(_ error, f sluice.StoreFailure) {
 	l.m.storeFailures.WithLabelValues(l.limiter, failureLabel(f)).Inc()
+}
+
+// OnCircuit sets the limiter's circuit gauge.
+func (l failureListener) OnCircuit(s sluice.CircuitState) {
+	v := 0.0
+	if s != sluice.CircuitClosed {
+		v = 1
+	}
+	l.m.circuitOpen.WithLabelValues(l.limiter).Set(v)
 }
 
 // limiterStore is a limiter's view of the server's store: its keys are

@@ -22,24 +22,34 @@ import (
 // directory. Start-up is bounded by ctx and by one minute. If
 // redis-server is not installed, the error is a *MissingError.
 func StartRedis(ctx context.Context) (url string, stop func() error, err error) {
+	url, p, dir, err := startRedisProcess(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	return url, func() error { return stopAll(dir, p.stop) }, nil
+}
+
+// startRedisProcess is StartRedis, returning the process and its
+// directory.
+func startRedisProcess(ctx context.Context) (url string, p *process, dir string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	bin, err := lookPath("redis-server", "redis-server")
 	if err != nil {
-		return "", nil, err
+		return "", nil, "", err
 	}
-	dir, err := tempDir("redis")
+	dir, err = tempDir("redis")
 	if err != nil {
-		return "", nil, err
+		return "", nil, "", err
 	}
 	p, port, err := startOnFreePort(ctx,
 		func(port int) (*process, error) { return startRedis(bin, dir, port) },
 		pingRedis)
 	if err != nil {
 		stopAll(dir)
-		return "", nil, err
+		return "", nil, "", err
 	}
-	return fmt.Sprintf("redis://127.0.0.1:%d/0", port), func() error { return stopAll(dir, p.stop) }, nil
+	return fmt.Sprintf("redis://127.0.0.1:%d/0", port), p, dir, nil
 }
 
 // StartRedisCluster starts three Redis servers in cluster mode on free

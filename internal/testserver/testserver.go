@@ -361,6 +361,33 @@ func Redis(tb testing.TB) string {
 	return forTest(tb, "redis", StartRedis)
 }
 
+// PausableRedis is Redis, and also returns pause, which freezes the server
+// with SIGSTOP when given true, and thaws it with SIGCONT when given
+// false. A frozen server keeps its connections and accepts new ones (the
+// kernel does) but answers nothing, as a server that hangs; commands sent
+// meanwhile are answered once it thaws. The server is thawed before it is
+// stopped.
+func PausableRedis(tb testing.TB) (url string, pause func(frozen bool)) {
+	tb.Helper()
+	var p *process
+	url = forTest(tb, "redis", func(ctx context.Context) (string, func() error, error) {
+		u, proc, dir, err := startRedisProcess(ctx)
+		if err != nil {
+			return "", nil, err
+		}
+		p = proc
+		return u, func() error {
+			_ = freeze(p.proc, false) // a frozen server would not stop on SIGTERM
+			return stopAll(dir, p.stop)
+		}, nil
+	})
+	return url, func(frozen bool) {
+		if err := freeze(p.proc, frozen); err != nil {
+			tb.Errorf("testserver: freeze redis: %v", err)
+		}
+	}
+}
+
 // RedisCluster starts a Redis Cluster of three masters without replicas
 // for tb, stops it when tb ends and returns the nodes' addresses,
 // "127.0.0.1:PORT". The test is skipped if redis-server is not installed,

@@ -1,0 +1,262 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
+)
+
+// circuitLog is a StoreListener that records the circuit's states.
+type circuitLog struct {
+	sluice.NopListener
+	mu     sync.Mutex
+	states []sluice.CircuitState
+}
+
+func (l *circuitLog) OnStoreFailure(error, sluice.StoreFailure) {}
+
+func (l *circuitLog) OnCircuit(s sluice.CircuitState) {
+	l.mu.Lock()
+	l.states = append(l.states, s)
+	l.mu.Unlock()
+}
+
+func (l *circuitLog) get() []sluice.CircuitState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.states)
+}
+
+// TestCircuitBreaker: after DefaultCircuitFailures failed calls the store
+// is not asked, and the fallback answers; a probe after the open interval
+// finds the store back and closes the circuit, well within a second.
+func TestCircuitBreaker(t *testing.T) {
+	ctx := context.Background()
+	store, log := newMapStore(), new(circuitLog)
+	l, err := sluice.NewLimiter(sluice.FixedWindow(100, time.Hour), sluice.WithStore(store), sluice.WithListener(log),
+		sluice.WithStoreFailure(sluice.FailOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Allow(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	store.setFail(fmt.Errorf("test: %w: connection refused", driver.ErrUnavailable))
+	before := store.calls()
+	for range sluice.DefaultCircuitFailures + 20 {
+		if r, err := l.Allow(ctx, "k"); err != nil || !r.Allowed {
+			t.Fatalf("Allow failing open = %+v, %v", r, err)
+		}
+	}
+	if got := store.calls() - before; got != sluice.DefaultCircuitFailures {
+		t.Errorf("the store was asked %d times, want %d: the circuit should open after that many failures", got, sluice.DefaultCircuitFailures)
+	}
+	if got := log.get(); !slices.Equal(got, []sluice.CircuitState{sluice.CircuitOpen}) {
+		t.Errorf("circuit states %v, want [open]", got)
+	}
+	// Closed: the error says so, and matches ErrUnavailable.
+	closed, _ := sluice.NewLimiter(sluice.FixedWindow(100, time.Hour), sluice.WithStore(store))
+	for range sluice.DefaultCircuitFailures {
+		_, _ = closed.Allow(ctx, "k")
+	}
+	if _, err := closed.Allow(ctx, "k"); !errors.Is(err, sluice.ErrCircuitOpen) || !errors.Is(err, driver.ErrUnavailable) {
+		t.Errorf("Allow with the circuit open = %v, want ErrCircuitOpen matching ErrUnavailable", err)
+	}
+
+	store.setFail(nil)
+	back, asked := time.Now(), store.calls()
+	for store.calls() == asked {
+		if time.Since(back) > 5*time.Second {
+			t.Fatal("the store was not asked again within 5s of coming back")
+		}
+		if _, err := l.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("recovery detected %v after the store came back", time.Since(back))
+	if d := time.Since(back); d > time.Second {
+		t.Errorf("recovery detected after %v, want within a second", d)
+	}
+	want := []sluice.CircuitState{sluice.CircuitOpen, sluice.CircuitHalfOpen, sluice.CircuitClosed}
+	if got := log.get(); !slices.Equal(got, want) {
+		t.Errorf("circuit states %v, want %v", got, want)
+	}
+	if r, err := l.Allow(ctx, "k"); err != nil || r.Remaining != 97 {
+		t.Errorf("Allow with the circuit closed = %+v, %v, want the store's window (97 left: the first call and the probe took one each)", r, err)
+	}
+}
+
+// TestCircuitProbeFails: a failed probe opens the circuit again.
+func TestCircuitProbeFails(t *testing.T) {
+	ctx := context.Background()
+	store, log := newMapStore(), new(circuitLog)
+	l, _ := sluice.NewLimiter(sluice.FixedWindow(100, time.Hour), sluice.WithStore(store), sluice.WithListener(log),
+		sluice.WithStoreFailure(sluice.FailOpen), sluice.WithCircuitBreaker(2))
+	store.setFail(fmt.Errorf("test: %w", driver.ErrUnavailable))
+	deadline := time.Now().Add(5 * time.Second)
+	for len(log.get()) < 3 && time.Now().Before(deadline) {
+		_, _ = l.Allow(ctx, "k")
+		time.Sleep(5 * time.Millisecond)
+	}
+	want := []sluice.CircuitState{sluice.CircuitOpen, sluice.CircuitHalfOpen, sluice.CircuitOpen}
+	if got := log.get(); !slices.Equal(got, want) {
+		t.Errorf("circuit states %v, want %v", got, want)
+	}
+	if got := store.calls(); got != 3 {
+		t.Errorf("the store was asked %d times, want 3 (2 failures, 1 probe)", got)
+	}
+}
+
+// blockingStore holds every Update until its context ends, like a store
+// that hangs, and counts the Updates.
+type blockingStore struct{ n atomic.Int64 }
+
+func (s *blockingStore) Update(ctx context.Context, _ string, _ driver.UpdateFunc) error {
+	s.n.Add(1)
+	<-ctx.Done()
+	return fmt.Errorf("%w: %w", driver.ErrIndeterminate, ctx.Err())
+}
+
+// latencies runs callers goroutines, each making one call on one of keys
+// keys at once, and returns the calls' latencies, sorted.
+func latencies(t *testing.T, l *sluice.Limiter, callers, keys int) []time.Duration {
+	t.Helper()
+	out := make([]time.Duration, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			start := time.Now()
+			_, _ = l.Allow(context.Background(), fmt.Sprint("k", i%keys))
+			out[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func quantile(d []time.Duration, q float64) time.Duration { return d[int(q*float64(len(d)-1))] }
+
+// TestStoreTimeoutEndToEnd: while the store hangs, no call waits longer
+// than one store timeout, however many queue on one key (before, each
+// batch of 256 queued calls waited a timeout of its own), and with the
+// breaker the calls after it opens are answered at once.
+func TestStoreTimeoutEndToEnd(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	for _, tt := range []struct {
+		name    string
+		breaker int
+		keys    int
+	}{
+		{"one key, no breaker", -1, 1},
+		{"one key", 0, 1},
+		{"many keys", 0, 50},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, failure := range []sluice.StoreFailure{sluice.FailClosed, sluice.FailOpen, sluice.FailLocal} {
+				store := new(blockingStore)
+				l, _ := sluice.NewLimiter(sluice.FixedWindow(10, time.Hour), sluice.WithStore(store),
+					sluice.WithStoreTimeout(timeout), sluice.WithStoreFailure(failure), sluice.WithCircuitBreaker(tt.breaker))
+				lat := latencies(t, l, 1000, tt.keys)
+				p50, p99, maxLat := quantile(lat, .5), quantile(lat, .99), lat[len(lat)-1]
+				t.Logf("%v: 1000 calls on %d keys of a hanging store, timeout %v: p50 %v, p99 %v, max %v, %d store calls",
+					failure, tt.keys, timeout, p50.Round(time.Millisecond), p99.Round(time.Millisecond), maxLat.Round(time.Millisecond), store.n.Load())
+				if p99 > timeout*3/2 {
+					t.Errorf("%v: p99 %v, want at most 1.5 × the store timeout %v", failure, p99, timeout)
+				}
+				if maxLat > 3*timeout {
+					t.Errorf("%v: slowest call took %v, want about the store timeout %v", failure, maxLat, timeout)
+				}
+				// With the breaker, the second round is answered at once.
+				if tt.breaker == 0 {
+					lat = latencies(t, l, 1000, tt.keys)
+					if p99 := quantile(lat, .99); p99 > timeout/2 {
+						t.Errorf("%v: with the circuit open, p99 %v, want well under the timeout %v", failure, p99, timeout)
+					}
+				}
+			}
+		})
+	}
+}
+
+// bareTimeoutStore answers every Update with a bare
+// context.DeadlineExceeded once its context ends, as the driver contract
+// allows when nothing was written (MySQL's driver does).
+type bareTimeoutStore struct{}
+
+func (bareTimeoutStore) Update(ctx context.Context, _ string, _ driver.UpdateFunc) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestStoreBareTimeout: a store timeout that the store returns as a bare
+// context error is a *StoreError matching ErrUnavailable (nothing was
+// taken) and context.DeadlineExceeded.
+func TestStoreBareTimeout(t *testing.T) {
+	l, _ := sluice.NewLimiter(sluice.FixedWindow(2, time.Second), sluice.WithStore(bareTimeoutStore{}),
+		sluice.WithStoreTimeout(20*time.Millisecond))
+	_, err := l.Allow(context.Background(), "k")
+	var se *sluice.StoreError
+	if !errors.As(err, &se) || !errors.Is(err, driver.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Allow on a store that timed out = %v, want a *StoreError matching ErrUnavailable and DeadlineExceeded", err)
+	}
+}
+
+// conflictStore is a mapStore whose Updates lose the first races they
+// run, as against other processes' writers, without calling fn.
+type conflictStore struct {
+	*mapStore
+	losses atomic.Int64 // Updates still to lose
+	held   chan struct{}
+	once   sync.Once
+}
+
+func (s *conflictStore) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
+	if s.losses.Add(-1) >= 0 {
+		fn(nil) // lets queued calls join, as a CAS store's read does
+		s.once.Do(func() { close(s.held) })
+		return fmt.Errorf("test: %w: lost a race", driver.ErrConflict)
+	}
+	return s.mapStore.Update(ctx, key, fn)
+}
+
+// TestStoreConflictRetried: a store that answers driver.ErrConflict wrote
+// nothing, so the limiter runs the batch again until its deadline, with
+// the calls queued meanwhile: contention is never an error.
+func TestStoreConflictRetried(t *testing.T) {
+	store := &conflictStore{mapStore: newMapStore(), held: make(chan struct{})}
+	store.losses.Store(40)
+	l, _ := sluice.NewLimiter(sluice.FixedWindow(100, time.Hour), sluice.WithStore(store))
+	var wg sync.WaitGroup
+	var allowed atomic.Int64
+	for range 50 {
+		wg.Go(func() {
+			r, err := l.Allow(context.Background(), "hot")
+			if err != nil {
+				t.Errorf("Allow under contention = %v, want a result", err)
+				return
+			}
+			if r.Allowed {
+				allowed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if got := allowed.Load(); got != 50 {
+		t.Errorf("allowed %d of 50, want 50", got)
+	}
+	if n := store.count(); n > 10 {
+		t.Errorf("%d successful updates for 50 calls: the retries did not take in the queued calls", n)
+	}
+	t.Logf("50 calls, 40 lost races, %d successful updates", store.count())
+}

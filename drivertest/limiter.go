@@ -275,6 +275,10 @@ func testReadsCreateNothing(t *testing.T, e *env) {
 }
 
 // faultyStore fails some of its calls the ways a network store does.
+
+// faultyStore fails some of its calls the ways a network store does,
+// four calls in a row of every five: fewer than the limiter's circuit
+// breaker needs to open, so that each failure reaches the failure policy.
 type faultyStore struct {
 	driver.Store
 	calls atomic.Int64
@@ -296,6 +300,9 @@ func (f *faultyStore) Update(ctx context.Context, key string, fn driver.UpdateFu
 	case n%f.every == 2 && n > 2: // too slow: the limiter's timeout ends it
 		<-ctx.Done()
 		return fmt.Errorf("%w: %w", driver.ErrUnavailable, ctx.Err())
+	case n%f.every == 3 && n > 3: // too slow, and the store says only so, as the contract allows
+		<-ctx.Done()
+		return ctx.Err()
 	}
 	return f.Store.Update(ctx, key, fn)
 }
@@ -303,6 +310,9 @@ func (f *faultyStore) Update(ctx context.Context, key string, fn driver.UpdateFu
 // testFaults injects failures between the limiter and the store: each
 // failed call reports a typed error or applies the configured fallback,
 // and the state is never corrupted: never more admitted than the limit.
+// A store's error always tells whether tokens may have been taken: a
+// *StoreError matches driver.ErrUnavailable or driver.ErrIndeterminate,
+// also when the store answered its timeout with a bare context error.
 func testFaults(t *testing.T, e *env) {
 	for _, failure := range []sluice.StoreFailure{sluice.FailClosed, sluice.FailOpen, sluice.FailLocal} {
 		t.Run(failure.String(), func(t *testing.T) {

@@ -22,6 +22,20 @@
 // Limiter.Reset uses when a store offers it. The conformance suite in package drivertest runs every
 // policy's vectors against a store to prove it.
 //
+// # Keys
+//
+// A key is a key: a store accepts every key, any bytes of any length (NUL
+// bytes, invalid UTF-8, a megabyte), never refuses one as an outage and
+// never lets two keys share a state. It holds a key of fewer than
+// [MaxKeyLen] bytes as it is, and a longer one either as it is too (Redis
+// and memory, which have no bound) or under [ShortKey]'s digest form,
+// which is MaxKeyLen bytes long and so never equals a key held as it is
+// (an SQL key column of MaxKeyLen bytes). The rule applies to the key the
+// store is given, which includes what the callers above it added (the
+// server's "<limiter>:"), with the store's own prefix (redisstore's
+// "sluice:") counted in when the store has a bound. The conformance suite
+// checks it on every store.
+//
 // # Errors
 //
 // A store's errors must say whether anything may have been written,
@@ -80,8 +94,9 @@ type UpdateFunc func(state []byte) (next []byte, ttl time.Duration, changed bool
 // returns when it changed, so that no other Update of the same key, from
 // any process, happens between the read and the write.
 //
-// Update must be safe for concurrent use and honour ctx. Its errors follow
-// the package's rules (ErrConflict, ErrUnavailable, ErrIndeterminate).
+// Update must be safe for concurrent use and honour ctx, and accept every
+// key (see Keys in the package doc). Its errors follow the package's
+// rules (ErrConflict, ErrUnavailable, ErrIndeterminate).
 type Store interface {
 	Update(ctx context.Context, key string, fn UpdateFunc) error
 }

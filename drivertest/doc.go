@@ -46,6 +46,10 @@
 //     matching its own (errors.Is), and nothing is written.
 //   - Updates of one key never change another, even one that differs from
 //     it only in case or by a trailing space.
+//   - A key is a key: keys with NUL bytes, invalid UTF-8, of
+//     driver.MaxKeyLen-1, MaxKeyLen and MaxKeyLen+1 bytes, and of a MiB,
+//     are all accepted and never share a state, whether the store holds
+//     them as they are or under driver.ShortKey.
 //
 // A store may answer [driver.ErrConflict], which means nothing was
 // written: the suite then runs the update again (up to 1000 times), and

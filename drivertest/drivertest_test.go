@@ -65,8 +65,11 @@ func (s *refStore) set(key string, next []byte, ttl time.Duration) {
 }
 
 func (s *refStore) key(key string) string {
-	if s.bug == "CaseInsensitive" {
+	switch {
+	case s.bug == "CaseInsensitive":
 		return strings.ToLower(key)
+	case s.bug == "TruncatesKeys" && len(key) > 255:
+		return key[:255]
 	}
 	return key
 }
@@ -248,6 +251,7 @@ func TestBrokenStoresFail(t *testing.T) {
 		{"DeleteNoop", "Delete"},
 		{"IgnoresContext", "Context"},
 		{"CaseInsensitive", "Isolation"},
+		{"TruncatesKeys", "Keys"},
 	}
 	out := make(map[string][]byte)
 	for _, tt := range tests {

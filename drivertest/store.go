@@ -59,6 +59,7 @@ var driverTests = []struct {
 	{"Delete", testDelete},
 	{"Context", testContext},
 	{"Isolation", testIsolation},
+	{"Keys", testKeys},
 }
 
 // runDriverTests runs driverTests as subtests of t.
@@ -573,5 +574,89 @@ func testIsolation(t *testing.T, e *env) {
 	}
 	for i, n := range neighbours {
 		wantState(t, e, n, states[i])
+	}
+}
+
+// hugeKey is the length of the longest keys testKeys writes: far past any
+// key column, index entry or digest threshold.
+const hugeKey = 1 << 20
+
+// testKeys: a key is a key. Every byte string is held apart from every
+// other: keys with NUL bytes, invalid UTF-8 (and the U+FFFD a decoder
+// would make of it), keys of driver.MaxKeyLen-1, MaxKeyLen and MaxKeyLen+1
+// bytes, huge keys that differ only in their last byte or in their middle,
+// and a key that equals another's driver.ShortKey digest form. No key is
+// refused, and no two share a state.
+func testKeys(t *testing.T, e *env) {
+	base := key(t)
+	pad := func(n int, last byte) string {
+		b := []byte(base + strings.Repeat("x", max(n-len(base)-1, 0)))
+		return string(append(b, last))
+	}
+	middle := func(c byte) string {
+		b := []byte(pad(hugeKey, 'z'))
+		b[hugeKey/2] = c
+		return string(b)
+	}
+	keys := []string{
+		base,
+		base + "\x00",
+		base + "\x00\x00",
+		base + "\x00a",
+		"\x00" + base,
+		base + "\xff\xfe",
+		base + "\xc3\x28",
+		base + "\ufffd",
+		base + "\ufffd\ufffd",
+		pad(driver.MaxKeyLen-1, 'a'),
+		pad(driver.MaxKeyLen-1, 'b'),
+		pad(driver.MaxKeyLen, 'a'),
+		pad(driver.MaxKeyLen, 'b'),
+		pad(driver.MaxKeyLen+1, 'a'),
+		pad(driver.MaxKeyLen+1, 'b'),
+		pad(4096, 'a'),
+		pad(hugeKey, 'a'),
+		pad(hugeKey, 'b'),
+		middle('m'),
+		middle('n'),
+		driver.ShortKey(pad(4096, 'a')),
+		driver.ShortKey(pad(hugeKey, 'a')),
+	}
+	states := make([][]byte, len(keys))
+	for i, k := range keys {
+		states[i] = fmt.Appendf(nil, "state of key %d (%d bytes)", i, len(k))
+		err := update(e.ctx, e.store, k, func([]byte) ([]byte, time.Duration, bool) {
+			return states[i], keyTTL, true
+		})
+		if err != nil {
+			t.Fatalf("writing key %d (%d bytes, %s): %v", i, len(k), show([]byte(k)), err)
+		}
+	}
+	for i, k := range keys {
+		got, err := get(e.ctx, e.store, k)
+		if err != nil {
+			t.Fatalf("reading key %d (%d bytes, %s): %v", i, len(k), show([]byte(k)), err)
+		}
+		if !bytes.Equal(got, states[i]) {
+			t.Errorf("key %d (%d bytes, %s) holds %s, want %s: two keys share a state", i, len(k), show([]byte(k)), show(got), show(states[i]))
+		}
+	}
+	d, ok := e.store.(driver.Deleter)
+	if !ok {
+		return
+	}
+	for i, k := range keys {
+		if i%2 == 0 {
+			if err := d.Delete(e.ctx, k); err != nil {
+				t.Fatalf("Delete(key %d, %d bytes): %v", i, len(k), err)
+			}
+		}
+	}
+	for i, k := range keys {
+		want := states[i]
+		if i%2 == 0 {
+			want = nil
+		}
+		wantState(t, e, k, want)
 	}
 }

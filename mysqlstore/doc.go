@@ -40,8 +40,11 @@
 //	expires_at DATETIME(6) NULL            -- UTC; NULL: never; indexed
 //
 // A key has no state when it has no row, when its row has expired
-// (expires_at <= UTC_TIMESTAMP(6)) or when its state is empty. Keys longer
-// than [MaxKeyLen] bytes are refused, never truncated.
+// (expires_at <= UTC_TIMESTAMP(6)) or when its state is empty. Every key
+// is accepted, any bytes: a key shorter than [MaxKeyLen] bytes is stored
+// as it is, a longer one under driver.ShortKey's digest form (its first
+// 191 bytes and the hex SHA-256 of the whole key), so no two keys share a
+// row.
 //
 // # Cleanup
 //

@@ -28,9 +28,11 @@ const (
 
 // Limits of the table's columns.
 const (
-	// MaxKeyLen is the longest key in bytes (VARBINARY(255)). Longer keys
-	// are refused before anything is sent, never truncated.
-	MaxKeyLen = 255
+	// MaxKeyLen is the longest key column value in bytes (VARBINARY(255)).
+	// A key shorter than that is stored as it is, a longer one under its
+	// driver.ShortKey digest form, so every key is accepted and no two
+	// share a row.
+	MaxKeyLen = driver.MaxKeyLen
 	// MaxStateLen is the largest state in bytes (MEDIUMBLOB).
 	MaxStateLen = 1<<24 - 1
 )
@@ -159,12 +161,10 @@ func New(db DB, opts ...Option) (*Store, error) {
 // when it changed, as driver.Store requires. Its errors wrap
 // driver.ErrConflict, driver.ErrUnavailable or driver.ErrIndeterminate;
 // a context that ended before anything was committed is returned as
-// ctx.Err(). A key longer than MaxKeyLen is refused with
-// driver.ErrUnavailable.
+// ctx.Err(). Any key is accepted: one shorter than MaxKeyLen bytes is
+// stored as it is, a longer one under driver.ShortKey, which errors name.
 func (s *Store) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
-	if len(key) > MaxKeyLen {
-		return fmt.Errorf("mysqlstore: update %q: %w: key of %d bytes, more than %d", key, driver.ErrUnavailable, len(key), MaxKeyLen)
-	}
+	key = driver.ShortKey(key)
 	err := s.s.Update(ctx, key, fn)
 	if err == nil || isBareContextErr(err) {
 		return err
@@ -175,6 +175,7 @@ func (s *Store) Update(ctx context.Context, key string, fn driver.UpdateFunc) er
 // Delete removes key's state at once. Deleting a key without state is not
 // an error.
 func (s *Store) Delete(ctx context.Context, key string) error {
+	key = driver.ShortKey(key)
 	if _, err := s.db.ExecContext(ctx, s.q.delete, key); err != nil {
 		return wrapErr(fmt.Sprintf("mysqlstore: delete %q", key), classify(ctx, err, true))
 	}

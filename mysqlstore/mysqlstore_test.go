@@ -300,18 +300,30 @@ func TestDelete(t *testing.T) {
 	}
 }
 
+// TestLongKey: a key too long for the key column is stored under its
+// driver.ShortKey digest form, never refused, and never shares a row with
+// another key.
 func TestLongKey(t *testing.T) {
-	s := newStore(t, open(t, ""), newTable(t))
+	db := open(t, "")
+	table := newTable(t)
+	s := newStore(t, db, table)
 	long := strings.Repeat("k", mysqlstore.MaxKeyLen+1)
-	if err := s.Update(t.Context(), long, incr); !errors.Is(err, driver.ErrUnavailable) {
-		t.Errorf("Update of a %d-byte key = %v, want driver.ErrUnavailable", len(long), err)
+	exact := long[2:]
+	other := long[:len(long)-1] + "x"
+	for i, k := range []string{long, long, exact, other} {
+		if err := s.Update(t.Context(), k, incr); err != nil {
+			t.Fatalf("Update %d of a %d-byte key = %v", i, len(k), err)
+		}
 	}
-	exact := long[1:]
-	if err := s.Update(t.Context(), exact, incr); err != nil {
-		t.Errorf("Update of a %d-byte key = %v", len(exact), err)
+	for k, want := range map[string]uint64{long: 2, exact: 1, other: 1} {
+		if got := count(read(t, s, k)); got != want {
+			t.Errorf("count of the %d-byte key = %d, want %d", len(k), got, want)
+		}
 	}
-	if got := count(read(t, s, exact)); got != 1 {
-		t.Errorf("count = %d, want 1", got)
+	var n int
+	q := fmt.Sprintf("SELECT COUNT(*) FROM `%s` WHERE `key` = ?", table)
+	if err := db.QueryRowContext(t.Context(), q, driver.ShortKey(long)).Scan(&n); err != nil || n != 1 {
+		t.Errorf("rows under ShortKey(long) = %d, %v, want 1", n, err)
 	}
 }
 

@@ -16,7 +16,7 @@ type casStore struct{ s *Store }
 // or an empty row. One round trip.
 func (c casStore) Get(ctx context.Context, key string) ([]byte, error) {
 	var state []byte
-	err := c.s.db.QueryRow(ctx, c.s.q.get, key).Scan(&state)
+	err := c.s.db.QueryRow(ctx, c.s.q.get, []byte(key)).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -36,10 +36,10 @@ func (c casStore) CompareAndSwap(ctx context.Context, key string, old, next []by
 	var args []any
 	sql := c.s.q.casInsert
 	if old == nil {
-		args = []any{key, nonNil(next), ttlArg(ttl)}
+		args = []any{[]byte(key), nonNil(next), ttlArg(ttl)}
 	} else {
 		sql = c.s.q.casUpdate
-		args = []any{key, nonNil(next), ttlArg(ttl), old}
+		args = []any{[]byte(key), nonNil(next), ttlArg(ttl), old}
 	}
 	tag, err := c.s.db.Exec(ctx, sql, args...)
 	if err != nil {

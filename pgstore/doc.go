@@ -33,7 +33,7 @@
 //     also inserts an empty row (INSERT … ON CONFLICT DO NOTHING) in a
 //     transaction of its own first: 4 more, once per key.
 //   - [AdvisoryLock]: BEGIN, then pg_advisory_xact_lock on a hash of the
-//     key pipelined with the read, an upsert, COMMIT: 4 round trips, 3
+//     table and the key pipelined with the read, an upsert, COMMIT: 4 round trips, 3
 //     when the state does not change. The lock ends with the transaction.
 //
 // Transactions run at READ COMMITTED whatever the database's default.
@@ -44,9 +44,17 @@
 //
 // One row per key (see schema.sql, returned by [Store.DDL]):
 //
-//	key        text PRIMARY KEY     -- valid UTF-8, no NUL bytes
+//	key        bytea PRIMARY KEY    -- any bytes; ≥ 255 bytes: driver.ShortKey
 //	state      bytea NOT NULL       -- empty: a row only there to be locked
 //	expires_at timestamptz NULL     -- NULL: never; indexed when not NULL
+//
+// Every key is accepted: one shorter than driver.MaxKeyLen (255) bytes is
+// stored as it is, a longer one under driver.ShortKey's digest form (its
+// first 191 bytes and the hex SHA-256 of the whole key), so no two keys
+// share a row. A table made with the text key column of earlier versions
+// converts with
+//
+//	ALTER TABLE sluice_state ALTER COLUMN key TYPE bytea USING convert_to(key, 'UTF8');
 //
 // A key has no state when it has no row, when its row has expired
 // (expires_at <= now()) or when its state is empty; every strategy reads,

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -233,7 +234,10 @@ func (s *Store) Strategy() Strategy { return s.strategy }
 // when it changed, as driver.Store requires. Its errors wrap
 // driver.ErrConflict, driver.ErrUnavailable or driver.ErrIndeterminate;
 // a context that ended before anything was sent is returned as ctx.Err().
+// Any key is accepted: one shorter than driver.MaxKeyLen bytes is stored
+// as it is, a longer one under driver.ShortKey, which errors name.
 func (s *Store) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
+	key = driver.ShortKey(key)
 	err := s.s.Update(ctx, key, fn)
 	if err == nil || isBareContextErr(err) {
 		return err
@@ -244,6 +248,7 @@ func (s *Store) Update(ctx context.Context, key string, fn driver.UpdateFunc) er
 // Delete removes key's state at once. Deleting a key without state is not
 // an error.
 func (s *Store) Delete(ctx context.Context, key string) error {
+	key = driver.ShortKey(key)
 	var err error
 	if d, ok := s.s.(driver.Deleter); ok {
 		err = d.Delete(ctx, key) // drops the state cache's entry too
@@ -258,7 +263,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 
 // deleteKey deletes key's row: one round trip.
 func (s *Store) deleteKey(ctx context.Context, key string) error {
-	_, err := s.exec(ctx, s.q.delete, key)
+	_, err := s.exec(ctx, s.q.delete, []byte(key))
 	return err
 }
 
@@ -399,12 +404,24 @@ func notSent(err error) bool {
 	return pgconn.SafeToRetry(err) || errors.As(err, &ce) || isBareContextErr(err)
 }
 
+// lockID is the advisory lock of key: a 64-bit FNV-1a hash of the table's
+// seed and the key's bytes, computed here because PostgreSQL has no
+// extended hash of bytea.
+func (q *queries) lockID(key []byte) int64 {
+	h := fnv.New64a()
+	var seed [8]byte
+	binary.BigEndian.PutUint64(seed[:], uint64(q.lockSeed))
+	h.Write(seed[:])
+	h.Write(key)
+	return int64(h.Sum64())
+}
+
 // queries are the statements of a Store, with its quoted names.
 type queries struct {
 	ddl string
 	// lockSeed distinguishes the advisory locks of this table from those
-	// of other tables: it seeds hashtextextended, and is the lock that
-	// Migrate holds.
+	// of other tables: it seeds lockID, and is the lock that Migrate
+	// holds.
 	lockSeed int64
 
 	get, casInsert, casUpdate       string
@@ -456,7 +473,7 @@ func newQueries(o options) queries {
 			table, k, st, ex, placeholderGrace, k),
 		updateRow: fmt.Sprintf("UPDATE %s SET %s = $2, %s = %s WHERE %s = $1", table, st, ex, expiry, k),
 
-		advisoryLock: "SELECT pg_advisory_xact_lock(hashtextextended($1, $2))",
+		advisoryLock: "SELECT pg_advisory_xact_lock($1)",
 		getLive:      fmt.Sprintf("SELECT %s FROM %s WHERE %s = $1 AND %s", st, table, k, live),
 		upsert: fmt.Sprintf("INSERT INTO %[1]s (%[2]s, %[3]s, %[4]s) VALUES ($1, $2, %[5]s) "+
 			"ON CONFLICT (%[2]s) DO UPDATE SET %[3]s = EXCLUDED.%[3]s, %[4]s = EXCLUDED.%[4]s", table, k, st, ex, expiry),

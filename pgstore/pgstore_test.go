@@ -693,3 +693,34 @@ func TestConformance(t *testing.T) {
 		})
 	}
 }
+
+// TestTextKeyTableConverts: a table of the earlier schema, whose key
+// column was text, keeps its rows through the ALTER TABLE that the
+// package doc and docs/stores.md give, and then holds any key.
+func TestTextKeyTableConverts(t *testing.T) {
+	c := connect(t)
+	table := newTable(t)
+	ctx := t.Context()
+	old := fmt.Sprintf(`CREATE TABLE %s (key text PRIMARY KEY, state bytea NOT NULL, expires_at timestamptz NULL)`, table)
+	if _, err := c.Exec(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	state := binary.BigEndian.AppendUint64(nil, 41)
+	if _, err := c.Exec(ctx, fmt.Sprintf(`INSERT INTO %s VALUES ('héllo', $1, NULL)`, table), state); err != nil {
+		t.Fatal(err)
+	}
+	alter := fmt.Sprintf(`ALTER TABLE %s ALTER COLUMN key TYPE bytea USING convert_to(key, 'UTF8')`, table)
+	if _, err := c.Exec(ctx, alter); err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, c, table, pgstore.SingleStatement)
+	if err := s.Update(ctx, "héllo", incr); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(read(t, s, "héllo")); got != 42 {
+		t.Errorf("count of a converted row after one more = %d, want 42", got)
+	}
+	if err := s.Update(ctx, "nul\x00key", incr); err != nil {
+		t.Errorf("Update of a key with NUL on the converted table = %v", err)
+	}
+}

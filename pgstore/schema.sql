@@ -1,7 +1,10 @@
 -- The table of a pgstore.Store. {{table}}, {{key}}, {{state}},
 -- {{expires}} and {{index}} are replaced by quoted identifiers.
 --
--- key:     the limiter's key; text, so valid UTF-8 without NUL bytes.
+-- key:     the limiter's key as bytes, any bytes: a key of up to 254
+--          bytes as it is, a longer one under driver.ShortKey's 255-byte
+--          digest form. (Before, a text column: see docs/stores.md to
+--          convert such a table.)
 -- state:   the policy's opaque state; empty for a row that only exists to
 --          be locked (SelectForUpdate inserts it before its first write),
 --          which reads as no state.
@@ -10,7 +13,7 @@
 --          NULL means never. A row with expires <= now() reads as no state
 --          and is removed by DeleteExpired.
 CREATE TABLE IF NOT EXISTS {{table}} (
-	{{key}} text PRIMARY KEY,
+	{{key}} bytea PRIMARY KEY,
 	{{state}} bytea NOT NULL,
 	{{expires}} timestamptz NULL
 );

@@ -19,7 +19,7 @@ var txOptions = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 // txConn is one transaction of SelectForUpdate or AdvisoryLock.
 type txConn struct {
 	s   *Store
-	key string
+	key []byte // the column's bytes
 	tx  pgx.Tx
 	// wrote is set once a statement that writes state has run; the empty
 	// row alone does not count, since writing it twice is harmless.
@@ -32,7 +32,7 @@ func (s *Store) beginTx(ctx context.Context, key string) (*txConn, error) {
 	if err != nil {
 		return nil, classify(ctx, err, false)
 	}
-	return &txConn{s: s, key: key, tx: tx}, nil
+	return &txConn{s: s, key: []byte(key), tx: tx}, nil
 }
 
 // write runs a statement that writes: one round trip. Nothing is
@@ -126,16 +126,15 @@ func (l advisoryLocker) Begin(ctx context.Context, key string) (driver.LockedTx,
 type advisoryTx struct{ *txConn }
 
 // LockAndGet waits for the key's advisory lock and reads its state, in one
-// round trip (a pipelined batch). The lock is
-// pg_advisory_xact_lock(hashtextextended(key, seed)), seed being a hash of
-// the table's name, so tables do not share locks; two keys whose hashes
-// collide only share a lock. Each statement of a READ COMMITTED
+// round trip (a pipelined batch). The lock is pg_advisory_xact_lock of a
+// 64-bit FNV-1a hash of the table's name and the key (lockID), so tables
+// do not share locks; two keys whose hashes collide only share a lock. Each statement of a READ COMMITTED
 // transaction takes a new snapshot, so the read after the lock sees the
 // last committed state.
 func (t advisoryTx) LockAndGet(ctx context.Context) ([]byte, error) {
 	var state []byte
 	var b pgx.Batch
-	b.Queue(t.s.q.advisoryLock, t.key, t.s.q.lockSeed)
+	b.Queue(t.s.q.advisoryLock, t.s.q.lockID(t.key))
 	b.Queue(t.s.q.getLive, t.key).QueryRow(func(r pgx.Row) error {
 		err := r.Scan(&state)
 		if errors.Is(err, pgx.ErrNoRows) {

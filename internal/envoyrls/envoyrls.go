@@ -12,8 +12,6 @@ package envoyrls
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,14 +47,12 @@ const (
 	// costs a decision, so the bound caps the work of one call.
 	MaxDescriptors = 64
 	// MaxKeyLen is the longest key, in bytes, passed to a limiter or a
-	// counter. A longer one (a long path, an oversized header) is cut to
-	// MaxKeyLen-66 bytes followed by "%#" and the hex SHA-256 of the
-	// whole key: rejecting it would let a client skip its limits (Envoy
-	// lets requests through on errors by default), and the bound keeps
-	// keys within every store's (MySQL's 255 bytes, with room for a
-	// prefix). Escaped keys never contain "%#", so a cut key never equals
-	// another key.
-	MaxKeyLen = 200
+	// counter: a longer one (a long path, an oversized header) is passed
+	// as its driver.ShortKey digest form, the stores' own rule, so that a
+	// key's memory stays bounded in the in-memory store too. Rejecting it
+	// would let a client skip its limits (Envoy lets requests through on
+	// errors by default), and no digest form equals another key.
+	MaxKeyLen = driver.MaxKeyLen
 )
 
 // Lookup resolves a limiter name of the file's limiters: section to the
@@ -787,15 +783,9 @@ func descriptorKey(domain string, entries []*ratelimitv3.RateLimitDescriptor_Ent
 	return b.String()
 }
 
-// cut returns key if it is at most MaxKeyLen bytes, else its start and
-// digest.
-func cut(key string) string {
-	if len(key) <= MaxKeyLen {
-		return key
-	}
-	sum := sha256.Sum256([]byte(key))
-	return key[:MaxKeyLen-2-2*len(sum)] + "%#" + hex.EncodeToString(sum[:])
-}
+// cut returns key as a store keeps it, its driver.ShortKey: key itself
+// below MaxKeyLen bytes, else its start and digest.
+func cut(key string) string { return driver.ShortKey(key) }
 
 // escaper escapes the separators of the key format, and '%' itself, so
 // that two different descriptors never make the same key.

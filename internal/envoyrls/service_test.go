@@ -776,8 +776,8 @@ envoy:
 	})
 	ds := f.takeDecisions()
 	for _, d := range ds {
-		if len(d.Key) != envoyrls.MaxKeyLen || !strings.HasPrefix(d.Key, "a%7Cb|a=xxx") || !strings.Contains(d.Key, "%#") {
-			t.Errorf("long key %q (%d bytes), want %d bytes with the start of the key and %%#", d.Key, len(d.Key), envoyrls.MaxKeyLen)
+		if len(d.Key) != envoyrls.MaxKeyLen || !strings.HasPrefix(d.Key, "a%7Cb|a=xxx") {
+			t.Errorf("long key %q (%d bytes), want %d bytes with the start of the key", d.Key, len(d.Key), envoyrls.MaxKeyLen)
 		}
 	}
 	if ds[0].Key == ds[1].Key || ds[0].Key != ds[2].Key {

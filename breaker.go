@@ -115,7 +115,8 @@ func (b *breaker) allow() (probe uint64, err error) {
 	return 0, ErrCircuitOpen
 }
 
-// open reports whether calls are being kept from the store.
+// open reports whether calls are being kept from the store: the circuit
+// is open, or half-open with its probe in flight.
 func (b *breaker) open() bool {
 	if !b.tripped.Load() {
 		return false
@@ -123,6 +124,18 @@ func (b *breaker) open() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.state != CircuitClosed
+}
+
+// refusing reports whether the circuit is open, not half-open: calls that
+// queued before it opened are then answered at once, while those queued
+// behind a probe may follow it to the store.
+func (b *breaker) refusing() bool {
+	if !b.tripped.Load() {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state == CircuitOpen
 }
 
 // result records the outcome of a store call: nil, or a store failure.

@@ -398,7 +398,7 @@ func (s *storeKeyed) lead(ctx context.Context, key string, sh *queueShard, batch
 	sh.mu.Lock()
 	q := sh.inflight[key]
 	var next []*call
-	open := s.breaker.open()
+	open := s.breaker.refusing()
 	rest := (*q)[:0]
 	for _, w := range *q {
 		switch {

@@ -22,6 +22,12 @@ import (
 // separator, e.g. vectors from other implementations' test suites.
 const VectorsEnv = "SLUICE_VECTORS"
 
+// slowStore is the store timeout of the limiter tests that check what is
+// decided, not how fast: on a loaded machine (the store suites of many
+// packages under -race at once) a decision can take more than the default
+// second, and that must not fail them. Faults sets its own timeout.
+const slowStore = 30 * time.Second
+
 // runLimiterTests runs sluice's limiters and buckets on the store.
 func runLimiterTests(t *testing.T, h Harness) {
 	for _, tt := range []struct {
@@ -55,7 +61,8 @@ func testVectors(t *testing.T, e *env) {
 			paths = append(paths, p)
 		}
 	}
-	conformance.RunT(t, conformance.Store{TargetName: "store", Store: e.store}, paths...)
+	conformance.RunT(t, conformance.Store{TargetName: "store", Store: e.store,
+		Options: []sluice.Option{sluice.WithStoreTimeout(slowStore)}}, paths...)
 }
 
 // sharedExamples finds the project's shared example vectors, a sibling of
@@ -90,7 +97,7 @@ func testLimiterExact(t *testing.T, e *env) {
 		sluice.GCRA(60, 1, time.Hour),
 	} {
 		t.Run(p.String(), func(t *testing.T) {
-			l, err := sluice.NewLimiter(p, sluice.WithStore(e.store), sluice.WithStoreTimeout(30*time.Second))
+			l, err := sluice.NewLimiter(p, sluice.WithStore(e.store), sluice.WithStoreTimeout(slowStore))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,7 +149,7 @@ func testLimiterMatchesMemory(t *testing.T, e *env) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			st, err := sluice.NewLimiter(p, sluice.WithClock(clock), sluice.WithStore(e.store))
+			st, err := sluice.NewLimiter(p, sluice.WithClock(clock), sluice.WithStore(e.store), sluice.WithStoreTimeout(slowStore))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -193,14 +200,14 @@ func testLimiterMatchesMemory(t *testing.T, e *env) {
 // testMigration changes the policy of stored keys.
 func testMigration(t *testing.T, e *env) {
 	k := key(t)
-	before, err := sluice.NewLimiter(sluice.TokenBucket(10, 1, time.Hour), sluice.WithStore(e.store))
+	before, err := sluice.NewLimiter(sluice.TokenBucket(10, 1, time.Hour), sluice.WithStore(e.store), sluice.WithStoreTimeout(slowStore))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r, err := before.AllowN(e.ctx, k, 6); err != nil || !r.Allowed {
 		t.Fatalf("AllowN(6) = %+v, %v", r, err)
 	}
-	after, err := sluice.NewLimiter(sluice.TokenBucket(20, 1, time.Hour), sluice.WithStore(e.store))
+	after, err := sluice.NewLimiter(sluice.TokenBucket(20, 1, time.Hour), sluice.WithStore(e.store), sluice.WithStoreTimeout(slowStore))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +352,7 @@ func testFaults(t *testing.T, e *env) {
 				t.Errorf("%d store failures seen, %d store errors returned", failures, storeErrors)
 			}
 			// The store's own count never passes the limit, whatever failed.
-			clean, err := sluice.NewLimiter(sluice.FixedWindow(40, time.Hour), sluice.WithStore(e.store))
+			clean, err := sluice.NewLimiter(sluice.FixedWindow(40, time.Hour), sluice.WithStore(e.store), sluice.WithStoreTimeout(slowStore))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -43,7 +43,7 @@ func (l *closedAt) get() time.Time {
 // of its thawing. The figures are in docs/benchmarks.md.
 func TestOutageLatency(t *testing.T) {
 	const (
-		timeout = 200 * time.Millisecond
+		timeout = 300 * time.Millisecond
 		callers = 300 // concurrent calls per round: one hot key and 30 others
 		rounds  = 8
 	)

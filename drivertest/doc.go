@@ -54,6 +54,9 @@
 // A store may answer [driver.ErrConflict], which means nothing was
 // written: the suite then runs the update again (up to 1000 times), and
 // still requires every count to be exact. Any other error fails the test.
+// The limiter tests (LimiterExact: 16 goroutines on one key) allow no
+// error at all, conflicts included: contention on a healthy store must
+// end in an answer, which the store's own retries or the limiter's give.
 //
 // # Time
 //

@@ -182,6 +182,7 @@ func TestStoreTimeoutEndToEnd(t *testing.T) {
 				// With the breaker, the second round is answered at once.
 				if tt.breaker == 0 {
 					lat = latencies(t, l, callers, tt.keys)
+					t.Logf("%v, circuit open: p50 %v, p99 %v", failure, quantile(lat, .5), quantile(lat, .99))
 					if p99 := quantile(lat, .99); p99 > timeout/2 {
 						t.Errorf("%v: with the circuit open, p99 %v, want well under the timeout %v", failure, p99, timeout)
 					}

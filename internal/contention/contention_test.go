@@ -148,6 +148,9 @@ func work(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	defer store.Close()
+	if err := store.Check(ctx); err != nil { // creates the SQL table
+		t.Fatal(err)
+	}
 	l, err := sluice.NewLimiter(sluice.TokenBucket(limit, 1, 24*time.Hour),
 		sluice.WithStore(store), sluice.WithStoreTimeout(storeTimeout))
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/tokenbucket"
+	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
 )
 
 // BlockingBucket is the view of a Bucket whose calls wait for their tokens,

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/driver"
-	"github.com/sluicehq/sluice/internal/tokenbucket"
+	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
 )
 
 // Never is the wait reported for tokens that can never be had, for example

@@ -10,7 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/tokenbucket"
+	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
 )
 
 // KeyBucket is the token bucket of one key of a Limiter, or of one key of

@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/tokenbucket"
+	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
 )
 
 // keyed is a Limiter's state for every key: the in-memory implementation

@@ -5,15 +5,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/compound"
-	"github.com/sluicehq/sluice/internal/fixedwindow"
-	"github.com/sluicehq/sluice/internal/gcra"
-	"github.com/sluicehq/sluice/internal/nolimit"
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/shaper"
-	"github.com/sluicehq/sluice/internal/slidinglog"
-	"github.com/sluicehq/sluice/internal/slidingwindow"
-	"github.com/sluicehq/sluice/internal/tokenbucket"
+	"github.com/sluicehq/sluice/internal/policy/compound"
+	"github.com/sluicehq/sluice/internal/policy/fixedwindow"
+	"github.com/sluicehq/sluice/internal/policy/gcra"
+	"github.com/sluicehq/sluice/internal/policy/nolimit"
+	"github.com/sluicehq/sluice/internal/policy/shaper"
+	"github.com/sluicehq/sluice/internal/policy/slidinglog"
+	"github.com/sluicehq/sluice/internal/policy/slidingwindow"
+	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
 )
 
 // Policy is a rate-limiting policy that a Limiter applies to each key. Make

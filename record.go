@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/tokenbucket"
+	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
 )
 
 // A record is what a Limiter keeps in a driver.Store for one key:

@@ -13,7 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/tokenbucket"
+	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
 )
 
 // StoreFailure is what a Limiter does when its store fails: cannot be

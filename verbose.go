@@ -3,7 +3,7 @@ package sluice
 import (
 	"time"
 
-	"github.com/sluicehq/sluice/internal/tokenbucket"
+	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
 )
 
 // Snapshot is the state of a bucket right after an operation, for

@@ -4,13 +4,13 @@ import (
 	"math/bits"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/fixedwindow"
-	"github.com/sluicehq/sluice/internal/gcra"
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/shaper"
-	"github.com/sluicehq/sluice/internal/slidinglog"
-	"github.com/sluicehq/sluice/internal/slidingwindow"
-	"github.com/sluicehq/sluice/internal/tokenbucket"
+	"github.com/sluicehq/sluice/internal/policy/fixedwindow"
+	"github.com/sluicehq/sluice/internal/policy/gcra"
+	"github.com/sluicehq/sluice/internal/policy/shaper"
+	"github.com/sluicehq/sluice/internal/policy/slidinglog"
+	"github.com/sluicehq/sluice/internal/policy/slidingwindow"
+	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
 )
 
 // Window is the length of time over which the policy's limit applies, so

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/resilience4j"
+	"github.com/sluicehq/sluice/internal/policy/resilience4j"
 )
 
 // Configuration rules of the RateLimiter and the TimeLimiter, reported in

@@ -3,7 +3,7 @@
 // conformance vectors' runner (conformance), a check of a shared store
 // (check-store), a demonstration of a bucket (demo) and the build's
 // version (version). Run "sluice help" for the commands and
-// "sluice help COMMAND" for one's flags; package internal/cli implements
+// "sluice help COMMAND" for one's flags; package internal/app/cli implements
 // them.
 package main
 
@@ -13,7 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/app/cli"
 )
 
 func main() {

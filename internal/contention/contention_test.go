@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/storeurl"
+	"github.com/sluicehq/sluice/internal/app/storeurl"
 	"github.com/sluicehq/sluice/internal/testserver"
 )
 

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/fixedwindow"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policy/fixedwindow"
 )
 
 // fw is the fixed window the tables below are worked out for: 3 tokens per

@@ -3,7 +3,7 @@
 // encoding, so that the in-memory store, every other store and the
 // simulator run the same decisions.
 //
-// A policy package (internal/fixedwindow, internal/slidingwindow, ...)
+// A policy package (internal/policy/fixedwindow, internal/policy/slidingwindow, ...)
 // exports a Config that implements Machine[State] for its own State type.
 // Time is nanoseconds, taken as a value; there is no clock, lock or I/O in a
 // policy.

@@ -5,13 +5,13 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/compound"
-	"github.com/sluicehq/sluice/internal/fixedwindow"
-	"github.com/sluicehq/sluice/internal/gcra"
-	"github.com/sluicehq/sluice/internal/nolimit"
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/shaper"
-	"github.com/sluicehq/sluice/internal/tokenbucket"
+	"github.com/sluicehq/sluice/internal/policy/compound"
+	"github.com/sluicehq/sluice/internal/policy/fixedwindow"
+	"github.com/sluicehq/sluice/internal/policy/gcra"
+	"github.com/sluicehq/sluice/internal/policy/nolimit"
+	"github.com/sluicehq/sluice/internal/policy/shaper"
+	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
 )
 
 // reservingMachines are the policies that can reserve, each as a store

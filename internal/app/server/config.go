@@ -15,8 +15,8 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/envoyrls"
-	"github.com/sluicehq/sluice/internal/storeurl"
+	"github.com/sluicehq/sluice/internal/app/envoyrls"
+	"github.com/sluicehq/sluice/internal/app/storeurl"
 	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 

@@ -58,9 +58,9 @@ func TestConformancePasses(t *testing.T) {
 }
 
 func TestConformanceRepositoryVectors(t *testing.T) {
-	out, _, err := runCLI(t, "conformance", "../../conformance/vectors")
+	out, _, err := runCLI(t, "conformance", "../../../conformance/vectors")
 	if err != nil {
-		t.Errorf("conformance ../../conformance/vectors = %v, want nil\n%s", err, out)
+		t.Errorf("conformance ../../../conformance/vectors = %v, want nil\n%s", err, out)
 	}
 	if !regexp.MustCompile(`^[1-9][0-9]* passed, 0 failed, 0 skipped$`).MatchString(lastLine(out)) {
 		t.Errorf("conformance ended with %q, want N passed, 0 failed, 0 skipped", lastLine(out))

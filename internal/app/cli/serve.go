@@ -10,7 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/app/server"
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -29,8 +29,8 @@ import (
 	"math"
 	"math/bits"
 
+	"github.com/sluicehq/sluice/internal/arith"
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/wide"
 )
 
 // Config is a validated shaper: Amount > 0 tokens leave per Interval > 0 ns,
@@ -71,18 +71,18 @@ var _ policy.Machine[State] = Config{}
 // backlog is the time from now until s's next free slot, in units of
 // 1/Amount ns, or 0 when the slot is at or before now. It is below
 // 2^64·Amount for any State with 0 ≤ Frac < Amount.
-func (c Config) backlog(s *State, exists bool, now int64) wide.U128 {
+func (c Config) backlog(s *State, exists bool, now int64) arith.U128 {
 	if !exists || s.Next < now || s.Next == now && s.Frac <= 0 {
-		return wide.U128{}
+		return arith.U128{}
 	}
-	d := wide.Mul(uint64(s.Next)-uint64(now), uint64(c.Amount)) // Next ≥ now: exact
+	d := arith.Mul(uint64(s.Next)-uint64(now), uint64(c.Amount)) // Next ≥ now: exact
 	lo, carry := bits.Add64(d.Lo, uint64(s.Frac), 0)
-	return wide.U128{Hi: d.Hi + carry, Lo: lo}
+	return arith.U128{Hi: d.Hi + carry, Lo: lo}
 }
 
 // queueRoom is MaxQueue slots, the longest wait a request may queue for,
 // in units of 1/Amount ns: below 2^126.
-func (c Config) queueRoom() wide.U128 { return wide.Mul(uint64(c.MaxQueue), uint64(c.Interval)) }
+func (c Config) queueRoom() arith.U128 { return arith.Mul(uint64(c.MaxQueue), uint64(c.Interval)) }
 
 // after returns the next free slot once n tokens depart at dep (Next,
 // Frac): dep plus n·Interval/Amount, exact, saturating at the int64
@@ -90,7 +90,7 @@ func (c Config) queueRoom() wide.U128 { return wide.Mul(uint64(c.MaxQueue), uint
 func (c Config) after(dep State, n int64) State {
 	saturated := State{Next: math.MaxInt64}
 	a := uint64(c.Amount)
-	span := wide.Mul(uint64(n), uint64(c.Interval)) // < 2^126
+	span := arith.Mul(uint64(n), uint64(c.Interval)) // < 2^126
 	if span.Hi >= a {
 		return saturated // n·Interval/Amount ≥ 2^64 ns
 	}
@@ -118,13 +118,13 @@ func (c Config) result(s *State, exists bool, now int64, allowed bool, retryAfte
 	// quotient below MaxQueue+1 when b is within the room.
 	remaining := int64(0)
 	if !c.queueRoom().Less(b) {
-		remaining = policy.SatAdd(c.MaxQueue-wide.CeilDiv(b, uint64(c.Interval)), 1)
+		remaining = policy.SatAdd(c.MaxQueue-arith.CeilDiv(b, uint64(c.Interval)), 1)
 	}
 	return policy.Result{
 		Allowed:    allowed,
 		Remaining:  remaining,
 		RetryAfter: retryAfter,
-		ResetAfter: wide.CeilDiv(b, uint64(c.Amount)),
+		ResetAfter: arith.CeilDiv(b, uint64(c.Amount)),
 		Limit:      c.Quota(),
 	}
 }
@@ -140,7 +140,7 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 		return policy.Result{Code: policy.NonPositiveTokens}, false
 	}
 	if b := c.backlog(s, exists, now); !b.IsZero() {
-		return c.result(s, exists, now, false, wide.CeilDiv(b, uint64(c.Amount))), false
+		return c.result(s, exists, now, false, arith.CeilDiv(b, uint64(c.Amount))), false
 	}
 	next := c.after(State{Next: now}, n)
 	changed := !exists || next != *s
@@ -168,9 +168,9 @@ func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Re
 	}
 	b := c.backlog(s, exists, now)
 	if room := c.queueRoom(); room.Less(b) {
-		return c.result(s, exists, now, false, wide.CeilDiv(b.Sub(room), uint64(c.Amount))), false
+		return c.result(s, exists, now, false, arith.CeilDiv(b.Sub(room), uint64(c.Amount))), false
 	}
-	wait := wide.CeilDiv(b, uint64(c.Amount))
+	wait := arith.CeilDiv(b, uint64(c.Amount))
 	if wait > maxWait {
 		return c.result(s, exists, now, false, wait), false
 	}

@@ -1,6 +1,6 @@
-// Package wide is unsigned 128-bit integer arithmetic for the policies
+// Package arith is unsigned 128-bit integer arithmetic for the policies
 // whose products of times and rates outgrow 64 bits.
-package wide
+package arith
 
 import (
 	"math"

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/simulate"
+	"github.com/sluicehq/sluice/internal/app/simulate"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/charts/*.svg from docs/charts/charts.txt")
@@ -93,7 +93,7 @@ func TestSimulateErrors(t *testing.T) {
 // ones are what those commands draw: the guide's charts are made by
 // sluice, not by hand, and stay true as sluice changes.
 func TestDocCharts(t *testing.T) {
-	t.Chdir("../..")
+	t.Chdir("../../..")
 	f, err := os.Open("docs/charts/charts.txt")
 	if err != nil {
 		t.Fatal(err)

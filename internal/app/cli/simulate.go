@@ -8,8 +8,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/sluicehq/sluice/internal/server"
-	"github.com/sluicehq/sluice/internal/simulate"
+	"github.com/sluicehq/sluice/internal/app/server"
+	"github.com/sluicehq/sluice/internal/app/simulate"
 )
 
 const simulateDoc = `Simulate runs limiters of a config file against a traffic pattern on a fake

@@ -18,7 +18,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/driver"
-	"github.com/sluicehq/sluice/internal/storeurl"
+	"github.com/sluicehq/sluice/internal/app/storeurl"
 )
 
 // workerEnv marks a process started by check-store as one of its writers,

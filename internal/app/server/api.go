@@ -20,10 +20,10 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
-	"github.com/sluicehq/sluice/internal/envoyrls"
-	"github.com/sluicehq/sluice/internal/server/page"
-	"github.com/sluicehq/sluice/internal/simulate"
-	"github.com/sluicehq/sluice/internal/storeurl"
+	"github.com/sluicehq/sluice/internal/app/envoyrls"
+	"github.com/sluicehq/sluice/internal/app/server/page"
+	"github.com/sluicehq/sluice/internal/app/simulate"
+	"github.com/sluicehq/sluice/internal/app/storeurl"
 )
 
 // The bounds of API requests.

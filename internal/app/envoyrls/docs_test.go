@@ -14,13 +14,13 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"gopkg.in/yaml.v3"
 
-	"github.com/sluicehq/sluice/internal/envoyrls"
+	"github.com/sluicehq/sluice/internal/app/envoyrls"
 )
 
 // yamlBlocks returns the ```yaml blocks of docs/envoy.md.
 func yamlBlocks(t *testing.T) []string {
 	t.Helper()
-	data, err := os.ReadFile("../../docs/envoy.md")
+	data, err := os.ReadFile("../../../docs/envoy.md")
 	if err != nil {
 		t.Fatal(err)
 	}

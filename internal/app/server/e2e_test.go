@@ -46,7 +46,7 @@ func sluiceBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "sluice")
-		out, err := exec.Command("go", "build", "-o", binPath, "../../cmd/sluice").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", binPath, "../../../cmd/sluice").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

@@ -30,7 +30,7 @@ import (
 )
 
 // The parity suite: cases taken from envoyproxy/ratelimit's own tests,
-// one file per test function under internal/envoyrls/testdata/parity,
+// one file per test function under internal/app/envoyrls/testdata/parity,
 // each with the reference's config files, the requests and the answers
 // the reference gives. Each case runs against sluice serve, over gRPC, on
 // the in-memory store and on Redis; docs/envoy.md describes the format.

@@ -1,4 +1,4 @@
-package wide
+package arith
 
 import (
 	"math"

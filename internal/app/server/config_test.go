@@ -10,7 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/envoyrls"
+	"github.com/sluicehq/sluice/internal/app/envoyrls"
 )
 
 const limitersYAML = "limiters:\n  api: {policy: fixed_window, limit: 3, interval: 1s}\n"
@@ -144,7 +144,7 @@ func TestLoadConfigErrors(t *testing.T) {
 // key that a section accepts, as its unknown-key error lists them, is in
 // the doc's reference as `section.key`.
 func TestDeployDocCoversKeys(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/deploy.md")
+	doc, err := os.ReadFile("../../../docs/deploy.md")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,8 +21,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/sluicehq/sluice/internal/arith"
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/wide"
 )
 
 // Config is Rate tokens per Period ns with bursts of up to Limit tokens.
@@ -50,19 +50,19 @@ var _ policy.Machine[State] = Config{}
 
 // ahead is TAT − now in ticks, 0 if the TAT is not after now (or there is
 // no state).
-func (c Config) ahead(s *State, exists bool, now int64) wide.U128 {
+func (c Config) ahead(s *State, exists bool, now int64) arith.U128 {
 	if !exists || s.TAT < now {
-		return wide.U128{}
+		return arith.U128{}
 	}
 	frac := uint64(min(max(s.Frac, 0), c.Rate-1))
-	return wide.Mul(uint64(s.TAT)-uint64(now), uint64(c.Rate)).Add(wide.U128{Lo: frac})
+	return arith.Mul(uint64(s.TAT)-uint64(now), uint64(c.Rate)).Add(arith.U128{Lo: frac})
 }
 
 // burst is Limit·T in ticks.
-func (c Config) burst() wide.U128 { return wide.Mul(uint64(c.Limit), uint64(c.Period)) }
+func (c Config) burst() arith.U128 { return arith.Mul(uint64(c.Limit), uint64(c.Period)) }
 
 // ceilNs is x ticks rounded up to whole ns, saturating at Never.
-func (c Config) ceilNs(x wide.U128) int64 {
+func (c Config) ceilNs(x arith.U128) int64 {
 	q, r, ok := x.Quo(uint64(c.Rate))
 	if !ok || q >= policy.Never {
 		return policy.Never
@@ -75,7 +75,7 @@ func (c Config) ceilNs(x wide.U128) int64 {
 
 // remaining is ⌊(Limit·T − x)/T⌋ for the TAT x ticks ahead of now, 0 if x
 // is beyond the burst. The quotient is at most Limit.
-func (c Config) remaining(x wide.U128) int64 {
+func (c Config) remaining(x arith.U128) int64 {
 	b := c.burst()
 	if b.Less(x) {
 		return 0
@@ -85,7 +85,7 @@ func (c Config) remaining(x wide.U128) int64 {
 }
 
 // tat is the TAT x ticks after now, with ok=false if it is past MaxInt64 ns.
-func (c Config) tat(now int64, x wide.U128) (State, bool) {
+func (c Config) tat(now int64, x arith.U128) (State, bool) {
 	q, r, ok := x.Quo(uint64(c.Rate))
 	// MaxInt64 − now is in [0, 2^64), so the uint64 difference is exact.
 	if !ok || q > uint64(math.MaxInt64)-uint64(now) {
@@ -96,7 +96,7 @@ func (c Config) tat(now int64, x wide.U128) (State, bool) {
 
 // refused is the result of a request that is not allowed, with the TAT a
 // ticks ahead of now.
-func (c Config) refused(a wide.U128, retryAfter int64) policy.Result {
+func (c Config) refused(a arith.U128, retryAfter int64) policy.Result {
 	return policy.Result{
 		Remaining:  c.remaining(a),
 		RetryAfter: retryAfter,
@@ -107,7 +107,7 @@ func (c Config) refused(a wide.U128, retryAfter int64) policy.Result {
 
 // granted is the result of a request that moved the TAT to an ticks ahead
 // of now.
-func (c Config) granted(an wide.U128, wait int64) policy.Result {
+func (c Config) granted(an arith.U128, wait int64) policy.Result {
 	return policy.Result{
 		Allowed:    true,
 		Remaining:  c.remaining(an),
@@ -119,7 +119,7 @@ func (c Config) granted(an wide.U128, wait int64) policy.Result {
 
 // wait is the time from now until a TAT an ticks ahead of now conforms:
 // ⌈(an − Limit·T)/Rate⌉ ns, 0 if it does already, saturating at Never.
-func (c Config) wait(an wide.U128) int64 {
+func (c Config) wait(an arith.U128) int64 {
 	b := c.burst()
 	if !b.Less(an) {
 		return 0
@@ -137,7 +137,7 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 	if n > c.Limit {
 		return c.refused(a, policy.Never), false
 	}
-	an := a.Add(wide.Mul(uint64(n), uint64(c.Period)))
+	an := a.Add(arith.Mul(uint64(n), uint64(c.Period)))
 	next, ok := c.tat(now, an)
 	if !ok {
 		// The new TAT only grows with time: it never fits.
@@ -152,17 +152,17 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 
 // retryAt checks that n tokens, which conform w > 0 ns after now, can then
 // be taken with a TAT that fits in int64, and returns w, or Never if not.
-func (c Config) retryAt(a wide.U128, now, n, w int64) int64 {
+func (c Config) retryAt(a arith.U128, now, n, w int64) int64 {
 	if w == policy.Never || uint64(w) > uint64(math.MaxInt64)-uint64(now) {
 		return policy.Never
 	}
 	// The TAT ahead of now+w: a − w·Rate, or 0.
-	passed := wide.Mul(uint64(w), uint64(c.Rate))
-	var later wide.U128
+	passed := arith.Mul(uint64(w), uint64(c.Rate))
+	var later arith.U128
 	if passed.Less(a) {
 		later = a.Sub(passed)
 	}
-	if _, ok := c.tat(now+w, later.Add(wide.Mul(uint64(n), uint64(c.Period)))); !ok {
+	if _, ok := c.tat(now+w, later.Add(arith.Mul(uint64(n), uint64(c.Period)))); !ok {
 		return policy.Never
 	}
 	return w
@@ -187,7 +187,7 @@ func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Re
 	if n > c.Limit {
 		return c.refused(a, policy.Never), false
 	}
-	an := a.Add(wide.Mul(uint64(n), uint64(c.Period)))
+	an := a.Add(arith.Mul(uint64(n), uint64(c.Period)))
 	next, ok := c.tat(now, an)
 	if !ok {
 		return c.refused(a, policy.Never), false
@@ -238,13 +238,13 @@ func (c Config) DecodeState(src []byte, s *State) error {
 
 // ticks is s's TAT as ticks of 1/Rate ns on an unsigned time line, the
 // int64 times shifted by 2^63 so that their order is kept.
-func (c Config) ticks(s *State) wide.U128 {
+func (c Config) ticks(s *State) arith.U128 {
 	frac := uint64(min(max(s.Frac, 0), c.Rate-1))
-	return wide.Mul(uint64(s.TAT)^1<<63, uint64(c.Rate)).Add(wide.U128{Lo: frac})
+	return arith.Mul(uint64(s.TAT)^1<<63, uint64(c.Rate)).Add(arith.U128{Lo: frac})
 }
 
 // fromTicks is the State of ticks x, as ticks wrote them.
-func (c Config) fromTicks(x wide.U128) State {
+func (c Config) fromTicks(x arith.U128) State {
 	q, r, _ := x.Quo(uint64(c.Rate)) // x < 2^64·Rate: the quotient fits
 	return State{TAT: int64(q ^ 1<<63), Frac: int64(r)}
 }
@@ -262,13 +262,13 @@ func (c Config) Cancel(s *State, now int64, r *policy.Receipt) bool {
 	if r.Tokens <= 0 || c.DecodeState(r.After, &after) != nil {
 		return false
 	}
-	share := wide.Mul(uint64(r.Tokens), uint64(c.Period))
+	share := arith.Mul(uint64(r.Tokens), uint64(c.Period))
 	end, cur := c.ticks(&after), c.ticks(s)
 	if end.Less(share) {
 		return false
 	}
 	start := end.Sub(share)
-	var next wide.U128
+	var next arith.U128
 	switch {
 	case !cur.Less(end):
 		later := cur.Sub(end)

@@ -10,9 +10,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/fixedwindow"
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/shaper"
+	"github.com/sluicehq/sluice/internal/policy/fixedwindow"
+	"github.com/sluicehq/sluice/internal/policy/shaper"
 )
 
 const never = policy.Never

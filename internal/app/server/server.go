@@ -35,8 +35,8 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/envoyrls"
-	"github.com/sluicehq/sluice/internal/storeurl"
+	"github.com/sluicehq/sluice/internal/app/envoyrls"
+	"github.com/sluicehq/sluice/internal/app/storeurl"
 )
 
 // Server serves the limiters of a Config. Make one with New; it is safe

@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/sluicehq/sluice/conformance"
-	"github.com/sluicehq/sluice/internal/storeurl"
+	"github.com/sluicehq/sluice/internal/app/storeurl"
 )
 
 func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer) error {

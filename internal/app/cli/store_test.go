@@ -74,7 +74,7 @@ func TestCheckStore(t *testing.T) {
 func TestConformanceStore(t *testing.T) {
 	for name, url := range storeURLs(t) {
 		t.Run(name, func(t *testing.T) {
-			out, _, err := runCLI(t, "conformance", "--store", url, "../../conformance/vectors")
+			out, _, err := runCLI(t, "conformance", "--store", url, "../../../conformance/vectors")
 			last := lastLine(out)
 			if err != nil || !strings.Contains(last, " 0 failed") || strings.HasPrefix(last, "0 passed") {
 				t.Errorf("conformance --store %s = %v\n%s", url, err, out)
@@ -215,7 +215,7 @@ func TestCheckStoreInterrupted(t *testing.T) {
 // of its cases.
 func TestConformanceStoreLeavesNothing(t *testing.T) {
 	url := storeURLs(t)["redis"]
-	out, errOut, err := runCLI(t, "conformance", "--store", url, "../../conformance/vectors")
+	out, errOut, err := runCLI(t, "conformance", "--store", url, "../../../conformance/vectors")
 	if err != nil {
 		t.Fatalf("conformance --store = %v\n%s%s", err, out, errOut)
 	}

@@ -120,7 +120,11 @@ func newStoreBucket(key string, o *options, cfg Config) (*KeyBucket, error) {
 // refill included, for NewStoreBucket.
 type bucketConfigPolicy struct{ cfg *tokenbucket.Config }
 
-func (p bucketConfigPolicy) String() string { return "bucket" }
+func (p bucketConfigPolicy) String() string { return string(KindBucket) }
+func (p bucketConfigPolicy) Kind() Kind     { return KindBucket }
+func (p bucketConfigPolicy) Window() time.Duration {
+	return time.Duration(tokenbucket.NewMulti(p.cfg).Window())
+}
 func (p bucketConfigPolicy) build() (keyed, error) {
 	return newMemKeyed[tokenbucket.State](tokenbucket.NewMulti(p.cfg)), nil
 }
@@ -128,7 +132,6 @@ func (p bucketConfigPolicy) erased() (policy.Erased, error) { return nil, errors
 func (p bucketConfigPolicy) tokenBucket() (*tokenbucket.Config, bool, bool) {
 	return p.cfg, false, true
 }
-func (p bucketConfigPolicy) window() int64 { return bucketWindow(p.cfg) }
 
 // errNeedConfig is a lazy bucket's signal that the key has no state.
 var errNeedConfig = errors.New("sluice: no configuration")

@@ -158,27 +158,29 @@ func TestLimiterConfigErrors(t *testing.T) {
 	tests := []struct {
 		policy sluice.Policy
 		rule   sluice.Rule
+		field  string // in the words of config files
 	}{
-		{sluice.FixedWindow(0, time.Second), sluice.RuleNonPositiveLimit},
-		{sluice.FixedWindow(1, 0), sluice.RuleNonPositivePeriod},
-		{sluice.TokenBucket(0, 1, time.Second), sluice.RuleNonPositiveLimit},
-		{sluice.TokenBucket(1, 0, time.Second), sluice.RuleNonPositiveRefillTokens},
-		{sluice.LeakyBucket(1, 5, 3), sluice.RuleRefillRateTooHigh},
-		{sluice.BucketPolicy(sluice.Config{}), sluice.RuleNoLimits},
-		{sluice.SlidingWindow(0, time.Second), sluice.RuleNonPositiveLimit},
-		{sluice.SlidingLog(1, -1), sluice.RuleNonPositivePeriod},
-		{sluice.GCRA(1, 0, time.Second), sluice.RuleNonPositiveRefillTokens},
-		{nil, sluice.RuleNoLimits},
-		{sluice.Shaper(1, time.Second, -1), sluice.RuleNonPositiveLimit},
-		{sluice.Compound(), sluice.RuleNoMembers},
-		{sluice.Compound(sluice.NoLimit(), sluice.FixedWindow(0, time.Second)), sluice.RuleNonPositiveLimit},
+		{sluice.FixedWindow(0, time.Second), sluice.RuleNonPositiveLimit, "fixed_window.limit"},
+		{sluice.FixedWindow(1, 0), sluice.RuleNonPositivePeriod, "fixed_window.interval"},
+		{sluice.TokenBucket(0, 1, time.Second), sluice.RuleNonPositiveLimit, "token_bucket.limit"},
+		{sluice.TokenBucket(1, 0, time.Second), sluice.RuleNonPositiveRefillTokens, "token_bucket.rate.amount"},
+		{sluice.LeakyBucket(1, 5, 3), sluice.RuleRefillRateTooHigh, "leaky_bucket.rate"},
+		{sluice.BucketPolicy(sluice.Config{}), sluice.RuleNoLimits, ""},
+		{sluice.SlidingWindow(0, time.Second), sluice.RuleNonPositiveLimit, "sliding_window.limit"},
+		{sluice.SlidingLog(1, -1), sluice.RuleNonPositivePeriod, "sliding_log.interval"},
+		{sluice.GCRA(1, 0, time.Second), sluice.RuleNonPositiveRefillTokens, "gcra.rate.amount"},
+		{sluice.GCRA(1, 1, 0), sluice.RuleNonPositivePeriod, "gcra.rate.interval"},
+		{nil, sluice.RuleNoLimits, ""},
+		{sluice.Shaper(1, time.Second, -1), sluice.RuleNonPositiveLimit, "shaper.max_queue"},
+		{sluice.Compound(), sluice.RuleNoMembers, "compound.limiters"},
+		{sluice.Compound(sluice.NoLimit(), sluice.FixedWindow(0, time.Second)), sluice.RuleNonPositiveLimit, "fixed_window.limit"},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.policy), func(t *testing.T) {
 			_, err := sluice.NewLimiter(tt.policy)
 			var ce *sluice.ConfigError
-			if !errors.As(err, &ce) || ce.Rule != tt.rule {
-				t.Fatalf("NewLimiter(%v) = %v, want a ConfigError with rule %s", tt.policy, err, tt.rule)
+			if !errors.As(err, &ce) || ce.Rule != tt.rule || ce.Field != tt.field {
+				t.Fatalf("NewLimiter(%v) = %v, want a ConfigError with rule %s on %q", tt.policy, err, tt.rule, tt.field)
 			}
 			if !errors.Is(err, sluice.ErrInvalidConfig) {
 				t.Errorf("errors.Is(%v, ErrInvalidConfig) = false", err)

@@ -22,8 +22,26 @@ import (
 // *ConfigError.
 type Policy interface {
 	// String names the policy and its parameters, as config files write
-	// them: "fixed_window(limit=100, interval=1h0m0s)".
+	// them: "fixed_window(limit=100, interval=1h0m0s)". It is for people:
+	// Kind and Window are the facts to branch on.
 	String() string
+	// Kind is the policy's kind, the name config files give it, whatever
+	// its parameters and whether or not they are valid.
+	Kind() Kind
+	// Window is the length of time over which the policy's limit applies,
+	// so that Result.Limit per Window is its long-run rate: a window
+	// policy's interval; for a bucket, the time its bandwidth of smallest
+	// capacity takes to refill from empty (limit 100 refilled 10 a
+	// second: 10s); for GCRA, the time to earn its burst; for a shaper,
+	// the time to send its queue and one more; for a compound, the
+	// shortest of its members', since the member with the shortest window
+	// is the one that usually binds and that Result.Limit reports (name
+	// members apart where each must show). It is 0 for NoLimit and for an
+	// invalid policy, and saturates at Never.
+	//
+	// It is what HTTP's RateLimit-Policy header calls the window (w) and
+	// the span in which a simulation looks for the busiest burst.
+	Window() time.Duration
 	// build validates the policy and returns its in-memory keyed form.
 	build() (keyed, error)
 	// erased validates the policy and returns its machine over encoded
@@ -33,19 +51,44 @@ type Policy interface {
 	// whether asking for more than its capacity is an argument error; ok
 	// is false for other policies and invalid ones.
 	tokenBucket() (cfg *tokenbucket.Config, strict, ok bool)
-	// window is Window's answer, in nanoseconds.
-	window() int64
 }
+
+// Kind is the kind of a Policy: the name config files and the conformance
+// vectors give it ("fixed_window"), one per constructor but for
+// AlignedFixedWindow, a fixed_window with aligned: true.
+type Kind string
+
+// The kinds of the policies of this package.
+const (
+	KindFixedWindow   Kind = "fixed_window"   // FixedWindow, AlignedFixedWindow
+	KindSlidingWindow Kind = "sliding_window" // SlidingWindow
+	KindSlidingLog    Kind = "sliding_log"    // SlidingLog
+	KindTokenBucket   Kind = "token_bucket"   // TokenBucket
+	KindLeakyBucket   Kind = "leaky_bucket"   // LeakyBucket
+	KindGCRA          Kind = "gcra"           // GCRA
+	KindShaper        Kind = "shaper"         // Shaper
+	KindCompound      Kind = "compound"       // Compound
+	KindNoLimit       Kind = "no_limit"       // NoLimit
+	KindBucket        Kind = "bucket"         // BucketPolicy
+)
 
 // machinePolicy is a Policy backed by a policy.Machine.
 type machinePolicy[S any, M policy.Machine[S]] struct {
+	kind Kind
 	name string
 	m    M
 	err  error
-	win  int64 // a compound's Window: the shortest of its members'
 }
 
 func (p machinePolicy[S, M]) String() string { return p.name }
+func (p machinePolicy[S, M]) Kind() Kind     { return p.kind }
+
+func (p machinePolicy[S, M]) Window() time.Duration {
+	if p.err != nil {
+		return 0
+	}
+	return time.Duration(p.m.Window())
+}
 
 func (p machinePolicy[S, M]) build() (keyed, error) {
 	if p.err != nil {
@@ -61,30 +104,31 @@ func (p machinePolicy[S, M]) erased() (policy.Erased, error) {
 	return policy.Erase[S](p.m), nil
 }
 
+// tokenBucket asks the machine: the token-bucket machines say what their
+// bucket is, whatever policy made them.
 func (p machinePolicy[S, M]) tokenBucket() (*tokenbucket.Config, bool, bool) {
-	if p.err != nil {
+	b, ok := any(p.m).(interface {
+		bucketMachine
+		Strict() bool
+	})
+	if !ok || p.err != nil {
 		return nil, false, false
 	}
-	switch m := any(p.m).(type) {
-	case tokenbucket.Single:
-		return m.Config(), m.Strict(), true
-	case tokenbucket.Multi:
-		return m.Config(), false, true
-	}
-	return nil, false, false
+	return b.Config(), b.Strict(), true
 }
 
-func policyError(policyName string, rule Rule, field, value, msg string) error {
-	return &ConfigError{Rule: rule, Bandwidth: -1, Field: policyName + "." + field, Value: value, Msg: msg}
+func policyError(kind Kind, rule Rule, field, value, msg string) error {
+	return &ConfigError{Rule: rule, Bandwidth: -1, Field: string(kind) + "." + field, Value: value, Msg: msg}
 }
 
-// checkLimit validates the limit and interval every window policy has.
-func checkLimit(name string, limit int64, interval time.Duration) error {
+// checkLimit validates the limit and the interval, named intervalField,
+// that every window policy has.
+func checkLimit(kind Kind, intervalField string, limit int64, interval time.Duration) error {
 	switch {
 	case limit <= 0:
-		return policyError(name, RuleNonPositiveLimit, "limit", itoa(limit), "must be positive")
+		return policyError(kind, RuleNonPositiveLimit, "limit", itoa(limit), "must be positive")
 	case interval <= 0:
-		return policyError(name, RuleNonPositivePeriod, "interval", interval.String(), "must be positive")
+		return policyError(kind, RuleNonPositivePeriod, intervalField, interval.String(), "must be positive")
 	}
 	return nil
 }
@@ -96,9 +140,10 @@ func checkLimit(name string, limit int64, interval time.Duration) error {
 // error. Reservations take tokens from later windows.
 func FixedWindow(limit int64, interval time.Duration) Policy {
 	return machinePolicy[fixedwindow.State, fixedwindow.Config]{
-		name: fmt.Sprintf("fixed_window(limit=%d, interval=%v)", limit, interval),
+		kind: KindFixedWindow,
+		name: fmt.Sprintf("%s(limit=%d, interval=%v)", KindFixedWindow, limit, interval),
 		m:    fixedwindow.Config{Limit: limit, Interval: int64(interval)},
-		err:  checkLimit("fixed_window", limit, interval),
+		err:  checkLimit(KindFixedWindow, "interval", limit, interval),
 	}
 }
 
@@ -110,9 +155,10 @@ func FixedWindow(limit int64, interval time.Duration) Policy {
 // grid is that of the clock's first reading of the system time.
 func AlignedFixedWindow(limit int64, interval time.Duration) Policy {
 	return machinePolicy[fixedwindow.State, fixedwindow.Config]{
-		name: fmt.Sprintf("fixed_window(limit=%d, interval=%v, aligned)", limit, interval),
+		kind: KindFixedWindow,
+		name: fmt.Sprintf("%s(limit=%d, interval=%v, aligned)", KindFixedWindow, limit, interval),
 		m:    fixedwindow.Config{Limit: limit, Interval: int64(interval), Aligned: true},
-		err:  checkLimit("fixed_window", limit, interval),
+		err:  checkLimit(KindFixedWindow, "interval", limit, interval),
 	}
 }
 
@@ -125,9 +171,10 @@ func AlignedFixedWindow(limit int64, interval time.Duration) Policy {
 // It cannot reserve.
 func SlidingWindow(limit int64, interval time.Duration) Policy {
 	return machinePolicy[slidingwindow.State, slidingwindow.Config]{
-		name: fmt.Sprintf("sliding_window(limit=%d, interval=%v)", limit, interval),
+		kind: KindSlidingWindow,
+		name: fmt.Sprintf("%s(limit=%d, interval=%v)", KindSlidingWindow, limit, interval),
 		m:    slidingwindow.Config{Limit: limit, Interval: int64(interval)},
-		err:  checkLimit("sliding_window", limit, interval),
+		err:  checkLimit(KindSlidingWindow, "interval", limit, interval),
 	}
 }
 
@@ -138,9 +185,10 @@ func SlidingWindow(limit int64, interval time.Duration) Policy {
 // reserve.
 func SlidingLog(limit int64, interval time.Duration) Policy {
 	return machinePolicy[slidinglog.State, slidinglog.Config]{
-		name: fmt.Sprintf("sliding_log(limit=%d, interval=%v)", limit, interval),
+		kind: KindSlidingLog,
+		name: fmt.Sprintf("%s(limit=%d, interval=%v)", KindSlidingLog, limit, interval),
 		m:    slidinglog.Config{Limit: limit, Interval: int64(interval)},
-		err:  checkLimit("sliding_log", limit, interval),
+		err:  checkLimit(KindSlidingLog, "interval", limit, interval),
 	}
 }
 
@@ -151,17 +199,13 @@ func SlidingLog(limit int64, interval time.Duration) Policy {
 // nanoseconds.
 func GCRA(limit, rate int64, period time.Duration) Policy {
 	p := machinePolicy[gcra.State, gcra.Config]{
-		name: fmt.Sprintf("gcra(limit=%d, rate=%d per %v)", limit, rate, period),
+		kind: KindGCRA,
+		name: fmt.Sprintf("%s(limit=%d, rate=%d per %v)", KindGCRA, limit, rate, period),
 		m:    gcra.Config{Limit: limit, Rate: rate, Period: int64(period)},
-		err:  checkLimit("gcra", limit, period),
+		err:  checkLimit(KindGCRA, "rate.interval", limit, period),
 	}
 	if p.err == nil && rate <= 0 {
-		p.err = policyError("gcra", RuleNonPositiveRefillTokens, "rate.amount", itoa(rate), "must be positive")
-	}
-	if p.err != nil { // keep the field names of the config files
-		if ce := p.err.(*ConfigError); ce.Field == "gcra.interval" {
-			ce.Field = "gcra.rate.interval"
-		}
+		p.err = policyError(KindGCRA, RuleNonPositiveRefillTokens, "rate.amount", itoa(rate), "must be positive")
 	}
 	return p
 }
@@ -175,16 +219,17 @@ func GCRA(limit, rate int64, period time.Duration) Policy {
 // maxQueue 0 makes it a strict policer of the spacing.
 func Shaper(amount int64, interval time.Duration, maxQueue int64) Policy {
 	p := machinePolicy[shaper.State, shaper.Config]{
-		name: fmt.Sprintf("shaper(rate=%d per %v, max_queue=%d)", amount, interval, maxQueue),
+		kind: KindShaper,
+		name: fmt.Sprintf("%s(rate=%d per %v, max_queue=%d)", KindShaper, amount, interval, maxQueue),
 		m:    shaper.Config{Amount: amount, Interval: int64(interval), MaxQueue: maxQueue},
 	}
 	switch {
 	case amount <= 0:
-		p.err = policyError("shaper", RuleNonPositiveRefillTokens, "rate.amount", itoa(amount), "must be positive")
+		p.err = policyError(KindShaper, RuleNonPositiveRefillTokens, "rate.amount", itoa(amount), "must be positive")
 	case interval <= 0:
-		p.err = policyError("shaper", RuleNonPositivePeriod, "rate.interval", interval.String(), "must be positive")
+		p.err = policyError(KindShaper, RuleNonPositivePeriod, "rate.interval", interval.String(), "must be positive")
 	case maxQueue < 0:
-		p.err = policyError("shaper", RuleNonPositiveLimit, "max_queue", itoa(maxQueue), "must not be negative")
+		p.err = policyError(KindShaper, RuleNonPositiveLimit, "max_queue", itoa(maxQueue), "must not be negative")
 	}
 	return p
 }
@@ -197,7 +242,7 @@ func Shaper(amount int64, interval time.Duration, maxQueue int64) Policy {
 // Reserve takes from every member within maxWait and waits for the
 // slowest; a member that cannot reserve makes the compound unable to.
 func Compound(members ...Policy) Policy {
-	p := machinePolicy[compound.State, compound.Config]{name: "compound("}
+	p := machinePolicy[compound.State, compound.Config]{kind: KindCompound, name: string(KindCompound) + "("}
 	if len(members) == 0 {
 		p.err = &ConfigError{Rule: RuleNoMembers, Bandwidth: -1, Field: "compound.limiters", Value: "[]",
 			Msg: "must name at least one limiter"}
@@ -212,9 +257,6 @@ func Compound(members ...Policy) Policy {
 			break
 		}
 		p.name += m.String()
-		if w := m.window(); w > 0 && (p.win == 0 || w < p.win) {
-			p.win = w
-		}
 		e, err := m.erased()
 		if err != nil {
 			if p.err == nil {
@@ -231,7 +273,7 @@ func Compound(members ...Policy) Policy {
 // NoLimit lets everything through; Remaining and Limit are math.MaxInt64.
 // It keeps no state.
 func NoLimit() Policy {
-	return machinePolicy[nolimit.State, nolimit.Config]{name: "no_limit"}
+	return machinePolicy[nolimit.State, nolimit.Config]{kind: KindNoLimit, name: string(KindNoLimit)}
 }
 
 // TokenBucket is Symfony's token bucket: a bucket of limit tokens, full at a
@@ -239,7 +281,7 @@ func NoLimit() Policy {
 // (counted from the first use). Asking for more than limit at once is an
 // argument error. It is BucketPolicy with one Intervally bandwidth.
 func TokenBucket(limit, amount int64, interval time.Duration) Policy {
-	return singleBandwidth("token_bucket", limit, Intervally(amount, interval), true)
+	return singleBandwidth(KindTokenBucket, limit, Intervally(amount, interval), true)
 }
 
 // LeakyBucket is the leaky bucket as a meter (policer): each accepted token
@@ -248,16 +290,17 @@ func TokenBucket(limit, amount int64, interval time.Duration) Policy {
 // the level. It is the same arithmetic as a token bucket with greedy
 // refill, whose tokens are the room left in the leaky bucket.
 func LeakyBucket(limit, amount int64, interval time.Duration) Policy {
-	return singleBandwidth("leaky_bucket", limit, Greedy(amount, interval), false)
+	return singleBandwidth(KindLeakyBucket, limit, Greedy(amount, interval), false)
 }
 
-func singleBandwidth(name string, limit int64, refill Refill, strict bool) Policy {
+func singleBandwidth(kind Kind, limit int64, refill Refill, strict bool) Policy {
 	p := machinePolicy[tokenbucket.BandwidthState, tokenbucket.Single]{
-		name: fmt.Sprintf("%s(limit=%d, rate=%d per %v)", name, limit, refill.tokens, refill.period),
+		kind: kind,
+		name: fmt.Sprintf("%s(limit=%d, rate=%d per %v)", kind, limit, refill.tokens, refill.period),
 	}
 	cfg, err := Config{Bandwidths: []Bandwidth{Limit(limit, refill)}}.compile()
 	if err != nil {
-		p.err = policyConfigError(name, err)
+		p.err = policyConfigError(kind, err)
 		return p
 	}
 	p.m = tokenbucket.NewSingle(cfg.Bandwidths[0], strict)
@@ -266,7 +309,7 @@ func singleBandwidth(name string, limit int64, refill Refill, strict bool) Polic
 
 // policyConfigError renames the fields of a bandwidth's ConfigError into
 // the words of the policy that made the bandwidth.
-func policyConfigError(name string, err error) error {
+func policyConfigError(kind Kind, err error) error {
 	ce, ok := err.(*ConfigError)
 	if !ok {
 		return err
@@ -280,8 +323,10 @@ func policyConfigError(name string, err error) error {
 		out.Field = "rate.amount"
 	case "refill.period":
 		out.Field = "rate.interval"
+	case "refill":
+		out.Field = "rate"
 	}
-	out.Field = name + "." + out.Field
+	out.Field = string(kind) + "." + out.Field
 	return &out
 }
 
@@ -290,7 +335,7 @@ func policyConfigError(name string, err error) error {
 // keeps a limiter's statistics across a reload when its name is the same.
 func bucketName(cfg Config) string {
 	var b strings.Builder
-	b.WriteString("bucket(")
+	b.WriteString(string(KindBucket) + "(")
 	for i, bw := range cfg.Bandwidths {
 		if i > 0 {
 			b.WriteString(", ")
@@ -305,7 +350,7 @@ func bucketName(cfg Config) string {
 // bandwidths, to each key. For one bandwidth prefer TokenBucket or
 // LeakyBucket, whose state per key is smaller.
 func BucketPolicy(cfg Config) Policy {
-	p := machinePolicy[tokenbucket.State, tokenbucket.Multi]{name: bucketName(cfg)}
+	p := machinePolicy[tokenbucket.State, tokenbucket.Multi]{kind: KindBucket, name: bucketName(cfg)}
 	c, err := cfg.compile()
 	if err == nil && hasAligned(c) {
 		err = &ConfigError{Rule: RuleAlignedNeedsWallClock, Bandwidth: -1,

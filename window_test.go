@@ -31,14 +31,37 @@ func TestWindow(t *testing.T) {
 			sluice.Limit(20, sluice.Greedy(10, time.Second)), // the smallest capacity
 		}}), 2 * time.Second},
 		{sluice.LeakyBucket(1<<62, 1, time.Hour), sluice.Never},
-		{nil, 0},
 	} {
-		name := "nil"
-		if tt.p != nil {
-			name = tt.p.String()
+		if got := tt.p.Window(); got != tt.want {
+			t.Errorf("%s.Window() = %v, want %v", tt.p, got, tt.want)
 		}
-		if got := sluice.Window(tt.p); got != tt.want {
-			t.Errorf("Window(%s) = %v, want %v", name, got, tt.want)
+	}
+}
+
+// TestKind: a policy's kind is its constructor's, as config files name it,
+// whatever its parameters and whether or not they are valid.
+func TestKind(t *testing.T) {
+	for _, tt := range []struct {
+		p    sluice.Policy
+		want sluice.Kind
+	}{
+		{sluice.FixedWindow(100, time.Minute), sluice.KindFixedWindow},
+		{sluice.AlignedFixedWindow(100, time.Minute), sluice.KindFixedWindow},
+		{sluice.FixedWindow(0, time.Minute), sluice.KindFixedWindow},
+		{sluice.SlidingWindow(10, time.Second), sluice.KindSlidingWindow},
+		{sluice.SlidingLog(10, time.Hour), sluice.KindSlidingLog},
+		{sluice.TokenBucket(100, 10, time.Second), sluice.KindTokenBucket},
+		{sluice.LeakyBucket(15, 10, time.Second), sluice.KindLeakyBucket},
+		{sluice.LeakyBucket(15, 10, 0), sluice.KindLeakyBucket},
+		{sluice.GCRA(5, 10, time.Second), sluice.KindGCRA},
+		{sluice.Shaper(10, time.Second, 5), sluice.KindShaper},
+		{sluice.NoLimit(), sluice.KindNoLimit},
+		{sluice.Compound(sluice.NoLimit()), sluice.KindCompound},
+		{sluice.Compound(), sluice.KindCompound},
+		{sluice.BucketPolicy(sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second)}}), sluice.KindBucket},
+	} {
+		if got := tt.p.Kind(); got != tt.want {
+			t.Errorf("%s.Kind() = %q, want %q", tt.p, got, tt.want)
 		}
 	}
 }

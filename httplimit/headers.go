@@ -24,7 +24,7 @@ const (
 	//	RateLimit: "name";r=<Result.Remaining>;t=<Result.ResetAfter>
 	//
 	// in whole seconds rounded up. w is the limit's Window (by default
-	// sluice.Window of its policy), left out when that is not positive.
+	// the Window of its policy), left out when that is not positive.
 	Draft11Headers HeaderStyle = 1 << iota
 	// EarlyDraftHeaders are the RateLimit-Limit, RateLimit-Remaining and
 	// RateLimit-Reset fields of the early drafts, Reset in seconds from now

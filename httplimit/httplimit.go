@@ -32,7 +32,7 @@ type Limit struct {
 	// Cost returns the tokens a request takes; nil: 1 each.
 	Cost CostFunc
 	// Window is the w of the RateLimit-Policy header. Zero means
-	// sluice.Window of the limiter's policy; a negative Window leaves w
+	// the Window of the limiter's policy; a negative Window leaves w
 	// out.
 	Window time.Duration
 }
@@ -91,7 +91,7 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 		seen[l.Name] = true
 		m.windows[i] = l.Window
 		if l.Window == 0 {
-			m.windows[i] = sluice.Window(l.Limiter.Policy())
+			m.windows[i] = l.Limiter.Policy().Window()
 		}
 	}
 	return m, nil

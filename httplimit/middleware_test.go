@@ -288,7 +288,7 @@ func TestWindowOverride(t *testing.T) {
 		window time.Duration
 		want   string
 	}{
-		{0, `"api";q=5;w=60`},                      // sluice.Window
+		{0, `"api";q=5;w=60`},                      // the policy's Window
 		{-1, `"api";q=5`},                          // no w
 		{1500 * time.Millisecond, `"api";q=5;w=2`}, // rounded up
 	} {

@@ -42,6 +42,8 @@ type Erased interface {
 	ExpiresAt(state []byte) int64
 	// Quota is the policy's limit, as Machine.Quota.
 	Quota() int64
+	// Window is the time over which Quota applies, as Machine.Window.
+	Window() int64
 }
 
 // Erase returns m as an Erased.
@@ -131,3 +133,5 @@ func (e *erased[S]) ExpiresAt(state []byte) int64 {
 }
 
 func (e *erased[S]) Quota() int64 { return e.m.Quota() }
+
+func (e *erased[S]) Window() int64 { return e.m.Window() }

@@ -217,6 +217,8 @@ func (probe) ExpiresAt(s *probeState) int64 { return s.V }
 
 func (probe) Quota() int64 { return 7 }
 
+func (probe) Window() int64 { return 0 }
+
 func (probe) AppendState(dst []byte, s *probeState) []byte { return append(dst, byte(s.V)) }
 
 func (probe) DecodeState(src []byte, s *probeState) error {

@@ -81,6 +81,11 @@ type Machine[S any] interface {
 	ExpiresAt(s *S) int64
 	// Quota is the policy's limit, as reported in Result.Limit and headers.
 	Quota() int64
+	// Window is the time, in nanoseconds, over which Quota applies, so
+	// that Quota per Window is the policy's long-run rate: a window's
+	// interval, or the time to earn Quota tokens at the policy's rate
+	// (see TimeToEarn). It is 0 for a policy without a limit.
+	Window() int64
 	// AppendState appends the encoding of *s to dst.
 	AppendState(dst []byte, s *S) []byte
 	// DecodeState decodes src, as AppendState wrote it, into *s.

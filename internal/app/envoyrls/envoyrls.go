@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -738,19 +737,17 @@ var envoyUnits = []struct {
 	{time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
 }
 
-// windowKinds are the policies whose limit is a count per interval, which
-// Envoy's RateLimit unit can describe.
-var windowKinds = []string{"fixed_window(", "sliding_window(", "sliding_log("}
-
-// unitOf returns the unit of a window policy whose interval is a whole
-// number of seconds: the longest unit that divides it, and how many of
-// it.
+// unitOf returns the unit of a window policy, whose limit is a count per
+// interval, which Envoy's RateLimit unit can describe, when its interval
+// is a whole number of seconds: the longest unit that divides it, and how
+// many of it.
 func unitOf(p sluice.Policy) unit {
-	s := p.String()
-	if !slices.ContainsFunc(windowKinds, func(k string) bool { return strings.HasPrefix(s, k) }) {
+	switch p.Kind() {
+	case sluice.KindFixedWindow, sluice.KindSlidingWindow, sluice.KindSlidingLog:
+	default:
 		return unit{}
 	}
-	d := sluice.Window(p)
+	d := p.Window()
 	for _, u := range envoyUnits {
 		if n := d / u.d; d%u.d == 0 && n > 0 && n <= math.MaxUint32 {
 			return unit{unit: u.u, multiplier: uint32(n)}

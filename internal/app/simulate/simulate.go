@@ -130,7 +130,7 @@ func Run(name string, p sluice.Policy, rq *Requests, o Options) (*Report, error)
 		o.Slice = NiceSlice(o.Duration, 60)
 	}
 	if o.Window == 0 {
-		o.Window = sluice.Window(p)
+		o.Window = p.Window()
 	}
 	nslices := (o.Duration + o.Slice - 1) / o.Slice
 	if nslices > 100_000 {

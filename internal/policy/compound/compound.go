@@ -314,6 +314,19 @@ func (c Config) Quota() int64 {
 	return q
 }
 
+// Window is the shortest of the members' Window, leaving out those
+// without one (0): the member with the shortest window is the one that
+// usually binds and that Result.Limit reports.
+func (c Config) Window() int64 {
+	var w int64
+	for _, m := range c.Members {
+		if mw := m.Window(); mw > 0 && (w == 0 || mw < w) {
+			w = mw
+		}
+	}
+	return w
+}
+
 // AppendState appends the encoding of *s to dst: the header, then for
 // each member its part's length and bytes.
 func (c Config) AppendState(dst []byte, s *State) []byte {

@@ -200,6 +200,7 @@ func (f fixed) Cancel(_ []byte, _ int64, _ *policy.Receipt, dst []byte) ([]byte,
 }
 func (f fixed) ExpiresAt([]byte) int64 { return f.expiresAt }
 func (f fixed) Quota() int64           { return f.res.Limit }
+func (f fixed) Window() int64          { return 0 }
 
 var noLimit = fixed{
 	res:        policy.Result{Allowed: true, Remaining: never, Limit: never},

@@ -233,6 +233,9 @@ func ceilDiv(a, b uint64) uint64 {
 // Quota is the tokens per window.
 func (c Config) Quota() int64 { return c.Limit }
 
+// Window is the interval.
+func (c Config) Window() int64 { return c.Interval }
+
 // AppendState appends the encoding of *s to dst.
 func (c Config) AppendState(dst []byte, s *State) []byte {
 	dst = policy.AppendHeader(dst, policy.TagFixedWindow)

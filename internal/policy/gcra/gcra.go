@@ -212,6 +212,9 @@ func (c Config) ExpiresAt(s *State) int64 {
 // Quota is the burst, Limit.
 func (c Config) Quota() int64 { return c.Limit }
 
+// Window is the time to earn the burst.
+func (c Config) Window() int64 { return policy.TimeToEarn(c.Limit, c.Rate, c.Period, false) }
+
 // AppendState appends the encoding of *s to dst.
 func (c Config) AppendState(dst []byte, s *State) []byte {
 	dst = policy.AppendHeader(dst, policy.TagGCRA)

@@ -59,6 +59,9 @@ func (Config) ExpiresAt(s *State) int64 { return math.MinInt64 }
 // Quota is MaxInt64.
 func (Config) Quota() int64 { return math.MaxInt64 }
 
+// Window is 0: there is no limit to spread over time.
+func (Config) Window() int64 { return 0 }
+
 // AppendState appends the encoding of the empty state, its header alone.
 func (Config) AppendState(dst []byte, s *State) []byte {
 	return policy.AppendHeader(dst, policy.TagNoLimit)

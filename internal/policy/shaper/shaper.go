@@ -206,6 +206,11 @@ func (c Config) ExpiresAt(s *State) int64 {
 // once: one departs, MaxQueue wait.
 func (c Config) Quota() int64 { return policy.SatAdd(c.MaxQueue, 1) }
 
+// Window is the time to send Quota: the queue and the one leaving.
+func (c Config) Window() int64 {
+	return policy.TimeToEarn(c.Quota(), c.Amount, c.Interval, false)
+}
+
 // AppendState appends the encoding of *s to dst.
 func (c Config) AppendState(dst []byte, s *State) []byte {
 	dst = policy.AppendHeader(dst, policy.TagShaper)

@@ -260,6 +260,9 @@ func (c Config) ExpiresAt(s *State) int64 {
 // Quota is the tokens per interval.
 func (c Config) Quota() int64 { return c.Limit }
 
+// Window is the interval.
+func (c Config) Window() int64 { return c.Interval }
+
 // AppendState appends the encoding of *s to dst: the number of entries,
 // then each entry's time (the first one absolute, the others after the one
 // before) and tokens.

@@ -233,6 +233,9 @@ func (c Config) resetAfter(s *State, now int64) int64 {
 // Quota is the tokens per window.
 func (c Config) Quota() int64 { return c.Limit }
 
+// Window is the interval.
+func (c Config) Window() int64 { return c.Interval }
+
 // AppendState appends the encoding of *s to dst.
 func (c Config) AppendState(dst []byte, s *State) []byte {
 	dst = policy.AppendHeader(dst, policy.TagSlidingWindow)

@@ -86,6 +86,9 @@ func (m Single) Config() *Config { return m.cfg }
 // Quota is the capacity.
 func (m Single) Quota() int64 { return m.cfg.Bandwidths[0].Capacity }
 
+// Window is the time the bandwidth takes to refill from empty.
+func (m Single) Window() int64 { return m.cfg.Window() }
+
 func (m Single) check(n int64) policy.Code {
 	switch {
 	case n <= 0:
@@ -218,6 +221,14 @@ func (m Multi) Quota() int64 {
 	}
 	return q
 }
+
+// Window is the time the bandwidth of smallest capacity, the one Quota
+// reports, takes to refill from empty.
+func (m Multi) Window() int64 { return m.cfg.Window() }
+
+// Strict is false: asking a bucket of several bandwidths for more than a
+// capacity is a rejection, as in Bucket4j.
+func (m Multi) Strict() bool { return false }
 
 // AppendState appends the encoding of *s to dst.
 func (m Multi) AppendState(dst []byte, s *State) []byte { return appendState(dst, *s) }

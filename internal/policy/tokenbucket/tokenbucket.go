@@ -11,6 +11,8 @@
 // answers can differ from Bucket4j's in those (astronomical) cases.
 package tokenbucket
 
+import "github.com/sluicehq/sluice/internal/policy"
+
 // Bandwidth is one validated limit of a bucket. The root package validates
 // it; this package assumes 0 < RefillTokens ≤ Period, Capacity > 0,
 // Initial ≥ 0 and, when Aligned, FirstRefill ≥ 0.
@@ -47,6 +49,22 @@ func NewConfig(bws ...Bandwidth) *Config {
 	}
 	c.periods = periods
 	return c
+}
+
+// Window is the time the bandwidth of smallest capacity, the one a
+// result's limit reports, takes to refill from empty; 0 without
+// bandwidths.
+func (c *Config) Window() int64 {
+	var best *Bandwidth
+	for i := range c.Bandwidths {
+		if bw := &c.Bandwidths[i]; best == nil || bw.Capacity < best.Capacity {
+			best = bw
+		}
+	}
+	if best == nil {
+		return 0
+	}
+	return policy.TimeToEarn(best.Capacity, best.RefillTokens, best.Period, best.Intervally)
 }
 
 // divisor returns the prepared divisor by bandwidth i's period, or nil.

@@ -8,9 +8,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice/internal/policyspec"
+	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
 // File is a loaded limiter file: every limiter it names, each with a
@@ -118,7 +122,8 @@ const (
 // resolver builds compound policies, whose members may name other
 // limiters, in dependency order.
 type resolver struct {
-	specs map[string]*spec
+	d     *policyspec.Decoder
+	specs map[string]*policyspec.Desc
 	order []string
 	state map[string]int
 	stack []string // names being resolved, outermost first
@@ -126,7 +131,7 @@ type resolver struct {
 
 // named resolves the limiter called name. refPath and ref are the reference
 // to it, or "" and nil for a top-level limiter.
-func (r *resolver) named(name, refPath string, ref *yaml.Node) (*spec, error) {
+func (r *resolver) named(name, refPath string, ref *yaml.Node) (*policyspec.Desc, error) {
 	s, ok := r.specs[name]
 	if !ok {
 		return nil, errorAt(refPath, ref, "unknown limiter %q; the file names %s", name, nameList(r.order))
@@ -148,7 +153,7 @@ func (r *resolver) named(name, refPath string, ref *yaml.Node) (*spec, error) {
 	}
 	r.state[name] = resolving
 	r.stack = append(r.stack, name)
-	if err := r.resolve(s); err != nil {
+	if err := r.d.Resolve(s, r.member); err != nil {
 		return nil, err
 	}
 	r.stack = r.stack[:len(r.stack)-1]
@@ -156,42 +161,9 @@ func (r *resolver) named(name, refPath string, ref *yaml.Node) (*spec, error) {
 	return s, nil
 }
 
-// maxLeaves bounds the policies a compound expands to, counting a limiter
-// each time it is named: compounds of compounds that each name the one
-// below twice grow exponentially.
-const maxLeaves = 1000
-
-// resolve builds the policy of a compound specification from its members;
-// other specifications are built already.
-func (r *resolver) resolve(s *spec) error {
-	if s.policy != nil {
-		return nil
-	}
-	members := make([]sluice.Policy, 0, len(s.members))
-	for _, m := range s.members {
-		ms := m.inline
-		if ms != nil {
-			if err := r.resolve(ms); err != nil {
-				return err
-			}
-		} else {
-			var err error
-			if ms, err = r.named(m.name, m.path, m.node); err != nil {
-				return err
-			}
-		}
-		if ms.aligned {
-			return errorAt(m.path, m.node,
-				"a bucket with intervally_aligned refill cannot be a member: keyed limiters cannot refill on a wall-clock grid")
-		}
-		s.leaves += ms.leaves
-		if s.leaves > maxLeaves {
-			return errorAt(s.path, s.m.Node, "expands to more than %d policies", maxLeaves)
-		}
-		members = append(members, ms.policy)
-	}
-	s.policy = sluice.Compound(members...)
-	return s.validate()
+// member resolves a compound's member that names another limiter.
+func (r *resolver) member(m policyspec.Member) (*policyspec.Desc, error) {
+	return r.named(m.Name, m.Path, m.Node)
 }
 
 // nameList lists names for a message, at most ten of them.
@@ -209,3 +181,13 @@ func nameList(names []string) string {
 	}
 	return out
 }
+
+// ParseDuration parses a duration as config files write it: either Go syntax
+// (time.ParseDuration: "1h30m", "1.5s", "250ms") or a whole count and a
+// unit word, singular or plural, with or without a space ("1 second",
+// "60 minutes", "2 weeks", "1day"). A day is 24 hours and a week 7 days;
+// months and years, whose length varies, are rejected. A duration that
+// does not fit time.Duration is an error, never a wrapped value. The sign
+// is kept: whether a negative or zero duration is allowed is for the
+// policy to say.
+func ParseDuration(s string) (time.Duration, error) { return yamlnode.ParseDuration(s) }

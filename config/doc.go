@@ -23,20 +23,19 @@
 // # Policies
 //
 // Every limiter is a mapping with a policy key; the other keys depend on
-// the policy, and all of them are required except fixed_window's aligned:
+// the policy:
 //
-//	policy          keys                     sluice constructor
-//	fixed_window    limit, interval          FixedWindow(limit, interval)
-//	                aligned: true            AlignedFixedWindow(limit, interval)
-//	sliding_window  limit, interval          SlidingWindow(limit, interval)
-//	sliding_log     limit, interval          SlidingLog(limit, interval)
-//	token_bucket    limit, rate              TokenBucket(limit, rate.amount, rate.interval)
-//	leaky_bucket    limit, rate              LeakyBucket(limit, rate.amount, rate.interval)
-//	gcra            limit, rate              GCRA(limit, rate.amount, rate.interval); limit is the burst
-//	shaper          rate, max_queue          Shaper(rate.amount, rate.interval, max_queue)
-//	no_limit        (none)                   NoLimit()
-//	compound        limiters                 Compound(members...)
-//	bucket          limits                   BucketPolicy(Config{Bandwidths: ...})
+//	policy          required         optional  sluice constructor
+//	fixed_window    limit, interval  aligned   FixedWindow(limit, interval); AlignedFixedWindow when aligned is true
+//	sliding_window  limit, interval  -         SlidingWindow(limit, interval)
+//	sliding_log     limit, interval  -         SlidingLog(limit, interval)
+//	token_bucket    limit, rate      -         TokenBucket(limit, rate.amount, rate.interval)
+//	leaky_bucket    limit, rate      -         LeakyBucket(limit, rate.amount, rate.interval)
+//	gcra            limit, rate      -         GCRA(limit, rate.amount, rate.interval); limit is the burst
+//	shaper          rate, max_queue  -         Shaper(rate.amount, rate.interval, max_queue)
+//	no_limit        -                -         NoLimit()
+//	compound        limiters         -         Compound(members...)
+//	bucket          limits           -         BucketPolicy(Config{Bandwidths: ...})
 //
 // A rate is a mapping {interval: D, amount: N}: amount tokens per
 // interval.

@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"gopkg.in/yaml.v3"
 
+	"github.com/sluicehq/sluice/internal/policyspec"
 	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
@@ -46,7 +47,7 @@ func loadWith(data []byte, sections map[string]Section) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &decoder{open: make(map[*yaml.Node]bool), specs: make(map[*yaml.Node]*spec)}
+	d := policyspec.NewDecoder(policyspec.Options{})
 	top, err := d.Mapping("", root)
 	if err != nil {
 		return nil, err
@@ -67,7 +68,7 @@ func loadWith(data []byte, sections map[string]Section) (*File, error) {
 	}
 	f := &File{Limiters: map[string]Limiter{}}
 	if top.Has("limiters") {
-		if f, err = d.limiters(top); err != nil {
+		if f, err = limiters(d, top); err != nil {
 			return nil, err
 		}
 	}
@@ -113,7 +114,7 @@ func NodeError(path string, n *yaml.Node, format string, args ...any) *Error {
 }
 
 // limiters decodes the limiters section of top, which must be there.
-func (d *decoder) limiters(top *yamlnode.Mapping) (*File, error) {
+func limiters(d *policyspec.Decoder, top *yamlnode.Mapping) (*File, error) {
 	path, v := top.Value("limiters")
 	lims, err := d.Mapping(path, v)
 	if err != nil {
@@ -122,14 +123,14 @@ func (d *decoder) limiters(top *yamlnode.Mapping) (*File, error) {
 	if len(lims.Keys) == 0 {
 		return nil, errorAt(path, lims.Node, "must name at least one limiter")
 	}
-	r := &resolver{specs: make(map[string]*spec, len(lims.Keys)), state: make(map[string]int, len(lims.Keys))}
+	r := &resolver{d: d, specs: make(map[string]*policyspec.Desc, len(lims.Keys)), state: make(map[string]int, len(lims.Keys))}
 	for i, k := range lims.Keys {
 		name := k.Value
 		if !validName.MatchString(name) {
 			return nil, errorAt(path, k,
 				"limiter names are letters, digits, '_' and '-', got %s", yamlnode.Describe(k))
 		}
-		s, err := d.spec(yamlnode.Join(path, name), lims.Vals[i])
+		s, err := d.Decode(yamlnode.Join(path, name), lims.Vals[i])
 		if err != nil {
 			return nil, err
 		}
@@ -143,9 +144,9 @@ func (d *decoder) limiters(top *yamlnode.Mapping) (*File, error) {
 			return nil, err
 		}
 		k := lims.Keys[i]
-		l := Limiter{Name: name, Policy: s.policy, Line: k.Line, Column: k.Column}
-		if s.bucket != nil {
-			l.Bucket = &sluice.Config{Bandwidths: slices.Clone(s.bucket.Bandwidths)}
+		l := Limiter{Name: name, Policy: s.Policy, Line: k.Line, Column: k.Column}
+		if s.Bucket != nil {
+			l.Bucket = &sluice.Config{Bandwidths: slices.Clone(s.Bucket.Bandwidths)}
 		}
 		f.Limiters[name] = l
 	}

@@ -156,14 +156,23 @@ func decodeCase(path string, i int, raw json.RawMessage) *testCase {
 	}
 	c.name = d.Name
 	var err error
+	if c.wantConfig, err = decodeWantConfig(d.WantConfigError); err != nil {
+		c.bad = c.failure(-1, "", "want_config_error: "+err.Error())
+		return c
+	}
 	switch {
 	case present(d.Bucket) && present(d.Limiter):
 		c.bad = c.failure(-1, "", "a case has a bucket or a limiter, not both")
 		return c
 	case present(d.Limiter):
 		if c.subject, err = decodeLimiter(d.Limiter); err != nil {
-			c.bad = c.failure(-1, "", "limiter: "+err.Error())
-			return c
+			if c.wantConfig == nil {
+				c.bad = c.failure(-1, "", err.Error())
+				return c
+			}
+			// A description that config files would refuse is a
+			// configuration error, which the case may want.
+			c.subject = &invalidLimiter{err}
 		}
 	case !present(d.Bucket):
 		c.bad = c.failure(-1, "", "the case has neither a bucket nor a limiter")
@@ -178,10 +187,6 @@ func decodeCase(path string, i int, raw json.RawMessage) *testCase {
 	}
 	if d.Start != nil {
 		c.start = int64(*d.Start)
-	}
-	if c.wantConfig, err = decodeWantConfig(d.WantConfigError); err != nil {
-		c.bad = c.failure(-1, "", "want_config_error: "+err.Error())
-		return c
 	}
 	if c.wantConfig != nil && len(d.Steps) > 0 {
 		c.bad = c.failure(-1, "", "a case with want_config_error has no steps")

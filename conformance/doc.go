@@ -17,18 +17,15 @@
 //
 // # Limiter cases
 //
-// A LIMITER's policy is built as a sluice.Policy, every field required:
-//
-//	fixed_window   {limit, interval}                  sluice.FixedWindow(limit, interval)
-//	sliding_window {limit, interval}                  sluice.SlidingWindow(limit, interval)
-//	sliding_log    {limit, interval}                  sluice.SlidingLog(limit, interval)
-//	token_bucket   {limit, rate: {interval, amount}}  sluice.TokenBucket(limit, amount, interval)
-//	leaky_bucket   {limit, rate: {interval, amount}}  sluice.LeakyBucket(limit, amount, interval)
-//	no_limit       {}                                 sluice.NoLimit()
-//	compound       {limiters: [LIMITER, ...]}         sluice.Compound(members...)
-//
-// Two sluice policies extend the format, in its terms, and may be compound
-// members too:
+// A LIMITER is a limiter description as package config's files write one,
+// read by the same decoder (internal/policyspec): every policy of the
+// config files, with the same fields, and the compatibility policies
+// besides (FORMAT.md has the table). A description that a config file may
+// not have is a configuration error here too, of no rule. Durations are Go
+// syntax or integer nanoseconds, fields that no policy has are ignored,
+// and values that sluice refuses are passed on to the target, so that a
+// want_config_error case sees the target refuse them. Among the policies,
+// two extend the format, in its terms, and may be compound members too:
 //
 //	{"policy": "gcra", "limit": 10, "rate": {"interval": "1s", "amount": 5}}
 //	{"policy": "shaper", "rate": {"interval": "1s", "amount": 5}, "max_queue": 10}

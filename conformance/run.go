@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
 // Run runs the vector files at paths against target and reports every case.
@@ -122,26 +123,37 @@ func (c *testCase) run(ctx context.Context, target Target) (r CaseReport) {
 }
 
 // checkBuild checks the error of building c's subject against the case's
-// want_config_error.
+// want_config_error. A configuration error is a *sluice.ConfigError, of
+// its rule, or a LIMITER that the decoder of limiter descriptions refused
+// (a *yamlnode.Error without one), of no rule.
 func (c *testCase) checkBuild(err error) *Failure {
 	f := c.failure(-1, "", "building the "+c.subject.what())
-	var ce *sluice.ConfigError
+	var (
+		ce *sluice.ConfigError
+		de *yamlnode.Error
+	)
 	switch {
 	case c.wantConfig == nil && err == nil:
 		return nil
 	case c.wantConfig == nil:
 		f.Want, f.Got = "no error", describeError(err)
-	case !errors.As(err, &ce):
+	case errors.As(err, &ce):
+		if c.wantConfig.rule == "" || ce.Rule == c.wantConfig.rule {
+			return nil
+		}
+		f.Want, f.Got = c.wantConfig.String(), fmt.Sprintf("config error %s (%v)", ce.Rule, err)
+	case errors.As(err, &de):
+		if c.wantConfig.rule == "" {
+			return nil
+		}
+		f.Want, f.Got = c.wantConfig.String(), fmt.Sprintf("config error of no rule (%v)", err)
+	default:
 		f.Want, f.Got = c.wantConfig.String(), "no error"
 		if err != nil {
 			f.Got = describeError(err)
 		} else if c.wantConfig.rule == "invalid_interval" {
 			f.Msg += ": " + invalidInterval
 		}
-	case c.wantConfig.rule != "" && ce.Rule != c.wantConfig.rule:
-		f.Want, f.Got = c.wantConfig.String(), fmt.Sprintf("config error %s (%v)", ce.Rule, err)
-	default:
-		return nil
 	}
 	return f
 }

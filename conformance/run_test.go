@@ -326,17 +326,22 @@ func TestRunMalformedLimiters(t *testing.T) {
 		step       int
 		wantMsg    string
 	}{
-		{"unknown policy", limiterCase("c", `{"policy": "token_buket", "limit": 1}`, ``), -1, `limiter: policy "token_buket" is none of compound, fixed_window`},
-		{"no policy", limiterCase("c", `{"limit": 1}`, ``), -1, "limiter: policy is missing"},
-		{"not an object", limiterCase("c", `[1]`, ``), -1, "limiter: want an object"},
-		{"missing limit", limiterCase("c", `{"policy": "fixed_window", "interval": "1s"}`, ``), -1, "limiter: limit is missing"},
-		{"missing rate amount", limiterCase("c", `{"policy": "token_bucket", "limit": 1, "rate": {"interval": "1s"}}`, ``), -1, "limiter: rate.amount is missing"},
-		{"a field of another policy", limiterCase("c", `{"policy": "sliding_log", "limit": 1, "interval": "1s", "max_queue": 1}`, ``), -1, "limiter: max_queue is not a field of sliding_log"},
-		{"limit as float", limiterCase("c", `{"policy": "fixed_window", "limit": 1.5, "interval": "1s"}`, ``), -1, "limiter: 1.5 is not an integer"},
-		{"compat member", limiterCase("c", `{"policy": "compound", "limiters": [{"policy": "resilience4j"}]}`, ``), -1, "limiters[0]: policy resilience4j cannot be a member of a compound"},
-		{"bad member", limiterCase("c", `{"policy": "compound", "limiters": [{"policy": "no_limit"}, {"policy": "gcra", "limit": 1}]}`, ``), -1, "limiters[1]: rate is missing"},
-		{"smooth without rate", limiterCase("c", `{"policy": "smooth_bursty"}`, ``), -1, "permits_per_second is missing"},
-		{"smooth rate as string", limiterCase("c", `{"policy": "smooth_bursty", "permits_per_second": "5"}`, ``), -1, "limiter: json: cannot unmarshal string"},
+		{"unknown policy", limiterCase("c", `{"policy": "token_buket", "limit": 1}`, ``), -1, `limiter.policy: unknown policy "token_buket"; known policies: bucket, compound, fixed_window`},
+		{"no policy", limiterCase("c", `{"limit": 1}`, ``), -1, `limiter: missing required key "policy"`},
+		{"not an object", limiterCase("c", `[1]`, ``), -1, "limiter: must be a mapping, got a list"},
+		{"missing limit", limiterCase("c", `{"policy": "fixed_window", "interval": "1s"}`, ``), -1, `limiter: missing required key "limit"`},
+		{"missing rate amount", limiterCase("c", `{"policy": "token_bucket", "limit": 1, "rate": {"interval": "1s"}}`, ``), -1, `limiter.rate: missing required key "amount"`},
+		{"a field of another policy", limiterCase("c", `{"policy": "sliding_log", "limit": 1, "interval": "1s", "max_queue": 1}`, ``), -1, `limiter.max_queue: key "max_queue" is not valid for policy sliding_log, which takes limit, interval`},
+		{"limit as float", limiterCase("c", `{"policy": "fixed_window", "limit": 1.5, "interval": "1s"}`, ``), -1, "limiter.limit: must be an integer, got float 1.5"},
+		{"compat member", limiterCase("c", `{"policy": "compound", "limiters": [{"policy": "resilience4j"}]}`, ``), -1, "limiter.limiters[0]: policy resilience4j cannot be a member of a compound"},
+		{"bad member", limiterCase("c", `{"policy": "compound", "limiters": [{"policy": "no_limit"}, {"policy": "gcra", "limit": 1}]}`, ``), -1, `limiter.limiters[1]: missing required key "rate"`},
+		{"smooth without rate", limiterCase("c", `{"policy": "smooth_bursty"}`, ``), -1, `limiter: missing required key "permits_per_second"`},
+		{"smooth rate as string", limiterCase("c", `{"policy": "smooth_bursty", "permits_per_second": "5"}`, ``), -1, `limiter.permits_per_second: must be a finite number, got string "5"`},
+		{"duration without unit as a string", limiterCase("c", `{"policy": "fixed_window", "limit": 1, "interval": "60 minutes"}`, ``), -1, `limiter.interval: must be a Go duration string or an integer of nanoseconds, got string "60 minutes"`},
+		{"integer beyond int64", limiterCase("c", `{"policy": "fixed_window", "limit": 9223372036854775808, "interval": "1s"}`, ``), -1, "limiter.limit: overflows int64"},
+		{"member by name", limiterCase("c", `{"policy": "compound", "limiters": ["a"]}`, ``), -1, `limiter.limiters[0]: unknown limiter "a"; a vector's compound members are written in place`},
+		{"duplicate field", limiterCase("c", `{"policy": "fixed_window", "limit": 1, "limit": 2, "interval": "1s"}`, ``), -1, `limiter.limit: duplicate key "limit"`},
+		{"misplaced first_refill", limiterCase("c", `{"policy": "bucket", "limits": [{"capacity": 1, "refill": {"greedy": 1, "per": "1s", "first_refill": 0}}]}`, ``), -1, `key "first_refill" is only valid with intervally_aligned, not greedy`},
 		{"bucket op on a limiter", limiterCase("c", threePer10s, `{"op": "try_consume", "tokens": 1}`), 0, `unknown op "try_consume" for a limiter`},
 		{"limiter op on a bucket", bucketCase("c", `{"op": "consume"}`), 0, `unknown op "consume" for a bucket`},
 		{"compat op on a limiter", limiterCase("c", threePer10s, `{"op": "drain"}`), 0, `unknown op "drain" for a limiter`},
@@ -377,6 +382,12 @@ func TestRunLimiterConfigErrors(t *testing.T) {
 			"config error non_positive_limit_for_period (sluice: config: LimitForPeriod must be positive, got 0)", ""},
 		{"no error", threePer10s, "true", false, "no error", ""},
 		{"invalid_interval", `{"policy": "sliding_window", "limit": 1, "interval": "1ms"}`, `"invalid_interval"`, false, "no error", "does not reproduce"},
+		// A description config files refuse is a configuration error, of
+		// no rule: the one decoder says so for both.
+		{"incomplete options", `{"policy": "token_bucket", "limit": 10}`, "true", true, "", ""},
+		{"incomplete options, a rule", `{"policy": "token_bucket", "limit": 10}`, `"non_positive_limit"`, false,
+			`config error of no rule (limiter: missing required key "rate")`, ""},
+		{"a member incomplete", `{"policy": "compound", "limiters": [{"policy": "gcra", "limit": 1}]}`, "true", true, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,9 +3,9 @@ package conformance
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/policyspec"
 	"github.com/sluicehq/sluice/resilience"
 	"github.com/sluicehq/sluice/smooth"
 )
@@ -66,6 +66,17 @@ func (l *limiterSubject) build(ctx context.Context, target Target, e *env) (stri
 	return "", err
 }
 
+// invalidLimiter is a LIMITER that the decoder of limiter descriptions
+// refused (a token_bucket without rate), in a case that wants a
+// configuration error: building it fails with the decoder's error, a
+// *yamlnode.Error, on every target.
+type invalidLimiter struct{ err error }
+
+func (*invalidLimiter) what() string { return "limiter" }
+func (*invalidLimiter) ops() opTable { return limiterOps }
+
+func (l *invalidLimiter) build(context.Context, Target, *env) (string, error) { return "", l.err }
+
 // compatTarget returns target as a CompatTarget, or why it is not one.
 func compatTarget(target Target, policy string) (CompatTarget, string) {
 	ct, ok := target.(CompatTarget)
@@ -113,20 +124,14 @@ func (t *timeLimiterSubject) build(ctx context.Context, target Target, e *env) (
 }
 
 // smoothSubject is the smooth_bursty or smooth_warming_up policy.
-type smoothSubject struct {
-	warm             bool // smooth_warming_up; smooth_bursty otherwise
-	permitsPerSecond float64
-	maxBurstSeconds  float64 // smooth_bursty
-	warmup           time.Duration
-	coldFactor       float64 // smooth_warming_up
-}
+type smoothSubject struct{ policyspec.Smooth }
 
 func (*smoothSubject) what() string { return "limiter" }
 func (*smoothSubject) ops() opTable { return smoothOps }
 
 func (s *smoothSubject) build(ctx context.Context, target Target, e *env) (string, error) {
 	name := "smooth_bursty"
-	if s.warm {
+	if s.WarmingUp {
 		name = "smooth_warming_up"
 	}
 	ct, skip := compatTarget(target, name)
@@ -138,10 +143,10 @@ func (s *smoothSubject) build(ctx context.Context, target Target, e *env) (strin
 		rl  *smooth.RateLimiter
 		err error
 	)
-	if s.warm {
-		rl, err = ct.NewWarmingUp(ctx, s.permitsPerSecond, s.warmup, append(opts, smooth.WithColdFactor(s.coldFactor))...)
+	if s.WarmingUp {
+		rl, err = ct.NewWarmingUp(ctx, s.PermitsPerSecond, s.Warmup, append(opts, smooth.WithColdFactor(s.ColdFactor))...)
 	} else {
-		rl, err = ct.NewBursty(ctx, s.permitsPerSecond, append(opts, smooth.WithMaxBurstSeconds(s.maxBurstSeconds))...)
+		rl, err = ct.NewBursty(ctx, s.PermitsPerSecond, append(opts, smooth.WithMaxBurstSeconds(s.MaxBurstSeconds))...)
 	}
 	e.smooth = rl
 	return "", err

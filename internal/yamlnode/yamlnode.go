@@ -1,7 +1,10 @@
 // Package yamlnode decodes parsed YAML strictly and says where it went
-// wrong: the limiter file of package config, and the server's and Envoy's
-// sections of sluice serve's file, walk their nodes with it, so that every
-// part of one file rejects the same mistakes in the same words.
+// wrong: the limiter descriptions of internal/policyspec (in package
+// config's files and the conformance vectors, whose JSON FromJSON turns
+// into nodes), and the server's and Envoy's sections of sluice serve's
+// file, walk their nodes with it, so that every part of one file rejects
+// the same mistakes in the same words. Durations are written as
+// ParseDuration reads them.
 //
 // Its errors are *Error values; package config turns them into its public
 // *config.Error at the edge of Load.
@@ -34,6 +37,9 @@ type Error struct {
 	// Value is the node's text when it is a scalar, else "".
 	Value string
 	Msg   string
+	// Err is the cause, or nil: the *sluice.ConfigError of a policy
+	// constructor that refused a value.
+	Err error
 }
 
 func (e *Error) Error() string {
@@ -42,6 +48,9 @@ func (e *Error) Error() string {
 	}
 	return e.Path + ": " + e.Msg
 }
+
+// Unwrap returns the cause, or nil.
+func (e *Error) Unwrap() error { return e.Err }
 
 // Errorf returns an *Error at path for node n, which may be nil.
 func Errorf(path string, n *yaml.Node, format string, args ...any) *Error {
@@ -246,6 +255,37 @@ func (d *Decoder) Int64(path string, n *yaml.Node) (int64, error) {
 		return 0, Errorf(path, n, "overflows int64 (at most %d), got %s", int64(math.MaxInt64), n.Value)
 	case err != nil:
 		return 0, Errorf(path, n, "must be an integer, got %s", Describe(n))
+	}
+	return v, nil
+}
+
+// Float64 decodes a finite number, with or without a fraction.
+func (d *Decoder) Float64(path string, n *yaml.Node) (float64, error) {
+	n, err := d.Scalar(path, n, "a number")
+	if err != nil {
+		return 0, err
+	}
+	tag := n.ShortTag()
+	v, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
+	if (tag != "!!int" && tag != "!!float") || err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
+		return 0, Errorf(path, n, "must be a finite number, got %s", Describe(n))
+	}
+	return v, nil
+}
+
+// Duration decodes a duration as config files write it; see
+// ParseDuration. A bare number has no unit and is an error.
+func (d *Decoder) Duration(path string, n *yaml.Node) (time.Duration, error) {
+	n, err := d.Scalar(path, n, "a duration")
+	if err != nil {
+		return 0, err
+	}
+	if tag := n.ShortTag(); tag == "!!int" || tag == "!!float" {
+		return 0, Errorf(path, n, "needs a unit, as in %[1]ss or %[1]s seconds, got %[1]s", n.Value)
+	}
+	v, err := ParseDuration(n.Value)
+	if err != nil {
+		return 0, Errorf(path, n, "%v, got %q", err, n.Value)
 	}
 	return v, nil
 }

@@ -2,6 +2,7 @@ package yamlnode
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -117,4 +118,93 @@ func TestAliasBomb(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "document too large") {
 		t.Errorf("walking 10^8 nodes = %v, want document too large", err)
 	}
+}
+
+// TestFromJSON: JSON reads as the YAML it is, escapes and integers beyond
+// float64's precision included, and the strict decoders refuse what they
+// refuse in YAML.
+func TestFromJSON(t *testing.T) {
+	n, err := FromJSON([]byte(`{"s": "a\/b\u00e9\t", "big": 9223372036854775807, "f": 2.5, "e": 1e3, "b": true, "z": null, "l": [1, {"k": "v"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := new(Decoder)
+	m, err := d.Mapping("x", n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := d.String(m.Value("s")); err != nil || s != "a/bé\t" {
+		t.Errorf("String(s) = %q, %v; want %q", s, err, "a/bé\t")
+	}
+	if v, err := d.Int64(m.Value("big")); err != nil || v != math.MaxInt64 {
+		t.Errorf("Int64(big) = %d, %v; want MaxInt64", v, err)
+	}
+	if v, err := d.Float64(m.Value("f")); err != nil || v != 2.5 {
+		t.Errorf("Float64(f) = %v, %v; want 2.5", v, err)
+	}
+	if _, err := d.Int64(m.Value("e")); err == nil || !strings.Contains(err.Error(), "must be an integer, got float 1e3") {
+		t.Errorf("Int64(1e3) = %v, want an error", err)
+	}
+	if v, err := d.Bool(m.Value("b")); err != nil || !v {
+		t.Errorf("Bool(b) = %v, %v; want true", v, err)
+	}
+	if _, err := d.String(m.Value("z")); err == nil || !strings.Contains(err.Error(), "got nothing") {
+		t.Errorf("String(null) = %v, want an error", err)
+	}
+	items, err := d.List(m.Value("l"))
+	if err != nil || len(items) != 2 || items[1].Kind != yaml.MappingNode {
+		t.Errorf("List(l) = %v, %v; want an integer and a mapping", items, err)
+	}
+	dup, err := FromJSON([]byte(`{"a": 1, "a": 2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Mapping("x", dup); err == nil || !strings.Contains(err.Error(), `duplicate key "a"`) {
+		t.Errorf("Mapping of a duplicate key = %v, want an error", err)
+	}
+	for _, bad := range []string{``, `{`, `{"a": 1} 2`, `[1,]`} {
+		if _, err := FromJSON([]byte(bad)); err == nil {
+			t.Errorf("FromJSON(%q) = nil error", bad)
+		}
+	}
+}
+
+func TestFloat64(t *testing.T) {
+	d := new(Decoder)
+	for src, want := range map[string]float64{"1": 1, "2.5": 2.5, "-0.5": -0.5, "1e3": 1000} {
+		if got, err := d.Float64("x", parse(t, src)); err != nil || got != want {
+			t.Errorf("Float64(%s) = %v, %v; want %v", src, got, err, want)
+		}
+	}
+	for _, src := range []string{`"1"`, ".inf", ".nan", "true", "~"} {
+		if _, err := d.Float64("x", parse(t, src)); err == nil {
+			t.Errorf("Float64(%s) = nil error, want one", src)
+		}
+	}
+}
+
+// FuzzFromJSON: any input is a tree or an error, never a panic, and a
+// tree's scalars keep their text.
+func FuzzFromJSON(f *testing.F) {
+	f.Add([]byte(`{"policy": "gcra", "limit": 9223372036854775807, "rate": {"interval": "1s", "amount": 5}}`))
+	f.Add([]byte(`[1, 2.5, "x", null, true, {"a": [{}]}]`))
+	f.Add([]byte(`{"a": 1, "a": 2}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		n, err := FromJSON(data)
+		if err != nil {
+			return
+		}
+		var walk func(n *yaml.Node)
+		walk = func(n *yaml.Node) {
+			if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int" {
+				if _, err := new(Decoder).Int64("x", n); err != nil && !strings.Contains(err.Error(), "overflows") && !strings.Contains(err.Error(), "leading zero") {
+					t.Fatalf("Int64(%q) = %v", n.Value, err)
+				}
+			}
+			for _, c := range n.Content {
+				walk(c)
+			}
+		}
+		walk(n)
+	})
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policyspec"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -737,14 +738,12 @@ var envoyUnits = []struct {
 	{time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
 }
 
-// unitOf returns the unit of a window policy, whose limit is a count per
-// interval, which Envoy's RateLimit unit can describe, when its interval
-// is a whole number of seconds: the longest unit that divides it, and how
-// many of it.
+// unitOf returns the unit of a policy whose limit is a count per window
+// (policyspec's CountsPerWindow), which Envoy's RateLimit unit can
+// describe, when its window is a whole number of seconds: the longest unit
+// that divides it, and how many of it.
 func unitOf(p sluice.Policy) unit {
-	switch p.Kind() {
-	case sluice.KindFixedWindow, sluice.KindSlidingWindow, sluice.KindSlidingLog:
-	default:
+	if spec, ok := policyspec.Lookup(string(p.Kind())); !ok || !spec.CountsPerWindow {
 		return unit{}
 	}
 	d := p.Window()

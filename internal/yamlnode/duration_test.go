@@ -1,4 +1,4 @@
-package config
+package yamlnode
 
 import (
 	"math"

@@ -376,3 +376,37 @@ func TestLimiterMaxKeysExact(t *testing.T) {
 		}
 	}
 }
+
+// TestLimiterInitialTokensBelowRequest: a key whose bucket starts with
+// fewer tokens than a request asks is refused with a RetryAfter, and the
+// request passes then. The refused request creates the bucket, as in
+// Bucket4j; were it not kept, every retry would find a new bucket with the
+// same too few tokens.
+func TestLimiterInitialTokensBelowRequest(t *testing.T) {
+	clock := sluice.NewFakeClock(1_700_000_000_000_000_000)
+	for _, p := range []sluice.Policy{
+		sluice.BucketPolicy(sluice.Config{Bandwidths: []sluice.Bandwidth{
+			sluice.Limit(4, sluice.Greedy(1, time.Second)).WithInitialTokens(1)}}),
+		sluice.BucketPolicy(sluice.Config{Bandwidths: []sluice.Bandwidth{
+			sluice.Limit(4, sluice.Greedy(1, time.Second)).WithInitialTokens(1), sluice.Simple(100, time.Hour)}}),
+	} {
+		for _, where := range []string{"in memory", "on a store"} {
+			opts := []sluice.Option{sluice.WithClock(clock)}
+			if where == "on a store" {
+				opts = append(opts, sluice.WithStore(newMapStore()))
+			}
+			l, err := sluice.NewLimiter(p, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := l.AllowN(t.Context(), "k", 2)
+			if err != nil || res.Allowed || res.RetryAfter != time.Second {
+				t.Fatalf("%v %s: AllowN(2) on a new key = %+v, %v; want refused, RetryAfter 1s", p, where, res, err)
+			}
+			clock.Advance(res.RetryAfter)
+			if res, err := l.AllowN(t.Context(), "k", 2); err != nil || !res.Allowed {
+				t.Errorf("%v %s: AllowN(2) after its RetryAfter = %+v, %v; want allowed", p, where, res, err)
+			}
+		}
+	}
+}

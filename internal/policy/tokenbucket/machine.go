@@ -39,10 +39,34 @@ func (m Single) Consume(s *BandwidthState, exists bool, now, n int64) (policy.Re
 	st := m.load(s, exists, now)
 	if !TryConsume(m.cfg, st, nil, now, n) {
 		Refill(m.cfg, st, now) // to describe the refilled state
-		return result(m.cfg, st, now, false, n), false
+		res := result(m.cfg, st, now, false, n)
+		if keepNew(m.cfg, st, exists) {
+			*s = st[0]
+			return res, true
+		}
+		return res, false
 	}
 	*s = st[0]
 	return result(m.cfg, st, now, true, n), true
+}
+
+// keepNew reports whether a refused request on a new key keeps the bucket
+// it made, st: when it holds fewer tokens than a full one (initial tokens
+// below the capacity). Its refill then runs from the key's first use, as a
+// Bucket4j bucket exists from its first request; were it dropped, every
+// retry would find a new bucket with the same too few tokens, and a
+// request for more of them would never pass, whatever RetryAfter said. A
+// full new bucket is worth no more than no state, and is not kept.
+func keepNew(cfg *Config, st State, exists bool) bool {
+	if exists {
+		return false
+	}
+	for i := range st {
+		if st[i].Size < cfg.Bandwidths[i].Capacity {
+			return true
+		}
+	}
+	return false
 }
 
 // Peek answers as Consume would, taking nothing.
@@ -61,9 +85,14 @@ func (m Single) Reserve(s *BandwidthState, exists bool, now, n, maxWait int64) (
 		// A meter cannot hold more than its size, now or later.
 		Refill(m.cfg, st, now)
 		res := result(m.cfg, st, now, false, n)
+		if keepNew(m.cfg, st, exists) {
+			*s = st[0]
+			return res, true
+		}
 		return res, false
 	}
 	res, changed := reserve(m.cfg, st, now, n, maxWait, m.check(n))
+	changed = changed || res.Code == policy.OK && keepNew(m.cfg, st, exists)
 	if changed {
 		*s = st[0]
 	}
@@ -165,7 +194,12 @@ func (m Multi) Consume(s *State, exists bool, now, n int64) (policy.Result, bool
 	}
 	if !TryConsume(m.cfg, st, scratch, now, n) {
 		Refill(m.cfg, st, now) // to describe the refilled state
-		return result(m.cfg, st, now, false, n), false
+		res := result(m.cfg, st, now, false, n)
+		if keepNew(m.cfg, st, exists) {
+			store(s, st)
+			return res, true
+		}
+		return res, false
 	}
 	store(s, st)
 	return result(m.cfg, st, now, true, n), true
@@ -196,6 +230,7 @@ func (m Multi) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Res
 	var buf [4]BandwidthState
 	st := m.scratch(buf[:], s, exists, now)
 	res, changed := reserve(m.cfg, st, now, n, maxWait, code)
+	changed = changed || res.Code == policy.OK && keepNew(m.cfg, st, exists)
 	if changed {
 		store(s, st)
 	}

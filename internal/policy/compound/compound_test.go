@@ -12,7 +12,10 @@ import (
 
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policy/fixedwindow"
+	"github.com/sluicehq/sluice/internal/policy/policytest"
 	"github.com/sluicehq/sluice/internal/policy/shaper"
+	"github.com/sluicehq/sluice/internal/policy/slidinglog"
+	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
 )
 
 const never = policy.Never
@@ -430,22 +433,18 @@ func TestDecodeStateReusesArrays(t *testing.T) {
 	}
 }
 
+// TestDecodeStateErrors: states of another number of parts than members,
+// written for another compound, are refused too (policytest checks the
+// malformed ones).
 func TestDecodeStateErrors(t *testing.T) {
 	c := windowAndSpacer()
 	tests := []struct {
 		name string
 		src  []byte
 	}{
-		{"empty", nil},
-		{"version 2", []byte{2, 9, 0, 0}},
-		{"fixed window tag", []byte{1, 1, 0, 0}},
-		{"no part", []byte{1, 9}},
 		{"one part", []byte{1, 9, 0}},
 		{"three parts", []byte{1, 9, 0, 0, 0}},
 		{"negative length", []byte{1, 9, 1, 0}},
-		{"length past the end", []byte{1, 9, 8, 1, 1, 0, 2, 8, 1, 5, 20}},
-		{"truncated varint", []byte{1, 9, 0, 0x80}},
-		{"overlong varint", []byte{1, 9, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -459,6 +458,23 @@ func TestDecodeStateErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestContract runs the contract's suite on compounds of members that
+// reserve, and of one that cannot.
+func TestContract(t *testing.T) {
+	leaky := tokenbucket.NewSingle(tokenbucket.Bandwidth{Capacity: 5, RefillTokens: 2, Period: 10, Initial: 5}, false)
+	policytest.Run(t,
+		windowAndSpacer(),
+		Config{Members: []policy.Erased{
+			policy.Erase(fixedwindow.Config{Limit: 4, Interval: 20}),
+			policy.Erase[tokenbucket.BandwidthState](leaky),
+		}},
+		Config{Members: []policy.Erased{
+			policy.Erase(slidinglog.Config{Limit: 3, Interval: 15}),
+			policy.Erase(windowAndSpacer()),
+		}},
+	)
 }
 
 // TestErased runs a compound inside a compound, through policy.Erase.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policy/policytest"
 )
 
 // The expected numbers are worked out by hand in the comments, from
@@ -421,26 +422,14 @@ func TestEncoding(t *testing.T) {
 	}
 }
 
+// TestDecodeStateErrors: states that decode but that no window holds are
+// refused too (policytest checks the malformed ones).
 func TestDecodeStateErrors(t *testing.T) {
 	c := Config{Limit: 10, Interval: 60 * sec}
-	overlong := []byte{1, 1}
-	for range 11 {
-		overlong = append(overlong, 0xff)
-	}
-	overlong = append(overlong, 0x01, 0)
 	tests := []struct {
 		name string
 		src  []byte
 	}{
-		{"empty", nil},
-		{"half a header", []byte{1}},
-		{"header only", []byte{1, 1}},
-		{"another version", []byte{2, 1, 0, 0}},
-		{"another policy", []byte{1, 2, 0, 0}},
-		{"one integer", []byte{1, 1, 0}},
-		{"truncated varint", []byte{1, 1, 0, 0x80}},
-		{"overlong varint", overlong},
-		{"trailing bytes", []byte{1, 1, 0, 0, 0}},
 		// Zig-zag 1 is −1: a window cannot hold −1 hits. A negative
 		// count would let more than Limit through (Remaining is
 		// Limit−Hits) and feeds CeilDiv, which requires a ≥ 0; the
@@ -461,6 +450,12 @@ func TestDecodeStateErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestContract runs the contract's suite on windows of a few tokens.
+func TestContract(t *testing.T) {
+	policytest.Run(t, Config{Limit: 3, Interval: 10}, Config{Limit: 1, Interval: 7},
+		Config{Limit: 4, Interval: 16, Aligned: true})
 }
 
 // TestTimeLineEdges runs the policy at the ends of int64: times are
@@ -888,73 +883,25 @@ func checkStep(t *testing.T, c Config, m *model, s *State, exists *bool, o op, n
 	}
 	switch {
 	case o != opReserve && !res.Allowed:
-		checkRetry(t, c, before, existed, now, n, res.RetryAfter)
+		policytest.CheckRetry(t, c, &before, existed, now, n, res.RetryAfter)
 	case o == opReserve:
-		checkMaxWait(t, c, before, existed, now, n, res)
+		policytest.CheckReserveWait(t, c, &before, existed, now, n, res)
+		checkRefusedWait(t, c, before, existed, now, n, res)
 	}
 	if *exists {
-		checkExpiry(t, c, *s, n)
-		var again State
-		if err := c.DecodeState(c.AppendState(nil, s), &again); err != nil || again != *s {
-			t.Fatalf("DecodeState(AppendState(%+v)) = %+v, %v", *s, again, err)
-		}
+		policytest.CheckExpiry(t, c, s, n)
 	}
 }
 
-// checkRetry checks that a rejection's RetryAfter is exact: the same
-// request fits then and not 1 ns before.
-func checkRetry(t *testing.T, c Config, s State, exists bool, now, n, ra int64) {
+// checkRefusedWait checks that a refused reservation's RetryAfter is the
+// wait it needs: with that maxWait it is granted, with that wait.
+func checkRefusedWait(t *testing.T, c Config, s State, exists bool, now, n int64, res policy.Result) {
 	t.Helper()
-	if ra <= 0 {
-		t.Fatalf("from %+v at %d: rejected Consume(%d) RetryAfter = %d, want > 0", s, now, n, ra)
+	if res.Allowed || res.RetryAfter == never {
+		return
 	}
-	at := policy.SatAdd(now, ra)
-	if ra == never || at == math.MaxInt64 {
-		return // not on the int64 time line
-	}
-	if res := c.Peek(&s, exists, at, n); !res.Allowed {
-		t.Fatalf("from %+v at %d: Consume(%d) RetryAfter = %d, but then Peek = %+v", s, now, n, ra, res)
-	}
-	if res := c.Peek(&s, exists, at-1, n); res.Allowed {
-		t.Fatalf("from %+v at %d: Consume(%d) RetryAfter = %d, but 1 ns earlier Peek = %+v", s, now, n, ra, res)
-	}
-}
-
-// checkMaxWait checks that a reservation's wait is exact: granted with
-// maxWait equal to it, refused 1 ns below.
-func checkMaxWait(t *testing.T, c Config, s State, exists bool, now, n int64, res policy.Result) {
-	t.Helper()
-	wait := res.Wait
-	if !res.Allowed {
-		wait = res.RetryAfter
-		if wait == never {
-			return
-		}
-		r := s
-		if got, _ := c.Reserve(&r, exists, now, n, wait); !got.Allowed || got.Wait != wait {
-			t.Fatalf("from %+v at %d: Reserve(%d) refused with RetryAfter %d, but with that maxWait = %+v", s, now, n, wait, got)
-		}
-	}
-	if wait > 0 {
-		r := s
-		if got, changed := c.Reserve(&r, exists, now, n, wait-1); got.Allowed || changed {
-			t.Fatalf("from %+v at %d: Reserve(%d) waits %d, but with maxWait 1 ns less = %+v", s, now, n, wait, got)
-		}
-	}
-}
-
-// checkExpiry checks that from ExpiresAt on, s answers as no state does.
-func checkExpiry(t *testing.T, c Config, s State, n int64) {
-	t.Helper()
-	at := c.ExpiresAt(&s)
-	if at == math.MaxInt64 {
-		return // saturated: the state expires after the end of the time line
-	}
-	a, b := s, State{}
-	ra, ca := c.Consume(&a, true, at, n)
-	rb, cb := c.Consume(&b, false, at, n)
-	if ra != rb || ca != cb || a != b {
-		t.Fatalf("%+v at ExpiresAt %d: Consume(%d) = %+v %v %+v, but on no state %+v %v %+v", s, at, n, ra, ca, a, rb, cb, b)
+	if got, _ := c.Reserve(&s, exists, now, n, res.RetryAfter); !got.Allowed || got.Wait != res.RetryAfter {
+		t.Fatalf("from %+v at %d: Reserve(%d) refused with RetryAfter %d, but with that maxWait = %+v", s, now, n, res.RetryAfter, got)
 	}
 }
 
@@ -967,30 +914,19 @@ func FuzzDecodeState(f *testing.F) {
 	f.Add([]byte{}, int64(0), int64(0))
 	f.Fuzz(func(t *testing.T, src []byte, limit, interval int64) {
 		c := fuzzConfig(limit, interval, 0)
-		sentinel := State{Start: 7, Hits: 8}
-		s := sentinel
-		if err := c.DecodeState(src, &s); err != nil {
-			if !errors.Is(err, policy.ErrBadState) {
-				t.Fatalf("DecodeState(%x) = %v, want an error matching ErrBadState", src, err)
-			}
-			if s != sentinel {
-				t.Fatalf("DecodeState(%x) failed but changed the state to %+v", src, s)
-			}
+		s := policytest.DecodeState(t, c, src)
+		if s == nil {
 			return
 		}
 		if s.Hits < 0 {
-			t.Fatalf("DecodeState(%x) = %+v, with negative hits", src, s)
+			t.Fatalf("DecodeState(%x) = %+v, with negative hits", src, *s)
 		}
-		var again State
-		if err := c.DecodeState(c.AppendState(nil, &s), &again); err != nil || again != s {
-			t.Fatalf("DecodeState(AppendState(%+v)) = %+v, %v", s, again, err)
-		}
-		// A decoded state is safe to decide on.
+		// A decoded state agrees with the model.
 		exists := true
 		for _, n := range []int64{1, c.Limit} {
-			r := s
+			r := *s
 			checkStep(t, c, newModel(c, r, true), &r, &exists, opConsume, s.Start, n, 0)
-			r = s
+			r = *s
 			checkStep(t, c, newModel(c, r, true), &r, &exists, opReserve, s.Start, n, never)
 		}
 	})

@@ -22,20 +22,8 @@ func TestUndo(t *testing.T) {
 		}
 		return &policy.Receipt{Tokens: n, At: now, Due: now + res.Wait, Before: before, After: c.AppendState(nil, s)}
 	}
-	t.Run("nothing between: exactly as before", func(t *testing.T) {
-		s := State{TAT: 105, Frac: 2}
-		r := reserve(t, &s, true, 100, 2)
-		if out := policy.Undo(c, &s, true, 100, r); out != policy.Changed || s != (State{TAT: 105, Frac: 2}) {
-			t.Errorf("Undo = %v, %+v; want Changed, the state before", out, s)
-		}
-	})
-	t.Run("a new key: back to none", func(t *testing.T) {
-		var s State
-		r := reserve(t, &s, false, 100, 1)
-		if out := policy.Undo(c, &s, true, 100, r); out != policy.Dropped {
-			t.Errorf("Undo = %v, want Dropped", out)
-		}
-	})
+	// policytest checks that a cancel with nothing between restores the
+	// key exactly.
 	// TAT 100 at 100; a reservation of 3 moves it to 130; a later one of 1
 	// to 140. Cancelling the first moves the TAT back by 30 less the 10
 	// taken after it: 120.

@@ -2,12 +2,12 @@ package gcra
 
 import (
 	"encoding/binary"
-	"errors"
 	"math"
 	"math/big"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policy/policytest"
 )
 
 // model is GCRA from the semantics, with the TAT an exact rational.
@@ -190,7 +190,7 @@ func checkStep(t *testing.T, c Config, m *model, s *State, exists *bool, now, n,
 			t.Fatalf("refused request changed the state from %+v to %+v", before, *s)
 		}
 		if maxWait < 0 {
-			checkRetry(t, c, before, *exists, now, n, res.RetryAfter)
+			policytest.CheckRetry(t, c, &before, *exists, now, n, res.RetryAfter)
 		}
 		return
 	}
@@ -201,40 +201,7 @@ func checkStep(t *testing.T, c Config, m *model, s *State, exists *bool, now, n,
 	if want := new(big.Rat).Add(rat(s.TAT), big.NewRat(s.Frac, c.Rate)); want.Cmp(m.tat) != 0 {
 		t.Fatalf("state %+v, want the TAT %v", *s, m.tat.FloatString(3))
 	}
-	checkExpiry(t, c, *s, n)
-}
-
-// checkRetry checks that a rejection's RetryAfter is exact.
-func checkRetry(t *testing.T, c Config, s State, exists bool, now, n, ra int64) {
-	t.Helper()
-	if ra == policy.Never {
-		return // the model checked it
-	}
-	if ra <= 0 {
-		t.Fatalf("rejected Consume(%d) RetryAfter = %d, want > 0", n, ra)
-	}
-	at := now + ra // the model checked that it fits
-	if res := c.Peek(&s, exists, at, n); !res.Allowed {
-		t.Fatalf("%+v at %d: Consume(%d) RetryAfter = %d, but then Peek = %+v", s, now, n, ra, res)
-	}
-	if res := c.Peek(&s, exists, at-1, n); res.Allowed {
-		t.Fatalf("%+v at %d: Consume(%d) RetryAfter = %d, but 1 ns earlier Peek = %+v", s, now, n, ra, res)
-	}
-}
-
-// checkExpiry checks that from ExpiresAt on, s answers as no state does.
-func checkExpiry(t *testing.T, c Config, s State, n int64) {
-	t.Helper()
-	at := c.ExpiresAt(&s)
-	if s.Frac > 0 && at == math.MaxInt64 {
-		return // saturated
-	}
-	a, b := s, State{}
-	ra, ca := c.Consume(&a, true, at, n)
-	rb, cb := c.Consume(&b, false, at, n)
-	if ra != rb || ca != cb || (ca && a != b) {
-		t.Fatalf("%+v at ExpiresAt %d: Consume(%d) = %+v %v %+v, but on no state %+v %v %+v", s, at, n, ra, ca, a, rb, cb, b)
-	}
+	policytest.CheckExpiry(t, c, s, n)
 }
 
 func FuzzDecodeState(f *testing.F) {
@@ -245,28 +212,17 @@ func FuzzDecodeState(f *testing.F) {
 	f.Add([]byte{1, 7}, int64(0), int64(0), int64(0), int64(0))
 	f.Fuzz(func(t *testing.T, src []byte, limit, rate, period, dt int64) {
 		c := fuzzConfig(limit, rate, period, 0)
-		sentinel := State{TAT: 7, Frac: 8}
-		s := sentinel
-		if err := c.DecodeState(src, &s); err != nil {
-			if !errors.Is(err, policy.ErrBadState) {
-				t.Fatalf("DecodeState(%x) = %v, want an error matching ErrBadState", src, err)
-			}
-			if s != sentinel {
-				t.Fatalf("DecodeState(%x) failed but changed the state to %+v", src, s)
-			}
+		s := policytest.DecodeState(t, c, src)
+		if s == nil {
 			return
 		}
 		if s.Frac < 0 {
-			t.Fatalf("DecodeState(%x) = %+v, with a negative Frac", src, s)
+			t.Fatalf("DecodeState(%x) = %+v, with a negative Frac", src, *s)
 		}
-		var again State
-		if err := c.DecodeState(c.AppendState(nil, &s), &again); err != nil || again != s {
-			t.Fatalf("DecodeState(AppendState(%+v)) = %+v, %v", s, again, err)
-		}
-		// A decoded state is safe to decide on and agrees with the model.
+		// A decoded state agrees with the model.
 		m := &model{c: c, tat: new(big.Rat).Add(rat(s.TAT), big.NewRat(min(s.Frac, c.Rate-1), c.Rate))}
 		exists := true
 		now := policy.SatAdd(s.TAT, dt)
-		checkStep(t, c, m, &s, &exists, now, 1, -1)
+		checkStep(t, c, m, s, &exists, now, 1, -1)
 	})
 }

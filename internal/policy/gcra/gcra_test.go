@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policy/policytest"
 )
 
 // The expected numbers are worked out in the comments (T is the emission
@@ -235,30 +236,14 @@ func TestExpiresAt(t *testing.T) {
 	}
 }
 
-func TestStateEncoding(t *testing.T) {
-	cfg := Config{Limit: 3, Rate: 3, Period: sec}
-	for _, s := range []State{{}, {TAT: t0, Frac: 2}, {TAT: math.MinInt64, Frac: math.MaxInt64}, {TAT: math.MaxInt64}} {
-		b := cfg.AppendState([]byte("prefix"), &s)
-		var got State
-		if err := cfg.DecodeState(b[len("prefix"):], &got); err != nil || got != s {
-			t.Errorf("DecodeState(AppendState(%+v)) = %+v, %v", s, got, err)
-		}
-	}
-}
-
 func TestDecodeStateErrors(t *testing.T) {
 	cfg := Config{Limit: 3, Rate: 3, Period: sec}
-	good := cfg.AppendState(nil, &State{TAT: t0, Frac: 2})
 	tests := []struct {
 		name string
 		src  []byte
 	}{
-		{"empty", nil},
-		{"header only", good[:2]},
-		{"version 0", append([]byte{0}, good[1:]...)},
-		{"token-bucket tag", append([]byte{policy.Version, byte(policy.TagTokenBucket)}, good[2:]...)},
-		{"truncated", good[:len(good)-1]},
-		{"trailing byte", append(good[:len(good):len(good)], 0)},
+		// policytest checks the malformed states; this one decodes to a
+		// TAT that cannot be.
 		{"negative fraction", policy.AppendInt(policy.AppendInt(policy.AppendHeader(nil, policy.TagGCRA), t0), -1)},
 	}
 	for _, tt := range tests {
@@ -272,6 +257,13 @@ func TestDecodeStateErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestContract runs the contract's suite on bursts of a few tokens, the
+// emission interval whole and fractional.
+func TestContract(t *testing.T) {
+	policytest.Run(t, Config{Limit: 3, Rate: 3, Period: 10}, Config{Limit: 4, Rate: 3, Period: 10},
+		Config{Limit: 1, Rate: 7, Period: 100})
 }
 
 func TestQuota(t *testing.T) {

@@ -1,11 +1,11 @@
 package nolimit
 
 import (
-	"errors"
 	"math"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policy/policytest"
 )
 
 const never = policy.Never
@@ -72,29 +72,19 @@ func TestConfig(t *testing.T) {
 	}
 }
 
-func TestDecodeStateErrors(t *testing.T) {
-	var c Config
-	for _, src := range [][]byte{nil, {1}, {2, 8}, {1, 1}, {1, 8, 0}} {
-		var s State
-		if err := c.DecodeState(src, &s); !errors.Is(err, policy.ErrBadState) {
-			t.Errorf("DecodeState(%x) = %v, want an error matching ErrBadState", src, err)
-		}
-	}
-}
+// TestContract runs the contract's suite.
+func TestContract(t *testing.T) { policytest.Run(t, Config{}) }
 
+// FuzzDecodeState: policytest's checks of a decoder, and the header alone
+// is the one state.
 func FuzzDecodeState(f *testing.F) {
 	f.Add([]byte{1, 8})
 	f.Add([]byte{1, 8, 0})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, src []byte) {
-		var c Config
-		var s State
-		err := c.DecodeState(src, &s)
-		if ok := len(src) == 2 && src[0] == policy.Version && src[1] == byte(policy.TagNoLimit); ok != (err == nil) {
-			t.Fatalf("DecodeState(%x) = %v", src, err)
-		}
-		if err != nil && !errors.Is(err, policy.ErrBadState) {
-			t.Fatalf("DecodeState(%x) = %v, want an error matching ErrBadState", src, err)
+		s := policytest.DecodeState(t, Config{}, src)
+		if ok := len(src) == 2 && src[0] == policy.Version && src[1] == byte(policy.TagNoLimit); ok != (s != nil) {
+			t.Fatalf("DecodeState(%x) = %v, want a state only for the header", src, s)
 		}
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policy/policytest"
 )
 
 const never = policy.Never
@@ -402,25 +403,16 @@ func TestEncoding(t *testing.T) {
 	}
 }
 
+// TestDecodeStateErrors: states that decode to a fraction out of range are
+// refused too (policytest checks the malformed ones).
 func TestDecodeStateErrors(t *testing.T) {
 	c := Config{Amount: 3, Interval: 10, MaxQueue: 1}
 	tests := []struct {
 		name string
 		src  []byte
 	}{
-		{"empty", nil},
-		{"one byte", []byte{1}},
-		{"version 0", []byte{0, 5, 0, 0}},
-		{"version 2", []byte{2, 5, 0, 0}},
-		{"fixed window tag", []byte{1, 1, 0, 0}},
-		{"leaky bucket tag", []byte{1, 4, 0, 0}},
-		{"no fraction", []byte{1, 5, 0}},
-		{"nothing after the header", []byte{1, 5}},
-		{"trailing byte", []byte{1, 5, 0, 0, 0}},
 		{"fraction = Amount", []byte{1, 5, 0, 6}},
 		{"fraction -1", []byte{1, 5, 0, 1}},
-		{"overlong varint", []byte{1, 5, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01, 0}},
-		{"truncated varint", []byte{1, 5, 0x80}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -483,6 +475,13 @@ func BenchmarkConsume(b *testing.B) {
 			b.Fatal("rejected")
 		}
 	}
+}
+
+// TestContract runs the contract's suite on short lines, with a queue and
+// without, and with slots of a fraction of a nanosecond.
+func TestContract(t *testing.T) {
+	policytest.Run(t, Config{Amount: 2, Interval: 7, MaxQueue: 4}, Config{Amount: 3, Interval: 10, MaxQueue: 0},
+		Config{Amount: 1, Interval: 10, MaxQueue: 5})
 }
 
 // TestInvalidState checks that a State with its fraction out of range, which

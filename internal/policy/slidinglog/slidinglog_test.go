@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policy/policytest"
 )
 
 // The expected numbers are Symfony's sliding log's (its documented
@@ -355,17 +356,12 @@ func TestDecodeStateErrors(t *testing.T) {
 		}
 		return b
 	}
-	good := ints(2, t0, 1, sec, 2)
+	// policytest checks the malformed states; these decode to logs that
+	// cannot be.
 	tests := []struct {
 		name string
 		src  []byte
 	}{
-		{"empty", nil},
-		{"header only", hdr()},
-		{"version 2", append([]byte{2}, good[1:]...)},
-		{"sliding-window tag", append([]byte{policy.Version, byte(policy.TagSlidingWindow)}, good[2:]...)},
-		{"truncated", good[:len(good)-1]},
-		{"trailing byte", append(good[:len(good):len(good)], 0)},
 		{"negative count", ints(-1)},
 		{"count beyond the bytes", ints(3, t0, 1, sec, 2)},
 		{"huge count", ints(math.MaxInt64)},
@@ -387,6 +383,11 @@ func TestDecodeStateErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestContract runs the contract's suite on logs of a few tokens.
+func TestContract(t *testing.T) {
+	policytest.Run(t, Config{Limit: 3, Interval: 10}, Config{Limit: 1, Interval: 7}, Config{Limit: 6, Interval: 1000})
 }
 
 func TestQuota(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policy/policytest"
 )
 
 // The expected numbers are Symfony's sliding window's (its documented
@@ -303,41 +304,16 @@ func TestExpiredStateIsNoState(t *testing.T) {
 	}
 }
 
-func TestStateEncoding(t *testing.T) {
-	cfg := Config{Limit: 5, Interval: 10 * sec}
-	for _, s := range []State{
-		{},
-		{Start: t0, Prev: 3, Hits: 2},
-		{Start: math.MinInt64, Prev: math.MaxInt64, Hits: math.MaxInt64},
-		{Start: math.MaxInt64},
-	} {
-		b := cfg.AppendState([]byte("prefix"), &s)
-		var got State
-		if err := cfg.DecodeState(b[len("prefix"):], &got); err != nil {
-			t.Fatalf("DecodeState(AppendState(%+v)) = %v", s, err)
-		}
-		if got != s {
-			t.Errorf("DecodeState(AppendState(%+v)) = %+v", s, got)
-		}
-	}
-}
-
+// TestDecodeStateErrors: states that decode but that no window holds are
+// refused too (policytest checks the malformed ones).
 func TestDecodeStateErrors(t *testing.T) {
 	cfg := Config{Limit: 5, Interval: 10 * sec}
-	good := cfg.AppendState(nil, &State{Start: t0, Prev: 3, Hits: 2})
 	tests := []struct {
 		name string
 		src  []byte
 	}{
-		{"empty", nil},
-		{"header only", good[:2]},
-		{"version 2", append([]byte{2}, good[1:]...)},
-		{"fixed-window tag", append([]byte{policy.Version, byte(policy.TagFixedWindow)}, good[2:]...)},
-		{"truncated", good[:len(good)-1]},
-		{"trailing byte", append(good[:len(good):len(good)], 0)},
 		{"negative previous hits", policy.AppendInt(policy.AppendInt(policy.AppendInt(policy.AppendHeader(nil, policy.TagSlidingWindow), t0), -1), 0)},
 		{"negative hits", policy.AppendInt(policy.AppendInt(policy.AppendInt(policy.AppendHeader(nil, policy.TagSlidingWindow), t0), 0), -1)},
-		{"overlong varint", append(policy.AppendHeader(nil, policy.TagSlidingWindow), 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -351,6 +327,11 @@ func TestDecodeStateErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestContract runs the contract's suite on windows of a few tokens.
+func TestContract(t *testing.T) {
+	policytest.Run(t, Config{Limit: 3, Interval: 10}, Config{Limit: 1, Interval: 7}, Config{Limit: 5, Interval: 1000})
 }
 
 func TestQuota(t *testing.T) {

@@ -14,7 +14,11 @@ const Version = 1
 // another policy is seen as having no state rather than misread.
 type Tag byte
 
-// The policy tags. Never renumber them: they are stored.
+// The policy tags: a registry of stored values, kept here on purpose. Every
+// state a store holds starts with its policy's tag, so a tag is never
+// renumbered or reused, even when its policy goes; listing them all in one
+// place is what makes that visible. A new policy takes the next number
+// here, besides its machine package and its entry in internal/policyspec.
 const (
 	TagFixedWindow   Tag = 1
 	TagSlidingWindow Tag = 2

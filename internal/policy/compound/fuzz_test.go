@@ -45,19 +45,28 @@ func (r *reference) apply(op int, now, n, maxWait int64) (policy.Result, bool) {
 	case op == 1 && maxWait < 0:
 		return policy.Result{Code: policy.NonPositiveMaxWait}, false
 	}
+	// A member's state past its ExpiresAt is no state, as it is for the
+	// member alone in a store.
 	fs, ss := r.fs, r.ss
+	fLive, sLive := r.fExists && r.fw.ExpiresAt(&fs) > now, r.sExists && r.sh.ExpiresAt(&ss) > now
+	if !fLive {
+		fs = fixedwindow.State{}
+	}
+	if !sLive {
+		ss = shaper.State{}
+	}
 	var res [2]policy.Result
 	var changed [2]bool
 	switch op {
 	case 0:
-		res[0], changed[0] = r.fw.Consume(&fs, r.fExists, now, n)
-		res[1], changed[1] = r.sh.Consume(&ss, r.sExists, now, n)
+		res[0], changed[0] = r.fw.Consume(&fs, fLive, now, n)
+		res[1], changed[1] = r.sh.Consume(&ss, sLive, now, n)
 	case 1:
-		res[0], changed[0] = r.fw.Reserve(&fs, r.fExists, now, n, maxWait)
-		res[1], changed[1] = r.sh.Reserve(&ss, r.sExists, now, n, maxWait)
+		res[0], changed[0] = r.fw.Reserve(&fs, fLive, now, n, maxWait)
+		res[1], changed[1] = r.sh.Reserve(&ss, sLive, now, n, maxWait)
 	case 2:
-		res[0] = r.fw.Peek(&fs, r.fExists, now, n)
-		res[1] = r.sh.Peek(&ss, r.sExists, now, n)
+		res[0] = r.fw.Peek(&fs, fLive, now, n)
+		res[1] = r.sh.Peek(&ss, sLive, now, n)
 	}
 	for _, x := range res {
 		if x.Code != policy.OK {

@@ -120,11 +120,49 @@ func (rq *Requests) name(k uint32) string {
 // Run runs p against the requests, whose times are sorted nanoseconds from
 // the start, as Traffic.Requests returns them.
 func Run(name string, p sluice.Policy, rq *Requests, o Options) (*Report, error) {
+	o, err := o.resolve(p)
+	if err != nil {
+		return nil, err
+	}
+	c := &clock{}
+	l, err := sluice.NewLimiter(p, sluice.WithClock(c))
+	if err != nil {
+		return nil, err
+	}
+	s := &run{
+		name: name, o: o, rq: rq, c: c, l: l,
+		r:        newReport(name, p, o),
+		admitted: make(map[uint32][]int64),
+	}
+	s.levelKey = s.r.countKeys(rq)
+	ctx := context.Background()
+	for i, t := range rq.Times {
+		if t < 0 || t >= int64(o.Duration) {
+			continue
+		}
+		if err := s.arrive(ctx, t, rq.key(i)); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.level(ctx, len(s.r.Slices)); err != nil {
+		return nil, err
+	}
+	s.r.Worst = s.worst()
+	s.r.Waits = summarise(s.delays)
+	return s.r, nil
+}
+
+// maxSlices bounds a report's slices, so that a slice too short for the
+// duration fails rather than running out of memory.
+const maxSlices = 100_000
+
+// resolve checks o and fills in its defaults for p.
+func (o Options) resolve(p sluice.Policy) (Options, error) {
 	if o.Duration <= 0 {
-		return nil, fmt.Errorf("simulate: the duration must be positive, got %v", o.Duration)
+		return o, fmt.Errorf("simulate: the duration must be positive, got %v", o.Duration)
 	}
 	if o.Slice < 0 || o.Window < 0 || o.MaxWait < 0 {
-		return nil, fmt.Errorf("simulate: slice, window and max wait must not be negative, got %v, %v and %v", o.Slice, o.Window, o.MaxWait)
+		return o, fmt.Errorf("simulate: slice, window and max wait must not be negative, got %v, %v and %v", o.Slice, o.Window, o.MaxWait)
 	}
 	if o.Slice == 0 {
 		o.Slice = NiceSlice(o.Duration, 60)
@@ -132,133 +170,161 @@ func Run(name string, p sluice.Policy, rq *Requests, o Options) (*Report, error)
 	if o.Window == 0 {
 		o.Window = p.Window()
 	}
-	nslices := (o.Duration + o.Slice - 1) / o.Slice
-	if nslices > 100_000 {
-		return nil, fmt.Errorf("simulate: %v in slices of %v makes %d slices, more than 100000; choose a longer slice", o.Duration, o.Slice, nslices)
+	if n := o.nslices(); n > maxSlices {
+		return o, fmt.Errorf("simulate: %v in slices of %v makes %d slices, more than %d; choose a longer slice", o.Duration, o.Slice, n, maxSlices)
 	}
+	return o, nil
+}
 
-	c := &clock{}
-	l, err := sluice.NewLimiter(p, sluice.WithClock(c))
-	if err != nil {
-		return nil, err
-	}
+// nslices is the number of slices of the duration; the last may be short.
+func (o Options) nslices() time.Duration { return (o.Duration + o.Slice - 1) / o.Slice }
+
+// newReport returns the empty report of p under the resolved options o.
+func newReport(name string, p sluice.Policy, o Options) *Report {
 	r := &Report{
 		Name: name, Policy: p.String(),
 		Duration: o.Duration, Slice: o.Slice, Window: o.Window,
-		Slices: make([]Slice, nslices),
+		Slices: make([]Slice, o.nslices()),
 	}
 	for i := range r.Slices {
 		r.Slices[i].Start = time.Duration(i) * o.Slice
 	}
-	ctx := context.Background()
-	arrivals := rq.Times
-	// The level is the busiest key's; the worst window is the worst of
-	// any key's, so departures are kept by key.
-	levelKey := oneKey
-	if rq.Keys != nil {
-		counts := make([]int64, len(rq.Names))
-		for i, t := range arrivals {
-			if t >= 0 && t < int64(o.Duration) {
-				counts[rq.Keys[i]]++
-			}
+	return r
+}
+
+// countKeys sets r.Keys and r.LevelKey from the requests within r's
+// duration, and returns the key whose level the slices report: the
+// busiest one.
+func (r *Report) countKeys(rq *Requests) string {
+	if rq.Keys == nil {
+		if len(rq.Times) > 0 {
+			r.Keys = 1
 		}
-		busiest := 0
-		for k, n := range counts {
-			if n > 0 {
-				r.Keys++
-			}
-			if n > counts[busiest] {
-				busiest = k
-			}
-		}
-		levelKey = rq.name(uint32(busiest))
-		if r.Keys > 1 {
-			r.LevelKey = levelKey
-		}
-	} else if len(arrivals) > 0 {
-		r.Keys = 1
+		return oneKey
 	}
-	admitted := make(map[uint32][]int64) // departure times by key
-	var delays []int64
-	next := 0 // the next slice whose level is still to be read
-	level := func(upto int) error {
-		for ; next < upto; next++ {
-			c.now = min(int64(r.Slices[next].Start+o.Slice), int64(o.Duration)) - 1
-			res, err := l.Peek(ctx, levelKey, 1)
-			if err != nil {
-				return err
-			}
-			// Remaining is what the probe's request would leave; the
-			// level is what there was before it took its 1.
-			r.Slices[next].Level = res.Remaining
-			if res.Allowed {
-				r.Slices[next].Level = policy.SatAdd(res.Remaining, 1) // no_limit's is MaxInt64
-			}
-			r.Limit = res.Limit
+	counts := make([]int64, len(rq.Names))
+	for i, t := range rq.Times {
+		if t >= 0 && t < int64(r.Duration) {
+			counts[rq.Keys[i]]++
 		}
+	}
+	busiest := 0
+	for k, n := range counts {
+		if n > 0 {
+			r.Keys++
+		}
+		if n > counts[busiest] {
+			busiest = k
+		}
+	}
+	levelKey := rq.name(uint32(busiest))
+	if r.Keys > 1 {
+		r.LevelKey = levelKey
+	}
+	return levelKey
+}
+
+// run is one simulation under way: the limiter on its clock, the report
+// it fills in, and what the report's worst window and waits are worked
+// out from at the end.
+type run struct {
+	name     string
+	o        Options // resolved
+	rq       *Requests
+	c        *clock
+	l        *sluice.Limiter
+	r        *Report
+	levelKey string // the key whose level the slices report
+	// The worst window is the worst of any key's, so departures are kept
+	// by key.
+	admitted map[uint32][]int64
+	delays   []int64 // of admitted requests, when MaxWait is set
+	next     int     // the next slice whose level is still to be read
+}
+
+// level reads the level of every slice before upto whose level is still
+// to be read, at the last instant of each.
+func (s *run) level(ctx context.Context, upto int) error {
+	for ; s.next < upto; s.next++ {
+		sl := &s.r.Slices[s.next]
+		s.c.now = min(int64(sl.Start+s.o.Slice), int64(s.o.Duration)) - 1
+		res, err := s.l.Peek(ctx, s.levelKey, 1)
+		if err != nil {
+			return err
+		}
+		// Remaining is what the probe's request would leave; the level
+		// is what there was before it took its 1.
+		sl.Level = res.Remaining
+		if res.Allowed {
+			sl.Level = policy.SatAdd(res.Remaining, 1) // no_limit's is MaxInt64
+		}
+		s.r.Limit = res.Limit
+	}
+	return nil
+}
+
+// arrive decides the request that arrives at t on key index k, and counts
+// it in the slice it is refused in or leaves in.
+func (s *run) arrive(ctx context.Context, t int64, k uint32) error {
+	slice := int(t / int64(s.o.Slice))
+	if err := s.level(ctx, slice); err != nil {
+		return err
+	}
+	s.c.now = t
+	s.r.Requests++
+	ok, delay, err := s.decide(ctx, s.rq.name(k))
+	if err != nil {
+		return fmt.Errorf("simulate: %s at %v: %w", s.name, time.Duration(t), err)
+	}
+	if !ok {
+		s.r.Rejected++
+		s.r.Slices[slice].Rejected++
 		return nil
 	}
-	for i, t := range arrivals {
-		if t < 0 || t >= int64(o.Duration) {
-			continue
-		}
-		k := rq.key(i)
-		key := rq.name(k)
-		s := int(t / int64(o.Slice))
-		if err := level(s); err != nil {
-			return nil, err
-		}
-		c.now = t
-		r.Requests++
-		var ok bool
-		var delay time.Duration
-		if o.MaxWait > 0 {
-			var rv *sluice.Reservation
-			if rv, err = l.Reserve(ctx, key, 1, o.MaxWait); err == nil {
-				ok, delay = rv.OK(), rv.Delay()
-			}
-		} else {
-			var res sluice.Result
-			res, err = l.Allow(ctx, key)
-			ok = res.Allowed
-		}
+	s.r.Accepted++
+	leave := t + int64(delay)
+	if leave >= int64(s.o.Duration) {
+		s.r.Late++
+	} else {
+		s.r.Slices[leave/int64(s.o.Slice)].Accepted++
+	}
+	s.admitted[k] = append(s.admitted[k], leave)
+	if s.o.MaxWait > 0 {
+		s.delays = append(s.delays, int64(delay))
+	}
+	return nil
+}
+
+// decide asks the limiter for one request on key at the clock's time:
+// with MaxWait, it may be admitted after a delay.
+func (s *run) decide(ctx context.Context, key string) (ok bool, delay time.Duration, err error) {
+	if s.o.MaxWait > 0 {
+		rv, err := s.l.Reserve(ctx, key, 1, s.o.MaxWait)
 		if err != nil {
-			return nil, fmt.Errorf("simulate: %s at %v: %w", name, time.Duration(t), err)
+			return false, 0, err
 		}
-		if !ok {
-			r.Rejected++
-			r.Slices[s].Rejected++
-			continue
+		return rv.OK(), rv.Delay(), nil
+	}
+	res, err := s.l.Allow(ctx, key)
+	return res.Allowed, 0, err
+}
+
+// worst is the window that admitted the most on any one key. Ties go to
+// the earliest window, then the first key by name, so that a report does
+// not depend on the map's order.
+func (s *run) worst() Worst {
+	var best Worst
+	for k, times := range s.admitted {
+		w := worst(times, int64(s.o.Window))
+		if s.r.Keys > 1 {
+			w.Key = s.rq.name(k)
 		}
-		r.Accepted++
-		leave := t + int64(delay)
-		if leave >= int64(o.Duration) {
-			r.Late++
-		} else {
-			r.Slices[leave/int64(o.Slice)].Accepted++
-		}
-		admitted[k] = append(admitted[k], leave)
-		if o.MaxWait > 0 {
-			delays = append(delays, int64(delay))
+		if w.Count > best.Count || w.Count == best.Count &&
+			(w.Start < best.Start || w.Start == best.Start && w.Key < best.Key) {
+			best = w
 		}
 	}
-	if err := level(len(r.Slices)); err != nil {
-		return nil, err
-	}
-	for k, times := range admitted {
-		w := worst(times, int64(o.Window))
-		if r.Keys > 1 {
-			w.Key = rq.name(k)
-		}
-		// Ties go to the earliest window, then the first key by name, so
-		// that a report does not depend on the map's order.
-		if w.Count > r.Worst.Count || w.Count == r.Worst.Count &&
-			(w.Start < r.Worst.Start || w.Start == r.Worst.Start && w.Key < r.Worst.Key) {
-			r.Worst = w
-		}
-	}
-	r.Waits = summarise(delays)
-	return r, nil
+	return best
 }
 
 // worst finds the window [t, t+w) that holds the most of the times, which

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/reqkey"
 )
 
 // KeyFunc returns the key a request is limited under: a client's address,
@@ -70,12 +71,7 @@ func Join(keys ...KeyFunc) KeyFunc {
 			if err != nil {
 				return "", err
 			}
-			if i > 0 {
-				b.WriteByte('|')
-			}
-			b.WriteString(strconv.Itoa(len(s)))
-			b.WriteByte(':')
-			b.WriteString(s)
+			reqkey.WritePart(&b, i, s)
 		}
 		return b.String(), nil
 	}
@@ -133,108 +129,15 @@ func ClientIP(opts ...IPOption) (KeyFunc, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.v6Bits < 1 || o.v6Bits > 128 {
-		return nil, &ConfigError{Field: "WithIPv6Prefix", Value: strconv.Itoa(o.v6Bits), Want: "must be in [1, 128]"}
+	ip, e := reqkey.NewIP(o.trusted, o.header, o.v6Bits)
+	if e != nil {
+		return nil, &ConfigError{Field: e.Field, Value: e.Value, Want: e.Want}
 	}
-	if o.header != "X-Forwarded-For" && o.header != "Forwarded" {
-		return nil, &ConfigError{Field: "WithProxyHeader", Value: strconv.Quote(o.header), Want: `must be "X-Forwarded-For" or "Forwarded"`}
-	}
-	for i, p := range o.trusted {
-		if !p.IsValid() {
-			return nil, &ConfigError{Field: "WithTrustedProxies", Value: fmt.Sprintf("%d: %v", i, p), Want: "must be a valid prefix"}
+	return func(r *http.Request) (string, error) {
+		peer, ok := reqkey.ParseAddr(r.RemoteAddr)
+		if !ok {
+			return "", fmt.Errorf("httplimit: RemoteAddr %q is not an IP address", r.RemoteAddr)
 		}
-		o.trusted[i] = p.Masked()
-	}
-	return o.key, nil
-}
-
-func (o *ipOptions) key(r *http.Request) (string, error) {
-	peer, ok := parseAddr(r.RemoteAddr)
-	if !ok {
-		return "", fmt.Errorf("httplimit: RemoteAddr %q is not an IP address", r.RemoteAddr)
-	}
-	client := peer
-	if o.isTrusted(peer) {
-		hops := o.hops(r)
-		for i := len(hops) - 1; i >= 0; i-- {
-			a, ok := parseAddr(hops[i])
-			if !ok {
-				break
-			}
-			client = a
-			if !o.isTrusted(a) {
-				break
-			}
-		}
-	}
-	if client.Is4() {
-		return client.String(), nil
-	}
-	p, _ := client.Prefix(o.v6Bits) // cannot fail: an IPv6 address and bits in [1, 128]
-	return p.String(), nil
-}
-
-func (o *ipOptions) isTrusted(a netip.Addr) bool {
-	for _, p := range o.trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
-// hops returns the forwarding header's addresses as written, leftmost
-// (farthest from this server) first. An element of Forwarded without a
-// for= parameter is "", which ends the walk.
-func (o *ipOptions) hops(r *http.Request) []string {
-	var hops []string
-	for _, line := range r.Header.Values(o.header) {
-		for _, elem := range splitQuoted(line, ',') {
-			if o.header == "X-Forwarded-For" {
-				hops = append(hops, strings.TrimSpace(elem))
-				continue
-			}
-			hop := ""
-			for _, pair := range splitQuoted(elem, ';') {
-				name, value, _ := strings.Cut(strings.TrimSpace(pair), "=")
-				if strings.EqualFold(name, "for") {
-					hop = strings.Trim(value, `"`)
-				}
-			}
-			hops = append(hops, hop)
-		}
-	}
-	return hops
-}
-
-// splitQuoted splits s at every sep outside double quotes.
-func splitQuoted(s string, sep byte) []string {
-	var parts []string
-	quoted, start := false, 0
-	for i := 0; i < len(s); i++ {
-		switch {
-		case s[i] == '"':
-			quoted = !quoted
-		case s[i] == '\\' && quoted:
-			i++
-		case s[i] == sep && !quoted:
-			parts = append(parts, s[start:i])
-			start = i + 1
-		}
-	}
-	return append(parts, s[start:])
-}
-
-// parseAddr parses an address with or without a port, in brackets or
-// not, with its zone dropped and an IPv4-mapped IPv6 address unmapped.
-func parseAddr(s string) (netip.Addr, bool) {
-	a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"))
-	if err != nil {
-		ap, err := netip.ParseAddrPort(s)
-		if err != nil {
-			return netip.Addr{}, false
-		}
-		a = ap.Addr()
-	}
-	return a.WithZone("").Unmap(), true
+		return ip.Key(peer, func() []string { return r.Header.Values(o.header) }), nil
+	}, nil
 }

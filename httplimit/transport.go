@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/reqkey"
 )
 
 // Transport is an http.RoundTripper for calling a provider that limits its
@@ -202,9 +203,9 @@ func holdBack(resp *http.Response, now int64) time.Duration {
 	}
 	var d time.Duration
 	for _, line := range h.Values("RateLimit") {
-		for _, member := range splitQuoted(line, ',') {
+		for _, member := range reqkey.SplitQuoted(line, ',') {
 			var r, t int64 = -1, -1
-			for _, param := range splitQuoted(member, ';')[1:] {
+			for _, param := range reqkey.SplitQuoted(member, ';')[1:] {
 				name, value, _ := strings.Cut(strings.TrimSpace(param), "=")
 				if n, ok := parseSeconds(value); ok && name == "r" {
 					r = n

@@ -1,0 +1,335 @@
+// Package grpclimit applies sluice limiters to a gRPC server: the unary
+// and stream interceptors of an Interceptor let a call through only when
+// every one of its Limits allows it, and answer the others with
+// RESOURCE_EXHAUSTED and the time to retry, in the status details
+// (google.rpc.RetryInfo) and in trailer metadata that gRPC clients read.
+//
+// It is the gRPC twin of httplimit's Middleware: the same limits, keys
+// (a client's address is keyed as httplimit keys it), costs and failure
+// handling. docs/grpc.md describes it.
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// Limit is one named limit of an Interceptor.
+type Limit struct {
+	// Name names the limit in rejections (the status message and its
+	// QuotaFailure) and in errors. It is required, unique within an
+	// Interceptor, and printable ASCII.
+	Name string
+	// Limiter decides. Required.
+	Limiter *sluice.Limiter
+	// Key returns the key a call is limited under. Required.
+	Key KeyFunc
+	// Cost returns the tokens a call takes; nil: 1 each.
+	Cost CostFunc
+	// Match reports whether the limit applies to calls of a full method
+	// name ("/package.Service/Method"); nil applies it to every call.
+	Match func(method string) bool
+}
+
+// Call is what key and cost functions know of a call besides its
+// context, which holds its peer and incoming metadata.
+type Call struct {
+	// Method is the full method name: "/package.Service/Method".
+	Method string
+	// Request is the request message of a unary call. It is nil for a
+	// stream, which is limited once, when it opens, before any message is
+	// read.
+	Request any
+}
+
+// CostFunc returns the tokens a call takes from a Limit, for calls that
+// weigh differently (a batch of 10 items costs 10). The cost must be
+// positive: anything else, or an error, makes the Interceptor answer
+// INTERNAL.
+type CostFunc func(ctx context.Context, c Call) (int64, error)
+
+// ConfigError reports an argument or option out of its bounds.
+type ConfigError struct {
+	Field string // e.g. "limits[1].Name", "WithIPv6Prefix"
+	Value string // the value given
+	Want  string // the bound it broke
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("grpclimit: %s = %s: %s", e.Field, e.Value, e.Want)
+}
+
+// Interceptor limits the calls to a gRPC server by one or more Limits:
+// install its Unary and Stream methods as the server's interceptors. Make
+// one with New; it is safe for simultaneous use by multiple goroutines.
+type Interceptor struct {
+	limits []Limit
+	o      options
+}
+
+// New returns an interceptor that lets a call through only when every
+// one of limits that matches it allows it. WithErrorCode and WithLogger
+// apply. It returns a *ConfigError for a limit without a name, limiter or
+// key function, for two limits of the same name, and for a bad option.
+func New(limits []Limit, opts ...Option) (*Interceptor, error) {
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if len(limits) == 0 {
+		return nil, &ConfigError{Field: "limits", Value: "[]", Want: "must hold at least one limit"}
+	}
+	in := &Interceptor{limits: append([]Limit(nil), limits...), o: o}
+	seen := map[string]bool{}
+	for i, l := range in.limits {
+		field := fmt.Sprintf("limits[%d]", i)
+		switch {
+		case !printable(l.Name):
+			return nil, &ConfigError{Field: field + ".Name", Value: strconv.Quote(l.Name), Want: "must be non-empty printable ASCII"}
+		case seen[l.Name]:
+			return nil, &ConfigError{Field: field + ".Name", Value: strconv.Quote(l.Name), Want: "must be unique"}
+		case l.Limiter == nil:
+			return nil, &ConfigError{Field: field + ".Limiter", Value: "nil", Want: "is required"}
+		case l.Key == nil:
+			return nil, &ConfigError{Field: field + ".Key", Value: "nil", Want: "is required"}
+		}
+		seen[l.Name] = true
+	}
+	return in, nil
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// Unary is a grpc.UnaryServerInterceptor: it calls handler only when the
+// call passes every limit (see Stream for how they are asked).
+func (in *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	trailer := func(md metadata.MD) {
+		// It fails only outside a server's call, where there is no
+		// trailer to set.
+		_ = grpc.SetTrailer(ctx, md)
+	}
+	if err := in.limit(ctx, Call{Method: info.FullMethod, Request: req}, trailer); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+// Stream is a grpc.StreamServerInterceptor: it calls handler only when
+// the stream passes every limit. A stream is one call, limited when it
+// opens; its messages are not.
+//
+// For each limit that matches the call it computes the key and the cost,
+// then asks the limiters. With one limit that is a single AllowN. With
+// several it first peeks at every limiter, and rejects without taking
+// anything when one of them would; only then does it take the call from
+// each in turn. A call that a concurrent one overtook between the peek
+// and the take can still be rejected by a later limit after the earlier
+// ones took it: limits shared by several processes cannot be taken from
+// atomically together.
+//
+// A rejected call gets RESOURCE_EXHAUSTED (see docs/grpc.md for its
+// details and trailer). A key function's ErrNoKey answers
+// INVALID_ARGUMENT; any other error or panic of a key, cost or match
+// function, or a cost that is not positive, answers INTERNAL; an error of
+// a limiter (a store that failed, with sluice.FailClosed) answers
+// WithErrorCode's code, UNAVAILABLE by default. Those are logged, and
+// their messages do not say why. A panic in handler is not recovered.
+func (in *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if err := in.limit(ss.Context(), Call{Method: info.FullMethod}, ss.SetTrailer); err != nil {
+		return err
+	}
+	return handler(srv, ss)
+}
+
+// decision is what one Limit decided on a call.
+type decision struct {
+	limit *Limit
+	key   string
+	cost  int64
+	res   sluice.Result
+}
+
+// limit decides c: nil lets it through; otherwise it returns the status
+// error to answer, having set its trailer with setTrailer.
+func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metadata.MD)) error {
+	ds := make([]decision, 0, len(in.limits))
+	for i := range in.limits {
+		l := &in.limits[i]
+		match, key, cost, err := l.prepare(ctx, c)
+		if err != nil {
+			code, msg := codes.Internal, "grpclimit: the call could not be limited"
+			if errors.Is(err, ErrNoKey) {
+				code, msg = codes.InvalidArgument, "grpclimit: the call does not carry the key it is limited by"
+			}
+			return in.fail(ctx, c, code, msg, err)
+		}
+		if match {
+			ds = append(ds, decision{limit: l, key: key, cost: cost})
+		}
+	}
+	if len(ds) > 1 {
+		rejected := false
+		for i := range ds {
+			d := &ds[i]
+			var err error
+			if d.res, err = d.limit.Limiter.Peek(ctx, d.key, d.cost); err != nil {
+				return in.limiterFailed(ctx, c, d.limit, err)
+			}
+			rejected = rejected || !d.res.Allowed
+		}
+		if rejected {
+			return reject(ds, setTrailer)
+		}
+	}
+	for i := range ds {
+		d := &ds[i]
+		var err error
+		if d.res, err = d.limit.Limiter.AllowN(ctx, d.key, d.cost); err != nil {
+			return in.limiterFailed(ctx, c, d.limit, err)
+		}
+		if !d.res.Allowed {
+			return reject(ds, setTrailer)
+		}
+	}
+	return nil
+}
+
+// prepare runs l's match, key and cost functions on c, turning a panic in
+// them into an error.
+func (l *Limit) prepare(ctx context.Context, c Call) (match bool, key string, cost int64, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("grpclimit: limit %q: match, key or cost function panicked: %v\n%s", l.Name, v, debug.Stack())
+		}
+	}()
+	if l.Match != nil && !l.Match(c.Method) {
+		return false, "", 0, nil
+	}
+	if key, err = l.Key(ctx, c); err != nil {
+		return false, "", 0, fmt.Errorf("grpclimit: limit %q: key: %w", l.Name, err)
+	}
+	cost = 1
+	if l.Cost != nil {
+		if cost, err = l.Cost(ctx, c); err != nil {
+			return false, "", 0, fmt.Errorf("grpclimit: limit %q: cost: %w", l.Name, err)
+		}
+		if cost <= 0 {
+			return false, "", 0, fmt.Errorf("grpclimit: limit %q: cost must be positive, got %d", l.Name, cost)
+		}
+	}
+	return true, key, cost, nil
+}
+
+// limiterFailed answers a limiter's error: INTERNAL for an argument it
+// refused (a cost above a limit that treats that as an error), else the
+// error code.
+func (in *Interceptor) limiterFailed(ctx context.Context, c Call, l *Limit, err error) error {
+	code, msg := in.o.errorCode, "grpclimit: the rate limiter is unavailable"
+	if errors.Is(err, sluice.ErrInvalidArgument) {
+		code, msg = codes.Internal, "grpclimit: the call could not be limited"
+	}
+	return in.fail(ctx, c, code, msg, fmt.Errorf("grpclimit: limit %q: %w", l.Name, err))
+}
+
+// fail logs err, at level Error for the server's errors, and returns the
+// status of code with msg, which does not say why: the reasons are the
+// server's.
+func (in *Interceptor) fail(ctx context.Context, c Call, code codes.Code, msg string, err error) error {
+	level := slog.LevelError
+	if code == codes.InvalidArgument {
+		level = slog.LevelInfo
+	}
+	in.o.logger.Log(ctx, level, "grpclimit: call not limited", "code", code.String(), "method", c.Method, "err", err)
+	return status.Error(code, msg)
+}
+
+// The trailer metadata of a rejection.
+const (
+	// pushbackKey is gRPC's server pushback (gRFC A6): a client whose
+	// retry policy covers RESOURCE_EXHAUSTED waits this many milliseconds
+	// before it retries, and does not retry at all when it is negative.
+	pushbackKey = "grpc-retry-pushback-ms"
+	// retryAfterKey is HTTP's Retry-After, in whole seconds, for proxies
+	// and clients that translate gRPC to HTTP.
+	retryAfterKey = "retry-after"
+)
+
+// reject returns the RESOURCE_EXHAUSTED status of a call that a limit of
+// ds rejected, and sets its trailer. The wait is the longest of the
+// rejecting limits, since all of them must pass; when one of them can
+// never pass the call, there is no wait to give: the pushback is -1, and
+// neither RetryInfo nor retry-after is sent.
+func reject(ds []decision, setTrailer func(metadata.MD)) error {
+	var worst *decision
+	qf := &errdetails.QuotaFailure{}
+	for i := range ds {
+		d := &ds[i]
+		if d.res.Allowed {
+			continue
+		}
+		desc := "the call is larger than the limit allows"
+		if d.res.RetryAfter != sluice.Never {
+			desc = "retry after " + ceilMillis(d.res.RetryAfter).String()
+		}
+		qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{Subject: d.limit.Name, Description: desc})
+		if worst == nil || d.res.RetryAfter > worst.res.RetryAfter {
+			worst = d
+		}
+	}
+	details := []protoadapt.MessageV1{qf}
+	var msg string
+	if wait := worst.res.RetryAfter; wait == sluice.Never {
+		setTrailer(metadata.Pairs(pushbackKey, "-1"))
+		msg = fmt.Sprintf("rate limit %q exceeded: the call is larger than the limit allows", worst.limit.Name)
+	} else {
+		setTrailer(metadata.Pairs(
+			pushbackKey, strconv.FormatInt(millis(wait), 10),
+			retryAfterKey, strconv.FormatInt(policy.CeilDiv(int64(wait), int64(time.Second)), 10),
+		))
+		details = append([]protoadapt.MessageV1{&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)}}, details...)
+		msg = fmt.Sprintf("rate limit %q exceeded, retry after %v", worst.limit.Name, ceilMillis(wait))
+	}
+	st, err := status.New(codes.ResourceExhausted, msg).WithDetails(details...)
+	if err != nil { // cannot happen: the details are well-formed messages
+		return status.Error(codes.ResourceExhausted, msg)
+	}
+	return st.Err()
+}
+
+// millis is d in whole milliseconds, rounded up: a client that waits
+// that long never comes back early.
+func millis(d time.Duration) int64 { return policy.CeilDiv(int64(d), int64(time.Millisecond)) }
+
+// ceilMillis is d rounded up to a whole millisecond, for people to read.
+// A d within a millisecond of the largest Duration is kept as it is.
+func ceilMillis(d time.Duration) time.Duration {
+	ms := millis(d)
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return d
+	}
+	return time.Duration(ms) * time.Millisecond
+}

@@ -176,7 +176,8 @@ type decision struct {
 // limit decides c: nil lets it through; otherwise it returns the status
 // error to answer, having set its trailer with setTrailer.
 func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metadata.MD)) error {
-	ds := make([]decision, 0, len(in.limits))
+	var buf [4]decision // on the stack for up to 4 limits
+	ds := buf[:0]
 	for i := range in.limits {
 		l := &in.limits[i]
 		match, key, cost, err := l.prepare(ctx, c)

@@ -1,31 +1,35 @@
 // Package testserver starts throwaway database servers for tests: Redis,
-// a three-master Redis Cluster, PostgreSQL and MariaDB. Each runs as a
-// child process of the test binary, on a free 127.0.0.1 port, with its
-// data in a fresh temporary directory, and never touches a server already
-// running on the standard ports.
+// a three-master Redis Cluster, PostgreSQL, MariaDB and dynalite (a
+// DynamoDB-compatible server). Each runs as a child process of the test
+// binary, on a free 127.0.0.1 port, with its data or log in a fresh
+// temporary directory, and never touches a server already running on the
+// standard ports.
 //
 // There are three ways to get a server:
 //
-//   - [Redis], [RedisCluster], [Postgres] and [MariaDB] start a fresh
-//     server for one test and stop it in t.Cleanup. Use them for a test
-//     that needs a server of its own, for example to stop it.
+//   - [Redis], [RedisCluster], [Postgres], [MariaDB] and [Dynamo] start a
+//     fresh server for one test and stop it in t.Cleanup. Use them for a
+//     test that needs a server of its own, for example to stop it.
 //
-//   - [SharedRedis], [SharedRedisCluster], [SharedPostgres] and
-//     [SharedMariaDB] start one server per test binary on first use and
-//     hand the same one to every later caller; [Main] stops them.
+//   - [SharedRedis], [SharedRedisCluster], [SharedPostgres],
+//     [SharedMariaDB] and [SharedDynamo] start one server per test binary
+//     on first use and hand the same one to every later caller; [Main]
+//     stops them.
 //
-//   - [StartRedis], [StartRedisCluster], [StartPostgres] and
-//     [StartMariaDB] take a context instead of a testing.TB and return a
-//     stop function, for callers that manage the lifetime themselves.
+//   - [StartRedis], [StartRedisCluster], [StartPostgres], [StartMariaDB]
+//     and [StartDynamo] take a context instead of a testing.TB and return
+//     a stop function, for callers that manage the lifetime themselves.
 //
 // A package that shares servers runs its tests through Main:
 //
 //	func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 //
 // The servers are found in PATH and in the Debian locations (/usr/sbin,
-// /usr/lib/postgresql/*/bin). When one is missing, Start… returns a
-// [*MissingError] and the testing.TB helpers skip the test, or fail it if
-// the environment variable CI is "true". Installing the servers is the job
+// /usr/lib/postgresql/*/bin); dynalite, an npm package, also in the
+// .bin/dynalite of the checkout, where scripts/test.sh installs it. When
+// one is missing, Start… returns a [*MissingError] and the testing.TB
+// helpers skip the test, or fail it if the environment variable CI is
+// "true". Installing the servers is the job
 // of scripts/test.sh, not of this package.
 //
 // Start-up is bounded by one minute, and an error includes the end of the

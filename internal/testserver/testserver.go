@@ -32,12 +32,17 @@ type MissingError struct {
 	What string
 	// Where it was looked for.
 	Where string
-	// Package is the Debian package that provides it.
+	// Package is the Debian package that provides it, if one does.
 	Package string
+	// Install says how to install it when no Debian package does.
+	Install string
 }
 
-// Error says what is missing and which package to install.
+// Error says what is missing and how to install it.
 func (e *MissingError) Error() string {
+	if e.Package == "" {
+		return fmt.Sprintf("testserver: %s not found in %s; %s", e.What, e.Where, e.Install)
+	}
 	return fmt.Sprintf("testserver: %s not found in %s; install the Debian package %s", e.What, e.Where, e.Package)
 }
 
@@ -425,6 +430,15 @@ func MariaDB(tb testing.TB) string {
 	return forTest(tb, "mariadb", StartMariaDB)
 }
 
+// Dynamo starts dynalite, a DynamoDB-compatible server, for tb (see
+// StartDynamo), stops it when tb ends and returns its endpoint,
+// "http://127.0.0.1:PORT". The test is skipped if node or dynalite is not
+// installed, or fails if CI is "true".
+func Dynamo(tb testing.TB) string {
+	tb.Helper()
+	return forTest(tb, "dynamo", StartDynamo)
+}
+
 // mainRunning is set while Main runs the tests.
 var mainRunning atomic.Bool
 
@@ -498,6 +512,7 @@ var (
 	sharedSentinel     shared[string]
 	sharedPostgres     shared[string]
 	sharedMariaDB      shared[string]
+	sharedDynamo       shared[string]
 )
 
 // SharedRedis is Redis, but the server is started once per test binary
@@ -536,4 +551,12 @@ func SharedPostgres(tb testing.TB) string {
 func SharedMariaDB(tb testing.TB) string {
 	tb.Helper()
 	return sharedMariaDB.get(tb, "mariadb", StartMariaDB)
+}
+
+// SharedDynamo is Dynamo, but the server is started once per test binary
+// and stopped by Main, which must be running the tests. Tests that share
+// it should use tables or keys of their own.
+func SharedDynamo(tb testing.TB) string {
+	tb.Helper()
+	return sharedDynamo.get(tb, "dynamo", StartDynamo)
 }

@@ -70,6 +70,7 @@ var probes = map[string]func(ctx context.Context, addr string) error{
 			return c.command(comInitDB, "sluice")
 		})
 	},
+	"dynamo": pingDynamo,
 }
 
 func TestSingle(t *testing.T) {
@@ -82,6 +83,7 @@ func TestSingle(t *testing.T) {
 		{"redis", Redis, "redis://127.0.0.1:"},
 		{"postgres", Postgres, "postgres://postgres@127.0.0.1:"},
 		{"mariadb", MariaDB, "root@tcp(127.0.0.1:"},
+		{"dynamo", Dynamo, "http://127.0.0.1:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.kind, func(t *testing.T) {
@@ -250,6 +252,21 @@ func TestMissing(t *testing.T) {
 	me, ok := err.(*MissingError)
 	if !ok || me.What != "redis-server" || me.Package != "redis-server" {
 		t.Errorf("StartRedis without redis-server in PATH: %v, want a *MissingError for redis-server", err)
+	}
+}
+
+// TestMissingDynalite: without node or dynalite, StartDynamo says what is
+// missing and how to install it.
+func TestMissingDynalite(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	t.Chdir(t.TempDir()) // no checkout with a .bin/dynalite above it
+	_, _, err := StartDynamo(context.Background())
+	me, ok := err.(*MissingError)
+	if !ok || (me.What != "node" && me.What != "dynalite") {
+		t.Fatalf("StartDynamo without node or dynalite: %v, want a *MissingError for one of them", err)
+	}
+	if me.What == "dynalite" && !strings.Contains(me.Error(), "scripts/test.sh") {
+		t.Errorf("StartDynamo without dynalite: %q, want it to say scripts/test.sh installs it", me)
 	}
 }
 

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 STATICCHECK_VERSION=v0.8.2 # 2026.2.2, the first to know Go 1.26
+DYNALITE_VERSION=4.0.0      # the DynamoDB-compatible server of dynamostore's tests
 BIN="$PWD/.bin"
 export PATH="$BIN:$PATH"
 
@@ -30,7 +31,7 @@ staticcheck ./...
 
 step test servers
 # internal/testserver starts throwaway Redis, PostgreSQL and MariaDB servers
-# for the store tests; without them those tests skip, or fail under CI=true.
+# (and dynalite, installed below) for the store tests; without them those tests skip, or fail under CI=true.
 # The same holds for rsvg-convert and Chromium, which render the simulator's
 # charts and the server's page.
 # has looks for a binary where testserver does: PATH, the sbin directories
@@ -50,6 +51,8 @@ missing_packages() { # the Debian packages of the binaries not found
 	{ has initdb && has postgres; } || echo postgresql
 	{ has mariadbd && has mariadb-install-db; } || echo mariadb-server
 	has mariadb || echo mariadb-client
+	has node || echo nodejs # runs dynalite, installed below with npm
+	has npm || echo npm
 	has rsvg-convert || echo librsvg2-bin # renders simulate's SVG charts in a test
 	has chromium || echo chromium         # loads the server's live page in a test
 }
@@ -80,6 +83,26 @@ fi
 if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
 	echo "creating the system user postgres"
 	useradd --system --user-group --no-create-home --shell /usr/sbin/nologin postgres
+fi
+
+step dynalite "$DYNALITE_VERSION"
+# dynamostore's tests run against dynalite, an npm package that
+# internal/testserver finds in .bin/dynalite (git-ignored).
+dynalite_pkg="$BIN/dynalite/node_modules/dynalite/package.json"
+if [ -f "$dynalite_pkg" ] && grep -q "\"version\": \"$DYNALITE_VERSION\"" "$dynalite_pkg"; then
+	echo "installed"
+elif command -v npm >/dev/null; then
+	npmlog=$(mktemp)
+	if ! npm install --prefix "$BIN/dynalite" --no-audit --no-fund "dynalite@$DYNALITE_VERSION" >"$npmlog" 2>&1; then
+		cat "$npmlog"; rm -f "$npmlog"
+		echo "npm install dynalite@$DYNALITE_VERSION failed; see its output above"; exit 1
+	fi
+	rm -f "$npmlog"
+	echo "installed into $BIN/dynalite"
+elif [ "${CI:-}" = true ]; then
+	echo "CI=true but npm is missing: cannot install dynalite"; exit 1
+else
+	echo "npm not found; the DynamoDB tests will skip"
 fi
 
 step go test -race

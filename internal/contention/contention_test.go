@@ -63,12 +63,18 @@ func TestContention(t *testing.T) {
 	redisURL := testserver.SharedRedis(t)
 	pgURL := testserver.SharedPostgres(t)
 	mariaDSN := testserver.SharedMariaDB(t)
+	dynamo := testserver.SharedDynamo(t)
+	// Made-up credentials, which dynalite accepts, for the workers too.
+	t.Setenv("AWS_ACCESS_KEY_ID", "sluice")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "sluice")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	stores := []struct{ name, url string }{
 		{"redis", redisURL},
 		{"postgres/single_statement", pgURL + "&strategy=single_statement"},
 		{"postgres/select_for_update", pgURL + "&strategy=select_for_update"},
 		{"postgres/advisory_lock", pgURL + "&strategy=advisory_lock"},
 		{"mariadb", mysqlURL(t, mariaDSN)},
+		{"dynamodb", "dynamodb://?region=us-east-1&table=sluice_contention&endpoint=" + dynamo},
 	}
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
@@ -148,7 +154,7 @@ func work(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	if err := store.Check(ctx); err != nil { // creates the SQL table
+	if err := store.Check(ctx); err != nil { // creates the SQL or DynamoDB table
 		t.Fatal(err)
 	}
 	l, err := sluice.NewLimiter(sluice.TokenBucket(limit, 1, 24*time.Hour),

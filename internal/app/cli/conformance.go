@@ -19,7 +19,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 			"all deleted when it ends (a failure to delete them is reported on stderr). On PostgreSQL\n"+
 			"and MySQL it creates the store's table if it is missing, as sluice serve would, and\n"+
 			"leaves the table.", stderr)
-	store := fs.String("store", "", "the `URL` of the store to test; empty: the local buckets and limiters; mem://, redis://, redis+cluster://, redis+sentinel://, postgres://, mysql://: that store")
+	store := fs.String("store", "", "the `URL` of the store to test; empty: the local buckets and limiters; mem://, redis://, redis+cluster://, redis+sentinel://, postgres://, mysql://, dynamodb://: that store")
 	verbose := fs.Bool("v", false, "also print passed and skipped cases")
 	if err := fs.parse(args); err != nil {
 		return err

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -30,10 +33,15 @@ func TestMain(m *testing.M) {
 	os.Exit(testserver.Main(m))
 }
 
-// storeURLs are the URLs of every kind of store, on throwaway servers.
+// storeURLs are the URLs of every kind of store, on throwaway servers. It
+// gives the AWS SDK made-up credentials, which dynalite accepts, for t's
+// processes and their writers.
 func storeURLs(t *testing.T) map[string]string {
 	mysqlDSN := testserver.SharedMariaDB(t) // root@tcp(127.0.0.1:PORT)/sluice
 	hostPort := strings.TrimSuffix(strings.TrimPrefix(mysqlDSN, "root@tcp("), ")/sluice")
+	t.Setenv("AWS_ACCESS_KEY_ID", "sluice")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "sluice")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	return map[string]string{
 		"mem":            "mem://",
 		"redis":          testserver.SharedRedis(t),
@@ -43,6 +51,7 @@ func storeURLs(t *testing.T) map[string]string {
 		"postgres-sfu":   addQuery(testserver.SharedPostgres(t), "strategy=select_for_update&table=sluice_sfu"),
 		"postgres-lock":  addQuery(testserver.SharedPostgres(t), "strategy=advisory_lock&table=sluice_lock"),
 		"mysql":          "mysql://root@" + hostPort + "/sluice",
+		"dynamodb":       "dynamodb://?region=us-east-1&endpoint=" + testserver.SharedDynamo(t),
 	}
 }
 
@@ -101,7 +110,7 @@ func TestCheckStoreCatchesUnsharedStore(t *testing.T) {
 
 // leftovers counts the keys under prefix in the store at url, as the
 // store keeps them: Redis keys under redisstore's prefix, rows of the SQL
-// stores' default table.
+// stores' default table, items of DynamoDB's.
 func leftovers(t *testing.T, url, prefix string) int {
 	t.Helper()
 	ctx := t.Context()
@@ -140,6 +149,22 @@ func leftovers(t *testing.T, url, prefix string) int {
 			t.Fatal(err)
 		}
 		return n
+	case strings.HasPrefix(url, "dynamodb://"):
+		endpoint := strings.TrimPrefix(url, "dynamodb://?region=us-east-1&endpoint=")
+		c := dynamodb.New(dynamodb.Options{Region: "us-east-1", BaseEndpoint: aws.String(endpoint),
+			Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+				return aws.Credentials{AccessKeyID: "sluice", SecretAccessKey: "sluice"}, nil
+			})})
+		out, err := c.Scan(ctx, &dynamodb.ScanInput{
+			TableName:                 aws.String("sluice_state"),
+			FilterExpression:          aws.String("begins_with(#k, :p)"),
+			ExpressionAttributeNames:  map[string]string{"#k": "key"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberB{Value: []byte("sluice:" + prefix)}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(out.Items)
 	}
 	t.Fatalf("leftovers: no way to look into %s", url)
 	return 0
@@ -159,7 +184,7 @@ var scratchPrefix = regexp.MustCompile(`writes keys under "(sluice-check-[0-9a-f
 // the vectors' keys for up to 146 years).
 func TestCheckStoreLeavesNothing(t *testing.T) {
 	urls := storeURLs(t)
-	for _, name := range []string{"redis", "postgres", "mysql"} {
+	for _, name := range []string{"redis", "postgres", "mysql", "dynamodb"} {
 		t.Run(name, func(t *testing.T) {
 			url := urls[name]
 			out, _, err := runCLI(t, "check-store", "--writers", "4", "--processes", "1", "--increments", "5", url)

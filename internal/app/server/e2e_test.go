@@ -201,6 +201,11 @@ func consumeN(t *testing.T, p *proc, limiter, key string, n int) []bool {
 // TestE2EStores runs the server on each store and drives it with HTTP and
 // with Envoy's gRPC API.
 func TestE2EStores(t *testing.T) {
+	// Made-up credentials for the AWS SDK of the servers, which dynalite
+	// accepts.
+	t.Setenv("AWS_ACCESS_KEY_ID", "sluice")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "sluice")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	stores := map[string]func(t testing.TB) string{
 		"mem":      func(testing.TB) string { return "mem://" },
 		"redis":    testserver.SharedRedis,
@@ -208,6 +213,9 @@ func TestE2EStores(t *testing.T) {
 		"mariadb": func(t testing.TB) string {
 			dsn := testserver.SharedMariaDB(t) // root@tcp(127.0.0.1:PORT)/sluice
 			return "mysql://root@" + strings.TrimSuffix(strings.TrimPrefix(dsn, "root@tcp("), ")/sluice") + "/sluice"
+		},
+		"dynamodb": func(t testing.TB) string {
+			return "dynamodb://?region=us-east-1&table=sluice_e2e&endpoint=" + testserver.SharedDynamo(t)
 		},
 	}
 	for name, url := range stores {

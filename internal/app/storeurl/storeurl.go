@@ -6,10 +6,17 @@
 //	redis+sentinel://host:port,.../master   Redis behind Sentinel
 //	postgres://user@host:port/db?strategy=select_for_update&table=name
 //	mysql://user:pass@host:port/db?strategy=...&table=name
+//	dynamodb://?region=eu-west-1&table=name&endpoint=http://host:port
 //
 // strategy is one of single_statement (the default on PostgreSQL),
 // select_for_update (the only one, and default, on MySQL) and
 // advisory_lock (PostgreSQL).
+//
+// dynamodb:// has no host or path: region (else the SDK's, e.g.
+// AWS_REGION), table (default sluice_state) and endpoint (default: the
+// region's; set it for a local server) are its only parameters. The
+// credentials are found as the AWS SDK finds them: environment variables,
+// shared config and credentials files, a role.
 //
 // Open only builds the clients; Check connects. A URL whose scheme is
 // missing or unknown, or that has parameters its store does not take, is
@@ -30,12 +37,17 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go"
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/dynamostore"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/mysqlstore"
 	"github.com/sluicehq/sluice/pgstore"
@@ -133,6 +145,7 @@ var openers = map[string]opener{
 	"postgres":       openPostgres,
 	"postgresql":     openPostgres,
 	"mysql":          openMySQL,
+	"dynamodb":       openDynamo,
 }
 
 // Schemes returns the schemes Open accepts, sorted.
@@ -402,6 +415,44 @@ func openMySQL(_ context.Context, src source) (*Store, error) {
 	return &Store{Store: st, Scheme: u.Scheme, URL: src.shown, check: pingAndMigrate(st), closers: []func() error{db.Close}}, nil
 }
 
+func openDynamo(ctx context.Context, src source) (*Store, error) {
+	u := src.u
+	q, err := params(src, "endpoint", "region", "table")
+	if err != nil {
+		return nil, err
+	}
+	if u.Host != "" || strings.Trim(u.Path, "/") != "" || u.User != nil || u.Opaque != "" {
+		return nil, src.bad("dynamodb:// takes no host or path: name the table with ?table= and a server with ?endpoint=", nil)
+	}
+	var load []func(*config.LoadOptions) error
+	if r := q.Get("region"); r != "" {
+		load = append(load, config.WithRegion(r))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, load...) // reads files and the environment, connects to nothing
+	if err != nil {
+		return nil, src.bad("cannot load the AWS configuration", err)
+	}
+	if cfg.Region == "" {
+		return nil, src.bad("no region: give ?region= or set AWS_REGION", nil)
+	}
+	var clientOpts []func(*dynamodb.Options)
+	if e := q.Get("endpoint"); e != "" {
+		if eu, err := url.Parse(e); err != nil || (eu.Scheme != "http" && eu.Scheme != "https") || eu.Host == "" {
+			return nil, src.bad(fmt.Sprintf("endpoint %q is not an http:// or https:// URL", e), nil)
+		}
+		clientOpts = append(clientOpts, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(e) })
+	}
+	var opts []dynamostore.Option
+	if t := q.Get("table"); t != "" {
+		opts = append(opts, dynamostore.WithTable(t))
+	}
+	st, err := dynamostore.New(dynamodb.NewFromConfig(cfg, clientOpts...), opts...)
+	if err != nil {
+		return nil, src.bad("bad store options", err)
+	}
+	return &Store{Store: st, Scheme: u.Scheme, URL: src.shown, check: st.Migrate}, nil
+}
+
 // pingAndMigrate is the check of a SQL store: a ping, then its table.
 func pingAndMigrate(st interface {
 	Pinger
@@ -439,6 +490,13 @@ func unreachable(err error) bool {
 		// starting up).
 		c := pgErr.Code[:min(2, len(pgErr.Code))]
 		return c == "08" || c == "53" || c == "57"
+	}
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		// DynamoDB answered: throttling and its own faults pass; anything
+		// else (credentials, permissions, a bad table) does not.
+		return apiErr.ErrorFault() == smithy.FaultServer || strings.Contains(apiErr.ErrorCode(), "Throttl") ||
+			apiErr.ErrorCode() == "ProvisionedThroughputExceededException" || apiErr.ErrorCode() == "RequestLimitExceeded"
 	}
 	var myErr *mysql.MySQLError
 	if errors.As(err, &myErr) {

@@ -46,7 +46,15 @@ func TestOpenBadURLs(t *testing.T) {
 		{"mysql://root@127.0.0.1:1/db?tls=true", []string{`unknown parameter "tls"`, "strategy, table"}},
 		{"mysql://root:hunter2@127.0.0.1:1/db?x=1", []string{"root:xxxxx@"}},
 		{"redis://user:hunter2@host:port/x", []string{"(unparsable)"}},
+		{"dynamodb://sluice_state?region=us-east-1", []string{"takes no host or path", "?table="}},
+		{"dynamodb://?region=us-east-1&consistent=1", []string{`unknown parameter "consistent"`, "endpoint, region, table"}},
+		{"dynamodb://?region=us-east-1&endpoint=localhost:8000", []string{`endpoint "localhost:8000" is not an http:// or https:// URL`}},
+		{"dynamodb://?region=us-east-1&table=ab", []string{"bad store options", "not a DynamoDB table name"}},
+		{"dynamodb://?table=limits", []string{"no region", "AWS_REGION"}},
 	}
+	awsEnv(t)
+	t.Setenv("AWS_REGION", "")
+	t.Setenv("AWS_DEFAULT_REGION", "")
 	for _, tt := range tests {
 		t.Run(tt.url, func(t *testing.T) {
 			s, err := Open(t.Context(), tt.url)
@@ -67,6 +75,30 @@ func TestOpenBadURLs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// awsEnv gives the AWS SDK made-up credentials, which dynalite accepts,
+// and keeps it from the machine's own configuration and from the
+// instance metadata service.
+func awsEnv(t *testing.T) {
+	t.Helper()
+	dir := t.TempDir()
+	for k, v := range map[string]string{
+		"AWS_ACCESS_KEY_ID":           "sluice",
+		"AWS_SECRET_ACCESS_KEY":       "sluice",
+		"AWS_SESSION_TOKEN":           "",
+		"AWS_PROFILE":                 "",
+		"AWS_CONFIG_FILE":             dir + "/config",
+		"AWS_SHARED_CREDENTIALS_FILE": dir + "/credentials",
+		"AWS_EC2_METADATA_DISABLED":   "true",
+	} {
+		t.Setenv(k, v)
+	}
+}
+
+// dynamoURL is the store URL of a table on the dynalite at endpoint.
+func dynamoURL(endpoint string) string {
+	return "dynamodb://?region=us-east-1&table=sluice_check&endpoint=" + endpoint
 }
 
 // TestCheck connects to real servers: a store that answers passes; one
@@ -92,6 +124,15 @@ func TestCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb.Close()
+	awsEnv(t)
+	dynamo := testserver.SharedDynamo(t)
+	dynamoStopped, stopDynamo, err := testserver.StartDynamo(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stopDynamo(); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name        string
 		url         string
@@ -112,6 +153,9 @@ func TestCheck(t *testing.T) {
 		{"postgres unknown database", strings.Replace(pgURL, "/postgres?", "/nosuchdb?", 1), false, `database "nosuchdb" does not exist`},
 		{"mysql unknown database", "mysql://root@" + mysqlHost + "/nosuchdb", false, "Unknown database 'nosuchdb'"},
 		{"mysql wrong password", "mysql://root:hunter2@" + mysqlHost + "/sluice", false, "Access denied"},
+		{"dynamodb", dynamoURL(dynamo), false, ""},
+		{"dynamodb again", dynamoURL(dynamo), false, ""},
+		{"dynamodb stopped", dynamoURL(dynamoStopped), true, "connection refused"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -148,9 +192,14 @@ func TestCheck(t *testing.T) {
 // keep returning within the store timeout, with the configured failure
 // policy, and nothing panics.
 func TestServerKilled(t *testing.T) {
+	awsEnv(t)
 	starts := map[string]func(context.Context) (string, func() error, error){
 		"redis":    testserver.StartRedis,
 		"postgres": testserver.StartPostgres,
+		"dynamodb": func(ctx context.Context) (string, func() error, error) {
+			endpoint, stop, err := testserver.StartDynamo(ctx)
+			return dynamoURL(endpoint), stop, err
+		},
 	}
 	for name, start := range starts {
 		t.Run(name, func(t *testing.T) {

@@ -7,7 +7,8 @@
 //
 //	db, err := sql.Open("mysql", "user:pass@tcp(host:3306)/app?interpolateParams=true")
 //	…
-//	store, err := mysqlstore.New(db, mysqlstore.WithTable("sluice_state"))
+//	store, err := mysqlstore.New(db, mysqlstore.WithTable("sluice_state")) // SingleStatement
+//	// or mysqlstore.New(db, mysqlstore.WithStrategy(mysqlstore.SelectForUpdate))
 //	…
 //	err = store.Migrate(ctx) // or run store.DDL() in your migrations
 //
@@ -19,17 +20,35 @@
 //
 // # Strategy and round trips
 //
-// An update locks the key's row with SELECT … FOR UPDATE in a READ
-// COMMITTED transaction (a driver.RowLocker). A key's first update inserts
-// an empty row with INSERT IGNORE in a transaction of its own and starts
-// again. READ COMMITTED takes no gap locks, and the insert happens after a
-// locking read that found nothing and so locked nothing: concurrent first
-// updates of a key wait for each other but never deadlock.
+// [SingleStatement], the default, is a compare-and-swap
+// (driver.NewCASStore with a state cache): a SELECT of the state, then
+// one conditional statement that writes only if the state is still the
+// one read (UPDATE … WHERE key = ? AND state = ? AND not expired; a plain
+// INSERT for a key without a row), retrying a lost race on the state that
+// won. Each statement is its own transaction, in autocommit, and holds no
+// lock past its end. It is exact under READ COMMITTED and REPEATABLE
+// READ, and on MySQL and MariaDB with or without CLIENT_FOUND_ROWS: cas.go
+// argues why. The Store remembers the state it last wrote or read for
+// each of up to [DefaultStateCache] keys ([WithStateCache]), so a decision
+// on a key whose state this process last wrote is one round trip: the
+// UPDATE when the state changes, the SELECT when it does not (2 on a cache
+// miss). A key whose row has expired takes a failed INSERT and an UPDATE.
 //
-// One decision on a key that has state, with interpolateParams=true: SET
-// TRANSACTION ISOLATION LEVEL, START TRANSACTION, SELECT … FOR UPDATE,
-// UPDATE, COMMIT: 5 round trips, 4 when the state does not change (7 and
-// 6 without interpolateParams). The first update of a key costs 4 more.
+// [SelectForUpdate] locks the key's row with SELECT … FOR UPDATE in a
+// READ COMMITTED transaction (a driver.RowLocker). A key's first update
+// inserts an empty row with INSERT IGNORE in a transaction of its own and
+// starts again. READ COMMITTED takes no gap locks, and the insert happens
+// after a locking read that found nothing and so locked nothing:
+// concurrent first updates of a key wait for each other but never
+// deadlock. One decision on a key that has state: SET TRANSACTION
+// ISOLATION LEVEL, START TRANSACTION, SELECT … FOR UPDATE, UPDATE, COMMIT:
+// 5 round trips, 4 when the state does not change. The first update of a
+// key costs 4 more.
+//
+// The counts assume interpolateParams=true in the DSN; without it every
+// statement with arguments costs two (a prepare and an execute). Processes
+// that share a table may use different strategies, so a rolling deploy
+// can change it: both write a row only under InnoDB's lock on it.
 //
 // # Table
 //
@@ -64,9 +83,14 @@
 // # Errors
 //
 // Errors follow the driver contract: [driver.ErrConflict] for a deadlock
-// (1213) or a lock wait timeout (1205), after the transaction is rolled
+// (1213), a lock wait timeout (1205) or MariaDB's "record has changed
+// since last read" (1020), after the statement or transaction is rolled
 // back; [driver.ErrUnavailable] when the server could not be reached or
-// refused a statement; [driver.ErrIndeterminate] when a COMMIT that wrote
-// was sent and its answer was lost. A context that ended before COMMIT was
+// refused a statement; [driver.ErrIndeterminate] when a write was sent
+// and its answer was lost: SingleStatement's INSERT or UPDATE, or
+// SelectForUpdate's COMMIT. A context that ends while SingleStatement's
+// UPDATE waits for a row lock is indeterminate too: the server runs the
+// statement once the lock is free, whether or not the client still
+// waits. With SelectForUpdate, a context that ended before COMMIT was
 // sent is returned as ctx.Err(), and the transaction rolls back.
 package mysqlstore

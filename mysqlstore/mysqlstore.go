@@ -18,6 +18,42 @@ import (
 	"github.com/sluicehq/sluice/driver"
 )
 
+// Strategy is how a Store makes an update atomic. Processes that share a
+// table may use different strategies, as during a rolling deploy that
+// changes it: both write a row only under InnoDB's lock on it, and
+// SingleStatement compares with the row's latest committed version.
+type Strategy int
+
+const (
+	// SingleStatement reads the state, then writes it with one
+	// conditional statement that succeeds only if the state is still what
+	// was read, retrying a lost race (a driver.CAS with a state cache).
+	// Each statement is a transaction of its own (autocommit): no lock is
+	// held between statements. It is the default.
+	SingleStatement Strategy = iota
+	// SelectForUpdate locks the key's row with SELECT … FOR UPDATE in a
+	// READ COMMITTED transaction, inserting an empty row first if the key
+	// has none (a driver.RowLocker), as Bucket4j's SELECT_FOR_UPDATE lock
+	// does.
+	SelectForUpdate
+)
+
+// String returns the constant's name, "SingleStatement" or
+// "SelectForUpdate".
+func (s Strategy) String() string {
+	switch s {
+	case SingleStatement:
+		return "SingleStatement"
+	case SelectForUpdate:
+		return "SelectForUpdate"
+	}
+	return fmt.Sprintf("Strategy(%d)", int(s))
+}
+
+// DefaultStateCache is how many keys' states a SingleStatement store
+// remembers by default; see WithStateCache.
+const DefaultStateCache = 4096
+
 // Defaults of the options.
 const (
 	DefaultTable         = "sluice_state"
@@ -65,7 +101,9 @@ type options struct {
 	qualified           bool   // table has a database
 	tableOpt            string // the name as given, for errors
 	key, state, expires string
+	strategy            Strategy
 	maxAttempts         int
+	stateCache          int
 }
 
 // WithTable sets the table, "name" or "db.name"; the default is
@@ -86,20 +124,41 @@ func WithColumns(key, state, expires string) Option {
 	return func(o *options) { o.key, o.state, o.expires = key, state, expires }
 }
 
-// WithMaxAttempts bounds the transactions of one update that only insert
-// the key's empty row, after which the update fails with
-// driver.ErrConflict. The default, 0, is no bound: the update retries
-// until its context ends.
+// WithStrategy sets the strategy; the default is SingleStatement.
+func WithStrategy(s Strategy) Option {
+	return func(o *options) { o.strategy = s }
+}
+
+// WithStateCache sets for how many keys a SingleStatement store remembers
+// the state it last wrote or read (the default is DefaultStateCache; 0
+// turns the cache off). With it, an update of a key whose state this
+// process last wrote is one statement, the conditional UPDATE, instead of
+// two; a stale entry (another process wrote, or the state expired) only
+// costs a lost compare and a read, never a wrong decision. See
+// driver.WithStateCache. SelectForUpdate ignores it.
+func WithStateCache(entries int) Option {
+	return func(o *options) { o.stateCache = entries }
+}
+
+// WithMaxAttempts bounds the attempts of one update: with
+// SingleStatement, the conditional writes lost to other writers; with
+// SelectForUpdate, the transactions that only inserted the key's empty
+// row. Past it the update fails with driver.ErrConflict. The default, 0,
+// is no bound: the update retries until its context ends, so that
+// contention is never a failure (see driver.NewCASStore).
 func WithMaxAttempts(n int) Option {
 	return func(o *options) { o.maxAttempts = n }
 }
 
 // DB is the part of *sql.DB that a Store uses; *sql.Conn satisfies it too.
 // Its driver must be github.com/go-sql-driver/mysql, whose errors the
-// Store interprets.
+// Store interprets, and its sessions must be in autocommit mode (the
+// server's default), so that each statement of SingleStatement is a
+// transaction of its own.
 type DB interface {
 	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 	PingContext(ctx context.Context) error
 }
 
@@ -107,14 +166,17 @@ type DB interface {
 // driver.Store and a driver.Deleter, and is safe for concurrent use by
 // multiple goroutines when its DB is (a *sql.DB is).
 type Store struct {
-	db DB
-	q  queries
-	s  driver.Store
+	db       DB
+	strategy Strategy
+	q        queries
+	s        driver.Store
 }
 
 var (
 	_ driver.Store     = (*Store)(nil)
 	_ driver.Deleter   = (*Store)(nil)
+	_ driver.CAS       = casStore{}
+	_ driver.Deleter   = casStore{}
 	_ driver.RowLocker = rowLocker{}
 )
 
@@ -128,11 +190,12 @@ func New(db DB, opts ...Option) (*Store, error) {
 		return nil, errors.New("mysqlstore: nil DB")
 	}
 	o := options{
-		table:    DefaultTable,
-		tableOpt: DefaultTable,
-		key:      DefaultKeyColumn,
-		state:    DefaultStateColumn,
-		expires:  DefaultExpiresColumn,
+		table:      DefaultTable,
+		tableOpt:   DefaultTable,
+		key:        DefaultKeyColumn,
+		state:      DefaultStateColumn,
+		expires:    DefaultExpiresColumn,
+		stateCache: DefaultStateCache,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -152,10 +215,23 @@ func New(db DB, opts ...Option) (*Store, error) {
 	if o.maxAttempts < 0 {
 		return nil, fmt.Errorf("mysqlstore: WithMaxAttempts: attempts must not be negative, got %d", o.maxAttempts)
 	}
-	s := &Store{db: db, q: newQueries(o)}
-	s.s = driver.NewRowLockStore(rowLocker{s}, driver.WithMaxAttempts(o.maxAttempts))
+	if o.stateCache < 0 {
+		return nil, fmt.Errorf("mysqlstore: WithStateCache: entries must not be negative, got %d", o.stateCache)
+	}
+	s := &Store{db: db, strategy: o.strategy, q: newQueries(o)}
+	switch o.strategy {
+	case SingleStatement:
+		s.s = driver.NewCASStore(casStore{s}, driver.WithMaxAttempts(o.maxAttempts), driver.WithStateCache(o.stateCache))
+	case SelectForUpdate:
+		s.s = driver.NewRowLockStore(rowLocker{s}, driver.WithMaxAttempts(o.maxAttempts))
+	default:
+		return nil, fmt.Errorf("mysqlstore: WithStrategy: unknown strategy %v", o.strategy)
+	}
 	return s, nil
 }
+
+// Strategy returns the store's strategy.
+func (s *Store) Strategy() Strategy { return s.strategy }
 
 // Update atomically reads key's state, calls fn and writes its result
 // when it changed, as driver.Store requires. Its errors wrap
@@ -176,8 +252,22 @@ func (s *Store) Update(ctx context.Context, key string, fn driver.UpdateFunc) er
 // an error.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	key = driver.ShortKey(key)
+	var err error
+	if d, ok := s.s.(driver.Deleter); ok {
+		err = d.Delete(ctx, key) // drops the state cache's entry too
+	} else {
+		err = s.deleteKey(ctx, key)
+	}
+	if err != nil {
+		return wrapErr(fmt.Sprintf("mysqlstore: delete %q", key), err)
+	}
+	return nil
+}
+
+// deleteKey deletes key's row: one round trip.
+func (s *Store) deleteKey(ctx context.Context, key string) error {
 	if _, err := s.db.ExecContext(ctx, s.q.delete, key); err != nil {
-		return wrapErr(fmt.Sprintf("mysqlstore: delete %q", key), classify(ctx, err, true))
+		return classify(ctx, err, true)
 	}
 	return nil
 }
@@ -261,7 +351,14 @@ func isBareContextErr(err error) bool {
 const (
 	errLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT
 	errLockDeadlock    = 1213 // ER_LOCK_DEADLOCK
+	// errCheckRead is MariaDB's "record has changed since last read",
+	// with innodb_snapshot_isolation (on by default from 11.6) under
+	// REPEATABLE READ.
+	errCheckRead = 1020 // ER_CHECKREAD
 )
+
+// errDupEntry is a duplicate key: the INSERT of a key that has a row.
+const errDupEntry = 1062 // ER_DUP_ENTRY
 
 // classify maps err, returned by a statement or a COMMIT, to the driver's
 // errors. write says whether the statement may have written state: a
@@ -273,7 +370,7 @@ func classify(ctx context.Context, err error, write bool) error {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		switch me.Number {
-		case errLockWaitTimeout, errLockDeadlock:
+		case errLockWaitTimeout, errLockDeadlock, errCheckRead:
 			return fmt.Errorf("%w: %w", driver.ErrConflict, err)
 		}
 		if cerr := ctx.Err(); cerr != nil {
@@ -303,9 +400,11 @@ func notSent(err error) bool {
 
 // queries are the statements of a Store, with its quoted names.
 type queries struct {
-	ddl                             string
-	lockRow, insertEmpty, updateRow string
-	delete, deleteExpired           string
+	ddl                                 string
+	get, insert, updateAbsent, updateIf string
+	sameForever                         string
+	lockRow, insertEmpty, updateRow     string
+	delete, deleteExpired               string
 }
 
 func newQueries(o options) queries {
@@ -321,8 +420,25 @@ func newQueries(o options) queries {
 	// live is true for a row whose state has not expired, by the
 	// database clock in UTC.
 	live := fmt.Sprintf("(%[1]s IS NULL OR %[1]s > UTC_TIMESTAMP(6))", ex)
+	// expiry is the second argument, the ttl in microseconds, added to
+	// the statement's UTC_TIMESTAMP(6); a NULL ttl gives NULL, never.
+	expiry := "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND"
 	return queries{
-		ddl:     r.Replace(schemaSQL),
+		ddl: r.Replace(schemaSQL),
+
+		// SingleStatement (see cas.go): each statement alone, in
+		// autocommit. A state is live under the same test in every one,
+		// by the one database clock, so that a read and a write agree.
+		get:    fmt.Sprintf("SELECT %s FROM %s WHERE %s = ? AND %s", st, table, k, live),
+		insert: fmt.Sprintf("INSERT INTO %s (%s, %s, %s) VALUES (?, ?, %s)", table, k, st, ex, expiry),
+		// The assignments read no column, so MySQL's left-to-right
+		// assignment and MariaDB's SIMULTANEOUS_ASSIGNMENT agree; the
+		// WHERE is evaluated on the row before them.
+		updateAbsent: fmt.Sprintf("UPDATE %s SET %s = ?, %s = %s WHERE %s = ? AND (%s <= UTC_TIMESTAMP(6) OR LENGTH(%s) = 0)",
+			table, st, ex, expiry, k, ex, st),
+		updateIf:    fmt.Sprintf("UPDATE %s SET %s = ?, %s = %s WHERE %s = ? AND %s = ? AND %s", table, st, ex, expiry, k, st, live),
+		sameForever: fmt.Sprintf("SELECT 1 FROM %s WHERE %s = ? AND %s = ? AND %s IS NULL", table, k, st, ex),
+
 		lockRow: fmt.Sprintf("SELECT IF(%s, %s, NULL) FROM %s WHERE %s = ? FOR UPDATE", live, st, table, k),
 		// The grace keeps DeleteExpired from deleting the empty row
 		// before the update that follows its insert; an empty row reads

@@ -73,7 +73,8 @@ func TestContention(t *testing.T) {
 		{"postgres/single_statement", pgURL + "&strategy=single_statement"},
 		{"postgres/select_for_update", pgURL + "&strategy=select_for_update"},
 		{"postgres/advisory_lock", pgURL + "&strategy=advisory_lock"},
-		{"mariadb", mysqlURL(t, mariaDSN)},
+		{"mariadb/single_statement", mysqlURL(t, mariaDSN) + "?strategy=single_statement"},
+		{"mariadb/select_for_update", mysqlURL(t, mariaDSN) + "?strategy=select_for_update&table=sluice_sfu"},
 		{"dynamodb", "dynamodb://?region=us-east-1&table=sluice_contention&endpoint=" + dynamo},
 	}
 	for _, st := range stores {

@@ -51,6 +51,7 @@ func storeURLs(t *testing.T) map[string]string {
 		"postgres-sfu":   addQuery(testserver.SharedPostgres(t), "strategy=select_for_update&table=sluice_sfu"),
 		"postgres-lock":  addQuery(testserver.SharedPostgres(t), "strategy=advisory_lock&table=sluice_lock"),
 		"mysql":          "mysql://root@" + hostPort + "/sluice",
+		"mysql-sfu":      "mysql://root@" + hostPort + "/sluice?strategy=select_for_update&table=sluice_sfu",
 		"dynamodb":       "dynamodb://?region=us-east-1&endpoint=" + testserver.SharedDynamo(t),
 	}
 }

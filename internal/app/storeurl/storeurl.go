@@ -8,9 +8,8 @@
 //	mysql://user:pass@host:port/db?strategy=...&table=name
 //	dynamodb://?region=eu-west-1&table=name&endpoint=http://host:port
 //
-// strategy is one of single_statement (the default on PostgreSQL),
-// select_for_update (the only one, and default, on MySQL) and
-// advisory_lock (PostgreSQL).
+// strategy is one of single_statement (the default), select_for_update
+// and advisory_lock (PostgreSQL only).
 //
 // dynamodb:// has no host or path: region (else the SDK's, e.g.
 // AWS_REGION), table (default sluice_state) and endpoint (default: the
@@ -392,15 +391,18 @@ func openMySQL(_ context.Context, src source) (*Store, error) {
 	}
 	var opts []mysqlstore.Option
 	switch strategy := q.Get("strategy"); strategy {
-	case "", "select_for_update":
+	case "", "single_statement":
+	case "select_for_update":
+		opts = append(opts, mysqlstore.WithStrategy(mysqlstore.SelectForUpdate))
 	default:
-		return nil, src.bad(fmt.Sprintf("unknown strategy %q: MySQL has select_for_update", strategy), nil)
+		return nil, src.bad(fmt.Sprintf("unknown strategy %q: want single_statement or select_for_update", strategy), nil)
 	}
 	if t := q.Get("table"); t != "" {
 		opts = append(opts, mysqlstore.WithTable(t))
 	}
 	cfg := mysql.NewConfig()
 	cfg.Net, cfg.Addr, cfg.DBName, cfg.ParseTime = "tcp", u.Host, strings.Trim(u.Path, "/"), true
+	cfg.InterpolateParams = true // one round trip per statement, not a prepare and an execute
 	cfg.User = u.User.Username()
 	cfg.Passwd, _ = u.User.Password()
 	db, err := sql.Open("mysql", cfg.FormatDSN()) // connects lazily

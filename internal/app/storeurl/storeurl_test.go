@@ -42,7 +42,7 @@ func TestOpenBadURLs(t *testing.T) {
 		{"postgres://127.0.0.1:1/db?table=", []string{`parameter "table" is empty`}},
 		{"postgres://127.0.0.1:1/db?table=1x", []string{"bad store options", "not an SQL identifier"}},
 		{"redis://127.0.0.1:1/0?db=1;x=2", []string{"bad query"}},
-		{"mysql://127.0.0.1:1/db?strategy=advisory_lock", []string{`unknown strategy "advisory_lock"`}},
+		{"mysql://127.0.0.1:1/db?strategy=advisory_lock", []string{`unknown strategy "advisory_lock"`, "single_statement or select_for_update"}},
 		{"mysql://root@127.0.0.1:1/db?tls=true", []string{`unknown parameter "tls"`, "strategy, table"}},
 		{"mysql://root:hunter2@127.0.0.1:1/db?x=1", []string{"root:xxxxx@"}},
 		{"redis://user:hunter2@host:port/x", []string{"(unparsable)"}},

@@ -103,7 +103,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"store not a string", "store: 5\n" + limitersYAML, `config: store (line 1): must be a string, got integer 5 (quote it)`},
 		// A typo of redis:// ran on the in-memory store, every instance with a limit of its own.
 		{"store without a scheme", "store: redis//127.0.0.1:6379/9\n" + limitersYAML,
-			`config: store (line 1): store redis//127.0.0.1:6379/9: no scheme; want a URL starting with mem://, mysql://, postgres://, postgresql://, redis://, redis+cluster://, redis+sentinel://, rediss://`},
+			`config: store (line 1): store redis//127.0.0.1:6379/9: no scheme; want a URL starting with dynamodb://, mem://, mysql://, postgres://, postgresql://, redis://, redis+cluster://, redis+sentinel://, rediss://`},
 		{"store empty", "store: ''\n" + limitersYAML, `config: store (line 1): store : no scheme`},
 		{"store unknown scheme", "store: memory://\n" + limitersYAML, `config: store (line 1): store memory://: unknown scheme "memory"`},
 		{"unknown server key", "server:\n  htp: x\n" + limitersYAML, `config: server.htp (line 2): unknown key "htp"; valid keys: allowed_origins, auth, drain_timeout, grpc, health, http, inheritance, limits, simulate, start_without_store, store_failure, store_timeout, tls`},

@@ -91,8 +91,10 @@
 // the copy fails its condition against the state the first one wrote,
 // and the update would run again on it: its tokens taken twice. A Store
 // therefore sends PutItem and DeleteItem with a retryer that re-sends
-// only after throttling (which DynamoDB answers without writing), within
-// the client's number of attempts; reads use the client's retryer.
+// only what DynamoDB cannot have acted on: a request it throttled, or one
+// whose connection broke while it was being written (a kept-alive
+// connection the server closed as it was reused); within the client's
+// number of attempts. Reads use the client's retryer.
 //
 // # Errors
 //
@@ -100,10 +102,10 @@
 // transaction holds the item (TransactionConflictException);
 // driver.ErrUnavailable when DynamoDB could not be reached or refused the
 // request before writing (throttling that outlasted the retries, a missing
-// table, refused credentials, a validation error);
-// driver.ErrIndeterminate when a write was sent and its outcome is unknown
-// (a timeout or a broken connection after sending, or a 5xx answer to a
-// write). A lost race is not an error: the update runs again, on the
+// table, refused credentials, a validation error, a request cut short
+// while it was written); driver.ErrIndeterminate when a write was sent
+// and its outcome is unknown (a timeout or a reset connection after
+// sending, or a 5xx answer to a write). A lost race is not an error: the update runs again, on the
 // state the failed condition returned, until it wins or its context ends
 // (driver.ErrConflict only past [WithMaxAttempts], if set).
 //

@@ -147,12 +147,19 @@ func New(c Client, opts ...Option) (*Store, error) {
 	// was lost means a second copy that fails its condition against the
 	// state the first one wrote: the update would then run again on its
 	// own state and take its tokens twice. Writes are re-sent only after
-	// a throttling error, which DynamoDB answers without writing, and
+	// a throttling error, which DynamoDB answers without writing, or when
+	// the request broke off while it was written (see resendable), and
 	// within the client's own number of attempts.
 	retryer := retry.NewStandard(func(so *retry.StandardOptions) {
 		so.Retryables = []retry.IsErrorRetryable{
 			retry.NoRetryCanceledError{},
 			retry.RetryableErrorCode{Codes: retry.DefaultThrottleErrorCodes},
+			retry.IsErrorRetryableFunc(func(err error) aws.Ternary {
+				if resendable(err) {
+					return aws.TrueTernary
+				}
+				return aws.FalseTernary
+			}),
 		}
 	})
 	s.noResend = func(o *dynamodb.Options) {

@@ -17,12 +17,15 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/drivertest"
@@ -573,5 +576,43 @@ func TestInvalidOptions(t *testing.T) {
 	}
 	if _, err := New(nil); err == nil {
 		t.Error("New(nil) succeeded, want an error")
+	}
+}
+
+// TestClassifyTransportErrors: a request cut short while it was written
+// never reached DynamoDB whole, so a write that failed so is
+// driver.ErrUnavailable and may be sent again; a connection reset after
+// the request was written is indeterminate. net/http reported the first
+// as a broken pipe when dynalite closed kept-alive connections, which
+// failed the suite's updates as indeterminate.
+func TestClassifyTransportErrors(t *testing.T) {
+	wrap := func(err error) error {
+		return &smithy.OperationError{ServiceID: "DynamoDB", OperationName: "PutItem",
+			Err: &smithyhttp.RequestSendError{Err: &url.Error{Op: "Post", URL: "http://127.0.0.1:1/", Err: err}}}
+	}
+	brokenPipe := wrap(&net.OpError{Op: "readfrom", Net: "tcp", Err: &net.OpError{Op: "write", Net: "tcp", Err: syscall.EPIPE}})
+	reset := wrap(&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET})
+	refused := wrap(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+	tests := []struct {
+		name       string
+		err        error
+		write      bool
+		want       error
+		resendable bool
+	}{
+		{"broken pipe writing a write", brokenPipe, true, driver.ErrUnavailable, true},
+		{"reset after a write was sent", reset, true, driver.ErrIndeterminate, false},
+		{"reset after a read was sent", reset, false, driver.ErrUnavailable, false},
+		{"refused", refused, true, driver.ErrUnavailable, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := classify(t.Context(), tt.err, tt.write); !errors.Is(got, tt.want) {
+				t.Errorf("classify(%v, write %v) = %v, want %v", tt.err, tt.write, got, tt.want)
+			}
+			if got := resendable(tt.err); got != tt.resendable {
+				t.Errorf("resendable(%v) = %v, want %v", tt.err, got, tt.resendable)
+			}
+		})
 	}
 }

@@ -23,10 +23,12 @@ import (
 //     write that failed inside the service did not happen; anything else
 //     (throttling, a missing table, refused credentials, a validation
 //     error) was refused before writing and is driver.ErrUnavailable.
-//   - No answer: a request that never left (a failed dial or name
-//     lookup) is driver.ErrUnavailable; a write that may have reached the
-//     service (a timeout, a reset connection, a context that ended while
-//     it was in flight) is driver.ErrIndeterminate.
+//   - No answer: a request that never left whole (a failed dial or name
+//     lookup, or a connection that broke while the request was written,
+//     as when the server closes a kept-alive connection) is
+//     driver.ErrUnavailable; a write that may have reached the service (a
+//     timeout, a connection reset after the request was sent, a context
+//     that ended while it was in flight) is driver.ErrIndeterminate.
 //
 // A context that ended is returned as ctx.Err() when nothing was written,
 // wrapped with driver.ErrIndeterminate otherwise.
@@ -72,12 +74,35 @@ func serverFault(err error, apiErr smithy.APIError) bool {
 	return apiErr.ErrorFault() == smithy.FaultServer
 }
 
-// notSent reports whether err certainly happened before the request left
-// this process: dialing failed, or the endpoint's name did not resolve.
+// notSent reports whether err certainly happened before the whole
+// request reached the service, which acts on none that is cut short:
+// dialing failed, the endpoint's name did not resolve, or writing the
+// request failed (net/http returns a write's error only when no answer
+// came).
 func notSent(err error) bool {
-	var oe *net.OpError
 	var de *net.DNSError
-	return errors.As(err, &oe) && oe.Op == "dial" || errors.As(err, &de)
+	if errors.As(err, &de) {
+		return true
+	}
+	var oe *net.OpError
+	if !errors.As(err, &oe) {
+		return false
+	}
+	switch oe.Op {
+	case "dial", "write", "readfrom": // readfrom: net/http copying the body
+		return true
+	}
+	return false
+}
+
+// resendable is the retry rule of writes: only a request that did not
+// reach the service whole, over a connection that was open (a kept-alive
+// connection the server closed as it was reused), may be sent again. A
+// failed dial is not resent: the server is down, and the limiter's
+// failure policy answers sooner than retries would.
+func resendable(err error) bool {
+	var oe *net.OpError
+	return notSent(err) && errors.As(err, &oe) && oe.Op != "dial"
 }
 
 // wrapErr prefixes err with what, unless err is a bare context error,

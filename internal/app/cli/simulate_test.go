@@ -130,7 +130,7 @@ func TestDocCharts(t *testing.T) {
 			}
 		}
 		if committed, err := os.ReadFile(want); err != nil || !bytes.Equal(committed, b) {
-			t.Errorf("%s is not what charts.txt draws (%v); run go test ./internal/cli -run TestDocCharts -update", want, err)
+			t.Errorf("%s is not what charts.txt draws (%v); run go test ./internal/app/cli -run TestDocCharts -update", want, err)
 		}
 	}
 	if n == 0 {

@@ -81,7 +81,7 @@ func TestCountersSpaceSaving(t *testing.T) {
 // map, entries and records included. docs/deploy.md quotes it, to size
 // server.limits.max_keys. Run it once:
 //
-//	go test -run '^$' -bench MemoryPerKey -benchtime 1x ./internal/server
+//	go test -run '^$' -bench MemoryPerKey -benchtime 1x ./internal/app/server
 func BenchmarkMemoryPerKey(b *testing.B) {
 	const keys = 100_000
 	// The rates are slow enough that no key expires while the benchmark

@@ -28,7 +28,7 @@ import (
 // itself, to check the expected answers: build its service_cmd into a
 // temporary directory (never into the repository) and run
 //
-//	SLUICE_RATELIMIT_BIN=/tmp/rlbin/service_cmd go test -tags parityref -run TestParityReference ./internal/server/
+//	SLUICE_RATELIMIT_BIN=/tmp/rlbin/service_cmd go test -tags parityref -run TestParityReference ./internal/app/server/
 //
 // The reference runs on the wall clock, so the steps of a case must share
 // one time; durations and reset headers are checked to lie within the

@@ -17,7 +17,7 @@ import (
 // At the bound, a new connection first makes room, when evict is set, by
 // closing the connection that has been idle between two requests the
 // longest, else the one that has waited the longest for its first
-// request: a health check or a client that asks at once always gets in,
+// request (but not one whose request has arrived unread): a health check or a client that asks at once always gets in,
 // at the expense of connections that hold a slot without asking.
 // Connections in the middle of a request are never closed. When none can
 // be closed, the new connection is closed at once. Accept never fails
@@ -52,7 +52,26 @@ type cappedConn struct {
 	in     *list.List
 	el     *list.Element
 	closed bool
+	since  time.Time // when it joined its list
+
+	lastRead atomic.Int64 // when a Read last returned bytes, Unix nanoseconds
 }
+
+// Read reads from the connection, noting when bytes came: a connection
+// whose request is being read is not closed for room (connCap.victim).
+func (c *cappedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.lastRead.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+// graceWaiting is how long a new connection is spared:
+// a client that asks at once has sent its request by then (loopback or
+// not, the request follows the handshake), so it is not closed for room
+// in the instant between its accept and its first bytes.
+const graceWaiting = 50 * time.Millisecond
 
 // Accept returns the next connection, after making room for it.
 func (l *connCap) Accept() (net.Conn, error) {
@@ -64,13 +83,7 @@ func (l *connCap) Accept() (net.Conn, error) {
 		l.mu.Lock()
 		var victim *cappedConn
 		if l.n >= l.max && l.evict {
-			for _, q := range []*list.List{l.idle, l.fresh} {
-				if e := q.Front(); e != nil {
-					victim = e.Value.(*cappedConn)
-					victim.forget()
-					break
-				}
-			}
+			victim = l.makeRoom()
 		}
 		if l.n >= l.max {
 			l.mu.Unlock()
@@ -89,6 +102,65 @@ func (l *connCap) Accept() (net.Conn, error) {
 		}
 		return cc, nil
 	}
+}
+
+// makeRoom finds a victim and stops counting it. When every waiting
+// connection is still in its grace, it waits (unlocking l.mu) until the
+// oldest has passed it, at most twice graceWaiting in all: so a new
+// connection is delayed by at most that, rather than refused, when a
+// flood of connections has filled the listener with young ones. It
+// returns nil when none can be closed. makeRoom requires that l.mu is
+// held.
+func (l *connCap) makeRoom() *cappedConn {
+	deadline := time.Now().Add(2 * graceWaiting)
+	for {
+		if v := l.victim(); v != nil {
+			v.forget()
+			return v
+		}
+		if l.n < l.max {
+			return nil // room was made meanwhile
+		}
+		e := l.fresh.Front()
+		now := time.Now()
+		if e == nil || !now.Before(deadline) {
+			return nil
+		}
+		wait := min(graceWaiting-now.Sub(e.Value.(*cappedConn).since), deadline.Sub(now))
+		l.mu.Unlock()
+		time.Sleep(max(wait, time.Millisecond))
+		l.mu.Lock()
+	}
+}
+
+// victim returns the connection to close for room: the one idle the
+// longest, else the one that has waited the longest for its first
+// request, passing over those whose request has arrived but not been
+// read yet (pending), those accepted or read from in the last
+// graceWaiting: under a flood of new connections the server may
+// accept several before it reads one, and closing the oldest of those
+// would close a health check that asked at once. It looks at a bounded
+// number of each list, so Accept stays cheap. victim requires that l.mu
+// is held.
+func (l *connCap) victim() *cappedConn {
+	const look = 16
+	now := time.Now()
+	for _, q := range []*list.List{l.idle, l.fresh} {
+		i := 0
+		for e := q.Front(); e != nil && i < look; e, i = e.Next(), i+1 {
+			c := e.Value.(*cappedConn)
+			if q == l.idle {
+				return c // answered: its client's next request may open another
+			}
+			if now.Sub(c.since) < graceWaiting {
+				break // the rest of the list is younger still
+			}
+			if now.UnixNano()-c.lastRead.Load() >= int64(graceWaiting) && !pending(c.Conn) {
+				return c
+			}
+		}
+	}
+	return nil
 }
 
 // CloseWrite half-closes a TCP connection, as http.Server does before it
@@ -126,7 +198,7 @@ func (c *cappedConn) wait(q *list.List) {
 		c.in, c.el = nil, nil
 	}
 	if q != nil && !c.closed {
-		c.in, c.el = q, q.PushBack(c)
+		c.in, c.el, c.since = q, q.PushBack(c), time.Now()
 	}
 }
 

@@ -1,9 +1,9 @@
 package sluice
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -311,6 +311,4 @@ func quotaOf(cfg *tokenbucket.Config) int64 {
 }
 
 // sameConfig reports whether a and b are the same bucket configuration.
-func sameConfig(a, b *tokenbucket.Config) bool {
-	return bytes.Equal(encodeConfig(a), encodeConfig(b))
-}
+func sameConfig(a, b *tokenbucket.Config) bool { return slices.Equal(a.Bandwidths, b.Bandwidths) }

@@ -2,15 +2,14 @@ package sluice
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/keyed"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
+	"github.com/sluicehq/sluice/internal/record"
 )
 
 // KeyBucket is the token bucket of one key of a Limiter, or of one key of
@@ -31,16 +30,7 @@ type KeyBucket struct {
 	clock    Clock
 	sleeper  Sleeper
 	listener Listener
-
-	// mem is set for a key of an in-memory Limiter; store otherwise.
-	mem   bucketStore
-	store *storeKeyed
-
-	// lazy supplies the configuration of a key that has no state yet; mu
-	// guards store while it is replaced by one with that configuration.
-	lazy func(context.Context) (Config, error)
-	opts options
-	mu   sync.Mutex
+	backend  bucketBackend
 }
 
 // NewStoreBucket returns the token bucket of key in s, with the
@@ -54,7 +44,30 @@ type KeyBucket struct {
 func NewStoreBucket(s driver.Store, key string, cfg Config, opts ...Option) (*KeyBucket, error) {
 	o := newOptions(opts)
 	o.store = s
-	return newStoreBucket(key, &o, cfg)
+	if o.store == nil {
+		return nil, &ArgumentError{Op: "NewStoreBucket", Arg: "store", Value: 0, Want: "must not be nil"}
+	}
+	// Aligned refill is allowed here (BucketPolicy refuses it because a
+	// keyed limiter's buckets start at each key's first use).
+	c, err := cfg.compile()
+	if err != nil {
+		return nil, err
+	}
+	clock, sleeper, err := bucketClocks(c, &o)
+	if err != nil {
+		return nil, err
+	}
+	setup, err := newStoreSetup(&o, clock)
+	if err != nil {
+		return nil, err
+	}
+	codec := record.NewBucket(c, record.BucketOptions{Inherit: setup.inherit, CreateOnRead: true, Compile: compileStored})
+	local := memBuckets{buckets: keyed.NewMem[tokenbucket.State](tokenbucket.NewMulti(c), 0).Buckets(), clock: clock}
+	return &KeyBucket{key: key, clock: clock, sleeper: sleeper, listener: o.listener, backend: &bucketFailover{
+		failurePolicy: setup.fail,
+		store:         storeBuckets{store: setup.store, codec: codec},
+		local:         func(context.Context) (bucketBackend, error) { return local, nil },
+	}}, nil
 }
 
 // NewLazyStoreBucket is NewStoreBucket with the configuration given by
@@ -67,20 +80,24 @@ func NewLazyStoreBucket(s driver.Store, key string, supply func(ctx context.Cont
 	}
 	o := newOptions(opts)
 	o.store = s
-	b := &KeyBucket{key: key, lazy: supply, opts: o}
-	b.clock, b.sleeper, b.listener = o.clock, o.sleeper, o.listener
-	if b.clock == nil {
-		b.clock = WallClock() // the configuration is not known yet: aligned refill must work
+	clock, sleeper := o.clock, o.sleeper
+	if clock == nil {
+		clock = WallClock() // the configuration is not known yet: aligned refill must work
 	}
-	if b.sleeper == nil {
-		b.sleeper = TimerSleeper()
+	if sleeper == nil {
+		sleeper = TimerSleeper()
 	}
-	sk, err := newStoreKeyed(nil, &o, b.clock, nil)
+	setup, err := newStoreSetup(&o, clock)
 	if err != nil {
 		return nil, err
 	}
-	b.store = sk
-	return b, nil
+	opt := record.BucketOptions{Inherit: setup.inherit, KeepStored: true, CreateOnRead: true, Compile: compileStored}
+	l := &lazyBuckets{store: setup.store, opts: opt, clock: clock, supply: supply, codec: record.NewBucket(nil, opt)}
+	return &KeyBucket{key: key, clock: clock, sleeper: sleeper, listener: o.listener, backend: lazyConfig{l: l, next: &bucketFailover{
+		failurePolicy: setup.fail,
+		store:         lazyStore{l},
+		local:         func(ctx context.Context) (bucketBackend, error) { return l.localBuckets(ctx, key) },
+	}}}, nil
 }
 
 func newOptions(opts []Option) options {
@@ -91,161 +108,19 @@ func newOptions(opts []Option) options {
 	return o
 }
 
-// newStoreBucket builds the KeyBucket of a single configuration; aligned
-// refill is allowed here (BucketPolicy refuses it because a keyed
-// limiter's buckets start at each key's first use).
-func newStoreBucket(key string, o *options, cfg Config) (*KeyBucket, error) {
-	if o.store == nil {
-		return nil, &ArgumentError{Op: "NewStoreBucket", Arg: "store", Value: 0, Want: "must not be nil"}
-	}
-	c, err := cfg.compile()
-	if err != nil {
-		return nil, err
-	}
-	clock, sleeper, err := bucketClocks(c, o)
-	if err != nil {
-		return nil, err
-	}
-	b := &KeyBucket{key: key, clock: clock, sleeper: sleeper, listener: o.listener}
-	sk, err := newStoreKeyed(bucketConfigPolicy{c}, o, b.clock, nil)
-	if err != nil {
-		return nil, err
-	}
-	sk.createOnRead = true
-	b.store = sk
-	return b, nil
-}
-
-// bucketConfigPolicy is the Policy of one compiled configuration, aligned
-// refill included, for NewStoreBucket.
-type bucketConfigPolicy struct{ cfg *tokenbucket.Config }
-
-func (p bucketConfigPolicy) String() string { return string(KindBucket) }
-func (p bucketConfigPolicy) Kind() Kind     { return KindBucket }
-func (p bucketConfigPolicy) Window() time.Duration {
-	return time.Duration(tokenbucket.NewMulti(p.cfg).Window())
-}
-func (p bucketConfigPolicy) build() (keyed, error) {
-	return newMemKeyed[tokenbucket.State](tokenbucket.NewMulti(p.cfg)), nil
-}
-func (p bucketConfigPolicy) erased() (policy.Erased, error) { return nil, errors.ErrUnsupported }
-func (p bucketConfigPolicy) tokenBucket() (*tokenbucket.Config, bool, bool) {
-	return p.cfg, false, true
-}
-
-// errNeedConfig is a lazy bucket's signal that the key has no state.
-var errNeedConfig = errors.New("sluice: no configuration")
-
-// backend returns the store that b's calls go to now.
-func (b *KeyBucket) backend() *storeKeyed {
-	if b.lazy == nil {
-		return b.store
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.store
-}
-
-// configure gives a lazy bucket its configuration.
-func (b *KeyBucket) configure(ctx context.Context) error {
-	cfg, err := b.lazy(ctx)
-	if err != nil {
-		return fmt.Errorf("sluice: configuration of key %q: %w", b.key, err)
-	}
-	c, err := cfg.compile()
-	if err != nil {
-		return err
-	}
-	if err := checkClock(c, b.clock); err != nil {
-		return err
-	}
-	o := b.opts
-	sk, err := newStoreKeyed(bucketConfigPolicy{c}, &o, b.clock, nil)
-	if err != nil {
-		return err
-	}
-	sk.noMigrate, sk.createOnRead = true, true
-	b.mu.Lock()
-	b.store = sk
-	b.mu.Unlock()
-	return nil
-}
-
-// bucketFunc is an operation on a key's bucket: it runs on the state st
-// of configuration cfg at now, and reports whether st changed and must be
-// stored. It may run more than once (a store retries); the last run counts.
-type bucketFunc func(cfg *tokenbucket.Config, st tokenbucket.State, now int64) (changed bool)
-
-// bucketSite is where a KeyBucket operation ran.
-type bucketSite uint8
-
-const (
-	siteMem   bucketSite = iota // the in-memory Limiter's key
-	siteStore                   // the store
-	siteLocal                   // the in-memory fallback of FailLocal
-	siteOpen                    // nowhere: the store failed and the bucket fails open
-)
-
-// update runs f on the key's bucket, applying the failure policy, and
-// returns where it ran. Under FailOpen it does not run f and returns
-// siteOpen with the *StoreError.
-func (b *KeyBucket) update(ctx context.Context, op string, f bucketFunc) (bucketSite, error) {
+// update runs f on the key's bucket and returns where it ran.
+func (b *KeyBucket) update(ctx context.Context, f bucketFunc) (bucketBackend, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return nil, err
 	}
-	if b.mem != nil {
-		b.inMemory(b.mem, f)
-		return siteMem, nil
-	}
-	s, err, failure := b.onStore(ctx, func(s *storeKeyed) error {
-		return s.applyBucket(ctx, b.key, f)
-	})
-	switch {
-	case err != nil:
-		return 0, err
-	case failure == nil:
-		return siteStore, nil
-	}
-	if ferr := s.failed("KeyBucket."+op, b.key, failure); ferr != nil {
-		return 0, ferr
-	}
-	if s.failure == FailLocal && s.local != nil {
-		b.inMemory(s.local.(bucketStore), f)
-		return siteLocal, nil
-	}
-	return siteOpen, &StoreError{Op: "KeyBucket." + op, Key: b.key, Err: failure}
+	return b.backend.update(ctx, b.key, f)
 }
 
-// updateAt runs f on the key's bucket at site only, where an earlier call
-// ran: a reservation is given back where it was taken. A store's failure
-// leaves the bucket as it is.
-func (b *KeyBucket) updateAt(site bucketSite, f bucketFunc) {
-	switch site {
-	case siteMem:
-		b.inMemory(b.mem, f)
-	case siteLocal:
-		if local, ok := b.backend().local.(bucketStore); ok {
-			b.inMemory(local, f)
-		}
-	case siteStore:
-		_ = b.backend().applyBucket(context.Background(), b.key, f)
-	}
-}
-
-// inMemory runs f on the key's bucket in mem, now.
-func (b *KeyBucket) inMemory(mem bucketStore, f bucketFunc) {
-	now := b.clock.Now()
-	mem.withBucket(b.key, now, func(cfg *tokenbucket.Config, st tokenbucket.State) bool {
-		return f(cfg, st, now)
-	})
-}
-
-// apply runs req on the key's bucket, applying the failure policy: under
-// FailOpen a consuming operation is let through, and the others return
-// the *StoreError.
-func (b *KeyBucket) apply(ctx context.Context, op string, req tokenbucket.Request, snap *Snapshot) (tokenbucket.Result, error) {
+// run runs req on the key's bucket, with a snapshot after it when snap is
+// not nil.
+func (b *KeyBucket) run(ctx context.Context, req tokenbucket.Request, snap *Snapshot) (tokenbucket.Result, error) {
 	var res tokenbucket.Result
-	site, err := b.update(ctx, op, func(cfg *tokenbucket.Config, st tokenbucket.State, now int64) bool {
+	_, err := b.update(ctx, func(cfg *tokenbucket.Config, st tokenbucket.State, now int64) bool {
 		var changed bool
 		res, changed = tokenbucket.Apply(cfg, st, now, req)
 		if snap != nil {
@@ -253,38 +128,31 @@ func (b *KeyBucket) apply(ctx context.Context, op string, req tokenbucket.Reques
 		}
 		return changed
 	})
-	if site == siteOpen {
-		switch req.Op {
-		case tokenbucket.OpTryConsume, tokenbucket.OpTryConsumeAndReturnRemaining, tokenbucket.OpEstimate:
-			return tokenbucket.Result{Consumed: true}, nil
-		}
-		return tokenbucket.Result{}, err
-	}
+	return res, err
+}
+
+// apply runs req on the key's bucket. A store's failure is a *StoreError
+// under every policy but FailLocal; decide is apply for the calls that let
+// tokens through under FailOpen.
+func (b *KeyBucket) apply(ctx context.Context, op string, req tokenbucket.Request, snap *Snapshot) (tokenbucket.Result, error) {
+	res, err := b.run(ctx, req, snap)
 	if err != nil {
-		return tokenbucket.Result{}, err
+		return tokenbucket.Result{}, storeError("KeyBucket."+op, b.key, err)
 	}
 	return res, argError(op, res, req)
 }
 
-// onStore runs f on the key's store. When f finds the key without state
-// and the bucket is lazy, the bucket gets its configuration and f runs
-// again. err is for the caller as it is: the supplier's error, or ctx's
-// when the caller's context ended. failure is the store's failure, for the
-// caller's failure policy.
-func (b *KeyBucket) onStore(ctx context.Context, f func(*storeKeyed) error) (s *storeKeyed, err, failure error) {
-	s = b.backend()
-	failure = f(s)
-	if errors.Is(failure, errNeedConfig) {
-		if err := b.configure(ctx); err != nil {
-			return s, err, nil
-		}
-		s = b.backend()
-		failure = f(s)
+// decide is apply for the calls that decide whether tokens pass: under
+// FailOpen they pass.
+func (b *KeyBucket) decide(ctx context.Context, op string, req tokenbucket.Request, snap *Snapshot) (tokenbucket.Result, error) {
+	res, err := b.run(ctx, req, snap)
+	switch {
+	case failedOpen(err):
+		return tokenbucket.Result{Consumed: true}, nil
+	case err != nil:
+		return tokenbucket.Result{}, storeError("KeyBucket."+op, b.key, err)
 	}
-	if failure != nil && isCallerDone(ctx, failure) {
-		return s, ctx.Err(), nil
-	}
-	return s, nil, failure
+	return res, argError(op, res, req)
 }
 
 // Key is the bucket's key.
@@ -293,7 +161,7 @@ func (b *KeyBucket) Key() string { return b.key }
 // TryConsume takes n tokens if they are all there now, as Bucket.TryConsume.
 func (b *KeyBucket) TryConsume(ctx context.Context, n int64) (bool, error) {
 	req := tokenbucket.Request{Op: tokenbucket.OpTryConsume, Tokens: n}
-	res, err := b.apply(ctx, "TryConsume", req, nil)
+	res, err := b.decide(ctx, "TryConsume", req, nil)
 	if err != nil {
 		return false, err
 	}
@@ -304,7 +172,7 @@ func (b *KeyBucket) TryConsume(ctx context.Context, n int64) (bool, error) {
 // TryConsumeAndReturnRemaining is Bucket.TryConsumeAndReturnRemaining.
 func (b *KeyBucket) TryConsumeAndReturnRemaining(ctx context.Context, n int64) (ConsumptionProbe, error) {
 	req := tokenbucket.Request{Op: tokenbucket.OpTryConsumeAndReturnRemaining, Tokens: n}
-	res, err := b.apply(ctx, "TryConsumeAndReturnRemaining", req, nil)
+	res, err := b.decide(ctx, "TryConsumeAndReturnRemaining", req, nil)
 	if err != nil {
 		return ConsumptionProbe{}, err
 	}
@@ -315,7 +183,7 @@ func (b *KeyBucket) TryConsumeAndReturnRemaining(ctx context.Context, n int64) (
 // EstimateAbilityToConsume is Bucket.EstimateAbilityToConsume.
 func (b *KeyBucket) EstimateAbilityToConsume(ctx context.Context, n int64) (EstimationProbe, error) {
 	req := tokenbucket.Request{Op: tokenbucket.OpEstimate, Tokens: n}
-	res, err := b.apply(ctx, "EstimateAbilityToConsume", req, nil)
+	res, err := b.decide(ctx, "EstimateAbilityToConsume", req, nil)
 	if err != nil {
 		return EstimationProbe{}, err
 	}
@@ -403,19 +271,9 @@ func (b *KeyBucket) Configuration(ctx context.Context) (Config, error) {
 	if err := ctx.Err(); err != nil {
 		return Config{}, err
 	}
-	if b.mem != nil {
-		return configOf(b.mem.bucketConfig()), nil
-	}
-	var cfg *tokenbucket.Config
-	_, err, failure := b.onStore(ctx, func(s *storeKeyed) (err error) {
-		cfg, err = s.configuration(ctx, b.key)
-		return err
-	})
-	if failure != nil {
-		err = &StoreError{Op: "KeyBucket.Configuration", Key: b.key, Err: failure}
-	}
+	cfg, err := b.backend.configuration(ctx, b.key)
 	if err != nil {
-		return Config{}, err
+		return Config{}, storeError("KeyBucket.Configuration", b.key, err)
 	}
 	return configOf(cfg), nil
 }
@@ -430,20 +288,11 @@ func (b *KeyBucket) ReplaceConfiguration(ctx context.Context, cfg Config, strate
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if b.mem != nil {
-		return fmt.Errorf("sluice: ReplaceConfiguration of key %q: the bucket follows its in-memory Limiter's policy: %w", b.key, errors.ErrUnsupported)
-	}
 	c, err := replacement(cfg, strategy, b.clock)
 	if err != nil {
 		return err
 	}
-	_, err, failure := b.onStore(ctx, func(s *storeKeyed) error {
-		return s.replaceBucket(ctx, b.key, c, strategy)
-	})
-	if failure != nil {
-		err = &StoreError{Op: "KeyBucket.ReplaceConfiguration", Key: b.key, Err: failure}
-	}
-	return err
+	return storeError("KeyBucket.ReplaceConfiguration", b.key, b.backend.replace(ctx, b.key, c, tokenbucket.Strategy(strategy)))
 }
 
 // Consume takes n tokens, waiting as long as it takes, as
@@ -482,24 +331,25 @@ func (b *KeyBucket) reserve(ctx context.Context, op string, n, maxWait int64) (*
 		rc  *bucketReceipt
 		at  int64
 	)
-	site, err := b.update(ctx, op, func(cfg *tokenbucket.Config, st tokenbucket.State, now int64) bool {
+	ran, err := b.update(ctx, func(cfg *tokenbucket.Config, st tokenbucket.State, now int64) bool {
 		var changed bool
 		at = now
 		res, changed, rc = reserveBucket(cfg, st, now, n, maxWait)
 		return changed
 	})
 	switch {
-	case site == siteOpen:
+	case failedOpen(err):
 		return newReservation(b.clock, b.clock.Now(), n, policy.Result{Allowed: true}, nil), nil
 	case err != nil:
-		return nil, err
-	case res.Code != policy.OK:
+		return nil, storeError(op, b.key, err)
+	}
+	if res.Code != policy.OK {
 		return nil, limiterError(op, res, n, maxWait, 0)
 	}
 	var undo func(int64)
 	if rc != nil {
 		undo = func(now int64) {
-			b.updateAt(site, func(cfg *tokenbucket.Config, st tokenbucket.State, _ int64) bool {
+			_, _ = ran.update(context.Background(), b.key, func(cfg *tokenbucket.Config, st tokenbucket.State, _ int64) bool {
 				return rc.undo(cfg, st, now)
 			})
 		}

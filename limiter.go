@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/keyed"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
+	"github.com/sluicehq/sluice/internal/record"
 )
 
 // Result is a Limiter's decision on one request.
@@ -50,8 +53,13 @@ type Limiter struct {
 	listener Listener
 	// keys holds the state in memory; with a store, it is the fallback of
 	// FailLocal.
-	keys  keyed
-	store *storeKeyed // nil: in memory
+	keys keyed.Keys
+	// backend decides: keys, or the store behind its failure policy.
+	backend backend
+	quota   int64
+	// buckets is the bucketBackend of Bucket, nil when the policy is not
+	// a token bucket.
+	buckets bucketBackend
 }
 
 // NewLimiter returns a limiter that applies p to each key, in memory or,
@@ -64,32 +72,64 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	if p == nil {
 		return nil, &ConfigError{Rule: RuleNoLimits, Bandwidth: -1, Msg: "a policy is required"}
 	}
-	keys, err := p.build()
+	o := newOptions(opts)
+	keys, err := p.build(o.maxKeys)
 	if err != nil {
 		return nil, err
-	}
-	var o options
-	for _, opt := range opts {
-		opt(&o)
 	}
 	if o.maxKeys < 0 {
 		return nil, &ArgumentError{Op: "NewLimiter", Arg: "WithMaxKeys", Value: int64(o.maxKeys), Want: "must not be negative"}
 	}
-	keys.bound(o.maxKeys)
-	l := &Limiter{policy: p, clock: o.clock, sleeper: o.sleeper, listener: o.listener, keys: keys}
+	l := &Limiter{policy: p, clock: o.clock, sleeper: o.sleeper, listener: o.listener, keys: keys, quota: keys.Quota()}
 	if l.clock == nil {
 		l.clock = MonotonicClock()
 	}
 	if l.sleeper == nil {
 		l.sleeper = TimerSleeper()
 	}
-	if o.store != nil {
-		if l.store, err = newStoreKeyed(p, &o, l.clock, keys); err != nil {
-			return nil, err
-		}
+	local := memKeys{keys: keys, clock: l.clock}
+	l.backend = local
+	var localBuckets bucketBackend
+	if b := keys.Buckets(); b != nil {
+		localBuckets = memBuckets{buckets: b, clock: l.clock}
+		l.buckets = localBuckets
+	}
+	if o.store == nil {
+		return l, nil
+	}
+	setup, err := newStoreSetup(&o, l.clock)
+	if err != nil {
+		return nil, err
+	}
+	codec, err := storeCodec(p, setup.inherit)
+	if err != nil {
+		return nil, err
+	}
+	l.backend = &failover{failurePolicy: setup.fail, store: storeKeys{store: setup.store, codec: codec, clock: l.clock},
+		local: local, quota: l.quota}
+	if bc, ok := codec.(*record.Bucket); ok && localBuckets != nil {
+		l.buckets = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: bc},
+			local: func(context.Context) (bucketBackend, error) { return localBuckets, nil }}
 	}
 	return l, nil
 }
+
+// storeCodec returns the record codec of p: a bucket's for token-bucket
+// policies, whose records carry their configuration, else a machine's.
+func storeCodec(p Policy, inherit tokenbucket.Strategy) (record.Codec, error) {
+	if cfg, strict, ok := p.tokenBucket(); ok {
+		return record.NewBucket(cfg, record.BucketOptions{Strict: strict, Inherit: inherit, Compile: compileStored}), nil
+	}
+	e, err := p.erased()
+	if err != nil {
+		return nil, err
+	}
+	return record.NewMachine(p.String(), e, inherit), nil
+}
+
+// compileStored validates and compiles a configuration read from a
+// store's record, as a user's.
+func compileStored(c *tokenbucket.Config) (*tokenbucket.Config, error) { return configOf(c).compile() }
 
 // Policy returns the limiter's policy.
 func (l *Limiter) Policy() Policy { return l.policy }
@@ -122,16 +162,12 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	r, _, err := l.decide(ctx, "Limiter.AllowN", key, func(s *storeKeyed) (policy.Result, error) {
-		return s.consume(ctx, key, n)
-	}, func(now int64) policy.Result {
-		return l.keys.consume(key, now, n)
-	})
+	r, err := l.backend.consume(ctx, key, n)
 	if err != nil {
-		return Result{}, err
+		return Result{}, storeError("Limiter.AllowN", key, err)
 	}
 	if r.Code != policy.OK {
-		return Result{}, limiterError("Limiter.AllowN", r, n, 0, l.keys.quota())
+		return Result{}, limiterError("Limiter.AllowN", r, n, 0, l.quota)
 	}
 	return resultOf(r), nil
 }
@@ -142,16 +178,12 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int64) (Result, error)
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	r, _, err := l.decide(ctx, "Limiter.Peek", key, func(s *storeKeyed) (policy.Result, error) {
-		return s.peek(ctx, key, n)
-	}, func(now int64) policy.Result {
-		return l.keys.peek(key, now, n)
-	})
+	r, err := l.backend.peek(ctx, key, n)
 	if err != nil {
-		return Result{}, err
+		return Result{}, storeError("Limiter.Peek", key, err)
 	}
 	if r.Code != policy.OK {
-		return Result{}, limiterError("Limiter.Peek", r, n, 0, l.keys.quota())
+		return Result{}, limiterError("Limiter.Peek", r, n, 0, l.quota)
 	}
 	return resultOf(r), nil
 }
@@ -177,38 +209,12 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, n, maxWait int64)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var (
-		rc *policy.Receipt
-		at int64
-	)
-	r, site, err := l.decide(ctx, op, key, func(s *storeKeyed) (res policy.Result, err error) {
-		at = l.clock.Now()
-		res, rc, err = s.reserve(ctx, key, n, maxWait)
-		if err != nil {
-			rc = nil
-		}
-		return res, err
-	}, func(now int64) (res policy.Result) {
-		at = now
-		res, rc = l.keys.reserve(key, now, n, maxWait)
-		return res
-	})
+	r, at, undo, err := l.backend.reserve(ctx, key, n, maxWait)
 	if err != nil {
-		return nil, err
+		return nil, storeError(op, key, err)
 	}
 	if r.Code != policy.OK {
-		return nil, limiterError(op, r, n, maxWait, l.keys.quota())
-	}
-	if rc != nil {
-		at = rc.At
-	}
-	var undo func(int64)
-	switch {
-	case rc == nil:
-	case site == inStore:
-		undo = func(now int64) { _ = l.store.cancel(context.Background(), key, now, rc) }
-	default:
-		undo = func(now int64) { l.keys.cancel(key, now, rc) }
+		return nil, limiterError(op, r, n, maxWait, l.quota)
 	}
 	return newReservation(l.clock, at, n, r, undo), nil
 }
@@ -238,50 +244,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if l.store == nil {
-		l.keys.reset(key)
-		return nil
-	}
-	err := l.store.reset(ctx, key)
-	if err != nil && !isCallerDone(ctx, err) {
-		err = &StoreError{Op: "Limiter.Reset", Key: key, Err: err}
-	}
-	if l.store.failure == FailLocal {
-		l.keys.reset(key)
-	}
-	return err
-}
-
-// site is where a Limiter's decision was made.
-type site uint8
-
-const (
-	inMemory site = iota // in memory: no store, or FailLocal's fallback
-	inStore
-	failedOpen // nowhere: the store failed and the limiter fails open
-)
-
-// decide runs a decision in the store, or in memory when there is none or
-// the store failed and the limiter falls back to memory, and says where it
-// ran. A store failure under FailOpen allows the request.
-func (l *Limiter) decide(ctx context.Context, op, key string, inStoreF func(*storeKeyed) (policy.Result, error), inMemoryF func(now int64) policy.Result) (policy.Result, site, error) {
-	if l.store == nil {
-		return inMemoryF(l.clock.Now()), inMemory, nil
-	}
-	r, err := inStoreF(l.store)
-	if err == nil {
-		return r, inStore, nil
-	}
-	if isCallerDone(ctx, err) {
-		return policy.Result{}, 0, ctx.Err()
-	}
-	if ferr := l.store.failed(op, key, err); ferr != nil {
-		return policy.Result{}, 0, ferr
-	}
-	if l.store.failure == FailLocal {
-		return inMemoryF(l.clock.Now()), inMemory, nil
-	}
-	return policy.Result{Allowed: true, Limit: l.keys.quota()}, failedOpen, nil
+	return storeError("Limiter.Reset", key, l.backend.reset(ctx, key))
 }
 
 // Bucket returns the token bucket of key, for a limiter whose policy is a
@@ -294,19 +257,12 @@ func (l *Limiter) decide(ctx context.Context, op, key string, inStoreF func(*sto
 // limiter's. For other policies it returns an error matching
 // errors.ErrUnsupported.
 func (l *Limiter) Bucket(key string) (*KeyBucket, error) {
-	mem, ok := l.keys.(bucketStore)
-	if !ok || mem.bucketConfig() == nil {
+	if l.buckets == nil {
 		return nil, fmt.Errorf("sluice: Limiter.Bucket: policy %s is not a token bucket: %w", l.policy, errors.ErrUnsupported)
 	}
-	b := &KeyBucket{key: key, clock: l.clock, sleeper: l.sleeper, listener: l.listener}
-	if l.store == nil {
-		b.mem = mem
-	} else {
-		b.store = l.store
-	}
-	return b, nil
+	return &KeyBucket{key: key, clock: l.clock, sleeper: l.sleeper, listener: l.listener, backend: l.buckets}, nil
 }
 
 // Len is the number of keys whose state is held in memory, including
 // expired ones not yet dropped; with a store, those of the local fallback.
-func (l *Limiter) Len() int { return l.keys.len() }
+func (l *Limiter) Len() int { return l.keys.Len() }

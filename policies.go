@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/keyed"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policy/compound"
 	"github.com/sluicehq/sluice/internal/policy/fixedwindow"
@@ -42,8 +43,9 @@ type Policy interface {
 	// It is what HTTP's RateLimit-Policy header calls the window (w) and
 	// the span in which a simulation looks for the busiest burst.
 	Window() time.Duration
-	// build validates the policy and returns its in-memory keyed form.
-	build() (keyed, error)
+	// build validates the policy and returns its in-memory keyed form,
+	// holding at most maxKeys keys (0: no bound).
+	build(maxKeys int) (keyed.Keys, error)
 	// erased validates the policy and returns its machine over encoded
 	// state, for compound policies and byte-oriented stores.
 	erased() (policy.Erased, error)
@@ -90,11 +92,11 @@ func (p machinePolicy[S, M]) Window() time.Duration {
 	return time.Duration(p.m.Window())
 }
 
-func (p machinePolicy[S, M]) build() (keyed, error) {
+func (p machinePolicy[S, M]) build(maxKeys int) (keyed.Keys, error) {
 	if p.err != nil {
 		return nil, p.err
 	}
-	return newMemKeyed[S](p.m), nil
+	return keyed.NewMem[S](p.m, maxKeys), nil
 }
 
 func (p machinePolicy[S, M]) erased() (policy.Erased, error) {
@@ -108,7 +110,7 @@ func (p machinePolicy[S, M]) erased() (policy.Erased, error) {
 // bucket is, whatever policy made them.
 func (p machinePolicy[S, M]) tokenBucket() (*tokenbucket.Config, bool, bool) {
 	b, ok := any(p.m).(interface {
-		bucketMachine
+		Config() *tokenbucket.Config
 		Strict() bool
 	})
 	if !ok || p.err != nil {

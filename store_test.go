@@ -347,3 +347,31 @@ func TestLazyStoreBucket(t *testing.T) {
 		t.Error("TryConsume with a failing supplier succeeded")
 	}
 }
+
+// TestLazyStoreBucketFailLocal: a lazily configured bucket whose store is
+// down before it ever got its configuration falls back to a local bucket
+// of the supplied configuration, as FailLocal says, rather than letting
+// every request through.
+func TestLazyStoreBucketFailLocal(t *testing.T) {
+	ctx := context.Background()
+	store := newMapStore()
+	store.setFail(fmt.Errorf("test: %w: connection refused", driver.ErrUnavailable))
+	supply := func(context.Context) (sluice.Config, error) {
+		return sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(2, time.Hour)}}, nil
+	}
+	b, err := sluice.NewLazyStoreBucket(store, "k", supply, sluice.WithStoreFailure(sluice.FailLocal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []bool
+	for range 3 {
+		ok, err := b.TryConsume(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ok)
+	}
+	if fmt.Sprint(got) != "[true true false]" {
+		t.Errorf("TryConsume ×3 on the local fallback = %v, want a bucket of 2", got)
+	}
+}

@@ -165,3 +165,20 @@ func Undo[S any](m Machine[S], s *S, exists bool, now int64, r *Receipt) Outcome
 	}
 	return Changed
 }
+
+// NewReceipt is the receipt of a reservation of n tokens at now, due after
+// wait, that took the state from before to after.
+func NewReceipt(now, n, wait int64, before, after []byte) *Receipt {
+	return &Receipt{Tokens: n, At: now, Due: SatAdd(now, wait), Before: before, After: after}
+}
+
+// RemainingAt is the Remaining of a key whose Peek of 1 token is p: a
+// granted reservation reports what the key has left when its tokens are
+// due, the moment its caller goes ahead. An allowed Remaining is what
+// there was less the token peeked at, for every policy.
+func RemainingAt(p Result) int64 {
+	if p.Allowed {
+		return SatAdd(p.Remaining, 1)
+	}
+	return p.Remaining
+}

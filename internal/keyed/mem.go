@@ -1,4 +1,12 @@
-package sluice
+// Package keyed is the engine under a Limiter: a policy's state for every
+// key, in this process's memory (Mem, the hot path of most users) or in a
+// driver.Store (Store, with per-key batching, records and a circuit
+// breaker), and the token-bucket views of both that a KeyBucket runs on.
+//
+// Time is a value here: the in-memory methods take now, and the store
+// reads its clock when it runs a batch, so that a decision is made at the
+// time of the write it goes into.
+package keyed
 
 import (
 	"hash/maphash"
@@ -9,23 +17,40 @@ import (
 	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
 )
 
-// keyed is a Limiter's state for every key: the in-memory implementation
-// of its policy.
-type keyed interface {
-	consume(key string, now, n int64) policy.Result
-	peek(key string, now, n int64) policy.Result
-	// reserve returns, with a granted reservation that took something,
-	// the receipt for cancel.
-	reserve(key string, now, n, maxWait int64) (policy.Result, *policy.Receipt)
-	// cancel gives back the reservation of receipt r at now, as
+// Keys is a policy's state for every key in this process's memory: an
+// in-memory Limiter's, and the local fallback of one with a store. Its
+// methods are safe for simultaneous use.
+type Keys interface {
+	// Consume decides whether n tokens may pass for key at now, taking
+	// them if so.
+	Consume(key string, now, n int64) policy.Result
+	// Peek answers as Consume would, taking nothing.
+	Peek(key string, now, n int64) policy.Result
+	// Reserve takes n tokens for key within maxWait; a granted
+	// reservation that took something comes with the receipt for Cancel.
+	Reserve(key string, now, n, maxWait int64) (policy.Result, *policy.Receipt)
+	// Cancel gives back the reservation of receipt r at now, as
 	// policy.Undo does.
-	cancel(key string, now int64, r *policy.Receipt)
-	reset(key string)
-	len() int
-	quota() int64
-	// bound caps the keys held at n (0: no cap). It must be called
-	// before any other method.
-	bound(n int)
+	Cancel(key string, now int64, r *policy.Receipt)
+	// Reset forgets key's state.
+	Reset(key string)
+	// Len is the number of keys held, expired ones not yet dropped
+	// included.
+	Len() int
+	// Quota is the policy's limit.
+	Quota() int64
+	// Buckets returns the keys as token buckets, or nil when the policy
+	// is not a token bucket.
+	Buckets() Buckets
+}
+
+// Buckets is the token-bucket view of Keys, for a KeyBucket.
+type Buckets interface {
+	// Config is the policy's bucket configuration.
+	Config() *tokenbucket.Config
+	// WithBucket runs f on key's bucket state at now (a new bucket's if
+	// the key has none) and stores it if f reports a change.
+	WithBucket(key string, now int64, f func(cfg *tokenbucket.Config, st tokenbucket.State) bool)
 }
 
 const shardCount = 64 // enough to keep 2-8 cores off each other's locks
@@ -36,13 +61,13 @@ const shardCount = 64 // enough to keep 2-8 cores off each other's locks
 // enough to fill evenly with the others.
 const minKeysPerShard = 1024
 
-// memKeyed keeps each key's typed state in a sharded map, so a key costs
+// Mem keeps each key's typed state in a sharded map, so a key costs
 // its state and the map's slot, nothing more: no pointer, no encoding.
 //
 // A state past its machine's ExpiresAt is treated as absent and removed
 // when next seen; each insertion also checks a couple of other keys of
 // its shard, so idle keys do not accumulate.
-type memKeyed[S any, M policy.Machine[S]] struct {
+type Mem[S any, M policy.Machine[S]] struct {
 	m       M
 	seed    maphash.Seed
 	nshards uint64 // the shards in use, the first of shards: all but under a small bound
@@ -61,15 +86,20 @@ type memShard[S any] struct {
 	_          [64]byte // keep shards' locks on separate cache lines
 }
 
-func newMemKeyed[S any, M policy.Machine[S]](m M) *memKeyed[S, M] {
-	k := &memKeyed[S, M]{m: m, seed: maphash.MakeSeed(), nshards: shardCount}
+// NewMem returns the keys of machine m, holding at most maxKeys of them
+// (0: no bound beyond expiry).
+func NewMem[S any, M policy.Machine[S]](m M, maxKeys int) *Mem[S, M] {
+	k := &Mem[S, M]{m: m, seed: maphash.MakeSeed(), nshards: shardCount}
 	for i := range k.shards {
 		k.shards[i].m = make(map[string]S)
 	}
+	k.bound(maxKeys)
 	return k
 }
 
-func (k *memKeyed[S, M]) shard(key string) *memShard[S] {
+var _ Keys = (*Mem[tokenbucket.State, tokenbucket.Multi])(nil)
+
+func (k *Mem[S, M]) shard(key string) *memShard[S] {
 	// Lemire's reduction: the high word of h·n is uniform in [0, n).
 	hi, _ := bits.Mul64(maphash.String(k.seed, key), k.nshards)
 	return &k.shards[hi]
@@ -78,7 +108,7 @@ func (k *memKeyed[S, M]) shard(key string) *memShard[S] {
 // load puts key's state in sh.cur and reports whether the key is in the
 // map, and whether its state is still live; an expired state reads as the
 // zero state. load requires that sh.mu is held.
-func (k *memKeyed[S, M]) load(sh *memShard[S], key string, now int64) (present, live bool) {
+func (k *Mem[S, M]) load(sh *memShard[S], key string, now int64) (present, live bool) {
 	sh.cur, present = sh.m[key]
 	if present && k.m.ExpiresAt(&sh.cur) <= now {
 		var zero S
@@ -90,7 +120,7 @@ func (k *memKeyed[S, M]) load(sh *memShard[S], key string, now int64) (present, 
 
 // save stores sh.cur for key; inserting a new key also drops up to two
 // expired states of other keys. save requires that sh.mu is held.
-func (k *memKeyed[S, M]) save(sh *memShard[S], key string, present bool, now int64) {
+func (k *Mem[S, M]) save(sh *memShard[S], key string, present bool, now int64) {
 	if !present {
 		i := 0
 		for other := range sh.m { // map iteration starts at a random key
@@ -112,7 +142,7 @@ func (k *memKeyed[S, M]) save(sh *memShard[S], key string, present bool, now int
 	sh.m[key] = sh.cur
 }
 
-func (k *memKeyed[S, M]) consume(key string, now, n int64) policy.Result {
+func (k *Mem[S, M]) Consume(key string, now, n int64) policy.Result {
 	sh := k.shard(key)
 	sh.mu.Lock()
 	present, live := k.load(sh, key, now)
@@ -124,7 +154,7 @@ func (k *memKeyed[S, M]) consume(key string, now, n int64) policy.Result {
 	return res
 }
 
-func (k *memKeyed[S, M]) peek(key string, now, n int64) policy.Result {
+func (k *Mem[S, M]) Peek(key string, now, n int64) policy.Result {
 	sh := k.shard(key)
 	sh.mu.Lock()
 	_, live := k.load(sh, key, now)
@@ -133,7 +163,7 @@ func (k *memKeyed[S, M]) peek(key string, now, n int64) policy.Result {
 	return res
 }
 
-func (k *memKeyed[S, M]) reserve(key string, now, n, maxWait int64) (policy.Result, *policy.Receipt) {
+func (k *Mem[S, M]) Reserve(key string, now, n, maxWait int64) (policy.Result, *policy.Receipt) {
 	sh := k.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -150,25 +180,14 @@ func (k *memKeyed[S, M]) reserve(key string, now, n, maxWait int64) (policy.Resu
 	if !res.Allowed {
 		return res, nil
 	}
-	rc := newReceipt(now, n, res.Wait, before, k.m.AppendState(nil, &sh.cur))
+	rc := policy.NewReceipt(now, n, res.Wait, before, k.m.AppendState(nil, &sh.cur))
 	if res.Wait > 0 {
-		res.Remaining = remainingAt(k.m.Peek(&sh.cur, true, rc.Due, 1))
+		res.Remaining = policy.RemainingAt(k.m.Peek(&sh.cur, true, rc.Due, 1))
 	}
 	return res, rc
 }
 
-// remainingAt is the Remaining of a key whose Peek of 1 token is p: a
-// granted reservation reports what the key has left when its tokens are
-// due, the moment its caller goes ahead. An allowed Remaining is what
-// there was less the token peeked at, for every policy.
-func remainingAt(p policy.Result) int64 {
-	if p.Allowed {
-		return policy.SatAdd(p.Remaining, 1)
-	}
-	return p.Remaining
-}
-
-func (k *memKeyed[S, M]) cancel(key string, now int64, r *policy.Receipt) {
+func (k *Mem[S, M]) Cancel(key string, now int64, r *policy.Receipt) {
 	sh := k.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -181,18 +200,18 @@ func (k *memKeyed[S, M]) cancel(key string, now int64, r *policy.Receipt) {
 	}
 }
 
-func (k *memKeyed[S, M]) reset(key string) {
+func (k *Mem[S, M]) Reset(key string) {
 	sh := k.shard(key)
 	sh.mu.Lock()
 	delete(sh.m, key)
 	sh.mu.Unlock()
 }
 
-func (k *memKeyed[S, M]) quota() int64 { return k.m.Quota() }
+func (k *Mem[S, M]) Quota() int64 { return k.m.Quota() }
 
 // bound splits n among the shards in use, the first n%nshards taking
 // one key more, so that the shards' bounds add up to n exactly.
-func (k *memKeyed[S, M]) bound(n int) {
+func (k *Mem[S, M]) bound(n int) {
 	if n <= 0 {
 		return
 	}
@@ -206,7 +225,7 @@ func (k *memKeyed[S, M]) bound(n int) {
 	}
 }
 
-func (k *memKeyed[S, M]) len() int {
+func (k *Mem[S, M]) Len() int {
 	n := 0
 	for i := range k.shards {
 		sh := &k.shards[i]
@@ -217,31 +236,34 @@ func (k *memKeyed[S, M]) len() int {
 	return n
 }
 
-// bucketStore is a keyed store whose policy is a token bucket, so that a
-// key's state can be handed out as a *Bucket.
-type bucketStore interface {
-	// withBucket runs f on key's token-bucket state at now (a new bucket's
-	// if the key has none) and stores it if f reports a change. It returns
-	// false when the policy is not a token bucket.
-	withBucket(key string, now int64, f func(cfg *tokenbucket.Config, st tokenbucket.State) bool) bool
-	bucketConfig() *tokenbucket.Config
-}
-
 // bucketMachine is implemented by the token-bucket machines.
 type bucketMachine interface{ Config() *tokenbucket.Config }
 
-func (k *memKeyed[S, M]) bucketConfig() *tokenbucket.Config {
-	if m, ok := any(k.m).(bucketMachine); ok {
-		return m.Config()
+// Buckets returns k as token buckets when its machine is one (a Single
+// over a BandwidthState, or a Multi over a State), else nil.
+func (k *Mem[S, M]) Buckets() Buckets {
+	m, ok := any(k.m).(bucketMachine)
+	if !ok {
+		return nil
+	}
+	var zero S
+	switch any(&zero).(type) {
+	case *tokenbucket.BandwidthState, *tokenbucket.State:
+		return memBuckets[S, M]{k: k, cfg: m.Config()}
 	}
 	return nil
 }
 
-func (k *memKeyed[S, M]) withBucket(key string, now int64, f func(cfg *tokenbucket.Config, st tokenbucket.State) bool) bool {
-	cfg := k.bucketConfig()
-	if cfg == nil {
-		return false
-	}
+// memBuckets is the Buckets view of a Mem whose machine is a token bucket.
+type memBuckets[S any, M policy.Machine[S]] struct {
+	k   *Mem[S, M]
+	cfg *tokenbucket.Config
+}
+
+func (b memBuckets[S, M]) Config() *tokenbucket.Config { return b.cfg }
+
+func (b memBuckets[S, M]) WithBucket(key string, now int64, f func(cfg *tokenbucket.Config, st tokenbucket.State) bool) {
+	k, cfg := b.k, b.cfg
 	sh := k.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -272,8 +294,5 @@ func (k *memKeyed[S, M]) withBucket(key string, now int64, f func(cfg *tokenbuck
 			*p = append((*p)[:0], st...)
 			k.save(sh, key, present, now)
 		}
-	default:
-		return false
 	}
-	return true
 }

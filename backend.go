@@ -1,0 +1,395 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/sluicehq/sluice/internal/keyed"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
+	"github.com/sluicehq/sluice/internal/record"
+)
+
+// A Limiter decides on a backend: its keys in memory (memKeys), in a
+// store (storeKeys), or in a store behind the failure policy (failover).
+// A KeyBucket runs on a bucketBackend of the same three kinds, plus the
+// lazily configured store bucket (lazyBuckets). The failure policy is
+// applied in one place for both, failurePolicy.
+//
+// A backend's errors are the caller's context ending and store failures;
+// an argument out of bounds is a policy result's Code.
+
+// backend is where a Limiter's keys live.
+type backend interface {
+	consume(ctx context.Context, key string, n int64) (policy.Result, error)
+	peek(ctx context.Context, key string, n int64) (policy.Result, error)
+	// reserve takes n tokens for key within maxWait at the time at. A
+	// granted reservation that took something comes with undo, which
+	// gives it back at now where it was taken.
+	reserve(ctx context.Context, key string, n, maxWait int64) (res policy.Result, at int64, undo func(now int64), err error)
+	reset(ctx context.Context, key string) error
+}
+
+// memKeys is a Limiter's keys in memory, on its clock.
+type memKeys struct {
+	keys  keyed.Keys
+	clock Clock
+}
+
+func (m memKeys) consume(_ context.Context, key string, n int64) (policy.Result, error) {
+	return m.keys.Consume(key, m.clock.Now(), n), nil
+}
+
+func (m memKeys) peek(_ context.Context, key string, n int64) (policy.Result, error) {
+	return m.keys.Peek(key, m.clock.Now(), n), nil
+}
+
+func (m memKeys) reserve(_ context.Context, key string, n, maxWait int64) (policy.Result, int64, func(int64), error) {
+	now := m.clock.Now()
+	res, rc := m.keys.Reserve(key, now, n, maxWait)
+	if rc == nil {
+		return res, now, nil, nil
+	}
+	return res, rc.At, func(now int64) { m.keys.Cancel(key, now, rc) }, nil
+}
+
+func (m memKeys) reset(_ context.Context, key string) error {
+	m.keys.Reset(key)
+	return nil
+}
+
+// storeKeys is a Limiter's keys in a store, as records of codec.
+type storeKeys struct {
+	store *keyed.Store
+	codec record.Codec
+	clock Clock
+}
+
+func (s storeKeys) consume(ctx context.Context, key string, n int64) (policy.Result, error) {
+	return s.store.Consume(ctx, key, s.codec, n)
+}
+
+func (s storeKeys) peek(ctx context.Context, key string, n int64) (policy.Result, error) {
+	return s.store.Peek(ctx, key, s.codec, n)
+}
+
+func (s storeKeys) reserve(ctx context.Context, key string, n, maxWait int64) (policy.Result, int64, func(int64), error) {
+	at := s.clock.Now()
+	res, rc, err := s.store.Reserve(ctx, key, s.codec, n, maxWait)
+	if rc == nil {
+		return res, at, nil, err
+	}
+	return res, rc.At, func(now int64) { _ = s.store.Cancel(context.Background(), key, s.codec, now, rc) }, err
+}
+
+func (s storeKeys) reset(ctx context.Context, key string) error {
+	return s.store.Reset(ctx, key, s.codec)
+}
+
+// failurePolicy is what a Limiter or KeyBucket with a store does when the
+// store fails: StoreFailure, told to the listener.
+type failurePolicy struct {
+	policy   StoreFailure
+	listener StoreListener // nil when there is none
+}
+
+// failed applies the policy to err, a store call's error, and tells the
+// listener: it returns nil when the call is to run on the local fallback
+// instead, and otherwise the error to return: a *storeFailure (open under
+// FailOpen), or ctx's error when the caller's context ended, which is not
+// a store failure.
+func (f failurePolicy) failed(ctx context.Context, err error) error {
+	if isCallerDone(ctx, err) {
+		return ctx.Err()
+	}
+	if f.listener != nil {
+		f.listener.OnStoreFailure(err, f.policy)
+	}
+	if f.policy == FailLocal {
+		return nil
+	}
+	return &storeFailure{err: err, open: f.policy == FailOpen}
+}
+
+// needsStore marks err, the error of a call that only the store can
+// answer (a reset, a configuration), as a store failure whatever the
+// policy; the caller's context ending is returned as it is.
+func needsStore(ctx context.Context, err error) error {
+	if err == nil || isCallerDone(ctx, err) || errors.Is(err, keyed.ErrNoConfig) {
+		return err
+	}
+	return &storeFailure{err: err}
+}
+
+// failover is a Limiter's store behind its failure policy: local is the
+// in-memory fallback of FailLocal, and quota the Limit of a result under
+// FailOpen.
+type failover struct {
+	failurePolicy
+	store backend
+	local backend
+	quota int64
+}
+
+// decide runs call on the store, and applies the failure policy when the
+// store fails.
+func decide[T any](ctx context.Context, f *failover, call func(backend) (T, error), open func() T) (T, error) {
+	v, err := call(f.store)
+	if err == nil {
+		return v, nil
+	}
+	if err = f.failed(ctx, err); err == nil {
+		return call(f.local)
+	}
+	if failedOpen(err) {
+		return open(), nil
+	}
+	var zero T
+	return zero, err
+}
+
+func (f *failover) openResult() policy.Result { return policy.Result{Allowed: true, Limit: f.quota} }
+
+func (f *failover) consume(ctx context.Context, key string, n int64) (policy.Result, error) {
+	return decide(ctx, f, func(b backend) (policy.Result, error) { return b.consume(ctx, key, n) }, f.openResult)
+}
+
+func (f *failover) peek(ctx context.Context, key string, n int64) (policy.Result, error) {
+	return decide(ctx, f, func(b backend) (policy.Result, error) { return b.peek(ctx, key, n) }, f.openResult)
+}
+
+// reservation is what a backend's reserve returns.
+type reservation struct {
+	res  policy.Result
+	at   int64
+	undo func(int64)
+}
+
+func (f *failover) reserve(ctx context.Context, key string, n, maxWait int64) (policy.Result, int64, func(int64), error) {
+	r, err := decide(ctx, f, func(b backend) (reservation, error) {
+		res, at, undo, err := b.reserve(ctx, key, n, maxWait)
+		return reservation{res, at, undo}, err
+	}, func() reservation { return reservation{res: f.openResult()} })
+	return r.res, r.at, r.undo, err
+}
+
+// reset forgets key in the store, and in the local fallback of FailLocal.
+// A store failure is returned whatever the policy: a key that could not
+// be reset is not.
+func (f *failover) reset(ctx context.Context, key string) error {
+	err := f.store.reset(ctx, key)
+	if f.policy == FailLocal {
+		_ = f.local.reset(ctx, key)
+	}
+	return needsStore(ctx, err)
+}
+
+// bucketFunc is an operation on a key's bucket: it runs on the state st
+// of configuration cfg at now, and reports whether st changed and must be
+// stored. It may run more than once (a store retries); the last run counts.
+type bucketFunc = func(cfg *tokenbucket.Config, st tokenbucket.State, now int64) (changed bool)
+
+// bucketBackend is where a KeyBucket's state lives.
+type bucketBackend interface {
+	// update runs f on key's bucket and returns where it ran, for the
+	// call that gives a reservation back (a bucket whose store failed
+	// under FailOpen ran nowhere: nil, with an open *storeFailure).
+	update(ctx context.Context, key string, f bucketFunc) (ran bucketBackend, err error)
+	// configuration is the configuration in force for key.
+	configuration(ctx context.Context, key string) (*tokenbucket.Config, error)
+	// replace switches key's bucket to cfg.
+	replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy) error
+}
+
+// memBuckets is a bucketBackend in memory: an in-memory Limiter's keys,
+// or a local fallback.
+type memBuckets struct {
+	buckets keyed.Buckets
+	clock   Clock
+}
+
+func (m memBuckets) update(_ context.Context, key string, f bucketFunc) (bucketBackend, error) {
+	now := m.clock.Now()
+	m.buckets.WithBucket(key, now, func(cfg *tokenbucket.Config, st tokenbucket.State) bool {
+		return f(cfg, st, now)
+	})
+	return m, nil
+}
+
+func (m memBuckets) configuration(context.Context, string) (*tokenbucket.Config, error) {
+	return m.buckets.Config(), nil
+}
+
+func (m memBuckets) replace(_ context.Context, key string, _ *tokenbucket.Config, _ tokenbucket.Strategy) error {
+	return fmt.Errorf("sluice: ReplaceConfiguration of key %q: the bucket follows its in-memory Limiter's policy: %w", key, errors.ErrUnsupported)
+}
+
+// storeBuckets is a bucketBackend in a store, as records of codec.
+type storeBuckets struct {
+	store *keyed.Store
+	codec *record.Bucket
+}
+
+func (s storeBuckets) update(ctx context.Context, key string, f bucketFunc) (bucketBackend, error) {
+	return s, s.store.UpdateBucket(ctx, key, s.codec, f)
+}
+
+func (s storeBuckets) configuration(ctx context.Context, key string) (*tokenbucket.Config, error) {
+	return s.store.Configuration(ctx, key, s.codec)
+}
+
+func (s storeBuckets) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy) error {
+	return s.store.ReplaceBucket(ctx, key, s.codec, cfg, strategy)
+}
+
+// bucketFailover is a KeyBucket's store behind its failure policy. local
+// returns the in-memory fallback of FailLocal for a key: a lazily
+// configured bucket builds it once it has its configuration.
+type bucketFailover struct {
+	failurePolicy
+	store bucketBackend
+	local func(ctx context.Context) (bucketBackend, error)
+}
+
+func (f *bucketFailover) update(ctx context.Context, key string, fn bucketFunc) (bucketBackend, error) {
+	ran, err := f.store.update(ctx, key, fn)
+	if err == nil || errors.Is(err, keyed.ErrNoConfig) {
+		return ran, err
+	}
+	ferr := f.failed(ctx, err)
+	if ferr != nil {
+		return nil, ferr
+	}
+	local, lerr := f.local(ctx)
+	if lerr != nil { // no fallback to decide on: the store's failure stands
+		return nil, &storeFailure{err: err}
+	}
+	return local.update(ctx, key, fn)
+}
+
+// configuration and replace need the store: they fail as it does,
+// whatever the policy.
+func (f *bucketFailover) configuration(ctx context.Context, key string) (*tokenbucket.Config, error) {
+	cfg, err := f.store.configuration(ctx, key)
+	return cfg, needsStore(ctx, err)
+}
+
+func (f *bucketFailover) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy) error {
+	return needsStore(ctx, f.store.replace(ctx, key, cfg, strategy))
+}
+
+// lazyBuckets is the store bucket of NewLazyStoreBucket: its codec has no
+// configuration until a call finds the key without state, which calls
+// supply for one.
+type lazyBuckets struct {
+	store  *keyed.Store
+	opts   record.BucketOptions
+	clock  Clock
+	supply func(ctx context.Context) (Config, error)
+
+	mu    sync.Mutex
+	codec *record.Bucket // guarded by mu; replaced once configured
+	local keyed.Buckets  // guarded by mu; FailLocal's, built with the configuration
+}
+
+// current returns the codec in use.
+func (l *lazyBuckets) current() storeBuckets {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return storeBuckets{store: l.store, codec: l.codec}
+}
+
+// configure calls supply and takes its configuration for the keys
+// without state.
+func (l *lazyBuckets) configure(ctx context.Context, key string) (*tokenbucket.Config, error) {
+	cfg, err := l.supply(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sluice: configuration of key %q: %w", key, err)
+	}
+	c, err := cfg.compile()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkClock(c, l.clock); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.codec = record.NewBucket(c, l.opts)
+	l.mu.Unlock()
+	return c, nil
+}
+
+// localBuckets returns the in-memory fallback, configured with the codec's
+// configuration, or one that supply gives when there is none yet.
+func (l *lazyBuckets) localBuckets(ctx context.Context, key string) (bucketBackend, error) {
+	l.mu.Lock()
+	local, cfg := l.local, l.codec.Config()
+	l.mu.Unlock()
+	if local == nil {
+		if cfg == nil {
+			var err error
+			if cfg, err = l.configure(ctx, key); err != nil {
+				return nil, err
+			}
+		}
+		l.mu.Lock()
+		if l.local == nil {
+			l.local = keyed.NewMem[tokenbucket.State](tokenbucket.NewMulti(cfg), 0).Buckets()
+		}
+		local = l.local
+		l.mu.Unlock()
+	}
+	return memBuckets{buckets: local, clock: l.clock}, nil
+}
+
+// lazyStore is the store side of a lazy bucket: the codec in use.
+type lazyStore struct{ l *lazyBuckets }
+
+func (s lazyStore) update(ctx context.Context, key string, f bucketFunc) (bucketBackend, error) {
+	return s.l.current().update(ctx, key, f)
+}
+
+func (s lazyStore) configuration(ctx context.Context, key string) (*tokenbucket.Config, error) {
+	return s.l.current().configuration(ctx, key)
+}
+
+func (s lazyStore) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy) error {
+	return s.l.current().replace(ctx, key, cfg, strategy)
+}
+
+// lazyConfig configures a lazy bucket when next, its failover, finds the
+// key without state, and runs the call again: so the configuration is
+// supplied at most once per call, and only for a key without state.
+type lazyConfig struct {
+	l    *lazyBuckets
+	next bucketBackend
+}
+
+// again runs call, and once more after configuring when it found the key
+// without state.
+func again[T any](ctx context.Context, c lazyConfig, key string, call func() (T, error)) (T, error) {
+	v, err := call()
+	if !errors.Is(err, keyed.ErrNoConfig) {
+		return v, err
+	}
+	if _, err := c.l.configure(ctx, key); err != nil {
+		var zero T
+		return zero, err
+	}
+	return call()
+}
+
+func (c lazyConfig) update(ctx context.Context, key string, f bucketFunc) (bucketBackend, error) {
+	return again(ctx, c, key, func() (bucketBackend, error) { return c.next.update(ctx, key, f) })
+}
+
+func (c lazyConfig) configuration(ctx context.Context, key string) (*tokenbucket.Config, error) {
+	return again(ctx, c, key, func() (*tokenbucket.Config, error) { return c.next.configuration(ctx, key) })
+}
+
+func (c lazyConfig) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy) error {
+	_, err := again(ctx, c, key, func() (struct{}, error) { return struct{}{}, c.next.replace(ctx, key, cfg, strategy) })
+	return err
+}

@@ -1,0 +1,289 @@
+package keyed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/batch"
+	"github.com/sluicehq/sluice/internal/breaker"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
+	"github.com/sluicehq/sluice/internal/record"
+)
+
+// Clock is the time source of the engine: nanoseconds.
+type Clock interface{ Now() int64 }
+
+// Store is the state of every key in a driver.Store: each key's record,
+// read, changed by a record.Codec and written back in one Update. The
+// codec is given with each call, so that one Store serves any policy.
+//
+// Calls for a key that already has a store call in flight from this
+// process are batched (package batch): they queue, and one of them runs
+// the whole queue in the next Update, in order, so a hot key costs one
+// round trip per batch rather than per call. Results are those of the
+// calls run one after another. Each time the store runs the batch's
+// UpdateFunc, which it does again after a lost race, the calls queued
+// meanwhile join the batch, so that contention makes batches larger
+// rather than queues longer.
+//
+// Every call has a deadline, its start plus the store timeout, which
+// bounds its wait in the queue and the Update that runs it. A circuit
+// breaker answers calls at once while the store is failing.
+//
+// Store is safe for simultaneous use by multiple goroutines.
+type Store struct {
+	store   driver.Store
+	clock   Clock
+	timeout time.Duration
+	breaker *breaker.Breaker
+	batcher *batch.Batcher[op]
+}
+
+// An op is one call's work on its key's record: it computes the
+// operation on rec at now, setting its result in the closure, and returns
+// the new record when it changed it, with the codec that wrote it, which
+// decides the record's expiry (nil when unchanged). It may run more than
+// once (a store retries after a conflict); the last run counts.
+type op func(rec []byte, now int64) (next []byte, by record.Codec)
+
+// changedBy is the codec of an op that changed a record, or nil.
+func changedBy(c record.Codec, changed bool) record.Codec {
+	if changed {
+		return c
+	}
+	return nil
+}
+
+// NewStore returns the keys of s, on clock, each call bounded by timeout
+// and guarded by br.
+func NewStore(s driver.Store, clock Clock, timeout time.Duration, br *breaker.Breaker) *Store {
+	st := &Store{store: s, clock: clock, timeout: timeout, breaker: br}
+	st.batcher = batch.New(st.run, batch.Options{Refuse: br.Refusing})
+	return st
+}
+
+// ttl is how long the store should keep a record that is worth no more
+// than no state from expiresAt on: the time left plus a margin for the
+// clocks of other processes, which may lag this one's. 0 means keep it.
+func ttl(expiresAt, now int64) time.Duration {
+	const margin = int64(time.Second)
+	switch {
+	case expiresAt >= math.MaxInt64-margin:
+		return 0
+	case expiresAt <= now:
+		return time.Duration(margin)
+	}
+	return time.Duration(expiresAt - now + margin)
+}
+
+// submit runs o on key, alone or in a batch, and returns the store's
+// error. The store timeout bounds the whole call, its wait in the queue
+// included. When ctx ends while o waits in a queue, o is dropped and
+// submit returns ctx.Err(). While the circuit is open, submit returns
+// breaker.ErrOpen at once.
+func (s *Store) submit(ctx context.Context, key string, o op) error {
+	probe, err := s.breaker.Allow()
+	if err != nil {
+		return err
+	}
+	defer s.breaker.EndProbe(probe)
+	err = s.batcher.Add(ctx, key, o, time.Now().Add(s.timeout))
+	if errors.Is(err, batch.ErrExpired) {
+		// The store timeout ended while the call waited behind the key's
+		// call in flight: nothing of it was sent.
+		s.breaker.Result(context.DeadlineExceeded)
+		err = fmt.Errorf("%w: no answer within the store timeout %v, waiting behind the key's call in flight: %w",
+			driver.ErrUnavailable, s.timeout, context.DeadlineExceeded)
+	}
+	return err
+}
+
+// run is the batcher's handler: it runs the batch in one Update of key.
+// An Update that fails with driver.ErrConflict wrote nothing and runs
+// again, after a random backoff, until the batch's deadline.
+func (s *Store) run(ctx context.Context, key string, b *batch.Batch[op]) error {
+	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), b.Deadline())
+	defer cancel()
+	fn := func(rec []byte) ([]byte, time.Duration, bool) {
+		ops := b.Join()
+		now := s.clock.Now()
+		var last record.Codec // the codec of the last op that changed rec
+		for _, o := range ops {
+			if next, by := o(rec, now); by != nil {
+				rec, last = next, by
+			}
+		}
+		if last == nil {
+			return nil, 0, false
+		}
+		return rec, ttl(last.ExpiresAt(rec), now), true
+	}
+	err := s.store.Update(sctx, key, fn)
+	for losses := 1; errors.Is(err, driver.ErrConflict); losses++ {
+		if werr := backoff(sctx, losses); werr != nil {
+			break
+		}
+		err = s.store.Update(sctx, key, fn)
+	}
+	if err != nil && sctx.Err() != nil && !errors.Is(err, driver.ErrUnavailable) && !errors.Is(err, driver.ErrIndeterminate) {
+		// A context error as the contract returns it when nothing was
+		// written, or the last lost race when the deadline came: the
+		// store did not answer within the timeout, nothing was taken.
+		err = fmt.Errorf("%w: no answer within the store timeout %v: %w", driver.ErrUnavailable, s.timeout, err)
+	}
+	s.breaker.Result(err)
+	return err
+}
+
+// backoff waits a random time before the attempt after the given number
+// of lost races, longer as they add up (full jitter, at most 10ms), or
+// returns ctx's error when it ends first.
+func backoff(ctx context.Context, losses int) error {
+	ceiling := 10 * time.Millisecond
+	if losses < 10 {
+		ceiling = min(ceiling, 50*time.Microsecond<<losses)
+	}
+	t := time.NewTimer(rand.N(ceiling) + 1)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Consume decides whether n tokens may pass for key, taking them if so.
+func (s *Store) Consume(ctx context.Context, key string, c record.Codec, n int64) (policy.Result, error) {
+	var res policy.Result
+	err := s.submit(ctx, key, func(rec []byte, now int64) ([]byte, record.Codec) {
+		var next []byte
+		var changed bool
+		res, next, changed = c.Consume(rec, now, n)
+		return next, changedBy(c, changed)
+	})
+	return res, err
+}
+
+// Peek answers as Consume would, changing nothing.
+func (s *Store) Peek(ctx context.Context, key string, c record.Codec, n int64) (policy.Result, error) {
+	var res policy.Result
+	err := s.submit(ctx, key, func(rec []byte, now int64) ([]byte, record.Codec) {
+		res = c.Peek(rec, now, n)
+		return nil, nil
+	})
+	return res, err
+}
+
+// Reserve reserves n tokens for key within maxWait; a granted reservation
+// that took something comes with its receipt.
+func (s *Store) Reserve(ctx context.Context, key string, c record.Codec, n, maxWait int64) (policy.Result, *policy.Receipt, error) {
+	var (
+		res policy.Result
+		rc  *policy.Receipt
+	)
+	err := s.submit(ctx, key, func(rec []byte, now int64) ([]byte, record.Codec) {
+		var next []byte
+		var changed bool
+		res, rc, next, changed = c.Reserve(rec, now, n, maxWait)
+		return next, changedBy(c, changed)
+	})
+	if err != nil {
+		rc = nil
+	}
+	return res, rc, err
+}
+
+// Cancel gives back the reservation of receipt r for key at now, as
+// policy.Undo does.
+func (s *Store) Cancel(ctx context.Context, key string, c record.Codec, now int64, r *policy.Receipt) error {
+	return s.submit(ctx, key, func(rec []byte, _ int64) ([]byte, record.Codec) {
+		next, changed := c.Cancel(rec, now, r)
+		return next, changedBy(c, changed)
+	})
+}
+
+// Reset forgets key: deleted when the store can, else overwritten with no
+// state.
+func (s *Store) Reset(ctx context.Context, key string, c record.Codec) error {
+	if d, ok := s.store.(driver.Deleter); ok {
+		if s.breaker.Blocking() {
+			return breaker.ErrOpen
+		}
+		sctx, cancel := context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+		err := d.Delete(sctx, key)
+		if !CallerDone(ctx, err) {
+			s.breaker.Result(err)
+		}
+		return err
+	}
+	return s.submit(ctx, key, func(rec []byte, _ int64) ([]byte, record.Codec) {
+		next, changed := c.Reset(rec)
+		return next, changedBy(c, changed)
+	})
+}
+
+// ErrNoConfig is the error of a bucket call on a key without state whose
+// codec has no configuration: a lazily configured bucket's, which must be
+// configured first.
+var ErrNoConfig = errors.New("sluice: no configuration")
+
+// UpdateBucket runs f on key's token bucket, created by this call when the
+// key has none; see record.Bucket.Update. It returns ErrNoConfig, having
+// written nothing, when the key has no state and c no configuration.
+func (s *Store) UpdateBucket(ctx context.Context, key string, c *record.Bucket, f func(cfg *tokenbucket.Config, st tokenbucket.State, now int64) bool) error {
+	var noConfig bool
+	err := s.submit(ctx, key, func(rec []byte, now int64) ([]byte, record.Codec) {
+		var next []byte
+		var changed bool
+		next, changed, noConfig = c.Update(rec, now, f)
+		return next, changedBy(c, changed)
+	})
+	if err == nil && noConfig {
+		err = ErrNoConfig
+	}
+	return err
+}
+
+// ReplaceBucket switches key's bucket to cfg, carrying its tokens over by
+// strategy; see record.Bucket.Replace.
+func (s *Store) ReplaceBucket(ctx context.Context, key string, c *record.Bucket, cfg *tokenbucket.Config, strategy tokenbucket.Strategy) error {
+	var noConfig bool
+	err := s.submit(ctx, key, func(rec []byte, now int64) ([]byte, record.Codec) {
+		var next []byte
+		var changed bool
+		next, changed, noConfig = c.Replace(rec, now, cfg, strategy)
+		return next, changedBy(c, changed)
+	})
+	if err == nil && noConfig {
+		err = ErrNoConfig
+	}
+	return err
+}
+
+// Configuration returns the configuration in force for key, or
+// ErrNoConfig.
+func (s *Store) Configuration(ctx context.Context, key string, c *record.Bucket) (*tokenbucket.Config, error) {
+	var cfg *tokenbucket.Config
+	err := s.submit(ctx, key, func(rec []byte, now int64) ([]byte, record.Codec) {
+		cfg = c.Configuration(rec, now)
+		return nil, nil
+	})
+	if err == nil && cfg == nil {
+		err = ErrNoConfig
+	}
+	return cfg, err
+}
+
+// CallerDone reports whether err is the caller's own context ending,
+// which is not a store failure.
+func CallerDone(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+}

@@ -287,7 +287,7 @@ type lazyBuckets struct {
 	store  *keyed.Store
 	opts   record.BucketOptions
 	clock  Clock
-	supply func(ctx context.Context) (Config, error)
+	supply func(ctx context.Context) (BucketConfig, error)
 
 	mu    sync.Mutex
 	codec *record.Bucket // guarded by mu; replaced once configured

@@ -52,9 +52,9 @@ func TestBlockingMoreThanCapacity(t *testing.T) {
 		bw    sluice.Bandwidth
 		slept time.Duration
 	}{
-		{"full", sluice.Limit(10, sluice.Greedy(10, 100)), 9900},
-		{"one token", sluice.Limit(10, sluice.Greedy(10, 100)).WithInitialTokens(1), 9990},
-		{"empty", sluice.Limit(10, sluice.Greedy(10, 100)).WithInitialTokens(0), 10000},
+		{"full", sluice.Capacity(10, sluice.Greedy(10, 100)), 9900},
+		{"one token", sluice.Capacity(10, sluice.Greedy(10, 100)).WithInitialTokens(1), 9990},
+		{"empty", sluice.Capacity(10, sluice.Greedy(10, 100)).WithInitialTokens(0), 10000},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -130,7 +130,7 @@ func TestBlockingCancel(t *testing.T) {
 			clock := sluice.NewFakeClock(t0)
 			sleeper := parkingSleeper{parked: make(chan time.Duration)}
 			var l sluice.CountingListener
-			b, err := sluice.NewBucket(sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(4)}},
+			b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(4)}},
 				sluice.WithClock(clock), sluice.WithSleeper(sleeper), sluice.WithListener(&l))
 			if err != nil {
 				t.Fatalf("NewBucket: %v", err)

@@ -45,7 +45,7 @@ type options struct {
 	store        driver.Store
 	storeTimeout time.Duration
 	storeFailure StoreFailure
-	inheritance  TokensInheritance
+	inheritance  Inheritance
 	maxKeys      int
 	// circuitFailures configures the breaker (WithCircuitBreaker).
 	circuitFailures int
@@ -66,7 +66,7 @@ func WithListener(l Listener) Option { return func(o *options) { o.listener = l 
 // NewBucket returns a bucket with the configuration cfg, created now by its
 // clock. It returns a *ConfigError when cfg breaks a rule, including aligned
 // refill on a clock that is not a wall clock.
-func NewBucket(cfg Config, opts ...Option) (*Bucket, error) {
+func NewBucket(cfg BucketConfig, opts ...Option) (*Bucket, error) {
 	c, err := cfg.compile()
 	if err != nil {
 		return nil, err
@@ -84,17 +84,17 @@ func NewBucket(cfg Config, opts ...Option) (*Bucket, error) {
 
 // checkStrategy returns the *ConfigError of a token inheritance strategy
 // that is none of the four, given as field.
-func checkStrategy(field string, t TokensInheritance) error {
-	if t < Proportionally || t > Additive {
+func checkStrategy(field string, t Inheritance) error {
+	if t < InheritProportionally || t > InheritAdditive {
 		return &ConfigError{Rule: RuleUnknownStrategy, Bandwidth: -1, Field: field, Value: t.String(),
-			Msg: "must be Proportionally, AsIs, Reset or Additive"}
+			Msg: "must be InheritProportionally, InheritAsIs, InheritNone or InheritAdditive"}
 	}
 	return nil
 }
 
 // replacement validates the arguments of ReplaceConfiguration on a bucket
 // running on clock and returns the compiled configuration.
-func replacement(cfg Config, strategy TokensInheritance, clock Clock) (*tokenbucket.Config, error) {
+func replacement(cfg BucketConfig, strategy Inheritance, clock Clock) (*tokenbucket.Config, error) {
 	if err := checkStrategy("strategy", strategy); err != nil {
 		return nil, err
 	}
@@ -365,7 +365,7 @@ func (b *Bucket) AvailableTokens() int64 {
 }
 
 // Configuration returns the bucket's current configuration.
-func (b *Bucket) Configuration() Config {
+func (b *Bucket) Configuration() BucketConfig {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return configOf(b.cfg)
@@ -382,11 +382,11 @@ func (b *Bucket) Configuration() Config {
 // its partly refilled token when both are greedy.
 //
 // It returns a *ConfigError, and changes nothing, when cfg is invalid.
-func (b *Bucket) ReplaceConfiguration(cfg Config, strategy TokensInheritance) error {
+func (b *Bucket) ReplaceConfiguration(cfg BucketConfig, strategy Inheritance) error {
 	return b.replace(cfg, strategy, nil)
 }
 
-func (b *Bucket) replace(cfg Config, strategy TokensInheritance, snap *Snapshot) error {
+func (b *Bucket) replace(cfg BucketConfig, strategy Inheritance, snap *Snapshot) error {
 	c, err := replacement(cfg, strategy, b.clock)
 	if err != nil {
 		return err

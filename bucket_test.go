@@ -133,7 +133,7 @@ func TestBucketTimelines(t *testing.T) {
 			{600 * ms, asMuchAsPossible, int64(1), 0},
 		}},
 		// ConsumeIgnoringLimitsSpecification: 100 per 100ns, empty, +120ns.
-		{"consume ignoring rate limits", []sluice.Bandwidth{sluice.Limit(100, sluice.Greedy(100, 100)).WithInitialTokens(0)}, []step{
+		{"consume ignoring rate limits", []sluice.Bandwidth{sluice.Capacity(100, sluice.Greedy(100, 100)).WithInitialTokens(0)}, []step{
 			{120, ignoring(151), 51 * time.Nanosecond, -51},
 			{171, asMuchAsPossible, int64(0), 0},
 			{172, asMuchAsPossible, int64(1), 0},
@@ -358,7 +358,7 @@ func TestListener(t *testing.T) {
 			b.ForceAddTokens(1)
 			b.Reset()
 			b.AvailableTokens()
-			b.ReplaceConfiguration(sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(5, time.Second)}}, sluice.AsIs)
+			b.ReplaceConfiguration(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(5, time.Second)}}, sluice.InheritAsIs)
 			b.Verbose().AvailableTokens()
 			b.Verbose().Reset()
 			b.Verbose().AddTokens(1)
@@ -474,17 +474,17 @@ func TestConcurrentTryConsume(t *testing.T) {
 func TestReplaceConfiguration(t *testing.T) {
 	// ConfigurationReplacementSpecification: simple(3, 5ns), empty, +3ns
 	// holds 1 token and 0.8 of the next; then simple(60, 1000ns).
-	next := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(60, 1000)}}
+	next := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(60, 1000)}}
 	tests := []struct {
-		strategy sluice.TokensInheritance
+		strategy sluice.Inheritance
 		want     int64
 		later    time.Duration // after which
 		wantThen int64
 	}{
-		{sluice.AsIs, 1, 4, 2},
-		{sluice.Additive, 58, 4, 59},
-		{sluice.Proportionally, 36, 17, 37},
-		{sluice.Reset, 60, 1000, 60},
+		{sluice.InheritAsIs, 1, 4, 2},
+		{sluice.InheritAdditive, 58, 4, 59},
+		{sluice.InheritProportionally, 36, 17, 37},
+		{sluice.InheritNone, 60, 1000, 60},
 	}
 	for _, tt := range tests {
 		t.Run(tt.strategy.String(), func(t *testing.T) {
@@ -503,17 +503,17 @@ func TestReplaceConfiguration(t *testing.T) {
 
 // TestReplaceConfigurationErrors: a rejected replacement changes nothing.
 func TestReplaceConfigurationErrors(t *testing.T) {
-	good := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(5, time.Second)}}
+	good := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(5, time.Second)}}
 	tests := []struct {
 		name     string
-		cfg      sluice.Config
-		strategy sluice.TokensInheritance
+		cfg      sluice.BucketConfig
+		strategy sluice.Inheritance
 		rule     sluice.Rule
 	}{
-		{"invalid configuration", sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(0, time.Second)}}, sluice.AsIs, sluice.RuleNonPositiveCapacity},
-		{"no bandwidths", sluice.Config{}, sluice.Reset, sluice.RuleNoLimits},
+		{"invalid configuration", sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(0, time.Second)}}, sluice.InheritAsIs, sluice.RuleNonPositiveCapacity},
+		{"no bandwidths", sluice.BucketConfig{}, sluice.InheritNone, sluice.RuleNoLimits},
 		{"zero strategy", good, 0, sluice.RuleUnknownStrategy},
-		{"strategy past the last", good, sluice.Additive + 1, sluice.RuleUnknownStrategy},
+		{"strategy past the last", good, sluice.InheritAdditive + 1, sluice.RuleUnknownStrategy},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -538,13 +538,13 @@ func TestReplaceConfigurationErrors(t *testing.T) {
 // not a wall clock cannot switch to aligned refill, and keeps its
 // configuration.
 func TestReplaceConfigurationAlignedNeedsWallClock(t *testing.T) {
-	cfg := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Hour)}}
+	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Hour)}}
 	b, err := sluice.NewBucket(cfg, sluice.WithClock(sluice.MonotonicClock()))
 	if err != nil {
 		t.Fatalf("NewBucket: %v", err)
 	}
-	aligned := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Limit(5, sluice.IntervallyAligned(5, time.Hour, time.Unix(0, 0), false))}}
-	err = b.ReplaceConfiguration(aligned, sluice.AsIs)
+	aligned := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Capacity(5, sluice.IntervallyAligned(5, time.Hour, time.Unix(0, 0)))}}
+	err = b.ReplaceConfiguration(aligned, sluice.InheritAsIs)
 	var ce *sluice.ConfigError
 	if !errors.As(err, &ce) || ce.Rule != sluice.RuleAlignedNeedsWallClock || ce.Bandwidth != 0 {
 		t.Errorf("ReplaceConfiguration() = %v, want a *ConfigError with rule %q", err, sluice.RuleAlignedNeedsWallClock)
@@ -560,7 +560,7 @@ func TestReplaceConfigurationAlignedNeedsWallClock(t *testing.T) {
 func TestAlignedRefillOnFakeClock(t *testing.T) {
 	first := time.Unix(1_700_000_400, 0)
 	clock := sluice.NewFakeClock(first.UnixNano() - int64(40*time.Second))
-	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Limit(400, sluice.IntervallyAligned(100, time.Minute, first, true))})
+	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Capacity(400, sluice.IntervallyAlignedAdaptive(100, time.Minute, first))})
 	// 400-100 + 40s·100/60s = 366.
 	checkAvailable(t, b, 366)
 	if ok, err := b.TryConsume(366); !ok || err != nil {
@@ -584,8 +584,8 @@ func TestAlignedRefillOnFakeClock(t *testing.T) {
 // safe; run with -race.
 func TestConcurrentReplaceConfiguration(t *testing.T) {
 	clock := sluice.NewFakeClock(t0)
-	one := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(100, time.Second)}}
-	two := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(100, time.Second), sluice.Simple(1000, time.Minute).WithID("m")}}
+	one := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(100, time.Second)}}
+	two := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(100, time.Second), sluice.Simple(1000, time.Minute).WithID("m")}}
 	b := newBucket(t, clock, one.Bandwidths)
 	var wg sync.WaitGroup
 	for range 4 {
@@ -604,7 +604,7 @@ func TestConcurrentReplaceConfiguration(t *testing.T) {
 			if i%2 == 0 {
 				cfg = two
 			}
-			if err := b.ReplaceConfiguration(cfg, sluice.TokensInheritance(1+i%4)); err != nil {
+			if err := b.ReplaceConfiguration(cfg, sluice.Inheritance(1+i%4)); err != nil {
 				t.Errorf("ReplaceConfiguration() = %v", err)
 			}
 			clock.Advance(10 * ms)

@@ -20,7 +20,8 @@ const (
 )
 
 // Refill says how a bandwidth regains tokens. Make one with Greedy,
-// Intervally or IntervallyAligned; the zero Refill is invalid.
+// Intervally, IntervallyAligned or IntervallyAlignedAdaptive; the zero
+// Refill is invalid.
 type Refill struct {
 	kind        refillKind
 	tokens      int64
@@ -43,13 +44,22 @@ func Intervally(tokens int64, period time.Duration) Refill {
 
 // IntervallyAligned is Intervally on a fixed grid that passes through
 // firstRefill (which must not be before the Unix epoch), for limits that
-// reset at wall-clock times such as the top of the hour. With
-// adaptiveInitialTokens, a bucket created before firstRefill starts with the
-// tokens it would have had if it had existed since the previous grid point:
+// reset at wall-clock times such as the top of the hour. A bucket with
+// aligned refill needs a wall clock.
+func IntervallyAligned(tokens int64, period time.Duration, firstRefill time.Time) Refill {
+	return Refill{kind: intervallyAligned, tokens: tokens, period: period, firstRefill: firstRefill}
+}
+
+// IntervallyAlignedAdaptive is IntervallyAligned with adaptive initial
+// tokens, Bucket4j's refillIntervallyAlignedWithAdaptiveInitialTokens: a
+// bucket created before firstRefill starts with the tokens it would have
+// had if it had existed since the previous grid point,
 // min(capacity, max(0, capacity-tokens) + tokens·(firstRefill-now)/period).
-// A bucket with aligned refill needs a wall clock.
-func IntervallyAligned(tokens int64, period time.Duration, firstRefill time.Time, adaptiveInitialTokens bool) Refill {
-	return Refill{kind: intervallyAligned, tokens: tokens, period: period, firstRefill: firstRefill, adaptive: adaptiveInitialTokens}
+// It cannot be combined with Bandwidth.WithInitialTokens.
+func IntervallyAlignedAdaptive(tokens int64, period time.Duration, firstRefill time.Time) Refill {
+	r := IntervallyAligned(tokens, period, firstRefill)
+	r.adaptive = true
+	return r
 }
 
 // Tokens is the number of tokens added per period.
@@ -90,17 +100,17 @@ type Bandwidth struct {
 	id         string
 }
 
-// Limit returns a bandwidth of capacity tokens, refilled by refill, that
+// Capacity returns a bandwidth of capacity tokens, refilled by refill, that
 // starts full. A capacity above the tokens per period allows bursts; below
 // it, the bucket can never hold a whole period's refill.
-func Limit(capacity int64, refill Refill) Bandwidth {
+func Capacity(capacity int64, refill Refill) Bandwidth {
 	return Bandwidth{capacity: capacity, refill: refill}
 }
 
 // Simple returns a bandwidth of capacity tokens that refills greedily, all of
 // them per period: Limit(capacity, Greedy(capacity, period)).
 func Simple(capacity int64, period time.Duration) Bandwidth {
-	return Limit(capacity, Greedy(capacity, period))
+	return Capacity(capacity, Greedy(capacity, period))
 }
 
 // String returns the bandwidth's capacity and refill, then its initial
@@ -146,22 +156,22 @@ func (b Bandwidth) InitialTokens() (int64, bool) { return b.initial, b.hasInitia
 // ID is the bandwidth's ID, or "".
 func (b Bandwidth) ID() string { return b.id }
 
-// Config is a bucket's configuration: one or more bandwidths. NewBucket and
+// BucketConfig is a bucket's configuration: one or more bandwidths. NewBucket and
 // ReplaceConfiguration validate it; Validate does so alone.
-type Config struct {
+type BucketConfig struct {
 	Bandwidths []Bandwidth
 }
 
 // Validate checks every rule of the configuration and returns a *ConfigError
 // for the first one broken.
-func (c Config) Validate() error {
+func (c BucketConfig) Validate() error {
 	_, err := c.compile()
 	return err
 }
 
 // compile validates c and returns the internal form, which shares nothing
 // with c.
-func (c Config) compile() (*tokenbucket.Config, error) {
+func (c BucketConfig) compile() (*tokenbucket.Config, error) {
 	if len(c.Bandwidths) == 0 {
 		return nil, &ConfigError{Rule: RuleNoLimits, Bandwidth: -1, Msg: "at least one bandwidth is required"}
 	}
@@ -253,14 +263,16 @@ func hasAligned(cfg *tokenbucket.Config) bool {
 }
 
 // configOf rebuilds the user-facing form of a compiled configuration.
-func configOf(cfg *tokenbucket.Config) Config {
-	out := Config{Bandwidths: make([]Bandwidth, len(cfg.Bandwidths))}
+func configOf(cfg *tokenbucket.Config) BucketConfig {
+	out := BucketConfig{Bandwidths: make([]Bandwidth, len(cfg.Bandwidths))}
 	for i, b := range cfg.Bandwidths {
 		period := time.Duration(b.Period)
 		var r Refill
 		switch {
+		case b.Aligned && b.Adaptive:
+			r = IntervallyAlignedAdaptive(b.RefillTokens, period, time.Unix(0, b.FirstRefill))
 		case b.Aligned:
-			r = IntervallyAligned(b.RefillTokens, period, time.Unix(0, b.FirstRefill), b.Adaptive)
+			r = IntervallyAligned(b.RefillTokens, period, time.Unix(0, b.FirstRefill))
 		case b.Intervally:
 			r = Intervally(b.RefillTokens, period)
 		default:
@@ -271,34 +283,34 @@ func configOf(cfg *tokenbucket.Config) Config {
 	return out
 }
 
-// TokensInheritance is how ReplaceConfiguration carries the tokens of the
+// Inheritance is how ReplaceConfiguration carries the tokens of the
 // old configuration into the new one. Bandwidths are matched by ID; see
 // ReplaceConfiguration.
-type TokensInheritance uint8
+type Inheritance uint8
 
 // The token inheritance strategies, as Bucket4j names them.
 const (
-	// Proportionally keeps the fill ratio: 40 of 100 become 80 of 200.
-	Proportionally TokensInheritance = TokensInheritance(tokenbucket.Proportionally)
-	// AsIs keeps the token count, cut down to the new capacity.
-	AsIs TokensInheritance = TokensInheritance(tokenbucket.AsIs)
-	// Reset starts afresh, as a new bucket with the new configuration.
-	Reset TokensInheritance = TokensInheritance(tokenbucket.ResetStrategy)
-	// Additive adds the capacity gained: 80 of 200 become 180 of 300. A
-	// capacity that shrinks is handled as AsIs.
-	Additive TokensInheritance = TokensInheritance(tokenbucket.Additive)
+	// InheritProportionally keeps the fill ratio: 40 of 100 become 80 of 200.
+	InheritProportionally Inheritance = Inheritance(tokenbucket.Proportionally)
+	// InheritAsIs keeps the token count, cut down to the new capacity.
+	InheritAsIs Inheritance = Inheritance(tokenbucket.AsIs)
+	// InheritNone starts afresh, as a new bucket with the new configuration.
+	InheritNone Inheritance = Inheritance(tokenbucket.ResetStrategy)
+	// InheritAdditive adds the capacity gained: 80 of 200 become 180 of 300. A
+	// capacity that shrinks is handled as InheritAsIs.
+	InheritAdditive Inheritance = Inheritance(tokenbucket.Additive)
 )
 
-func (s TokensInheritance) String() string {
+func (s Inheritance) String() string {
 	switch s {
-	case Proportionally:
+	case InheritProportionally:
 		return "proportionally"
-	case AsIs:
+	case InheritAsIs:
 		return "as_is"
-	case Reset:
+	case InheritNone:
 		return "reset"
-	case Additive:
+	case InheritAdditive:
 		return "additive"
 	}
-	return "TokensInheritance(" + strconv.Itoa(int(s)) + ")"
+	return "Inheritance(" + strconv.Itoa(int(s)) + ")"
 }

@@ -13,7 +13,10 @@ import (
 
 func TestConfigValidation(t *testing.T) {
 	aligned := func(adaptive bool) sluice.Refill {
-		return sluice.IntervallyAligned(10, time.Minute, time.Unix(1_700_000_000, 0), adaptive)
+		if adaptive {
+			return sluice.IntervallyAlignedAdaptive(10, time.Minute, time.Unix(1_700_000_000, 0))
+		}
+		return sluice.IntervallyAligned(10, time.Minute, time.Unix(1_700_000_000, 0))
 	}
 	ok := sluice.Simple(10, time.Second)
 	tests := []struct {
@@ -27,15 +30,15 @@ func TestConfigValidation(t *testing.T) {
 	}{
 		{"no bandwidths", nil, sluice.RuleNoLimits, -1, "", "", ""},
 		{"empty bandwidths", []sluice.Bandwidth{}, sluice.RuleNoLimits, -1, "", "", ""},
-		{"zero capacity", []sluice.Bandwidth{sluice.Limit(0, sluice.Greedy(1, time.Second))}, sluice.RuleNonPositiveCapacity, 0, "", "capacity", "0"},
-		{"negative capacity, second, with id", []sluice.Bandwidth{ok, sluice.Limit(-5, sluice.Greedy(1, time.Second)).WithID("b")},
+		{"zero capacity", []sluice.Bandwidth{sluice.Capacity(0, sluice.Greedy(1, time.Second))}, sluice.RuleNonPositiveCapacity, 0, "", "capacity", "0"},
+		{"negative capacity, second, with id", []sluice.Bandwidth{ok, sluice.Capacity(-5, sluice.Greedy(1, time.Second)).WithID("b")},
 			sluice.RuleNonPositiveCapacity, 1, "b", "capacity", "-5"},
-		{"zero Refill", []sluice.Bandwidth{sluice.Limit(10, sluice.Refill{})}, sluice.RuleUnknownRefill, 0, "", "refill", "the zero Refill"},
-		{"zero refill tokens", []sluice.Bandwidth{sluice.Limit(10, sluice.Greedy(0, time.Second))}, sluice.RuleNonPositiveRefillTokens, 0, "", "refill.tokens", "0"},
-		{"negative refill tokens, intervally", []sluice.Bandwidth{sluice.Limit(10, sluice.Intervally(-1, time.Second))}, sluice.RuleNonPositiveRefillTokens, 0, "", "refill.tokens", "-1"},
-		{"zero period", []sluice.Bandwidth{sluice.Limit(10, sluice.Greedy(1, 0))}, sluice.RuleNonPositivePeriod, 0, "", "refill.period", "0s"},
-		{"negative period", []sluice.Bandwidth{sluice.Limit(10, sluice.Greedy(1, -1))}, sluice.RuleNonPositivePeriod, 0, "", "refill.period", "-1ns"},
-		{"negative period, aligned", []sluice.Bandwidth{sluice.Limit(10, sluice.IntervallyAligned(1, -time.Hour, time.Unix(0, 0), false))},
+		{"zero Refill", []sluice.Bandwidth{sluice.Capacity(10, sluice.Refill{})}, sluice.RuleUnknownRefill, 0, "", "refill", "the zero Refill"},
+		{"zero refill tokens", []sluice.Bandwidth{sluice.Capacity(10, sluice.Greedy(0, time.Second))}, sluice.RuleNonPositiveRefillTokens, 0, "", "refill.tokens", "0"},
+		{"negative refill tokens, intervally", []sluice.Bandwidth{sluice.Capacity(10, sluice.Intervally(-1, time.Second))}, sluice.RuleNonPositiveRefillTokens, 0, "", "refill.tokens", "-1"},
+		{"zero period", []sluice.Bandwidth{sluice.Capacity(10, sluice.Greedy(1, 0))}, sluice.RuleNonPositivePeriod, 0, "", "refill.period", "0s"},
+		{"negative period", []sluice.Bandwidth{sluice.Capacity(10, sluice.Greedy(1, -1))}, sluice.RuleNonPositivePeriod, 0, "", "refill.period", "-1ns"},
+		{"negative period, aligned", []sluice.Bandwidth{sluice.Capacity(10, sluice.IntervallyAligned(1, -time.Hour, time.Unix(0, 0)))},
 			sluice.RuleNonPositivePeriod, 0, "", "refill.period", "-1h0m0s"},
 		// limitations.adoc: simple(2, 1ns), simple(1001, 1000ns) and
 		// simple(1_000_001, 1ms) all ask for more than 1 token per ns.
@@ -43,17 +46,17 @@ func TestConfigValidation(t *testing.T) {
 		{"1001 tokens per 1000ns", []sluice.Bandwidth{sluice.Simple(1001, 1000*time.Nanosecond)}, sluice.RuleRefillRateTooHigh, 0, "", "refill", "1001 tokens per 1µs"},
 		{"1000001 tokens per ms", []sluice.Bandwidth{sluice.Simple(1_000_001, time.Millisecond)}, sluice.RuleRefillRateTooHigh, 0, "", "refill", "1000001 tokens per 1ms"},
 		{"negative initial tokens", []sluice.Bandwidth{ok.WithInitialTokens(-1)}, sluice.RuleNegativeInitialTokens, 0, "", "initial tokens", "-1"},
-		{"adaptive with initial tokens", []sluice.Bandwidth{sluice.Limit(10, aligned(true)).WithInitialTokens(5)}, sluice.RuleAdaptiveWithManual, 0, "", "initial tokens", "5"},
-		{"adaptive with zero initial tokens", []sluice.Bandwidth{sluice.Limit(10, aligned(true)).WithInitialTokens(0)}, sluice.RuleAdaptiveWithManual, 0, "", "initial tokens", "0"},
-		{"first refill before the epoch", []sluice.Bandwidth{sluice.Limit(10, sluice.IntervallyAligned(10, time.Minute, time.Unix(-1, 0), false))},
+		{"adaptive with initial tokens", []sluice.Bandwidth{sluice.Capacity(10, aligned(true)).WithInitialTokens(5)}, sluice.RuleAdaptiveWithManual, 0, "", "initial tokens", "5"},
+		{"adaptive with zero initial tokens", []sluice.Bandwidth{sluice.Capacity(10, aligned(true)).WithInitialTokens(0)}, sluice.RuleAdaptiveWithManual, 0, "", "initial tokens", "0"},
+		{"first refill before the epoch", []sluice.Bandwidth{sluice.Capacity(10, sluice.IntervallyAligned(10, time.Minute, time.Unix(-1, 0)))},
 			sluice.RuleNegativeFirstRefill, 0, "", "refill.first_refill", "1969-12-31T23:59:59Z"},
-		{"first refill zero time", []sluice.Bandwidth{ok, sluice.Limit(10, sluice.IntervallyAligned(10, time.Minute, time.Time{}, true)).WithID("z")},
+		{"first refill zero time", []sluice.Bandwidth{ok, sluice.Capacity(10, sluice.IntervallyAlignedAdaptive(10, time.Minute, time.Time{})).WithID("z")},
 			sluice.RuleNegativeFirstRefill, 1, "z", "refill.first_refill", "0001-01-01T00:00:00Z"},
 		{"duplicate id", []sluice.Bandwidth{ok.WithID("x"), ok, ok.WithID("x")}, sluice.RuleDuplicateID, 2, "x", "id", `"x"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := sluice.Config{Bandwidths: tt.bws}
+			cfg := sluice.BucketConfig{Bandwidths: tt.bws}
 			for _, err := range []error{cfg.Validate(), newBucketErr(cfg)} {
 				var ce *sluice.ConfigError
 				if !errors.As(err, &ce) {
@@ -79,7 +82,7 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
-func newBucketErr(cfg sluice.Config) error {
+func newBucketErr(cfg sluice.BucketConfig) error {
 	_, err := sluice.NewBucket(cfg, sluice.WithClock(sluice.NewFakeClock(t0)))
 	return err
 }
@@ -87,13 +90,13 @@ func newBucketErr(cfg sluice.Config) error {
 func TestConfigErrorMessages(t *testing.T) {
 	tests := []struct {
 		name string
-		cfg  sluice.Config
+		cfg  sluice.BucketConfig
 		want string
 	}{
-		{"whole configuration", sluice.Config{}, "sluice: config: at least one bandwidth is required"},
-		{"bandwidth", sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(0, time.Second)}},
+		{"whole configuration", sluice.BucketConfig{}, "sluice: config: at least one bandwidth is required"},
+		{"bandwidth", sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(0, time.Second)}},
 			"sluice: bandwidth 0: capacity must be positive, got 0"},
-		{"bandwidth with id", sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second), sluice.Simple(-3, time.Second).WithID("api")}},
+		{"bandwidth with id", sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second), sluice.Simple(-3, time.Second).WithID("api")}},
 			`sluice: bandwidth 1 (id "api"): capacity must be positive, got -3`},
 	}
 	for _, tt := range tests {
@@ -112,17 +115,17 @@ func TestConfigValid(t *testing.T) {
 	}{
 		{"one token per ns", []sluice.Bandwidth{sluice.Simple(1000, 1000*time.Nanosecond)}},
 		// There is no rule that capacity ≥ tokens per period.
-		{"capacity below the refill", []sluice.Bandwidth{sluice.Limit(100, sluice.Greedy(400, time.Minute))}},
+		{"capacity below the refill", []sluice.Bandwidth{sluice.Capacity(100, sluice.Greedy(400, time.Minute))}},
 		{"initial tokens zero", []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)}},
 		{"initial tokens above capacity", []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(1000)}},
-		{"first refill at the epoch", []sluice.Bandwidth{sluice.Limit(10, sluice.IntervallyAligned(10, time.Minute, time.Unix(0, 0), true))}},
-		{"aligned with initial tokens", []sluice.Bandwidth{sluice.Limit(10, sluice.IntervallyAligned(10, time.Minute, time.Unix(0, 0), false)).WithInitialTokens(3)}},
+		{"first refill at the epoch", []sluice.Bandwidth{sluice.Capacity(10, sluice.IntervallyAlignedAdaptive(10, time.Minute, time.Unix(0, 0)))}},
+		{"aligned with initial tokens", []sluice.Bandwidth{sluice.Capacity(10, sluice.IntervallyAligned(10, time.Minute, time.Unix(0, 0))).WithInitialTokens(3)}},
 		{"two bandwidths without id", []sluice.Bandwidth{sluice.Simple(10, time.Second), sluice.Simple(100, time.Minute)}},
 		{"longest period", []sluice.Bandwidth{sluice.Simple(1, time.Duration(1<<63-1))}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := sluice.Config{Bandwidths: tt.bws}
+			cfg := sluice.BucketConfig{Bandwidths: tt.bws}
 			if err := cfg.Validate(); err != nil {
 				t.Errorf("Validate() = %v, want nil", err)
 			}
@@ -136,9 +139,9 @@ func TestConfigValid(t *testing.T) {
 // TestAlignedNeedsWallClock: aligned refill is fixed in Unix time, so a
 // bucket with it needs a wall clock; the default clock is one then.
 func TestAlignedNeedsWallClock(t *testing.T) {
-	aligned := sluice.Config{Bandwidths: []sluice.Bandwidth{
+	aligned := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(10, time.Second),
-		sluice.Limit(10, sluice.IntervallyAligned(10, time.Hour, time.Unix(0, 0), false)).WithID("hourly"),
+		sluice.Capacity(10, sluice.IntervallyAligned(10, time.Hour, time.Unix(0, 0))).WithID("hourly"),
 	}}
 	tests := []struct {
 		name  string
@@ -186,11 +189,11 @@ func TestAlignedNeedsWallClock(t *testing.T) {
 // built with. (First refills are made with time.Unix, so that DeepEqual also
 // matches their Location.)
 func TestConfigurationRoundTrip(t *testing.T) {
-	cfg := sluice.Config{Bandwidths: []sluice.Bandwidth{
+	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(10, time.Second).WithID("a"),
-		sluice.Limit(100, sluice.Intervally(5, time.Minute)).WithInitialTokens(3),
-		sluice.Limit(7, sluice.IntervallyAligned(7, time.Hour, time.Unix(1_700_000_000, 0), true)).WithID("c"),
-		sluice.Limit(7, sluice.IntervallyAligned(3, time.Hour, time.Unix(0, 5), false)).WithInitialTokens(0).WithID("d"),
+		sluice.Capacity(100, sluice.Intervally(5, time.Minute)).WithInitialTokens(3),
+		sluice.Capacity(7, sluice.IntervallyAlignedAdaptive(7, time.Hour, time.Unix(1_700_000_000, 0))).WithID("c"),
+		sluice.Capacity(7, sluice.IntervallyAligned(3, time.Hour, time.Unix(0, 5))).WithInitialTokens(0).WithID("d"),
 	}}
 	b := newBucket(t, sluice.NewFakeClock(t0), cfg.Bandwidths)
 	got := b.Configuration()
@@ -202,8 +205,8 @@ func TestConfigurationRoundTrip(t *testing.T) {
 		t.Errorf("Configuration() after changing a returned copy = %+v, want %+v", again, cfg)
 	}
 
-	next := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(20, time.Minute).WithID("a")}}
-	if err := b.ReplaceConfiguration(next, sluice.AsIs); err != nil {
+	next := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(20, time.Minute).WithID("a")}}
+	if err := b.ReplaceConfiguration(next, sluice.InheritAsIs); err != nil {
 		t.Fatalf("ReplaceConfiguration() = %v", err)
 	}
 	if got := b.Configuration(); !reflect.DeepEqual(got, next) {
@@ -221,7 +224,7 @@ func TestConfigIsCopied(t *testing.T) {
 
 func TestBandwidthAccessors(t *testing.T) {
 	first := time.Unix(1_700_000_000, 0)
-	bw := sluice.Limit(50, sluice.IntervallyAligned(5, time.Minute, first, false)).WithID("x").WithInitialTokens(3)
+	bw := sluice.Capacity(50, sluice.IntervallyAligned(5, time.Minute, first)).WithID("x").WithInitialTokens(3)
 	if bw.Capacity() != 50 || bw.ID() != "x" || bw.Refill().Tokens() != 5 || bw.Refill().Period() != time.Minute {
 		t.Errorf("accessors = %d, %q, %d, %v, want 50, \"x\", 5, 1m0s", bw.Capacity(), bw.ID(), bw.Refill().Tokens(), bw.Refill().Period())
 	}
@@ -238,21 +241,21 @@ func TestBandwidthAccessors(t *testing.T) {
 	}
 }
 
-func TestTokensInheritanceString(t *testing.T) {
+func TestInheritanceString(t *testing.T) {
 	tests := []struct {
-		s    sluice.TokensInheritance
+		s    sluice.Inheritance
 		want string
 	}{
-		{sluice.Proportionally, "proportionally"},
-		{sluice.AsIs, "as_is"},
-		{sluice.Reset, "reset"},
-		{sluice.Additive, "additive"},
-		{0, "TokensInheritance(0)"},
-		{9, "TokensInheritance(9)"},
+		{sluice.InheritProportionally, "proportionally"},
+		{sluice.InheritAsIs, "as_is"},
+		{sluice.InheritNone, "reset"},
+		{sluice.InheritAdditive, "additive"},
+		{0, "Inheritance(0)"},
+		{9, "Inheritance(9)"},
 	}
 	for _, tt := range tests {
 		if got := tt.s.String(); got != tt.want {
-			t.Errorf("TokensInheritance(%d).String() = %q, want %q", uint8(tt.s), got, tt.want)
+			t.Errorf("Inheritance(%d).String() = %q, want %q", uint8(tt.s), got, tt.want)
 		}
 	}
 }

@@ -3,14 +3,15 @@
 //
 // # Buckets
 //
-// A [Bucket] has one or more bandwidths ([Limit], [Simple]), each a capacity
+// A [Bucket] has one or more bandwidths ([Capacity], [Simple]), each a capacity
 // and a [Refill]: [Greedy] (tokens spread evenly over the period),
 // [Intervally] (all at once when a period has passed) or [IntervallyAligned]
-// (on a wall-clock grid). A call consumes from every bandwidth or from none:
+// and [IntervallyAlignedAdaptive] (on a wall-clock grid). A call consumes
+// from every bandwidth or from none:
 //
-//	b, err := sluice.NewBucket(sluice.Config{Bandwidths: []sluice.Bandwidth{
-//		sluice.Simple(1000, time.Minute),                        // 1000 a minute
-//		sluice.Limit(50, sluice.Greedy(50, time.Second)),        // in bursts of at most 50
+//	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
+//		sluice.Simple(1000, time.Minute),                         // 1000 a minute
+//		sluice.Capacity(50, sluice.Greedy(50, time.Second)),      // in bursts of at most 50
 //	}})
 //	if err != nil { ... }
 //	if b.Allow() { ... }

@@ -43,8 +43,8 @@ func BenchmarkEngineBucket(b *testing.B) {
 	for _, op := range ops {
 		b.Run(op.name, func(b *testing.B) {
 			clock := sluice.NewFakeClock(t0)
-			bk, err := sluice.NewBucket(sluice.Config{Bandwidths: []sluice.Bandwidth{
-				sluice.Limit(1000, sluice.Greedy(1e9, time.Second)),
+			bk, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
+				sluice.Capacity(1000, sluice.Greedy(1e9, time.Second)),
 			}}, sluice.WithClock(clock))
 			if err != nil {
 				b.Fatal(err)
@@ -160,7 +160,7 @@ func BenchmarkEngineLimiter(b *testing.B) {
 // memstore, whose bucket refills faster than it is asked.
 func BenchmarkEngineKeyBucket(b *testing.B) {
 	ctx := context.Background()
-	cfg := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Limit(1000, sluice.Greedy(1e9, time.Second))}}
+	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Capacity(1000, sluice.Greedy(1e9, time.Second))}}
 	clock := sluice.NewFakeClock(t0)
 	kb, err := sluice.NewStoreBucket(memstore.New(), "k", cfg, sluice.WithClock(clock))
 	if err != nil {

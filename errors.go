@@ -54,7 +54,7 @@ const (
 	RuleDuplicateID             Rule = "duplicate_id"                 // two bandwidths with one ID
 	RuleAlignedNeedsWallClock   Rule = "aligned_needs_wall_clock"     // aligned refill on a clock not counting from the epoch
 	RuleUnknownRefill           Rule = "unknown_refill"               // the zero Refill
-	RuleUnknownStrategy         Rule = "unknown_strategy"             // a TokensInheritance value that is none of the four
+	RuleUnknownStrategy         Rule = "unknown_strategy"             // an Inheritance value that is none of the four
 	RuleNonPositiveLimit        Rule = "non_positive_limit"           // a policy's limit
 	RuleNoMembers               Rule = "no_members"                   // a compound policy without members
 )

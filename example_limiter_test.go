@@ -287,9 +287,9 @@ func ExampleNoLimit() {
 // bursts of at most 10. A request takes from both or from neither.
 func ExampleBucketPolicy() {
 	clock := sluice.NewFakeClock(0)
-	l, err := sluice.NewLimiter(sluice.BucketPolicy(sluice.Config{Bandwidths: []sluice.Bandwidth{
-		sluice.Simple(20, time.Minute),                   // one every 3s
-		sluice.Limit(10, sluice.Greedy(10, time.Second)), // one every 100ms
+	l, err := sluice.NewLimiter(sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
+		sluice.Simple(20, time.Minute),                      // one every 3s
+		sluice.Capacity(10, sluice.Greedy(10, time.Second)), // one every 100ms
 	}}), sluice.WithClock(clock))
 	if err != nil {
 		log.Fatal(err)

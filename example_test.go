@@ -14,7 +14,7 @@ import (
 
 func ExampleNewBucket() {
 	clock := sluice.NewFakeClock(0)
-	b, err := sluice.NewBucket(sluice.Config{Bandwidths: []sluice.Bandwidth{
+	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(10, time.Second), // 10 a second, one every 100ms
 	}}, sluice.WithClock(clock))
 	if err != nil {
@@ -40,7 +40,7 @@ func ExampleNewBucket() {
 // A probe has what rate-limit headers need.
 func ExampleBucket_TryConsumeAndReturnRemaining() {
 	clock := sluice.NewFakeClock(0)
-	b, err := sluice.NewBucket(sluice.Config{Bandwidths: []sluice.Bandwidth{
+	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(2, time.Minute),
 	}}, sluice.WithClock(clock))
 	if err != nil {
@@ -70,7 +70,7 @@ func ExampleBucket_TryConsumeAndReturnRemaining() {
 // instead of waiting.
 func ExampleBucket_Blocking() {
 	clock := sluice.NewFakeClock(0)
-	b, err := sluice.NewBucket(sluice.Config{Bandwidths: []sluice.Bandwidth{
+	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(5, time.Second), // one every 200ms
 	}}, sluice.WithClock(clock), sluice.WithSleeper(clock))
 	if err != nil {
@@ -99,7 +99,7 @@ func ExampleBucket_Blocking() {
 
 func ExampleBucket_ReplaceConfiguration() {
 	clock := sluice.NewFakeClock(0)
-	b, err := sluice.NewBucket(sluice.Config{Bandwidths: []sluice.Bandwidth{
+	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(100, time.Minute),
 	}}, sluice.WithClock(clock))
 	if err != nil {
@@ -111,18 +111,18 @@ func ExampleBucket_ReplaceConfiguration() {
 	fmt.Println("before:", b.AvailableTokens())
 
 	// 40 of 100 become 80 of 200.
-	err = b.ReplaceConfiguration(sluice.Config{Bandwidths: []sluice.Bandwidth{
+	err = b.ReplaceConfiguration(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(200, time.Minute),
-	}}, sluice.Proportionally)
+	}}, sluice.InheritProportionally)
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("proportionally:", b.AvailableTokens())
 
 	// 80 of 200 become 180 of 300.
-	err = b.ReplaceConfiguration(sluice.Config{Bandwidths: []sluice.Bandwidth{
+	err = b.ReplaceConfiguration(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(300, time.Minute),
-	}}, sluice.Additive)
+	}}, sluice.InheritAdditive)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -136,9 +136,9 @@ func ExampleBucket_ReplaceConfiguration() {
 // Several bandwidths: a call takes from all of them or from none.
 func Example_multipleBandwidths() {
 	clock := sluice.NewFakeClock(0)
-	b, err := sluice.NewBucket(sluice.Config{Bandwidths: []sluice.Bandwidth{
+	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(1000, time.Minute).WithID("per-minute"),
-		sluice.Limit(50, sluice.Greedy(50, time.Second)).WithID("burst"),
+		sluice.Capacity(50, sluice.Greedy(50, time.Second)).WithID("burst"),
 	}}, sluice.WithClock(clock))
 	if err != nil {
 		log.Fatal(err)

@@ -17,7 +17,7 @@ const ms = time.Millisecond
 func newBucket(t *testing.T, clock *sluice.FakeClock, bws []sluice.Bandwidth, opts ...sluice.Option) *sluice.Bucket {
 	t.Helper()
 	opts = append([]sluice.Option{sluice.WithClock(clock), sluice.WithSleeper(clock)}, opts...)
-	b, err := sluice.NewBucket(sluice.Config{Bandwidths: bws}, opts...)
+	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: bws}, opts...)
 	if err != nil {
 		t.Fatalf("NewBucket: %v", err)
 	}
@@ -30,7 +30,7 @@ func newBucket(t *testing.T, clock *sluice.FakeClock, bws []sluice.Bandwidth, op
 type state struct {
 	bandwidths []int64
 	toFull     time.Duration
-	cfg        sluice.Config
+	cfg        sluice.BucketConfig
 }
 
 func stateOf(t *testing.T, b *sluice.Bucket) state {

@@ -41,7 +41,7 @@ type KeyBucket struct {
 // WithInheritance strategy) when cfg changed since it was written.
 // WithStoreTimeout, WithStoreFailure, WithClock, WithSleeper and
 // WithListener apply.
-func NewStoreBucket(s driver.Store, key string, cfg Config, opts ...Option) (*KeyBucket, error) {
+func NewStoreBucket(s driver.Store, key string, cfg BucketConfig, opts ...Option) (*KeyBucket, error) {
 	o := newOptions(opts)
 	o.store = s
 	if o.store == nil {
@@ -74,7 +74,7 @@ func NewStoreBucket(s driver.Store, key string, cfg Config, opts ...Option) (*Ke
 // supply, which is called only when the key has no state (for limits read
 // from a slow database) and at most once per successful call. A key that
 // has state keeps its stored configuration, never migrated.
-func NewLazyStoreBucket(s driver.Store, key string, supply func(ctx context.Context) (Config, error), opts ...Option) (*KeyBucket, error) {
+func NewLazyStoreBucket(s driver.Store, key string, supply func(ctx context.Context) (BucketConfig, error), opts ...Option) (*KeyBucket, error) {
 	if supply == nil {
 		return nil, &ArgumentError{Op: "NewLazyStoreBucket", Arg: "supply", Value: 0, Want: "must not be nil"}
 	}
@@ -267,13 +267,13 @@ func (b *KeyBucket) TryConsumeVerbose(ctx context.Context, n int64) (Verbose[Con
 
 // Configuration returns the configuration in force for the key: the
 // stored one when the key has state.
-func (b *KeyBucket) Configuration(ctx context.Context) (Config, error) {
+func (b *KeyBucket) Configuration(ctx context.Context) (BucketConfig, error) {
 	if err := ctx.Err(); err != nil {
-		return Config{}, err
+		return BucketConfig{}, err
 	}
 	cfg, err := b.backend.configuration(ctx, b.key)
 	if err != nil {
-		return Config{}, storeError("KeyBucket.Configuration", b.key, err)
+		return BucketConfig{}, storeError("KeyBucket.Configuration", b.key, err)
 	}
 	return configOf(cfg), nil
 }
@@ -284,7 +284,7 @@ func (b *KeyBucket) Configuration(ctx context.Context) (Config, error) {
 // limiter's own configuration changes. The bucket of an in-memory
 // Limiter's key cannot be reconfigured alone: it returns an error
 // matching errors.ErrUnsupported.
-func (b *KeyBucket) ReplaceConfiguration(ctx context.Context, cfg Config, strategy TokensInheritance) error {
+func (b *KeyBucket) ReplaceConfiguration(ctx context.Context, cfg BucketConfig, strategy Inheritance) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -95,7 +95,7 @@ func TestLimiterPolicies(t *testing.T) {
 		{"no limit", sluice.NoLimit(), []limiterStep{
 			{0, 1 << 40, sluice.Result{Allowed: true, Remaining: 1<<63 - 1, Limit: 1<<63 - 1}},
 		}},
-		{"bucket policy: every bandwidth must allow", sluice.BucketPolicy(sluice.Config{Bandwidths: []sluice.Bandwidth{
+		{"bucket policy: every bandwidth must allow", sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 			sluice.Simple(10, time.Minute), sluice.Simple(2, sec)}}), []limiterStep{
 			{0, 2, sluice.Result{Allowed: true, Remaining: 0, ResetAfter: 12 * sec, Limit: 2}},
 			// The minute bandwidth has 8 1/6 tokens, 6 1/6 after this; at 1/6
@@ -165,7 +165,7 @@ func TestLimiterConfigErrors(t *testing.T) {
 		{sluice.TokenBucket(0, 1, time.Second), sluice.RuleNonPositiveLimit, "token_bucket.limit"},
 		{sluice.TokenBucket(1, 0, time.Second), sluice.RuleNonPositiveRefillTokens, "token_bucket.rate.amount"},
 		{sluice.LeakyBucket(1, 5, 3), sluice.RuleRefillRateTooHigh, "leaky_bucket.rate"},
-		{sluice.BucketPolicy(sluice.Config{}), sluice.RuleNoLimits, ""},
+		{sluice.BucketPolicy(sluice.BucketConfig{}), sluice.RuleNoLimits, ""},
 		{sluice.SlidingWindow(0, time.Second), sluice.RuleNonPositiveLimit, "sliding_window.limit"},
 		{sluice.SlidingLog(1, -1), sluice.RuleNonPositivePeriod, "sliding_log.interval"},
 		{sluice.GCRA(1, 0, time.Second), sluice.RuleNonPositiveRefillTokens, "gcra.rate.amount"},
@@ -317,7 +317,7 @@ func testLimiterBucket(t *testing.T, store bool) {
 	if r, _ := l.Allow(ctx, "bob"); !r.Allowed || r.Remaining != 9 {
 		t.Errorf("Allow(bob) = %+v, want an independent key", r)
 	}
-	err = b.ReplaceConfiguration(ctx, sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(1, time.Second)}}, sluice.AsIs)
+	err = b.ReplaceConfiguration(ctx, sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(1, time.Second)}}, sluice.InheritAsIs)
 	if store && err != nil {
 		t.Errorf("ReplaceConfiguration on a stored key's bucket = %v", err)
 	}
@@ -385,10 +385,10 @@ func TestLimiterMaxKeysExact(t *testing.T) {
 func TestLimiterInitialTokensBelowRequest(t *testing.T) {
 	clock := sluice.NewFakeClock(1_700_000_000_000_000_000)
 	for _, p := range []sluice.Policy{
-		sluice.BucketPolicy(sluice.Config{Bandwidths: []sluice.Bandwidth{
-			sluice.Limit(4, sluice.Greedy(1, time.Second)).WithInitialTokens(1)}}),
-		sluice.BucketPolicy(sluice.Config{Bandwidths: []sluice.Bandwidth{
-			sluice.Limit(4, sluice.Greedy(1, time.Second)).WithInitialTokens(1), sluice.Simple(100, time.Hour)}}),
+		sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
+			sluice.Capacity(4, sluice.Greedy(1, time.Second)).WithInitialTokens(1)}}),
+		sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
+			sluice.Capacity(4, sluice.Greedy(1, time.Second)).WithInitialTokens(1), sluice.Simple(100, time.Hour)}}),
 	} {
 		for _, where := range []string{"in memory", "on a store"} {
 			opts := []sluice.Option{sluice.WithClock(clock)}

@@ -300,7 +300,7 @@ func singleBandwidth(kind Kind, limit int64, refill Refill, strict bool) Policy 
 		kind: kind,
 		name: fmt.Sprintf("%s(limit=%d, rate=%d per %v)", kind, limit, refill.tokens, refill.period),
 	}
-	cfg, err := Config{Bandwidths: []Bandwidth{Limit(limit, refill)}}.compile()
+	cfg, err := BucketConfig{Bandwidths: []Bandwidth{Capacity(limit, refill)}}.compile()
 	if err != nil {
 		p.err = policyConfigError(kind, err)
 		return p
@@ -335,7 +335,7 @@ func policyConfigError(kind Kind, err error) error {
 // bucketName names a bucket policy by its bandwidths, so that two
 // configurations differ in name when they differ in limits: the server
 // keeps a limiter's statistics across a reload when its name is the same.
-func bucketName(cfg Config) string {
+func bucketName(cfg BucketConfig) string {
 	var b strings.Builder
 	b.WriteString(string(KindBucket) + "(")
 	for i, bw := range cfg.Bandwidths {
@@ -351,7 +351,7 @@ func bucketName(cfg Config) string {
 // BucketPolicy applies a whole Bucket4j configuration, one or more
 // bandwidths, to each key. For one bandwidth prefer TokenBucket or
 // LeakyBucket, whose state per key is smaller.
-func BucketPolicy(cfg Config) Policy {
+func BucketPolicy(cfg BucketConfig) Policy {
 	p := machinePolicy[tokenbucket.State, tokenbucket.Multi]{kind: KindBucket, name: bucketName(cfg)}
 	c, err := cfg.compile()
 	if err == nil && hasAligned(c) {

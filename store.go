@@ -121,10 +121,10 @@ func WithStoreFailure(f StoreFailure) Option { return func(o *options) { o.store
 // WithInheritance sets how a key's stored state is carried over when the
 // limiter's policy changed since it was written (detected by the
 // fingerprint stored with it). For token-bucket policies it is the token
-// inheritance of ReplaceConfiguration; for other policies Reset drops the
+// inheritance of ReplaceConfiguration; for other policies InheritNone drops the
 // old state and any other strategy keeps it when the new policy can read
-// it (same kind of policy). The default is Proportionally.
-func WithInheritance(t TokensInheritance) Option { return func(o *options) { o.inheritance = t } }
+// it (same kind of policy). The default is InheritProportionally.
+func WithInheritance(t Inheritance) Option { return func(o *options) { o.inheritance = t } }
 
 // storeSetup is what a Limiter or KeyBucket with a store is built of:
 // the engine over o.store, and the failure policy in front of it.
@@ -143,7 +143,7 @@ func newStoreSetup(o *options, clock Clock) (storeSetup, error) {
 	}
 	inherit := o.inheritance
 	if inherit == 0 {
-		inherit = Proportionally
+		inherit = InheritProportionally
 	}
 	if err := checkStrategy("inheritance", inherit); err != nil {
 		return storeSetup{}, err

@@ -26,8 +26,8 @@ func storePolicies() []sluice.Policy {
 		sluice.GCRA(5, 10, time.Second),
 		sluice.Shaper(10, time.Second, 3),
 		sluice.Compound(sluice.FixedWindow(8, time.Second), sluice.TokenBucket(5, 1, 200*time.Millisecond)),
-		sluice.BucketPolicy(sluice.Config{Bandwidths: []sluice.Bandwidth{
-			sluice.Simple(10, time.Second), sluice.Limit(3, sluice.Intervally(1, 100*time.Millisecond)).WithID("burst"),
+		sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
+			sluice.Simple(10, time.Second), sluice.Capacity(3, sluice.Intervally(1, 100*time.Millisecond)).WithID("burst"),
 		}}),
 		sluice.NoLimit(),
 	}
@@ -100,16 +100,16 @@ func TestStoreMigration(t *testing.T) {
 	tests := []struct {
 		name          string
 		before, after sluice.Policy
-		inherit       sluice.TokensInheritance
+		inherit       sluice.Inheritance
 		want          int64 // Remaining after 6 taken before and 1 after
 	}{
-		{"bucket proportionally", sluice.TokenBucket(10, 1, time.Hour), sluice.TokenBucket(20, 1, time.Hour), sluice.Proportionally, 7},
-		{"bucket as is", sluice.TokenBucket(10, 1, time.Hour), sluice.TokenBucket(20, 1, time.Hour), sluice.AsIs, 3},
-		{"bucket reset", sluice.TokenBucket(10, 1, time.Hour), sluice.TokenBucket(20, 1, time.Hour), sluice.Reset, 19},
-		{"bucket additive", sluice.TokenBucket(10, 1, time.Hour), sluice.TokenBucket(20, 1, time.Hour), sluice.Additive, 13},
-		{"window kept", sluice.FixedWindow(10, time.Hour), sluice.FixedWindow(20, time.Hour), sluice.AsIs, 13},
-		{"window reset", sluice.FixedWindow(10, time.Hour), sluice.FixedWindow(20, time.Hour), sluice.Reset, 19},
-		{"other policy starts afresh", sluice.FixedWindow(10, time.Hour), sluice.SlidingWindow(20, time.Hour), sluice.AsIs, 19},
+		{"bucket proportionally", sluice.TokenBucket(10, 1, time.Hour), sluice.TokenBucket(20, 1, time.Hour), sluice.InheritProportionally, 7},
+		{"bucket as is", sluice.TokenBucket(10, 1, time.Hour), sluice.TokenBucket(20, 1, time.Hour), sluice.InheritAsIs, 3},
+		{"bucket reset", sluice.TokenBucket(10, 1, time.Hour), sluice.TokenBucket(20, 1, time.Hour), sluice.InheritNone, 19},
+		{"bucket additive", sluice.TokenBucket(10, 1, time.Hour), sluice.TokenBucket(20, 1, time.Hour), sluice.InheritAdditive, 13},
+		{"window kept", sluice.FixedWindow(10, time.Hour), sluice.FixedWindow(20, time.Hour), sluice.InheritAsIs, 13},
+		{"window reset", sluice.FixedWindow(10, time.Hour), sluice.FixedWindow(20, time.Hour), sluice.InheritNone, 19},
+		{"other policy starts afresh", sluice.FixedWindow(10, time.Hour), sluice.SlidingWindow(20, time.Hour), sluice.InheritAsIs, 19},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -139,13 +139,13 @@ func TestStoreMigration(t *testing.T) {
 func TestStoreBucketReplaceSticks(t *testing.T) {
 	ctx := context.Background()
 	clock := sluice.NewFakeClock(limiterStart)
-	p := sluice.BucketPolicy(sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Hour)}})
+	p := sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Hour)}})
 	l, err := sluice.NewLimiter(p, sluice.WithClock(clock), sluice.WithStore(newMapStore()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := l.Bucket("vip")
-	if err := b.ReplaceConfiguration(ctx, sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(100, time.Hour)}}, sluice.Proportionally); err != nil {
+	if err := b.ReplaceConfiguration(ctx, sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(100, time.Hour)}}, sluice.InheritProportionally); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := l.AllowN(ctx, "vip", 50); err != nil || !r.Allowed || r.Remaining != 50 {
@@ -224,7 +224,7 @@ func TestStoreFailurePolicies(t *testing.T) {
 	})
 	t.Run("bucket local", func(t *testing.T) {
 		store := newMapStore()
-		b, err := sluice.NewStoreBucket(store, "k", sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(2, time.Hour)}},
+		b, err := sluice.NewStoreBucket(store, "k", sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(2, time.Hour)}},
 			sluice.WithStoreFailure(sluice.FailLocal))
 		if err != nil {
 			t.Fatal(err)
@@ -321,9 +321,9 @@ func TestLazyStoreBucket(t *testing.T) {
 	ctx := context.Background()
 	store := newMapStore()
 	var supplied atomic.Int32
-	supply := func(context.Context) (sluice.Config, error) {
+	supply := func(context.Context) (sluice.BucketConfig, error) {
 		supplied.Add(1)
-		return sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(5, time.Hour)}}, nil
+		return sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(5, time.Hour)}}, nil
 	}
 	for i := range 3 {
 		b, err := sluice.NewLazyStoreBucket(store, "lazy", supply)
@@ -341,7 +341,9 @@ func TestLazyStoreBucket(t *testing.T) {
 	if n, err := b.AvailableTokens(ctx); err != nil || n != 2 {
 		t.Errorf("AvailableTokens = %d, %v, want 2", n, err)
 	}
-	failing := func(context.Context) (sluice.Config, error) { return sluice.Config{}, errors.New("db down") }
+	failing := func(context.Context) (sluice.BucketConfig, error) {
+		return sluice.BucketConfig{}, errors.New("db down")
+	}
 	b, _ = sluice.NewLazyStoreBucket(store, "other", failing)
 	if _, err := b.TryConsume(ctx, 1); err == nil {
 		t.Error("TryConsume with a failing supplier succeeded")
@@ -356,8 +358,8 @@ func TestLazyStoreBucketFailLocal(t *testing.T) {
 	ctx := context.Background()
 	store := newMapStore()
 	store.setFail(fmt.Errorf("test: %w: connection refused", driver.ErrUnavailable))
-	supply := func(context.Context) (sluice.Config, error) {
-		return sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(2, time.Hour)}}, nil
+	supply := func(context.Context) (sluice.BucketConfig, error) {
+		return sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(2, time.Hour)}}, nil
 	}
 	b, err := sluice.NewLazyStoreBucket(store, "k", supply, sluice.WithStoreFailure(sluice.FailLocal))
 	if err != nil {

@@ -12,7 +12,7 @@ type Snapshot struct {
 	// Time is the operation's time, in nanoseconds of the bucket's clock.
 	Time int64
 	// Config is the configuration in force after the operation.
-	Config Config
+	Config BucketConfig
 	// AvailableTokens is the least of Bandwidths, as AvailableTokens returns.
 	AvailableTokens int64
 	// Bandwidths holds the tokens of each bandwidth, in configuration order.
@@ -107,7 +107,7 @@ func (v VerboseBucket) AvailableTokens() Verbose[int64] {
 }
 
 // ReplaceConfiguration is Bucket.ReplaceConfiguration with a snapshot.
-func (v VerboseBucket) ReplaceConfiguration(cfg Config, strategy TokensInheritance) (Snapshot, error) {
+func (v VerboseBucket) ReplaceConfiguration(cfg BucketConfig, strategy Inheritance) (Snapshot, error) {
 	var s Snapshot
 	err := v.b.replace(cfg, strategy, &s)
 	return s, err

@@ -13,7 +13,7 @@ import (
 // numbers are in token·ns: the minute bandwidth gains 100 per ns against a
 // period of 60e9, the second bandwidth 10 per ns against 1e9.
 func TestVerbose(t *testing.T) {
-	cfg := sluice.Config{Bandwidths: []sluice.Bandwidth{
+	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(100, time.Minute).WithID("minute"),
 		sluice.Simple(10, time.Second).WithID("second"),
 	}}
@@ -94,9 +94,9 @@ func TestVerbose(t *testing.T) {
 func TestVerboseReplaceConfiguration(t *testing.T) {
 	clock := sluice.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(100, time.Minute).WithInitialTokens(40)})
-	next := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(200, time.Minute)}}
+	next := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(200, time.Minute)}}
 	clock.Advance(time.Second)
-	snap, err := b.Verbose().ReplaceConfiguration(next, sluice.Proportionally)
+	snap, err := b.Verbose().ReplaceConfiguration(next, sluice.InheritProportionally)
 	if err != nil {
 		t.Fatalf("ReplaceConfiguration() = %v", err)
 	}

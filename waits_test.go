@@ -46,7 +46,7 @@ func reservingPolicies() []sluice.Policy {
 		sluice.AlignedFixedWindow(1, time.Second),
 		sluice.Shaper(1, time.Second, 5),
 		sluice.Compound(sluice.FixedWindow(1, time.Second), sluice.TokenBucket(3, 1, time.Second)),
-		sluice.BucketPolicy(sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(1, time.Second), sluice.Simple(5, time.Minute)}}),
+		sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(1, time.Second), sluice.Simple(5, time.Minute)}}),
 	}
 }
 
@@ -89,7 +89,7 @@ func TestWaitGivesTokensBack(t *testing.T) {
 // takes nothing and does not sleep, on every blocking call.
 func TestWaitPastDeadline(t *testing.T) {
 	// A token an hour: the deadline, a minute away, comes first.
-	hourly := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Limit(1, sluice.Intervally(1, time.Hour))}}
+	hourly := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Capacity(1, sluice.Intervally(1, time.Hour))}}
 	newStoreBucket := func(t *testing.T, clock *sluice.FakeClock) *sluice.KeyBucket {
 		b, err := sluice.NewStoreBucket(newMapStore(), "k", hourly, sluice.WithClock(clock), sluice.WithSleeper(clock))
 		if err != nil {
@@ -184,7 +184,7 @@ func TestWaitPastDeadline(t *testing.T) {
 // memory and on a store.
 func TestReservationCancelEveryPath(t *testing.T) {
 	ctx := context.Background()
-	cfg := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(2, 2*time.Second)}}
+	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(2, 2*time.Second)}}
 	type path struct {
 		// reserve reserves 2 tokens on a bucket of 2 that lost 1 (due in
 		// 1s); look describes the bucket or key.

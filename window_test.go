@@ -26,9 +26,9 @@ func TestWindow(t *testing.T) {
 		{sluice.FixedWindow(0, time.Minute), 0}, // invalid
 		{sluice.Compound(sluice.FixedWindow(10, time.Second), sluice.SlidingWindow(100, time.Minute)), time.Second},
 		{sluice.Compound(sluice.NoLimit(), sluice.SlidingWindow(100, time.Minute)), time.Minute},
-		{sluice.BucketPolicy(sluice.Config{Bandwidths: []sluice.Bandwidth{
+		{sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 			sluice.Simple(1000, time.Hour),
-			sluice.Limit(20, sluice.Greedy(10, time.Second)), // the smallest capacity
+			sluice.Capacity(20, sluice.Greedy(10, time.Second)), // the smallest capacity
 		}}), 2 * time.Second},
 		{sluice.LeakyBucket(1<<62, 1, time.Hour), sluice.Never},
 	} {
@@ -58,7 +58,7 @@ func TestKind(t *testing.T) {
 		{sluice.NoLimit(), sluice.KindNoLimit},
 		{sluice.Compound(sluice.NoLimit()), sluice.KindCompound},
 		{sluice.Compound(), sluice.KindCompound},
-		{sluice.BucketPolicy(sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second)}}), sluice.KindBucket},
+		{sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second)}}), sluice.KindBucket},
 	} {
 		if got := tt.p.Kind(); got != tt.want {
 			t.Errorf("%s.Kind() = %q, want %q", tt.p, got, tt.want)

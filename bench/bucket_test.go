@@ -54,24 +54,24 @@ var _ ratelimit.Clock = (*fakeTime)(nil)
 // three bandwidths. The first bandwidth is the limit shared with the peers;
 // the other two have the same rate and larger capacities, so they never
 // decide alone but every call still refills and checks them.
-func sluiceConfig(b testing.TB, rejected bool, bandwidths int) sluice.Config {
+func sluiceConfig(b testing.TB, rejected bool, bandwidths int) sluice.BucketConfig {
 	b.Helper()
 	var bws []sluice.Bandwidth
 	switch {
 	case !rejected:
 		bws = []sluice.Bandwidth{
-			sluice.Limit(allowedBurst, sluice.Greedy(allowedRate, time.Second)),
+			sluice.Capacity(allowedBurst, sluice.Greedy(allowedRate, time.Second)),
 			sluice.Simple(1e9, time.Second),
 			sluice.Simple(60e9, time.Minute),
 		}
 	default:
 		bws = []sluice.Bandwidth{
-			sluice.Limit(rejectedBurst, sluice.Greedy(1, time.Second)).WithInitialTokens(0),
+			sluice.Capacity(rejectedBurst, sluice.Greedy(1, time.Second)).WithInitialTokens(0),
 			sluice.Simple(60, time.Minute),
 			sluice.Simple(3600, time.Hour),
 		}
 	}
-	return sluice.Config{Bandwidths: bws[:bandwidths]}
+	return sluice.BucketConfig{Bandwidths: bws[:bandwidths]}
 }
 
 func newSluice(b testing.TB, rejected bool, bandwidths int, opts ...sluice.Option) *sluice.Bucket {

@@ -40,7 +40,7 @@ type Limiter struct {
 	// Bucket is the configuration of a bucket policy, for a single
 	// sluice.NewBucket (for instance with intervally_aligned refill, which
 	// needs sluice.WallClock). It is nil for every other policy.
-	Bucket *sluice.Config
+	Bucket *sluice.BucketConfig
 	// Line and Column locate the limiter's name in the file, counting
 	// from 1.
 	Line, Column int

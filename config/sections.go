@@ -146,7 +146,7 @@ func limiters(d *policyspec.Decoder, top *yamlnode.Mapping) (*File, error) {
 		k := lims.Keys[i]
 		l := Limiter{Name: name, Policy: s.Policy, Line: k.Line, Column: k.Column}
 		if s.Bucket != nil {
-			l.Bucket = &sluice.Config{Bandwidths: slices.Clone(s.Bucket.Bandwidths)}
+			l.Bucket = &sluice.BucketConfig{Bandwidths: slices.Clone(s.Bucket.Bandwidths)}
 		}
 		f.Limiters[name] = l
 	}

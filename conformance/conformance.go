@@ -25,7 +25,7 @@ type Bucket interface {
 	ForceAddTokens(ctx context.Context, tokens int64) error
 	Reset(ctx context.Context) error
 	AvailableTokens(ctx context.Context) (int64, error)
-	ReplaceConfiguration(ctx context.Context, cfg sluice.Config, strategy sluice.TokensInheritance) error
+	ReplaceConfiguration(ctx context.Context, cfg sluice.BucketConfig, strategy sluice.Inheritance) error
 }
 
 // BlockingBucket is a Bucket whose calls can wait for their tokens, sleeping
@@ -64,7 +64,7 @@ type Target interface {
 	// NewBucket returns a new bucket with the configuration cfg, created
 	// now by clock; blocking calls wait on sleeper. It returns the
 	// *sluice.ConfigError of an invalid cfg.
-	NewBucket(ctx context.Context, cfg sluice.Config, clock sluice.Clock, sleeper sluice.Sleeper) (Bucket, error)
+	NewBucket(ctx context.Context, cfg sluice.BucketConfig, clock sluice.Clock, sleeper sluice.Sleeper) (Bucket, error)
 }
 
 // LimiterTarget is a Target that builds keyed limiters, for the cases of
@@ -108,7 +108,7 @@ var (
 func (Local) Name() string { return "local" }
 
 // NewBucket returns a *sluice.Bucket with cfg, clock and sleeper.
-func (Local) NewBucket(_ context.Context, cfg sluice.Config, clock sluice.Clock, sleeper sluice.Sleeper) (Bucket, error) {
+func (Local) NewBucket(_ context.Context, cfg sluice.BucketConfig, clock sluice.Clock, sleeper sluice.Sleeper) (Bucket, error) {
 	b, err := sluice.NewBucket(cfg, sluice.WithClock(clock), sluice.WithSleeper(sleeper))
 	if err != nil {
 		return nil, err
@@ -180,7 +180,7 @@ func (l localBucket) AvailableTokens(context.Context) (int64, error) {
 	return l.b.AvailableTokens(), nil
 }
 
-func (l localBucket) ReplaceConfiguration(_ context.Context, cfg sluice.Config, s sluice.TokensInheritance) error {
+func (l localBucket) ReplaceConfiguration(_ context.Context, cfg sluice.BucketConfig, s sluice.Inheritance) error {
 	return l.b.ReplaceConfiguration(cfg, s)
 }
 

@@ -256,7 +256,7 @@ type refillDoc struct {
 // decodeBucket decodes a BUCKET into the configuration it describes, and
 // reports whether its precision is millis. Values that sluice itself must
 // reject (a capacity of 0, a negative period) are passed on unchecked.
-func decodeBucket(raw json.RawMessage) (cfg sluice.Config, millis bool, err error) {
+func decodeBucket(raw json.RawMessage) (cfg sluice.BucketConfig, millis bool, err error) {
 	var d bucketDoc
 	if err := json.Unmarshal(raw, &d); err != nil {
 		return cfg, false, err
@@ -311,13 +311,16 @@ func decodeLimit(raw json.RawMessage) (sluice.Bandwidth, error) {
 		if r.FirstRefill == nil {
 			return sluice.Bandwidth{}, errors.New("refill.first_refill is missing")
 		}
-		refill = sluice.IntervallyAligned(tokens, period, time.Unix(0, int64(*r.FirstRefill)), r.AdaptiveInitial)
+		refill = sluice.IntervallyAligned(tokens, period, time.Unix(0, int64(*r.FirstRefill)))
+		if r.AdaptiveInitial {
+			refill = sluice.IntervallyAlignedAdaptive(tokens, period, time.Unix(0, int64(*r.FirstRefill)))
+		}
 	case "":
 		return sluice.Bandwidth{}, errors.New("refill.kind is missing")
 	default:
 		return sluice.Bandwidth{}, fmt.Errorf("refill.kind %q is none of greedy, intervally and intervally_aligned", r.Kind)
 	}
-	bw := sluice.Limit(int64(*d.Capacity), refill).WithID(d.ID)
+	bw := sluice.Capacity(int64(*d.Capacity), refill).WithID(d.ID)
 	if d.Initial != nil {
 		bw = bw.WithInitialTokens(int64(*d.Initial))
 	}

@@ -413,7 +413,7 @@ type bucketsOnly struct{}
 
 func (bucketsOnly) Name() string { return "buckets-only" }
 
-func (bucketsOnly) NewBucket(ctx context.Context, cfg sluice.Config, c sluice.Clock, s sluice.Sleeper) (conformance.Bucket, error) {
+func (bucketsOnly) NewBucket(ctx context.Context, cfg sluice.BucketConfig, c sluice.Clock, s sluice.Sleeper) (conformance.Bucket, error) {
 	return conformance.Local{}.NewBucket(ctx, cfg, c, s)
 }
 
@@ -510,7 +510,7 @@ type noBlocking struct{ conformance.Local }
 
 func (noBlocking) Name() string { return "no-blocking" }
 
-func (t noBlocking) NewBucket(ctx context.Context, cfg sluice.Config, c sluice.Clock, s sluice.Sleeper) (conformance.Bucket, error) {
+func (t noBlocking) NewBucket(ctx context.Context, cfg sluice.BucketConfig, c sluice.Clock, s sluice.Sleeper) (conformance.Bucket, error) {
 	b, err := t.Local.NewBucket(ctx, cfg, c, s)
 	return struct{ conformance.Bucket }{b}, err
 }
@@ -539,7 +539,7 @@ type panickingBucket struct{ conformance.Bucket }
 
 func (panickingBucket) AvailableTokens(context.Context) (int64, error) { panic("boom") }
 
-func (t panicking) NewBucket(ctx context.Context, cfg sluice.Config, c sluice.Clock, s sluice.Sleeper) (conformance.Bucket, error) {
+func (t panicking) NewBucket(ctx context.Context, cfg sluice.BucketConfig, c sluice.Clock, s sluice.Sleeper) (conformance.Bucket, error) {
 	b, err := t.Local.NewBucket(ctx, cfg, c, s)
 	return panickingBucket{b}, err
 }

@@ -294,11 +294,11 @@ func bindConsumeAsMuchAsPossible(d *stepDoc) (call, error) {
 	}, nil
 }
 
-var strategies = map[string]sluice.TokensInheritance{
-	"proportionally": sluice.Proportionally,
-	"as_is":          sluice.AsIs,
-	"reset":          sluice.Reset,
-	"additive":       sluice.Additive,
+var strategies = map[string]sluice.Inheritance{
+	"proportionally": sluice.InheritProportionally,
+	"as_is":          sluice.InheritAsIs,
+	"reset":          sluice.InheritNone,
+	"additive":       sluice.InheritAdditive,
 }
 
 // bindReplaceConfiguration binds replace_configuration. The bucket's

@@ -33,7 +33,7 @@ func (s Store) Name() string {
 }
 
 // NewBucket returns sluice.NewStoreBucket on a new key.
-func (s Store) NewBucket(ctx context.Context, cfg sluice.Config, clock sluice.Clock, sleeper sluice.Sleeper) (Bucket, error) {
+func (s Store) NewBucket(ctx context.Context, cfg sluice.BucketConfig, clock sluice.Clock, sleeper sluice.Sleeper) (Bucket, error) {
 	opts := append([]sluice.Option{sluice.WithClock(clock), sluice.WithSleeper(sleeper)}, s.Options...)
 	b, err := sluice.NewStoreBucket(s.Store, newKey(), cfg, opts...)
 	if err != nil {

@@ -25,7 +25,7 @@ type subject interface {
 
 // bucketSubject is a case's BUCKET.
 type bucketSubject struct {
-	config sluice.Config
+	config sluice.BucketConfig
 	millis bool // the bucket's clock reads whole milliseconds
 }
 

@@ -93,9 +93,9 @@ func TestHeadersMatchResult(t *testing.T) {
 		{sluice.GCRA(3, 2, time.Second), "2"},                                                             // 1.5s to earn 3
 		{sluice.Shaper(5, time.Second, 2), "1"},                                                           // 0.6s to send 3, rounded up
 		{sluice.Compound(sluice.FixedWindow(3, time.Second), sluice.TokenBucket(5, 1, time.Second)), "1"}, // the shorter member's
-		{sluice.BucketPolicy(sluice.Config{Bandwidths: []sluice.Bandwidth{
+		{sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 			sluice.Simple(10, 10*time.Second),
-			sluice.Limit(3, sluice.Greedy(3, time.Second)),
+			sluice.Capacity(3, sluice.Greedy(3, time.Second)),
 		}}), "1"},
 		{sluice.NoLimit(), "-"},
 	} {

@@ -88,7 +88,7 @@ func TestTransportAgainstMiddleware(t *testing.T) {
 		sluice.GCRA(5, 1, 2*time.Second),
 		sluice.Shaper(1, 2*time.Second, 0),
 		sluice.Compound(sluice.FixedWindow(5, 10*time.Second), sluice.TokenBucket(3, 1, 2*time.Second)),
-		sluice.BucketPolicy(sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(5, 10*time.Second)}}),
+		sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(5, 10*time.Second)}}),
 		sluice.NoLimit(),
 	} {
 		t.Run(p.String(), func(t *testing.T) {

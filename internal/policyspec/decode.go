@@ -69,7 +69,7 @@ type Desc struct {
 	Compat any
 	// Bucket is the configuration of a policy of bandwidths (a bucket),
 	// for a single sluice.NewBucket; nil for every other policy.
-	Bucket *sluice.Config
+	Bucket *sluice.BucketConfig
 	// Aligned reports a bucket with intervally_aligned refill, which
 	// keyed limiters cannot run.
 	Aligned bool
@@ -393,7 +393,7 @@ func (d *Decoder) bandwidths(s *Desc, path string, v *yaml.Node) ([]sluice.Bandw
 		bws = append(bws, bw)
 		s.bandwidths = append(s.bandwidths, nodes)
 	}
-	s.Bucket = &sluice.Config{Bandwidths: slices.Clone(bws)}
+	s.Bucket = &sluice.BucketConfig{Bandwidths: slices.Clone(bws)}
 	return bws, nil
 }
 
@@ -418,7 +418,7 @@ func (d *Decoder) bandwidth(path string, n *yaml.Node) (sluice.Bandwidth, bandwi
 	if err != nil {
 		return sluice.Bandwidth{}, nodes, err
 	}
-	bw := sluice.Limit(capacity, refill)
+	bw := sluice.Capacity(capacity, refill)
 	if m.Has("initial") {
 		initial, err := d.Int64(m.Value("initial"))
 		if err != nil {
@@ -504,7 +504,10 @@ func (d *Decoder) refill(nodes *bandwidth) (sluice.Refill, error) {
 			return sluice.Refill{}, err
 		}
 	}
-	return sluice.IntervallyAligned(tokens, per, first, adaptive), nil
+	if adaptive {
+		return sluice.IntervallyAlignedAdaptive(tokens, per, first), nil
+	}
+	return sluice.IntervallyAligned(tokens, per, first), nil
 }
 
 // validate builds a throwaway sluice.Limiter of the policy to surface the

@@ -197,7 +197,7 @@ var table = []Spec{
 		Policy: func(a Args) sluice.Policy { return sluice.Compound(a.Members("limiters")...) }},
 	{Name: "bucket", Fields: []Field{{"limits", Bandwidths, true}},
 		Policy: func(a Args) sluice.Policy {
-			return sluice.BucketPolicy(sluice.Config{Bandwidths: a.Bandwidths("limits")})
+			return sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: a.Bandwidths("limits")})
 		}},
 
 	{Name: "resilience4j", Fields: []Field{

@@ -33,7 +33,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // of each.
 func demo(ctx context.Context, w io.Writer, clock sluice.Clock, sleeper sluice.Sleeper, n int, every time.Duration) error {
 	const capacity, per = 5, time.Second // the text below says "per second"
-	cfg := sluice.Config{Bandwidths: []sluice.Bandwidth{sluice.Simple(capacity, per)}}
+	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(capacity, per)}}
 	b, err := sluice.NewBucket(cfg, sluice.WithClock(clock))
 	if err != nil {
 		return err

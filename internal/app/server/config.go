@@ -60,7 +60,7 @@ type Config struct {
 	// (sluice.WithStoreTimeout, WithStoreFailure, WithInheritance).
 	StoreTimeout time.Duration
 	StoreFailure sluice.StoreFailure
-	Inheritance  sluice.TokensInheritance
+	Inheritance  sluice.Inheritance
 	// Envoy is the envoy section, or nil when the file has none.
 	Envoy *envoyrls.Domains
 	// RateLimit are envoyproxy/ratelimit's settings: the ratelimit
@@ -266,7 +266,7 @@ func newConfig() *Config {
 		HealthThreshold:   DefaultHealthThreshold,
 		HealthMinRequests: DefaultHealthMinRequests,
 		StoreTimeout:      sluice.DefaultStoreTimeout,
-		Inheritance:       sluice.Proportionally,
+		Inheritance:       sluice.InheritProportionally,
 		HTTPLimits:        DefaultHTTPLimits,
 		GRPCLimits:        DefaultGRPCLimits,
 		MaxKeys:           DefaultMaxKeys,
@@ -330,8 +330,8 @@ func (c *Config) serverFields() fields {
 		"store_timeout":       positiveDuration(&c.StoreTimeout),
 		"store_failure": enum(&c.StoreFailure, map[string]sluice.StoreFailure{
 			"fail_closed": sluice.FailClosed, "fail_open": sluice.FailOpen, "fail_local": sluice.FailLocal}),
-		"inheritance": enum(&c.Inheritance, map[string]sluice.TokensInheritance{
-			"proportionally": sluice.Proportionally, "as_is": sluice.AsIs, "reset": sluice.Reset, "additive": sluice.Additive}),
+		"inheritance": enum(&c.Inheritance, map[string]sluice.Inheritance{
+			"proportionally": sluice.InheritProportionally, "as_is": sluice.InheritAsIs, "reset": sluice.InheritNone, "additive": sluice.InheritAdditive}),
 		"auth": func(path string, n *yaml.Node) error {
 			return decodeMapping(path, n, fields{
 				"tokens":     tokenList(&c.Tokens),

@@ -56,7 +56,7 @@ ratelimit:
 		Tokens: []string{"a", "b"}, TokenFile: "/etc/sluice/tokens", AuthMetrics: true,
 		TLSCert: "c.pem", TLSKey: "k.pem", DrainTimeout: 30 * time.Second, StartWithoutStore: false,
 		HealthWindow: 5 * time.Minute, HealthThreshold: 0.75, HealthMinRequests: 100,
-		StoreTimeout: 250 * time.Millisecond, StoreFailure: sluice.FailLocal, Inheritance: sluice.AsIs,
+		StoreTimeout: 250 * time.Millisecond, StoreFailure: sluice.FailLocal, Inheritance: sluice.InheritAsIs,
 		RateLimit: rl,
 		ClientCA:  "ca.pem", AllowedOrigins: []string{"https://app.example.com", "http://localhost:3000"},
 		HTTPLimits: HTTPLimits{ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second,
@@ -77,7 +77,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LoadConfig = %v", err)
 	}
-	if c.Store != "mem://" || !c.StartWithoutStore || c.DrainTimeout != DefaultDrainTimeout || c.Inheritance != sluice.Proportionally || c.Envoy != nil ||
+	if c.Store != "mem://" || !c.StartWithoutStore || c.DrainTimeout != DefaultDrainTimeout || c.Inheritance != sluice.InheritProportionally || c.Envoy != nil ||
 		c.HTTPLimits != DefaultHTTPLimits || c.GRPCLimits != DefaultGRPCLimits || c.Simulate != DefaultSimulate || c.MaxKeys != DefaultMaxKeys {
 		t.Errorf("LoadConfig of limiters alone = %+v, want the defaults", c)
 	}

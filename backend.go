@@ -191,6 +191,9 @@ func (f *failover) reset(ctx context.Context, key string) error {
 // stored. It may run more than once (a store retries); the last run counts.
 type bucketFunc = func(cfg *tokenbucket.Config, st tokenbucket.State, now int64) (changed bool)
 
+// bucketSeen is shown a key's bucket after a call, for a snapshot.
+type bucketSeen = func(cfg *tokenbucket.Config, st tokenbucket.State, now int64)
+
 // bucketBackend is where a KeyBucket's state lives.
 type bucketBackend interface {
 	// update runs f on key's bucket and returns where it ran, for the
@@ -199,8 +202,9 @@ type bucketBackend interface {
 	update(ctx context.Context, key string, f bucketFunc) (ran bucketBackend, err error)
 	// configuration is the configuration in force for key.
 	configuration(ctx context.Context, key string) (*tokenbucket.Config, error)
-	// replace switches key's bucket to cfg.
-	replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy) error
+	// replace switches key's bucket to cfg, and shows seen (when not nil)
+	// the bucket it leaves.
+	replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy, seen bucketSeen) error
 }
 
 // memBuckets is a bucketBackend in memory: an in-memory Limiter's keys,
@@ -222,7 +226,7 @@ func (m memBuckets) configuration(context.Context, string) (*tokenbucket.Config,
 	return m.buckets.Config(), nil
 }
 
-func (m memBuckets) replace(_ context.Context, key string, _ *tokenbucket.Config, _ tokenbucket.Strategy) error {
+func (m memBuckets) replace(_ context.Context, key string, _ *tokenbucket.Config, _ tokenbucket.Strategy, _ bucketSeen) error {
 	return fmt.Errorf("sluice: ReplaceConfiguration of key %q: the bucket follows its in-memory Limiter's policy: %w", key, errors.ErrUnsupported)
 }
 
@@ -240,8 +244,8 @@ func (s storeBuckets) configuration(ctx context.Context, key string) (*tokenbuck
 	return s.store.Configuration(ctx, key, s.codec)
 }
 
-func (s storeBuckets) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy) error {
-	return s.store.ReplaceBucket(ctx, key, s.codec, cfg, strategy)
+func (s storeBuckets) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy, seen bucketSeen) error {
+	return s.store.ReplaceBucket(ctx, key, s.codec, cfg, strategy, seen)
 }
 
 // bucketFailover is a KeyBucket's store behind its failure policy. local
@@ -276,8 +280,8 @@ func (f *bucketFailover) configuration(ctx context.Context, key string) (*tokenb
 	return cfg, needsStore(ctx, err)
 }
 
-func (f *bucketFailover) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy) error {
-	return needsStore(ctx, f.store.replace(ctx, key, cfg, strategy))
+func (f *bucketFailover) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy, seen bucketSeen) error {
+	return needsStore(ctx, f.store.replace(ctx, key, cfg, strategy, seen))
 }
 
 // lazyBuckets is the store bucket of NewLazyStoreBucket: its codec has no
@@ -355,8 +359,8 @@ func (s lazyStore) configuration(ctx context.Context, key string) (*tokenbucket.
 	return s.l.current().configuration(ctx, key)
 }
 
-func (s lazyStore) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy) error {
-	return s.l.current().replace(ctx, key, cfg, strategy)
+func (s lazyStore) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy, seen bucketSeen) error {
+	return s.l.current().replace(ctx, key, cfg, strategy, seen)
 }
 
 // lazyConfig configures a lazy bucket when next, its failover, finds the
@@ -389,7 +393,7 @@ func (c lazyConfig) configuration(ctx context.Context, key string) (*tokenbucket
 	return again(ctx, c, key, func() (*tokenbucket.Config, error) { return c.next.configuration(ctx, key) })
 }
 
-func (c lazyConfig) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy) error {
-	_, err := again(ctx, c, key, func() (struct{}, error) { return struct{}{}, c.next.replace(ctx, key, cfg, strategy) })
+func (c lazyConfig) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy, seen bucketSeen) error {
+	_, err := again(ctx, c, key, func() (struct{}, error) { return struct{}{}, c.next.replace(ctx, key, cfg, strategy, seen) })
 	return err
 }

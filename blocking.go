@@ -47,6 +47,30 @@ func (bb BlockingBucket) Consume(ctx context.Context, n int64) error {
 	return err
 }
 
+// BlockingKeyBucket is the view of a KeyBucket whose calls wait for their
+// tokens, as BlockingBucket is of a Bucket.
+type BlockingKeyBucket struct{ b *KeyBucket }
+
+// Blocking returns the blocking view of b.
+func (b *KeyBucket) Blocking() BlockingKeyBucket { return BlockingKeyBucket{b} }
+
+// TryConsume takes n tokens, waiting for them if they will be there within
+// maxWait, as BlockingBucket.TryConsume: a ctx whose deadline is sooner
+// than the wait fails at once and takes nothing, and when ctx ends during
+// the wait the tokens are given back and it returns ctx.Err().
+func (bb BlockingKeyBucket) TryConsume(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
+	b := bb.b
+	return blockingWait(ctx, "BlockingKeyBucket.TryConsume", n, int64(maxWait), b.sleeper, b.listener, b.reserve)
+}
+
+// Consume takes n tokens, waiting as long as it takes, as
+// BlockingBucket.Consume.
+func (bb BlockingKeyBucket) Consume(ctx context.Context, n int64) error {
+	b := bb.b
+	_, err := blockingWait(ctx, "BlockingKeyBucket.Consume", n, never, b.sleeper, b.listener, b.reserve)
+	return err
+}
+
 // waitBound is how long a call may wait under ctx: maxWait, or the time
 // left until ctx's deadline when that is sooner (byDeadline). A wait past
 // the deadline would be cut short, its tokens taken for nothing, so it is
@@ -62,12 +86,33 @@ func waitBound(ctx context.Context, maxWait int64) (bound int64, byDeadline bool
 	return maxWait, false
 }
 
+// reserveFunc reserves n tokens within maxWait, for the call op.
+type reserveFunc func(ctx context.Context, op string, n, maxWait int64) (*Reservation, error)
+
+// waitN is x/time/rate's WaitN on a bucket or key that reserve reserves
+// on: it reserves n tokens due within maxWait and ctx's deadline and
+// sleeps until they are due, giving them back when ctx ends first. Tokens
+// due later are a *MaxWaitError, and nothing is taken.
+func waitN(ctx context.Context, op string, n int64, maxWait time.Duration, sleeper Sleeper, l Listener, reserve reserveFunc) error {
+	bound, byDeadline := waitBound(ctx, int64(maxWait))
+	r, err := reserve(ctx, op, n, bound)
+	if err != nil {
+		return err
+	}
+	if !r.OK() {
+		notify(l, false, n)
+		wait := int64(r.res.RetryAfter)
+		return &MaxWaitError{Tokens: n, Wait: wait, MaxWait: bound, Deadline: byDeadline && wait <= int64(maxWait)}
+	}
+	notify(l, true, n)
+	return r.sleep(ctx, sleeper, l)
+}
+
 // blockingWait is Bucket4j's blocking consumption on a bucket that reserve
 // reserves on: it reserves n tokens due within maxWait (and ctx's
 // deadline) and sleeps until they are due, giving them back when ctx ends
 // first. It reports whether it took them.
-func blockingWait(ctx context.Context, op string, n, maxWait int64, sleeper Sleeper, l Listener,
-	reserve func(ctx context.Context, op string, n, maxWait int64) (*Reservation, error)) (bool, error) {
+func blockingWait(ctx context.Context, op string, n, maxWait int64, sleeper Sleeper, l Listener, reserve reserveFunc) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -108,10 +153,10 @@ func blockingWait(ctx context.Context, op string, n, maxWait int64, sleeper Slee
 // not OK took nothing; its Result says why (RetryAfter is the wait the
 // tokens would have needed, Never if they never can be had).
 //
-// Bucket.Reserve, KeyBucket.Reserve and Limiter.Reserve return one, under
-// one rule: maxWait ≥ 0 bounds the delay (0: only tokens that are there
-// now; Never: no bound), and a wait beyond it is a Reservation that is not
-// OK, not an error.
+// Bucket.ReserveN, KeyBucket.ReserveN and Limiter.ReserveN return one,
+// under one rule: maxWait ≥ 0 bounds the delay (0: only tokens that are
+// there now; Never: no bound), and a wait beyond it is a Reservation that
+// is not OK, not an error.
 //
 // A Reservation is safe for simultaneous use by multiple goroutines.
 type Reservation struct {
@@ -247,15 +292,20 @@ func reserveBucket(cfg *tokenbucket.Config, st tokenbucket.State, now, n, maxWai
 	return res, true, rc
 }
 
-// Reserve takes n tokens now that will be there within maxWait (0: only
+// Reserve is shorthand for ReserveN(1, maxWait).
+func (b *Bucket) Reserve(maxWait time.Duration) (*Reservation, error) {
+	return b.ReserveN(1, maxWait)
+}
+
+// ReserveN takes n tokens now that will be there within maxWait (0: only
 // if they are there now; Never: no bound), overdrawing the bucket if need
 // be, and returns the reservation; the caller waits its Delay itself, and
 // may Cancel it. Tokens that would take longer, or never come, are a
 // reservation that is not OK, and nothing is taken.
 //
 // It returns an *ArgumentError for n ≤ 0 or maxWait < 0.
-func (b *Bucket) Reserve(n int64, maxWait time.Duration) (*Reservation, error) {
-	r, err := b.reserve(context.Background(), "Bucket.Reserve", n, int64(maxWait))
+func (b *Bucket) ReserveN(n int64, maxWait time.Duration) (*Reservation, error) {
+	r, err := b.reserve(context.Background(), "Bucket.ReserveN", n, int64(maxWait))
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +313,19 @@ func (b *Bucket) Reserve(n int64, maxWait time.Duration) (*Reservation, error) {
 	return r, nil
 }
 
-// reserve is Reserve without the listener.
+// Wait is shorthand for WaitN(ctx, 1, maxWait).
+func (b *Bucket) Wait(ctx context.Context, maxWait time.Duration) error {
+	return b.WaitN(ctx, 1, maxWait)
+}
+
+// WaitN reserves n tokens within maxWait and sleeps until they are due, as
+// Limiter.WaitN does: tokens that would take longer are a *MaxWaitError at
+// once, and nothing is taken.
+func (b *Bucket) WaitN(ctx context.Context, n int64, maxWait time.Duration) error {
+	return waitN(ctx, "Bucket.WaitN", n, maxWait, b.sleeper, b.listener, b.reserve)
+}
+
+// reserve is ReserveN without the listener.
 func (b *Bucket) reserve(_ context.Context, op string, n, maxWait int64) (*Reservation, error) {
 	now := b.clock.Now()
 	b.mu.Lock()

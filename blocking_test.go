@@ -213,7 +213,7 @@ func TestReserve(t *testing.T) {
 		{1000, sluice.Never, 101 * time.Second, -1010},
 	}
 	for _, s := range steps {
-		r, err := b.Reserve(s.n, s.maxWait)
+		r, err := b.ReserveN(s.n, s.maxWait)
 		if err != nil {
 			t.Fatalf("Reserve(%d, %v) = %v", s.n, s.maxWait, err)
 		}
@@ -247,7 +247,7 @@ func TestReservationCancel(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := sluice.NewFakeClock(t0)
 			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)})
-			r, err := b.Reserve(5, time.Second)
+			r, err := b.ReserveN(5, time.Second)
 			if err != nil || r.Delay() != 500*ms {
 				t.Fatalf("Reserve(5, 1s) = %+v, %v, want a delay of 500ms", r, err)
 			}
@@ -266,14 +266,14 @@ func TestReservationCancel(t *testing.T) {
 func TestReservationCancelWithoutDelay(t *testing.T) {
 	clock := sluice.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)})
-	r, err := b.Reserve(3, time.Second)
+	r, err := b.ReserveN(3, time.Second)
 	if err != nil || r.Delay() != 0 {
 		t.Fatalf("Reserve(3, 1s) = %+v, %v, want no delay", r, err)
 	}
 	r.Cancel()
 	checkAvailable(t, b, 10)
 
-	r, _ = b.Reserve(3, time.Second)
+	r, _ = b.ReserveN(3, time.Second)
 	clock.Advance(ms)
 	r.Cancel()
 	checkAvailable(t, b, 7)
@@ -286,8 +286,8 @@ func TestReservationCancelWithoutDelay(t *testing.T) {
 func TestReservationCancelAfterLater(t *testing.T) {
 	clock := sluice.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)})
-	first, _ := b.Reserve(5, time.Second)  // due at 500ms
-	second, _ := b.Reserve(2, time.Second) // due at 700ms
+	first, _ := b.ReserveN(5, time.Second)  // due at 500ms
+	second, _ := b.ReserveN(2, time.Second) // due at 700ms
 	checkAvailable(t, b, -7)
 	first.Cancel()
 	checkAvailable(t, b, -4) // 5 less the 2 the second took after it
@@ -320,7 +320,7 @@ func TestReserveRefused(t *testing.T) {
 			var l sluice.CountingListener
 			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)}, sluice.WithListener(&l))
 			before := stateOf(t, b)
-			r, err := b.Reserve(tt.n, tt.maxWait)
+			r, err := b.ReserveN(tt.n, tt.maxWait)
 			if err != nil || r.OK() {
 				t.Fatalf("Reserve(%d, %v) = %v, %v, want a reservation that is not OK", tt.n, tt.maxWait, r, err)
 			}
@@ -341,7 +341,7 @@ func TestReserveRefused(t *testing.T) {
 func TestReserveMaxWaitBoundary(t *testing.T) {
 	clock := sluice.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)})
-	r, err := b.Reserve(5, 500*ms)
+	r, err := b.ReserveN(5, 500*ms)
 	if err != nil || r.Delay() != 500*ms {
 		t.Errorf("Reserve(5, 500ms) = %+v, %v, want a delay of 500ms", r, err)
 	}

@@ -29,6 +29,7 @@ type Bucket struct {
 
 	mu      sync.Mutex
 	cfg     *tokenbucket.Config
+	limit   int64 // the smallest capacity of cfg, Result.Limit
 	state   tokenbucket.State
 	scratch tokenbucket.State // same length as state; holds a call's work until it is stored
 }
@@ -76,7 +77,7 @@ func NewBucket(cfg BucketConfig, opts ...Option) (*Bucket, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Bucket{clock: clock, sleeper: sleeper, listener: o.listener, cfg: c}
+	b := &Bucket{clock: clock, sleeper: sleeper, listener: o.listener, cfg: c, limit: quotaOf(c)}
 	b.state = tokenbucket.New(c, b.clock.Now())
 	b.scratch = make(tokenbucket.State, len(b.state))
 	return b, nil
@@ -184,16 +185,97 @@ func notify(l Listener, consumed bool, n int64) {
 	}
 }
 
-// Allow is shorthand for TryConsume(1), which cannot fail.
-func (b *Bucket) Allow() bool {
-	ok, _ := b.TryConsume(1)
-	return ok
+// Allow is shorthand for AllowN(1), which cannot fail.
+func (b *Bucket) Allow() Result {
+	r, _ := b.AllowN(1)
+	return r
+}
+
+// AllowN takes n tokens if every bandwidth has them, and returns the
+// decision: whether it took them, the tokens left, how long until n tokens
+// would be there (Never when they exceed a capacity), how long until the
+// bucket is full again, and the smallest capacity, for Retry-After and
+// rate-limit headers. It is Bucket4j's tryConsumeAndReturnRemaining. It
+// returns an *ArgumentError for n ≤ 0.
+func (b *Bucket) AllowN(n int64) (Result, error) {
+	return b.decide("Bucket.AllowN", n, false, nil)
+}
+
+// Peek is shorthand for PeekN(1), which cannot fail.
+func (b *Bucket) Peek() Result {
+	r, _ := b.PeekN(1)
+	return r
+}
+
+// PeekN reports what AllowN(n) would decide now, taking nothing. It is
+// Bucket4j's estimateAbilityToConsume, whose remaining tokens are those
+// there now: Remaining+n when Allowed, Remaining otherwise. It returns an
+// *ArgumentError for n ≤ 0.
+func (b *Bucket) PeekN(n int64) (Result, error) {
+	return b.decide("Bucket.PeekN", n, true, nil)
+}
+
+// decide runs AllowN, or PeekN with peek, at the clock's time under the
+// lock, with a snapshot of the bucket after it when snap is not nil.
+func (b *Bucket) decide(op string, n int64, peek bool, snap *Snapshot) (Result, error) {
+	now := b.clock.Now()
+	req := tokenbucket.Request{Op: tokenbucket.OpTryConsumeAndReturnRemaining, Tokens: n}
+	b.mu.Lock()
+	copy(b.scratch, b.state)
+	res, changed := tokenbucket.Apply(b.cfg, b.scratch, now, req)
+	if peek {
+		giveBack(b.scratch, res, n)
+		changed = false
+	}
+	if changed {
+		b.state, b.scratch = b.scratch, b.state
+	}
+	if snap != nil {
+		after := b.scratch
+		if changed {
+			after = b.state
+		}
+		snap.fill(b.cfg, after, now)
+	}
+	limit := b.limit
+	b.mu.Unlock()
+	if res.Code != tokenbucket.OK {
+		return Result{}, argError(op, res, req)
+	}
+	if !peek {
+		notify(b.listener, res.Consumed, n)
+	}
+	return bucketResult(res, limit), nil
+}
+
+// giveBack undoes in st the n tokens that res took (tokenbucket.Consume's
+// exact inverse), so that a peek leaves st refilled and nothing more; a
+// peek stores nothing, as Bucket4j's estimate does not.
+func giveBack(st tokenbucket.State, res tokenbucket.Result, n int64) {
+	if res.Consumed {
+		for i := range st {
+			st[i].Size += n
+		}
+	}
+}
+
+// bucketResult is the Result of a bucket decision of
+// OpTryConsumeAndReturnRemaining, limit being the smallest capacity.
+func bucketResult(res tokenbucket.Result, limit int64) Result {
+	return Result{
+		Allowed:    res.Consumed,
+		Remaining:  res.Remaining,
+		RetryAfter: time.Duration(res.WaitForRefill),
+		ResetAfter: time.Duration(res.WaitForReset),
+		Limit:      limit,
+	}
 }
 
 // TryConsume takes n tokens if every bandwidth has them, and reports whether
-// it did. It returns an *ArgumentError for n ≤ 0.
+// it did: AllowN without the numbers, which it does not compute, for the
+// hot path that allocates nothing. It returns an *ArgumentError for n ≤ 0.
 func (b *Bucket) TryConsume(n int64) (bool, error) {
-	return b.tryConsume(b.clock.Now(), n)
+	return b.tryConsume("Bucket.TryConsume", b.clock.Now(), n)
 }
 
 // TryConsumeAt is TryConsume at time t instead of the clock's reading, for
@@ -202,13 +284,13 @@ func (b *Bucket) TryConsume(n int64) (bool, error) {
 // (the default clocks count from the Unix epoch). Times beyond the int64
 // range (before 1678 or after 2262) count as its bounds.
 func (b *Bucket) TryConsumeAt(t time.Time, n int64) (bool, error) {
-	return b.tryConsume(unixNano(t), n)
+	return b.tryConsume("Bucket.TryConsumeAt", unixNano(t), n)
 }
 
 // tryConsume is the hot path: no request, no result struct, no copy call.
-func (b *Bucket) tryConsume(now, n int64) (bool, error) {
+func (b *Bucket) tryConsume(op string, now, n int64) (bool, error) {
 	if n <= 0 {
-		return false, &ArgumentError{Op: "TryConsume", Arg: "tokens", Value: n, Want: "must be positive"}
+		return false, &ArgumentError{Op: op, Arg: "tokens", Value: n, Want: "must be positive"}
 	}
 	b.mu.Lock()
 	ok := tokenbucket.TryConsume(b.cfg, b.state, b.scratch, now, n)
@@ -219,80 +301,10 @@ func (b *Bucket) tryConsume(now, n int64) (bool, error) {
 	return ok, nil
 }
 
-func (b *Bucket) tryConsumeVerbose(n int64, snap *Snapshot) (bool, error) {
-	req := tokenbucket.Request{Op: tokenbucket.OpTryConsume, Tokens: n}
-	res := b.apply(b.clock.Now(), req, snap)
-	if res.Code != tokenbucket.OK {
-		return false, argError("TryConsume", res, req)
-	}
-	notify(b.listener, res.Consumed, n)
-	return res.Consumed, nil
-}
-
-// ConsumptionProbe is the result of TryConsumeAndReturnRemaining.
-type ConsumptionProbe struct {
-	// Consumed reports whether the tokens were taken.
-	Consumed bool
-	// Remaining is the number of tokens left, never below 0.
-	Remaining int64
-	// WaitForRefill is how long until the tokens asked for would be there:
-	// 0 when consumed, Never when they exceed a capacity.
-	WaitForRefill time.Duration
-	// WaitForReset is how long until the bucket is full again.
-	WaitForReset time.Duration
-}
-
-// TryConsumeAndReturnRemaining is TryConsume that also says how many tokens
-// are left and how long to wait, for Retry-After and rate-limit headers.
-func (b *Bucket) TryConsumeAndReturnRemaining(n int64) (ConsumptionProbe, error) {
-	return b.tryConsumeAndReturnRemaining(n, nil)
-}
-
-func (b *Bucket) tryConsumeAndReturnRemaining(n int64, snap *Snapshot) (ConsumptionProbe, error) {
-	req := tokenbucket.Request{Op: tokenbucket.OpTryConsumeAndReturnRemaining, Tokens: n}
-	res := b.apply(b.clock.Now(), req, snap)
-	if res.Code != tokenbucket.OK {
-		return ConsumptionProbe{}, argError("TryConsumeAndReturnRemaining", res, req)
-	}
-	notify(b.listener, res.Consumed, n)
-	return ConsumptionProbe{
-		Consumed:      res.Consumed,
-		Remaining:     res.Remaining,
-		WaitForRefill: time.Duration(res.WaitForRefill),
-		WaitForReset:  time.Duration(res.WaitForReset),
-	}, nil
-}
-
-// EstimationProbe is the result of EstimateAbilityToConsume.
-type EstimationProbe struct {
-	// CanBeConsumed reports whether the tokens are there now.
-	CanBeConsumed bool
-	// Remaining is the number of tokens available, never below 0.
-	Remaining int64
-	// WaitForRefill is how long until the tokens would be there: 0 when
-	// they are, Never when they exceed a capacity.
-	WaitForRefill time.Duration
-}
-
-// EstimateAbilityToConsume reports whether n tokens could be taken now, and
-// if not, how long until they could. It takes nothing.
-func (b *Bucket) EstimateAbilityToConsume(n int64) (EstimationProbe, error) {
-	return b.estimate(n, nil)
-}
-
-func (b *Bucket) estimate(n int64, snap *Snapshot) (EstimationProbe, error) {
-	req := tokenbucket.Request{Op: tokenbucket.OpEstimate, Tokens: n}
-	res := b.apply(b.clock.Now(), req, snap)
-	if res.Code != tokenbucket.OK {
-		return EstimationProbe{}, argError("EstimateAbilityToConsume", res, req)
-	}
-	return EstimationProbe{CanBeConsumed: res.Consumed, Remaining: res.Remaining, WaitForRefill: time.Duration(res.WaitForRefill)}, nil
-}
-
 // TryConsumeAsMuchAsPossible takes every available token and returns how
 // many it took (0 when the bucket is empty or overdrawn).
 func (b *Bucket) TryConsumeAsMuchAsPossible() int64 {
-	n, _ := b.tryConsumeUpTo(math.MaxInt64, nil)
+	n, _ := b.tryConsumeUpTo("Bucket.TryConsumeAsMuchAsPossible", math.MaxInt64, nil)
 	return n
 }
 
@@ -301,14 +313,14 @@ func (b *Bucket) TryConsumeAsMuchAsPossible() int64 {
 // tryConsumeAsMuchAsPossible(limit). It returns an *ArgumentError for
 // limit ≤ 0.
 func (b *Bucket) TryConsumeUpTo(limit int64) (int64, error) {
-	return b.tryConsumeUpTo(limit, nil)
+	return b.tryConsumeUpTo("Bucket.TryConsumeUpTo", limit, nil)
 }
 
-func (b *Bucket) tryConsumeUpTo(limit int64, snap *Snapshot) (int64, error) {
+func (b *Bucket) tryConsumeUpTo(op string, limit int64, snap *Snapshot) (int64, error) {
 	req := tokenbucket.Request{Op: tokenbucket.OpConsumeAsMuchAsPossible, Tokens: limit}
 	res := b.apply(b.clock.Now(), req, snap)
 	if res.Code != tokenbucket.OK {
-		return 0, argError("TryConsumeUpTo", res, req)
+		return 0, argError(op, res, req)
 	}
 	if res.Value > 0 && b.listener != nil {
 		b.listener.OnConsumed(res.Value)
@@ -321,14 +333,14 @@ func (b *Bucket) tryConsumeUpTo(limit int64, snap *Snapshot) (int64, error) {
 // wait for them (0 when they were there). It returns an *ArgumentError for
 // n ≤ 0 or when that wait overflows, and then takes nothing.
 func (b *Bucket) ConsumeIgnoringRateLimits(n int64) (time.Duration, error) {
-	return b.consumeIgnoringRateLimits(n, nil)
+	return b.consumeIgnoringRateLimits("Bucket.ConsumeIgnoringRateLimits", n, nil)
 }
 
-func (b *Bucket) consumeIgnoringRateLimits(n int64, snap *Snapshot) (time.Duration, error) {
+func (b *Bucket) consumeIgnoringRateLimits(op string, n int64, snap *Snapshot) (time.Duration, error) {
 	req := tokenbucket.Request{Op: tokenbucket.OpConsumeIgnoringRateLimits, Tokens: n}
 	res := b.apply(b.clock.Now(), req, snap)
 	if res.Code != tokenbucket.OK {
-		return 0, argError("ConsumeIgnoringRateLimits", res, req)
+		return 0, argError(op, res, req)
 	}
 	notify(b.listener, true, n)
 	return time.Duration(res.Value), nil
@@ -338,14 +350,14 @@ func (b *Bucket) consumeIgnoringRateLimits(n int64, snap *Snapshot) (time.Durati
 // bandwidth above capacity is brought down to it. Use it to give back tokens
 // taken for work that then failed. It returns an *ArgumentError for n ≤ 0.
 func (b *Bucket) AddTokens(n int64) error {
-	return b.add(tokenbucket.OpAddTokens, "AddTokens", n, nil)
+	return b.add(tokenbucket.OpAddTokens, "Bucket.AddTokens", n, nil)
 }
 
 // ForceAddTokens adds n tokens to every bandwidth even past its capacity.
 // While above capacity a bandwidth refills nothing, but keeps the surplus.
 // It returns an *ArgumentError for n ≤ 0.
 func (b *Bucket) ForceAddTokens(n int64) error {
-	return b.add(tokenbucket.OpForceAddTokens, "ForceAddTokens", n, nil)
+	return b.add(tokenbucket.OpForceAddTokens, "Bucket.ForceAddTokens", n, nil)
 }
 
 func (b *Bucket) add(op tokenbucket.Op, name string, n int64, snap *Snapshot) error {
@@ -396,7 +408,7 @@ func (b *Bucket) replace(cfg BucketConfig, strategy Inheritance, snap *Snapshot)
 	defer b.mu.Unlock()
 	b.state = tokenbucket.Replace(b.cfg, b.state, now, c, tokenbucket.Strategy(strategy))
 	b.scratch = make(tokenbucket.State, len(b.state))
-	b.cfg = c
+	b.cfg, b.limit = c, quotaOf(c)
 	if snap != nil {
 		snap.fill(b.cfg, b.state, now)
 	}

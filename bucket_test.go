@@ -25,12 +25,12 @@ func tryConsume(n int64) op {
 	return op{fmt.Sprintf("TryConsume(%d)", n), func(b *sluice.Bucket) (any, error) { return b.TryConsume(n) }}
 }
 
-func probe(n int64) op {
-	return op{fmt.Sprintf("TryConsumeAndReturnRemaining(%d)", n), func(b *sluice.Bucket) (any, error) { return b.TryConsumeAndReturnRemaining(n) }}
+func allowN(n int64) op {
+	return op{fmt.Sprintf("AllowN(%d)", n), func(b *sluice.Bucket) (any, error) { return b.AllowN(n) }}
 }
 
-func estimate(n int64) op {
-	return op{fmt.Sprintf("EstimateAbilityToConsume(%d)", n), func(b *sluice.Bucket) (any, error) { return b.EstimateAbilityToConsume(n) }}
+func peekN(n int64) op {
+	return op{fmt.Sprintf("PeekN(%d)", n), func(b *sluice.Bucket) (any, error) { return b.PeekN(n) }}
 }
 
 func upTo(n int64) op {
@@ -82,8 +82,15 @@ func runSteps(t *testing.T, clock *sluice.FakeClock, b *sluice.Bucket, steps []s
 // refills one token per 100ms; the partial token counts towards waits.
 func TestBucketTimelines(t *testing.T) {
 	tenPerSecond := sluice.Simple(10, time.Second)
-	type probeResult = sluice.ConsumptionProbe
-	type estimation = sluice.EstimationProbe
+	// res is a Result of a bandwidth of capacity 10.
+	type res struct {
+		allowed                bool
+		remaining              int64
+		retryAfter, resetAfter time.Duration
+	}
+	r := func(v res) sluice.Result {
+		return sluice.Result{Allowed: v.allowed, Remaining: v.remaining, RetryAfter: v.retryAfter, ResetAfter: v.resetAfter, Limit: 10}
+	}
 	tests := []struct {
 		name  string
 		bws   []sluice.Bandwidth
@@ -105,22 +112,25 @@ func TestBucketTimelines(t *testing.T) {
 			{10*time.Second + 99*ms, tryConsume(1), false, 0},
 			{10*time.Second + 100*ms, tryConsume(1), true, 0},
 		}},
-		{"try consume and return remaining", []sluice.Bandwidth{tenPerSecond}, []step{
-			{0, probe(3), probeResult{Consumed: true, Remaining: 7, WaitForReset: 300 * ms}, 7},
-			{0, probe(8), probeResult{Remaining: 7, WaitForRefill: 100 * ms, WaitForReset: 300 * ms}, 7},
-			{0, probe(11), probeResult{Remaining: 7, WaitForRefill: sluice.Never, WaitForReset: 300 * ms}, 7},
-			{0, probe(7), probeResult{Consumed: true, Remaining: 0, WaitForReset: time.Second}, 0},
+		{"allow n (try consume and return remaining)", []sluice.Bandwidth{tenPerSecond}, []step{
+			{0, allowN(3), r(res{true, 7, 0, 300 * ms}), 7},
+			{0, allowN(8), r(res{false, 7, 100 * ms, 300 * ms}), 7},
+			{0, allowN(11), r(res{false, 7, sluice.Never, 300 * ms}), 7},
+			{0, allowN(7), r(res{true, 0, 0, time.Second}), 0},
 			// 2.5 tokens: the third in 50ms, full (7.5 more) in 750ms.
-			{250 * ms, probe(3), probeResult{Remaining: 2, WaitForRefill: 50 * ms, WaitForReset: 750 * ms}, 2},
+			{250 * ms, allowN(3), r(res{false, 2, 50 * ms, 750 * ms}), 2},
 			{250 * ms, ignoring(7), 450 * ms, -5},
 			// Overdrawn: Remaining is clamped at 0.
-			{250 * ms, probe(1), probeResult{Remaining: 0, WaitForRefill: 550 * ms, WaitForReset: 1450 * ms}, -5},
+			{250 * ms, allowN(1), r(res{false, 0, 550 * ms, 1450 * ms}), -5},
 		}},
-		{"estimate", []sluice.Bandwidth{tenPerSecond.WithInitialTokens(4)}, []step{
-			{0, estimate(4), estimation{CanBeConsumed: true, Remaining: 4}, 4},
-			{0, estimate(5), estimation{Remaining: 4, WaitForRefill: 100 * ms}, 4},
-			{0, estimate(11), estimation{Remaining: 4, WaitForRefill: sluice.Never}, 4},
-			{50 * ms, estimate(5), estimation{Remaining: 4, WaitForRefill: 50 * ms}, 4},
+		// PeekN answers as AllowN would, and takes nothing: Bucket4j's
+		// estimate reports the 4 tokens there, Remaining+n when allowed.
+		{"peek n (estimate ability to consume)", []sluice.Bandwidth{tenPerSecond.WithInitialTokens(4)}, []step{
+			{0, peekN(4), r(res{true, 0, 0, time.Second}), 4},
+			{0, peekN(5), r(res{false, 4, 100 * ms, 600 * ms}), 4},
+			{0, peekN(11), r(res{false, 4, sluice.Never, 600 * ms}), 4},
+			{50 * ms, peekN(5), r(res{false, 4, 50 * ms, 550 * ms}), 4},
+			{50 * ms, peekN(1), r(res{true, 3, 0, 650 * ms}), 4},
 		}},
 		{"consume up to", []sluice.Bandwidth{tenPerSecond.WithInitialTokens(7)}, []step{
 			{0, upTo(3), int64(3), 4},
@@ -143,16 +153,16 @@ func TestBucketTimelines(t *testing.T) {
 		{"add, force add and reset", []sluice.Bandwidth{tenPerSecond.WithInitialTokens(5)}, []step{
 			{50 * ms, addTokens(2), nil, 7},
 			// 6.5 after taking one: full in 350ms.
-			{50 * ms, probe(1), probeResult{Consumed: true, Remaining: 6, WaitForReset: 350 * ms}, 6},
+			{50 * ms, allowN(1), r(res{true, 6, 0, 350 * ms}), 6},
 			{50 * ms, addTokens(4), nil, 10},
 			// Reaching capacity dropped the half token: full again in 100ms.
-			{50 * ms, probe(1), probeResult{Consumed: true, Remaining: 9, WaitForReset: 100 * ms}, 9},
+			{50 * ms, allowN(1), r(res{true, 9, 0, 100 * ms}), 9},
 			{50 * ms, addTokens(math.MaxInt64 - 1), nil, 10},
 			{50 * ms, forceAddTokens(5), nil, 15},
 			// Above capacity the surplus neither grows nor is lost, and the
 			// refill time moves on: only 100ms count after taking 10.
 			{1050 * ms, tryConsume(10), true, 5},
-			{1150 * ms, estimate(1), estimation{CanBeConsumed: true, Remaining: 6}, 6},
+			{1150 * ms, peekN(1), r(res{true, 5, 0, 500 * ms}), 6},
 			{1150 * ms, ignoring(20), 1400 * ms, -14},
 			{1150 * ms, reset, nil, 10},
 			{1150 * ms, forceAddTokens(math.MaxInt64), nil, math.MaxInt64},
@@ -182,9 +192,9 @@ func TestMultipleBandwidths(t *testing.T) {
 		}
 	}
 	// At 11s the minute bandwidth has 8⅓: 2 more take 1s, 92 more 55s.
-	p, err := b.TryConsumeAndReturnRemaining(10)
-	if want := (sluice.ConsumptionProbe{Remaining: 8, WaitForRefill: time.Second, WaitForReset: 55 * time.Second}); p != want || err != nil {
-		t.Errorf("TryConsumeAndReturnRemaining(10) = %+v, %v, want %+v", p, err, want)
+	p, err := b.AllowN(10)
+	if want := (sluice.Result{Remaining: 8, RetryAfter: time.Second, ResetAfter: 55 * time.Second, Limit: 10}); p != want || err != nil {
+		t.Errorf("AllowN(10) = %+v, %v, want %+v", p, err, want)
 	}
 	if s := b.Verbose().AvailableTokens().Snapshot; !reflect.DeepEqual(s.Bandwidths, []int64{8, 10}) {
 		t.Errorf("Bandwidths = %v, want [8 10]", s.Bandwidths)
@@ -260,20 +270,20 @@ func TestArgumentErrors(t *testing.T) {
 		call func(b *sluice.Bucket) error
 		want sluice.ArgumentError // Op, Arg, Value
 	}{
-		{"TryConsume(0)", func(b *sluice.Bucket) error { _, err := b.TryConsume(0); return err }, sluice.ArgumentError{Op: "TryConsume", Arg: "tokens", Value: 0}},
-		{"TryConsume(-1)", func(b *sluice.Bucket) error { _, err := b.TryConsume(-1); return err }, sluice.ArgumentError{Op: "TryConsume", Arg: "tokens", Value: -1}},
-		{"TryConsumeAt(0)", func(b *sluice.Bucket) error { _, err := b.TryConsumeAt(time.Unix(0, t0), 0); return err }, sluice.ArgumentError{Op: "TryConsume", Arg: "tokens", Value: 0}},
-		{"TryConsumeAndReturnRemaining(0)", func(b *sluice.Bucket) error { _, err := b.TryConsumeAndReturnRemaining(0); return err },
-			sluice.ArgumentError{Op: "TryConsumeAndReturnRemaining", Arg: "tokens", Value: 0}},
-		{"EstimateAbilityToConsume(-5)", func(b *sluice.Bucket) error { _, err := b.EstimateAbilityToConsume(-5); return err },
-			sluice.ArgumentError{Op: "EstimateAbilityToConsume", Arg: "tokens", Value: -5}},
-		{"TryConsumeUpTo(0)", func(b *sluice.Bucket) error { _, err := b.TryConsumeUpTo(0); return err }, sluice.ArgumentError{Op: "TryConsumeUpTo", Arg: "tokens", Value: 0}},
+		{"TryConsume(0)", func(b *sluice.Bucket) error { _, err := b.TryConsume(0); return err }, sluice.ArgumentError{Op: "Bucket.TryConsume", Arg: "tokens", Value: 0}},
+		{"TryConsume(-1)", func(b *sluice.Bucket) error { _, err := b.TryConsume(-1); return err }, sluice.ArgumentError{Op: "Bucket.TryConsume", Arg: "tokens", Value: -1}},
+		{"TryConsumeAt(0)", func(b *sluice.Bucket) error { _, err := b.TryConsumeAt(time.Unix(0, t0), 0); return err }, sluice.ArgumentError{Op: "Bucket.TryConsumeAt", Arg: "tokens", Value: 0}},
+		{"AllowN(0)", func(b *sluice.Bucket) error { _, err := b.AllowN(0); return err },
+			sluice.ArgumentError{Op: "Bucket.AllowN", Arg: "tokens", Value: 0}},
+		{"PeekN(-5)", func(b *sluice.Bucket) error { _, err := b.PeekN(-5); return err },
+			sluice.ArgumentError{Op: "Bucket.PeekN", Arg: "tokens", Value: -5}},
+		{"TryConsumeUpTo(0)", func(b *sluice.Bucket) error { _, err := b.TryConsumeUpTo(0); return err }, sluice.ArgumentError{Op: "Bucket.TryConsumeUpTo", Arg: "tokens", Value: 0}},
 		{"ConsumeIgnoringRateLimits(0)", func(b *sluice.Bucket) error { _, err := b.ConsumeIgnoringRateLimits(0); return err },
-			sluice.ArgumentError{Op: "ConsumeIgnoringRateLimits", Arg: "tokens", Value: 0}},
+			sluice.ArgumentError{Op: "Bucket.ConsumeIgnoringRateLimits", Arg: "tokens", Value: 0}},
 		{"ConsumeIgnoringRateLimits overflow", func(b *sluice.Bucket) error { _, err := b.ConsumeIgnoringRateLimits(math.MaxInt64); return err },
-			sluice.ArgumentError{Op: "ConsumeIgnoringRateLimits", Arg: "tokens", Value: math.MaxInt64}},
-		{"AddTokens(0)", func(b *sluice.Bucket) error { return b.AddTokens(0) }, sluice.ArgumentError{Op: "AddTokens", Arg: "tokens", Value: 0}},
-		{"ForceAddTokens(-1)", func(b *sluice.Bucket) error { return b.ForceAddTokens(-1) }, sluice.ArgumentError{Op: "ForceAddTokens", Arg: "tokens", Value: -1}},
+			sluice.ArgumentError{Op: "Bucket.ConsumeIgnoringRateLimits", Arg: "tokens", Value: math.MaxInt64}},
+		{"AddTokens(0)", func(b *sluice.Bucket) error { return b.AddTokens(0) }, sluice.ArgumentError{Op: "Bucket.AddTokens", Arg: "tokens", Value: 0}},
+		{"ForceAddTokens(-1)", func(b *sluice.Bucket) error { return b.ForceAddTokens(-1) }, sluice.ArgumentError{Op: "Bucket.ForceAddTokens", Arg: "tokens", Value: -1}},
 		{"Blocking TryConsume tokens", func(b *sluice.Bucket) error { _, err := b.Blocking().TryConsume(ctx, 0, time.Second); return err },
 			sluice.ArgumentError{Op: "BlockingBucket.TryConsume", Arg: "tokens", Value: 0}},
 		{"Blocking TryConsume zero max wait", func(b *sluice.Bucket) error { _, err := b.Blocking().TryConsume(ctx, 1, 0); return err },
@@ -283,22 +293,21 @@ func TestArgumentErrors(t *testing.T) {
 		{"Blocking Consume(0)", func(b *sluice.Bucket) error { return b.Blocking().Consume(ctx, 0) }, sluice.ArgumentError{Op: "BlockingBucket.Consume", Arg: "tokens", Value: 0}},
 		{"Blocking Consume overflow", func(b *sluice.Bucket) error { return b.Blocking().Consume(ctx, math.MaxInt64) },
 			sluice.ArgumentError{Op: "BlockingBucket.Consume", Arg: "tokens", Value: math.MaxInt64}},
-		{"Reserve(0)", func(b *sluice.Bucket) error { _, err := b.Reserve(0, time.Second); return err }, sluice.ArgumentError{Op: "Bucket.Reserve", Arg: "tokens", Value: 0}},
-		{"Reserve negative max wait", func(b *sluice.Bucket) error { _, err := b.Reserve(1, -1); return err }, sluice.ArgumentError{Op: "Bucket.Reserve", Arg: "maxWait", Value: -1}},
-		{"Verbose TryConsume(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().TryConsume(0); return err }, sluice.ArgumentError{Op: "TryConsume", Arg: "tokens", Value: 0}},
-		{"Verbose TryConsumeAndReturnRemaining(-1)", func(b *sluice.Bucket) error { _, err := b.Verbose().TryConsumeAndReturnRemaining(-1); return err },
-			sluice.ArgumentError{Op: "TryConsumeAndReturnRemaining", Arg: "tokens", Value: -1}},
-		{"Verbose EstimateAbilityToConsume(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().EstimateAbilityToConsume(0); return err },
-			sluice.ArgumentError{Op: "EstimateAbilityToConsume", Arg: "tokens", Value: 0}},
+		{"ReserveN(0)", func(b *sluice.Bucket) error { _, err := b.ReserveN(0, time.Second); return err }, sluice.ArgumentError{Op: "Bucket.ReserveN", Arg: "tokens", Value: 0}},
+		{"ReserveN negative max wait", func(b *sluice.Bucket) error { _, err := b.ReserveN(1, -1); return err }, sluice.ArgumentError{Op: "Bucket.ReserveN", Arg: "maxWait", Value: -1}},
+		{"Verbose AllowN(-1)", func(b *sluice.Bucket) error { _, err := b.Verbose().AllowN(-1); return err },
+			sluice.ArgumentError{Op: "VerboseBucket.AllowN", Arg: "tokens", Value: -1}},
+		{"Verbose PeekN(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().PeekN(0); return err },
+			sluice.ArgumentError{Op: "VerboseBucket.PeekN", Arg: "tokens", Value: 0}},
 		{"Verbose TryConsumeUpTo(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().TryConsumeUpTo(0); return err },
-			sluice.ArgumentError{Op: "TryConsumeUpTo", Arg: "tokens", Value: 0}},
+			sluice.ArgumentError{Op: "VerboseBucket.TryConsumeUpTo", Arg: "tokens", Value: 0}},
 		{"Verbose ConsumeIgnoringRateLimits overflow", func(b *sluice.Bucket) error {
 			_, err := b.Verbose().ConsumeIgnoringRateLimits(math.MaxInt64)
 			return err
-		}, sluice.ArgumentError{Op: "ConsumeIgnoringRateLimits", Arg: "tokens", Value: math.MaxInt64}},
-		{"Verbose AddTokens(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().AddTokens(0); return err }, sluice.ArgumentError{Op: "AddTokens", Arg: "tokens", Value: 0}},
+		}, sluice.ArgumentError{Op: "VerboseBucket.ConsumeIgnoringRateLimits", Arg: "tokens", Value: math.MaxInt64}},
+		{"Verbose AddTokens(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().AddTokens(0); return err }, sluice.ArgumentError{Op: "VerboseBucket.AddTokens", Arg: "tokens", Value: 0}},
 		{"Verbose ForceAddTokens(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().ForceAddTokens(0); return err },
-			sluice.ArgumentError{Op: "ForceAddTokens", Arg: "tokens", Value: 0}},
+			sluice.ArgumentError{Op: "VerboseBucket.ForceAddTokens", Arg: "tokens", Value: 0}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -347,9 +356,9 @@ func TestListener(t *testing.T) {
 		{"try consume rejected", func(b *sluice.Bucket) { b.TryConsume(11) }, counts{rejected: 11}},
 		{"allow", func(b *sluice.Bucket) { b.Allow() }, counts{consumed: 1}},
 		{"try consume at", func(b *sluice.Bucket) { b.TryConsumeAt(time.Unix(0, t0), 2) }, counts{consumed: 2}},
-		{"probe consumed", func(b *sluice.Bucket) { b.TryConsumeAndReturnRemaining(4) }, counts{consumed: 4}},
-		{"probe rejected", func(b *sluice.Bucket) { b.TryConsumeAndReturnRemaining(20) }, counts{rejected: 20}},
-		{"estimate", func(b *sluice.Bucket) { b.EstimateAbilityToConsume(5); b.EstimateAbilityToConsume(50) }, counts{}},
+		{"probe consumed", func(b *sluice.Bucket) { b.AllowN(4) }, counts{consumed: 4}},
+		{"probe rejected", func(b *sluice.Bucket) { b.AllowN(20) }, counts{rejected: 20}},
+		{"estimate", func(b *sluice.Bucket) { b.PeekN(5); b.PeekN(50) }, counts{}},
 		{"consume up to", func(b *sluice.Bucket) { b.TryConsumeUpTo(4) }, counts{consumed: 4}},
 		{"as much as possible, then nothing", func(b *sluice.Bucket) { b.TryConsumeAsMuchAsPossible(); b.TryConsumeAsMuchAsPossible() }, counts{consumed: 10}},
 		{"ignoring rate limits", func(b *sluice.Bucket) { b.ConsumeIgnoringRateLimits(15) }, counts{consumed: 15}},
@@ -368,20 +377,20 @@ func TestListener(t *testing.T) {
 		{"blocking rejected, never", func(b *sluice.Bucket) { b.Blocking().TryConsume(ctx, math.MaxInt64, time.Hour) }, counts{rejected: math.MaxInt64}},
 		{"blocking consume", func(b *sluice.Bucket) { empty(b); b.Blocking().Consume(ctx, 2) }, counts{consumed: 12, waited: 200 * ms}},
 		{"blocking without a wait", func(b *sluice.Bucket) { b.Blocking().Consume(ctx, 2) }, counts{consumed: 2}},
-		{"reserve with a delay", func(b *sluice.Bucket) { empty(b); b.Reserve(4, time.Second) }, counts{consumed: 14, delayed: 400 * ms}},
-		{"reserve now", func(b *sluice.Bucket) { b.Reserve(4, time.Second) }, counts{consumed: 4}},
-		{"reserve rejected", func(b *sluice.Bucket) { empty(b); b.Reserve(4, 100*ms) }, counts{consumed: 10, rejected: 4}},
+		{"reserve with a delay", func(b *sluice.Bucket) { empty(b); b.ReserveN(4, time.Second) }, counts{consumed: 14, delayed: 400 * ms}},
+		{"reserve now", func(b *sluice.Bucket) { b.ReserveN(4, time.Second) }, counts{consumed: 4}},
+		{"reserve rejected", func(b *sluice.Bucket) { empty(b); b.ReserveN(4, 100*ms) }, counts{consumed: 10, rejected: 4}},
 		{"reservation cancelled", func(b *sluice.Bucket) {
 			empty(b)
-			r, _ := b.Reserve(4, time.Second)
+			r, _ := b.ReserveN(4, time.Second)
 			r.Cancel()
 		}, counts{consumed: 14, delayed: 400 * ms}},
 		{"verbose", func(b *sluice.Bucket) {
-			b.Verbose().TryConsume(3)
-			b.Verbose().TryConsume(30)
-			b.Verbose().TryConsumeAndReturnRemaining(2)
+			b.Verbose().AllowN(3)
+			b.Verbose().AllowN(30)
+			b.Verbose().AllowN(2)
 			b.Verbose().TryConsumeUpTo(1)
-			b.Verbose().EstimateAbilityToConsume(1)
+			b.Verbose().PeekN(1)
 			b.Verbose().ConsumeIgnoringRateLimits(10)
 			b.Verbose().TryConsumeUpTo(5)
 		}, counts{consumed: 16, rejected: 30}},
@@ -427,9 +436,9 @@ func TestConcurrentTryConsume(t *testing.T) {
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(1000, time.Hour), sluice.Simple(5000, time.Minute)}, sluice.WithListener(&l))
 	calls := []func() (bool, error){
 		func() (bool, error) { return b.TryConsume(1) },
-		func() (bool, error) { return b.Allow(), nil },
-		func() (bool, error) { v, err := b.Verbose().TryConsume(1); return v.Value, err },
-		func() (bool, error) { p, err := b.TryConsumeAndReturnRemaining(1); return p.Consumed, err },
+		func() (bool, error) { return b.Allow().Allowed, nil },
+		func() (bool, error) { v, err := b.Verbose().AllowN(1); return v.Value.Allowed, err },
+		func() (bool, error) { p, err := b.AllowN(1); return p.Allowed, err },
 		func() (bool, error) { n, err := b.TryConsumeUpTo(1); return n == 1, err },
 		func() (bool, error) { return b.TryConsumeAt(time.Unix(0, t0), 1) },
 	}
@@ -573,9 +582,9 @@ func TestAlignedRefillOnFakeClock(t *testing.T) {
 	clock.Set(first.UnixNano() + int64(time.Minute) - 1)
 	checkAvailable(t, b, 100)
 	// The probe counts from the grid, not from now.
-	p, err := b.TryConsumeAndReturnRemaining(150)
-	if want := (sluice.ConsumptionProbe{Remaining: 100, WaitForRefill: 1, WaitForReset: 2*time.Minute + 1}); p != want || err != nil {
-		t.Errorf("TryConsumeAndReturnRemaining(150) = %+v, %v, want %+v", p, err, want)
+	p, err := b.AllowN(150)
+	if want := (sluice.Result{Remaining: 100, RetryAfter: 1, ResetAfter: 2*time.Minute + 1, Limit: 400}); p != want || err != nil {
+		t.Errorf("AllowN(150) = %+v, %v, want %+v", p, err, want)
 	}
 }
 
@@ -592,7 +601,7 @@ func TestConcurrentReplaceConfiguration(t *testing.T) {
 		wg.Go(func() {
 			for range 200 {
 				b.TryConsume(1)
-				b.Verbose().TryConsumeAndReturnRemaining(1)
+				b.Verbose().AllowN(1)
 				b.AvailableTokens()
 				b.Configuration()
 			}

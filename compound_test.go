@@ -44,8 +44,8 @@ func TestPolicyAloneAndInCompound(t *testing.T) {
 					n := int64(rng.IntN(3) + 1)
 					var a, b string
 					if rng.IntN(4) == 0 {
-						ra, ea := alone.Reserve(ctx, "k", n, 700*time.Millisecond)
-						rb, eb := inside.Reserve(ctx, "k", n, 700*time.Millisecond)
+						ra, ea := alone.ReserveN(ctx, "k", n, 700*time.Millisecond)
+						rb, eb := inside.ReserveN(ctx, "k", n, 700*time.Millisecond)
 						if errors.Is(ea, sluice.ErrReserveNotSupported) && errors.Is(eb, sluice.ErrReserveNotSupported) {
 							continue
 						}

@@ -14,7 +14,15 @@
 //		sluice.Capacity(50, sluice.Greedy(50, time.Second)),      // in bursts of at most 50
 //	}})
 //	if err != nil { ... }
-//	if b.Allow() { ... }
+//	if r := b.Allow(); !r.Allowed { ... } // r.Remaining, r.RetryAfter, r.ResetAfter
+//
+// Every call of the X/XN families (Allow/AllowN, Peek/PeekN,
+// Reserve/ReserveN, Wait/WaitN) is on [Bucket], [KeyBucket] and [Limiter]
+// alike, X being shorthand for XN with one token, and AllowN and PeekN
+// return one [Result]. Bucket4j's operations are there too
+// ([Bucket.TryConsumeUpTo], [Bucket.ConsumeIgnoringRateLimits],
+// [Bucket.AddTokens], ...), and [Bucket.TryConsume] is the boolean hot
+// path that allocates nothing.
 //
 // Bandwidths may be overdrawn ([Bucket.ConsumeIgnoringRateLimits],
 // reservations) and may hold more than their capacity
@@ -23,8 +31,9 @@
 // # Waiting
 //
 // [Bucket.Blocking] returns a view whose calls wait for their tokens and
-// honour a context; [Bucket.Reserve], [KeyBucket.Reserve] and
-// [Limiter.Reserve] hand out a [Reservation] for callers who schedule work
+// honour a context, as Bucket4j's; [Bucket.WaitN] and [Limiter.WaitN] wait
+// as x/time/rate's WaitN; [Bucket.ReserveN], [KeyBucket.ReserveN] and
+// [Limiter.ReserveN] hand out a [Reservation] for callers who schedule work
 // themselves, as x/time/rate's ReserveN does. Both reserve fairly: tokens
 // are taken first and the caller then waits, so later callers queue
 // behind. A wait that ends without its caller going ahead gives its tokens

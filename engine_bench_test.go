@@ -26,17 +26,20 @@ func BenchmarkEngineBucket(b *testing.B) {
 		name string
 		call func(bk *sluice.Bucket) bool
 	}{
-		{"op=allow", func(bk *sluice.Bucket) bool { return bk.Allow() }},
+		{"op=tryConsume", func(bk *sluice.Bucket) bool {
+			ok, _ := bk.TryConsume(1)
+			return ok
+		}},
 		{"op=allowN", func(bk *sluice.Bucket) bool {
-			r, _ := bk.TryConsumeAndReturnRemaining(1)
-			return r.Consumed
+			r, _ := bk.AllowN(1)
+			return r.Allowed
 		}},
 		{"op=peekN", func(bk *sluice.Bucket) bool {
-			r, _ := bk.EstimateAbilityToConsume(1)
-			return r.CanBeConsumed
+			r, _ := bk.PeekN(1)
+			return r.Allowed
 		}},
 		{"op=reserveN", func(bk *sluice.Bucket) bool {
-			r, _ := bk.Reserve(1, 0)
+			r, _ := bk.ReserveN(1, 0)
 			return r.OK()
 		}},
 	}
@@ -101,11 +104,11 @@ func BenchmarkEngineLimiter(b *testing.B) {
 			return r.Allowed
 		}},
 		{"op=peekN", func(l *sluice.Limiter, key string) bool {
-			r, _ := l.Peek(ctx, key, 1)
+			r, _ := l.PeekN(ctx, key, 1)
 			return r.Allowed
 		}},
 		{"op=reserveN", func(l *sluice.Limiter, key string) bool {
-			r, _ := l.Reserve(ctx, key, 1, 0)
+			r, _ := l.ReserveN(ctx, key, 1, 0)
 			return r != nil && r.OK()
 		}},
 	}
@@ -156,8 +159,8 @@ func BenchmarkEngineLimiter(b *testing.B) {
 	}
 }
 
-// BenchmarkEngineKeyBucket is one TryConsume of a KeyBucket on a
-// memstore, whose bucket refills faster than it is asked.
+// BenchmarkEngineKeyBucket is one AllowN of a KeyBucket on a memstore,
+// whose bucket refills faster than it is asked.
 func BenchmarkEngineKeyBucket(b *testing.B) {
 	ctx := context.Background()
 	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Capacity(1000, sluice.Greedy(1e9, time.Second))}}
@@ -169,7 +172,7 @@ func BenchmarkEngineKeyBucket(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		clock.Advance(2)
-		if _, err := kb.TryConsume(ctx, 1); err != nil {
+		if _, err := kb.AllowN(ctx, 1); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -188,7 +188,7 @@ func ExampleShaper() {
 	ctx := context.Background()
 
 	for range 4 {
-		r, err := l.Reserve(ctx, "user-1", 1, sluice.Never)
+		r, err := l.ReserveN(ctx, "user-1", 1, sluice.Never)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -199,7 +199,7 @@ func ExampleShaper() {
 		fmt.Println("departs in", r.Delay())
 	}
 	clock.Advance(500 * time.Millisecond)
-	if err := l.Wait(ctx, "user-1", 1, sluice.Never); err != nil {
+	if err := l.WaitN(ctx, "user-1", 1, sluice.Never); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("at 500ms, Wait slept", clock.Slept())
@@ -276,7 +276,7 @@ func ExampleNoLimit() {
 
 	r, _ := l.AllowN(ctx, "user-1", 1_000_000)
 	fmt.Println(r.Allowed, r.Remaining)
-	res, err := l.Reserve(ctx, "user-1", 1_000_000, 0)
+	res, err := l.ReserveN(ctx, "user-1", 1_000_000, 0)
 	fmt.Println(res.OK(), res.Delay(), err, "keys held:", l.Len())
 	// Output:
 	// true 9223372036854775807
@@ -324,7 +324,7 @@ func ExampleLimiter_Reserve() {
 	ctx := context.Background()
 
 	for range 3 {
-		res, err := l.Reserve(ctx, "user-1", 2, 90*time.Second)
+		res, err := l.ReserveN(ctx, "user-1", 2, 90*time.Second)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -358,13 +358,13 @@ func ExampleReservation_Cancel() {
 	ctx := context.Background()
 
 	l.AllowN(ctx, "user-1", 2)
-	res, err := l.Reserve(ctx, "user-1", 1, time.Minute)
+	res, err := l.ReserveN(ctx, "user-1", 1, time.Minute)
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("reserved:", res.OK(), "due in", res.Delay())
 	res.Cancel() // the caller gave up
-	r, _ := l.Peek(ctx, "user-1", 1)
+	r, _ := l.PeekN(ctx, "user-1", 1)
 	fmt.Println("after Cancel, 1 more in", r.RetryAfter)
 	// Output:
 	// reserved: true due in 1s

@@ -23,7 +23,7 @@ func ExampleNewBucket() {
 
 	allowed := 0
 	for range 11 {
-		if b.Allow() {
+		if b.Allow().Allowed {
 			allowed++
 		}
 	}
@@ -38,7 +38,7 @@ func ExampleNewBucket() {
 }
 
 // A probe has what rate-limit headers need.
-func ExampleBucket_TryConsumeAndReturnRemaining() {
+func ExampleBucket_AllowN() {
 	clock := sluice.NewFakeClock(0)
 	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(2, time.Minute),
@@ -48,16 +48,16 @@ func ExampleBucket_TryConsumeAndReturnRemaining() {
 	}
 
 	for range 3 {
-		p, err := b.TryConsumeAndReturnRemaining(1)
+		p, err := b.AllowN(1)
 		if err != nil {
 			log.Fatal(err)
 		}
-		if p.Consumed {
+		if p.Allowed {
 			fmt.Printf("200 OK, X-Rate-Limit-Remaining: %d\n", p.Remaining)
 			continue
 		}
 		// Retry-After is in whole seconds, rounded up.
-		retry := (p.WaitForRefill + time.Second - 1) / time.Second
+		retry := (p.RetryAfter + time.Second - 1) / time.Second
 		fmt.Printf("429 Too Many Requests, Retry-After: %d\n", retry)
 	}
 	// Output:

@@ -14,15 +14,17 @@ import (
 
 // KeyBucket is the token bucket of one key of a Limiter, or of one key of
 // a driver.Store (NewStoreBucket): Bucket4j's bucket proxy. It has the
-// operations of Bucket, each taking a context and returning an error,
-// since the state may live in a store shared by many processes; with a
-// store every call is one atomic update of the key's state.
+// operations and views of Bucket, each taking a context and returning an
+// error, since the state may live in a store shared by many processes;
+// with a store every call is one atomic update of the key's state. It has
+// no TryConsume, Bucket's allocation-free hot path: AllowN decides.
 //
-// A store's failure is handled as its Limiter's WithStoreFailure says:
-// FailClosed returns a *StoreError, FailLocal runs the call on an
-// in-memory bucket of this process, and FailOpen lets consumption through
-// (TryConsume reports true, a probe reports consumed) and returns a
-// *StoreError from the calls that only read or add.
+// A store's failure is handled as WithStoreFailure says: FailClosed
+// returns a *StoreError, FailLocal runs the call on an in-memory bucket of
+// this process, and FailOpen lets the calls that decide whether tokens
+// pass (Allow, Peek, Reserve, Wait and their N forms, the blocking view)
+// through, with a Result that is Allowed and otherwise zero, and returns
+// a *StoreError from the calls that read, add or reconfigure.
 //
 // KeyBucket is safe for simultaneous use by multiple goroutines.
 type KeyBucket struct {
@@ -117,88 +119,89 @@ func (b *KeyBucket) update(ctx context.Context, f bucketFunc) (bucketBackend, er
 }
 
 // run runs req on the key's bucket, with a snapshot after it when snap is
-// not nil.
-func (b *KeyBucket) run(ctx context.Context, req tokenbucket.Request, snap *Snapshot) (tokenbucket.Result, error) {
-	var res tokenbucket.Result
-	_, err := b.update(ctx, func(cfg *tokenbucket.Config, st tokenbucket.State, now int64) bool {
+// not nil; with peek, it takes nothing (see giveBack). limit is the
+// bucket's smallest capacity.
+func (b *KeyBucket) run(ctx context.Context, req tokenbucket.Request, peek bool, snap *Snapshot) (res tokenbucket.Result, limit int64, err error) {
+	_, err = b.update(ctx, func(cfg *tokenbucket.Config, st tokenbucket.State, now int64) bool {
 		var changed bool
 		res, changed = tokenbucket.Apply(cfg, st, now, req)
+		limit = quotaOf(cfg)
+		if peek {
+			giveBack(st, res, req.Tokens)
+			changed = false
+		}
 		if snap != nil {
 			snap.fill(cfg, st, now)
 		}
 		return changed
 	})
-	return res, err
+	return res, limit, err
 }
 
 // apply runs req on the key's bucket. A store's failure is a *StoreError
-// under every policy but FailLocal; decide is apply for the calls that let
+// under every policy but FailLocal; decide is for the calls that let
 // tokens through under FailOpen.
 func (b *KeyBucket) apply(ctx context.Context, op string, req tokenbucket.Request, snap *Snapshot) (tokenbucket.Result, error) {
-	res, err := b.run(ctx, req, snap)
+	res, _, err := b.run(ctx, req, false, snap)
 	if err != nil {
-		return tokenbucket.Result{}, storeError("KeyBucket."+op, b.key, err)
+		return tokenbucket.Result{}, storeError(op, b.key, err)
 	}
 	return res, argError(op, res, req)
 }
 
-// decide is apply for the calls that decide whether tokens pass: under
-// FailOpen they pass.
-func (b *KeyBucket) decide(ctx context.Context, op string, req tokenbucket.Request, snap *Snapshot) (tokenbucket.Result, error) {
-	res, err := b.run(ctx, req, snap)
+// decide runs AllowN, or PeekN with peek, on the key's bucket. Under
+// FailOpen a store's failure lets the tokens through.
+func (b *KeyBucket) decide(ctx context.Context, op string, n int64, peek bool, snap *Snapshot) (Result, error) {
+	req := tokenbucket.Request{Op: tokenbucket.OpTryConsumeAndReturnRemaining, Tokens: n}
+	res, limit, err := b.run(ctx, req, peek, snap)
 	switch {
 	case failedOpen(err):
-		return tokenbucket.Result{Consumed: true}, nil
+		res = tokenbucket.Result{Consumed: true}
 	case err != nil:
-		return tokenbucket.Result{}, storeError("KeyBucket."+op, b.key, err)
+		return Result{}, storeError(op, b.key, err)
+	case res.Code != tokenbucket.OK:
+		return Result{}, argError(op, res, req)
 	}
-	return res, argError(op, res, req)
+	if !peek {
+		notify(b.listener, res.Consumed, n)
+	}
+	return bucketResult(res, limit), nil
 }
 
 // Key is the bucket's key.
 func (b *KeyBucket) Key() string { return b.key }
 
-// TryConsume takes n tokens if they are all there now, as Bucket.TryConsume.
-func (b *KeyBucket) TryConsume(ctx context.Context, n int64) (bool, error) {
-	req := tokenbucket.Request{Op: tokenbucket.OpTryConsume, Tokens: n}
-	res, err := b.decide(ctx, "TryConsume", req, nil)
-	if err != nil {
-		return false, err
-	}
-	notify(b.listener, res.Consumed, n)
-	return res.Consumed, nil
+// Allow is shorthand for AllowN(ctx, 1).
+func (b *KeyBucket) Allow(ctx context.Context) (Result, error) { return b.AllowN(ctx, 1) }
+
+// AllowN takes n tokens if they are all there now, and returns the
+// decision, as Bucket.AllowN.
+func (b *KeyBucket) AllowN(ctx context.Context, n int64) (Result, error) {
+	return b.decide(ctx, "KeyBucket.AllowN", n, false, nil)
 }
 
-// TryConsumeAndReturnRemaining is Bucket.TryConsumeAndReturnRemaining.
-func (b *KeyBucket) TryConsumeAndReturnRemaining(ctx context.Context, n int64) (ConsumptionProbe, error) {
-	req := tokenbucket.Request{Op: tokenbucket.OpTryConsumeAndReturnRemaining, Tokens: n}
-	res, err := b.decide(ctx, "TryConsumeAndReturnRemaining", req, nil)
-	if err != nil {
-		return ConsumptionProbe{}, err
-	}
-	notify(b.listener, res.Consumed, n)
-	return consumptionProbe(res), nil
-}
+// Peek is shorthand for PeekN(ctx, 1).
+func (b *KeyBucket) Peek(ctx context.Context) (Result, error) { return b.PeekN(ctx, 1) }
 
-// EstimateAbilityToConsume is Bucket.EstimateAbilityToConsume.
-func (b *KeyBucket) EstimateAbilityToConsume(ctx context.Context, n int64) (EstimationProbe, error) {
-	req := tokenbucket.Request{Op: tokenbucket.OpEstimate, Tokens: n}
-	res, err := b.decide(ctx, "EstimateAbilityToConsume", req, nil)
-	if err != nil {
-		return EstimationProbe{}, err
-	}
-	return estimationProbe(res), nil
+// PeekN reports what AllowN(ctx, n) would decide now, taking nothing, as
+// Bucket.PeekN.
+func (b *KeyBucket) PeekN(ctx context.Context, n int64) (Result, error) {
+	return b.decide(ctx, "KeyBucket.PeekN", n, true, nil)
 }
 
 // TryConsumeAsMuchAsPossible is Bucket.TryConsumeAsMuchAsPossible.
 func (b *KeyBucket) TryConsumeAsMuchAsPossible(ctx context.Context) (int64, error) {
-	return b.TryConsumeUpTo(ctx, math.MaxInt64)
+	return b.tryConsumeUpTo(ctx, "KeyBucket.TryConsumeAsMuchAsPossible", math.MaxInt64, nil)
 }
 
 // TryConsumeUpTo is Bucket.TryConsumeUpTo.
 func (b *KeyBucket) TryConsumeUpTo(ctx context.Context, limit int64) (int64, error) {
+	return b.tryConsumeUpTo(ctx, "KeyBucket.TryConsumeUpTo", limit, nil)
+}
+
+func (b *KeyBucket) tryConsumeUpTo(ctx context.Context, op string, limit int64, snap *Snapshot) (int64, error) {
 	req := tokenbucket.Request{Op: tokenbucket.OpConsumeAsMuchAsPossible, Tokens: limit}
-	res, err := b.apply(ctx, "TryConsumeUpTo", req, nil)
+	res, err := b.apply(ctx, op, req, snap)
 	if err != nil {
 		return 0, err
 	}
@@ -210,8 +213,12 @@ func (b *KeyBucket) TryConsumeUpTo(ctx context.Context, limit int64) (int64, err
 
 // ConsumeIgnoringRateLimits is Bucket.ConsumeIgnoringRateLimits.
 func (b *KeyBucket) ConsumeIgnoringRateLimits(ctx context.Context, n int64) (time.Duration, error) {
+	return b.consumeIgnoringRateLimits(ctx, "KeyBucket.ConsumeIgnoringRateLimits", n, nil)
+}
+
+func (b *KeyBucket) consumeIgnoringRateLimits(ctx context.Context, op string, n int64, snap *Snapshot) (time.Duration, error) {
 	req := tokenbucket.Request{Op: tokenbucket.OpConsumeIgnoringRateLimits, Tokens: n}
-	res, err := b.apply(ctx, "ConsumeIgnoringRateLimits", req, nil)
+	res, err := b.apply(ctx, op, req, snap)
 	if err != nil {
 		return 0, err
 	}
@@ -221,48 +228,26 @@ func (b *KeyBucket) ConsumeIgnoringRateLimits(ctx context.Context, n int64) (tim
 
 // AddTokens is Bucket.AddTokens.
 func (b *KeyBucket) AddTokens(ctx context.Context, n int64) error {
-	_, err := b.apply(ctx, "AddTokens", tokenbucket.Request{Op: tokenbucket.OpAddTokens, Tokens: n}, nil)
+	_, err := b.apply(ctx, "KeyBucket.AddTokens", tokenbucket.Request{Op: tokenbucket.OpAddTokens, Tokens: n}, nil)
 	return err
 }
 
 // ForceAddTokens is Bucket.ForceAddTokens.
 func (b *KeyBucket) ForceAddTokens(ctx context.Context, n int64) error {
-	_, err := b.apply(ctx, "ForceAddTokens", tokenbucket.Request{Op: tokenbucket.OpForceAddTokens, Tokens: n}, nil)
+	_, err := b.apply(ctx, "KeyBucket.ForceAddTokens", tokenbucket.Request{Op: tokenbucket.OpForceAddTokens, Tokens: n}, nil)
 	return err
 }
 
 // Reset fills the bucket, as Bucket.Reset.
 func (b *KeyBucket) Reset(ctx context.Context) error {
-	_, err := b.apply(ctx, "Reset", tokenbucket.Request{Op: tokenbucket.OpReset}, nil)
+	_, err := b.apply(ctx, "KeyBucket.Reset", tokenbucket.Request{Op: tokenbucket.OpReset}, nil)
 	return err
 }
 
 // AvailableTokens is Bucket.AvailableTokens.
 func (b *KeyBucket) AvailableTokens(ctx context.Context) (int64, error) {
-	res, err := b.apply(ctx, "AvailableTokens", tokenbucket.Request{Op: tokenbucket.OpAvailable}, nil)
+	res, err := b.apply(ctx, "KeyBucket.AvailableTokens", tokenbucket.Request{Op: tokenbucket.OpAvailable}, nil)
 	return res.Value, err
-}
-
-// Snapshot describes the bucket now, changing nothing: Bucket4j's
-// verbose diagnostics.
-func (b *KeyBucket) Snapshot(ctx context.Context) (Snapshot, error) {
-	var snap Snapshot
-	_, err := b.apply(ctx, "Snapshot", tokenbucket.Request{Op: tokenbucket.OpAvailable}, &snap)
-	return snap, err
-}
-
-// TryConsumeVerbose is TryConsumeAndReturnRemaining with a snapshot of the
-// bucket after the call.
-func (b *KeyBucket) TryConsumeVerbose(ctx context.Context, n int64) (Verbose[ConsumptionProbe], error) {
-	var v Verbose[ConsumptionProbe]
-	req := tokenbucket.Request{Op: tokenbucket.OpTryConsumeAndReturnRemaining, Tokens: n}
-	res, err := b.apply(ctx, "TryConsumeVerbose", req, &v.Snapshot)
-	if err != nil {
-		return v, err
-	}
-	notify(b.listener, res.Consumed, n)
-	v.Value = consumptionProbe(res)
-	return v, nil
 }
 
 // Configuration returns the configuration in force for the key: the
@@ -285,6 +270,10 @@ func (b *KeyBucket) Configuration(ctx context.Context) (BucketConfig, error) {
 // Limiter's key cannot be reconfigured alone: it returns an error
 // matching errors.ErrUnsupported.
 func (b *KeyBucket) ReplaceConfiguration(ctx context.Context, cfg BucketConfig, strategy Inheritance) error {
+	return b.replace(ctx, "KeyBucket.ReplaceConfiguration", cfg, strategy, nil)
+}
+
+func (b *KeyBucket) replace(ctx context.Context, op string, cfg BucketConfig, strategy Inheritance, snap *Snapshot) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -292,31 +281,25 @@ func (b *KeyBucket) ReplaceConfiguration(ctx context.Context, cfg BucketConfig, 
 	if err != nil {
 		return err
 	}
-	return storeError("KeyBucket.ReplaceConfiguration", b.key, b.backend.replace(ctx, b.key, c, tokenbucket.Strategy(strategy)))
+	var seen func(*tokenbucket.Config, tokenbucket.State, int64)
+	if snap != nil {
+		seen = snap.fill
+	}
+	return storeError(op, b.key, b.backend.replace(ctx, b.key, c, tokenbucket.Strategy(strategy), seen))
 }
 
-// Consume takes n tokens, waiting as long as it takes, as
-// BlockingBucket.Consume.
-func (b *KeyBucket) Consume(ctx context.Context, n int64) error {
-	_, err := blockingWait(ctx, "KeyBucket.Consume", n, never, b.sleeper, b.listener, b.reserve)
-	return err
+// Reserve is shorthand for ReserveN(ctx, 1, maxWait).
+func (b *KeyBucket) Reserve(ctx context.Context, maxWait time.Duration) (*Reservation, error) {
+	return b.ReserveN(ctx, 1, maxWait)
 }
 
-// TryConsumeWait takes n tokens if they will be there within maxWait,
-// waiting for them, as BlockingBucket.TryConsume: a ctx whose deadline is
-// sooner than the wait fails at once and takes nothing, and when ctx ends
-// during the wait the tokens are given back and it returns ctx.Err().
-func (b *KeyBucket) TryConsumeWait(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
-	return blockingWait(ctx, "KeyBucket.TryConsumeWait", n, int64(maxWait), b.sleeper, b.listener, b.reserve)
-}
-
-// Reserve takes n tokens now that will be there within maxWait, as
-// Bucket.Reserve: the caller waits Delay itself, and may Cancel the
+// ReserveN takes n tokens now that will be there within maxWait, as
+// Bucket.ReserveN: the caller waits Delay itself, and may Cancel the
 // reservation, which gives the tokens back where they were taken (the
 // store, or the in-memory fallback of FailLocal). When the store fails and
 // the bucket fails open, the reservation is OK at once and takes nothing.
-func (b *KeyBucket) Reserve(ctx context.Context, n int64, maxWait time.Duration) (*Reservation, error) {
-	r, err := b.reserve(ctx, "KeyBucket.Reserve", n, int64(maxWait))
+func (b *KeyBucket) ReserveN(ctx context.Context, n int64, maxWait time.Duration) (*Reservation, error) {
+	r, err := b.reserve(ctx, "KeyBucket.ReserveN", n, int64(maxWait))
 	if err != nil {
 		return nil, err
 	}
@@ -324,7 +307,18 @@ func (b *KeyBucket) Reserve(ctx context.Context, n int64, maxWait time.Duration)
 	return r, nil
 }
 
-// reserve is Reserve without the listener.
+// Wait is shorthand for WaitN(ctx, 1, maxWait).
+func (b *KeyBucket) Wait(ctx context.Context, maxWait time.Duration) error {
+	return b.WaitN(ctx, 1, maxWait)
+}
+
+// WaitN reserves n tokens within maxWait and sleeps until they are due, as
+// Limiter.WaitN.
+func (b *KeyBucket) WaitN(ctx context.Context, n int64, maxWait time.Duration) error {
+	return waitN(ctx, "KeyBucket.WaitN", n, maxWait, b.sleeper, b.listener, b.reserve)
+}
+
+// reserve is ReserveN without the listener.
 func (b *KeyBucket) reserve(ctx context.Context, op string, n, maxWait int64) (*Reservation, error) {
 	var (
 		res policy.Result
@@ -342,8 +336,7 @@ func (b *KeyBucket) reserve(ctx context.Context, op string, n, maxWait int64) (*
 		return newReservation(b.clock, b.clock.Now(), n, policy.Result{Allowed: true}, nil), nil
 	case err != nil:
 		return nil, storeError(op, b.key, err)
-	}
-	if res.Code != policy.OK {
+	case res.Code != policy.OK:
 		return nil, limiterError(op, res, n, maxWait, 0)
 	}
 	var undo func(int64)
@@ -355,17 +348,4 @@ func (b *KeyBucket) reserve(ctx context.Context, op string, n, maxWait int64) (*
 		}
 	}
 	return newReservation(b.clock, at, n, res, undo), nil
-}
-
-func consumptionProbe(res tokenbucket.Result) ConsumptionProbe {
-	return ConsumptionProbe{
-		Consumed:      res.Consumed,
-		Remaining:     res.Remaining,
-		WaitForRefill: time.Duration(res.WaitForRefill),
-		WaitForReset:  time.Duration(res.WaitForReset),
-	}
-}
-
-func estimationProbe(res tokenbucket.Result) EstimationProbe {
-	return EstimationProbe{CanBeConsumed: res.Consumed, Remaining: res.Remaining, WaitForRefill: time.Duration(res.WaitForRefill)}
 }

@@ -12,32 +12,6 @@ import (
 	"github.com/sluicehq/sluice/internal/record"
 )
 
-// Result is a Limiter's decision on one request.
-type Result struct {
-	// Allowed reports whether the request may pass; its tokens were taken.
-	Allowed bool
-	// Remaining is how many tokens a request could still take now.
-	Remaining int64
-	// RetryAfter is how long until the same request could pass: 0 when
-	// allowed, Never when it never can. Use it for Retry-After.
-	RetryAfter time.Duration
-	// ResetAfter is how long until the key is back to the state of an
-	// unused key.
-	ResetAfter time.Duration
-	// Limit is the policy's limit (a bucket's capacity, a window's limit).
-	Limit int64
-}
-
-func resultOf(r policy.Result) Result {
-	return Result{
-		Allowed:    r.Allowed,
-		Remaining:  r.Remaining,
-		RetryAfter: time.Duration(r.RetryAfter),
-		ResetAfter: time.Duration(r.ResetAfter),
-		Limit:      r.Limit,
-	}
-}
-
 // Limiter applies a Policy to every key separately: each key (a user, an
 // IP address, an API key) has its own bucket or window, created at its
 // first use. Keys whose state has expired (a window that ended, a bucket
@@ -157,7 +131,8 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 // AllowN decides whether n tokens may pass for key now, taking them if so.
 // Being limited is a result (Allowed false), not an error; errors are for
 // an argument out of bounds (*ArgumentError: n ≤ 0, or above the limit
-// where the policy forbids that) and a context that has ended.
+// where the policy forbids that), a store that failed (*StoreError, under
+// FailClosed) and a context that has ended.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
@@ -169,26 +144,39 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 	if r.Code != policy.OK {
 		return Result{}, limiterError("Limiter.AllowN", r, n, 0, l.quota)
 	}
+	if l.listener != nil {
+		notify(l.listener, r.Allowed, n)
+	}
 	return resultOf(r), nil
 }
 
-// Peek reports what AllowN(ctx, key, n) would decide now, taking nothing:
+// Peek is shorthand for PeekN(ctx, key, 1).
+func (l *Limiter) Peek(ctx context.Context, key string) (Result, error) {
+	return l.PeekN(ctx, key, 1)
+}
+
+// PeekN reports what AllowN(ctx, key, n) would decide now, taking nothing:
 // for rate-limit headers on responses that do not consume.
-func (l *Limiter) Peek(ctx context.Context, key string, n int64) (Result, error) {
+func (l *Limiter) PeekN(ctx context.Context, key string, n int64) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
 	r, err := l.backend.peek(ctx, key, n)
 	if err != nil {
-		return Result{}, storeError("Limiter.Peek", key, err)
+		return Result{}, storeError("Limiter.PeekN", key, err)
 	}
 	if r.Code != policy.OK {
-		return Result{}, limiterError("Limiter.Peek", r, n, 0, l.quota)
+		return Result{}, limiterError("Limiter.PeekN", r, n, 0, l.quota)
 	}
 	return resultOf(r), nil
 }
 
-// Reserve takes n tokens for key that will be there within maxWait (0:
+// Reserve is shorthand for ReserveN(ctx, key, 1, maxWait).
+func (l *Limiter) Reserve(ctx context.Context, key string, maxWait time.Duration) (*Reservation, error) {
+	return l.ReserveN(ctx, key, 1, maxWait)
+}
+
+// ReserveN takes n tokens for key that will be there within maxWait (0:
 // only if they are there now; Never: no bound), possibly in the future,
 // and returns the reservation: when it is OK the tokens are taken and are
 // the caller's after its Delay, which the caller waits itself, or gives
@@ -201,10 +189,16 @@ func (l *Limiter) Peek(ctx context.Context, key string, n int64) (Result, error)
 // Cancel gives the tokens back where they were taken: the store, or the
 // in-memory fallback of FailLocal. A reservation that a failing store let
 // through under FailOpen took nothing and gives nothing back.
-func (l *Limiter) Reserve(ctx context.Context, key string, n int64, maxWait time.Duration) (*Reservation, error) {
-	return l.reserve(ctx, "Limiter.Reserve", key, n, int64(maxWait))
+func (l *Limiter) ReserveN(ctx context.Context, key string, n int64, maxWait time.Duration) (*Reservation, error) {
+	r, err := l.reserve(ctx, "Limiter.ReserveN", key, n, int64(maxWait))
+	if err != nil {
+		return nil, err
+	}
+	notifyReserved(l.listener, r)
+	return r, nil
 }
 
+// reserve is ReserveN without the listener.
 func (l *Limiter) reserve(ctx context.Context, op, key string, n, maxWait int64) (*Reservation, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -219,24 +213,22 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, n, maxWait int64)
 	return newReservation(l.clock, at, n, r, undo), nil
 }
 
-// Wait reserves n tokens for key within maxWait, as Reserve, and sleeps
+// Wait is shorthand for WaitN(ctx, key, 1, maxWait).
+func (l *Limiter) Wait(ctx context.Context, key string, maxWait time.Duration) error {
+	return l.WaitN(ctx, key, 1, maxWait)
+}
+
+// WaitN reserves n tokens for key within maxWait, as ReserveN, and sleeps
 // until they are due. When they would take longer than maxWait, or ctx has
 // a deadline sooner than their wait, it returns a *MaxWaitError at once
 // (ErrMaxWaitExceeded; with the deadline, context.DeadlineExceeded too)
 // and takes nothing, as x/time/rate's WaitN does. When ctx ends during
 // the sleep, it gives the tokens back (Reservation.Cancel) and returns
 // ctx.Err().
-func (l *Limiter) Wait(ctx context.Context, key string, n int64, maxWait time.Duration) error {
-	bound, byDeadline := waitBound(ctx, int64(maxWait))
-	r, err := l.reserve(ctx, "Limiter.Wait", key, n, bound)
-	if err != nil {
-		return err
-	}
-	if !r.OK() {
-		wait := int64(r.res.RetryAfter)
-		return &MaxWaitError{Tokens: n, Wait: wait, MaxWait: bound, Deadline: byDeadline && wait <= int64(maxWait)}
-	}
-	return r.sleep(ctx, l.sleeper, nil)
+func (l *Limiter) WaitN(ctx context.Context, key string, n int64, maxWait time.Duration) error {
+	return waitN(ctx, "Limiter.WaitN", n, maxWait, l.sleeper, l.listener, func(ctx context.Context, op string, n, maxWait int64) (*Reservation, error) {
+		return l.reserve(ctx, op, key, n, maxWait)
+	})
 }
 
 // Reset forgets key's state: its next request starts afresh.
@@ -249,11 +241,12 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 
 // Bucket returns the token bucket of key, for a limiter whose policy is a
 // token bucket (TokenBucket, LeakyBucket, BucketPolicy): the whole Bucket
-// API (probes, blocking calls, reservations, diagnostics) acting on the
+// API (decisions, blocking calls, reservations, diagnostics) acting on the
 // key's state in the limiter's memory or store. As for any key of a
 // Limiter, a key without state is a new bucket at the time of each call,
 // and only a call that changes it (takes or adds tokens) stores it: reads
-// (Snapshot, AvailableTokens, a refused TryConsume) store nothing. Its clock, sleeper, listener and store options are the
+// (Verbose().AvailableTokens, AvailableTokens, PeekN, a refused AllowN)
+// store nothing. Its clock, sleeper, listener and store options are the
 // limiter's. For other policies it returns an error matching
 // errors.ErrUnsupported.
 func (l *Limiter) Bucket(key string) (*KeyBucket, error) {

@@ -144,7 +144,7 @@ func TestLimiterArgumentErrors(t *testing.T) {
 	if l.Len() != 0 {
 		t.Errorf("Len() = %d after refused calls, want 0", l.Len())
 	}
-	if _, err := l.Reserve(ctx, "k", 1, -time.Second); !errors.Is(err, sluice.ErrInvalidArgument) {
+	if _, err := l.ReserveN(ctx, "k", 1, -time.Second); !errors.Is(err, sluice.ErrInvalidArgument) {
 		t.Errorf("Reserve(maxWait -1s) error = %v, want ErrInvalidArgument", err)
 	}
 	cancelled, cancel := context.WithCancel(ctx)
@@ -197,13 +197,13 @@ func TestLimiterReserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, want := range []time.Duration{0, 0, 10 * time.Second, 10 * time.Second, 20 * time.Second} {
-		r, err := l.Reserve(ctx, "k", 1, time.Minute)
+		r, err := l.ReserveN(ctx, "k", 1, time.Minute)
 		if err != nil || !r.OK() || r.Delay() != want {
 			t.Errorf("Reserve #%d = %+v, %v, want OK with delay %v", i, r, err, want)
 		}
 	}
 	// The third window (20s-30s) has one place left, past a 15s bound.
-	r, err := l.Reserve(ctx, "k", 1, 15*time.Second)
+	r, err := l.ReserveN(ctx, "k", 1, 15*time.Second)
 	if err != nil || r.OK() || r.Delay() != sluice.Never || r.Result().RetryAfter != 20*time.Second {
 		t.Errorf("Reserve past maxWait = %+v, %v, want not OK with RetryAfter 20s", r, err)
 	}
@@ -213,7 +213,7 @@ func TestLimiterReserve(t *testing.T) {
 	if r, _ := l.Allow(ctx, "k"); !r.Allowed || r.Remaining != 0 {
 		t.Errorf("Allow in the third window = %+v, want allowed with 0 remaining", r)
 	}
-	if err := l.Wait(ctx, "k", 1, time.Minute); err != nil {
+	if err := l.WaitN(ctx, "k", 1, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if got := clock.Slept(); got != 5*time.Second {
@@ -300,16 +300,16 @@ func testLimiterBucket(t *testing.T, store bool) {
 	if got, err := b.AvailableTokens(ctx); err != nil || got != 10 {
 		t.Errorf("AvailableTokens() of a new key = %d, %v, want 10", got, err)
 	}
-	probe, err := b.TryConsumeAndReturnRemaining(ctx, 7)
-	if err != nil || !probe.Consumed || probe.Remaining != 3 {
-		t.Errorf("TryConsumeAndReturnRemaining(7) = %+v, %v, want consumed with 3 left", probe, err)
+	probe, err := b.AllowN(ctx, 7)
+	if err != nil || !probe.Allowed || probe.Remaining != 3 {
+		t.Errorf("AllowN(7) = %+v, %v, want consumed with 3 left", probe, err)
 	}
 	// The bucket and the limiter share the key's state.
 	if r, _ := l.AllowN(ctx, "alice", 3); !r.Allowed || r.Remaining != 0 {
 		t.Errorf("AllowN(3) after the bucket took 7 = %+v, want allowed with 0 left", r)
 	}
-	if ok, err := b.TryConsumeWait(ctx, 5, 2*time.Second); err != nil || !ok {
-		t.Errorf("TryConsumeWait(5, 2s) = %v, %v, want true", ok, err)
+	if ok, err := b.Blocking().TryConsume(ctx, 5, 2*time.Second); err != nil || !ok {
+		t.Errorf("Blocking().TryConsume(5, 2s) = %v, %v, want true", ok, err)
 	}
 	if got := clock.Slept(); got != time.Second {
 		t.Errorf("slept %v, want 1s (the next refill of 5)", got)

@@ -10,7 +10,7 @@ import (
 // must be quick and safe for concurrent use. Embed NopListener to implement
 // only some of them.
 //
-// Reading (AvailableTokens, EstimateAbilityToConsume), adding tokens,
+// Reading (AvailableTokens, Peek, PeekN), adding tokens,
 // resetting and replacing the configuration are not reported.
 type Listener interface {
 	// OnConsumed reports tokens taken, including by a blocking call or a

@@ -56,12 +56,12 @@ func TestStoreLimiterMatchesMemory(t *testing.T) {
 				var a, b any
 				switch rng.IntN(10) {
 				case 0:
-					ra, ea := mem.Peek(ctx, key, n)
-					rb, eb := st.Peek(ctx, key, n)
+					ra, ea := mem.PeekN(ctx, key, n)
+					rb, eb := st.PeekN(ctx, key, n)
 					a, b = fmt.Sprint(ra, ea), fmt.Sprint(rb, eb)
 				case 1:
-					da, ea := mem.Reserve(ctx, key, n, 300*time.Millisecond)
-					db, eb := st.Reserve(ctx, key, n, 300*time.Millisecond)
+					da, ea := mem.ReserveN(ctx, key, n, 300*time.Millisecond)
+					db, eb := st.ReserveN(ctx, key, n, 300*time.Millisecond)
 					a, b = fmt.Sprint(da, ea), fmt.Sprint(db, eb)
 					if ea == nil && eb == nil {
 						held = append(held, [2]*sluice.Reservation{da, db})
@@ -74,8 +74,8 @@ func TestStoreLimiterMatchesMemory(t *testing.T) {
 					held[j][0].Cancel()
 					held[j][1].Cancel()
 					held = append(held[:j], held[j+1:]...)
-					ra, ea := mem.Peek(ctx, key, n)
-					rb, eb := st.Peek(ctx, key, n)
+					ra, ea := mem.PeekN(ctx, key, n)
+					rb, eb := st.PeekN(ctx, key, n)
 					a, b = fmt.Sprint(ra, ea), fmt.Sprint(rb, eb)
 				case 2:
 					a, b = mem.Reset(ctx, key), st.Reset(ctx, key)
@@ -218,8 +218,8 @@ func TestStoreFailurePolicies(t *testing.T) {
 		l, _ := sluice.NewLimiter(sluice.TokenBucket(2, 1, time.Second), sluice.WithStore(store))
 		b, _ := l.Bucket("k")
 		store.setFail(storeDown)
-		if _, err := b.TryConsume(ctx, 1); !errors.Is(err, driver.ErrUnavailable) {
-			t.Errorf("TryConsume on a failed store = %v, want ErrUnavailable", err)
+		if _, err := b.AllowN(ctx, 1); !errors.Is(err, driver.ErrUnavailable) {
+			t.Errorf("AllowN on a failed store = %v, want ErrUnavailable", err)
 		}
 	})
 	t.Run("bucket local", func(t *testing.T) {
@@ -232,14 +232,14 @@ func TestStoreFailurePolicies(t *testing.T) {
 		store.setFail(storeDown)
 		var got []bool
 		for range 3 {
-			ok, err := b.TryConsume(ctx, 1)
+			r, err := b.Allow(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got = append(got, ok)
+			got = append(got, r.Allowed)
 		}
 		if fmt.Sprint(got) != "[true true false]" {
-			t.Errorf("TryConsume ×3 on the local fallback = %v, want a bucket of 2", got)
+			t.Errorf("Allow ×3 on the local fallback = %v, want a bucket of 2", got)
 		}
 	})
 }
@@ -330,8 +330,8 @@ func TestLazyStoreBucket(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := b.TryConsume(ctx, 1); err != nil || !ok {
-			t.Fatalf("TryConsume %d = %v, %v", i, ok, err)
+		if r, err := b.Allow(ctx); err != nil || !r.Allowed {
+			t.Fatalf("Allow %d = %+v, %v", i, r, err)
 		}
 	}
 	if got := supplied.Load(); got != 1 {
@@ -345,8 +345,8 @@ func TestLazyStoreBucket(t *testing.T) {
 		return sluice.BucketConfig{}, errors.New("db down")
 	}
 	b, _ = sluice.NewLazyStoreBucket(store, "other", failing)
-	if _, err := b.TryConsume(ctx, 1); err == nil {
-		t.Error("TryConsume with a failing supplier succeeded")
+	if _, err := b.Allow(ctx); err == nil {
+		t.Error("Allow with a failing supplier succeeded")
 	}
 }
 
@@ -367,13 +367,13 @@ func TestLazyStoreBucketFailLocal(t *testing.T) {
 	}
 	var got []bool
 	for range 3 {
-		ok, err := b.TryConsume(ctx, 1)
+		r, err := b.Allow(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, ok)
+		got = append(got, r.Allowed)
 	}
 	if fmt.Sprint(got) != "[true true false]" {
-		t.Errorf("TryConsume ×3 on the local fallback = %v, want a bucket of 2", got)
+		t.Errorf("Allow ×3 on the local fallback = %v, want a bucket of 2", got)
 	}
 }

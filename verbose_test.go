@@ -20,8 +20,6 @@ func TestVerbose(t *testing.T) {
 	clock := sluice.NewFakeClock(t0)
 	b := newBucket(t, clock, cfg.Bandwidths)
 	v := b.Verbose()
-	type probeResult = sluice.ConsumptionProbe
-	type estimation = sluice.EstimationProbe
 	steps := []struct {
 		name       string
 		at         time.Duration
@@ -31,21 +29,21 @@ func TestVerbose(t *testing.T) {
 		toFull     time.Duration
 	}{
 		// 4 short: 2.4s for the minute, 400ms for the second.
-		{"TryConsume(4)", 0, func() (any, sluice.Snapshot, error) { r, err := v.TryConsume(4); return r.Value, r.Snapshot, err },
+		{"AllowN(4).Allowed", 0, func() (any, sluice.Snapshot, error) { r, err := v.AllowN(4); return r.Value.Allowed, r.Snapshot, err },
 			true, []int64{96, 6}, 2400 * ms},
 		// Rejected: the snapshot is the refilled, unconsumed state.
-		{"TryConsume(7)", 0, func() (any, sluice.Snapshot, error) { r, err := v.TryConsume(7); return r.Value, r.Snapshot, err },
+		{"AllowN(7).Allowed", 0, func() (any, sluice.Snapshot, error) { r, err := v.AllowN(7); return r.Value.Allowed, r.Snapshot, err },
 			false, []int64{96, 6}, 2400 * ms},
 		// At 1s the minute has 96 + 1e11/60e9 = 97 (error 40e9); the second is
 		// full. Taking 3: the minute is 6 short, (360e9-40e9)/100 = 3.2s.
-		{"TryConsumeAndReturnRemaining(3)", time.Second, func() (any, sluice.Snapshot, error) {
-			r, err := v.TryConsumeAndReturnRemaining(3)
+		{"AllowN(3)", time.Second, func() (any, sluice.Snapshot, error) {
+			r, err := v.AllowN(3)
 			return r.Value, r.Snapshot, err
-		}, probeResult{Consumed: true, Remaining: 7, WaitForReset: 3200 * ms}, []int64{94, 7}, 3200 * ms},
-		{"EstimateAbilityToConsume(8)", time.Second, func() (any, sluice.Snapshot, error) {
-			r, err := v.EstimateAbilityToConsume(8)
+		}, sluice.Result{Allowed: true, Remaining: 7, ResetAfter: 3200 * ms, Limit: 10}, []int64{94, 7}, 3200 * ms},
+		{"PeekN(8)", time.Second, func() (any, sluice.Snapshot, error) {
+			r, err := v.PeekN(8)
 			return r.Value, r.Snapshot, err
-		}, estimation{Remaining: 7, WaitForRefill: 100 * ms}, []int64{94, 7}, 3200 * ms},
+		}, sluice.Result{Remaining: 7, RetryAfter: 100 * ms, ResetAfter: 3200 * ms, Limit: 10}, []int64{94, 7}, 3200 * ms},
 		// The minute is 8 short: (480e9-40e9)/100 = 4.4s.
 		{"TryConsumeUpTo(2)", time.Second, func() (any, sluice.Snapshot, error) { r, err := v.TryConsumeUpTo(2); return r.Value, r.Snapshot, err },
 			int64(2), []int64{92, 5}, 4400 * ms},
@@ -58,9 +56,9 @@ func TestVerbose(t *testing.T) {
 			nil, []int64{85, -2}, 8600 * ms},
 		{"ForceAddTokens(200)", time.Second, func() (any, sluice.Snapshot, error) { s, err := v.ForceAddTokens(200); return nil, s, err },
 			nil, []int64{285, 198}, 0},
-		{"TryConsume(250)", time.Second, func() (any, sluice.Snapshot, error) { r, err := v.TryConsume(250); return r.Value, r.Snapshot, err },
+		{"AllowN(250).Allowed", time.Second, func() (any, sluice.Snapshot, error) { r, err := v.AllowN(250); return r.Value.Allowed, r.Snapshot, err },
 			false, []int64{285, 198}, 0},
-		{"TryConsume(190)", time.Second, func() (any, sluice.Snapshot, error) { r, err := v.TryConsume(190); return r.Value, r.Snapshot, err },
+		{"AllowN(190).Allowed", time.Second, func() (any, sluice.Snapshot, error) { r, err := v.AllowN(190); return r.Value.Allowed, r.Snapshot, err },
 			true, []int64{95, 8}, 2600 * ms}, // (300e9-40e9)/100
 		{"Reset()", 2 * time.Second, func() (any, sluice.Snapshot, error) { return nil, v.Reset(), nil },
 			nil, []int64{100, 10}, 0},

@@ -70,10 +70,10 @@ func TestWaitGivesTokensBack(t *testing.T) {
 				if r, err := l.Allow(ctx, "k"); err != nil || !r.Allowed {
 					t.Fatalf("Allow = %+v, %v", r, err)
 				}
-				if err := l.Wait(doomed(), "k", 1, time.Minute); !errors.Is(err, context.Canceled) {
+				if err := l.WaitN(doomed(), "k", 1, time.Minute); !errors.Is(err, context.Canceled) {
 					t.Fatalf("Wait with a context that ends = %v, want context.Canceled", err)
 				}
-				if err := l.Wait(ctx, "k", 1, time.Minute); err != nil {
+				if err := l.WaitN(ctx, "k", 1, time.Minute); err != nil {
 					t.Fatal(err)
 				}
 				if want := []time.Duration{time.Second, time.Second}; fmt.Sprint(sl.slept) != fmt.Sprint(want) {
@@ -122,9 +122,9 @@ func TestWaitPastDeadline(t *testing.T) {
 			}
 			l.Allow(context.Background(), "k")
 			return func() int64 {
-				r, _ := l.Peek(context.Background(), "k", 1)
+				r, _ := l.PeekN(context.Background(), "k", 1)
 				return int64(r.RetryAfter - time.Hour)
-			}, l.Wait(ctx, "k", 1, sluice.Never)
+			}, l.WaitN(ctx, "k", 1, sluice.Never)
 		}},
 		{"BlockingBucket.Consume", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
 			b, err := sluice.NewBucket(hourly, sluice.WithClock(clock), sluice.WithSleeper(clock))
@@ -143,15 +143,15 @@ func TestWaitPastDeadline(t *testing.T) {
 			_, err = b.Blocking().TryConsume(ctx, 1, 2*time.Hour)
 			return b.AvailableTokens, err
 		}},
-		{"KeyBucket.Consume in memory", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
+		{"BlockingKeyBucket.Consume in memory", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
 			b := newLimiterBucket(t, clock)
-			b.TryConsume(context.Background(), 1)
-			return func() int64 { n, _ := b.AvailableTokens(context.Background()); return n }, b.Consume(ctx, 1)
+			b.Allow(context.Background())
+			return func() int64 { n, _ := b.AvailableTokens(context.Background()); return n }, b.Blocking().Consume(ctx, 1)
 		}},
-		{"KeyBucket.TryConsumeWait on a store", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
+		{"BlockingKeyBucket.TryConsume on a store", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
 			b := newStoreBucket(t, clock)
-			b.TryConsume(context.Background(), 1)
-			_, err := b.TryConsumeWait(ctx, 1, 2*time.Hour)
+			b.Allow(context.Background())
+			_, err := b.Blocking().TryConsume(ctx, 1, 2*time.Hour)
 			return func() int64 { n, _ := b.AvailableTokens(context.Background()); return n }, err
 		}},
 	}
@@ -198,14 +198,14 @@ func TestReservationCancelEveryPath(t *testing.T) {
 		}
 		l.Allow(ctx, "k")
 		return path{
-			func() (*sluice.Reservation, error) { return l.Reserve(ctx, "k", 2, time.Minute) },
-			func() string { r, err := l.Peek(ctx, "k", 1); return fmt.Sprint(r, err) },
+			func() (*sluice.Reservation, error) { return l.ReserveN(ctx, "k", 2, time.Minute) },
+			func() string { r, err := l.PeekN(ctx, "k", 1); return fmt.Sprint(r, err) },
 		}
 	}
 	keyBucketPath := func(b *sluice.KeyBucket) path {
-		b.TryConsume(ctx, 1)
+		b.Allow(ctx)
 		return path{
-			func() (*sluice.Reservation, error) { return b.Reserve(ctx, 2, time.Minute) },
+			func() (*sluice.Reservation, error) { return b.ReserveN(ctx, 2, time.Minute) },
 			func() string { n, err := b.AvailableTokens(ctx); return fmt.Sprint(n, err) },
 		}
 	}
@@ -214,7 +214,7 @@ func TestReservationCancelEveryPath(t *testing.T) {
 			b := newBucket(t, clock, cfg.Bandwidths)
 			b.TryConsume(1)
 			return path{
-				func() (*sluice.Reservation, error) { return b.Reserve(2, time.Minute) },
+				func() (*sluice.Reservation, error) { return b.ReserveN(2, time.Minute) },
 				func() string { return fmt.Sprint(b.AvailableTokens()) },
 			}
 		},
@@ -275,17 +275,17 @@ func TestCancelWhereTaken(t *testing.T) {
 	}
 	l.Allow(ctx, "k") // the store's key: 2 left
 	store.setFail(errors.New("down"))
-	r, err := l.Reserve(ctx, "k", 2, time.Minute) // in memory: 1 left
+	r, err := l.ReserveN(ctx, "k", 2, time.Minute) // in memory: 1 left
 	if err != nil || !r.OK() {
 		t.Fatalf("Reserve on the fallback = %v, %v", r, err)
 	}
 	store.setFail(nil)
 	r.Cancel()
-	if res, _ := l.Peek(ctx, "k", 1); res.Remaining != 1 {
+	if res, _ := l.PeekN(ctx, "k", 1); res.Remaining != 1 {
 		t.Errorf("the store's key after the fallback's Cancel: %+v, want 1 remaining after a peek of 1, as before", res)
 	}
 	store.setFail(errors.New("down"))
-	if res, _ := l.Peek(ctx, "k", 3); !res.Allowed {
+	if res, _ := l.PeekN(ctx, "k", 3); !res.Allowed {
 		t.Errorf("the fallback's key after Cancel: %+v, want its 3 tokens back", res)
 	}
 }

@@ -14,10 +14,15 @@ import (
 // it. Errors are returned as sluice returns them (an *sluice.ArgumentError
 // for a bad argument, a *sluice.ConfigError for a bad configuration); any
 // other error fails the step.
+//
+// The vectors' operations are Bucket4j's: try_consume is TryConsume,
+// try_consume_and_return_remaining AllowN, and estimate_ability_to_consume
+// PeekN, whose remaining tokens are those there now (Result.Remaining+n
+// when allowed).
 type Bucket interface {
 	TryConsume(ctx context.Context, tokens int64) (bool, error)
-	TryConsumeAndReturnRemaining(ctx context.Context, tokens int64) (sluice.ConsumptionProbe, error)
-	EstimateAbilityToConsume(ctx context.Context, tokens int64) (sluice.EstimationProbe, error)
+	AllowN(ctx context.Context, tokens int64) (sluice.Result, error)
+	PeekN(ctx context.Context, tokens int64) (sluice.Result, error)
 	TryConsumeAsMuchAsPossible(ctx context.Context) (int64, error)
 	TryConsumeUpTo(ctx context.Context, limit int64) (int64, error)
 	ConsumeIgnoringRateLimits(ctx context.Context, tokens int64) (time.Duration, error)
@@ -45,10 +50,10 @@ type BlockingBucket interface {
 // step. A case runs every step on one key.
 type Limiter interface {
 	AllowN(ctx context.Context, key string, n int64) (sluice.Result, error)
-	// Reserve takes n tokens that will be there within maxWait
-	// (sluice.Never: no bound), as sluice.Limiter.Reserve: a reservation
+	// ReserveN takes n tokens that will be there within maxWait
+	// (sluice.Never: no bound), as sluice.Limiter.ReserveN: a reservation
 	// that is not OK is a step's max_wait_exceeded.
-	Reserve(ctx context.Context, key string, n int64, maxWait time.Duration) (*sluice.Reservation, error)
+	ReserveN(ctx context.Context, key string, n int64, maxWait time.Duration) (*sluice.Reservation, error)
 	Reset(ctx context.Context, key string) error
 }
 
@@ -153,13 +158,8 @@ var _ BlockingBucket = localBucket{}
 
 func (l localBucket) TryConsume(_ context.Context, n int64) (bool, error) { return l.b.TryConsume(n) }
 
-func (l localBucket) TryConsumeAndReturnRemaining(_ context.Context, n int64) (sluice.ConsumptionProbe, error) {
-	return l.b.TryConsumeAndReturnRemaining(n)
-}
-
-func (l localBucket) EstimateAbilityToConsume(_ context.Context, n int64) (sluice.EstimationProbe, error) {
-	return l.b.EstimateAbilityToConsume(n)
-}
+func (l localBucket) AllowN(_ context.Context, n int64) (sluice.Result, error) { return l.b.AllowN(n) }
+func (l localBucket) PeekN(_ context.Context, n int64) (sluice.Result, error)  { return l.b.PeekN(n) }
 
 func (l localBucket) TryConsumeAsMuchAsPossible(context.Context) (int64, error) {
 	return l.b.TryConsumeAsMuchAsPossible(), nil

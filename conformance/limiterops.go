@@ -38,7 +38,7 @@ func bindLimiterReserve(d *stepDoc) (call, error) {
 		maxWait = time.Duration(*d.MaxWait)
 	}
 	return withTokens(func(ctx context.Context, e *env, n int64) ([]any, error) {
-		r, err := e.limiter.Reserve(ctx, limiterKey, n, maxWait)
+		r, err := e.limiter.ReserveN(ctx, limiterKey, n, maxWait)
 		switch {
 		case err != nil:
 			return []any{int64(0)}, err

@@ -207,15 +207,19 @@ var bucketOps = opTable{of: "a bucket", ops: map[string]opSpec{
 	"try_consume_and_return_remaining": {
 		returns: []field{flag("consumed"), num("remaining"), num("nanos_to_wait_for_refill"), num("nanos_to_wait_for_reset")},
 		bind: withTokens(func(ctx context.Context, e *env, n int64) ([]any, error) {
-			p, err := e.bucket.TryConsumeAndReturnRemaining(ctx, n)
-			return []any{p.Consumed, p.Remaining, int64(p.WaitForRefill), int64(p.WaitForReset)}, err
+			r, err := e.bucket.AllowN(ctx, n)
+			return []any{r.Allowed, r.Remaining, int64(r.RetryAfter), int64(r.ResetAfter)}, err
 		}),
 	},
 	"estimate_ability_to_consume": {
 		returns: []field{flag("can_be_consumed"), num("remaining"), num("nanos_to_wait_for_refill")},
 		bind: withTokens(func(ctx context.Context, e *env, n int64) ([]any, error) {
-			p, err := e.bucket.EstimateAbilityToConsume(ctx, n)
-			return []any{p.CanBeConsumed, p.Remaining, int64(p.WaitForRefill)}, err
+			r, err := e.bucket.PeekN(ctx, n)
+			remaining := r.Remaining // Bucket4j's estimate reports the tokens there now
+			if r.Allowed {
+				remaining += n
+			}
+			return []any{r.Allowed, remaining, int64(r.RetryAfter)}, err
 		}),
 	},
 	"try_consume_as_much_as_possible": {returns: scalarNumber, bind: bindConsumeAsMuchAsPossible},

@@ -75,20 +75,29 @@ func (p prefixed) AllowN(ctx context.Context, key string, n int64) (sluice.Resul
 	return p.l.AllowN(ctx, p.prefix+key, n)
 }
 
-func (p prefixed) Reserve(ctx context.Context, key string, n int64, maxWait time.Duration) (*sluice.Reservation, error) {
-	return p.l.Reserve(ctx, p.prefix+key, n, maxWait)
+func (p prefixed) ReserveN(ctx context.Context, key string, n int64, maxWait time.Duration) (*sluice.Reservation, error) {
+	return p.l.ReserveN(ctx, p.prefix+key, n, maxWait)
 }
 
 func (p prefixed) Reset(ctx context.Context, key string) error { return p.l.Reset(ctx, p.prefix+key) }
 
-// storeBucket adds the blocking calls' names of BlockingBucket to a
-// *sluice.KeyBucket, which has every other method already.
+// storeBucket adds TryConsume and the blocking calls' names of
+// BlockingBucket to a *sluice.KeyBucket, which has every other method
+// already.
 type storeBucket struct{ *sluice.KeyBucket }
 
 var _ BlockingBucket = storeBucket{}
 
-func (b storeBucket) BlockingTryConsume(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
-	return b.TryConsumeWait(ctx, n, maxWait)
+// TryConsume is AllowN's decision: a KeyBucket has no boolean shortcut.
+func (b storeBucket) TryConsume(ctx context.Context, n int64) (bool, error) {
+	r, err := b.AllowN(ctx, n)
+	return r.Allowed, err
 }
 
-func (b storeBucket) BlockingConsume(ctx context.Context, n int64) error { return b.Consume(ctx, n) }
+func (b storeBucket) BlockingTryConsume(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
+	return b.Blocking().TryConsume(ctx, n, maxWait)
+}
+
+func (b storeBucket) BlockingConsume(ctx context.Context, n int64) error {
+	return b.Blocking().Consume(ctx, n)
+}

@@ -157,7 +157,7 @@ func testLimiterExact(t *testing.T, e *env) {
 				}()
 			}
 			wg.Wait()
-			r, err := l.Peek(e.ctx, k, 1)
+			r, err := l.Peek(e.ctx, k)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,12 +197,12 @@ func testLimiterMatchesMemory(t *testing.T, e *env) {
 				var a, b string
 				switch rng.IntN(8) {
 				case 0:
-					ra, ea := mem.Peek(e.ctx, k, n)
-					rb, eb := st.Peek(e.ctx, k, n)
+					ra, ea := mem.PeekN(e.ctx, k, n)
+					rb, eb := st.PeekN(e.ctx, k, n)
 					a, b = fmt.Sprint(ra, ea), fmt.Sprint(rb, eb)
 				case 1:
-					da, ea := mem.Reserve(e.ctx, k, n, 300*time.Millisecond)
-					db, eb := st.Reserve(e.ctx, k, n, 300*time.Millisecond)
+					da, ea := mem.ReserveN(e.ctx, k, n, 300*time.Millisecond)
+					db, eb := st.ReserveN(e.ctx, k, n, 300*time.Millisecond)
 					a, b = fmt.Sprint(da, ea), fmt.Sprint(db, eb)
 					if ea == nil && eb == nil {
 						held = append(held, [2]*sluice.Reservation{da, db})
@@ -215,8 +215,8 @@ func testLimiterMatchesMemory(t *testing.T, e *env) {
 					held[j][0].Cancel()
 					held[j][1].Cancel()
 					held = append(held[:j], held[j+1:]...)
-					ra, ea := mem.Peek(e.ctx, k, n)
-					rb, eb := st.Peek(e.ctx, k, n)
+					ra, ea := mem.PeekN(e.ctx, k, n)
+					rb, eb := st.PeekN(e.ctx, k, n)
 					a, b = fmt.Sprint(ra, ea), fmt.Sprint(rb, eb)
 				default:
 					ra, ea := mem.AllowN(e.ctx, k, n)
@@ -272,7 +272,7 @@ func testReadsCreateNothing(t *testing.T, e *env) {
 				t.Fatal(err)
 			}
 			k := key(t)
-			if _, err := l.Peek(e.ctx, k, 1); err != nil {
+			if _, err := l.Peek(e.ctx, k); err != nil {
 				t.Fatal(err)
 			}
 			// Refused, or an argument error for the policies that forbid
@@ -281,17 +281,17 @@ func testReadsCreateNothing(t *testing.T, e *env) {
 				t.Fatalf("AllowN(11) of a limit of 10 = %+v, want refused", r)
 			}
 			if b, err := l.Bucket(k); err == nil {
-				if _, err := b.Snapshot(e.ctx); err != nil {
+				if _, err := b.Verbose().AvailableTokens(e.ctx); err != nil {
 					t.Fatal(err)
 				}
 				if _, err := b.AvailableTokens(e.ctx); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := b.EstimateAbilityToConsume(e.ctx, 3); err != nil {
+				if _, err := b.PeekN(e.ctx, 3); err != nil {
 					t.Fatal(err)
 				}
-				if ok, err := b.TryConsume(e.ctx, 11); err != nil || ok {
-					t.Fatalf("TryConsume(11) of a capacity of 10 = %v, %v, want refused", ok, err)
+				if r, err := b.AllowN(e.ctx, 11); err != nil || r.Allowed {
+					t.Fatalf("AllowN(11) of a capacity of 10 = %+v, %v, want refused", r, err)
 				}
 				if _, err := b.Configuration(e.ctx); err != nil {
 					t.Fatal(err)
@@ -391,7 +391,7 @@ func testFaults(t *testing.T, e *env) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := clean.Peek(e.ctx, k, 1)
+			r, err := clean.Peek(e.ctx, k)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -197,7 +197,7 @@ func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metada
 		for i := range ds {
 			d := &ds[i]
 			var err error
-			if d.res, err = d.limit.Limiter.Peek(ctx, d.key, d.cost); err != nil {
+			if d.res, err = d.limit.Limiter.PeekN(ctx, d.key, d.cost); err != nil {
 				return in.limiterFailed(ctx, c, d.limit, err)
 			}
 			rejected = rejected || !d.res.Allowed

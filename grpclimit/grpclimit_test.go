@@ -293,7 +293,7 @@ func TestSeveralLimits(t *testing.T) {
 		}
 	}
 	// Only the two calls that passed took from the method's limit.
-	res, err := perMethod.Peek(context.Background(), checkMethod, 1)
+	res, err := perMethod.Peek(context.Background(), checkMethod)
 	if err != nil || res.Remaining != 2 {
 		t.Errorf("method limit: Peek = %+v, %v; want 3 left (Remaining 2 after a probe of 1)", res, err)
 	}
@@ -325,7 +325,7 @@ func TestMatch(t *testing.T) {
 			t.Errorf("Check %d: %v, want OK: the limit is on Watch only", i, err)
 		}
 	}
-	if res, err := l.Peek(context.Background(), watchMethod, 1); err != nil || !res.Allowed {
+	if res, err := l.Peek(context.Background(), watchMethod); err != nil || !res.Allowed {
 		t.Errorf("Watch's limit: Peek = %+v, %v; want it untouched", res, err)
 	}
 }

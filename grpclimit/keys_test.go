@@ -158,7 +158,7 @@ func TestClientIPOverLoopback(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"127.0.0.1", "2001:db8:1:2::/64", "2001:db8:1:3::/64"} {
-		if res, err := l.Peek(context.Background(), k, 1); err != nil || res.Allowed {
+		if res, err := l.Peek(context.Background(), k); err != nil || res.Allowed {
 			t.Errorf("key %s: Peek = %+v, %v; want it used up", k, res, err)
 		}
 	}

@@ -153,7 +153,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			for i := range ds {
 				d := &ds[i]
 				var err error
-				if d.res, err = d.limit.Limiter.Peek(ctx, d.key, d.cost); err != nil {
+				if d.res, err = d.limit.Limiter.PeekN(ctx, d.key, d.cost); err != nil {
 					m.limiterFailed(w, r, d.limit, err)
 					return
 				}

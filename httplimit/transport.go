@@ -129,7 +129,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		maxWait -= wait
 	}
-	if err := t.limiter.Wait(ctx, key, 1, maxWait); err != nil {
+	if err := t.limiter.Wait(ctx, key, maxWait); err != nil {
 		closeBody(req)
 		var mw *sluice.MaxWaitError
 		switch {

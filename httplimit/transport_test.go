@@ -129,7 +129,7 @@ func TestTransportWaits(t *testing.T) {
 		t.Errorf("slept %v, provider saw %d; want 1s, 2", clock.Slept(), p.count())
 	}
 	// The bucket is empty and the token after the next one is 2s away.
-	l.Reserve(context.Background(), strings.TrimPrefix(p.URL, "http://"), 1, sluice.Never)
+	l.ReserveN(context.Background(), strings.TrimPrefix(p.URL, "http://"), 1, sluice.Never)
 	body := &closeRecorder{Reader: strings.NewReader("hello")}
 	req, _ := http.NewRequest("POST", p.URL, body)
 	_, err := client.Do(req)
@@ -344,7 +344,7 @@ func TestTransportDeadline(t *testing.T) {
 	if p.count() != 1 || clock.Slept() != 0 {
 		t.Errorf("provider saw %d requests, slept %v; want 1, 0", p.count(), clock.Slept())
 	}
-	if r, _ := l.Peek(context.Background(), strings.TrimPrefix(p.URL, "http://"), 1); r.RetryAfter != time.Hour {
+	if r, _ := l.PeekN(context.Background(), strings.TrimPrefix(p.URL, "http://"), 1); r.RetryAfter != time.Hour {
 		t.Errorf("Peek after = %+v, want the token an hour away: the refused request took nothing", r)
 	}
 }

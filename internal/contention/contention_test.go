@@ -165,7 +165,7 @@ func work(t *testing.T, url string) {
 	}
 	key := os.Getenv(workerKey)
 	// Connect before the start, so that the workers start together.
-	if _, err := l.Peek(ctx, key, 1); err != nil {
+	if _, err := l.PeekN(ctx, key, 1); err != nil {
 		t.Fatal(err)
 	}
 	ns, err := strconv.ParseInt(os.Getenv(workerStart), 10, 64)

@@ -253,13 +253,15 @@ func (s *Store) UpdateBucket(ctx context.Context, key string, c *record.Bucket, 
 }
 
 // ReplaceBucket switches key's bucket to cfg, carrying its tokens over by
-// strategy; see record.Bucket.Replace.
-func (s *Store) ReplaceBucket(ctx context.Context, key string, c *record.Bucket, cfg *tokenbucket.Config, strategy tokenbucket.Strategy) error {
+// strategy, and shows seen (when not nil) the bucket it leaves; see
+// record.Bucket.Replace.
+func (s *Store) ReplaceBucket(ctx context.Context, key string, c *record.Bucket, cfg *tokenbucket.Config, strategy tokenbucket.Strategy,
+	seen func(*tokenbucket.Config, tokenbucket.State, int64)) error {
 	var noConfig bool
 	err := s.submit(ctx, key, func(rec []byte, now int64) ([]byte, record.Codec) {
 		var next []byte
 		var changed bool
-		next, changed, noConfig = c.Replace(rec, now, cfg, strategy)
+		next, changed, noConfig = c.Replace(rec, now, cfg, strategy, seen)
 		return next, changedBy(c, changed)
 	})
 	if err == nil && noConfig {

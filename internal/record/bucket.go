@@ -209,9 +209,11 @@ func (c *Bucket) Update(rec []byte, now int64, f func(cfg *tokenbucket.Config, s
 }
 
 // Replace switches the key's bucket to cfg at now, carrying its tokens
-// over by strategy, as Update would run it. The record keeps its origin,
-// so that the codec's own configuration does not migrate it back.
-func (c *Bucket) Replace(rec []byte, now int64, cfg *tokenbucket.Config, strategy tokenbucket.Strategy) (next []byte, changed, noConfig bool) {
+// over by strategy, as Update would run it, and shows seen (when not nil)
+// the bucket it leaves. The record keeps its origin, so that the codec's
+// own configuration does not migrate it back.
+func (c *Bucket) Replace(rec []byte, now int64, cfg *tokenbucket.Config, strategy tokenbucket.Strategy,
+	seen func(cfg *tokenbucket.Config, st tokenbucket.State, now int64)) (next []byte, changed, noConfig bool) {
 	b := c.load(rec, now, false)
 	if !b.exists && b.cfg == nil {
 		return nil, false, true
@@ -221,6 +223,9 @@ func (c *Bucket) Replace(rec []byte, now int64, cfg *tokenbucket.Config, strateg
 	}
 	b.state = tokenbucket.Replace(b.cfg, b.state, now, cfg, strategy)
 	b.cfg, b.encoded = cfg, EncodeConfig(cfg)
+	if seen != nil {
+		seen(b.cfg, b.state, now)
+	}
 	return b.record(), true, false
 }
 

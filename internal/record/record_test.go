@@ -133,7 +133,7 @@ func TestBucketReplace(t *testing.T) {
 		t.Fatalf("Reserve(4) = %+v, %v, %v", res, rc, changed)
 	}
 	wide := tokenbucket.NewConfig(tokenbucket.Bandwidth{Capacity: 100, RefillTokens: 100, Period: int64(time.Hour)})
-	rec, changed, _ = c.Replace(rec, t0, wide, tokenbucket.AsIs)
+	rec, changed, _ = c.Replace(rec, t0, wide, tokenbucket.AsIs, nil)
 	if !changed {
 		t.Fatal("Replace wrote nothing")
 	}

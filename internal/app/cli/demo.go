@@ -52,16 +52,13 @@ func demo(ctx context.Context, w io.Writer, clock sluice.Clock, sleeper sluice.S
 			}
 		}
 		at := time.Duration(clock.Now() - start).Round(time.Millisecond)
-		p, err := b.TryConsumeAndReturnRemaining(1)
-		if err != nil {
-			return err
-		}
+		r := b.Allow()
 		fmt.Fprintf(w, "%6dms  %7d  ", at.Milliseconds(), i+1)
-		if p.Consumed {
+		if r.Allowed {
 			allowed++
-			fmt.Fprintf(w, "%-8s  %11d\n", "allowed", p.Remaining)
+			fmt.Fprintf(w, "%-8s  %11d\n", "allowed", r.Remaining)
 		} else {
-			fmt.Fprintf(w, "%-8s  %11d  %v\n", "rejected", p.Remaining, p.WaitForRefill.Round(time.Millisecond))
+			fmt.Fprintf(w, "%-8s  %11d  %v\n", "rejected", r.Remaining, r.RetryAfter.Round(time.Millisecond))
 		}
 	}
 	fmt.Fprintf(w, "\n%d of %d requests allowed: the first ones spend the stored tokens, then requests pass\nonly as fast as tokens come back.\n",

@@ -628,7 +628,7 @@ func consume(ctx context.Context, l *sluice.Limiter, key string, hits int64) (sl
 // now returns key's state without taking anything: Peek of one token,
 // whose Remaining, when it would pass, counts that token as taken.
 func now(ctx context.Context, l *sluice.Limiter, key string) (sluice.Result, error) {
-	res, err := l.Peek(ctx, key, 1)
+	res, err := l.Peek(ctx, key)
 	if res.Allowed && res.Remaining < math.MaxInt64 {
 		res.Remaining++
 	}

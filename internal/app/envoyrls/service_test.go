@@ -621,7 +621,7 @@ envoy:
 		t.Errorf("decisions %+v, want the second with a *sluice.StoreError", ds)
 	}
 	// The descriptor before the failure was counted.
-	if r, _ := f.limiters["mem"].Peek(context.Background(), "d|mem=x", 1); r.Remaining != 3 {
+	if r, _ := f.limiters["mem"].PeekN(context.Background(), "d|mem=x", 1); r.Remaining != 3 {
 		t.Errorf("mem Peek remaining %d after the failed call, want 3 (one of 5 taken)", r.Remaining)
 	}
 	code, got, _ := f.call(t, req("d", desc("open", "x")))
@@ -684,7 +684,7 @@ envoy:
 		})
 	}
 	// Peek reports what would remain after one more: 4 of 5 is untouched.
-	if r, _ := f.limiters["l"].Peek(context.Background(), "d|k=v", 1); r.Remaining != 4 {
+	if r, _ := f.limiters["l"].PeekN(context.Background(), "d|k=v", 1); r.Remaining != 4 {
 		t.Errorf("Peek remaining %d after invalid requests, want 4: they counted", r.Remaining)
 	}
 	// As in envoyproxy/ratelimit, a descriptor without entries matches

@@ -568,7 +568,7 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) *apiError {
 // during the wait (the client went away, or the drain timeout of a
 // shutdown passed), the tokens are given back.
 func (s *Server) wait(ctx context.Context, l *limiter, key string, n int64, maxWait time.Duration) (Result, error) {
-	r, err := l.l.Reserve(ctx, key, n, maxWait)
+	r, err := l.l.ReserveN(ctx, key, n, maxWait)
 	if err != nil {
 		return Result{}, err
 	}
@@ -659,16 +659,17 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) *apiError {
 	if e != nil {
 		return e
 	}
-	peek, err := l.l.Peek(r.Context(), q.Key, n)
+	peek, err := l.l.PeekN(r.Context(), q.Key, n)
 	if err := aboveLimit(l, n, newResult(peek), err); err != nil {
 		return s.limiterError(r, err)
 	}
 	out := Inspection{Limiter: l.name, Key: q.Key, Policy: l.policy.String(), Result: newResult(peek)}
 	if b, err := l.l.Bucket(q.Key); err == nil {
-		snap, err := b.Snapshot(r.Context())
+		v, err := b.Verbose().AvailableTokens(r.Context())
 		if err != nil {
 			return s.limiterError(r, err)
 		}
+		snap := v.Snapshot
 		bs := &BucketState{AvailableTokens: snap.AvailableTokens, TimeToFullRefillMS: millis(snap.TimeToFullRefill)}
 		for i, bw := range snap.Config.Bandwidths {
 			bs.Bandwidths = append(bs.Bandwidths, Bandwidth{ID: bw.ID(), Capacity: bw.Capacity(), Tokens: snap.Bandwidths[i]})

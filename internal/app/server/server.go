@@ -330,7 +330,7 @@ func limitOf(p sluice.Policy) int64 {
 	if err != nil {
 		return 0
 	}
-	res, err := l.Peek(context.Background(), "", 1)
+	res, err := l.PeekN(context.Background(), "", 1)
 	if err != nil {
 		return 0
 	}

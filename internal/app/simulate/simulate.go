@@ -248,7 +248,7 @@ func (s *run) level(ctx context.Context, upto int) error {
 	for ; s.next < upto; s.next++ {
 		sl := &s.r.Slices[s.next]
 		s.c.now = min(int64(sl.Start+s.o.Slice), int64(s.o.Duration)) - 1
-		res, err := s.l.Peek(ctx, s.levelKey, 1)
+		res, err := s.l.Peek(ctx, s.levelKey)
 		if err != nil {
 			return err
 		}
@@ -299,7 +299,7 @@ func (s *run) arrive(ctx context.Context, t int64, k uint32) error {
 // with MaxWait, it may be admitted after a delay.
 func (s *run) decide(ctx context.Context, key string) (ok bool, delay time.Duration, err error) {
 	if s.o.MaxWait > 0 {
-		rv, err := s.l.Reserve(ctx, key, 1, s.o.MaxWait)
+		rv, err := s.l.Reserve(ctx, key, s.o.MaxWait)
 		if err != nil {
 			return false, 0, err
 		}

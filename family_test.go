@@ -1,0 +1,182 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// keyBuckets returns a KeyBucket of a bucket of 10 tokens refilled 10 a
+// second on clock: an in-memory Limiter's key, a stored Limiter's key, and
+// a store bucket's.
+func keyBuckets(t *testing.T, clock *sluice.FakeClock) map[string]*sluice.KeyBucket {
+	t.Helper()
+	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second)}}
+	out := map[string]*sluice.KeyBucket{}
+	for _, where := range []string{"memory", "limiter store"} {
+		opts := []sluice.Option{sluice.WithClock(clock), sluice.WithSleeper(clock)}
+		if where != "memory" {
+			opts = append(opts, sluice.WithStore(newMapStore()))
+		}
+		l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out[where], err = l.Bucket("k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := sluice.NewStoreBucket(newMapStore(), "k", cfg, sluice.WithClock(clock), sluice.WithSleeper(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out["store bucket"] = b
+	return out
+}
+
+// TestFamilyShorthands: X is XN with one token, on Bucket, KeyBucket and
+// Limiter alike: two twins given the same calls, one through X and one
+// through XN(1), answer the same.
+func TestFamilyShorthands(t *testing.T) {
+	ctx := context.Background()
+	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(3, time.Second)}}
+	clock := sluice.NewFakeClock(t0)
+	x := newBucket(t, clock, cfg.Bandwidths)
+	xn := newBucket(t, clock, cfg.Bandwidths)
+	for i := range 5 {
+		got := fmt.Sprint(x.Peek(), x.Allow())
+		p, perr := xn.PeekN(1)
+		a, aerr := xn.AllowN(1)
+		if want := fmt.Sprint(p, a); got != want || perr != nil || aerr != nil {
+			t.Errorf("Bucket call %d: Peek, Allow = %s; PeekN(1), AllowN(1) = %s, %v, %v", i, got, want, perr, aerr)
+		}
+	}
+	r, _ := x.Reserve(time.Second)
+	rn, _ := xn.ReserveN(1, time.Second)
+	if r.String() != rn.String() {
+		t.Errorf("Bucket: Reserve = %v, ReserveN(1) = %v", r, rn)
+	}
+	if err, errN := x.Wait(ctx, time.Second), xn.WaitN(ctx, 1, time.Second); err != nil || errN != nil {
+		t.Errorf("Bucket: Wait = %v, WaitN(1) = %v", err, errN)
+	}
+
+	kx, kxn := keyBuckets(t, clock), keyBuckets(t, clock)
+	for where := range kx {
+		for i := range 12 {
+			p, perr := kx[where].Peek(ctx)
+			a, aerr := kx[where].Allow(ctx)
+			pn, pnerr := kxn[where].PeekN(ctx, 1)
+			an, anerr := kxn[where].AllowN(ctx, 1)
+			if got, want := fmt.Sprint(p, perr, a, aerr), fmt.Sprint(pn, pnerr, an, anerr); got != want {
+				t.Errorf("KeyBucket on %s, call %d: Peek, Allow = %s; PeekN(1), AllowN(1) = %s", where, i, got, want)
+			}
+		}
+	}
+
+	lx, _ := sluice.NewLimiter(sluice.FixedWindow(2, time.Minute), sluice.WithClock(clock))
+	lxn, _ := sluice.NewLimiter(sluice.FixedWindow(2, time.Minute), sluice.WithClock(clock))
+	for i := range 4 {
+		p, perr := lx.Peek(ctx, "k")
+		a, aerr := lx.Allow(ctx, "k")
+		pn, pnerr := lxn.PeekN(ctx, "k", 1)
+		an, anerr := lxn.AllowN(ctx, "k", 1)
+		if got, want := fmt.Sprint(p, perr, a, aerr), fmt.Sprint(pn, pnerr, an, anerr); got != want {
+			t.Errorf("Limiter call %d: Peek, Allow = %s; PeekN(1), AllowN(1) = %s", i, got, want)
+		}
+	}
+}
+
+// TestPeekTakesNothing: PeekN answers as AllowN would and stores nothing,
+// not even its refill: after a peek at a later time, a call at an earlier
+// time sees the bucket as it was.
+func TestPeekTakesNothing(t *testing.T) {
+	ctx := context.Background()
+	clock := sluice.NewFakeClock(t0)
+	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)})
+	b.AllowN(10)
+	clock.Advance(500 * ms)
+	peek, _ := b.PeekN(3)
+	clock.Advance(-300 * ms)
+	if got := b.AvailableTokens(); got != 2 {
+		t.Errorf("AvailableTokens at 200ms after a PeekN at 500ms = %d, want 2: the peek stored its refill", got)
+	}
+	clock.Advance(300 * ms)
+	if allow, _ := b.AllowN(3); allow != peek {
+		t.Errorf("AllowN(3) = %+v after PeekN(3) = %+v, want the same", allow, peek)
+	}
+	for where, kb := range keyBuckets(t, sluice.NewFakeClock(t0)) {
+		kb.AllowN(ctx, 4)
+		for range 3 {
+			if r, err := kb.PeekN(ctx, 6); err != nil || !r.Allowed || r.Remaining != 0 {
+				t.Errorf("%s: PeekN(6) with 6 there = %+v, %v, want allowed with 0 left", where, r, err)
+			}
+		}
+		if n, err := kb.AvailableTokens(ctx); err != nil || n != 6 {
+			t.Errorf("%s: AvailableTokens after three peeks = %d, %v, want 6", where, n, err)
+		}
+	}
+}
+
+// TestKeyBucketViews: a KeyBucket's Blocking and Verbose views behave as a
+// Bucket's, wherever its state lives.
+func TestKeyBucketViews(t *testing.T) {
+	ctx := context.Background()
+	for where, kb := range keyBuckets(t, sluice.NewFakeClock(t0)) {
+		t.Run(where, func(t *testing.T) {
+			v, err := kb.Verbose().AllowN(ctx, 7)
+			if err != nil || !v.Value.Allowed || v.Value.Remaining != 3 || v.Snapshot.AvailableTokens != 3 || v.Snapshot.TimeToFullRefill != 700*ms {
+				t.Errorf("Verbose().AllowN(7) = %+v, %v, want allowed, 3 left, full in 700ms", v, err)
+			}
+			if ok, err := kb.Blocking().TryConsume(ctx, 5, time.Second); err != nil || !ok {
+				t.Errorf("Blocking().TryConsume(5, 1s) = %v, %v, want true after a wait", ok, err)
+			}
+			if err := kb.Blocking().Consume(ctx, 1); err != nil {
+				t.Errorf("Blocking().Consume(1) = %v", err)
+			}
+			a, err := kb.Verbose().AvailableTokens(ctx)
+			if err != nil || a.Value != a.Snapshot.AvailableTokens || len(a.Snapshot.Bandwidths) != 1 {
+				t.Errorf("Verbose().AvailableTokens() = %+v, %v", a, err)
+			}
+			cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(100, time.Second)}}
+			s, err := kb.Verbose().ReplaceConfiguration(ctx, cfg, sluice.InheritAdditive)
+			if where == "memory" {
+				if !errors.Is(err, errors.ErrUnsupported) {
+					t.Errorf("Verbose().ReplaceConfiguration in memory = %v, want ErrUnsupported", err)
+				}
+				return
+			}
+			if err != nil || s.Config.Bandwidths[0].Capacity() != 100 || s.AvailableTokens != a.Value+90 {
+				t.Errorf("Verbose().ReplaceConfiguration(100, additive) = %+v, %v, want capacity 100 and %d tokens", s, err, a.Value+90)
+			}
+		})
+	}
+}
+
+// TestWaitN: Bucket and KeyBucket have Limiter's WaitN: tokens due within
+// maxWait are waited for, later ones are a *MaxWaitError at once.
+func TestWaitN(t *testing.T) {
+	ctx := context.Background()
+	clock := sluice.NewFakeClock(t0)
+	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)})
+	b.AllowN(10)
+	var mw *sluice.MaxWaitError
+	if err := b.WaitN(ctx, 5, 400*ms); !errors.As(err, &mw) || clock.Slept() != 0 {
+		t.Errorf("WaitN(5, 400ms) with 500ms to wait = %v after sleeping %v, want a *MaxWaitError at once", err, clock.Slept())
+	}
+	if err := b.WaitN(ctx, 5, 500*ms); err != nil || clock.Slept() != 500*ms {
+		t.Errorf("WaitN(5, 500ms) = %v after sleeping %v, want nil after 500ms", err, clock.Slept())
+	}
+	for where, kb := range keyBuckets(t, sluice.NewFakeClock(t0)) {
+		kb.AllowN(ctx, 10)
+		if err := kb.WaitN(ctx, 5, 400*ms); !errors.As(err, &mw) {
+			t.Errorf("%s: WaitN(5, 400ms) = %v, want a *MaxWaitError", where, err)
+		}
+		if err := kb.WaitN(ctx, 5, 500*ms); err != nil {
+			t.Errorf("%s: WaitN(5, 500ms) = %v", where, err)
+		}
+	}
+}

@@ -1,0 +1,35 @@
+package sluice
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// Result is a decision on one request: what AllowN and PeekN return on a
+// Limiter, a Bucket and a KeyBucket, and a Reservation's Result.
+type Result struct {
+	// Allowed reports whether the request may pass; its tokens were taken.
+	Allowed bool
+	// Remaining is how many tokens a request could still take now.
+	Remaining int64
+	// RetryAfter is how long until the same request could pass: 0 when
+	// allowed, Never when it never can. Use it for Retry-After.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the key is back to the state of an
+	// unused key.
+	ResetAfter time.Duration
+	// Limit is the policy's limit (a window's limit, a bucket's smallest
+	// capacity).
+	Limit int64
+}
+
+func resultOf(r policy.Result) Result {
+	return Result{
+		Allowed:    r.Allowed,
+		Remaining:  r.Remaining,
+		RetryAfter: time.Duration(r.RetryAfter),
+		ResetAfter: time.Duration(r.ResetAfter),
+		Limit:      r.Limit,
+	}
+}

@@ -120,7 +120,7 @@ func blockingWait(ctx context.Context, op string, n, maxWait int64, sleeper Slee
 	case n <= 0:
 		return false, &ArgumentError{Op: op, Arg: "tokens", Value: n, Want: "must be positive"}
 	case maxWait <= 0:
-		return false, &ArgumentError{Op: op, Arg: "maxWait", Value: maxWait, Want: "must be positive"}
+		return false, &ArgumentError{Op: op, Arg: "maxWait", Value: time.Duration(maxWait), Want: "must be positive"}
 	}
 	bound, byDeadline := waitBound(ctx, maxWait)
 	r, err := reserve(ctx, op, n, bound)

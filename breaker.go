@@ -52,16 +52,3 @@ func (s CircuitState) String() string {
 // DefaultCircuitFailures is how many store calls in a row must fail before
 // a Limiter opens its circuit, unless WithCircuitBreaker says otherwise.
 const DefaultCircuitFailures = 5
-
-// WithCircuitBreaker sets after how many consecutive failed store calls a
-// Limiter stops asking its store, so that while the store is down or
-// hangs every call gets the failure policy's answer (FailClosed,
-// FailOpen, FailLocal) at once instead of after a store timeout. The
-// circuit then stays open 50ms, and after each failed probe twice as
-// long, at most 500ms; a probe that succeeds closes it. The default, and
-// n = 0, is DefaultCircuitFailures; n < 0 turns the breaker off.
-//
-// The breaker is the limiter's own, not shared with other limiters on
-// the same store: each detects an outage after its own n failures, and
-// reports its state changes to its StoreListener.
-func WithCircuitBreaker(n int) Option { return func(o *options) { o.circuitFailures = n } }

@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
 )
 
@@ -34,45 +33,15 @@ type Bucket struct {
 	scratch tokenbucket.State // same length as state; holds a call's work until it is stored
 }
 
-// Option configures NewBucket.
-type Option func(*options)
-
-type options struct {
-	clock    Clock
-	sleeper  Sleeper
-	listener Listener
-
-	// for a Limiter with a store
-	store        driver.Store
-	storeTimeout time.Duration
-	storeFailure StoreFailure
-	inheritance  Inheritance
-	maxKeys      int
-	// circuitFailures configures the breaker (WithCircuitBreaker).
-	circuitFailures int
-}
-
-// WithClock sets the bucket's clock. The default is MonotonicClock, or
-// WallClock when the configuration has aligned refill. nil keeps the default.
-func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
-
-// WithSleeper sets how blocking calls wait. The default is TimerSleeper;
-// tests pass a *FakeClock. nil keeps the default.
-func WithSleeper(s Sleeper) Option { return func(o *options) { o.sleeper = s } }
-
-// WithListener sets a listener told of consumption, rejection and waits. The
-// default is none. nil keeps the default.
-func WithListener(l Listener) Option { return func(o *options) { o.listener = l } }
-
 // NewBucket returns a bucket with the configuration cfg, created now by its
 // clock. It returns a *ConfigError when cfg breaks a rule, including aligned
 // refill on a clock that is not a wall clock.
-func NewBucket(cfg BucketConfig, opts ...Option) (*Bucket, error) {
+func NewBucket(cfg BucketConfig, opts ...BucketOption) (*Bucket, error) {
 	c, err := cfg.compile()
 	if err != nil {
 		return nil, err
 	}
-	o := newOptions(opts)
+	o := bucketOptions(opts)
 	clock, sleeper, err := bucketClocks(c, &o)
 	if err != nil {
 		return nil, err
@@ -165,7 +134,7 @@ func argError(op string, res tokenbucket.Result, req tokenbucket.Request) error 
 	case tokenbucket.OK:
 		return nil
 	case tokenbucket.NonPositiveMaxWait:
-		return &ArgumentError{Op: op, Arg: "maxWait", Value: req.MaxWait, Want: "must be positive"}
+		return &ArgumentError{Op: op, Arg: "maxWait", Value: time.Duration(req.MaxWait), Want: "must be positive"}
 	case tokenbucket.ReservationOverflow:
 		return &ArgumentError{Op: op, Arg: "tokens", Value: req.Tokens,
 			Want: "can never be had: their wait overflows int64 nanoseconds"}

@@ -23,14 +23,19 @@ var (
 // ArgumentError reports an argument out of its bounds. The call that
 // returned it changed nothing.
 type ArgumentError struct {
-	Op    string // the method, e.g. "TryConsume"
-	Arg   string // the argument, e.g. "tokens"
-	Value int64  // the value given
+	Op  string // the function or method, with its type: "Bucket.TryConsume", "NewLimiter"
+	Arg string // the argument, e.g. "tokens", or the option, e.g. "WithMaxKeys"
+	// Value is the value given: an int64 for a count, a time.Duration for
+	// a duration, nil when the argument is wrong whatever its value.
+	Value any
 	Want  string // the bound it broke, e.g. "must be positive"
 }
 
 func (e *ArgumentError) Error() string {
-	return fmt.Sprintf("sluice: %s: %s %s, got %d", e.Op, e.Arg, e.Want, e.Value)
+	if e.Value == nil {
+		return fmt.Sprintf("sluice: %s: %s %s", e.Op, e.Arg, e.Want)
+	}
+	return fmt.Sprintf("sluice: %s: %s %s, got %v", e.Op, e.Arg, e.Want, e.Value)
 }
 
 // Is reports whether target is ErrInvalidArgument.

@@ -18,7 +18,7 @@ func keyBuckets(t *testing.T, clock *sluice.FakeClock) map[string]*sluice.KeyBuc
 	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second)}}
 	out := map[string]*sluice.KeyBucket{}
 	for _, where := range []string{"memory", "limiter store"} {
-		opts := []sluice.Option{sluice.WithClock(clock), sluice.WithSleeper(clock)}
+		opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithSleeper(clock)}
 		if where != "memory" {
 			opts = append(opts, sluice.WithStore(newMapStore()))
 		}

@@ -43,8 +43,8 @@ type KeyBucket struct {
 // WithInheritance strategy) when cfg changed since it was written.
 // WithStoreTimeout, WithStoreFailure, WithClock, WithSleeper and
 // WithListener apply.
-func NewStoreBucket(s driver.Store, key string, cfg BucketConfig, opts ...Option) (*KeyBucket, error) {
-	o := newOptions(opts)
+func NewStoreBucket(s driver.Store, key string, cfg BucketConfig, opts ...StoreBucketOption) (*KeyBucket, error) {
+	o := storeBucketOptions(opts)
 	o.store = s
 	if o.store == nil {
 		return nil, &ArgumentError{Op: "NewStoreBucket", Arg: "store", Value: 0, Want: "must not be nil"}
@@ -76,11 +76,11 @@ func NewStoreBucket(s driver.Store, key string, cfg BucketConfig, opts ...Option
 // supply, which is called only when the key has no state (for limits read
 // from a slow database) and at most once per successful call. A key that
 // has state keeps its stored configuration, never migrated.
-func NewLazyStoreBucket(s driver.Store, key string, supply func(ctx context.Context) (BucketConfig, error), opts ...Option) (*KeyBucket, error) {
+func NewLazyStoreBucket(s driver.Store, key string, supply func(ctx context.Context) (BucketConfig, error), opts ...StoreBucketOption) (*KeyBucket, error) {
 	if supply == nil {
 		return nil, &ArgumentError{Op: "NewLazyStoreBucket", Arg: "supply", Value: 0, Want: "must not be nil"}
 	}
-	o := newOptions(opts)
+	o := storeBucketOptions(opts)
 	o.store = s
 	clock, sleeper := o.clock, o.sleeper
 	if clock == nil {
@@ -100,14 +100,6 @@ func NewLazyStoreBucket(s driver.Store, key string, supply func(ctx context.Cont
 		store:         lazyStore{l},
 		local:         func(ctx context.Context) (bucketBackend, error) { return l.localBuckets(ctx, key) },
 	}}}, nil
-}
-
-func newOptions(opts []Option) options {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	return o
 }
 
 // update runs f on the key's bucket and returns where it ran.

@@ -38,15 +38,15 @@ type Limiter struct {
 
 // NewLimiter returns a limiter that applies p to each key, in memory or,
 // with WithStore, in a store. WithClock and WithSleeper apply to its
-// decisions and waits, and WithListener to the buckets that Bucket returns
-// and, when it is a StoreListener, to store failures. WithStoreTimeout,
-// WithStoreFailure and WithInheritance configure the store. It returns the
-// *ConfigError of an invalid policy.
-func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
+// decisions and waits, WithListener to its decisions and those of the
+// buckets that Bucket returns (and, when it is a StoreListener, to store
+// failures), and the StoreOptions to its store: without WithStore they are
+// an *ArgumentError. It returns the *ConfigError of an invalid policy.
+func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 	if p == nil {
 		return nil, &ConfigError{Rule: RuleNoLimits, Bandwidth: -1, Msg: "a policy is required"}
 	}
-	o := newOptions(opts)
+	o := limiterOptions(opts)
 	keys, err := p.build(o.maxKeys)
 	if err != nil {
 		return nil, err
@@ -69,6 +69,9 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 		l.buckets = localBuckets
 	}
 	if o.store == nil {
+		if o.storeOption != "" {
+			return nil, &ArgumentError{Op: "NewLimiter", Arg: o.storeOption, Want: "applies only to a limiter with WithStore"}
+		}
 		return l, nil
 	}
 	setup, err := newStoreSetup(&o, l.clock)
@@ -116,7 +119,7 @@ func limiterError(op string, r policy.Result, n, maxWait, limit int64) error {
 	case policy.TokensAboveLimit:
 		return &ArgumentError{Op: op, Arg: "tokens", Value: n, Want: fmt.Sprintf("must not exceed the limit %d", limit)}
 	case policy.NonPositiveMaxWait:
-		return &ArgumentError{Op: op, Arg: "maxWait", Value: maxWait, Want: "must not be negative"}
+		return &ArgumentError{Op: op, Arg: "maxWait", Value: time.Duration(maxWait), Want: "must not be negative"}
 	case policy.ReserveNotSupported:
 		return fmt.Errorf("%w: %s", ErrReserveNotSupported, op)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -285,7 +286,7 @@ func TestLimiterBucket(t *testing.T) {
 func testLimiterBucket(t *testing.T, store bool) {
 	ctx := context.Background()
 	clock := sluice.NewFakeClock(limiterStart)
-	opts := []sluice.Option{sluice.WithClock(clock), sluice.WithSleeper(clock)}
+	opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithSleeper(clock)}
 	if store {
 		opts = append(opts, sluice.WithStore(newMapStore()))
 	}
@@ -391,7 +392,7 @@ func TestLimiterInitialTokensBelowRequest(t *testing.T) {
 			sluice.Capacity(4, sluice.Greedy(1, time.Second)).WithInitialTokens(1), sluice.Simple(100, time.Hour)}}),
 	} {
 		for _, where := range []string{"in memory", "on a store"} {
-			opts := []sluice.Option{sluice.WithClock(clock)}
+			opts := []sluice.LimiterOption{sluice.WithClock(clock)}
 			if where == "on a store" {
 				opts = append(opts, sluice.WithStore(newMapStore()))
 			}
@@ -407,6 +408,54 @@ func TestLimiterInitialTokensBelowRequest(t *testing.T) {
 			if res, err := l.AllowN(t.Context(), "k", 2); err != nil || !res.Allowed {
 				t.Errorf("%v %s: AllowN(2) after its RetryAfter = %+v, %v; want allowed", p, where, res, err)
 			}
+		}
+	}
+}
+
+// TestLimiterListener: a Limiter's listener is told of its decisions, as
+// a Bucket's is (it used to hear only of the buckets of Limiter.Bucket),
+// in memory and on a store.
+func TestLimiterListener(t *testing.T) {
+	ctx := context.Background()
+	for _, where := range []string{"memory", "store"} {
+		t.Run(where, func(t *testing.T) {
+			clock := sluice.NewFakeClock(limiterStart)
+			var l sluice.CountingListener
+			opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithSleeper(clock), sluice.WithListener(&l)}
+			if where == "store" {
+				opts = append(opts, sluice.WithStore(newMapStore()))
+			}
+			lim, err := sluice.NewLimiter(sluice.TokenBucket(3, 1, time.Second), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lim.AllowN(ctx, "k", 2)
+			lim.AllowN(ctx, "k", 2)                // refused: 1 left
+			lim.PeekN(ctx, "k", 1)                 // reads are not reported
+			lim.ReserveN(ctx, "k", 2, time.Second) // 1 now, 1 in a second: delayed 1s
+			lim.WaitN(ctx, "k", 1, 2*time.Second)  // due in 1s more
+			want := counts{consumed: 5, rejected: 2, waited: 2 * time.Second, delayed: time.Second}
+			if got := countsOf(&l); got != want {
+				t.Errorf("listener saw %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+// TestStoreOptionsNeedAStore: a StoreOption given to a Limiter without a
+// store is refused, not ignored.
+func TestStoreOptionsNeedAStore(t *testing.T) {
+	for _, opt := range []sluice.StoreOption{
+		sluice.WithStoreTimeout(time.Second), sluice.WithStoreFailure(sluice.FailOpen),
+		sluice.WithCircuitBreaker(3), sluice.WithInheritance(sluice.InheritNone),
+	} {
+		_, err := sluice.NewLimiter(sluice.FixedWindow(1, time.Second), opt)
+		var ae *sluice.ArgumentError
+		if !errors.As(err, &ae) || ae.Op != "NewLimiter" || !strings.HasPrefix(ae.Arg, "With") {
+			t.Errorf("NewLimiter with a store option and no store = %v, want an *ArgumentError naming the option", err)
+		}
+		if _, err := sluice.NewLimiter(sluice.FixedWindow(1, time.Second), opt, sluice.WithStore(newMapStore())); err != nil {
+			t.Errorf("NewLimiter with %s and a store = %v", ae.Arg, err)
 		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/breaker"
 	"github.com/sluicehq/sluice/internal/keyed"
 	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
@@ -85,46 +84,6 @@ type StoreListener interface {
 	// call the limiter.
 	OnCircuit(s CircuitState)
 }
-
-// WithStore keeps a Limiter's state in s instead of this process's
-// memory, so that every process using s shares the limits. NewBucket
-// ignores it.
-func WithStore(s driver.Store) Option { return func(o *options) { o.store = s } }
-
-// WithMaxKeys bounds the keys an in-memory Limiter (and the local fallback
-// of one with a store) holds to n exactly: past it, a new key first drops
-// expired ones, then evicts an arbitrary key, which starts afresh when
-// next seen (a full bucket, an empty window). The bound is split among
-// shards of at least 1024 keys (a bound under 2048 keys has a single
-// lock), and a shard may evict while others still have room: the limiter
-// never holds more than n keys, and holds n once every shard has filled.
-// The default, 0, is no bound beyond expiry.
-func WithMaxKeys(n int) Option { return func(o *options) { o.maxKeys = n } }
-
-// WithStoreTimeout bounds each call to the store, end to end: the time it
-// waits behind the key's call in flight from this process is included, so
-// a call that does not have its answer d after it began fails with a
-// store timeout and gets the failure policy's answer. The default is
-// DefaultStoreTimeout. A zero or negative d keeps the default.
-func WithStoreTimeout(d time.Duration) Option {
-	return func(o *options) {
-		if d > 0 {
-			o.storeTimeout = d
-		}
-	}
-}
-
-// WithStoreFailure sets what a Limiter with a store does when the store
-// fails; the default is FailClosed.
-func WithStoreFailure(f StoreFailure) Option { return func(o *options) { o.storeFailure = f } }
-
-// WithInheritance sets how a key's stored state is carried over when the
-// limiter's policy changed since it was written (detected by the
-// fingerprint stored with it). For token-bucket policies it is the token
-// inheritance of ReplaceConfiguration; for other policies InheritNone drops the
-// old state and any other strategy keeps it when the new policy can read
-// it (same kind of policy). The default is InheritProportionally.
-func WithInheritance(t Inheritance) Option { return func(o *options) { o.inheritance = t } }
 
 // storeSetup is what a Limiter or KeyBucket with a store is built of:
 // the engine over o.store, and the failure policy in front of it.

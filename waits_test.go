@@ -58,7 +58,7 @@ func TestWaitGivesTokensBack(t *testing.T) {
 		for _, where := range []string{"memory", "store"} {
 			t.Run(where+"/"+p.String(), func(t *testing.T) {
 				sl := &doomSleeper{FakeClock: sluice.NewFakeClock(t0)}
-				opts := []sluice.Option{sluice.WithClock(sl), sluice.WithSleeper(sl)}
+				opts := []sluice.LimiterOption{sluice.WithClock(sl), sluice.WithSleeper(sl)}
 				if where == "store" {
 					opts = append(opts, sluice.WithStore(newMapStore()))
 				}
@@ -191,7 +191,7 @@ func TestReservationCancelEveryPath(t *testing.T) {
 		reserve func() (*sluice.Reservation, error)
 		look    func() string
 	}
-	limiterPath := func(t *testing.T, clock *sluice.FakeClock, opts ...sluice.Option) path {
+	limiterPath := func(t *testing.T, clock *sluice.FakeClock, opts ...sluice.LimiterOption) path {
 		l, err := sluice.NewLimiter(sluice.LeakyBucket(2, 1, time.Second), append(opts, sluice.WithClock(clock))...)
 		if err != nil {
 			t.Fatal(err)

@@ -97,7 +97,7 @@ type keyed struct {
 func sluiceKeyed(name string, p sluice.Policy) keyed {
 	return keyed{"sluice-" + name, func(tb testing.TB, frozen bool) (func(string) (bool, error), func()) {
 		tb.Helper()
-		var opts []sluice.Option
+		var opts []sluice.LimiterOption
 		if frozen {
 			opts = append(opts, sluice.WithClock(sluice.NewFakeClock(t0.UnixNano())))
 		}

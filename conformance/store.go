@@ -19,7 +19,7 @@ type Store struct {
 	// Store keeps the state.
 	Store driver.Store
 	// Options are added to every bucket and limiter, e.g. a store timeout.
-	Options []sluice.Option
+	Options []sluice.StoreOption
 }
 
 var _ LimiterTarget = Store{}
@@ -34,7 +34,10 @@ func (s Store) Name() string {
 
 // NewBucket returns sluice.NewStoreBucket on a new key.
 func (s Store) NewBucket(ctx context.Context, cfg sluice.BucketConfig, clock sluice.Clock, sleeper sluice.Sleeper) (Bucket, error) {
-	opts := append([]sluice.Option{sluice.WithClock(clock), sluice.WithSleeper(sleeper)}, s.Options...)
+	opts := []sluice.StoreBucketOption{sluice.WithClock(clock), sluice.WithSleeper(sleeper)}
+	for _, o := range s.Options {
+		opts = append(opts, o)
+	}
 	b, err := sluice.NewStoreBucket(s.Store, newKey(), cfg, opts...)
 	if err != nil {
 		return nil, err
@@ -50,7 +53,10 @@ func (s Store) NewBucket(ctx context.Context, cfg sluice.BucketConfig, clock slu
 // NewLimiter returns a sluice.Limiter on s.Store whose keys are prefixed
 // by a prefix of its own.
 func (s Store) NewLimiter(_ context.Context, p sluice.Policy, clock sluice.Clock, sleeper sluice.Sleeper) (Limiter, error) {
-	opts := append([]sluice.Option{sluice.WithClock(clock), sluice.WithSleeper(sleeper), sluice.WithStore(s.Store)}, s.Options...)
+	opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithSleeper(sleeper), sluice.WithStore(s.Store)}
+	for _, o := range s.Options {
+		opts = append(opts, o)
+	}
 	l, err := sluice.NewLimiter(p, opts...)
 	if err != nil {
 		return nil, err

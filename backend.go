@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/keyed"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
@@ -227,7 +228,7 @@ func (m memBuckets) configuration(context.Context, string) (*tokenbucket.Config,
 }
 
 func (m memBuckets) replace(_ context.Context, key string, _ *tokenbucket.Config, _ tokenbucket.Strategy, _ bucketSeen) error {
-	return fmt.Errorf("sluice: ReplaceConfiguration of key %q: the bucket follows its in-memory Limiter's policy: %w", key, errors.ErrUnsupported)
+	return fmt.Errorf("sluice: KeyBucket.ReplaceConfiguration of key %s: the bucket follows its in-memory Limiter's policy: %w", driver.QuoteKey(key), errors.ErrUnsupported)
 }
 
 // storeBuckets is a bucketBackend in a store, as records of codec.
@@ -310,7 +311,7 @@ func (l *lazyBuckets) current() storeBuckets {
 func (l *lazyBuckets) configure(ctx context.Context, key string) (*tokenbucket.Config, error) {
 	cfg, err := l.supply(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("sluice: configuration of key %q: %w", key, err)
+		return nil, fmt.Errorf("sluice: configuration of key %s: %w", driver.QuoteKey(key), err)
 	}
 	c, err := cfg.compile()
 	if err != nil {

@@ -102,7 +102,7 @@ func waitN(ctx context.Context, op string, n int64, maxWait time.Duration, sleep
 	if !r.OK() {
 		notify(l, false, n)
 		wait := int64(r.res.RetryAfter)
-		return &MaxWaitError{Tokens: n, Wait: wait, MaxWait: bound, Deadline: byDeadline && wait <= int64(maxWait)}
+		return &MaxWaitError{Tokens: n, Wait: time.Duration(wait), MaxWait: time.Duration(bound), Deadline: byDeadline && wait <= int64(maxWait)}
 	}
 	notify(l, true, n)
 	return r.sleep(ctx, sleeper, l)
@@ -134,7 +134,7 @@ func blockingWait(ctx context.Context, op string, n, maxWait int64, sleeper Slee
 			return false, &ArgumentError{Op: op, Arg: "tokens", Value: n,
 				Want: "can never be had: their wait overflows int64 nanoseconds"}
 		case byDeadline && wait <= maxWait:
-			return false, &MaxWaitError{Tokens: n, Wait: wait, MaxWait: bound, Deadline: true}
+			return false, &MaxWaitError{Tokens: n, Wait: time.Duration(wait), MaxWait: time.Duration(bound), Deadline: true}
 		}
 		notify(l, false, n)
 		return false, nil

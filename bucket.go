@@ -139,7 +139,11 @@ func argError(op string, res tokenbucket.Result, req tokenbucket.Request) error 
 		return &ArgumentError{Op: op, Arg: "tokens", Value: req.Tokens,
 			Want: "can never be had: their wait overflows int64 nanoseconds"}
 	}
-	return &ArgumentError{Op: op, Arg: "tokens", Value: req.Tokens, Want: "must be positive"}
+	arg := "tokens"
+	if req.Op == tokenbucket.OpConsumeAsMuchAsPossible {
+		arg = "limit"
+	}
+	return &ArgumentError{Op: op, Arg: arg, Value: req.Tokens, Want: "must be positive"}
 }
 
 // notify tells l, which may be nil, whether n tokens were consumed.

@@ -276,7 +276,7 @@ func TestArgumentErrors(t *testing.T) {
 			sluice.ArgumentError{Op: "Bucket.AllowN", Arg: "tokens", Value: int64(0)}},
 		{"PeekN(-5)", func(b *sluice.Bucket) error { _, err := b.PeekN(-5); return err },
 			sluice.ArgumentError{Op: "Bucket.PeekN", Arg: "tokens", Value: int64(-5)}},
-		{"TryConsumeUpTo(0)", func(b *sluice.Bucket) error { _, err := b.TryConsumeUpTo(0); return err }, sluice.ArgumentError{Op: "Bucket.TryConsumeUpTo", Arg: "tokens", Value: int64(0)}},
+		{"TryConsumeUpTo(0)", func(b *sluice.Bucket) error { _, err := b.TryConsumeUpTo(0); return err }, sluice.ArgumentError{Op: "Bucket.TryConsumeUpTo", Arg: "limit", Value: int64(0)}},
 		{"ConsumeIgnoringRateLimits(0)", func(b *sluice.Bucket) error { _, err := b.ConsumeIgnoringRateLimits(0); return err },
 			sluice.ArgumentError{Op: "Bucket.ConsumeIgnoringRateLimits", Arg: "tokens", Value: int64(0)}},
 		{"ConsumeIgnoringRateLimits overflow", func(b *sluice.Bucket) error { _, err := b.ConsumeIgnoringRateLimits(math.MaxInt64); return err },
@@ -299,7 +299,7 @@ func TestArgumentErrors(t *testing.T) {
 		{"Verbose PeekN(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().PeekN(0); return err },
 			sluice.ArgumentError{Op: "VerboseBucket.PeekN", Arg: "tokens", Value: int64(0)}},
 		{"Verbose TryConsumeUpTo(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().TryConsumeUpTo(0); return err },
-			sluice.ArgumentError{Op: "VerboseBucket.TryConsumeUpTo", Arg: "tokens", Value: int64(0)}},
+			sluice.ArgumentError{Op: "VerboseBucket.TryConsumeUpTo", Arg: "limit", Value: int64(0)}},
 		{"Verbose ConsumeIgnoringRateLimits overflow", func(b *sluice.Bucket) error {
 			_, err := b.Verbose().ConsumeIgnoringRateLimits(math.MaxInt64)
 			return err

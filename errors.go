@@ -18,6 +18,16 @@ var (
 	// ErrMaxWaitExceeded is matched by the *MaxWaitError of a wait that
 	// would be longer than allowed. Nothing was taken.
 	ErrMaxWaitExceeded = errors.New("sluice: max wait exceeded")
+	// ErrNilArgument is matched (errors.Is) by the *ArgumentError of a
+	// required argument that was nil: a policy, a store, a supplier.
+	ErrNilArgument = errors.New("sluice: nil argument")
+	// ErrTokensAboveLimit is matched by the *ArgumentError of a request
+	// for more tokens than the limit of a policy that refuses that as an
+	// argument error (FixedWindow, TokenBucket, and a Compound with one of
+	// them). The other policies reject such a request: a Result that is
+	// not Allowed, with RetryAfter Never. Either way the request can never
+	// pass; callers that answer both alike check for both.
+	ErrTokensAboveLimit = errors.New("sluice: tokens above the limit")
 )
 
 // ArgumentError reports an argument out of its bounds. The call that
@@ -29,6 +39,14 @@ type ArgumentError struct {
 	// a duration, nil when the argument is wrong whatever its value.
 	Value any
 	Want  string // the bound it broke, e.g. "must be positive"
+	// kind, when not nil, is the sentinel the error matches besides
+	// ErrInvalidArgument: ErrNilArgument or ErrTokensAboveLimit.
+	kind error
+}
+
+// nilArgument is the *ArgumentError of op's required argument arg, nil.
+func nilArgument(op, arg string) *ArgumentError {
+	return &ArgumentError{Op: op, Arg: arg, Want: "must not be nil", kind: ErrNilArgument}
 }
 
 func (e *ArgumentError) Error() string {
@@ -38,8 +56,11 @@ func (e *ArgumentError) Error() string {
 	return fmt.Sprintf("sluice: %s: %s %s, got %v", e.Op, e.Arg, e.Want, e.Value)
 }
 
-// Is reports whether target is ErrInvalidArgument.
-func (e *ArgumentError) Is(target error) bool { return target == ErrInvalidArgument }
+// Is reports whether target is ErrInvalidArgument, or ErrNilArgument or
+// ErrTokensAboveLimit when the error is of that kind.
+func (e *ArgumentError) Is(target error) bool {
+	return target == ErrInvalidArgument || e.kind != nil && target == e.kind
+}
 
 // Rule names a configuration rule. The values are the codes of the
 // conformance vector format.
@@ -60,7 +81,9 @@ const (
 	RuleAlignedNeedsWallClock   Rule = "aligned_needs_wall_clock"     // aligned refill on a clock not counting from the epoch
 	RuleUnknownRefill           Rule = "unknown_refill"               // the zero Refill
 	RuleUnknownStrategy         Rule = "unknown_strategy"             // an Inheritance value that is none of the four
+	RuleUnknownStoreFailure     Rule = "unknown_store_failure"        // a StoreFailure value that is none of the three
 	RuleNonPositiveLimit        Rule = "non_positive_limit"           // a policy's limit
+	RuleNegativeMaxQueue        Rule = "negative_max_queue"           // a shaper's max_queue
 	RuleNoMembers               Rule = "no_members"                   // a compound policy without members
 )
 
@@ -95,26 +118,33 @@ func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig 
 // MaxWaitError is returned when tokens cannot be had within the maximum
 // wait, or before the deadline of the call's context. It matches
 // ErrMaxWaitExceeded, and context.DeadlineExceeded when Deadline is set.
-// Wait is the wait the tokens would need, or math.MaxInt64 nanoseconds when
-// they can never be had. Nothing was taken.
+// Nothing was taken.
 type MaxWaitError struct {
-	Tokens  int64
-	Wait    int64 // nanoseconds
-	MaxWait int64 // nanoseconds: the bound the wait broke
+	Tokens int64
+	// Wait is the wait the tokens would need, Never when they can never
+	// be had.
+	Wait time.Duration
+	// MaxWait is the bound the wait broke.
+	MaxWait time.Duration
 	// Deadline reports that the bound was the context's deadline, sooner
 	// than the maximum wait: MaxWait is the time that was left until it.
 	Deadline bool
 }
 
 func (e *MaxWaitError) Error() string {
+	tokens := fmt.Sprintf("%d tokens need", e.Tokens)
+	if e.Tokens == 1 {
+		tokens = "1 token needs"
+	}
 	switch {
-	case e.Wait == never:
+	case e.Wait == Never && e.Tokens == 1:
+		return "sluice: max wait exceeded: 1 token can never be had"
+	case e.Wait == Never:
 		return fmt.Sprintf("sluice: max wait exceeded: %d tokens can never be had", e.Tokens)
 	case e.Deadline:
-		return fmt.Sprintf("sluice: %d tokens need %v, past the context's deadline in %v",
-			e.Tokens, time.Duration(e.Wait), time.Duration(e.MaxWait))
+		return fmt.Sprintf("sluice: %s %v, past the context's deadline in %v", tokens, e.Wait, e.MaxWait)
 	}
-	return fmt.Sprintf("sluice: max wait exceeded: %d tokens need %dns, at most %dns allowed", e.Tokens, e.Wait, e.MaxWait)
+	return fmt.Sprintf("sluice: max wait exceeded: %s %v, at most %v allowed", tokens, e.Wait, e.MaxWait)
 }
 
 // Is reports whether target is ErrMaxWaitExceeded, or

@@ -47,7 +47,7 @@ func NewStoreBucket(s driver.Store, key string, cfg BucketConfig, opts ...StoreB
 	o := storeBucketOptions(opts)
 	o.store = s
 	if o.store == nil {
-		return nil, &ArgumentError{Op: "NewStoreBucket", Arg: "store", Value: 0, Want: "must not be nil"}
+		return nil, nilArgument("NewStoreBucket", "store")
 	}
 	// Aligned refill is allowed here (BucketPolicy refuses it because a
 	// keyed limiter's buckets start at each key's first use).
@@ -77,8 +77,11 @@ func NewStoreBucket(s driver.Store, key string, cfg BucketConfig, opts ...StoreB
 // from a slow database) and at most once per successful call. A key that
 // has state keeps its stored configuration, never migrated.
 func NewLazyStoreBucket(s driver.Store, key string, supply func(ctx context.Context) (BucketConfig, error), opts ...StoreBucketOption) (*KeyBucket, error) {
+	if s == nil {
+		return nil, nilArgument("NewLazyStoreBucket", "store")
+	}
 	if supply == nil {
-		return nil, &ArgumentError{Op: "NewLazyStoreBucket", Arg: "supply", Value: 0, Want: "must not be nil"}
+		return nil, nilArgument("NewLazyStoreBucket", "supply")
 	}
 	o := storeBucketOptions(opts)
 	o.store = s

@@ -44,7 +44,7 @@ type Limiter struct {
 // an *ArgumentError. It returns the *ConfigError of an invalid policy.
 func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 	if p == nil {
-		return nil, &ConfigError{Rule: RuleNoLimits, Bandwidth: -1, Msg: "a policy is required"}
+		return nil, nilArgument("NewLimiter", "policy")
 	}
 	o := limiterOptions(opts)
 	keys, err := p.build(o.maxKeys)
@@ -117,7 +117,8 @@ func limiterError(op string, r policy.Result, n, maxWait, limit int64) error {
 	case policy.OK:
 		return nil
 	case policy.TokensAboveLimit:
-		return &ArgumentError{Op: op, Arg: "tokens", Value: n, Want: fmt.Sprintf("must not exceed the limit %d", limit)}
+		return &ArgumentError{Op: op, Arg: "tokens", Value: n, Want: fmt.Sprintf("must not exceed the limit %d", limit),
+			kind: ErrTokensAboveLimit}
 	case policy.NonPositiveMaxWait:
 		return &ArgumentError{Op: op, Arg: "maxWait", Value: time.Duration(maxWait), Want: "must not be negative"}
 	case policy.ReserveNotSupported:

@@ -155,6 +155,45 @@ func TestLimiterArgumentErrors(t *testing.T) {
 	}
 }
 
+// TestNilArguments: a nil required argument is an *ArgumentError matching
+// ErrNilArgument, not a configuration rule.
+func TestNilArguments(t *testing.T) {
+	supply := func(context.Context) (sluice.BucketConfig, error) { return sluice.BucketConfig{}, nil }
+	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(1, time.Second)}}
+	tests := []struct {
+		name, op, arg string
+		call          func() error
+	}{
+		{"NewLimiter(nil)", "NewLimiter", "policy", func() error { _, err := sluice.NewLimiter(nil); return err }},
+		{"Compound(nil)", "Compound", "members[1]", func() error {
+			_, err := sluice.NewLimiter(sluice.Compound(sluice.NoLimit(), nil))
+			return err
+		}},
+		{"NewStoreBucket(nil)", "NewStoreBucket", "store", func() error { _, err := sluice.NewStoreBucket(nil, "k", cfg); return err }},
+		{"NewLazyStoreBucket(nil store)", "NewLazyStoreBucket", "store", func() error {
+			_, err := sluice.NewLazyStoreBucket(nil, "k", supply)
+			return err
+		}},
+		{"NewLazyStoreBucket(nil supply)", "NewLazyStoreBucket", "supply", func() error {
+			_, err := sluice.NewLazyStoreBucket(newMapStore(), "k", nil)
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			var ae *sluice.ArgumentError
+			if !errors.As(err, &ae) || ae.Op != tt.op || ae.Arg != tt.arg || ae.Value != nil ||
+				!errors.Is(err, sluice.ErrNilArgument) || !errors.Is(err, sluice.ErrInvalidArgument) {
+				t.Errorf("%s = %#v, want an *ArgumentError of %s's %s matching ErrNilArgument", tt.name, err, tt.op, tt.arg)
+			}
+			if want := "sluice: " + tt.op + ": " + tt.arg + " must not be nil"; err.Error() != want {
+				t.Errorf("Error() = %q, want %q", err, want)
+			}
+		})
+	}
+}
+
 func TestLimiterConfigErrors(t *testing.T) {
 	tests := []struct {
 		policy sluice.Policy
@@ -171,8 +210,7 @@ func TestLimiterConfigErrors(t *testing.T) {
 		{sluice.SlidingLog(1, -1), sluice.RuleNonPositivePeriod, "sliding_log.interval"},
 		{sluice.GCRA(1, 0, time.Second), sluice.RuleNonPositiveRefillTokens, "gcra.rate.amount"},
 		{sluice.GCRA(1, 1, 0), sluice.RuleNonPositivePeriod, "gcra.rate.interval"},
-		{nil, sluice.RuleNoLimits, ""},
-		{sluice.Shaper(1, time.Second, -1), sluice.RuleNonPositiveLimit, "shaper.max_queue"},
+		{sluice.Shaper(1, time.Second, -1), sluice.RuleNegativeMaxQueue, "shaper.max_queue"},
 		{sluice.Compound(), sluice.RuleNoMembers, "compound.limiters"},
 		{sluice.Compound(sluice.NoLimit(), sluice.FixedWindow(0, time.Second)), sluice.RuleNonPositiveLimit, "fixed_window.limit"},
 	}

@@ -231,7 +231,7 @@ func Shaper(amount int64, interval time.Duration, maxQueue int64) Policy {
 	case interval <= 0:
 		p.err = policyError(KindShaper, RuleNonPositivePeriod, "rate.interval", interval.String(), "must be positive")
 	case maxQueue < 0:
-		p.err = policyError(KindShaper, RuleNonPositiveLimit, "max_queue", itoa(maxQueue), "must not be negative")
+		p.err = policyError(KindShaper, RuleNegativeMaxQueue, "max_queue", itoa(maxQueue), "must not be negative")
 	}
 	return p
 }
@@ -254,8 +254,7 @@ func Compound(members ...Policy) Policy {
 			p.name += ", "
 		}
 		if m == nil {
-			p.err = &ConfigError{Rule: RuleNoLimits, Bandwidth: -1, Field: fmt.Sprintf("compound.limiters[%d]", i),
-				Value: "nil", Msg: "must be a policy"}
+			p.err = nilArgument("Compound", fmt.Sprintf("members[%d]", i))
 			break
 		}
 		p.name += m.String()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/breaker"
 	"github.com/sluicehq/sluice/internal/keyed"
 	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
@@ -64,8 +65,10 @@ type StoreError struct {
 	Err error
 }
 
+// Error names the key by its first driver.QuotedKeyLen bytes (and its
+// length, when longer).
 func (e *StoreError) Error() string {
-	return fmt.Sprintf("sluice: %s of key %q: %v", e.Op, e.Key, e.Err)
+	return fmt.Sprintf("sluice: %s of key %s: %v", e.Op, driver.QuoteKey(e.Key), e.Err)
 }
 
 // Unwrap returns the store's error.
@@ -108,7 +111,7 @@ func newStoreSetup(o *options, clock Clock) (storeSetup, error) {
 		return storeSetup{}, err
 	}
 	if o.storeFailure > FailLocal {
-		return storeSetup{}, &ConfigError{Rule: RuleUnknownStrategy, Bandwidth: -1, Field: "store failure", Value: o.storeFailure.String(),
+		return storeSetup{}, &ConfigError{Rule: RuleUnknownStoreFailure, Bandwidth: -1, Field: "store failure", Value: o.storeFailure.String(),
 			Msg: "must be FailClosed, FailOpen or FailLocal"}
 	}
 	fail := failurePolicy{policy: o.storeFailure}

@@ -165,7 +165,7 @@ func TestWaitPastDeadline(t *testing.T) {
 			if !errors.As(err, &mw) || !mw.Deadline || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, sluice.ErrMaxWaitExceeded) {
 				t.Fatalf("%s with a deadline in a minute and a wait of an hour = %v, want a *MaxWaitError of the deadline", tt.name, err)
 			}
-			if mw.Wait != int64(time.Hour) || mw.MaxWait <= 0 || mw.MaxWait > int64(time.Minute) {
+			if mw.Wait != time.Hour || mw.MaxWait <= 0 || mw.MaxWait > time.Minute {
 				t.Errorf("MaxWaitError = %+v, want a wait of 1h over at most a minute", *mw)
 			}
 			if clock.Slept() != 0 {

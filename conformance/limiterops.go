@@ -43,7 +43,7 @@ func bindLimiterReserve(d *stepDoc) (call, error) {
 		case err != nil:
 			return []any{int64(0)}, err
 		case !r.OK():
-			return []any{int64(0)}, &sluice.MaxWaitError{Tokens: n, Wait: int64(r.Result().RetryAfter), MaxWait: int64(maxWait)}
+			return []any{int64(0)}, &sluice.MaxWaitError{Tokens: n, Wait: r.Result().RetryAfter, MaxWait: maxWait}
 		}
 		return []any{int64(r.Delay())}, nil
 	})(d)

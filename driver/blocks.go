@@ -186,7 +186,7 @@ func (s *casStore) Update(ctx context.Context, key string, fn UpdateFunc) error 
 		s.cache.drop(key)
 		losses++
 		if s.o.maxAttempts > 0 && losses >= s.o.maxAttempts {
-			return fmt.Errorf("%w: key %q still contended after %d attempts", ErrConflict, key, s.o.maxAttempts)
+			return fmt.Errorf("%w: key %s still contended after %d attempts", ErrConflict, QuoteKey(key), s.o.maxAttempts)
 		}
 		if err := backoff(ctx, losses, rtt); err != nil {
 			return err
@@ -471,7 +471,7 @@ func (s *rowLockStore) Update(ctx context.Context, key string, fn UpdateFunc) er
 			return err
 		}
 		if s.o.maxAttempts > 0 && attempt >= s.o.maxAttempts {
-			return fmt.Errorf("%w: no row for key %q after %d attempts", ErrConflict, key, s.o.maxAttempts)
+			return fmt.Errorf("%w: no row for key %s after %d attempts", ErrConflict, QuoteKey(key), s.o.maxAttempts)
 		}
 		if err := ctx.Err(); err != nil {
 			return err

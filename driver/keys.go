@@ -3,6 +3,7 @@ package driver
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
 )
 
 // MaxKeyLen is the length, in bytes, of the longest key that every store
@@ -37,4 +38,18 @@ func ShortKey(key string) string {
 	b = append(b, key[:MaxKeyLen-digestLen]...)
 	b = hex.AppendEncode(b, sum[:])
 	return string(b)
+}
+
+// QuotedKeyLen is how many bytes of a key QuoteKey quotes.
+const QuotedKeyLen = 64
+
+// QuoteKey returns key quoted for an error message or a log line: as
+// strconv.Quote does for a key of at most QuotedKeyLen bytes, and for a
+// longer one its first QuotedKeyLen bytes followed by its length, so that
+// a megabyte key does not make a megabyte error.
+func QuoteKey(key string) string {
+	if len(key) <= QuotedKeyLen {
+		return strconv.Quote(key)
+	}
+	return strconv.Quote(key[:QuotedKeyLen]) + "... (" + strconv.Itoa(len(key)) + " bytes)"
 }

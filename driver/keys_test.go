@@ -1,6 +1,7 @@
 package driver_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -39,5 +40,20 @@ func TestShortKey(t *testing.T) {
 	a, b := long+"a", long+"b"
 	if driver.ShortKey(a) == driver.ShortKey(b) {
 		t.Error("two long keys differing in their last byte share a short key")
+	}
+}
+
+func TestQuoteKey(t *testing.T) {
+	long := strings.Repeat("k", 1<<20)
+	tests := []struct{ key, want string }{
+		{"user:1", `"user:1"`},
+		{"a\x00b\xff", `"a\x00b\xff"`},
+		{strings.Repeat("x", driver.QuotedKeyLen), strconv.Quote(strings.Repeat("x", driver.QuotedKeyLen))},
+		{long, strconv.Quote(long[:driver.QuotedKeyLen]) + "... (1048576 bytes)"},
+	}
+	for _, tt := range tests {
+		if got := driver.QuoteKey(tt.key); got != tt.want {
+			t.Errorf("QuoteKey(%d bytes) = %s, want %s", len(tt.key), got, tt.want)
+		}
 	}
 }

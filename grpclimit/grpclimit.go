@@ -196,8 +196,8 @@ func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metada
 		rejected := false
 		for i := range ds {
 			d := &ds[i]
-			var err error
-			if d.res, err = d.limit.Limiter.PeekN(ctx, d.key, d.cost); err != nil {
+			res, err := d.limit.Limiter.PeekN(ctx, d.key, d.cost)
+			if d.res, err = neverPasses(ctx, d, res, err); err != nil {
 				return in.limiterFailed(ctx, c, d.limit, err)
 			}
 			rejected = rejected || !d.res.Allowed
@@ -208,8 +208,8 @@ func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metada
 	}
 	for i := range ds {
 		d := &ds[i]
-		var err error
-		if d.res, err = d.limit.Limiter.AllowN(ctx, d.key, d.cost); err != nil {
+		res, err := d.limit.Limiter.AllowN(ctx, d.key, d.cost)
+		if d.res, err = neverPasses(ctx, d, res, err); err != nil {
 			return in.limiterFailed(ctx, c, d.limit, err)
 		}
 		if !d.res.Allowed {
@@ -245,9 +245,30 @@ func (l *Limit) prepare(ctx context.Context, c Call) (match bool, key string, co
 	return true, key, cost, nil
 }
 
+// neverPasses returns res, err of d's limiter, and for a cost above the
+// limit of a policy that refuses it as an argument error, the rejection
+// the other policies give: a Result that can never pass (RetryAfter
+// Never), with what the key has now, so that every policy answers such a
+// call alike.
+func neverPasses(ctx context.Context, d *decision, res sluice.Result, err error) (sluice.Result, error) {
+	if !errors.Is(err, sluice.ErrTokensAboveLimit) {
+		return res, err
+	}
+	// The limiter refused the cost before touching the key's state: a
+	// Peek of 1 token describes it.
+	now, perr := d.limit.Limiter.Peek(ctx, d.key)
+	if perr != nil {
+		return sluice.Result{}, perr
+	}
+	if now.Allowed { // an allowed Remaining is what there was less the token
+		now.Remaining = policy.SatAdd(now.Remaining, 1)
+	}
+	now.Allowed, now.RetryAfter = false, sluice.Never
+	return now, nil
+}
+
 // limiterFailed answers a limiter's error: INTERNAL for an argument it
-// refused (a cost above a limit that treats that as an error), else the
-// error code.
+// refused, else the error code.
 func (in *Interceptor) limiterFailed(ctx context.Context, c Call, l *Limit, err error) error {
 	code, msg := in.o.errorCode, "grpclimit: the rate limiter is unavailable"
 	if errors.Is(err, sluice.ErrInvalidArgument) {

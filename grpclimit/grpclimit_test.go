@@ -258,16 +258,28 @@ func TestStream(t *testing.T) {
 // TestRetryAfterNever: a call that can never pass gets no wait: a
 // pushback of -1, which tells gRPC clients not to retry, no RetryInfo and
 // no retry-after.
+//
+// Every policy answers alike: those that refuse such a cost as an
+// argument error (a fixed window, a token bucket) as those that reject it.
 func TestRetryAfterNever(t *testing.T) {
-	l := newLimiter(t, sluice.SlidingWindow(3, time.Second))
 	cost := func(context.Context, grpclimit.Call) (int64, error) { return 4, nil }
-	s := start(t, newInterceptor(t, []grpclimit.Limit{{Name: "api", Limiter: l, Key: grpclimit.Method, Cost: cost}}), setup{})
-	trailer, err := s.check()
-	got := readRejection(t, err, trailer)
-	want := rejection{msg: `rate limit "api" exceeded: the call is larger than the limit allows`,
-		quota: "api: the call is larger than the limit allows", pushback: "-1"}
-	if got != want {
-		t.Errorf("rejection\n got %+v\nwant %+v", got, want)
+	for _, p := range []sluice.Policy{
+		sluice.SlidingWindow(3, time.Second),
+		sluice.FixedWindow(3, time.Second),
+		sluice.TokenBucket(3, 1, time.Second),
+		sluice.Compound(sluice.FixedWindow(3, time.Second), sluice.SlidingWindow(10, time.Minute)),
+	} {
+		t.Run(p.String(), func(t *testing.T) {
+			l := newLimiter(t, p)
+			s := start(t, newInterceptor(t, []grpclimit.Limit{{Name: "api", Limiter: l, Key: grpclimit.Method, Cost: cost}}), setup{})
+			trailer, err := s.check()
+			got := readRejection(t, err, trailer)
+			want := rejection{msg: `rate limit "api" exceeded: the call is larger than the limit allows`,
+				quota: "api: the call is larger than the limit allows", pushback: "-1"}
+			if got != want {
+				t.Errorf("rejection\n got %+v\nwant %+v", got, want)
+			}
+		})
 	}
 }
 
@@ -357,7 +369,6 @@ func TestCallErrors(t *testing.T) {
 		{"key panic", panics, nil, nil, codes.Internal, "key boom"},
 		{"zero cost", grpclimit.Method, cost(0), nil, codes.Internal, "cost must be positive, got 0"},
 		{"negative cost", grpclimit.Method, cost(-3), nil, codes.Internal, "cost must be positive, got -3"},
-		{"cost above the limit", grpclimit.Method, cost(6), nil, codes.Internal, "must not exceed the limit 5"},
 		{"cost error", grpclimit.Method, func(context.Context, grpclimit.Call) (int64, error) { return 0, errors.New("bad batch") }, nil, codes.Internal, "bad batch"},
 		{"cost panic", grpclimit.Method, func(context.Context, grpclimit.Call) (int64, error) { panic("cost boom") }, nil, codes.Internal, "cost boom"},
 		{"match panic", grpclimit.Method, nil, func(string) bool { panic("match boom") }, codes.Internal, "match boom"},

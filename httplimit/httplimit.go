@@ -7,6 +7,7 @@
 package httplimit
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -152,8 +153,8 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			rejected := false
 			for i := range ds {
 				d := &ds[i]
-				var err error
-				if d.res, err = d.limit.Limiter.PeekN(ctx, d.key, d.cost); err != nil {
+				res, err := d.limit.Limiter.PeekN(ctx, d.key, d.cost)
+				if d.res, err = neverPasses(ctx, d, res, err); err != nil {
 					m.limiterFailed(w, r, d.limit, err)
 					return
 				}
@@ -166,8 +167,8 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		}
 		for i := range ds {
 			d := &ds[i]
-			var err error
-			if d.res, err = d.limit.Limiter.AllowN(ctx, d.key, d.cost); err != nil {
+			res, err := d.limit.Limiter.AllowN(ctx, d.key, d.cost)
+			if d.res, err = neverPasses(ctx, d, res, err); err != nil {
 				m.limiterFailed(w, r, d.limit, err)
 				return
 			}
@@ -208,9 +209,30 @@ func keyAndCost(l *Limit, r *http.Request) (key string, cost int64, err error) {
 	return key, cost, nil
 }
 
-// limiterFailed answers a limiter's error: 500 for an argument it refused
-// (a cost above a limit that treats that as an error), else the error
-// status.
+// neverPasses returns res, err of d's limiter, and for a cost above the
+// limit of a policy that refuses it as an argument error, the rejection
+// the other policies give: a Result that can never pass (RetryAfter
+// Never), with what the key has now, so that every policy answers such a
+// request alike, 429 without Retry-After.
+func neverPasses(ctx context.Context, d *decision, res sluice.Result, err error) (sluice.Result, error) {
+	if !errors.Is(err, sluice.ErrTokensAboveLimit) {
+		return res, err
+	}
+	// The limiter refused the cost before touching the key's state: a
+	// Peek of 1 token describes it.
+	now, perr := d.limit.Limiter.Peek(ctx, d.key)
+	if perr != nil {
+		return sluice.Result{}, perr
+	}
+	if now.Allowed { // an allowed Remaining is what there was less the token
+		now.Remaining = policy.SatAdd(now.Remaining, 1)
+	}
+	now.Allowed, now.RetryAfter = false, sluice.Never
+	return now, nil
+}
+
+// limiterFailed answers a limiter's error: 500 for an argument it refused,
+// else the error status.
 func (m *Middleware) limiterFailed(w http.ResponseWriter, r *http.Request, l *Limit, err error) {
 	status := m.o.errorStatus
 	if errors.Is(err, sluice.ErrInvalidArgument) {

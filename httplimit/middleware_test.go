@@ -205,17 +205,39 @@ func TestRetryAfterRoundsUp(t *testing.T) {
 	}
 }
 
-// TestRetryAfterNever: a request that can never pass gets no Retry-After.
+// TestRetryAfterNever: a request that can never pass, a cost above the
+// limit, gets 429 without Retry-After for every policy, alone or beside
+// another limit: the policies that refuse such a cost as an argument error
+// (a fixed window, a token bucket) answer as those that reject it.
 func TestRetryAfterNever(t *testing.T) {
-	l := newLimiter(t, sluice.SlidingWindow(3, time.Second))
 	cost := func(*http.Request) (int64, error) { return 4, nil }
-	h := newMiddleware(t, []httplimit.Limit{{Name: "api", Limiter: l, Key: httplimit.Path, Cost: cost}}).Handler(ok)
-	resp := serve(h, get("192.0.2.1:1"))
-	if resp.StatusCode != http.StatusTooManyRequests {
-		t.Fatalf("status %d, want 429", resp.StatusCode)
-	}
-	if got, ok := resp.Header["Retry-After"]; ok {
-		t.Errorf("Retry-After = %q, want none", got)
+	for _, p := range []sluice.Policy{
+		sluice.SlidingWindow(3, time.Second),
+		sluice.FixedWindow(3, time.Second),
+		sluice.TokenBucket(3, 1, time.Second),
+		sluice.LeakyBucket(3, 1, time.Second),
+		sluice.GCRA(3, 1, time.Second),
+		sluice.Compound(sluice.FixedWindow(3, time.Second), sluice.SlidingWindow(10, time.Minute)),
+	} {
+		for _, limits := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%v/%d limits", p, limits), func(t *testing.T) {
+				ls := []httplimit.Limit{{Name: "api", Limiter: newLimiter(t, p), Key: httplimit.Path, Cost: cost}}
+				if limits == 2 {
+					ls = append(ls, httplimit.Limit{Name: "other", Limiter: newLimiter(t, sluice.NoLimit()), Key: httplimit.Path})
+				}
+				h := newMiddleware(t, ls).Handler(ok)
+				resp := serve(h, get("192.0.2.1:1"))
+				if resp.StatusCode != http.StatusTooManyRequests {
+					t.Fatalf("status %d, want 429", resp.StatusCode)
+				}
+				if got, ok := resp.Header["Retry-After"]; ok {
+					t.Errorf("Retry-After = %q, want none", got)
+				}
+				if got := resp.Header.Get("RateLimit"); !strings.Contains(got, `"api";r=3`) {
+					t.Errorf("RateLimit = %q, want the limit's 3 tokens left", got)
+				}
+			})
+		}
 	}
 }
 
@@ -341,7 +363,6 @@ func TestRequestErrors(t *testing.T) {
 		{"key panic", panics, nil, 500, "key boom"},
 		{"zero cost", httplimit.Path, cost(0), 500, "cost must be positive, got 0"},
 		{"negative cost", httplimit.Path, cost(-3), 500, "cost must be positive, got -3"},
-		{"cost above the limit", httplimit.Path, cost(6), 500, "must not exceed the limit 5"},
 		{"cost error", httplimit.Path, func(*http.Request) (int64, error) { return 0, errors.New("bad batch") }, 500, "bad batch"},
 		{"cost panic", httplimit.Path, func(*http.Request) (int64, error) { panic("cost boom") }, 500, "cost boom"},
 	} {

@@ -134,7 +134,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		var mw *sluice.MaxWaitError
 		switch {
 		case errors.As(err, &mw):
-			return nil, &WaitError{Key: key, Wait: time.Duration(mw.Wait), MaxWait: time.Duration(mw.MaxWait), Err: err}
+			return nil, &WaitError{Key: key, Wait: mw.Wait, MaxWait: mw.MaxWait, Err: err}
 		case ctx.Err() != nil:
 			return nil, &WaitError{Key: key, MaxWait: maxWait, Err: err}
 		}

@@ -242,7 +242,7 @@ func (s *Store) Update(ctx context.Context, key string, fn driver.UpdateFunc) er
 	if err == nil || isBareContextErr(err) {
 		return err
 	}
-	return fmt.Errorf("pgstore: update %q: %w", key, err)
+	return fmt.Errorf("pgstore: update %s: %w", driver.QuoteKey(key), err)
 }
 
 // Delete removes key's state at once. Deleting a key without state is not
@@ -256,7 +256,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		err = s.deleteKey(ctx, key)
 	}
 	if err != nil {
-		return wrapErr(fmt.Sprintf("pgstore: delete %q", key), err)
+		return wrapErr("pgstore: delete "+driver.QuoteKey(key), err)
 	}
 	return nil
 }

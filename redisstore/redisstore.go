@@ -142,7 +142,7 @@ func New(client Client, opts ...Option) (*Store, error) {
 func (s *Store) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
 	err := s.store.Update(ctx, key, fn)
 	if errors.Is(err, driver.ErrConflict) {
-		return fmt.Errorf("redisstore: update %q: %w", key, err)
+		return fmt.Errorf("redisstore: update %s: %w", driver.QuoteKey(key), err)
 	}
 	return err
 }
@@ -234,7 +234,7 @@ func (c *redisCAS) CompareAndSwap(ctx context.Context, key string, old, next []b
 // it did not write: the script replies with it (see cas.lua).
 func (c *redisCAS) CompareAndSwapRead(ctx context.Context, key string, old, next []byte, ttl time.Duration) ([]byte, bool, error) {
 	if ttl < 0 {
-		return nil, false, fmt.Errorf("redisstore: update %q: negative TTL %v", key, ttl)
+		return nil, false, fmt.Errorf("redisstore: update %s: negative TTL %v", driver.QuoteKey(key), ttl)
 	}
 	ms := int64(ttl / time.Millisecond)
 	if ttl%time.Millisecond != 0 {
@@ -272,7 +272,7 @@ func (c *redisCAS) CompareAndSwapRead(ctx context.Context, key string, old, next
 	case string:
 		return []byte(v), false, nil
 	}
-	return nil, false, fmt.Errorf("redisstore: update %q: %w: script replied %#v, want 0, 1 or a string", key, driver.ErrIndeterminate, cmd.Val())
+	return nil, false, fmt.Errorf("redisstore: update %s: %w: script replied %#v, want 0, 1 or a string", driver.QuoteKey(key), driver.ErrIndeterminate, cmd.Val())
 }
 
 func (c *redisCAS) Delete(ctx context.Context, key string) error {
@@ -292,14 +292,14 @@ func classify(ctx context.Context, op, key string, err error, sent, write bool) 
 	mayHaveWritten := sent && write && !refused(err)
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		if mayHaveWritten {
-			return fmt.Errorf("redisstore: %s %q: %w: %w", op, key, driver.ErrIndeterminate, ctxErr)
+			return fmt.Errorf("redisstore: %s %s: %w: %w", op, driver.QuoteKey(key), driver.ErrIndeterminate, ctxErr)
 		}
 		return ctxErr
 	}
 	if mayHaveWritten {
-		return fmt.Errorf("redisstore: %s %q: %w: %w", op, key, driver.ErrIndeterminate, err)
+		return fmt.Errorf("redisstore: %s %s: %w: %w", op, driver.QuoteKey(key), driver.ErrIndeterminate, err)
 	}
-	return fmt.Errorf("redisstore: %s %q: %w: %w", op, key, driver.ErrUnavailable, err)
+	return fmt.Errorf("redisstore: %s %s: %w: %w", op, driver.QuoteKey(key), driver.ErrUnavailable, err)
 }
 
 // refused reports whether err means that a command was not carried out:

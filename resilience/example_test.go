@@ -34,7 +34,7 @@ func ExampleRateLimiter() {
 	// acquired: true after 0s
 	// acquired: true after 1s
 	// reserved 2, wait 1s available -1
-	// sluice: max wait exceeded: 3 tokens need 2000000000ns, at most 1500000000ns allowed true
+	// sluice: max wait exceeded: 3 tokens need 2s, at most 1.5s allowed true
 }
 
 func ExampleTimeLimit() {

@@ -161,7 +161,7 @@ func machine(cfg Config) resilience4j.Config {
 // It returns an *sluice.ArgumentError for n ≤ 0.
 func (l *RateLimiter) AcquirePermission(ctx context.Context, n int64) (bool, error) {
 	if n <= 0 {
-		return false, nonPositive("AcquirePermission", n)
+		return false, nonPositive("resilience.RateLimiter.AcquirePermission", n)
 	}
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -181,7 +181,7 @@ func (l *RateLimiter) AcquirePermission(ctx context.Context, n int64) (bool, err
 	if !ok {
 		switch {
 		case byDeadline && (wait <= timeout || !l.failFast && timeout > 0):
-			return false, &sluice.MaxWaitError{Tokens: n, Wait: wait, MaxWait: bound, Deadline: true}
+			return false, &sluice.MaxWaitError{Tokens: n, Wait: time.Duration(wait), MaxWait: time.Duration(bound), Deadline: true}
 		case l.failFast || timeout == 0:
 			return false, nil
 		}
@@ -222,14 +222,14 @@ func (l *RateLimiter) sleep(ctx context.Context, d time.Duration) error {
 // for n ≤ 0.
 func (l *RateLimiter) ReservePermission(n int64) (time.Duration, error) {
 	if n <= 0 {
-		return 0, nonPositive("ReservePermission", n)
+		return 0, nonPositive("resilience.RateLimiter.ReservePermission", n)
 	}
 	l.mu.Lock()
 	timeout := int64(l.cfg.Timeout)
 	wait, ok := l.m.Acquire(&l.state, l.clock.Now(), n, timeout)
 	l.mu.Unlock()
 	if !ok {
-		return 0, &sluice.MaxWaitError{Tokens: n, Wait: wait, MaxWait: timeout}
+		return 0, &sluice.MaxWaitError{Tokens: n, Wait: time.Duration(wait), MaxWait: time.Duration(timeout)}
 	}
 	return time.Duration(wait), nil
 }
@@ -279,7 +279,7 @@ func (l *RateLimiter) Drain() {
 // an *sluice.ArgumentError for n ≤ 0 and then changes nothing.
 func (l *RateLimiter) ChangeLimitForPeriod(n int64) error {
 	if n <= 0 {
-		return nonPositive("ChangeLimitForPeriod", n)
+		return nonPositive("resilience.RateLimiter.ChangeLimitForPeriod", n)
 	}
 	l.mu.Lock()
 	l.cfg.LimitForPeriod = n
@@ -293,7 +293,7 @@ func (l *RateLimiter) ChangeLimitForPeriod(n int64) error {
 // changes nothing.
 func (l *RateLimiter) ChangeTimeout(d time.Duration) error {
 	if d < 0 {
-		return &sluice.ArgumentError{Op: "ChangeTimeout", Arg: "timeout", Value: int64(d), Want: "must not be negative"}
+		return &sluice.ArgumentError{Op: "resilience.RateLimiter.ChangeTimeout", Arg: "timeout", Value: d, Want: "must not be negative"}
 	}
 	l.mu.Lock()
 	l.cfg.Timeout = d

@@ -73,7 +73,7 @@ func reserveRefused(n int64, wantWait time.Duration) step {
 		t.Helper()
 		_, err := f.l.ReservePermission(n)
 		var mw *sluice.MaxWaitError
-		if !errors.Is(err, sluice.ErrMaxWaitExceeded) || !errors.As(err, &mw) || mw.Wait != int64(wantWait) || mw.Tokens != n {
+		if !errors.Is(err, sluice.ErrMaxWaitExceeded) || !errors.As(err, &mw) || mw.Wait != time.Duration(wantWait) || mw.Tokens != n {
 			t.Errorf("ReservePermission(%d) error = %v; want *MaxWaitError with wait %v", n, err, wantWait)
 		}
 	}}
@@ -473,7 +473,7 @@ func TestAcquireDeadline(t *testing.T) {
 			defer cancel()
 			ok, err := f.l.AcquirePermission(ctx, tt.n)
 			var mw *sluice.MaxWaitError
-			if ok || !errors.As(err, &mw) || !mw.Deadline || mw.Wait != int64(tt.wait) || !errors.Is(err, context.DeadlineExceeded) {
+			if ok || !errors.As(err, &mw) || !mw.Deadline || mw.Wait != time.Duration(tt.wait) || !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("AcquirePermission(%d) with a deadline in a minute = %v, %v; want false, a *MaxWaitError of the deadline and a %v wait", tt.n, ok, err, tt.wait)
 			}
 			if f.clk.Slept() != 0 || f.l.AvailablePermissions() != tt.permit {

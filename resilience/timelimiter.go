@@ -163,7 +163,7 @@ func Call[T any](ctx context.Context, l *TimeLimiter, fn func(context.Context) (
 func TimeLimit[T any](ctx context.Context, timeout time.Duration, fn func(context.Context) (T, error)) (T, error) {
 	if timeout < 0 {
 		var zero T
-		return zero, &sluice.ArgumentError{Op: "TimeLimit", Arg: "timeout", Value: int64(timeout), Want: "must not be negative"}
+		return zero, &sluice.ArgumentError{Op: "resilience.TimeLimit", Arg: "timeout", Value: timeout, Want: "must not be negative"}
 	}
 	return call(ctx, timeout, true, realTimer, fn)
 }

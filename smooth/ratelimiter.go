@@ -168,7 +168,7 @@ func newLimiter(o options, g guava, permitsPerSecond float64) *RateLimiter {
 // an *sluice.ArgumentError for permits ≤ 0.
 func (l *RateLimiter) Acquire(ctx context.Context, permits int64) (time.Duration, error) {
 	if permits <= 0 {
-		return 0, nonPositive("Acquire", permits)
+		return 0, nonPositive("smooth.RateLimiter.Acquire", permits)
 	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -198,7 +198,7 @@ func (l *RateLimiter) Acquire(ctx context.Context, permits int64) (time.Duration
 // *sluice.ArgumentError for permits ≤ 0.
 func (l *RateLimiter) TryAcquire(ctx context.Context, permits int64, timeout time.Duration) (bool, error) {
 	if permits <= 0 {
-		return false, nonPositive("TryAcquire", permits)
+		return false, nonPositive("smooth.RateLimiter.TryAcquire", permits)
 	}
 	if err := ctx.Err(); err != nil {
 		return false, err

@@ -163,7 +163,7 @@ func TestOptions(t *testing.T) {
 func TestInvalidWrapsConfigError(t *testing.T) {
 	_, err := decodeJSON(t, Options{}, `{"policy": "shaper", "rate": {"interval": "1s", "amount": 1}, "max_queue": -1}`)
 	var ce *sluice.ConfigError
-	if !errors.As(err, &ce) || ce.Rule != sluice.RuleNonPositiveLimit || !strings.HasPrefix(err.Error(), "limiter.max_queue: ") {
+	if !errors.As(err, &ce) || ce.Rule != sluice.RuleNegativeMaxQueue || !strings.HasPrefix(err.Error(), "limiter.max_queue: ") {
 		t.Errorf("Decode = %v, want an error at limiter.max_queue wrapping the ConfigError", err)
 	}
 }

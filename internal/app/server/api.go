@@ -467,9 +467,8 @@ func (e *tokensAboveLimit) Error() string {
 // answered res and err: a *tokensAboveLimit when n can never pass, else
 // err.
 func aboveLimit(l *limiter, n int64, res Result, err error) error {
-	var argErr *sluice.ArgumentError
 	switch {
-	case errors.As(err, &argErr) && argErr.Arg == "tokens": // n ≥ 1, so above the limit
+	case errors.Is(err, sluice.ErrTokensAboveLimit):
 		return &tokensAboveLimit{l.name, n, l.limit}
 	case err == nil && !res.Allowed && res.RetryAfterMS == millis(sluice.Never):
 		return &tokensAboveLimit{l.name, n, res.Limit}

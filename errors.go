@@ -12,8 +12,8 @@ var (
 	ErrInvalidArgument = errors.New("sluice: invalid argument")
 	// ErrInvalidConfig is matched (errors.Is) by every *ConfigError.
 	ErrInvalidConfig = errors.New("sluice: invalid configuration")
-	// ErrReserveNotSupported is returned by Limiter.Reserve for a policy
-	// that cannot reserve tokens ahead, such as the sliding window.
+	// ErrReserveNotSupported is returned by Limiter.ReserveN and WaitN for a
+	// policy that cannot reserve tokens ahead, such as the sliding window.
 	ErrReserveNotSupported = errors.New("sluice: policy does not support reservations")
 	// ErrMaxWaitExceeded is matched by the *MaxWaitError of a wait that
 	// would be longer than allowed. Nothing was taken.

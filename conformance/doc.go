@@ -47,7 +47,7 @@
 //
 // Every step of a limiter case acts on one key. consume (tokens default 1)
 // is Limiter.AllowN, compared field by field with the sluice.Result;
-// reserve (tokens, max_wait: absent means sluice.Never) is Limiter.Reserve,
+// reserve (tokens, max_wait: absent means sluice.Never) is Limiter.ReserveN,
 // a reservation that is not OK being max_wait_exceeded; reset is
 // Limiter.Reset. An error is matched to its want_error code with
 // errors.Is: sluice.ErrInvalidArgument, sluice.ErrMaxWaitExceeded,

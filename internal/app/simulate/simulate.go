@@ -33,7 +33,7 @@ type Options struct {
 	// policy's (Window).
 	Window time.Duration
 	// MaxWait, when positive, makes every request wait for its turn up
-	// to MaxWait (Limiter.Reserve) instead of being refused at once
+	// to MaxWait (Limiter.ReserveN) instead of being refused at once
 	// (Limiter.Allow); a policy that cannot reserve then fails to run.
 	MaxWait time.Duration
 }

@@ -134,9 +134,9 @@ type failover struct {
 	quota int64
 }
 
-// decide runs call on the store, and applies the failure policy when the
+// onStore runs call on the store, and applies the failure policy when the
 // store fails.
-func decide[T any](ctx context.Context, f *failover, call func(backend) (T, error), open func() T) (T, error) {
+func onStore[T any](ctx context.Context, f *failover, call func(backend) (T, error), open func() T) (T, error) {
 	v, err := call(f.store)
 	if err == nil {
 		return v, nil
@@ -154,11 +154,11 @@ func decide[T any](ctx context.Context, f *failover, call func(backend) (T, erro
 func (f *failover) openResult() policy.Result { return policy.Result{Allowed: true, Limit: f.quota} }
 
 func (f *failover) consume(ctx context.Context, key string, n int64) (policy.Result, error) {
-	return decide(ctx, f, func(b backend) (policy.Result, error) { return b.consume(ctx, key, n) }, f.openResult)
+	return onStore(ctx, f, func(b backend) (policy.Result, error) { return b.consume(ctx, key, n) }, f.openResult)
 }
 
 func (f *failover) peek(ctx context.Context, key string, n int64) (policy.Result, error) {
-	return decide(ctx, f, func(b backend) (policy.Result, error) { return b.peek(ctx, key, n) }, f.openResult)
+	return onStore(ctx, f, func(b backend) (policy.Result, error) { return b.peek(ctx, key, n) }, f.openResult)
 }
 
 // reservation is what a backend's reserve returns.
@@ -169,7 +169,7 @@ type reservation struct {
 }
 
 func (f *failover) reserve(ctx context.Context, key string, n, maxWait int64) (policy.Result, int64, func(int64), error) {
-	r, err := decide(ctx, f, func(b backend) (reservation, error) {
+	r, err := onStore(ctx, f, func(b backend) (reservation, error) {
 		res, at, undo, err := b.reserve(ctx, key, n, maxWait)
 		return reservation{res, at, undo}, err
 	}, func() reservation { return reservation{res: f.openResult()} })

@@ -39,15 +39,15 @@ type memKeys struct {
 	clock Clock
 }
 
-func (m memKeys) consume(_ context.Context, key string, n int64) (policy.Result, error) {
+func (m *memKeys) consume(_ context.Context, key string, n int64) (policy.Result, error) {
 	return m.keys.Consume(key, m.clock.Now(), n), nil
 }
 
-func (m memKeys) peek(_ context.Context, key string, n int64) (policy.Result, error) {
+func (m *memKeys) peek(_ context.Context, key string, n int64) (policy.Result, error) {
 	return m.keys.Peek(key, m.clock.Now(), n), nil
 }
 
-func (m memKeys) reserve(_ context.Context, key string, n, maxWait int64) (policy.Result, int64, func(int64), error) {
+func (m *memKeys) reserve(_ context.Context, key string, n, maxWait int64) (policy.Result, int64, func(int64), error) {
 	now := m.clock.Now()
 	res, rc := m.keys.Reserve(key, now, n, maxWait)
 	if rc == nil {
@@ -56,7 +56,7 @@ func (m memKeys) reserve(_ context.Context, key string, n, maxWait int64) (polic
 	return res, rc.At, func(now int64) { m.keys.Cancel(key, now, rc) }, nil
 }
 
-func (m memKeys) reset(_ context.Context, key string) error {
+func (m *memKeys) reset(_ context.Context, key string) error {
 	m.keys.Reset(key)
 	return nil
 }
@@ -68,15 +68,15 @@ type storeKeys struct {
 	clock Clock
 }
 
-func (s storeKeys) consume(ctx context.Context, key string, n int64) (policy.Result, error) {
+func (s *storeKeys) consume(ctx context.Context, key string, n int64) (policy.Result, error) {
 	return s.store.Consume(ctx, key, s.codec, n)
 }
 
-func (s storeKeys) peek(ctx context.Context, key string, n int64) (policy.Result, error) {
+func (s *storeKeys) peek(ctx context.Context, key string, n int64) (policy.Result, error) {
 	return s.store.Peek(ctx, key, s.codec, n)
 }
 
-func (s storeKeys) reserve(ctx context.Context, key string, n, maxWait int64) (policy.Result, int64, func(int64), error) {
+func (s *storeKeys) reserve(ctx context.Context, key string, n, maxWait int64) (policy.Result, int64, func(int64), error) {
 	at := s.clock.Now()
 	res, rc, err := s.store.Reserve(ctx, key, s.codec, n, maxWait)
 	if rc == nil {
@@ -85,7 +85,7 @@ func (s storeKeys) reserve(ctx context.Context, key string, n, maxWait int64) (p
 	return res, rc.At, func(now int64) { _ = s.store.Cancel(context.Background(), key, s.codec, now, rc) }, err
 }
 
-func (s storeKeys) reset(ctx context.Context, key string) error {
+func (s *storeKeys) reset(ctx context.Context, key string) error {
 	return s.store.Reset(ctx, key, s.codec)
 }
 

@@ -61,7 +61,7 @@ func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 	if l.sleeper == nil {
 		l.sleeper = TimerSleeper()
 	}
-	local := memKeys{keys: keys, clock: l.clock}
+	local := &memKeys{keys: keys, clock: l.clock}
 	l.backend = local
 	var localBuckets bucketBackend
 	if b := keys.Buckets(); b != nil {
@@ -82,7 +82,7 @@ func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.backend = &failover{failurePolicy: setup.fail, store: storeKeys{store: setup.store, codec: codec, clock: l.clock},
+	l.backend = &failover{failurePolicy: setup.fail, store: &storeKeys{store: setup.store, codec: codec, clock: l.clock},
 		local: local, quota: l.quota}
 	if bc, ok := codec.(*record.Bucket); ok && localBuckets != nil {
 		l.buckets = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: bc},

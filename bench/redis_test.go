@@ -26,7 +26,9 @@ import (
 //     state, decide in Go, write it with a compare-and-set script (EVALSHA).
 //
 // All three enforce storeRate per second with a burst of storeRate. keys=hot
-// is one key for every call, keys=spread 10,000 keys; goroutines=Z runs
+// is one key for every call, keys=spread 10,000 keys, keys=idle 100,000
+// keys, so many that each comes back after Redis has expired its state
+// (a second after its last decision); goroutines=Z runs
 // exactly Z goroutines on one client whose pool has 64 connections.
 // Besides the metrics of runWorkers it reports rtt/decision, the commands
 // and pipelines the client sent (each is one round trip), and
@@ -84,6 +86,7 @@ func BenchmarkRedis(b *testing.B) {
 	}{
 		{"hot", storeKeys(1)},
 		{"spread", storeKeys(10_000)},
+		{"idle", storeKeys(100_000)},
 	}
 	for _, impl := range impls {
 		for _, ks := range keySets {

@@ -36,8 +36,9 @@ type SwapReader interface {
 type StoreOption func(*storeOptions)
 
 type storeOptions struct {
-	maxAttempts int // 0: until the context ends
-	cacheSize   int // 0: no state cache
+	maxAttempts int  // 0: until the context ends
+	cacheSize   int  // 0: no state cache
+	expires     bool // the CAS deletes a state once its ttl has passed
 }
 
 // WithMaxAttempts bounds the attempts of one update to n, after which it
@@ -57,6 +58,18 @@ func WithStateCache(entries int) StoreOption {
 	return func(o *storeOptions) {
 		o.cacheSize = max(entries, 0)
 	}
+}
+
+// WithPromptExpiry tells NewCASStore that its CAS deletes a state as
+// soon as its ttl has passed, as Redis does, rather than some time after.
+// With a state cache, a key whose cached state has outlived the ttl it
+// was written with is then taken to have no state, and its update
+// compares against none: one round trip, where comparing against the
+// cached bytes would lose a race with the expiry and cost a second. A
+// wrong guess is never wrong in effect (the compare-and-swap checks it);
+// it only costs that second round trip. Other stores ignore it.
+func WithPromptExpiry() StoreOption {
+	return func(o *storeOptions) { o.expires = true }
 }
 
 func newStoreOptions(opts []StoreOption) storeOptions {
@@ -109,7 +122,7 @@ func newStoreOptions(opts []StoreOption) storeOptions {
 // changes. A stale cache entry never makes an update wrong, since every
 // decision is checked against the store; it only costs the round trips
 // of a lost race. A key whose state expired in the store is such a stale
-// entry.
+// entry, unless the store was made WithPromptExpiry.
 //
 // # Deleting
 //
@@ -148,7 +161,10 @@ const (
 )
 
 func (s *casStore) Update(ctx context.Context, key string, fn UpdateFunc) error {
-	old, cached := s.cache.get(key)
+	old, expiry, cached := s.cache.get(key)
+	if cached && s.o.expires && !expiry.IsZero() && time.Now().After(expiry) {
+		old = nil // expired in the store by now
+	}
 	if !cached {
 		var err error
 		if old, err = s.get(ctx, key); err != nil {
@@ -174,13 +190,20 @@ func (s *casStore) Update(ctx context.Context, key string, fn UpdateFunc) error 
 		}
 		t0 := time.Now()
 		cur, ok, read, err := s.swap(ctx, key, old, next, ttl)
-		rtt := time.Since(t0)
+		t1 := time.Now()
+		rtt := t1.Sub(t0)
 		if err != nil {
 			s.cache.drop(key)
 			return err
 		}
 		if ok {
-			s.cache.put(key, next)
+			// The store set the expiry before it answered, so by t1+ttl
+			// it has passed.
+			var expiry time.Time
+			if ttl > 0 {
+				expiry = t1.Add(ttl)
+			}
+			s.cache.put(key, next, expiry)
 			return nil
 		}
 		s.cache.drop(key)
@@ -196,7 +219,7 @@ func (s *casStore) Update(ctx context.Context, key string, fn UpdateFunc) error 
 				return err
 			}
 		} else {
-			s.cache.put(key, cur)
+			s.cache.put(key, cur, time.Time{})
 		}
 		old, cached = cur, false
 	}
@@ -246,7 +269,7 @@ func (s *casStore) get(ctx context.Context, key string) ([]byte, error) {
 		s.cache.drop(key)
 		return nil, err
 	}
-	s.cache.put(key, state)
+	s.cache.put(key, state, time.Time{})
 	return state, nil
 }
 
@@ -284,9 +307,16 @@ type stateCache struct {
 
 type cacheShard struct {
 	mu  sync.Mutex
-	m   map[string][]byte // never holds nil values
-	cap int               // at least 1
-	_   [40]byte          // keeps shards on separate cache lines
+	m   map[string]cacheEntry
+	cap int      // at least 1
+	_   [40]byte // keeps shards on separate cache lines
+}
+
+// cacheEntry is a key's last known state, never nil, and when the store
+// will have deleted it by (zero: not known).
+type cacheEntry struct {
+	state  []byte
+	expiry time.Time
 }
 
 // newStateCache returns a cache of at most entries keys, or nil when
@@ -298,7 +328,7 @@ func newStateCache(entries int) *stateCache {
 	n := min(entries, maxCacheShards)
 	c := &stateCache{seed: maphash.MakeSeed(), shards: make([]cacheShard, n)}
 	for i := range c.shards {
-		c.shards[i].m = make(map[string][]byte)
+		c.shards[i].m = make(map[string]cacheEntry)
 		c.shards[i].cap = entries / n
 		if i < entries%n {
 			c.shards[i].cap++
@@ -311,25 +341,27 @@ func (c *stateCache) shard(key string) *cacheShard {
 	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
 }
 
-// get returns a copy of key's cached state, and whether there was one.
-func (c *stateCache) get(key string) ([]byte, bool) {
+// get returns a copy of key's cached state and its expiry, and whether
+// there was one.
+func (c *stateCache) get(key string) ([]byte, time.Time, bool) {
 	if c == nil {
-		return nil, false
+		return nil, time.Time{}, false
 	}
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	state, ok := sh.m[key]
+	e, ok := sh.m[key]
 	if !ok {
-		return nil, false
+		return nil, time.Time{}, false
 	}
-	return bytes.Clone(state), true
+	return bytes.Clone(e.state), e.expiry, true
 }
 
-// put caches a copy of state as key's, or drops key's entry when state is
+// put caches a copy of state as key's, with the time by which the store
+// will have deleted it (zero: not known), or drops key's entry when state is
 // nil: a key without state is not cached. A full shard first evicts an
 // arbitrary entry.
-func (c *stateCache) put(key string, state []byte) {
+func (c *stateCache) put(key string, state []byte, expiry time.Time) {
 	if c == nil {
 		return
 	}
@@ -341,7 +373,7 @@ func (c *stateCache) put(key string, state []byte) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if old, ok := sh.m[key]; ok {
-		sh.m[key] = append(old[:0], state...) // no one else holds old
+		sh.m[key] = cacheEntry{append(old.state[:0], state...), expiry} // no one else holds old
 		return
 	}
 	if len(sh.m) >= sh.cap {
@@ -350,7 +382,7 @@ func (c *stateCache) put(key string, state []byte) {
 			break
 		}
 	}
-	sh.m[key] = bytes.Clone(state)
+	sh.m[key] = cacheEntry{bytes.Clone(state), expiry}
 }
 
 // drop forgets key's cached state.

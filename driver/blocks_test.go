@@ -676,3 +676,45 @@ func TestCASContentionOnASlowStore(t *testing.T) {
 		t.Errorf("%.2f compare-and-swaps per success, want at most 6", perSuccess)
 	}
 }
+
+// TestCASPromptExpiry: with WithPromptExpiry, a cached state past the ttl
+// it was written with is taken for none, which costs one compare-and-swap
+// when the store did expire it, and stays right when it did not.
+func TestCASPromptExpiry(t *testing.T) {
+	const ttl = time.Millisecond
+	shortLived := func(state []byte) ([]byte, time.Duration, bool) {
+		next, _, changed := increment(state)
+		return next, ttl, changed
+	}
+	tests := []struct {
+		name       string
+		opts       []driver.StoreOption
+		expired    bool // the store deleted the state at its ttl
+		gets, cass int
+		want       string
+	}{
+		{"expired, guessed", []driver.StoreOption{driver.WithStateCache(10), driver.WithPromptExpiry()}, true, 0, 1, "1"},
+		{"expired, not guessed", []driver.StoreOption{driver.WithStateCache(10)}, true, 1, 2, "1"},
+		{"kept longer, guessed wrong", []driver.StoreOption{driver.WithStateCache(10), driver.WithPromptExpiry()}, false, 1, 2, "2"},
+		{"kept longer, not guessed", []driver.StoreOption{driver.WithStateCache(10)}, false, 0, 1, "2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &memCAS{m: map[string][]byte{}}
+			s := driver.NewCASStore(c, tt.opts...)
+			mustUpdate(t, s, "k", shortLived)
+			time.Sleep(3 * ttl) // past the entry's expiry
+			if tt.expired {
+				delete(c.m, "k")
+			}
+			c.calls()
+			mustUpdate(t, s, "k", shortLived)
+			if gets, cass := c.calls(); gets != tt.gets || cass != tt.cass {
+				t.Errorf("update made %d Gets and %d CompareAndSwaps, want %d and %d", gets, cass, tt.gets, tt.cass)
+			}
+			if got := string(c.m["k"]); got != tt.want {
+				t.Errorf("state = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

@@ -34,7 +34,11 @@
 // The Store remembers the state it last wrote or read for each of up to
 // 100,000 keys ([WithStateCache]), so an update of a key that only this
 // process writes costs one round trip, the compare-and-swap; a stale entry
-// only costs a lost race. See [driver.NewCASStore].
+// only costs a lost race. Since Redis deletes a state once its TTL has
+// passed, an entry older than its TTL is taken for no state
+// ([driver.WithPromptExpiry]): a key that comes back after being idle
+// costs one round trip too, not a lost race against the expiry. See
+// [driver.NewCASStore].
 //
 // # TTL
 //

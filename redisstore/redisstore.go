@@ -126,7 +126,7 @@ func New(client Client, opts ...Option) (*Store, error) {
 	if o.pipelining {
 		s.cas.batch = newBatcher(client)
 	}
-	s.store = driver.NewCASStore(s.cas, driver.WithMaxAttempts(o.maxAttempts), driver.WithStateCache(o.cache))
+	s.store = driver.NewCASStore(s.cas, driver.WithMaxAttempts(o.maxAttempts), driver.WithStateCache(o.cache), driver.WithPromptExpiry())
 	d, ok := s.store.(driver.Deleter)
 	if !ok { // cannot happen: redisCAS has Delete
 		return nil, errors.New("redisstore: CAS store cannot delete")

@@ -785,3 +785,28 @@ func TestSentinelFailover(t *testing.T) {
 	t.Logf("failover: %d updates succeeded (%d after the old master turned replica), %d indeterminate; count %d, so %d acknowledged updates were lost",
 		succeeded, after, indeterminate, n, before+succeeded-n)
 }
+
+// TestExpiredKeyOneRoundTrip: a key whose cached state Redis has expired
+// costs one command, a compare-and-swap against no state, not a lost race
+// against the cached bytes and a second one.
+func TestExpiredKeyOneRoundTrip(t *testing.T) {
+	const ttl = 20 * time.Millisecond
+	shortLived := func(state []byte) ([]byte, time.Duration, bool) {
+		next, _, changed := increment(state)
+		return next, ttl, changed
+	}
+	c := &counting{UniversalClient: standalone(t)}
+	s := newStore(t, c)
+	mustUpdate(t, s, "k", shortLived) // loads the script, caches "1"
+	for stored(t, c.UniversalClient, "k") != "" {
+		time.Sleep(ttl) // until Redis has expired it
+	}
+	c.cmds.Store(0)
+	mustUpdate(t, s, "k", shortLived)
+	if n := c.cmds.Load(); n != 1 {
+		t.Errorf("update of an expired key took %d commands, want 1", n)
+	}
+	if got := stored(t, c.UniversalClient, "k"); got != "1" {
+		t.Errorf("k = %q, want 1: the expired state counts as none", got)
+	}
+}

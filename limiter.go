@@ -54,6 +54,9 @@ func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 	if o.maxKeys < 0 {
 		return nil, &ArgumentError{Op: "NewLimiter", Arg: "WithMaxKeys", Value: int64(o.maxKeys), Want: "must not be negative"}
 	}
+	if err := o.lease.check(p); err != nil {
+		return nil, err
+	}
 	l := &Limiter{policy: p, clock: o.clock, sleeper: o.sleeper, listener: o.listener, keys: keys, quota: keys.Quota()}
 	if l.clock == nil {
 		l.clock = MonotonicClock()
@@ -82,8 +85,11 @@ func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.backend = &failover{failurePolicy: setup.fail, store: &storeKeys{store: setup.store, codec: codec, clock: l.clock},
-		local: local, quota: l.quota}
+	var stored backend = &storeKeys{store: setup.store, codec: codec, clock: l.clock}
+	if o.lease != nil {
+		stored = newLeasedKeys(stored.(*storeKeys), o.lease.config(), p.Kind() == KindFixedWindow)
+	}
+	l.backend = &failover{failurePolicy: setup.fail, store: stored, local: local, quota: l.quota}
 	if bc, ok := codec.(*record.Bucket); ok && localBuckets != nil {
 		l.buckets = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: bc},
 			local: func(context.Context) (bucketBackend, error) { return localBuckets, nil }}

@@ -12,7 +12,7 @@ import (
 //	NewBucket(cfg, ...BucketOption)                  Option
 //	NewStoreBucket(s, key, cfg, ...StoreBucketOption) Option, StoreOption
 //	NewLazyStoreBucket(s, key, f, ...StoreBucketOption)
-//	NewLimiter(p, ...LimiterOption)                  Option, StoreOption, WithStore, WithMaxKeys
+//	NewLimiter(p, ...LimiterOption)                  Option, StoreOption, WithStore, WithMaxKeys, WithLease
 //
 // A StoreOption given to NewLimiter without WithStore is refused with an
 // *ArgumentError.
@@ -24,8 +24,8 @@ type BucketOption interface{ applyBucket(*options) }
 // Option or a StoreOption.
 type StoreBucketOption interface{ applyStoreBucket(*options) }
 
-// LimiterOption configures NewLimiter: an Option, a StoreOption, WithStore
-// or WithMaxKeys.
+// LimiterOption configures NewLimiter: an Option, a StoreOption, WithStore,
+// WithMaxKeys or WithLease.
 type LimiterOption interface{ applyLimiter(*options) }
 
 // Option configures any constructor: WithClock, WithSleeper and
@@ -79,6 +79,7 @@ type options struct {
 	// for a Limiter
 	store   driver.Store
 	maxKeys int
+	lease   *Lease // WithLease
 
 	// for a Limiter or KeyBucket with a store
 	storeTimeout    time.Duration

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/batch"
 	"github.com/sluicehq/sluice/internal/breaker"
+	"github.com/sluicehq/sluice/internal/lease"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
 	"github.com/sluicehq/sluice/internal/record"
@@ -169,6 +170,21 @@ func (s *Store) Consume(ctx context.Context, key string, c record.Codec, n int64
 		return next, changedBy(c, changed)
 	})
 	return res, err
+}
+
+// Lease takes need tokens for key and up to want more for a process's
+// lease, in one update; see lease.Take. granted is 0 when even need was
+// refused, and res is then the refusal. at is the time the grant was
+// decided at, from which res's durations count.
+func (s *Store) Lease(ctx context.Context, key string, c record.Codec, need, want int64) (res policy.Result, granted, at int64, err error) {
+	err = s.submit(ctx, key, func(rec []byte, now int64) ([]byte, record.Codec) {
+		var next []byte
+		var changed bool
+		at = now
+		res, granted, next, changed = lease.Take(c, rec, now, need, want)
+		return next, changedBy(c, changed)
+	})
+	return res, granted, at, err
 }
 
 // Peek answers as Consume would, changing nothing.

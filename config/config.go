@@ -41,6 +41,10 @@ type Limiter struct {
 	// sluice.NewBucket (for instance with intervally_aligned refill, which
 	// needs sluice.WallClock). It is nil for every other policy.
 	Bucket *sluice.BucketConfig
+	// Lease is the limiter's quota leasing (its lease key), for
+	// sluice.WithLease; nil when the file sets none. Load has checked it
+	// against the policy.
+	Lease *sluice.Lease
 	// Line and Column locate the limiter's name in the file, counting
 	// from 1.
 	Line, Column int

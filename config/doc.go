@@ -66,6 +66,18 @@
 // not be a member of a compound. Use its [Limiter.Bucket] configuration
 // with sluice.NewBucket instead.
 //
+// # Leases
+//
+// A top-level limiter of kind token_bucket, leaky_bucket, bucket, gcra or
+// fixed_window may also have a lease key, which is not the policy's but
+// the limiter's: quota leasing with a store ([sluice.WithLease]), each
+// process spending leases of min to max tokens that expire after ttl
+// (all three required; 1 ≤ min ≤ max, ttl positive). [Load] decodes it
+// into [Limiter].Lease.
+//
+//	limiters:
+//	  search: {policy: gcra, limit: 1000, rate: {amount: 1000, interval: 1s}, lease: {min: 10, max: 500, ttl: 1s}}
+//
 // # Values
 //
 // Integers are int64, written in decimal, or with 0x, 0o or 0b, and may

@@ -124,17 +124,25 @@ func limiters(d *policyspec.Decoder, top *yamlnode.Mapping) (*File, error) {
 		return nil, errorAt(path, lims.Node, "must name at least one limiter")
 	}
 	r := &resolver{d: d, specs: make(map[string]*policyspec.Desc, len(lims.Keys)), state: make(map[string]int, len(lims.Keys))}
+	leases := make(map[string]*leaseSpec)
 	for i, k := range lims.Keys {
 		name := k.Value
 		if !validName.MatchString(name) {
 			return nil, errorAt(path, k,
 				"limiter names are letters, digits, '_' and '-', got %s", yamlnode.Describe(k))
 		}
-		s, err := d.Decode(yamlnode.Join(path, name), lims.Vals[i])
+		v, ls, err := splitLease(d, yamlnode.Join(path, name), lims.Vals[i])
+		if err != nil {
+			return nil, err
+		}
+		s, err := d.Decode(yamlnode.Join(path, name), v)
 		if err != nil {
 			return nil, err
 		}
 		r.specs[name] = s
+		if ls != nil {
+			leases[name] = ls
+		}
 		r.order = append(r.order, name)
 	}
 	f := &File{Limiters: make(map[string]Limiter, len(r.order)), Order: r.order}
@@ -145,6 +153,12 @@ func limiters(d *policyspec.Decoder, top *yamlnode.Mapping) (*File, error) {
 		}
 		k := lims.Keys[i]
 		l := Limiter{Name: name, Policy: s.Policy, Line: k.Line, Column: k.Column}
+		if ls := leases[name]; ls != nil {
+			if err := ls.check(s.Policy); err != nil {
+				return nil, err
+			}
+			l.Lease = &ls.lease
+		}
 		if s.Bucket != nil {
 			l.Bucket = &sluice.BucketConfig{Bandwidths: slices.Clone(s.Bucket.Bandwidths)}
 		}

@@ -279,14 +279,19 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 			return nil, fmt.Errorf("server: allowed_origins: %w", err)
 		}
 	}
-	add := func(name string, p sluice.Policy, line, col int) error {
-		l, err := sluice.NewLimiter(p,
+	add := func(name string, p sluice.Policy, lease *sluice.Lease, line, col int) error {
+		opts := []sluice.LimiterOption{
 			sluice.WithStore(newLimiterStore(s.store.Store, name, s.metrics)),
 			sluice.WithClock(s.clock),
 			sluice.WithStoreTimeout(cfg.StoreTimeout),
 			sluice.WithStoreFailure(cfg.StoreFailure),
 			sluice.WithInheritance(cfg.Inheritance),
-			sluice.WithListener(failureListener{limiter: name, m: s.metrics}))
+			sluice.WithListener(failureListener{limiter: name, m: s.metrics}),
+		}
+		if lease != nil { // the limiter's lease key
+			opts = append(opts, sluice.WithLease(*lease))
+		}
+		l, err := sluice.NewLimiter(p, opts...)
 		if err != nil {
 			return &config.Error{Path: "limiters." + name, Line: line, Column: col, Msg: err.Error(), Err: err}
 		}
@@ -300,7 +305,7 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 	}
 	for _, name := range cfg.Limiters.Order {
 		l := cfg.Limiters.Limiters[name]
-		if err := add(name, l.Policy, l.Line, l.Column); err != nil {
+		if err := add(name, l.Policy, l.Lease, l.Line, l.Column); err != nil {
 			return nil, err
 		}
 	}

@@ -36,6 +36,11 @@ a column number from 1 or a header name. With key K each request is on its
 own key: field K of its line (key 1 is an access log's client address) or
 column K of the CSV; the level shown is then the busiest key's.
 
+A limiter with a lease key (quota leasing) is run as -processes processes
+sharing one store, the requests dealt to them in turn, each deciding from
+its own leases: compare it with the same policy without the key to see
+what leasing costs (at most processes × max fewer, never more).
+
 Durations (-duration, -slice, -window, -max-wait) are written as in config
 files: 90s, 1m30s or a count and a unit word, '3 minutes'.
 
@@ -56,6 +61,7 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 	slice := fs.duration("slice", 0, "the `duration` of a reporting slice (default: about 60 slices)")
 	window := fs.duration("window", 0, "the `duration` of the window in which to find the busiest burst (default: the policy's own)")
 	maxWait := fs.duration("max-wait", 0, "let each request wait up to this `duration` for its turn (Reserve) instead of refusing it")
+	processes := fs.Int("processes", 1, "with a limiter that has a lease key, how many `processes` share it, each spending its own leases")
 	out := fs.String("out", "", "write an SVG chart to this `file`")
 	if err := fs.parse(args); err != nil {
 		return err
@@ -76,6 +82,8 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 		return fs.usagef("-traffic is required, for example -traffic 'steady 20/s'")
 	case *duration < 0 || *slice < 0 || *window < 0 || *maxWait < 0:
 		return fs.usagef("-duration, -slice, -window and -max-wait must not be negative")
+	case *processes < 1:
+		return fs.usagef("-processes must be at least 1, got %d", *processes)
 	}
 
 	var cfg *server.Config
@@ -93,7 +101,7 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	reports, err := simulate.Limiters(cfg.Limiters, names, t, simulate.Options{
-		Duration: *duration, Slice: *slice, Window: *window, MaxWait: *maxWait,
+		Duration: *duration, Slice: *slice, Window: *window, MaxWait: *maxWait, Processes: *processes,
 	})
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 // Options are the settings of one simulation.
@@ -36,6 +37,15 @@ type Options struct {
 	// to MaxWait (Limiter.ReserveN) instead of being refused at once
 	// (Limiter.Allow); a policy that cannot reserve then fails to run.
 	MaxWait time.Duration
+	// Processes, with a limiter that has a lease (Lease), is how many
+	// processes share its limit through one in-memory store, each
+	// deciding from its own leases (sluice.WithLease); the requests are
+	// dealt to them in turn. 0 means 1. Without a lease it changes
+	// nothing: the limiter is exact.
+	Processes int
+	// Lease is the limiter's quota leasing, nil for an exact limiter;
+	// Limiters takes it from the config.
+	Lease *sluice.Lease
 }
 
 // Report is the outcome of one limiter under one traffic pattern.
@@ -62,6 +72,11 @@ type Report struct {
 	// Waits describes the delays of admitted requests when MaxWait is
 	// set; it is the zero value otherwise.
 	Waits Waits
+	// Processes is how many processes decided from leases, and Lease
+	// their lease; 0 and nil for an exact limiter. Levels are then the
+	// shared state's, without the tokens the processes hold.
+	Processes int
+	Lease     *sluice.Lease
 }
 
 // Slice is what happened in [Start, Start+Report.Slice): the requests
@@ -125,14 +140,17 @@ func Run(name string, p sluice.Policy, rq *Requests, o Options) (*Report, error)
 		return nil, err
 	}
 	c := &clock{}
-	l, err := sluice.NewLimiter(p, sluice.WithClock(c))
+	l, procs, err := limiters(p, c, o)
 	if err != nil {
 		return nil, err
 	}
 	s := &run{
-		name: name, o: o, rq: rq, c: c, l: l,
+		name: name, o: o, rq: rq, c: c, l: procs[0], procs: procs, levels: l,
 		r:        newReport(name, p, o),
 		admitted: make(map[uint32][]int64),
+	}
+	if o.Lease != nil {
+		s.r.Processes, s.r.Lease = len(procs), o.Lease
 	}
 	s.levelKey = s.r.countKeys(rq)
 	ctx := context.Background()
@@ -140,6 +158,7 @@ func Run(name string, p sluice.Policy, rq *Requests, o Options) (*Report, error)
 		if t < 0 || t >= int64(o.Duration) {
 			continue
 		}
+		s.l = s.procs[i%len(s.procs)]
 		if err := s.arrive(ctx, t, rq.key(i)); err != nil {
 			return nil, err
 		}
@@ -152,6 +171,27 @@ func Run(name string, p sluice.Policy, rq *Requests, o Options) (*Report, error)
 	return s.r, nil
 }
 
+// limiters returns the limiter that reads the levels and those that
+// decide, in turn: one in memory for an exact limiter, or with a lease
+// the processes on one in-memory store and an exact limiter on it.
+func limiters(p sluice.Policy, c *clock, o Options) (level *sluice.Limiter, procs []*sluice.Limiter, err error) {
+	if o.Lease == nil {
+		l, err := sluice.NewLimiter(p, sluice.WithClock(c))
+		return l, []*sluice.Limiter{l}, err
+	}
+	store := memstore.New()
+	if level, err = sluice.NewLimiter(p, sluice.WithClock(c), sluice.WithStore(store)); err != nil {
+		return nil, nil, err
+	}
+	procs = make([]*sluice.Limiter, max(o.Processes, 1))
+	for i := range procs {
+		if procs[i], err = sluice.NewLimiter(p, sluice.WithClock(c), sluice.WithStore(store), sluice.WithLease(*o.Lease)); err != nil {
+			return nil, nil, err
+		}
+	}
+	return level, procs, nil
+}
+
 // maxSlices bounds a report's slices, so that a slice too short for the
 // duration fails rather than running out of memory.
 const maxSlices = 100_000
@@ -160,6 +200,9 @@ const maxSlices = 100_000
 func (o Options) resolve(p sluice.Policy) (Options, error) {
 	if o.Duration <= 0 {
 		return o, fmt.Errorf("simulate: the duration must be positive, got %v", o.Duration)
+	}
+	if o.Processes < 0 {
+		return o, fmt.Errorf("simulate: processes must not be negative, got %d", o.Processes)
 	}
 	if o.Slice < 0 || o.Window < 0 || o.MaxWait < 0 {
 		return o, fmt.Errorf("simulate: slice, window and max wait must not be negative, got %v, %v and %v", o.Slice, o.Window, o.MaxWait)
@@ -232,7 +275,9 @@ type run struct {
 	o        Options // resolved
 	rq       *Requests
 	c        *clock
-	l        *sluice.Limiter
+	l        *sluice.Limiter // the limiter of the call at hand
+	procs    []*sluice.Limiter
+	levels   *sluice.Limiter // reads the levels
 	r        *Report
 	levelKey string // the key whose level the slices report
 	// The worst window is the worst of any key's, so departures are kept
@@ -248,7 +293,7 @@ func (s *run) level(ctx context.Context, upto int) error {
 	for ; s.next < upto; s.next++ {
 		sl := &s.r.Slices[s.next]
 		s.c.now = min(int64(sl.Start+s.o.Slice), int64(s.o.Duration)) - 1
-		res, err := s.l.Peek(ctx, s.levelKey)
+		res, err := s.levels.Peek(ctx, s.levelKey)
 		if err != nil {
 			return err
 		}
@@ -434,7 +479,9 @@ func Limiters(f *config.File, names []string, t *Traffic, o Options) ([]*Report,
 		if !ok {
 			return nil, &UnknownLimiterError{Name: name, Known: f.Order}
 		}
-		r, err := Run(name, l.Policy, rq, o)
+		lo := o
+		lo.Lease = l.Lease
+		r, err := Run(name, l.Policy, rq, lo)
 		if err != nil {
 			return nil, err
 		}

@@ -55,6 +55,10 @@ func WriteText(w io.Writer, traffic string, reports []*Report) error {
 		return err
 	}
 	for _, r := range reports {
+		if r.Lease != nil {
+			fmt.Fprintf(w, "%s: leased by %d processes, leases of %d to %d tokens for %v: never above the exact policy, at most %d (P×max) held unspent; levels are the store's, without them\n",
+				r.Name, r.Processes, r.Lease.Min, r.Lease.Max, r.Lease.TTL, int64(r.Processes)*r.Lease.Max)
+		}
 		if r.Late > 0 {
 			fmt.Fprintf(w, "%s: %d admitted requests leave after the end, outside the slices\n", r.Name, r.Late)
 		}

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,8 +32,7 @@ const leaseRate = 1_000_000_000
 //     trip per lease.
 //
 // Both enforce leaseRate per second with a burst of leaseRate, far above
-// what the machine sends, so every call is allowed. goroutines=Z runs
-// exactly Z goroutines on one client, as BenchmarkRedis does. Besides the
+// what the machine sends, so every call is allowed. Besides the
 // metrics of runWorkers it reports rtt/decision, the commands and
 // pipelines the client sent.
 func BenchmarkLease(b *testing.B) {
@@ -63,27 +63,44 @@ func BenchmarkLease(b *testing.B) {
 			return res.Allowed, err
 		}
 	}
-	modes := []struct {
-		name string
-		fn   decide
-	}{
-		{"exact", newLimiter("exact:")},
-		{"leased", newLimiter("leased:", sluice.WithLease(benchLease))},
+	// processes stands for z processes: z limiters, each with its own
+	// store engine and leases, the calls dealt to them in turn.
+	processes := func(z int, prefix string, opts ...sluice.LimiterOption) decide {
+		ls := make([]decide, z)
+		for i := range ls {
+			ls[i] = newLimiter(prefix, opts...)
+		}
+		var next atomic.Uint64
+		return func(key string) (bool, error) { return ls[next.Add(1)%uint64(z)](key) }
 	}
 	keys := storeKeys(1)
-	for _, m := range modes {
-		warmed := false
+	for _, mode := range []string{"exact", "leased"} {
+		var opts []sluice.LimiterOption
+		if mode == "leased" {
+			opts = append(opts, sluice.WithLease(benchLease))
+		}
+		one := newLimiter(mode+":", opts...)
+		warm(b, keys, one)
 		for _, z := range []int{1, 4, 16} {
-			b.Run("mode="+m.name+"/goroutines="+strconv.Itoa(z), func(b *testing.B) {
-				b.ReportAllocs()
-				if !warmed {
-					warm(b, keys, m.fn)
-					warmed = true
+			// z goroutines in one process, then z processes of one
+			// goroutine each.
+			for _, shape := range []struct {
+				name string
+				fn   decide
+			}{
+				{"goroutines=" + strconv.Itoa(z), one},
+				{"processes=" + strconv.Itoa(z), processes(z, mode+":", opts...)},
+			} {
+				if z == 1 && shape.name == "processes=1" {
+					continue // the same as goroutines=1
 				}
-				hook.n.Store(0)
-				runWorkers(b, z, keys, m.fn)
-				b.ReportMetric(float64(hook.n.Load())/float64(b.N), "rtt/decision")
-			})
+				b.Run("mode="+mode+"/"+shape.name, func(b *testing.B) {
+					b.ReportAllocs()
+					hook.n.Store(0)
+					runWorkers(b, z, keys, shape.fn)
+					b.ReportMetric(float64(hook.n.Load())/float64(b.N), "rtt/decision")
+				})
+			}
 		}
 	}
 }

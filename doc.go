@@ -57,6 +57,11 @@
 // them. For token-bucket policies, [Limiter.Bucket] hands out a key's state
 // as a [Bucket].
 //
+// With [WithStore] every process using the store shares the limits, at a
+// store round trip per decision (per batch on a hot key). [WithLease]
+// trades a bounded under-admission for far fewer: each process spends
+// leases of the shared tokens locally (docs/stores.md, "Quota leasing").
+//
 // # Time
 //
 // Every decision is integer arithmetic on nanoseconds from a [Clock]:

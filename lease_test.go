@@ -3,12 +3,14 @@ package sluice_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -248,5 +250,38 @@ func TestLeaseConcurrent(t *testing.T) {
 	}
 	if got := admitted.Load(); got > limit || got < limit-procs*max {
 		t.Errorf("admitted %d, want in [limit − P×Max, limit] = [%d, %d]", got, limit-procs*max, limit)
+	}
+}
+
+// TestLeaseStoreFailure checks that a store failure while taking a lease
+// gets the failure policy's answer, and that the tokens the lease still
+// held are not lost to it.
+func TestLeaseStoreFailure(t *testing.T) {
+	ctx := context.Background()
+	clock := sluice.NewFakeClock(limiterStart)
+	st := newMapStore()
+	l, err := sluice.NewLimiter(sluice.TokenBucket(100, 1, time.Hour), sluice.WithClock(clock), sluice.WithStore(st),
+		sluice.WithStoreFailure(sluice.FailClosed), sluice.WithCircuitBreaker(-1),
+		sluice.WithLease(sluice.Lease{Min: 3, Max: 3, TTL: time.Minute}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := l.Allow(ctx, "k"); err != nil || !r.Allowed {
+		t.Fatalf("Allow = %+v, %v, want allowed", r, err)
+	}
+	st.setFail(fmt.Errorf("test: %w: down", driver.ErrUnavailable))
+	// 3 leased tokens are left: a request of 5 needs the store, which
+	// fails, and the 3 stay the lease's.
+	var se *sluice.StoreError
+	if _, err := l.AllowN(ctx, "k", 5); !errors.As(err, &se) || !errors.Is(err, driver.ErrUnavailable) {
+		t.Fatalf("AllowN(5) with the store down = %v, want a *StoreError matching driver.ErrUnavailable", err)
+	}
+	for i := range 3 {
+		if r, err := l.Allow(ctx, "k"); err != nil || !r.Allowed {
+			t.Fatalf("Allow %d from the lease with the store down = %+v, %v, want allowed", i+1, r, err)
+		}
+	}
+	if _, err := l.Allow(ctx, "k"); !errors.As(err, &se) {
+		t.Errorf("Allow past the lease with the store down = %v, want a *StoreError", err)
 	}
 }

@@ -209,9 +209,9 @@ func TestLeaseIdleProcess(t *testing.T) {
 }
 
 // TestLeaseConcurrent runs limiters standing for processes, each with
-// goroutines, on one memstore key that does not refill: together they
-// admit at most the limit, and at least the limit less what their last
-// leases held.
+// goroutines, on one memstore key that does not refill, for each policy
+// that leases: together they admit at most the limit, and at least the
+// limit less what their last leases held.
 func TestLeaseConcurrent(t *testing.T) {
 	const (
 		procs      = 4
@@ -221,35 +221,46 @@ func TestLeaseConcurrent(t *testing.T) {
 		max        = 64
 	)
 	ctx := context.Background()
-	st := memstore.New()
-	var admitted, failed atomic.Int64
-	var wg sync.WaitGroup
-	for range procs {
-		l, err := sluice.NewLimiter(sluice.GCRA(limit, 1, time.Hour), sluice.WithStore(st),
-			sluice.WithLease(sluice.Lease{Min: 1, Max: max, TTL: time.Minute}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for range goroutines {
-			wg.Go(func() {
-				for range calls {
-					r, err := l.Allow(ctx, "hot")
-					switch {
-					case err != nil:
-						failed.Add(1)
-					case r.Allowed:
-						admitted.Add(1)
-					}
+	for _, p := range []sluice.Policy{
+		sluice.GCRA(limit, 1, time.Hour),
+		sluice.TokenBucket(limit, 1, time.Hour),
+		sluice.FixedWindow(limit, time.Hour),
+		sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
+			sluice.Simple(limit, time.Hour), sluice.Simple(2*limit, 2*time.Hour),
+		}}),
+	} {
+		t.Run(string(p.Kind()), func(t *testing.T) {
+			st := memstore.New()
+			var admitted, failed atomic.Int64
+			var wg sync.WaitGroup
+			for range procs {
+				l, err := sluice.NewLimiter(p, sluice.WithStore(st),
+					sluice.WithLease(sluice.Lease{Min: 1, Max: max, TTL: time.Minute}))
+				if err != nil {
+					t.Fatal(err)
 				}
-			})
-		}
-	}
-	wg.Wait()
-	if failed.Load() != 0 {
-		t.Errorf("%d calls failed", failed.Load())
-	}
-	if got := admitted.Load(); got > limit || got < limit-procs*max {
-		t.Errorf("admitted %d, want in [limit − P×Max, limit] = [%d, %d]", got, limit-procs*max, limit)
+				for range goroutines {
+					wg.Go(func() {
+						for range calls {
+							r, err := l.Allow(ctx, "hot")
+							switch {
+							case err != nil:
+								failed.Add(1)
+							case r.Allowed:
+								admitted.Add(1)
+							}
+						}
+					})
+				}
+			}
+			wg.Wait()
+			if failed.Load() != 0 {
+				t.Errorf("%d calls failed", failed.Load())
+			}
+			if got := admitted.Load(); got > limit || got < limit-procs*max {
+				t.Errorf("admitted %d, want in [limit − P×Max, limit] = [%d, %d]", got, limit-procs*max, limit)
+			}
+		})
 	}
 }
 

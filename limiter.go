@@ -81,7 +81,7 @@ func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	codec, err := storeCodec(p, setup.inherit)
+	codec, err := storeCodec(p, setup.inherit, setup.order)
 	if err != nil {
 		return nil, err
 	}
@@ -99,15 +99,15 @@ func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 
 // storeCodec returns the record codec of p: a bucket's for token-bucket
 // policies, whose records carry their configuration, else a machine's.
-func storeCodec(p Policy, inherit tokenbucket.Strategy) (record.Codec, error) {
+func storeCodec(p Policy, inherit tokenbucket.Strategy, order record.Order) (record.Codec, error) {
 	if cfg, strict, ok := p.tokenBucket(); ok {
-		return record.NewBucket(cfg, record.BucketOptions{Strict: strict, Inherit: inherit, Compile: compileStored}), nil
+		return record.NewBucket(cfg, record.BucketOptions{Strict: strict, Inherit: inherit, Compile: compileStored, Order: order}), nil
 	}
 	e, err := p.erased()
 	if err != nil {
 		return nil, err
 	}
-	return record.NewMachine(p.String(), e, inherit), nil
+	return record.NewOrderedMachine(p.String(), e, inherit, order), nil
 }
 
 // compileStored validates and compiles a configuration read from a

@@ -86,6 +86,7 @@ type options struct {
 	storeFailure    StoreFailure
 	inheritance     Inheritance
 	circuitFailures int    // configures the breaker (WithCircuitBreaker)
+	configVersion   uint64 // WithConfigVersion
 	storeOption     string // the first StoreOption given to NewLimiter, by name
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/breaker"
 	"github.com/sluicehq/sluice/internal/keyed"
 	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
+	"github.com/sluicehq/sluice/internal/record"
 )
 
 // StoreFailure is what a Limiter does when its store fails: cannot be
@@ -94,6 +95,7 @@ type storeSetup struct {
 	store   *keyed.Store
 	fail    failurePolicy
 	inherit tokenbucket.Strategy
+	order   record.Order // WithConfigVersion's
 }
 
 // newStoreSetup validates o's store options and builds the engine on
@@ -125,7 +127,7 @@ func newStoreSetup(o *options, clock Clock) (storeSetup, error) {
 		threshold = DefaultCircuitFailures
 	}
 	st := keyed.NewStore(o.store, clock, timeout, breaker.New(threshold, notify))
-	return storeSetup{store: st, fail: fail, inherit: tokenbucket.Strategy(inherit)}, nil
+	return storeSetup{store: st, fail: fail, inherit: tokenbucket.Strategy(inherit), order: configOrder(o.configVersion)}, nil
 }
 
 // isCallerDone reports whether err is the caller's own context ending,

@@ -32,6 +32,9 @@ type BucketOptions struct {
 	// record, as the root package does a user's; one that fails is no
 	// state.
 	Compile func(*tokenbucket.Config) (*tokenbucket.Config, error)
+	// Order is the configuration's version, which decides whether a
+	// record of another configuration is migrated (see Order).
+	Order Order
 }
 
 // Bucket is the Codec of a token bucket, whose records carry the
@@ -77,7 +80,7 @@ func (c *Bucket) configOf(encoded []byte) (*tokenbucket.Config, error) {
 type loaded struct {
 	cfg     *tokenbucket.Config
 	encoded []byte
-	origin  uint64
+	hdr     header
 	state   tokenbucket.State
 	exists  bool // false: no state, or an expired one
 	// migrated is set when the state was carried over to the codec's
@@ -92,7 +95,8 @@ type loaded struct {
 // bucket API keeps it, since a bucket with initial tokens below its
 // capacity is not a new bucket once it has filled up.
 func (c *Bucket) load(rec []byte, now int64, expire bool) loaded {
-	fresh := loaded{cfg: c.cfg, encoded: c.encoded, origin: c.fp}
+	own := header{origin: c.fp, order: c.o.Order.Version}
+	fresh := loaded{cfg: c.cfg, encoded: c.encoded, hdr: own}
 	r, err := decodeBucketRecord(rec)
 	if err != nil {
 		return fresh
@@ -101,10 +105,14 @@ func (c *Bucket) load(rec []byte, now int64, expire bool) loaded {
 	if err != nil || len(r.state) != len(cfg.Bandwidths) {
 		return fresh
 	}
-	b := loaded{cfg: cfg, encoded: r.encoded, origin: r.origin, state: r.state, exists: true}
-	if c.cfg != nil && r.origin != c.fp && !c.o.KeepStored {
+	b := loaded{cfg: cfg, encoded: r.encoded, hdr: r.hdr, state: r.state, exists: true}
+	switch {
+	case c.cfg == nil || c.o.KeepStored:
+	case r.hdr.origin == c.fp:
+		b.hdr.order = max(b.hdr.order, own.order)
+	case !c.o.Order.keeps(r.hdr):
 		b.state = tokenbucket.Replace(cfg, r.state, now, c.cfg, c.o.Inherit)
-		b.cfg, b.encoded, b.origin, b.migrated = c.cfg, c.encoded, c.fp, true
+		b.cfg, b.encoded, b.hdr, b.migrated = c.cfg, c.encoded, own, true
 	}
 	if expire && tokenbucket.NewKeyed(b.cfg, c.o.Strict).ExpiresAt(b.state) <= now {
 		b.exists = false // a new bucket of the configuration in force
@@ -113,11 +121,11 @@ func (c *Bucket) load(rec []byte, now int64, expire bool) loaded {
 }
 
 func (b *loaded) record() []byte {
-	return appendBucketRecord(nil, b.origin, b.encoded, b.state)
+	return appendBucketRecord(nil, b.hdr, b.encoded, b.state)
 }
 
 // none is the record of no state: it does not decode.
-func none() []byte { return appendHeader(nil, kindBucket, 0) }
+func none() []byte { return appendHeader(nil, kindBucket, header{}) }
 
 func (c *Bucket) Consume(rec []byte, now, n int64) (policy.Result, []byte, bool) {
 	b := c.load(rec, now, true)
@@ -157,7 +165,7 @@ func (c *Bucket) Reserve(rec []byte, now, n, maxWait int64) (policy.Result, *pol
 
 func (c *Bucket) Cancel(rec []byte, now int64, rc *policy.Receipt) ([]byte, bool) {
 	b := c.load(rec, now, true)
-	if b.migrated || b.origin != c.fp || !bytes.Equal(b.encoded, c.encoded) {
+	if b.migrated || b.hdr.origin != c.fp || !bytes.Equal(b.encoded, c.encoded) {
 		return nil, false
 	}
 	switch policy.Undo(tokenbucket.NewMulti(b.cfg), &b.state, b.exists, now, rc) {
@@ -237,13 +245,13 @@ func (c *Bucket) Configuration(rec []byte, now int64) *tokenbucket.Config {
 
 // bucketRecord is a decoded bucket record.
 type bucketRecord struct {
-	origin  uint64
+	hdr     header
 	encoded []byte // the configuration in force, encoded; aliases the record
 	state   tokenbucket.State
 }
 
-func appendBucketRecord(dst []byte, origin uint64, encoded []byte, st tokenbucket.State) []byte {
-	dst = appendHeader(dst, kindBucket, origin)
+func appendBucketRecord(dst []byte, h header, encoded []byte, st tokenbucket.State) []byte {
+	dst = appendHeader(dst, kindBucket, h)
 	dst = binary.AppendUvarint(dst, uint64(len(encoded)))
 	dst = append(dst, encoded...)
 	dst = binary.AppendUvarint(dst, uint64(len(st)))
@@ -256,7 +264,7 @@ func appendBucketRecord(dst []byte, origin uint64, encoded []byte, st tokenbucke
 }
 
 func decodeBucketRecord(rec []byte) (bucketRecord, error) {
-	origin, rest, err := readHeader(rec, kindBucket)
+	h, rest, err := readHeader(rec, kindBucket)
 	if err != nil {
 		return bucketRecord{}, err
 	}
@@ -264,7 +272,7 @@ func decodeBucketRecord(rec []byte) (bucketRecord, error) {
 	if k <= 0 || n > uint64(len(rest)-k) {
 		return bucketRecord{}, errBad
 	}
-	r := bucketRecord{origin: origin, encoded: rest[k : k+int(n)]}
+	r := bucketRecord{hdr: h, encoded: rest[k : k+int(n)]}
 	rest = rest[k+int(n):]
 	count, k := binary.Uvarint(rest)
 	if k <= 0 || count == 0 || count > maxStoredBandwidths {

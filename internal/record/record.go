@@ -6,10 +6,12 @@
 //
 // A record is
 //
-//	version  byte   Version
+//	version  byte   Version, or VersionOrdered
 //	kind     byte   kindMachine or kindBucket
 //	origin   8 bytes, little endian: the fingerprint of the configured
 //	         policy that created the state or last migrated it
+//	order    uvarint, VersionOrdered only: the configuration version of
+//	         origin (see Order); a Version record's is 0
 //	kindMachine: the policy machine's own encoding (policy.Erased)
 //	kindBucket:  varint length + the bucket's configuration, then
 //	             varint count + (last refill, size, err) varints per
@@ -62,8 +64,14 @@ type Codec interface {
 	ExpiresAt(rec []byte) int64
 }
 
-// Version is the version every record starts with.
-const Version = 1
+// Version is the version a record of configuration version 0 starts
+// with: the records of releases before configuration versions, which
+// they keep reading and writing. VersionOrdered is that of a record whose
+// configuration has a version above 0, which carries it after the origin.
+const (
+	Version        = 1
+	VersionOrdered = 2
+)
 
 const (
 	kindMachine = 1
@@ -73,18 +81,39 @@ const (
 
 var errBad = errors.New("sluice: undecodable state record")
 
-func appendHeader(dst []byte, kind byte, origin uint64) []byte {
-	dst = append(dst, Version, kind)
-	return binary.LittleEndian.AppendUint64(dst, origin)
+// header is what a record says of the configuration that wrote it.
+type header struct {
+	origin uint64 // its fingerprint
+	order  uint64 // its version (Order)
 }
 
-// readHeader returns the origin fingerprint and the rest of a record of
-// kind.
-func readHeader(rec []byte, kind byte) (origin uint64, rest []byte, err error) {
-	if len(rec) < headerLen || rec[0] != Version || rec[1] != kind {
-		return 0, nil, errBad
+// appendHeader writes a Version record's header for a configuration of
+// version 0, so that releases before versions read it, and a
+// VersionOrdered one's otherwise.
+func appendHeader(dst []byte, kind byte, h header) []byte {
+	if h.order == 0 {
+		dst = append(dst, Version, kind)
+		return binary.LittleEndian.AppendUint64(dst, h.origin)
 	}
-	return binary.LittleEndian.Uint64(rec[2:]), rec[headerLen:], nil
+	dst = append(dst, VersionOrdered, kind)
+	dst = binary.LittleEndian.AppendUint64(dst, h.origin)
+	return binary.AppendUvarint(dst, h.order)
+}
+
+// readHeader returns the header and the rest of a record of kind.
+func readHeader(rec []byte, kind byte) (h header, rest []byte, err error) {
+	if len(rec) < headerLen || (rec[0] != Version && rec[0] != VersionOrdered) || rec[1] != kind {
+		return header{}, nil, errBad
+	}
+	h.origin, rest = binary.LittleEndian.Uint64(rec[2:]), rec[headerLen:]
+	if rec[0] == VersionOrdered {
+		n, k := binary.Uvarint(rest)
+		if k <= 0 || n == 0 {
+			return header{}, nil, errBad
+		}
+		h.order, rest = n, rest[k:]
+	}
+	return h, rest, nil
 }
 
 // fingerprint identifies a policy's configuration: equal policies have
@@ -100,9 +129,10 @@ func fingerprint(parts ...[]byte) uint64 {
 
 // Machine is the Codec of a policy machine's state.
 type Machine struct {
-	m    policy.Erased
-	fp   uint64
-	drop bool // a state of another configuration is no state
+	m     policy.Erased
+	fp    uint64
+	drop  bool // a state of another configuration is no state
+	order Order
 }
 
 var _ Codec = (*Machine)(nil)
@@ -115,34 +145,59 @@ func NewMachine(name string, m policy.Erased, inherit tokenbucket.Strategy) *Mac
 	return &Machine{m: m, fp: fingerprint([]byte(name)), drop: inherit == tokenbucket.ResetStrategy}
 }
 
-// state returns the policy state in rec: nil for none, an expired state,
-// or one of another configuration that the inheritance drops.
-func (c *Machine) state(rec []byte, now int64) []byte {
-	origin, st, err := readHeader(rec, kindMachine)
-	if err != nil || (origin != c.fp && c.drop) || c.m.ExpiresAt(st) <= now {
-		return nil
-	}
-	return st
+// NewOrderedMachine is NewMachine for a configuration of version o.
+func NewOrderedMachine(name string, m policy.Erased, inherit tokenbucket.Strategy, o Order) *Machine {
+	c := NewMachine(name, m, inherit)
+	c.order = o
+	return c
 }
 
-func (c *Machine) record(st []byte) []byte {
-	return append(appendHeader(make([]byte, 0, headerLen+len(st)), kindMachine, c.fp), st...)
+// state returns the policy state in rec: nil for none, an expired state,
+// or one of another configuration that the inheritance drops; and the
+// header to write it with: the codec's own, or the stored one when it
+// wins (Order.keeps), whose state is then kept as it is.
+func (c *Machine) state(rec []byte, now int64) ([]byte, header) {
+	own := header{origin: c.fp, order: c.order.Version}
+	h, st, err := readHeader(rec, kindMachine)
+	switch {
+	case err != nil:
+		return nil, own
+	case h.origin == c.fp:
+		h.order = max(h.order, own.order)
+	case c.order.keeps(h):
+		// A newer configuration wrote it: decide on its state, and leave
+		// the record its configuration's.
+	case c.drop:
+		return nil, own
+	default:
+		h = own
+	}
+	if c.m.ExpiresAt(st) <= now {
+		return nil, h
+	}
+	return st, h
+}
+
+func (c *Machine) record(st []byte, h header) []byte {
+	return append(appendHeader(make([]byte, 0, headerLen+len(st)+2), kindMachine, h), st...)
 }
 
 func (c *Machine) Consume(rec []byte, now, n int64) (policy.Result, []byte, bool) {
-	res, next, changed := c.m.Consume(c.state(rec, now), now, n, nil)
+	st, h := c.state(rec, now)
+	res, next, changed := c.m.Consume(st, now, n, nil)
 	if !changed {
 		return res, nil, false
 	}
-	return res, c.record(next), true
+	return res, c.record(next, h), true
 }
 
 func (c *Machine) Peek(rec []byte, now, n int64) policy.Result {
-	return c.m.Peek(c.state(rec, now), now, n)
+	st, _ := c.state(rec, now)
+	return c.m.Peek(st, now, n)
 }
 
 func (c *Machine) Reserve(rec []byte, now, n, maxWait int64) (policy.Result, *policy.Receipt, []byte, bool) {
-	before := c.state(rec, now)
+	before, h := c.state(rec, now)
 	res, next, changed := c.m.Reserve(before, now, n, maxWait, nil)
 	if !changed {
 		return res, nil, nil, false
@@ -154,26 +209,33 @@ func (c *Machine) Reserve(rec []byte, now, n, maxWait int64) (policy.Result, *po
 			res.Remaining = policy.RemainingAt(c.m.Peek(next, rc.Due, 1))
 		}
 	}
-	return res, rc, c.record(next), true
+	return res, rc, c.record(next, h), true
 }
 
 func (c *Machine) Cancel(rec []byte, now int64, rc *policy.Receipt) ([]byte, bool) {
-	origin, st, err := readHeader(rec, kindMachine)
-	if err != nil || origin != c.fp {
+	h, st, err := readHeader(rec, kindMachine)
+	if err != nil || h.origin != c.fp {
 		return nil, false
 	}
 	next, changed := c.m.Cancel(st, now, rc, nil)
 	if !changed {
 		return nil, false
 	}
-	return c.record(next), true
+	h.order = max(h.order, c.order.Version)
+	return c.record(next, h), true
 }
 
+// Reset writes no state under the stored configuration's header when it
+// wins, so that a reset by an older process does not undo a migration.
 func (c *Machine) Reset(rec []byte) ([]byte, bool) {
 	if len(rec) == 0 {
 		return nil, false
 	}
-	return c.record(nil), true
+	h := header{origin: c.fp, order: c.order.Version}
+	if stored, _, err := readHeader(rec, kindMachine); err == nil && stored.origin != c.fp && c.order.keeps(stored) {
+		h = stored
+	}
+	return c.record(nil, h), true
 }
 
 func (c *Machine) ExpiresAt(rec []byte) int64 {

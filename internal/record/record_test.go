@@ -70,7 +70,7 @@ func TestMachine(t *testing.T) {
 	if res := drop.Peek(rec, t0, 1); !res.Allowed || res.Remaining != 2 {
 		t.Errorf("Peek under a limit of 3 dropping the state = %+v, want a fresh window", res)
 	}
-	for _, bad := range [][]byte{nil, {}, {Version}, append([]byte{Version + 1}, rec[1:]...), rec[:headerLen]} {
+	for _, bad := range [][]byte{nil, {}, {Version}, append([]byte{VersionOrdered + 1}, rec[1:]...), rec[:headerLen]} {
 		if res := c.Peek(bad, t0, 1); !res.Allowed || res.Remaining != 1 {
 			t.Errorf("Peek of record % x = %+v, want no state", bad, res)
 		}
@@ -158,7 +158,7 @@ func FuzzRecord(f *testing.F) {
 	_, brec, _ := b.Consume(nil, t0, 1)
 	f.Add(wrec, int64(0), int64(1))
 	f.Add(brec, int64(0), int64(1))
-	f.Add(appendBucketRecord(nil, 1, []byte{1, 0, 2, 2, 2, 0, 0, 0}, tokenbucket.State{{}}), int64(5), int64(2))
+	f.Add(appendBucketRecord(nil, header{origin: 1}, []byte{1, 0, 2, 2, 2, 0, 0, 0}, tokenbucket.State{{}}), int64(5), int64(2))
 	f.Fuzz(func(t *testing.T, rec []byte, dt, n int64) {
 		now := t0 + dt%int64(time.Hour)
 		lazy := NewBucket(nil, BucketOptions{Compile: compile})

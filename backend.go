@@ -37,17 +37,29 @@ type backend interface {
 type memKeys struct {
 	keys  keyed.Keys
 	clock Clock
+	// replaced holds the keys whose bucket was replaced (replaced.go):
+	// nil but for an in-memory token-bucket limiter.
+	replaced *replacedKeys
 }
 
-func (m *memKeys) consume(_ context.Context, key string, n int64) (policy.Result, error) {
+func (m *memKeys) consume(ctx context.Context, key string, n int64) (policy.Result, error) {
+	if m.replaced.has(key) {
+		return m.replaced.consume(ctx, key, n)
+	}
 	return m.keys.Consume(key, m.clock.Now(), n), nil
 }
 
-func (m *memKeys) peek(_ context.Context, key string, n int64) (policy.Result, error) {
+func (m *memKeys) peek(ctx context.Context, key string, n int64) (policy.Result, error) {
+	if m.replaced.has(key) {
+		return m.replaced.peek(ctx, key, n)
+	}
 	return m.keys.Peek(key, m.clock.Now(), n), nil
 }
 
-func (m *memKeys) reserve(_ context.Context, key string, n, maxWait int64) (policy.Result, int64, func(int64), error) {
+func (m *memKeys) reserve(ctx context.Context, key string, n, maxWait int64) (policy.Result, int64, func(int64), error) {
+	if m.replaced.has(key) {
+		return m.replaced.reserve(ctx, key, n, maxWait)
+	}
 	now := m.clock.Now()
 	res, rc := m.keys.Reserve(key, now, n, maxWait)
 	if rc == nil {
@@ -56,7 +68,10 @@ func (m *memKeys) reserve(_ context.Context, key string, n, maxWait int64) (poli
 	return res, rc.At, func(now int64) { m.keys.Cancel(key, now, rc) }, nil
 }
 
-func (m *memKeys) reset(_ context.Context, key string) error {
+func (m *memKeys) reset(ctx context.Context, key string) error {
+	if m.replaced.has(key) {
+		_ = m.replaced.recs.Delete(ctx, key)
+	}
 	m.keys.Reset(key)
 	return nil
 }
@@ -213,9 +228,15 @@ type bucketBackend interface {
 type memBuckets struct {
 	buckets keyed.Buckets
 	clock   Clock
+	// mem, when not nil, is the in-memory Limiter's keys, whose buckets
+	// may be replaced; nil for a local fallback, which cannot.
+	mem *memKeys
 }
 
-func (m memBuckets) update(_ context.Context, key string, f bucketFunc) (bucketBackend, error) {
+func (m memBuckets) update(ctx context.Context, key string, f bucketFunc) (bucketBackend, error) {
+	if m.mem != nil && m.mem.replaced.has(key) {
+		return m, m.mem.replaced.store.UpdateBucket(ctx, key, m.mem.replaced.codec, f)
+	}
 	now := m.clock.Now()
 	m.buckets.WithBucket(key, now, func(cfg *tokenbucket.Config, st tokenbucket.State) bool {
 		return f(cfg, st, now)
@@ -223,11 +244,17 @@ func (m memBuckets) update(_ context.Context, key string, f bucketFunc) (bucketB
 	return m, nil
 }
 
-func (m memBuckets) configuration(context.Context, string) (*tokenbucket.Config, error) {
+func (m memBuckets) configuration(ctx context.Context, key string) (*tokenbucket.Config, error) {
+	if m.mem != nil && m.mem.replaced.has(key) {
+		return m.mem.replaced.store.Configuration(ctx, key, m.mem.replaced.codec)
+	}
 	return m.buckets.Config(), nil
 }
 
-func (m memBuckets) replace(_ context.Context, key string, _ *tokenbucket.Config, _ tokenbucket.Strategy, _ bucketSeen) error {
+func (m memBuckets) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy, seen bucketSeen) error {
+	if m.mem != nil && m.mem.replaced != nil {
+		return m.mem.replaced.replace(ctx, m.mem.keys, key, cfg, strategy, seen)
+	}
 	return fmt.Errorf("sluice: KeyBucket.ReplaceConfiguration of key %s: the bucket follows its in-memory Limiter's policy: %w", driver.QuoteKey(key), errors.ErrUnsupported)
 }
 

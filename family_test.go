@@ -143,12 +143,6 @@ func TestKeyBucketViews(t *testing.T) {
 			}
 			cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(100, time.Second)}}
 			s, err := kb.Verbose().ReplaceConfiguration(ctx, cfg, sluice.InheritAdditive)
-			if where == "memory" {
-				if !errors.Is(err, errors.ErrUnsupported) {
-					t.Errorf("Verbose().ReplaceConfiguration in memory = %v, want ErrUnsupported", err)
-				}
-				return
-			}
 			if err != nil || s.Config.Bandwidths[0].Capacity() != 100 || s.AvailableTokens != a.Value+90 {
 				t.Errorf("Verbose().ReplaceConfiguration(100, additive) = %+v, %v, want capacity 100 and %d tokens", s, err, a.Value+90)
 			}

@@ -261,9 +261,10 @@ func (b *KeyBucket) Configuration(ctx context.Context) (BucketConfig, error) {
 // ReplaceConfiguration switches the key's stored bucket to cfg, carrying
 // its tokens over by strategy, as Bucket.ReplaceConfiguration. The key
 // keeps cfg even though its limiter is configured otherwise, until the
-// limiter's own configuration changes. The bucket of an in-memory
-// Limiter's key cannot be reconfigured alone: it returns an error
-// matching errors.ErrUnsupported.
+// limiter's own configuration changes. An in-memory Limiter's key keeps
+// cfg while it has state, as a stored key does while its record lasts:
+// once its bucket has refilled and nothing is taken, the key is a new
+// bucket of the limiter's policy again.
 func (b *KeyBucket) ReplaceConfiguration(ctx context.Context, cfg BucketConfig, strategy Inheritance) error {
 	return b.replace(ctx, "KeyBucket.ReplaceConfiguration", cfg, strategy, nil)
 }

@@ -75,6 +75,10 @@ func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 		if o.storeOption != "" {
 			return nil, &ArgumentError{Op: "NewLimiter", Arg: o.storeOption, Want: "applies only to a limiter with WithStore"}
 		}
+		if localBuckets != nil { // its keys' buckets may be replaced (replaced.go)
+			local.replaced = newReplacedKeys(p, l.clock, o.maxKeys)
+			l.buckets = memBuckets{buckets: keys.Buckets(), clock: l.clock, mem: local}
+		}
 		return l, nil
 	}
 	setup, err := newStoreSetup(&o, l.clock)

@@ -357,11 +357,14 @@ func testLimiterBucket(t *testing.T, store bool) {
 		t.Errorf("Allow(bob) = %+v, want an independent key", r)
 	}
 	err = b.ReplaceConfiguration(ctx, sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(1, time.Second)}}, sluice.InheritAsIs)
-	if store && err != nil {
-		t.Errorf("ReplaceConfiguration on a stored key's bucket = %v", err)
+	if err != nil {
+		t.Errorf("ReplaceConfiguration on the key's bucket = %v", err)
 	}
-	if !store && !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("ReplaceConfiguration on an in-memory key's bucket = %v, want ErrUnsupported", err)
+	if r, _ := l.Allow(ctx, "alice"); r.Limit != 1 {
+		t.Errorf("Allow(alice) after ReplaceConfiguration = %+v, want the replaced limit 1", r)
+	}
+	if r, _ := l.Allow(ctx, "bob"); r.Limit != 10 {
+		t.Errorf("Allow(bob) after alice's ReplaceConfiguration = %+v, want the limiter's limit 10", r)
 	}
 	fw, _ := sluice.NewLimiter(sluice.FixedWindow(1, time.Second))
 	if _, err := fw.Bucket("k"); !errors.Is(err, errors.ErrUnsupported) {

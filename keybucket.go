@@ -75,7 +75,9 @@ func NewStoreBucket(s driver.Store, key string, cfg BucketConfig, opts ...StoreB
 // NewLazyStoreBucket is NewStoreBucket with the configuration given by
 // supply, which is called only when the key has no state (for limits read
 // from a slow database) and at most once per successful call. A key that
-// has state keeps its stored configuration, never migrated.
+// has state keeps its stored configuration, never migrated. It is
+// NewLazyBuckets(s, ...).Bucket(key), with an engine of its own: for
+// many keys, make one LazyBuckets and ask it for each key's bucket.
 func NewLazyStoreBucket(s driver.Store, key string, supply func(ctx context.Context) (BucketConfig, error), opts ...StoreBucketOption) (*KeyBucket, error) {
 	if s == nil {
 		return nil, nilArgument("NewLazyStoreBucket", "store")
@@ -83,26 +85,11 @@ func NewLazyStoreBucket(s driver.Store, key string, supply func(ctx context.Cont
 	if supply == nil {
 		return nil, nilArgument("NewLazyStoreBucket", "supply")
 	}
-	o := storeBucketOptions(opts)
-	o.store = s
-	clock, sleeper := o.clock, o.sleeper
-	if clock == nil {
-		clock = WallClock() // the configuration is not known yet: aligned refill must work
-	}
-	if sleeper == nil {
-		sleeper = TimerSleeper()
-	}
-	setup, err := newStoreSetup(&o, clock)
+	p, err := NewLazyBuckets(s, func(ctx context.Context, _ string) (BucketConfig, error) { return supply(ctx) }, opts...)
 	if err != nil {
 		return nil, err
 	}
-	opt := record.BucketOptions{Inherit: setup.inherit, KeepStored: true, CreateOnRead: true, Compile: compileStored}
-	l := &lazyBuckets{store: setup.store, opts: opt, clock: clock, supply: supply, codec: record.NewBucket(nil, opt)}
-	return &KeyBucket{key: key, clock: clock, sleeper: sleeper, listener: o.listener, backend: lazyConfig{l: l, next: &bucketFailover{
-		failurePolicy: setup.fail,
-		store:         lazyStore{l},
-		local:         func(ctx context.Context) (bucketBackend, error) { return l.localBuckets(ctx, key) },
-	}}}, nil
+	return p.Bucket(key), nil
 }
 
 // update runs f on the key's bucket and returns where it ran.

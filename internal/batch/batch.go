@@ -61,7 +61,7 @@ type shard[T any] struct {
 	mu sync.Mutex
 	// inflight holds, for each key with a batch in flight, the operations
 	// waiting behind it. Guarded by mu.
-	inflight map[string]*[]*call[T]
+	inflight map[string]*[]*call[T] // nil until the shard's first Add
 	_        [40]byte // keep shards' locks on separate cache lines
 }
 
@@ -86,9 +86,6 @@ func New[T any](handler Handler[T], o Options) *Batcher[T] {
 	b := &Batcher[T]{handler: handler, maxBatch: o.MaxBatch, refuse: o.Refuse, seed: maphash.MakeSeed()}
 	if b.maxBatch <= 0 {
 		b.maxBatch = DefaultMaxBatch
-	}
-	for i := range b.shards {
-		b.shards[i].inflight = make(map[string]*[]*call[T])
 	}
 	return b
 }
@@ -180,6 +177,9 @@ func (b *Batcher[T]) Add(ctx context.Context, key string, item T, deadline time.
 		return c.err
 	}
 	q := make([]*call[T], 0, 4)
+	if sh.inflight == nil { // made at the shard's first use: a Batcher per key costs no map per shard
+		sh.inflight = make(map[string]*[]*call[T])
+	}
 	sh.inflight[key] = &q
 	sh.mu.Unlock()
 	bt := &Batch[T]{b: b, key: key, sh: sh}

@@ -62,7 +62,7 @@ type shard[T any] struct {
 	// inflight holds, for each key with a batch in flight, the operations
 	// waiting behind it. Guarded by mu.
 	inflight map[string]*[]*call[T] // nil until the shard's first Add
-	_        [40]byte // keep shards' locks on separate cache lines
+	_        [40]byte               // keep shards' locks on separate cache lines
 }
 
 // A call is one operation waiting for, or running in, a batch.

@@ -64,6 +64,9 @@ func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 	if l.sleeper == nil {
 		l.sleeper = TimerSleeper()
 	}
+	if o.policyFor != nil { // a policy per key (plans.go)
+		return newPlanLimiter(l, &o)
+	}
 	local := &memKeys{keys: keys, clock: l.clock}
 	l.backend = local
 	var localBuckets bucketBackend

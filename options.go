@@ -87,6 +87,11 @@ type options struct {
 	inheritance     Inheritance
 	circuitFailures int    // configures the breaker (WithCircuitBreaker)
 	configVersion   uint64 // WithConfigVersion
+
+	// for a Limiter with a policy per key (WithPolicyFor, WithPolicyCache)
+	policyFor       PolicyFunc
+	policyCacheKeys int
+	policyCacheTTL  time.Duration
 	storeOption     string // the first StoreOption given to NewLimiter, by name
 }
 

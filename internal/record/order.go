@@ -34,6 +34,10 @@ type Order struct {
 	// met. It may be called from a store's update function, more than
 	// once for one call, and must return quickly.
 	Conflict func(stored uint64)
+	// PerKey is set for the codecs of a policy per key: a record of the
+	// same Version but another configuration is then the key's previous
+	// policy, and is migrated to the codec's rather than kept.
+	PerKey bool
 }
 
 // keeps reports whether a record of header h, written by another
@@ -43,7 +47,7 @@ func (o Order) keeps(h header) bool {
 	switch {
 	case h.order > o.Version:
 		return true
-	case h.order < o.Version || o.Version == 0:
+	case h.order < o.Version || o.Version == 0 || o.PerKey:
 		return false
 	}
 	if o.Conflict != nil {

@@ -1,0 +1,253 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/breaker"
+	"github.com/sluicehq/sluice/internal/keyed"
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
+	"github.com/sluicehq/sluice/internal/record"
+)
+
+// PolicyFunc returns the policy of a key: its customer's plan, a tenant's
+// override. A nil Policy and a nil error mean the Limiter's own policy.
+// It must be safe for simultaneous use; it is called for a key when the
+// limiter has not resolved it within the policy cache's TTL.
+type PolicyFunc func(ctx context.Context, key string) (Policy, error)
+
+// WithPolicyFor makes a Limiter's policy depend on the key: f says which
+// policy applies to a key, and the policy given to NewLimiter is that of
+// the keys f returns nil for. Each key's policy is cached (see
+// WithPolicyCache); when f later returns another policy for a key, the
+// key's state migrates to it as a stored key migrates to a changed
+// configuration, by the WithInheritance strategy (default
+// InheritProportionally; WithInheritance applies in memory too), in
+// memory as in a store. An error of f is the call's, wrapped, and takes
+// nothing.
+//
+// Policies are told apart by their String: f should return one Policy
+// value per plan, or equal ones. Every key keeps a record of its own
+// policy, in memory as in a store, so a limiter with WithPolicyFor is not
+// the allocation-free hot path of a limiter with one policy, and its
+// Bucket returns an error matching errors.ErrUnsupported.
+//
+// With WithConfigVersion, a key stored by a process of a higher version
+// keeps that process's policy, as for any limiter; between processes of
+// one version, the last policy resolved for a key wins, so two processes
+// whose caches disagree after a plan change move the key back and forth
+// until the older cache entry expires.
+func WithPolicyFor(f PolicyFunc) LimiterOption {
+	return limiterOption(func(o *options) { o.policyFor = f })
+}
+
+// The defaults of WithPolicyCache.
+const (
+	DefaultPolicyCacheKeys = 10_000
+	DefaultPolicyCacheTTL  = time.Minute
+)
+
+// WithPolicyCache bounds the cache of WithPolicyFor: at most keys keys'
+// policies (past them an arbitrary entry is dropped, resolved again at
+// its key's next call), each resolved again after ttl on the limiter's
+// clock. keys ≤ 0 and ttl ≤ 0 keep the defaults, DefaultPolicyCacheKeys
+// and DefaultPolicyCacheTTL.
+func WithPolicyCache(keys int, ttl time.Duration) LimiterOption {
+	return limiterOption(func(o *options) { o.policyCacheKeys, o.policyCacheTTL = keys, ttl })
+}
+
+// maxPlans bounds the distinct policies whose backends a limiter keeps
+// built; a policy beyond them is built for each call.
+const maxPlans = 1024
+
+// planKeys is the backend of a Limiter with WithPolicyFor: it resolves
+// each key's policy and decides on that policy's backend. Every policy's
+// backend keeps records in one engine (the store's, or a keyed.MapStore
+// in memory), so that a key whose policy changes is migrated by the new
+// policy's codec.
+type planKeys struct {
+	resolve PolicyFunc
+	def     Policy
+	clock   Clock
+	ttl     int64
+	build   func(Policy) (backend, error) // a policy's backend
+	any     backend                       // the default policy's, which resets a key of any policy
+
+	mu    sync.Mutex
+	keys  map[string]cachedPlan // guarded by mu
+	max   int
+	plans map[string]backend // guarded by mu; by policy String
+}
+
+type cachedPlan struct {
+	b       backend
+	expires int64
+}
+
+// newPlanLimiter makes l, whose clock and sleeper are set, decide with a
+// policy per key as o's WithPolicyFor says.
+func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
+	k := &planKeys{resolve: o.policyFor, def: l.policy, clock: l.clock, ttl: int64(o.policyCacheTTL), max: o.policyCacheKeys,
+		keys: make(map[string]cachedPlan), plans: make(map[string]backend)}
+	if k.ttl <= 0 {
+		k.ttl = int64(DefaultPolicyCacheTTL)
+	}
+	if k.max <= 0 {
+		k.max = DefaultPolicyCacheKeys
+	}
+	mem := keyed.NewStore(keyed.NewMapStore(l.clock, o.maxKeys), l.clock, DefaultStoreTimeout, breaker.New(0, nil))
+	memOrder := record.Order{PerKey: true}
+	if o.store == nil {
+		// WithInheritance applies in memory too: a key's policy changes.
+		if o.storeOption != "" && o.storeOption != "WithInheritance" {
+			return nil, &ArgumentError{Op: "NewLimiter", Arg: o.storeOption, Want: "applies only to a limiter with WithStore"}
+		}
+		k.build = func(p Policy) (backend, error) {
+			codec, err := storeCodec(p, tokenbucket.Strategy(inheritanceOf(o)), memOrder)
+			if err != nil {
+				return nil, err
+			}
+			return &storeKeys{store: mem, codec: codec, clock: l.clock}, nil
+		}
+	} else {
+		setup, err := newStoreSetup(o, l.clock)
+		if err != nil {
+			return nil, err
+		}
+		order := setup.order
+		order.PerKey = true
+		k.build = func(p Policy) (backend, error) {
+			codec, err := storeCodec(p, setup.inherit, order)
+			if err != nil {
+				return nil, err
+			}
+			local, err := storeCodec(p, setup.inherit, memOrder)
+			if err != nil {
+				return nil, err
+			}
+			e, err := p.erased()
+			if err != nil {
+				return nil, err
+			}
+			return &failover{failurePolicy: setup.fail, store: &storeKeys{store: setup.store, codec: codec, clock: l.clock},
+				local: &storeKeys{store: mem, codec: local, clock: l.clock}, quota: e.Quota()}, nil
+		}
+	}
+	var err error
+	if k.any, err = k.build(l.policy); err != nil {
+		return nil, err
+	}
+	l.backend, l.buckets = k, noBuckets{}
+	return l, nil
+}
+
+// inheritanceOf is o's inheritance, InheritProportionally by default.
+func inheritanceOf(o *options) Inheritance {
+	if o.inheritance == 0 {
+		return InheritProportionally
+	}
+	return o.inheritance
+}
+
+// planOf returns the backend of key's policy: cached, or resolved now.
+func (k *planKeys) planOf(ctx context.Context, key string) (backend, error) {
+	now := k.clock.Now()
+	k.mu.Lock()
+	c, ok := k.keys[key]
+	k.mu.Unlock()
+	if ok && c.expires > now {
+		return c.b, nil
+	}
+	p, err := k.resolve(ctx, key)
+	if err != nil {
+		if isCallerDone(ctx, err) {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("sluice: policy of key %s: %w", driver.QuoteKey(key), err)
+	}
+	if p == nil {
+		p = k.def
+	}
+	name := p.String()
+	k.mu.Lock()
+	b, built := k.plans[name]
+	k.mu.Unlock()
+	if !built {
+		if b, err = k.build(p); err != nil {
+			return nil, fmt.Errorf("sluice: policy of key %s: %w", driver.QuoteKey(key), err)
+		}
+	}
+	k.mu.Lock()
+	if !built && len(k.plans) < maxPlans {
+		if prev, ok := k.plans[name]; ok { // built meanwhile by another call
+			b = prev
+		} else {
+			k.plans[name] = b
+		}
+	}
+	if _, ok := k.keys[key]; !ok && len(k.keys) >= k.max {
+		for other := range k.keys { // full: drop an arbitrary key, resolved again when next seen
+			delete(k.keys, other)
+			break
+		}
+	}
+	k.keys[key] = cachedPlan{b: b, expires: now + k.ttl}
+	k.mu.Unlock()
+	return b, nil
+}
+
+func (k *planKeys) consume(ctx context.Context, key string, n int64) (res policy.Result, err error) {
+	b, err := k.planOf(ctx, key)
+	if err != nil {
+		return res, err
+	}
+	return b.consume(ctx, key, n)
+}
+
+func (k *planKeys) peek(ctx context.Context, key string, n int64) (res policy.Result, err error) {
+	b, err := k.planOf(ctx, key)
+	if err != nil {
+		return res, err
+	}
+	return b.peek(ctx, key, n)
+}
+
+func (k *planKeys) reserve(ctx context.Context, key string, n, maxWait int64) (res policy.Result, at int64, undo func(int64), err error) {
+	b, err := k.planOf(ctx, key)
+	if err != nil {
+		return res, 0, nil, err
+	}
+	return b.reserve(ctx, key, n, maxWait)
+}
+
+// reset forgets key's state; its policy is resolved again at its next
+// call.
+func (k *planKeys) reset(ctx context.Context, key string) error {
+	k.mu.Lock()
+	delete(k.keys, key)
+	k.mu.Unlock()
+	return k.any.reset(ctx, key)
+}
+
+// noBuckets is the bucketBackend of a limiter with a policy per key,
+// whose keys' buckets are not offered.
+type noBuckets struct{}
+
+var errPerKeyBuckets = fmt.Errorf("sluice: Limiter.Bucket of a limiter with WithPolicyFor: %w", errors.ErrUnsupported)
+
+func (noBuckets) update(context.Context, string, bucketFunc) (bucketBackend, error) {
+	return nil, errPerKeyBuckets
+}
+
+func (noBuckets) configuration(context.Context, string) (*tokenbucket.Config, error) {
+	return nil, errPerKeyBuckets
+}
+
+func (noBuckets) replace(context.Context, string, *tokenbucket.Config, tokenbucket.Strategy, bucketSeen) error {
+	return errPerKeyBuckets
+}

@@ -118,7 +118,7 @@ func (d *Domains) find(domain string, kv ...string) match {
 	if root == nil {
 		return match{}
 	}
-	return lookup(domain, root, desc)
+	return lookup(domain, root, desc, true)
 }
 
 // TestMatch matches descriptors against testdata/edge.good.yaml.

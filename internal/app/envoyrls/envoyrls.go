@@ -344,7 +344,7 @@ func (s *Service) plan(st *state, req *rlsv3.RateLimitRequest) ([]check, error) 
 			return nil, fmt.Errorf("envoyrls: descriptor %d: hits_addend must be at most %d, got %d", i, int64(math.MaxInt64), c.hits)
 		}
 		if root != nil {
-			c.match = lookup(req.GetDomain(), root, d)
+			c.match = lookup(req.GetDomain(), root, d, st.domains.Settings().AllowRequestLimits)
 		}
 		if r := c.match.rule; r != nil {
 			if r.limiter == "" && !r.unlimited && unitSeconds(r.unit) == 0 {

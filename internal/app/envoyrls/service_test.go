@@ -17,6 +17,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -647,6 +648,43 @@ envoy:
 	}
 }
 
+// allowRequestLimits are the settings that honour a request's limit
+// override, as envoyproxy/ratelimit does.
+var allowRequestLimits = func() envoyrls.Settings {
+	s := envoyrls.DefaultSettings()
+	s.AllowRequestLimits = true
+	return s
+}()
+
+// TestRequestLimitOverride: a descriptor's limit override is ignored
+// unless the settings allow it: the config chooses the limit.
+func TestRequestLimitOverride(t *testing.T) {
+	doc := `
+envoy:
+  - domain: d
+    descriptors:
+      - {key: k, limiter: l}
+`
+	for _, tt := range []struct {
+		name  string
+		set   *envoyrls.Settings
+		limit uint32
+	}{{"default", nil, 5}, {"allowed", &allowRequestLimits, 100}} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, doc, map[string]sluice.Policy{"l": sluice.FixedWindow(5, time.Minute)}, tt.set)
+			d := desc("k", "v")
+			d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 100, Unit: typev3.RateLimitUnit_MINUTE}
+			resp, err := f.client.ShouldRateLimit(context.Background(), req("d", d))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); got != tt.limit {
+				t.Errorf("limit of a request overriding it with 100 = %d, want %d", got, tt.limit)
+			}
+		})
+	}
+}
+
 // TestInvalidRequest: the requests envoyproxy/ratelimit refuses are
 // refused with its codes and messages, and count nothing.
 func TestInvalidRequest(t *testing.T) {
@@ -655,7 +693,7 @@ envoy:
   - domain: d
     descriptors:
       - {key: k, limiter: l}
-`, map[string]sluice.Policy{"l": sluice.FixedWindow(5, time.Minute)}, nil)
+`, map[string]sluice.Policy{"l": sluice.FixedWindow(5, time.Minute)}, &allowRequestLimits)
 	ok := desc("k", "v")
 	many := make([]*ratelimitv3.RateLimitDescriptor, envoyrls.MaxDescriptors+1)
 	for i := range many {

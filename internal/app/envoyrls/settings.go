@@ -57,6 +57,13 @@ type Settings struct {
 	// ResponseDynamicMetadata adds the request and the descriptors'
 	// metadata to the response's dynamic metadata.
 	ResponseDynamicMetadata bool
+	// AllowRequestLimits honours a descriptor's limit override, the
+	// limit that envoyproxy/ratelimit lets the caller put in the
+	// request. It is off by default: the config chooses every limit,
+	// and a request's override is ignored (its descriptor is matched as
+	// if it had none), since any client of the service could otherwise
+	// lift its own limit.
+	AllowRequestLimits bool
 }
 
 // DefaultSettings are envoyproxy/ratelimit's defaults.
@@ -126,6 +133,7 @@ var settings = []setting{
 	}},
 	{"cache_key_prefix", "CACHE_KEY_PREFIX", textSetting(func(s *Settings) *string { return &s.CacheKeyPrefix })},
 	{"response_dynamic_metadata", "RESPONSE_DYNAMIC_METADATA", boolSetting(func(s *Settings) *bool { return &s.ResponseDynamicMetadata })},
+	{"allow_request_limits", "SLUICE_ALLOW_REQUEST_LIMITS", boolSetting(func(s *Settings) *bool { return &s.AllowRequestLimits })},
 }
 
 // runtimeVars are the variables whose presence says that

@@ -108,14 +108,14 @@ type match struct {
 
 // lookup finds the rule of descriptor d in the domain whose root is root,
 // with envoyproxy/ratelimit's rules: a limit override in the request
-// wins; else each entry is matched at the level its predecessor reached,
+// wins when allowOverride (Settings.AllowRequestLimits) says so; else each entry is matched at the level its predecessor reached,
 // by key and value, then by the configured wildcards in load order, then
 // by key alone, and the rule is that of the node the last entry reached.
 // The stat key is built along the way as envoyproxy/ratelimit builds it
 // (detailed_metric, value_to_metric, share_threshold).
-func lookup(domain string, root *node, d *ratelimitv3.RateLimitDescriptor) match {
+func lookup(domain string, root *node, d *ratelimitv3.RateLimitDescriptor, allowOverride bool) match {
 	entries := d.GetEntries()
-	if o := d.GetLimit(); o != nil {
+	if o := d.GetLimit(); o != nil && allowOverride {
 		return match{
 			rule: &rule{
 				requestsPerUnit: o.GetRequestsPerUnit(),

@@ -200,6 +200,7 @@ func runParity(t *testing.T, c parityCase, url string) (passed, total int) {
 	}
 	t.Setenv("RUNTIME_ROOT", root)
 	t.Setenv("RUNTIME_SUBDIRECTORY", "ratelimit")
+	t.Setenv("SLUICE_ALLOW_REQUEST_LIMITS", "true") // envoyproxy/ratelimit honours limit overrides
 	cfg, err := LoadConfig([]byte("store: " + url + "\n"))
 	if err != nil {
 		t.Fatalf("LoadConfig: %v", err)

@@ -34,8 +34,9 @@ type PolicyFunc func(ctx context.Context, key string) (Policy, error)
 // Policies are told apart by their String: f should return one Policy
 // value per plan, or equal ones. Every key keeps a record of its own
 // policy, in memory as in a store, so a limiter with WithPolicyFor is not
-// the allocation-free hot path of a limiter with one policy, and its
-// Bucket returns an error matching errors.ErrUnsupported.
+// the allocation-free hot path of a limiter with one policy. Its Bucket
+// serves the keys whose policy is a token bucket; the calls of another
+// key's KeyBucket return an error matching errors.ErrUnsupported.
 //
 // With WithConfigVersion, a key stored by a process of a higher version
 // keeps that process's policy, as for any limiter; between processes of
@@ -75,17 +76,24 @@ type planKeys struct {
 	def     Policy
 	clock   Clock
 	ttl     int64
-	build   func(Policy) (backend, error) // a policy's backend
-	any     backend                       // the default policy's, which resets a key of any policy
+	build   func(Policy) (*plan, error) // a policy's backends
+	any     *plan                       // the default policy's, which resets a key of any policy
 
 	mu    sync.Mutex
 	keys  map[string]cachedPlan // guarded by mu
 	max   int
-	plans map[string]backend // guarded by mu; by policy String
+	plans map[string]*plan // guarded by mu; by policy String
+}
+
+// plan is a policy's backends: the keys, and their buckets when the
+// policy is a token bucket (else nil).
+type plan struct {
+	keys    backend
+	buckets bucketBackend
 }
 
 type cachedPlan struct {
-	b       backend
+	p       *plan
 	expires int64
 }
 
@@ -93,7 +101,7 @@ type cachedPlan struct {
 // policy per key as o's WithPolicyFor says.
 func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 	k := &planKeys{resolve: o.policyFor, def: l.policy, clock: l.clock, ttl: int64(o.policyCacheTTL), max: o.policyCacheKeys,
-		keys: make(map[string]cachedPlan), plans: make(map[string]backend)}
+		keys: make(map[string]cachedPlan), plans: make(map[string]*plan)}
 	if k.ttl <= 0 {
 		k.ttl = int64(DefaultPolicyCacheTTL)
 	}
@@ -107,12 +115,16 @@ func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 		if o.storeOption != "" && o.storeOption != "WithInheritance" {
 			return nil, &ArgumentError{Op: "NewLimiter", Arg: o.storeOption, Want: "applies only to a limiter with WithStore"}
 		}
-		k.build = func(p Policy) (backend, error) {
+		k.build = func(p Policy) (*plan, error) {
 			codec, err := storeCodec(p, tokenbucket.Strategy(inheritanceOf(o)), memOrder)
 			if err != nil {
 				return nil, err
 			}
-			return &storeKeys{store: mem, codec: codec, clock: l.clock}, nil
+			pl := &plan{keys: &storeKeys{store: mem, codec: codec, clock: l.clock}}
+			if bc, ok := codec.(*record.Bucket); ok {
+				pl.buckets = storeBuckets{store: mem, codec: bc}
+			}
+			return pl, nil
 		}
 	} else {
 		setup, err := newStoreSetup(o, l.clock)
@@ -121,7 +133,7 @@ func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 		}
 		order := setup.order
 		order.PerKey = true
-		k.build = func(p Policy) (backend, error) {
+		k.build = func(p Policy) (*plan, error) {
 			codec, err := storeCodec(p, setup.inherit, order)
 			if err != nil {
 				return nil, err
@@ -134,15 +146,21 @@ func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 			if err != nil {
 				return nil, err
 			}
-			return &failover{failurePolicy: setup.fail, store: &storeKeys{store: setup.store, codec: codec, clock: l.clock},
-				local: &storeKeys{store: mem, codec: local, clock: l.clock}, quota: e.Quota()}, nil
+			pl := &plan{keys: &failover{failurePolicy: setup.fail, store: &storeKeys{store: setup.store, codec: codec, clock: l.clock},
+				local: &storeKeys{store: mem, codec: local, clock: l.clock}, quota: e.Quota()}}
+			if bc, ok := codec.(*record.Bucket); ok {
+				localBuckets := storeBuckets{store: mem, codec: local.(*record.Bucket)}
+				pl.buckets = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: bc},
+					local: func(context.Context) (bucketBackend, error) { return localBuckets, nil }}
+			}
+			return pl, nil
 		}
 	}
 	var err error
 	if k.any, err = k.build(l.policy); err != nil {
 		return nil, err
 	}
-	l.backend, l.buckets = k, noBuckets{}
+	l.backend, l.buckets = k, planBuckets{k}
 	return l, nil
 }
 
@@ -154,14 +172,14 @@ func inheritanceOf(o *options) Inheritance {
 	return o.inheritance
 }
 
-// planOf returns the backend of key's policy: cached, or resolved now.
-func (k *planKeys) planOf(ctx context.Context, key string) (backend, error) {
+// planOf returns the backends of key's policy: cached, or resolved now.
+func (k *planKeys) planOf(ctx context.Context, key string) (*plan, error) {
 	now := k.clock.Now()
 	k.mu.Lock()
 	c, ok := k.keys[key]
 	k.mu.Unlock()
 	if ok && c.expires > now {
-		return c.b, nil
+		return c.p, nil
 	}
 	p, err := k.resolve(ctx, key)
 	if err != nil {
@@ -196,7 +214,7 @@ func (k *planKeys) planOf(ctx context.Context, key string) (backend, error) {
 			break
 		}
 	}
-	k.keys[key] = cachedPlan{b: b, expires: now + k.ttl}
+	k.keys[key] = cachedPlan{p: b, expires: now + k.ttl}
 	k.mu.Unlock()
 	return b, nil
 }
@@ -206,7 +224,7 @@ func (k *planKeys) consume(ctx context.Context, key string, n int64) (res policy
 	if err != nil {
 		return res, err
 	}
-	return b.consume(ctx, key, n)
+	return b.keys.consume(ctx, key, n)
 }
 
 func (k *planKeys) peek(ctx context.Context, key string, n int64) (res policy.Result, err error) {
@@ -214,7 +232,7 @@ func (k *planKeys) peek(ctx context.Context, key string, n int64) (res policy.Re
 	if err != nil {
 		return res, err
 	}
-	return b.peek(ctx, key, n)
+	return b.keys.peek(ctx, key, n)
 }
 
 func (k *planKeys) reserve(ctx context.Context, key string, n, maxWait int64) (res policy.Result, at int64, undo func(int64), err error) {
@@ -222,7 +240,7 @@ func (k *planKeys) reserve(ctx context.Context, key string, n, maxWait int64) (r
 	if err != nil {
 		return res, 0, nil, err
 	}
-	return b.reserve(ctx, key, n, maxWait)
+	return b.keys.reserve(ctx, key, n, maxWait)
 }
 
 // reset forgets key's state; its policy is resolved again at its next
@@ -231,23 +249,46 @@ func (k *planKeys) reset(ctx context.Context, key string) error {
 	k.mu.Lock()
 	delete(k.keys, key)
 	k.mu.Unlock()
-	return k.any.reset(ctx, key)
+	return k.any.keys.reset(ctx, key)
 }
 
-// noBuckets is the bucketBackend of a limiter with a policy per key,
-// whose keys' buckets are not offered.
-type noBuckets struct{}
+// planBuckets is the bucketBackend of a limiter with a policy per key:
+// the buckets of the keys whose policy is a token bucket.
+type planBuckets struct{ k *planKeys }
 
-var errPerKeyBuckets = fmt.Errorf("sluice: Limiter.Bucket of a limiter with WithPolicyFor: %w", errors.ErrUnsupported)
-
-func (noBuckets) update(context.Context, string, bucketFunc) (bucketBackend, error) {
-	return nil, errPerKeyBuckets
+// bucketsOf returns the buckets of key's policy, or an error matching
+// errors.ErrUnsupported when it is not a token bucket.
+func (b planBuckets) bucketsOf(ctx context.Context, key string) (bucketBackend, error) {
+	pl, err := b.k.planOf(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if pl.buckets == nil {
+		return nil, fmt.Errorf("sluice: KeyBucket of key %s: its policy is not a token bucket: %w", driver.QuoteKey(key), errors.ErrUnsupported)
+	}
+	return pl.buckets, nil
 }
 
-func (noBuckets) configuration(context.Context, string) (*tokenbucket.Config, error) {
-	return nil, errPerKeyBuckets
+func (b planBuckets) update(ctx context.Context, key string, f bucketFunc) (bucketBackend, error) {
+	bb, err := b.bucketsOf(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return bb.update(ctx, key, f)
 }
 
-func (noBuckets) replace(context.Context, string, *tokenbucket.Config, tokenbucket.Strategy, bucketSeen) error {
-	return errPerKeyBuckets
+func (b planBuckets) configuration(ctx context.Context, key string) (*tokenbucket.Config, error) {
+	bb, err := b.bucketsOf(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return bb.configuration(ctx, key)
+}
+
+func (b planBuckets) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy, seen bucketSeen) error {
+	bb, err := b.bucketsOf(ctx, key)
+	if err != nil {
+		return err
+	}
+	return bb.replace(ctx, key, cfg, strategy, seen)
 }

@@ -44,12 +44,16 @@ func TestPolicyForInMemory(t *testing.T) {
 	if r, err := l.Allow(ctx, "free"); err != nil || r.Limit != 40 || r.Remaining != 0 {
 		t.Errorf("Allow(free) after its upgrade = %+v, %v; want its 1 token kept as is, now 0 of 40", r, err)
 	}
-	if _, err := l.Bucket("free"); err == nil {
-		if b, _ := l.Bucket("free"); b != nil {
-			if _, err := b.Allow(ctx); !errors.Is(err, errors.ErrUnsupported) {
-				t.Errorf("Bucket(free).Allow = %v, want ErrUnsupported", err)
-			}
-		}
+	b, err := l.Bucket("free")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := b.Configuration(ctx); err != nil || cfg.Bandwidths[0].Capacity() != 40 {
+		t.Errorf("Bucket(free).Configuration() = %+v, %v; want its plan's capacity 40", cfg, err)
+	}
+	w, _ := l.Bucket("window")
+	if _, err := w.Allow(ctx); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Bucket(window).Allow = %v, want ErrUnsupported: its policy is a window", err)
 	}
 	if _, err := sluice.NewLimiter(free, sluice.WithPolicyFor(resolve), sluice.WithStoreTimeout(time.Second)); err == nil {
 		t.Error("NewLimiter(WithPolicyFor, WithStoreTimeout without a store) = nil error")

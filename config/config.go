@@ -48,6 +48,12 @@ type Limiter struct {
 	// Line and Column locate the limiter's name in the file, counting
 	// from 1.
 	Line, Column int
+	// Version is the limiter's configuration version (version:), for
+	// sluice.WithConfigVersion; 0 when the file gives none.
+	Version uint64
+	// Overrides are the policies of particular keys and key prefixes
+	// (overrides:), in file order; see PolicyFor.
+	Overrides []Override
 }
 
 // Load decodes and validates a limiter file. It is a pure function of

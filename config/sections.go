@@ -125,6 +125,7 @@ func limiters(d *policyspec.Decoder, top *yamlnode.Mapping) (*File, error) {
 	}
 	r := &resolver{d: d, specs: make(map[string]*policyspec.Desc, len(lims.Keys)), state: make(map[string]int, len(lims.Keys))}
 	leases := make(map[string]*leaseSpec)
+	plans := make(map[string]plan)
 	for i, k := range lims.Keys {
 		name := k.Value
 		if !validName.MatchString(name) {
@@ -135,7 +136,12 @@ func limiters(d *policyspec.Decoder, top *yamlnode.Mapping) (*File, error) {
 		if err != nil {
 			return nil, err
 		}
-		s, err := d.Decode(yamlnode.Join(path, name), v)
+		n, pl, err := splitPlan(d, yamlnode.Join(path, name), v) // version: and overrides: (plans.go)
+		if err != nil {
+			return nil, err
+		}
+		plans[name] = pl
+		s, err := d.Decode(yamlnode.Join(path, name), n)
 		if err != nil {
 			return nil, err
 		}
@@ -161,6 +167,9 @@ func limiters(d *policyspec.Decoder, top *yamlnode.Mapping) (*File, error) {
 		}
 		if s.Bucket != nil {
 			l.Bucket = &sluice.BucketConfig{Bandwidths: slices.Clone(s.Bucket.Bandwidths)}
+		}
+		if l.Version, l.Overrides, err = r.plan(plans[name]); err != nil {
+			return nil, err
 		}
 		f.Limiters[name] = l
 	}

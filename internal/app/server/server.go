@@ -116,6 +116,10 @@ type limiter struct {
 	l      *sluice.Limiter
 	limit  int64
 	stats  *stats // kept across reloads while the policy stays the same
+	// version and plan are the config's version: and what limits the
+	// keys (plans.go), which a reload compares.
+	version uint64
+	plan    string
 }
 
 // Option configures New.
@@ -279,19 +283,14 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 			return nil, fmt.Errorf("server: allowed_origins: %w", err)
 		}
 	}
-	add := func(name string, p sluice.Policy, lease *sluice.Lease, line, col int) error {
-		opts := []sluice.LimiterOption{
+	add := func(name string, p sluice.Policy, line, col int, extra ...sluice.LimiterOption) error {
+		l, err := sluice.NewLimiter(p, append([]sluice.LimiterOption{
 			sluice.WithStore(newLimiterStore(s.store.Store, name, s.metrics)),
 			sluice.WithClock(s.clock),
 			sluice.WithStoreTimeout(cfg.StoreTimeout),
 			sluice.WithStoreFailure(cfg.StoreFailure),
 			sluice.WithInheritance(cfg.Inheritance),
-			sluice.WithListener(failureListener{limiter: name, m: s.metrics}),
-		}
-		if lease != nil { // the limiter's lease key
-			opts = append(opts, sluice.WithLease(*lease))
-		}
-		l, err := sluice.NewLimiter(p, opts...)
+			sluice.WithListener(failureListener{limiter: name, m: s.metrics})}, extra...)...)
 		if err != nil {
 			return &config.Error{Path: "limiters." + name, Line: line, Column: col, Msg: err.Error(), Err: err}
 		}
@@ -305,9 +304,17 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 	}
 	for _, name := range cfg.Limiters.Order {
 		l := cfg.Limiters.Limiters[name]
-		if err := add(name, l.Policy, l.Lease, l.Line, l.Column); err != nil {
+		if err := checkReload(old, l); err != nil {
 			return nil, err
 		}
+		opts := planOptions(l)
+		if l.Lease != nil { // the limiter's lease key
+			opts = append(opts, sluice.WithLease(*l.Lease))
+		}
+		if err := add(name, l.Policy, l.Line, l.Column, opts...); err != nil {
+			return nil, err
+		}
+		snap.limiters[name].version, snap.limiters[name].plan = l.Version, planOf(l)
 	}
 	// The stamp comes first: files that change while they are read are
 	// read again at the next look.

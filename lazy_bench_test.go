@@ -42,4 +42,18 @@ func BenchmarkLazyBucketPerKey(b *testing.B) {
 			}
 		}
 	})
+	// The floor: a keyed limiter's first call on a new key of the same
+	// store, which supplies nothing.
+	b.Run("StoreLimiter", func(b *testing.B) {
+		l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), sluice.WithStore(newMapStore()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := l.Allow(ctx, "k"+strconv.Itoa(i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -113,6 +113,30 @@
 // the wrong path) than an intent, and a silent success would turn rate
 // limiting off. Write a no_limit limiter to limit nothing on purpose.
 //
+// # Versions and overrides
+//
+// Beside its policy's keys, a limiter may have two keys of its own:
+//
+//	api:
+//	  policy: token_bucket
+//	  limit: 100
+//	  rate: {interval: 1h, amount: 100}
+//	  version: 2
+//	  overrides:
+//	    - {prefix: "paid:", policy: token_bucket, limit: 10000, rate: {interval: 1h, amount: 10000}}
+//	    - {key: "paid:acme", policy: fixed_window, limit: 50, interval: 1s}
+//
+// version (a non-negative integer, default 0) is [Limiter.Version], for
+// sluice.WithConfigVersion: the order of configurations during a rolling
+// deploy. overrides is a list of policies for some keys, each with a key
+// (that key) or a prefix (every key that starts with it, not empty), as
+// [Limiter.Overrides]; an override's other keys are a policy, as a
+// limiter's are. A key gets the policy of its exact key's override, else
+// of its longest matching prefix's, else the limiter's: see
+// [Limiter.PolicyFor], and [Limiter.PolicyFunc] for sluice.WithPolicyFor.
+// A key or prefix listed twice, both or neither in one override, and an
+// override's policy that a keyed limiter refuses are errors.
+//
 // # Errors
 //
 // Every error is an [*Error] with the path of the offending node in the

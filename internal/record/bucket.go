@@ -130,7 +130,7 @@ func none() []byte { return appendHeader(nil, kindBucket, header{}) }
 func (c *Bucket) Consume(rec []byte, now, n int64) (policy.Result, []byte, bool) {
 	b := c.load(rec, now, true)
 	res, changed := tokenbucket.NewKeyed(b.cfg, c.o.Strict).Consume(&b.state, b.exists, now, n)
-	if !changed && !b.migrated {
+	if (!changed && !b.migrated) || c.o.Order.foreign(rec, kindBucket) {
 		return res, nil, false
 	}
 	return res, b.record(), true
@@ -159,6 +159,9 @@ func (c *Bucket) Reserve(rec []byte, now, n, maxWait int64) (policy.Result, *pol
 	}
 	if !changed && !b.migrated {
 		return res, rc, nil, false
+	}
+	if c.o.Order.foreign(rec, kindBucket) {
+		return res, nil, nil, false
 	}
 	return res, rc, b.record(), true
 }
@@ -210,7 +213,7 @@ func (c *Bucket) Update(rec []byte, now int64, f func(cfg *tokenbucket.Config, s
 		b.state = tokenbucket.New(b.cfg, now)
 		b.migrated = c.o.CreateOnRead // Bucket4j creates a bucket at its first call, even one that reads
 	}
-	if !f(b.cfg, b.state, now) && !b.migrated {
+	if (!f(b.cfg, b.state, now) && !b.migrated) || c.o.Order.foreign(rec, kindBucket) {
 		return nil, false, false
 	}
 	return b.record(), true, false
@@ -225,6 +228,9 @@ func (c *Bucket) Replace(rec []byte, now int64, cfg *tokenbucket.Config, strateg
 	b := c.load(rec, now, false)
 	if !b.exists && b.cfg == nil {
 		return nil, false, true
+	}
+	if c.o.Order.foreign(rec, kindBucket) {
+		return nil, false, false
 	}
 	if !b.exists {
 		b.state = tokenbucket.New(b.cfg, now)

@@ -21,6 +21,12 @@ package record
 //   - both versions are 0: the configuration of the call wins, as before
 //     versions existed (unversioned configurations: one process, or
 //     deploys that stop every process first).
+//   - the stored record is of another kind (a token bucket's against
+//     another policy's) and its version wins as above: the codec cannot
+//     read it and must not overwrite it, so it decides as if the key had
+//     no state and writes nothing. The processes of the older
+//     configuration then do not limit that key until they are replaced;
+//     the newer configuration's state stays exact.
 //   - both versions are equal and above 0: two configurations claim the
 //     same version, an operator's mistake. The stored one wins, as for a
 //     higher version, so that the key still migrates at most once, and
@@ -38,6 +44,17 @@ type Order struct {
 	// same Version but another configuration is then the key's previous
 	// policy, and is migrated to the codec's rather than kept.
 	PerKey bool
+}
+
+// foreign reports whether rec is a record of another kind than kind
+// whose configuration wins against o's (keeps): the codec of kind cannot
+// read it and must not write over it.
+func (o Order) foreign(rec []byte, kind byte) bool {
+	if len(rec) < headerLen || rec[1] == kind {
+		return false
+	}
+	h, _, err := readHeader(rec, rec[1])
+	return err == nil && h.origin != 0 && o.keeps(h)
 }
 
 // keeps reports whether a record of header h, written by another

@@ -101,3 +101,34 @@ func TestMachineOrder(t *testing.T) {
 		t.Errorf("older Reset wrote header %+v, %v; want the newer configuration's", h, err)
 	}
 }
+
+// TestOrderForeignKind: a newer configuration of another kind of policy
+// overwrites an older record once; the older codec then writes nothing
+// over the newer record it cannot read.
+func TestOrderForeignKind(t *testing.T) {
+	m := fixedwindow.Config{Limit: 5, Interval: int64(time.Minute)}
+	oldWindow := NewOrderedMachine("fixed_window(5)", policy.Erase[fixedwindow.State](m), tokenbucket.Proportionally, Order{Version: 1})
+	newBucket := versioned(10, 2, nil)
+	_, rec := consume(t, oldWindow, nil, 2)
+	res, rec := consume(t, newBucket, rec, 3)
+	if res.Limit != 10 || res.Remaining != 7 {
+		t.Fatalf("newer bucket Consume(3) over an older window = %+v, want a new bucket: 7 of 10", res)
+	}
+	if _, next, changed := oldWindow.Consume(rec, t0, 1); changed {
+		t.Errorf("older window wrote % x over the newer bucket's record", next)
+	}
+	if _, _, next, changed := oldWindow.Reserve(rec, t0, 1, 0); changed {
+		t.Errorf("older window's Reserve wrote % x over the newer bucket's record", next)
+	}
+	// And the other way round: an older bucket, a newer window.
+	newWindow := NewOrderedMachine("fixed_window(5)", policy.Erase[fixedwindow.State](m), tokenbucket.Proportionally, Order{Version: 3})
+	_, wrec := consume(t, newWindow, rec, 1)
+	oldBucket := versioned(10, 2, nil)
+	if _, next, changed := oldBucket.Consume(wrec, t0, 1); changed {
+		t.Errorf("older bucket wrote % x over the newer window's record", next)
+	}
+	read := func(*tokenbucket.Config, tokenbucket.State, int64) bool { return true }
+	if next, changed, _ := oldBucket.Update(wrec, t0, read); changed {
+		t.Errorf("older bucket's Update wrote % x over the newer window's record", next)
+	}
+}

@@ -185,7 +185,7 @@ func (c *Machine) record(st []byte, h header) []byte {
 func (c *Machine) Consume(rec []byte, now, n int64) (policy.Result, []byte, bool) {
 	st, h := c.state(rec, now)
 	res, next, changed := c.m.Consume(st, now, n, nil)
-	if !changed {
+	if !changed || c.order.foreign(rec, kindMachine) {
 		return res, nil, false
 	}
 	return res, c.record(next, h), true
@@ -199,7 +199,7 @@ func (c *Machine) Peek(rec []byte, now, n int64) policy.Result {
 func (c *Machine) Reserve(rec []byte, now, n, maxWait int64) (policy.Result, *policy.Receipt, []byte, bool) {
 	before, h := c.state(rec, now)
 	res, next, changed := c.m.Reserve(before, now, n, maxWait, nil)
-	if !changed {
+	if !changed || c.order.foreign(rec, kindMachine) {
 		return res, nil, nil, false
 	}
 	var rc *policy.Receipt

@@ -82,3 +82,34 @@ func TestRollingDeploy(t *testing.T) {
 		})
 	}
 }
+
+// TestRollingDeployKindChange: the new configuration changes the policy's
+// kind (a window becomes a token bucket). The new process replaces the
+// key's record once; the old one cannot read the new record and writes
+// nothing over it, so the new bucket's count stays exact.
+func TestRollingDeployKindChange(t *testing.T) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			s := st.open(t)
+			clock := sluice.NewFakeClock(t0)
+			old, err := sluice.NewLimiter(sluice.FixedWindow(100, time.Hour), sluice.WithStore(s), sluice.WithClock(clock), sluice.WithConfigVersion(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cur, err := sluice.NewLimiter(sluice.TokenBucket(200, 1, time.Hour), sluice.WithStore(s), sluice.WithClock(clock), sluice.WithConfigVersion(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			old.AllowN(t.Context(), "k", 10)
+			for i := range 20 {
+				r, err := cur.Allow(t.Context(), "k")
+				if err != nil || r.Remaining != 200-int64(i)-1 {
+					t.Fatalf("new Allow #%d = %+v, %v; want %d of 200 left", i, r, err, 200-i-1)
+				}
+				if _, err := old.Allow(t.Context(), "k"); err != nil {
+					t.Fatalf("old Allow #%d = %v", i, err)
+				}
+			}
+		})
+	}
+}

@@ -662,9 +662,13 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) *apiError {
 	if err := aboveLimit(l, n, newResult(peek), err); err != nil {
 		return s.limiterError(r, err)
 	}
-	out := Inspection{Limiter: l.name, Key: q.Key, Policy: l.policy.String(), Result: newResult(peek)}
+	out := Inspection{Limiter: l.name, Key: q.Key, Policy: l.policyOf(q.Key).String(), Result: newResult(peek)}
 	if b, err := l.l.Bucket(q.Key); err == nil {
 		v, err := b.Verbose().AvailableTokens(r.Context())
+		if errors.Is(err, errors.ErrUnsupported) { // the key's own policy is not a token bucket (overrides)
+			writeJSON(w, http.StatusOK, out)
+			return nil
+		}
 		if err != nil {
 			return s.limiterError(r, err)
 		}

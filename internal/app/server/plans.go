@@ -47,3 +47,11 @@ func checkReload(old *snapshot, l config.Limiter) error {
 	return &config.Error{Path: "limiters." + l.Name, Line: l.Line, Column: l.Column,
 		Msg: "its policies changed but its version stayed " + strconv.FormatUint(l.Version, 10) + ": raise version, so that every process migrates the keys to the new policies once"}
 }
+
+// policyOf is the policy of key: its override's, or the limiter's.
+func (l *limiter) policyOf(key string) sluice.Policy {
+	if l.overrides != nil {
+		return l.overrides.PolicyFor(key)
+	}
+	return l.policy
+}

@@ -120,6 +120,9 @@ type limiter struct {
 	// keys (plans.go), which a reload compares.
 	version uint64
 	plan    string
+	// overrides is the config's limiter when it has overrides (policies
+	// per key), else nil.
+	overrides *config.Limiter
 }
 
 // Option configures New.
@@ -315,6 +318,9 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 			return nil, err
 		}
 		snap.limiters[name].version, snap.limiters[name].plan = l.Version, planOf(l)
+		if len(l.Overrides) > 0 {
+			snap.limiters[name].overrides = &l
+		}
 	}
 	// The stamp comes first: files that change while they are read are
 	// read again at the next look.

@@ -234,7 +234,8 @@ type memBuckets struct {
 
 func (m memBuckets) update(ctx context.Context, key string, f bucketFunc) (bucketBackend, error) {
 	if m.mem != nil && m.mem.replaced.has(key) {
-		return m, m.mem.replaced.store.UpdateBucket(ctx, key, m.mem.replaced.codec, f)
+		_, err := memRecordBuckets{m.mem.replaced.mem}.update(ctx, key, f)
+		return m, err
 	}
 	now := m.clock.Now()
 	m.buckets.WithBucket(key, now, func(cfg *tokenbucket.Config, st tokenbucket.State) bool {
@@ -245,7 +246,7 @@ func (m memBuckets) update(ctx context.Context, key string, f bucketFunc) (bucke
 
 func (m memBuckets) configuration(ctx context.Context, key string) (*tokenbucket.Config, error) {
 	if m.mem != nil && m.mem.replaced.has(key) {
-		return m.mem.replaced.store.Configuration(ctx, key, m.mem.replaced.codec)
+		return memRecordBuckets{m.mem.replaced.mem}.configuration(ctx, key)
 	}
 	return m.buckets.Config(), nil
 }

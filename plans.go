@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/driver"
-	"github.com/sluicehq/sluice/internal/breaker"
 	"github.com/sluicehq/sluice/internal/keyed"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
@@ -108,7 +107,7 @@ func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 	if k.max <= 0 {
 		k.max = DefaultPolicyCacheKeys
 	}
-	mem := keyed.NewStore(keyed.NewMapStore(l.clock, o.maxKeys), l.clock, DefaultStoreTimeout, breaker.New(0, nil))
+	mem := keyed.NewMapStore(l.clock, o.maxKeys)
 	memOrder := record.Order{PerKey: true}
 	if o.store == nil {
 		// WithInheritance applies in memory too: a key's policy changes.
@@ -120,9 +119,10 @@ func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 			if err != nil {
 				return nil, err
 			}
-			pl := &plan{keys: &storeKeys{store: mem, codec: codec, clock: l.clock}}
-			if bc, ok := codec.(*record.Bucket); ok {
-				pl.buckets = storeBuckets{store: mem, codec: bc}
+			m := &memRecords{recs: mem, codec: codec, clock: l.clock}
+			pl := &plan{keys: m}
+			if _, ok := codec.(*record.Bucket); ok {
+				pl.buckets = memRecordBuckets{m}
 			}
 			return pl, nil
 		}
@@ -146,10 +146,11 @@ func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 			if err != nil {
 				return nil, err
 			}
+			m := &memRecords{recs: mem, codec: local, clock: l.clock}
 			pl := &plan{keys: &failover{failurePolicy: setup.fail, store: &storeKeys{store: setup.store, codec: codec, clock: l.clock},
-				local: &storeKeys{store: mem, codec: local, clock: l.clock}, quota: e.Quota()}}
+				local: m, quota: e.Quota()}}
 			if bc, ok := codec.(*record.Bucket); ok {
-				localBuckets := storeBuckets{store: mem, codec: local.(*record.Bucket)}
+				localBuckets := memRecordBuckets{m}
 				pl.buckets = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: bc},
 					local: func(context.Context) (bucketBackend, error) { return localBuckets, nil }}
 			}

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/breaker"
 	"github.com/sluicehq/sluice/internal/keyed"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
@@ -35,7 +34,7 @@ type replacedKeys struct {
 	mu   sync.Mutex  // guards the setup
 	// Set before used, then read only.
 	recs  *keyed.MapStore
-	store *keyed.Store
+	mem   *memRecords
 	codec *record.Bucket
 }
 
@@ -64,7 +63,7 @@ func (r *replacedKeys) setup() error {
 	}
 	r.codec = codec.(*record.Bucket) // a token-bucket policy's: only such a limiter has replacedKeys
 	r.recs = keyed.NewMapStore(r.clock, r.maxKeys)
-	r.store = keyed.NewStore(r.recs, r.clock, time.Hour, breaker.New(0, nil))
+	r.mem = &memRecords{recs: r.recs, codec: r.codec, clock: r.clock}
 	r.used.Store(true)
 	return nil
 }
@@ -98,18 +97,13 @@ func (r *replacedKeys) replace(ctx context.Context, keys keyed.Keys, key string,
 }
 
 func (r *replacedKeys) consume(ctx context.Context, key string, n int64) (policy.Result, error) {
-	return r.store.Consume(ctx, key, r.codec, n)
+	return r.mem.consume(ctx, key, n)
 }
 
 func (r *replacedKeys) peek(ctx context.Context, key string, n int64) (policy.Result, error) {
-	return r.store.Peek(ctx, key, r.codec, n)
+	return r.mem.peek(ctx, key, n)
 }
 
 func (r *replacedKeys) reserve(ctx context.Context, key string, n, maxWait int64) (policy.Result, int64, func(int64), error) {
-	at := r.clock.Now()
-	res, rc, err := r.store.Reserve(ctx, key, r.codec, n, maxWait)
-	if rc == nil {
-		return res, at, nil, err
-	}
-	return res, rc.At, func(now int64) { _ = r.store.Cancel(context.Background(), key, r.codec, now, rc) }, err
+	return r.mem.reserve(ctx, key, n, maxWait)
 }

@@ -91,7 +91,8 @@ func (s *MapStore) Update(ctx context.Context, key string, fn driver.UpdateFunc)
 	if !present {
 		sh.sweep(now)
 	}
-	e := mapEntry{rec: append(rec[:0:0], next...)}
+	// The record's memory is reused: fn kept nothing of it.
+	e := mapEntry{rec: append(rec[:0], next...)}
 	if ttl > 0 && int64(ttl) < math.MaxInt64-now { // past MaxInt64: never
 		e.expires = now + int64(ttl)
 	}

@@ -162,8 +162,18 @@ func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 		return nil, err
 	}
 	l.backend, l.buckets = k, planBuckets{k}
+	l.keys = recordLen{Keys: l.keys, recs: mem}
 	return l, nil
 }
+
+// recordLen is a per-key limiter's keyed.Keys, whose Len counts the keys
+// held in memory as records, for Limiter.Len.
+type recordLen struct {
+	keyed.Keys
+	recs *keyed.MapStore
+}
+
+func (r recordLen) Len() int { return r.recs.Len() }
 
 // inheritanceOf is o's inheritance, InheritProportionally by default.
 func inheritanceOf(o *options) Inheritance {

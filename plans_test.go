@@ -55,6 +55,9 @@ func TestPolicyForInMemory(t *testing.T) {
 	if _, err := w.Allow(ctx); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Bucket(window).Allow = %v, want ErrUnsupported: its policy is a window", err)
 	}
+	if n := l.Len(); n != 3 {
+		t.Errorf("Len() = %d, want the 3 keys with state", n)
+	}
 	if _, err := sluice.NewLimiter(free, sluice.WithPolicyFor(resolve), sluice.WithStoreTimeout(time.Second)); err == nil {
 		t.Error("NewLimiter(WithPolicyFor, WithStoreTimeout without a store) = nil error")
 	}

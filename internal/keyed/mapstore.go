@@ -20,9 +20,10 @@ import (
 //
 // MapStore is safe for simultaneous use by multiple goroutines.
 type MapStore struct {
-	clock  Clock
-	seed   maphash.Seed
-	shards [mapShards]mapShard
+	clock   Clock
+	seed    maphash.Seed
+	nshards uint64 // the shards in use, the first of shards: fewer under a small bound
+	shards  [mapShards]mapShard
 }
 
 const mapShards = 16
@@ -44,22 +45,30 @@ var (
 	_ driver.Deleter = (*MapStore)(nil)
 )
 
-// NewMapStore returns an empty MapStore on clock, holding at most about
-// maxKeys keys (0: no bound beyond expiry): past its share of the bound,
-// a shard evicts an arbitrary key.
+// NewMapStore returns an empty MapStore on clock, holding at most maxKeys
+// keys (0: no bound beyond expiry): past its share of the bound, a shard
+// evicts an arbitrary key. The bound is split exactly among shards of at
+// least minKeysPerShard keys, as Mem's is.
 func NewMapStore(clock Clock, maxKeys int) *MapStore {
-	s := &MapStore{clock: clock, seed: maphash.MakeSeed()}
-	for i := range s.shards {
-		s.shards[i].m = make(map[string]mapEntry)
+	s := &MapStore{clock: clock, seed: maphash.MakeSeed(), nshards: mapShards}
+	if maxKeys > 0 {
+		s.nshards = uint64(min(max(maxKeys/minKeysPerShard, 1), mapShards))
+	}
+	for i := range s.nshards {
+		sh := &s.shards[i]
+		sh.m = make(map[string]mapEntry)
 		if maxKeys > 0 {
-			s.shards[i].max = max(maxKeys/mapShards, 1)
+			sh.max = maxKeys / int(s.nshards)
+			if int(i) < maxKeys%int(s.nshards) {
+				sh.max++
+			}
 		}
 	}
 	return s
 }
 
 func (s *MapStore) shard(key string) *mapShard {
-	return &s.shards[maphash.String(s.seed, key)%mapShards]
+	return &s.shards[maphash.String(s.seed, key)%s.nshards]
 }
 
 // load returns key's record, nil when it has none or it expired at now.
@@ -143,7 +152,7 @@ func (s *MapStore) Has(key string) bool {
 // included.
 func (s *MapStore) Len() int {
 	n := 0
-	for i := range s.shards {
+	for i := range s.nshards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		n += len(sh.m)

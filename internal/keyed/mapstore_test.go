@@ -51,12 +51,14 @@ func TestMapStore(t *testing.T) {
 		t.Errorf("Update with an ended context = %v, want context.Canceled", err)
 	}
 
-	bounded := NewMapStore(clock, mapShards) // one key a shard
-	for i := range 1000 {
-		key := fmt.Sprint("k", i)
-		bounded.Update(ctx, key, func([]byte) ([]byte, time.Duration, bool) { return []byte("x"), 0, true })
-	}
-	if n := bounded.Len(); n > mapShards {
-		t.Errorf("Len() of a store bounded to %d keys = %d", mapShards, n)
+	for _, bound := range []int{1, 10, 5000, 40_000} {
+		bounded := NewMapStore(clock, bound)
+		for i := range 2 * bound {
+			key := fmt.Sprint("k", i)
+			bounded.Update(ctx, key, func([]byte) ([]byte, time.Duration, bool) { return []byte("x"), 0, true })
+		}
+		if n := bounded.Len(); n > bound || n < bound/2 {
+			t.Errorf("Len() of a store bounded to %d keys, given %d = %d", bound, 2*bound, n)
+		}
 	}
 }

@@ -44,6 +44,13 @@ func TestWithLeaseArguments(t *testing.T) {
 			}
 		})
 	}
+	// A lease is of one policy's state: a policy per key cannot have one.
+	perKey := sluice.WithPolicyFor(func(context.Context, string) (sluice.Policy, error) { return sluice.GCRA(10, 10, time.Second), nil })
+	_, err := sluice.NewLimiter(sluice.GCRA(10, 10, time.Second), sluice.WithLease(good), sluice.WithStore(newMapStore()), perKey)
+	var ae *sluice.ArgumentError
+	if !errors.Is(err, sluice.ErrLeaseNotSupported) || !errors.As(err, &ae) || ae.Arg != "WithLease" {
+		t.Errorf("NewLimiter(WithLease, WithPolicyFor) = %v, want an *ArgumentError for WithLease matching ErrLeaseNotSupported", err)
+	}
 	for _, p := range []sluice.Policy{
 		sluice.FixedWindow(10, time.Second), sluice.TokenBucket(10, 1, time.Second), sluice.LeakyBucket(10, 1, time.Second),
 		sluice.GCRA(10, 10, time.Second), sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second)}}),

@@ -65,6 +65,9 @@ func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 		l.sleeper = TimerSleeper()
 	}
 	if o.policyFor != nil { // a policy per key (plans.go)
+		if o.lease != nil { // a lease is of one policy's state
+			return nil, &ArgumentError{Op: "NewLimiter", Arg: "WithLease", Want: "does not combine with WithPolicyFor", kind: ErrLeaseNotSupported}
+		}
 		return newPlanLimiter(l, &o)
 	}
 	local := &memKeys{keys: keys, clock: l.clock}

@@ -70,7 +70,9 @@
 // # Clocks
 //
 // expires_at is computed by the database clock: now() of the writing
-// transaction plus the ttl, rounded up to whole microseconds; expiry is
+// transaction plus the ttl, rounded up to the next whole second (so that
+// a busy key's updates within a second leave the indexed column alone
+// and PostgreSQL can make them HOT updates); expiry is
 // checked against the database's now() too. The policies' decisions use
 // the client's clock, which is in the state they write; expiry only
 // decides when state is forgotten, so a skew between the two clocks shifts

@@ -9,7 +9,8 @@
 --          be locked (SelectForUpdate inserts it before its first write),
 --          which reads as no state.
 -- expires: when the state expires, by the database clock (now() of the
---          writing transaction plus the ttl, rounded up to microseconds);
+--          writing transaction plus the ttl, rounded up to the next whole
+--          second, so that a key's writes within one second are HOT);
 --          NULL means never. A row with expires <= now() reads as no state
 --          and is removed by DeleteExpired.
 CREATE TABLE IF NOT EXISTS {{table}} (

@@ -242,6 +242,9 @@ func (r *Reservation) sleep(ctx context.Context, sleeper Sleeper, l Listener) er
 	if d == 0 {
 		return nil
 	}
+	if o, ok := l.(observed); ok {
+		o.obs.Observe(Event{Kind: EventWaiting, Tokens: r.tokens, Duration: d})
+	}
 	if err := sleeper.Sleep(ctx, d); err != nil {
 		r.Cancel()
 		if l != nil {

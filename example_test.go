@@ -152,3 +152,28 @@ func Example_multipleBandwidths() {
 	// first burst: 50
 	// a second later: 50 [966 50]
 }
+
+// A limiter's decisions, counted by an observer. Packages sluiceprom and
+// sluiceotel export them as metrics.
+func ExampleWithObserver() {
+	var allowed, rejected int
+	l, err := sluice.NewLimiter(sluice.FixedWindow(2, time.Minute),
+		sluice.WithObserver(sluice.ObserverFunc(func(e sluice.Event) {
+			switch e.Kind {
+			case sluice.EventAllowed:
+				allowed++
+			case sluice.EventRejected:
+				rejected++
+			}
+		})))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for range 3 {
+		if _, err := l.Allow(context.Background(), "alice"); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Println("allowed", allowed, "rejected", rejected)
+	// Output: allowed 2 rejected 1
+}

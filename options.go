@@ -28,8 +28,8 @@ type StoreBucketOption interface{ applyStoreBucket(*options) }
 // WithMaxKeys or WithLease.
 type LimiterOption interface{ applyLimiter(*options) }
 
-// Option configures any constructor: WithClock, WithSleeper and
-// WithListener. The zero Option does nothing.
+// Option configures any constructor: WithClock, WithSleeper,
+// WithListener and WithObserver. The zero Option does nothing.
 type Option struct{ set func(*options) }
 
 func (f Option) apply(o *options) {
@@ -75,6 +75,7 @@ type options struct {
 	clock    Clock
 	sleeper  Sleeper
 	listener Listener
+	observer Observer // folded into listener by observe
 
 	// for a Limiter
 	store   driver.Store
@@ -102,6 +103,7 @@ func bucketOptions(opts []BucketOption) options {
 			opt.applyBucket(&o)
 		}
 	}
+	o.observe()
 	return o
 }
 
@@ -112,6 +114,7 @@ func storeBucketOptions(opts []StoreBucketOption) options {
 			opt.applyStoreBucket(&o)
 		}
 	}
+	o.observe()
 	return o
 }
 
@@ -122,6 +125,7 @@ func limiterOptions(opts []LimiterOption) options {
 			opt.applyLimiter(&o)
 		}
 	}
+	o.observe()
 	return o
 }
 

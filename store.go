@@ -126,7 +126,7 @@ func newStoreSetup(o *options, clock Clock) (storeSetup, error) {
 	if threshold == 0 {
 		threshold = DefaultCircuitFailures
 	}
-	st := keyed.NewStore(o.store, clock, timeout, breaker.New(threshold, notify))
+	st := keyed.NewStore(observedStore(o.store, o.observer), clock, timeout, breaker.New(threshold, notify))
 	return storeSetup{store: st, fail: fail, inherit: tokenbucket.Strategy(inherit), order: configOrder(o.configVersion)}, nil
 }
 

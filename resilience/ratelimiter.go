@@ -60,6 +60,7 @@ type options struct {
 	clock    sluice.Clock
 	sleeper  sluice.Sleeper
 	failFast bool
+	observer sluice.Observer
 }
 
 // WithClock sets the limiter's clock. The default is sluice.MonotonicClock.
@@ -79,6 +80,19 @@ func WithSleeper(s sluice.Sleeper) Option { return func(o *options) { o.sleeper 
 // true, it returns false at once, leaving the caller free to do something
 // else.
 func WithFailFast(on bool) Option { return func(o *options) { o.failFast = on } }
+
+// WithObserver sets an observer told of the limiter's decisions, as
+// Resilience4j's event publisher tells of successful and failed
+// acquisitions: sluice.EventAllowed and sluice.EventRejected with the
+// permits asked for, then sluice.EventDelayed for a reservation's wait,
+// sluice.EventWaiting and sluice.EventWaited around AcquirePermission's
+// sleep for its permits, and sluice.EventCancelled for permits given back
+// when the context ended during it (a caller parked for the timeout
+// before a refusal is counted by NumberOfWaitingCallers, not by events). A refusal by the context's deadline (a *sluice.MaxWaitError)
+// is a failed acquisition too. The default is none; nil keeps it.
+// Package sluiceprom's and sluiceotel's observers count these events, and
+// read the gauges AvailablePermissions and NumberOfWaitingCallers.
+func WithObserver(obs sluice.Observer) Option { return func(o *options) { o.observer = obs } }
 
 // RateLimiter is Resilience4j's AtomicRateLimiter, in integer nanoseconds.
 //
@@ -101,7 +115,8 @@ type RateLimiter struct {
 	clock    sluice.Clock
 	sleeper  sluice.Sleeper
 	failFast bool
-	waiting  atomic.Int64 // callers sleeping in AcquirePermission
+	observer sluice.Observer // nil when there is none
+	waiting  atomic.Int64    // callers sleeping in AcquirePermission
 
 	mu    sync.Mutex
 	cfg   Config
@@ -132,6 +147,7 @@ func New(cfg Config, opts ...Option) (*RateLimiter, error) {
 		clock:    o.clock,
 		sleeper:  o.sleeper,
 		failFast: o.failFast,
+		observer: o.observer,
 		cfg:      cfg,
 		m:        m,
 		state:    resilience4j.New(m, o.clock.Now()),
@@ -179,6 +195,7 @@ func (l *RateLimiter) AcquirePermission(ctx context.Context, n int64) (bool, err
 	after := l.state
 	l.mu.Unlock()
 	if !ok {
+		l.observe(sluice.EventRejected, n, 0)
 		switch {
 		case byDeadline && (wait <= timeout || !l.failFast && timeout > 0):
 			return false, &sluice.MaxWaitError{Tokens: n, Wait: time.Duration(wait), MaxWait: time.Duration(bound), Deadline: true}
@@ -192,16 +209,28 @@ func (l *RateLimiter) AcquirePermission(ctx context.Context, n int64) (bool, err
 		}
 		return false, nil
 	}
+	l.observe(sluice.EventAllowed, n, 0)
 	if wait == 0 {
 		return true, nil
 	}
+	l.observe(sluice.EventWaiting, n, time.Duration(wait))
 	if err := l.sleep(ctx, time.Duration(wait)); err != nil {
 		l.mu.Lock()
 		l.m.Cancel(&l.state, l.clock.Now(), before, after, n)
 		l.mu.Unlock()
+		l.observe(sluice.EventCancelled, n, 0)
 		return false, err
 	}
+	l.observe(sluice.EventWaited, 0, time.Duration(wait))
 	return true, nil
+}
+
+// observe tells the observer, when there is one, of an event of kind with
+// n permits or the duration d.
+func (l *RateLimiter) observe(kind sluice.EventKind, n int64, d time.Duration) {
+	if l.observer != nil {
+		l.observer.Observe(sluice.Event{Kind: kind, Tokens: n, Duration: d})
+	}
 }
 
 // sleep sleeps d on the limiter's sleeper, counted as a waiting caller.
@@ -229,7 +258,12 @@ func (l *RateLimiter) ReservePermission(n int64) (time.Duration, error) {
 	wait, ok := l.m.Acquire(&l.state, l.clock.Now(), n, timeout)
 	l.mu.Unlock()
 	if !ok {
+		l.observe(sluice.EventRejected, n, 0)
 		return 0, &sluice.MaxWaitError{Tokens: n, Wait: time.Duration(wait), MaxWait: time.Duration(timeout)}
+	}
+	l.observe(sluice.EventAllowed, n, 0)
+	if wait > 0 {
+		l.observe(sluice.EventDelayed, 0, time.Duration(wait))
 	}
 	return time.Duration(wait), nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/metricnames"
 )
 
 // metrics are the server's Prometheus metrics, on a registry of their own.
@@ -34,32 +35,32 @@ func newMetrics() *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_decisions_total",
+			Name: metricnames.Decisions,
 			Help: "Decisions by limiter and outcome (allowed, rejected, error), from the HTTP API and Envoy's gRPC API.",
 		}, []string{"limiter", "outcome"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_tokens_consumed_total",
+			Name: metricnames.Tokens,
 			Help: "Tokens taken by allowed decisions, by limiter.",
 		}, []string{"limiter"}),
 		storeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "sluice_store_duration_seconds",
+			Name:    metricnames.StoreDuration,
 			Help:    "Latency of store calls (update, delete, ping), failed ones included.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+			Buckets: metricnames.StoreBuckets(),
 		}, []string{"op"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_store_errors_total",
+			Name: metricnames.StoreErrors,
 			Help: "Store calls that returned an error, by operation.",
 		}, []string{"op"}),
 		storeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_store_failures_total",
+			Name: metricnames.StoreFailures,
 			Help: "Decisions a store failure decided, by limiter and the failure policy applied (fail_closed, fail_open, fail_local).",
 		}, []string{"limiter", "policy"}),
 		circuitOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_store_circuit_open",
+			Name: metricnames.CircuitOpen,
 			Help: "1 while a limiter's circuit breaker keeps calls from the store (open or half-open), 0 when closed.",
 		}, []string{"limiter"}),
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_waiting_callers",
+			Name: metricnames.Waiting,
 			Help: "Consume calls waiting for their tokens (max_wait_ms).",
 		}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -122,15 +123,7 @@ func (m *metrics) forget(limiter string) {
 }
 
 // failureLabel names a store failure policy as the config writes it.
-func failureLabel(f sluice.StoreFailure) string {
-	switch f {
-	case sluice.FailOpen:
-		return "fail_open"
-	case sluice.FailLocal:
-		return "fail_local"
-	}
-	return "fail_closed"
-}
+func failureLabel(f sluice.StoreFailure) string { return metricnames.FailureLabel(f) }
 
 // failureListener counts a limiter's store failures.
 type failureListener struct {

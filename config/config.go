@@ -25,6 +25,29 @@ type File struct {
 	Limiters map[string]Limiter
 	// Order is the limiters' names in the order the file lists them.
 	Order []string
+	// Notes are what a file in another library's format (LoadSymfony)
+	// says that sluice accepts but does not apply, in file order. Load's
+	// files have none.
+	Notes []Note
+}
+
+// Note is a setting that a loader accepted but does not apply, or applies
+// differently than the library the file was written for: for instance
+// Symfony's storage_service, whose place a driver.Store takes.
+type Note struct {
+	// Path, Line and Column locate the setting, as an Error's do.
+	Path         string
+	Line, Column int
+	// Msg says what sluice does with it.
+	Msg string
+}
+
+// String returns the note as "limiters.api.cache_pool (line 4): ...".
+func (n Note) String() string {
+	if n.Line > 0 {
+		return n.Path + " (line " + strconv.Itoa(n.Line) + "): " + n.Msg
+	}
+	return n.Path + ": " + n.Msg
 }
 
 // Limiter is one named limiter of a file.

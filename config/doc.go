@@ -137,6 +137,16 @@
 // A key or prefix listed twice, both or neither in one override, and an
 // override's policy that a keyed limiter refuses are errors.
 //
+// # Other formats
+//
+// [LoadSymfony] reads a Symfony framework.rate_limiter file as it is, and
+// [LoadResilience4j] the resilience4j.ratelimiter and
+// resilience4j.timelimiter sections of a Spring Boot application.yml,
+// building package resilience's limiters; what they accept but do not
+// apply (Symfony's storage_service, Resilience4j's health indicator, ...)
+// is listed in the result's Notes, and their errors are *Error values
+// like Load's. docs/migrating.md shows both.
+//
 // # Errors
 //
 // Every error is an [*Error] with the path of the offending node in the

@@ -68,7 +68,8 @@ func loadWith(data []byte, sections map[string]Section) (*File, error) {
 	}
 	f := &File{Limiters: map[string]Limiter{}}
 	if top.Has("limiters") {
-		if f, err = limiters(d, top); err != nil {
+		path, v := top.Value("limiters")
+		if f, err = limiters(d, path, v); err != nil {
 			return nil, err
 		}
 	}
@@ -113,9 +114,8 @@ func NodeError(path string, n *yaml.Node, format string, args ...any) *Error {
 	return errorAt(path, n, format, args...)
 }
 
-// limiters decodes the limiters section of top, which must be there.
-func limiters(d *policyspec.Decoder, top *yamlnode.Mapping) (*File, error) {
-	path, v := top.Value("limiters")
+// limiters decodes v, the limiters section at path.
+func limiters(d *policyspec.Decoder, path string, v *yaml.Node) (*File, error) {
 	lims, err := d.Mapping(path, v)
 	if err != nil {
 		return nil, err

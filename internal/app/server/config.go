@@ -208,8 +208,13 @@ func DefaultConfig() (*Config, error) {
 func Example() []byte { return exampleYAML }
 
 // LoadConfig decodes and validates a server config file. Its errors are
-// *config.Error values with the YAML path and line.
+// *config.Error values with the YAML path and line. A Symfony rate limiter
+// file (framework: rate_limiter:) is read with config.LoadSymfony, its
+// limiters served with every server setting at its default.
 func LoadConfig(data []byte) (*Config, error) {
+	if isSymfony(data) {
+		return symfonyConfig(config.LoadSymfony(data))
+	}
 	c := newConfig()
 	var section bool
 	f, err := config.LoadWith(data, c.sections(&section))
@@ -225,6 +230,9 @@ func LoadConfig(data []byte) (*Config, error) {
 
 // LoadConfigFile reads the file at path and loads it with LoadConfig.
 func LoadConfigFile(path string) (*Config, error) {
+	if data, err := os.ReadFile(path); err == nil && isSymfony(data) {
+		return symfonyConfig(config.LoadSymfonyFile(path))
+	}
 	c := newConfig()
 	var section bool
 	f, err := config.LoadFileWith(path, c.sections(&section))

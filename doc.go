@@ -62,6 +62,14 @@
 // trades a bounded under-admission for far fewer: each process spends
 // leases of the shared tokens locally (docs/stores.md, "Quota leasing").
 //
+// # Observing
+//
+// [WithObserver] gives a Limiter, Bucket or KeyBucket an [Observer], told
+// of every decision, wait and store call as an [Event]; packages
+// sluiceprom and sluiceotel turn the events into sluice serve's Prometheus
+// and OpenTelemetry metrics (docs/observability.md). Without one a
+// decision costs a nil check.
+//
 // # Time
 //
 // Every decision is integer arithmetic on nanoseconds from a [Clock]:

@@ -41,6 +41,12 @@ var imports = map[string]string{
 	"redisstore":  "github.com/sluicehq/sluice/redisstore",
 	"resilience":  "github.com/sluicehq/sluice/resilience",
 	"smooth":      "github.com/sluicehq/sluice/smooth",
+	"atomic":      "sync/atomic",
+	"prometheus":  "github.com/prometheus/client_golang/prometheus",
+	"promhttp":    "github.com/prometheus/client_golang/prometheus/promhttp",
+	"otel":        "go.opentelemetry.io/otel",
+	"sluiceprom":  "github.com/sluicehq/sluice/sluiceprom",
+	"sluiceotel":  "github.com/sluicehq/sluice/sluiceotel",
 }
 
 // names are the names a snippet may use without declaring them, with

@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"sync"
 	"testing"
@@ -202,4 +203,48 @@ func TestObserverStoreBucket(t *testing.T) {
 	b.Allow(ctx)
 	b.Allow(ctx)
 	checkEvents(t, "2×Allow", rec.take(), []sluice.Event{update, allowed1, update, rejected1})
+}
+
+// TestObserverPolicyFor: a limiter with a policy per key reports each
+// key's decisions, in memory and on a store.
+func TestObserverPolicyFor(t *testing.T) {
+	ctx := context.Background()
+	plan := func(_ context.Context, key string) (sluice.Policy, error) {
+		if key == "paid" {
+			return sluice.FixedWindow(2, time.Minute), nil
+		}
+		return sluice.FixedWindow(1, time.Minute), nil
+	}
+	for _, stored := range []bool{false, true} {
+		rec := &recorder{}
+		opts := []sluice.LimiterOption{sluice.WithPolicyFor(plan), sluice.WithObserver(rec)}
+		if stored {
+			opts = append(opts, sluice.WithStore(memstore.New()))
+		}
+		l, err := sluice.NewLimiter(sluice.FixedWindow(1, time.Minute), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{"free", "free", "paid", "paid"} {
+			if _, err := l.Allow(ctx, key); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var got []sluice.Event
+		calls := 0
+		for _, e := range rec.take() {
+			if e.Kind == sluice.EventStoreCall {
+				calls++
+				continue
+			}
+			got = append(got, e)
+		}
+		// In memory the keys are records of an in-process map, not store
+		// calls.
+		if (calls > 0) != stored {
+			t.Errorf("stored=%v: %d store calls", stored, calls)
+		}
+		checkEvents(t, fmt.Sprintf("stored=%v: Allow free, free, paid, paid", stored), got,
+			[]sluice.Event{allowed1, rejected1, allowed1, allowed1})
+	}
 }

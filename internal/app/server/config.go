@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
+	"github.com/sluicehq/sluice/internal/app/rlqs"
 	"github.com/sluicehq/sluice/internal/app/storeurl"
 	"github.com/sluicehq/sluice/internal/yamlnode"
 )
@@ -63,6 +64,9 @@ type Config struct {
 	Inheritance  sluice.Inheritance
 	// Envoy is the envoy section, or nil when the file has none.
 	Envoy *envoyrls.Domains
+	// RLQS is the rlqs section, Envoy's rate limit quota service, or nil
+	// when the file has none.
+	RLQS *rlqs.Config
 	// RateLimit are envoyproxy/ratelimit's settings: the ratelimit
 	// section's keys over its environment variables, which say where its
 	// config files are and shape the answers of Envoy's service.
@@ -323,6 +327,16 @@ func (c *Config) sections(rateLimit *bool) map[string]config.Section {
 				return ok
 			})
 			c.Envoy = d
+			return err
+		},
+		"rlqs": func(path string, n *yaml.Node, f *config.File) (err error) {
+			c.RLQS, err = rlqs.Decode(path, n, func(name string) (rlqs.LimiterInfo, bool) {
+				l, ok := f.Limiters[name]
+				if !ok {
+					return rlqs.LimiterInfo{}, false
+				}
+				return rlqs.LimiterInfo{Window: l.Policy.Window()}, true
+			})
 			return err
 		},
 	}

@@ -99,7 +99,7 @@ func TestExampleLoads(t *testing.T) {
 
 func TestLoadConfigErrors(t *testing.T) {
 	tests := []struct{ name, yaml, want string }{
-		{"unknown section", "stores: mem://\n" + limitersYAML, `config: stores (line 1): unknown key "stores"; valid keys: limiters, envoy, ratelimit, server, store`},
+		{"unknown section", "stores: mem://\n" + limitersYAML, `config: stores (line 1): unknown key "stores"; valid keys: limiters, envoy, ratelimit, rlqs, server, store`},
 		{"store not a string", "store: 5\n" + limitersYAML, `config: store (line 1): must be a string, got integer 5 (quote it)`},
 		// A typo of redis:// ran on the in-memory store, every instance with a limit of its own.
 		{"store without a scheme", "store: redis//127.0.0.1:6379/9\n" + limitersYAML,

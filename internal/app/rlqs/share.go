@@ -77,7 +77,7 @@ const MaxMaxTokens = math.MaxUint32
 // BucketFor returns the bucket of a share of share tokens per window, for
 // assignments that live ttl: Fill is window/share rounded up, so that the
 // bucket's rate never exceeds the share, and MaxTokens what the share
-// earns in half a ttl, at least 1 and at most MaxMaxTokens, so that an
+// earns in a quarter of a ttl, at least 1 and at most MaxMaxTokens, so that an
 // Envoy may spend a report's worth of tokens at once. ok is false when
 // share <= 0 or window <= 0: there is then no bucket, only a denial.
 func BucketFor(share int64, window, ttl time.Duration) (b Bucket, ok bool) {
@@ -85,7 +85,7 @@ func BucketFor(share int64, window, ttl time.Duration) (b Bucket, ok bool) {
 		return Bucket{}, false
 	}
 	fill := ceilDiv(int64(window), share)
-	burst := mulDiv(share, int64(max(ttl/2, 0)), int64(window))
+	burst := mulDiv(share, int64(max(ttl/4, 0)), int64(window))
 	return Bucket{MaxTokens: min(max(burst, 1), MaxMaxTokens), Fill: time.Duration(fill)}, true
 }
 
@@ -107,7 +107,7 @@ func (b Bucket) Due(start, until time.Time) int64 {
 
 // Grant is what one Envoy was granted for one bucket: the bucket it was
 // sent, since when (the server's clock when it was first sent), until
-// when the server has charged for it, and how many tokens were charged.
+// when the server has paid for it, and how many tokens cover it.
 type Grant struct {
 	Bucket  Bucket
 	Start   time.Time
@@ -115,42 +115,73 @@ type Grant struct {
 	Charged int64
 }
 
-// Renew returns the grant that covers b until until, and the tokens to
-// charge for it, given the grant g in force (nil for none) at now. When g
-// has the same bucket and is still in force (now < g.Until), Envoy
-// extends its assignment without refilling its bucket, so only the refill
-// of the longer span is charged; otherwise Envoy starts a new, full
-// bucket, charged in full from now. The charge is never negative.
-func Renew(g *Grant, b Bucket, now, until time.Time) (Grant, int64) {
-	if g != nil && g.Bucket == b && now.Before(g.Until) {
-		next := Grant{Bucket: b, Start: g.Start, Until: until, Charged: g.Charged}
-		if until.After(g.Until) {
-			due := b.Due(g.Start, until)
-			charge := max(due-g.Charged, 0)
-			next.Charged += charge
-			return next, charge
-		}
-		next.Until = g.Until
-		return next, 0
+// Used returns the most that g's bucket can have admitted if it is
+// replaced at now, Envoy learning of it within guard: its Due until
+// now+guard, at most what was charged.
+func (g *Grant) Used(now time.Time, guard time.Duration) int64 {
+	if !now.Before(g.Until) {
+		return g.Charged
 	}
-	due := b.Due(now, until)
-	return Grant{Bucket: b, Start: now, Until: until, Charged: due}, due
+	return min(g.Charged, g.Bucket.Due(g.Start, now.Add(guard)))
 }
 
-// Demand estimates an Envoy's demand in tokens per window from a report
-// of used requests (allowed and denied) over elapsed: used*window/elapsed,
-// saturating, averaged with the previous estimate prev so that one quiet
-// or busy report moves it halfway. prev < 0 means no estimate yet: the
-// report alone counts. A report over no time keeps prev (or 0).
-func Demand(prev, used int64, elapsed, window time.Duration) int64 {
-	if elapsed <= 0 || used < 0 {
-		return max(prev, 0)
+// Drop returns the tokens g was charged that its bucket can no longer
+// admit once it is replaced at now (by another bucket or a blanket rule),
+// with guard as in Used: they are the Envoy's credit toward its next
+// grant. A nil g leaves none.
+func Drop(g *Grant, now time.Time, guard time.Duration) int64 {
+	if g == nil {
+		return 0
 	}
-	rate := mulDiv(used, int64(window), int64(elapsed))
-	if prev < 0 {
-		return rate
+	return g.Charged - g.Used(now, guard)
+}
+
+// Renew returns the grant that covers b until until, given the grant g in
+// force (nil for none) and the Envoy's credit at now, with the tokens to
+// take from the limiter for it and the credit left. When g has the same
+// bucket and is still in force (now < g.Until), Envoy extends its
+// assignment without refilling its bucket, so only the refill of the
+// longer span is due; otherwise Envoy starts a new, full bucket, due in
+// full from now, and what g can no longer admit (Drop) joins the credit.
+// The credit pays first. Nothing returned is negative.
+//
+// Whatever the sequence of renewals, the tokens taken from the limiter
+// and the credit left together cover, for each bucket Envoy was sent,
+// what it can admit from when it was sent until it was replaced (plus
+// guard) or expired: the bound of docs/envoy.md.
+func Renew(g *Grant, credit int64, b Bucket, now, until time.Time, guard time.Duration) (next Grant, pay, left int64) {
+	credit = max(credit, 0)
+	var due int64
+	if g != nil && g.Bucket == b && now.Before(g.Until) {
+		next = *g
+		if until.After(g.Until) {
+			next.Until = until
+			due = max(b.Due(g.Start, until)-g.Charged, 0)
+		}
+	} else {
+		credit = satAdd(credit, Drop(g, now, guard))
+		due = b.Due(now, until)
+		next = Grant{Bucket: b, Start: now, Until: until}
 	}
-	return prev/2 + rate/2 + (prev%2+rate%2)/2
+	next.Charged = satAdd(next.Charged, due)
+	use := min(credit, due)
+	return next, due - use, credit - use
+}
+
+// Demand estimates an Envoy's demand in tokens per window from its last
+// two reports: the requests it used (allowed and denied) over the time
+// they cover, prevUsed over prevElapsed and used over elapsed, as
+// (prevUsed+used)*window/(prevElapsed+elapsed), saturating. Two reports
+// rather than one, because a bucket's first report covers almost no time
+// (Envoy sends it at the bucket's first request), and a rate over it would
+// be absurd. It is -1, unknown, when the reports cover no time; a negative
+// count counts as 0.
+func Demand(prevUsed int64, prevElapsed time.Duration, used int64, elapsed, window time.Duration) int64 {
+	span := max(prevElapsed, 0) + max(elapsed, 0)
+	if span <= 0 {
+		return -1
+	}
+	return mulDiv(satAdd(max(prevUsed, 0), max(used, 0)), int64(window), int64(span))
 }
 
 // Fleet is the Envoys that share one bucket's limit of Total tokens per
@@ -168,7 +199,9 @@ type Fleet struct {
 }
 
 type member struct {
-	demand   int64 // tokens per window; -1 until the first report
+	demand   int64 // tokens per window; -1 until a report covers some time
+	used     int64 // the last report's
+	elapsed  time.Duration
 	assigned int64
 	seen     time.Time // the last report
 }
@@ -187,7 +220,7 @@ func (f *Fleet) Assigned() int64 { return f.assigned }
 // Report records a report of Envoy id at now: used requests (allowed and
 // denied) over elapsed, in a window of window. The first report of an id
 // makes it a member, whose demand counts as unknown (an equal part) until
-// a report covers some time.
+// its reports cover some time; see Demand.
 func (f *Fleet) Report(id string, now time.Time, used int64, elapsed, window time.Duration) {
 	m := f.members[id]
 	if m == nil {
@@ -195,17 +228,29 @@ func (f *Fleet) Report(id string, now time.Time, used int64, elapsed, window tim
 		f.members[id] = m
 	}
 	m.seen = now
-	if elapsed > 0 {
-		m.demand = Demand(m.demand, used, elapsed, window)
+	m.demand = Demand(m.used, m.elapsed, used, elapsed, window)
+	m.used, m.elapsed = max(used, 0), max(elapsed, 0)
+}
+
+// Keep records that Envoy id holds share after all, not what Assign
+// returned: the charge of the new bucket failed and the one it had goes
+// on. share is at most what it held before Assign.
+func (f *Fleet) Keep(id string, share int64) {
+	if m := f.members[id]; m != nil {
+		f.assigned += share - m.assigned
+		m.assigned = share
 	}
 }
 
-// Assign returns Envoy id's share now, which it records as assigned: its
-// part of Split over the members' demands (an unknown demand wanting
-// Total), or, when that is more than it holds, as much more as the others
-// leave free. A share within an eighth of the one it holds is left as it
-// is, so that the bucket sent stays the same and Envoy keeps its tokens.
-// An id that is not a member gets 0.
+// Assign returns Envoy id's share now, which it records as assigned. Its
+// target is its part of Split over the members' demands (an unknown demand
+// wanting Total). Below its target, it grows toward it as far as the
+// others leave free; above it, it shrinks to it only when another member
+// waits for room (its target above what it holds) or the sum is over
+// Total. A change within a tenth of the share held is not made. Every
+// change makes Envoy start a new bucket, whose prepaid tokens the old one
+// loses, so shares move only when someone needs it. An id that is not a
+// member gets 0.
 func (f *Fleet) Assign(id string) int64 {
 	m := f.members[id]
 	if m == nil {
@@ -217,23 +262,36 @@ func (f *Fleet) Assign(id string) int64 {
 	}
 	slices.Sort(ids)
 	demand := make([]int64, len(ids))
-	me := 0
 	for i, k := range ids {
 		d := f.members[k].demand
 		if d < 0 {
 			d = f.Total
 		}
 		demand[i] = d
+	}
+	targets := Split(f.Total, demand)
+	var target int64
+	waiting := false
+	for i, k := range ids {
+		o := f.members[k]
 		if k == id {
-			me = i
+			target = targets[i]
+			continue
+		}
+		if targets[i] > o.assigned && targets[i]-o.assigned > o.assigned/10 {
+			waiting = true
 		}
 	}
-	target := Split(f.Total, demand)[me]
 	cur := m.assigned
-	if cur > 0 && target > 0 && abs(target-cur) <= cur/8 && f.assigned <= f.Total {
-		return cur
+	next := cur
+	switch {
+	case f.assigned > f.Total:
+		next = min(target, max(cur-(f.assigned-f.Total), 0))
+	case target > cur && (cur == 0 || target-cur > cur/10):
+		next = min(target, cur+(f.Total-f.assigned))
+	case target < cur && waiting && (target == 0 || cur-target > cur/10):
+		next = target
 	}
-	next := min(target, cur+(f.Total-f.assigned))
 	f.assigned += next - cur
 	m.assigned = next
 	return next

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -66,7 +65,7 @@ func TestBucketFor(t *testing.T) {
 		want        Bucket
 		ok          bool
 	}{
-		{"100 a second, ttl 2s", 100, time.Second, 2 * time.Second, Bucket{MaxTokens: 100, Fill: 10 * time.Millisecond}, true},
+		{"100 a second, ttl 2s", 100, time.Second, 2 * time.Second, Bucket{MaxTokens: 50, Fill: 10 * time.Millisecond}, true},
 		{"rounds fill up", 3, time.Second, time.Second, Bucket{MaxTokens: 1, Fill: 333333334}, true},
 		{"burst at least 1", 5, 15 * time.Minute, time.Second, Bucket{MaxTokens: 1, Fill: 3 * time.Minute}, true},
 		{"burst capped", math.MaxInt64, time.Second, time.Hour, Bucket{MaxTokens: MaxMaxTokens, Fill: 1}, true},
@@ -87,76 +86,101 @@ func TestRenew(t *testing.T) {
 	b := Bucket{MaxTokens: 10, Fill: 100 * time.Millisecond}
 	other := Bucket{MaxTokens: 5, Fill: 100 * time.Millisecond}
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	g1, c1 := Renew(nil, b, at(0), at(1000))
-	if c1 != 20 {
-		t.Fatalf("first Renew charged %d, want 10 + 10 refills", c1)
+	const guard = 50 * time.Millisecond
+	g1, pay, credit := Renew(nil, 0, b, at(0), at(1000), guard)
+	if pay != 20 || credit != 0 {
+		t.Fatalf("first Renew = pay %d, credit %d, want 10 + 10 refills, 0", pay, credit)
 	}
 	// Extended before it ends: only the longer span's refill.
-	g2, c2 := Renew(&g1, b, at(500), at(1500))
-	if c2 != 5 || g2.Start != at(0) || g2.Charged != 25 {
-		t.Fatalf("extension = %+v, charged %d, want start t0, charged 25 in all, 5 now", g2, c2)
+	g2, pay, _ := Renew(&g1, 0, b, at(500), at(1500), guard)
+	if pay != 5 || g2.Start != at(0) || g2.Charged != 25 {
+		t.Fatalf("extension = %+v, pay %d, want start t0, charged 25 in all, 5 now", g2, pay)
 	}
 	// Not longer: nothing.
-	if g, c := Renew(&g2, b, at(600), at(1400)); c != 0 || g.Until != at(1500) {
-		t.Fatalf("shorter renewal = %+v, charged %d, want unchanged, 0", g, c)
+	if g, pay, _ := Renew(&g2, 0, b, at(600), at(1400), guard); pay != 0 || g.Until != at(1500) {
+		t.Fatalf("shorter renewal = %+v, pay %d, want unchanged, 0", g, pay)
 	}
-	// Another bucket: Envoy starts a full one.
-	if g, c := Renew(&g2, other, at(600), at(1600)); c != 15 || g.Start != at(600) {
-		t.Fatalf("new bucket = %+v, charged %d, want 5 + 10 from 600ms", g, c)
+	// Another bucket at 600ms: Envoy starts a full one, and the old one,
+	// replaced by 650ms, admits at most 10 + 6 of its 25.
+	g3, pay, credit := Renew(&g2, 0, other, at(600), at(1600), guard)
+	if g3.Start != at(600) || g3.Charged != 15 || pay != 6 || credit != 0 {
+		t.Fatalf("new bucket = %+v, pay %d, credit %d, want 15 from 600ms, 9 of them from the credit: pay 6, credit 0", g3, pay, credit)
 	}
-	// The same bucket after it ended: Envoy starts over too.
-	if g, c := Renew(&g2, b, at(1500), at(2500)); c != 20 || g.Start != at(1500) {
-		t.Fatalf("after expiry = %+v, charged %d, want 20 from 1500ms", g, c)
+	// Dropped for a denial: the credit waits for the next grant.
+	if got := Drop(&g2, at(600), guard); got != 9 {
+		t.Fatalf("Drop = %d, want 9", got)
+	}
+	if _, pay, credit := Renew(nil, 30, b, at(0), at(1000), guard); pay != 0 || credit != 10 {
+		t.Fatalf("Renew with credit 30 = pay %d, credit %d, want 0, 10", pay, credit)
+	}
+	// The same bucket after it ended: Envoy starts over, no credit.
+	if g, pay, credit := Renew(&g2, 0, b, at(1500), at(2500), guard); pay != 20 || credit != 0 || g.Start != at(1500) {
+		t.Fatalf("after expiry = %+v, pay %d, credit %d, want 20 from 1500ms", g, pay, credit)
 	}
 }
 
-// FuzzRenew: however a grant is extended, what it was charged in all
-// covers what its bucket can admit from its start to its end: the bound of
-// docs/envoy.md.
+// FuzzRenew: however grants are extended and replaced, the tokens taken
+// and the credit left cover what every bucket sent can admit from when
+// it was sent until it was replaced (plus the guard) or its end: the
+// bound of docs/envoy.md.
 func FuzzRenew(f *testing.F) {
-	f.Add(int64(10), int64(100), uint16(500), uint16(1000), uint16(300), uint16(1200))
-	f.Fuzz(func(t *testing.T, maxTokens, fillMs int64, step1, ttl1, step2, ttl2 uint16) {
-		if maxTokens <= 0 || fillMs <= 0 || fillMs > 1e6 {
+	f.Add(int64(10), int64(100), uint16(500), uint16(1000), uint16(300), uint16(1200), false, true)
+	f.Fuzz(func(t *testing.T, maxTokens, fillMs int64, step1, ttl1, step2, ttl2 uint16, change1, change2 bool) {
+		if maxTokens <= 0 || fillMs <= 0 || fillMs > 1e6 || maxTokens > 1e9 {
 			return
 		}
-		b := Bucket{MaxTokens: maxTokens, Fill: time.Duration(fillMs) * time.Millisecond}
+		const guard = 20 * time.Millisecond
+		buckets := [2]Bucket{{MaxTokens: maxTokens, Fill: time.Duration(fillMs) * time.Millisecond}, {MaxTokens: maxTokens/2 + 1, Fill: time.Duration(fillMs+7) * time.Millisecond}}
 		now := t0
-		g, total := Renew(nil, b, now, now.Add(time.Duration(ttl1)*time.Millisecond))
-		for _, s := range []struct{ step, ttl uint16 }{{step1, ttl1}, {step2, ttl2}} {
+		cur := 0
+		g, taken, credit := Renew(nil, 0, buckets[cur], now, now.Add(time.Duration(ttl1)*time.Millisecond), guard)
+		var admissible int64 // of the buckets replaced so far
+		for _, s := range []struct {
+			step, ttl uint16
+			change    bool
+		}{{step1, ttl1, change1}, {step2, ttl2, change2}} {
 			now = now.Add(time.Duration(s.step) * time.Millisecond)
-			if !now.Before(g.Until) {
-				break
+			next := cur
+			if s.change {
+				next = 1 - cur
 			}
-			var c int64
-			g, c = Renew(&g, b, now, now.Add(time.Duration(s.ttl)*time.Millisecond))
-			if c < 0 {
-				t.Fatalf("Renew charged %d", c)
+			if next != cur || !now.Before(g.Until) {
+				admissible += min(g.Bucket.Due(g.Start, now.Add(guard)), g.Bucket.Due(g.Start, g.Until))
 			}
-			total += c
+			cur = next
+			var pay int64
+			g, pay, credit = Renew(&g, credit, buckets[cur], now, now.Add(time.Duration(s.ttl)*time.Millisecond), guard)
+			if pay < 0 || credit < 0 {
+				t.Fatalf("Renew = pay %d, credit %d", pay, credit)
+			}
+			taken += pay
 		}
-		if due := b.Due(g.Start, g.Until); total < due {
-			t.Fatalf("charged %d in all, but the bucket can admit %d from %v to %v", total, due, g.Start, g.Until)
+		admissible += g.Bucket.Due(g.Start, g.Until)
+		if taken-credit < admissible {
+			t.Fatalf("took %d with %d of it credit left, but the buckets sent can admit %d", taken, credit, admissible)
 		}
 	})
 }
 
 func TestDemand(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	tests := []struct {
-		name            string
-		prev, used      int64
-		elapsed, window time.Duration
-		want            int64
+		name              string
+		prevUsed, used    int64
+		prevElapsed, elap time.Duration
+		want              int64
 	}{
-		{"first report", -1, 50, 500 * time.Millisecond, time.Second, 100},
-		{"halfway", 100, 0, time.Second, time.Second, 50},
-		{"no time", 40, 10, 0, time.Second, 40},
-		{"no time, no estimate", -1, 10, 0, time.Second, 0},
-		{"saturates", -1, math.MaxInt64, time.Nanosecond, time.Hour, math.MaxInt64},
+		{"first report, at the first request", 0, 1, 0, ms(0), -1},
+		{"first report over some time", 0, 50, 0, ms(500), 100},
+		{"the first report's instant barely counts", 1, 40, time.Microsecond, ms(100), 409},
+		{"two reports", 100, 0, time.Second, time.Second, 50},
+		{"negative counts as 0", -5, 10, 0, time.Second, 10},
+		{"saturates", math.MaxInt64, math.MaxInt64, 0, time.Nanosecond, math.MaxInt64},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Demand(tt.prev, tt.used, tt.elapsed, tt.window); got != tt.want {
-				t.Errorf("Demand(%d, %d, %v, %v) = %d, want %d", tt.prev, tt.used, tt.elapsed, tt.window, got, tt.want)
+			if got := Demand(tt.prevUsed, tt.prevElapsed, tt.used, tt.elap, time.Second); got != tt.want {
+				t.Errorf("Demand(%d, %v, %d, %v, 1s) = %d, want %d", tt.prevUsed, tt.prevElapsed, tt.used, tt.elap, got, tt.want)
 			}
 		})
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
+	"github.com/sluicehq/sluice/internal/app/rlqs"
 	"github.com/sluicehq/sluice/internal/app/storeurl"
 )
 
@@ -51,6 +52,7 @@ type Server struct {
 	metrics *metrics
 	hot     *hotKeys
 	envoy   *envoyrls.Service
+	rlqs    *rlqs.Service
 	handler http.Handler
 	extra   []route     // from WithHandler
 	tls     *tls.Config // nil without TLS
@@ -218,6 +220,7 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 		envoyrls.WithStore(newLimiterStore(s.store.Store, "envoy/ratelimit", s.metrics)),
 		envoyrls.WithStoreTimeout(cfg.StoreTimeout), envoyrls.WithStoreFailure(cfg.StoreFailure),
 		envoyrls.WithClock(s.now), envoyrls.WithRegistry(s.metrics.reg))
+	s.rlqs = rlqs.New(cfg.RLQS, snap.lookup, rlqs.WithLogger(s.log), rlqs.WithClock(s.now), rlqs.WithRegistry(s.metrics.reg))
 	s.handler = s.routes()
 	return s, nil
 }
@@ -427,6 +430,7 @@ func (s *Server) reloadLocked(cfg *Config, stamp fileStamp, hash [32]byte) error
 	s.cur.Store(snap)
 	s.metrics.declare(snap)
 	s.envoy.Swap(snap.envoy, snap.lookup)
+	s.rlqs.Swap(cfg.RLQS, snap.lookup)
 	for name := range old.limiters {
 		if _, ok := snap.limiters[name]; !ok {
 			s.metrics.forget(name)
@@ -670,6 +674,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 		}
 		gs = grpc.NewServer(opts...)
 		s.envoy.Register(gs)
+		s.rlqs.Register(gs)
 		healthpb.RegisterHealthServer(gs, health.NewServer())
 		go func() { errc <- gs.Serve(grpcCap) }()
 	}

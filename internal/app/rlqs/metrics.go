@@ -1,0 +1,140 @@
+package rlqs
+
+import (
+	"math"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// MaxBucketSeries bounds the buckets that get series of their own. Bucket
+// ids may carry request values (a tenant, a client address); past the
+// bound, new buckets are counted under bucket "_overflow" of their domain,
+// as the envoy section's per-descriptor stats are past theirs.
+const MaxBucketSeries = 1000
+
+// The actions of sluice_rlqs_assignments_total.
+const (
+	actionTokenBucket = "token_bucket"
+	actionAllowAll    = "allow_all"
+	actionDenyAll     = "deny_all"
+	actionAbandon     = "abandon"
+	actionNone        = "none" // the store failed: nothing sent
+)
+
+// metrics are the service's Prometheus series. A nil *metrics counts
+// nothing.
+type metrics struct {
+	requests, assignments, charged *prometheus.CounterVec
+	rejected                       *prometheus.CounterVec
+	streams                        prometheus.Gauge
+
+	mu      sync.Mutex
+	buckets map[[2]string]*bucketStats
+	max     int // MaxBucketSeries, but for tests
+}
+
+// bucketStats are the series of one bucket.
+type bucketStats struct {
+	allowed, denied, charged prometheus.Counter
+	assignments              *prometheus.CounterVec
+	labels                   prometheus.Labels
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	if reg == nil {
+		return nil
+	}
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rlqs_requests_total",
+			Help: "Requests Envoys reported for a rate limit quota bucket, by domain, bucket id and outcome (allowed, denied): what they decided themselves.",
+		}, []string{"domain", "bucket", "outcome"}),
+		assignments: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rlqs_assignments_total",
+			Help: "Assignments sent for a rate limit quota bucket, by domain, bucket id and action (token_bucket, allow_all, deny_all, abandon, none when the store failed and nothing was sent).",
+		}, []string{"domain", "bucket", "action"}),
+		charged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rlqs_tokens_charged_total",
+			Help: "Tokens taken from a bucket's limiter for the token buckets assigned to Envoys, by domain and bucket id.",
+		}, []string{"domain", "bucket"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rlqs_streams_refused_total",
+			Help: "Rate limit quota streams ended by sluice, by reason (invalid, too_many_streams, too_many_buckets).",
+		}, []string{"reason"}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_rlqs_streams",
+			Help: "Rate limit quota streams open, one per Envoy.",
+		}),
+		buckets: map[[2]string]*bucketStats{},
+		max:     MaxBucketSeries,
+	}
+	reg.MustRegister(m.requests, m.assignments, m.charged, m.rejected, m.streams)
+	return m
+}
+
+// of returns the series of bucket (its id as text) of domain.
+func (m *metrics) of(domain, bucket string) *bucketStats {
+	if m == nil {
+		return nil
+	}
+	k := [2]string{domain, bucket}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.buckets[k]; ok {
+		return s
+	}
+	if len(m.buckets) >= m.max {
+		bucket = "_overflow"
+	}
+	l := prometheus.Labels{"domain": domain, "bucket": bucket}
+	s := &bucketStats{
+		allowed:     m.requests.WithLabelValues(domain, bucket, "allowed"),
+		denied:      m.requests.WithLabelValues(domain, bucket, "denied"),
+		charged:     m.charged.With(l),
+		assignments: m.assignments.MustCurryWith(l),
+		labels:      l,
+	}
+	if len(m.buckets) < m.max {
+		m.buckets[k] = s
+	}
+	return s
+}
+
+func (s *bucketStats) report(allowed, denied uint64) {
+	if s == nil {
+		return
+	}
+	add(s.allowed, allowed)
+	add(s.denied, denied)
+}
+
+func (s *bucketStats) action(a string) {
+	if s != nil {
+		s.assignments.WithLabelValues(a).Inc()
+	}
+}
+
+func (s *bucketStats) charge(n int64) {
+	if s != nil && n > 0 {
+		add(s.charged, uint64(n))
+	}
+}
+
+func (m *metrics) refuse(reason string) {
+	if m != nil {
+		m.rejected.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *metrics) streamDelta(d float64) {
+	if m != nil {
+		m.streams.Add(d)
+	}
+}
+
+func add(c prometheus.Counter, n uint64) {
+	if n > 0 {
+		c.Add(float64(min(n, math.MaxInt64)))
+	}
+}

@@ -1,0 +1,784 @@
+// Package rlqs serves Envoy's Rate Limit Quota Service (RLQS),
+// envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas:
+// each Envoy's rate_limit_quota filter groups requests into buckets,
+// reports their usage on one stream, and enforces locally the assignments
+// sluice sends back, so that sluice leaves the request path.
+//
+// The rlqs section of the config maps bucket ids to limiters. For each
+// bucket, the Envoys reporting it share its limiter's limit: each gets a
+// token bucket whose rate is its share (share.go's arithmetic, which sums
+// to at most the limit), and every token such a bucket can admit before
+// its assignment expires is taken from the limiter, on its store, when the
+// assignment is sent. The limiter's own exactness therefore bounds what
+// all Envoys admit together; docs/envoy.md states the bound.
+package rlqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
+)
+
+// Limits bound what Envoys can make the service hold and do.
+type Limits struct {
+	// MaxStreams bounds the streams open at once on the server, and
+	// MaxStreamsPerConn those of one connection (one Envoy needs one).
+	MaxStreams, MaxStreamsPerConn int
+	// MaxBucketsPerStream bounds the buckets one stream may report.
+	MaxBucketsPerStream int
+	// MaxReportBuckets bounds the bucket usages of one report message.
+	MaxReportBuckets int
+	// MaxIDBytes bounds the bytes of a bucket id's keys and values.
+	MaxIDBytes int
+}
+
+// DefaultLimits are the limits of a Service made without WithLimits.
+var DefaultLimits = Limits{
+	MaxStreams:          1024,
+	MaxStreamsPerConn:   4,
+	MaxBucketsPerStream: 10_000,
+	MaxReportBuckets:    1000,
+	MaxIDBytes:          4096,
+}
+
+// MaxTimeElapsed is the longest time_elapsed a report may claim.
+const MaxTimeElapsed = 24 * time.Hour
+
+// Lookup resolves a limiter name of the file's limiters: section to the
+// live limiter. It must be safe for simultaneous use.
+type Lookup func(name string) (*sluice.Limiter, bool)
+
+type options struct {
+	logger  *slog.Logger
+	now     func() time.Time
+	metrics *metrics
+	limits  Limits
+}
+
+// Option configures a Service.
+type Option func(*options)
+
+// WithLogger makes the service log to l; the default discards.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithClock sets the clock of assignments and abandonment; the default is
+// time.Now. The limiters keep their own clocks.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// WithRegistry registers the service's series (sluice_rlqs_*) on reg. The
+// default counts nothing.
+func WithRegistry(reg prometheus.Registerer) Option {
+	return func(o *options) { o.metrics = newMetrics(reg) }
+}
+
+// WithLimits replaces DefaultLimits; a field that is 0 keeps its default.
+func WithLimits(l Limits) Option {
+	return func(o *options) {
+		d := DefaultLimits
+		pick := func(v, def int) int {
+			if v > 0 {
+				return v
+			}
+			return def
+		}
+		o.limits = Limits{
+			MaxStreams:          pick(l.MaxStreams, d.MaxStreams),
+			MaxStreamsPerConn:   pick(l.MaxStreamsPerConn, d.MaxStreamsPerConn),
+			MaxBucketsPerStream: pick(l.MaxBucketsPerStream, d.MaxBucketsPerStream),
+			MaxReportBuckets:    pick(l.MaxReportBuckets, d.MaxReportBuckets),
+			MaxIDBytes:          pick(l.MaxIDBytes, d.MaxIDBytes),
+		}
+	}
+}
+
+// Service is the rate limit quota service. It is safe for simultaneous
+// use; Swap replaces its configuration while it serves.
+type Service struct {
+	opts  options
+	state atomic.Pointer[state]
+	ids   atomic.Uint64 // stream ids
+
+	mu      sync.Mutex // guards the fields below
+	fleets  map[string]*fleet
+	streams int
+	perConn map[string]int
+}
+
+// state is one configuration.
+type state struct {
+	cfg    *Config
+	lookup Lookup
+}
+
+// fleet is the Envoys sharing one bucket of one limiter.
+type fleet struct {
+	f      *Fleet
+	window time.Duration
+	refs   int // the streams' buckets in it
+}
+
+// New returns a service that maps the bucket ids of c's domains to the
+// limiters of lookup. A nil c has no domains: every bucket is then
+// allowed.
+func New(c *Config, lookup Lookup, opts ...Option) *Service {
+	s := &Service{
+		opts:    options{now: time.Now, limits: DefaultLimits},
+		fleets:  map[string]*fleet{},
+		perConn: map[string]int{},
+	}
+	for _, o := range opts {
+		o(&s.opts)
+	}
+	if s.opts.logger == nil {
+		s.opts.logger = slog.New(slog.DiscardHandler)
+	}
+	s.Swap(c, lookup)
+	return s
+}
+
+// Swap replaces the config and the lookup, for a reload. Streams keep
+// their buckets; each report is answered with the config of its time.
+func (s *Service) Swap(c *Config, lookup Lookup) {
+	if lookup == nil {
+		lookup = func(string) (*sluice.Limiter, bool) { return nil, false }
+	}
+	s.state.Store(&state{cfg: c, lookup: lookup})
+}
+
+// Register registers the service on g. The service decodes its reports
+// itself, so that a malformed one is InvalidArgument, where gRPC's codec
+// makes it Internal.
+func (s *Service) Register(g *grpc.Server) { g.RegisterService(&serviceDesc, s) }
+
+// rawReports is a report message as it came, not yet decoded, which
+// gRPC's codec hands the bytes to (its Unmarshal never fails).
+type rawReports struct{ b []byte }
+
+func (r *rawReports) Reset()         { r.b = nil }
+func (r *rawReports) String() string { return fmt.Sprintf("rlqs.rawReports(%d bytes)", len(r.b)) }
+func (r *rawReports) ProtoMessage()  {}
+
+// Unmarshal keeps a copy of b, which the codec reuses.
+func (r *rawReports) Unmarshal(b []byte) error {
+	r.b = append(r.b[:0], b...)
+	return nil
+}
+
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName,
+	HandlerType: (*rlqsv3.RateLimitQuotaServiceServer)(nil),
+	Streams: []grpc.StreamDesc{{
+		StreamName:    "StreamRateLimitQuotas",
+		Handler:       streamHandler,
+		ServerStreams: true,
+		ClientStreams: true,
+	}},
+	Metadata: rlqsv3.RateLimitQuotaService_ServiceDesc.Metadata,
+}
+
+func streamHandler(srv any, ss grpc.ServerStream) error {
+	recv := func() (*rlqsv3.RateLimitQuotaUsageReports, error) {
+		raw := new(rawReports)
+		if err := ss.RecvMsg(raw); err != nil {
+			return nil, err
+		}
+		in := new(rlqsv3.RateLimitQuotaUsageReports)
+		if err := proto.Unmarshal(raw.b, in); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "rlqs: malformed RateLimitQuotaUsageReports: %v", err)
+		}
+		return in, nil
+	}
+	send := func(r *rlqsv3.RateLimitQuotaResponse) error { return ss.SendMsg(r) }
+	return srv.(*Service).serve(ss.Context(), recv, send)
+}
+
+var _ rlqsv3.RateLimitQuotaServiceServer = (*Service)(nil)
+
+// StreamRateLimitQuotas serves one Envoy's stream until it ends: each
+// report is answered with the assignments of the buckets it reports, and
+// buckets without requests for their domain's abandon_after are
+// abandoned. Its errors are gRPC statuses: InvalidArgument for a report
+// that breaks the protocol or a bound, ResourceExhausted past the limits
+// on streams and buckets.
+func (s *Service) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
+	return s.serve(stream.Context(), stream.Recv, stream.Send)
+}
+
+// stream is one Envoy's stream.
+type stream struct {
+	id     string
+	domain string
+	sendMu sync.Mutex // serialises send
+	send   func(*rlqsv3.RateLimitQuotaResponse) error
+
+	mu      sync.Mutex // guards buckets
+	buckets map[string]*bucket
+}
+
+// bucket is one bucket of a stream.
+type bucket struct {
+	id       *rlqsv3.BucketId // as Envoy sent it, for the answers
+	key      string           // the limiter's key
+	label    string           // the id as text, for metrics and logs
+	fleetKey string           // "" when no limiter decides it
+	grant    *Grant           // the token bucket in force, or nil
+	share    int64            // its share, tokens per window
+	credit   int64            // tokens taken that no bucket sent can admit
+	last     time.Time        // the last report
+	active   time.Time        // the last report of some requests, or the first
+	stats    *bucketStats
+}
+
+func (s *Service) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuotaUsageReports, error), send func(*rlqsv3.RateLimitQuotaResponse) error) error {
+	conn := ""
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		conn = p.Addr.String()
+	}
+	if err := s.admit(conn); err != nil {
+		return err
+	}
+	s.opts.metrics.streamDelta(1)
+	st := &stream{id: strconv.FormatUint(s.ids.Add(1), 10), send: send, buckets: map[string]*bucket{}}
+	defer func() {
+		s.release(st)
+		s.leave(conn)
+		s.opts.metrics.streamDelta(-1)
+	}()
+
+	// The sweep abandons idle buckets while the stream waits for reports.
+	sweepCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan struct{})
+	defer func() { stop(); <-done }()
+	go func() {
+		defer close(done)
+		s.sweep(sweepCtx, st)
+	}()
+
+	for first := true; ; first = false {
+		in, err := recv()
+		if err != nil {
+			if errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
+				return nil
+			}
+			if status.Code(err) == codes.InvalidArgument {
+				s.opts.metrics.refuse("invalid")
+			}
+			return err
+		}
+		resp, err := s.report(ctx, st, in, first)
+		if err != nil {
+			return err
+		}
+		if len(resp.GetBucketAction()) == 0 {
+			continue
+		}
+		st.sendMu.Lock()
+		err = st.send(resp)
+		st.sendMu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// admit counts a new stream of conn, or refuses it past the limits.
+func (s *Service) admit(conn string) error {
+	l := s.opts.limits
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.streams >= l.MaxStreams:
+		s.opts.metrics.refuse("too_many_streams")
+		return status.Errorf(codes.ResourceExhausted, "rlqs: at most %d streams at once", l.MaxStreams)
+	case s.perConn[conn] >= l.MaxStreamsPerConn:
+		s.opts.metrics.refuse("too_many_streams")
+		return status.Errorf(codes.ResourceExhausted, "rlqs: at most %d streams per connection; an Envoy needs one", l.MaxStreamsPerConn)
+	}
+	s.streams++
+	s.perConn[conn]++
+	return nil
+}
+
+func (s *Service) leave(conn string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.streams--
+	if s.perConn[conn]--; s.perConn[conn] <= 0 {
+		delete(s.perConn, conn)
+	}
+}
+
+// release takes every bucket of st out of its fleet: an Envoy that left
+// releases its shares.
+func (s *Service) release(st *stream) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for k, b := range st.buckets {
+		s.leaveFleet(st, b)
+		delete(st.buckets, k)
+	}
+}
+
+// leaveFleet takes b out of its fleet, if any, which it forgets once
+// empty. It requires that st.mu is held, and takes s.mu.
+func (s *Service) leaveFleet(st *stream, b *bucket) {
+	if b.fleetKey == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fl := s.fleets[b.fleetKey]; fl != nil {
+		fl.f.Leave(st.id)
+		if fl.refs--; fl.refs <= 0 {
+			delete(s.fleets, b.fleetKey)
+		}
+	}
+	b.fleetKey = ""
+}
+
+// sweep abandons st's buckets that have gone without requests for their
+// domain's abandon_after, until ctx ends.
+func (s *Service) sweep(ctx context.Context, st *stream) {
+	for {
+		every := time.Second
+		if d := s.state.Load().cfg.Domain(st.domainName()); d != nil {
+			every = max(d.AssignmentTTL/2, 10*time.Millisecond)
+		}
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		resp := s.abandonIdle(st)
+		if len(resp.GetBucketAction()) == 0 {
+			continue
+		}
+		st.sendMu.Lock()
+		err := st.send(resp)
+		st.sendMu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (st *stream) domainName() string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.domain
+}
+
+// abandonIdle returns the abandon actions of st's idle buckets, which it
+// forgets.
+func (s *Service) abandonIdle(st *stream) *rlqsv3.RateLimitQuotaResponse {
+	now := s.opts.now()
+	after := DefaultAbandonAfter
+	if d := s.state.Load().cfg.Domain(st.domainName()); d != nil {
+		after = d.AbandonAfter
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	resp := &rlqsv3.RateLimitQuotaResponse{}
+	keys := make([]string, 0)
+	for k, b := range st.buckets {
+		if now.Sub(b.active) > after {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		b := st.buckets[k]
+		s.leaveFleet(st, b)
+		delete(st.buckets, k)
+		b.stats.action(actionAbandon)
+		resp.BucketAction = append(resp.BucketAction, &rlqsv3.RateLimitQuotaResponse_BucketAction{
+			BucketId: b.id,
+			BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
+				AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{},
+			},
+		})
+	}
+	return resp
+}
+
+// usage is one checked bucket usage of a report.
+type usage struct {
+	id               *rlqsv3.BucketId
+	key, label       string
+	allowed, denied  uint64
+	elapsed          time.Duration
+	hasElapsed       bool
+	entries          map[string]string
+	reportedRequests bool
+}
+
+// check checks a report against the protocol and the limits, before
+// anything is counted, and returns its usages.
+func (s *Service) check(st *stream, in *rlqsv3.RateLimitQuotaUsageReports, first bool) (string, []usage, error) {
+	l := s.opts.limits
+	domain := in.GetDomain()
+	switch {
+	case first && domain == "":
+		return "", nil, status.Error(codes.InvalidArgument, "rlqs: the first report of a stream must name its domain")
+	case !first && domain != "" && domain != st.domainName():
+		return "", nil, status.Errorf(codes.InvalidArgument, "rlqs: domain %q differs from the stream's %q: open another stream", domain, st.domainName())
+	case len(in.GetBucketQuotaUsages()) > l.MaxReportBuckets:
+		return "", nil, status.Errorf(codes.InvalidArgument, "rlqs: at most %d bucket usages per report, got %d", l.MaxReportBuckets, len(in.GetBucketQuotaUsages()))
+	}
+	if !first {
+		domain = st.domainName()
+	}
+	us := make([]usage, 0, len(in.GetBucketQuotaUsages()))
+	for i, u := range in.GetBucketQuotaUsages() {
+		id := u.GetBucketId().GetBucket()
+		switch {
+		case len(id) == 0:
+			return "", nil, status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d]: bucket_id must have at least one entry", i)
+		case len(id) > MaxIDEntries:
+			return "", nil, status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d]: bucket_id has %d entries, at most %d", i, len(id), MaxIDEntries)
+		}
+		size := 0
+		for k, v := range id {
+			size += len(k) + len(v)
+		}
+		if size > l.MaxIDBytes {
+			return "", nil, status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d]: bucket_id has %d bytes, at most %d", i, size, l.MaxIDBytes)
+		}
+		var elapsed time.Duration
+		if te := u.GetTimeElapsed(); te != nil {
+			if err := te.CheckValid(); err != nil || te.AsDuration() < 0 || te.AsDuration() > MaxTimeElapsed {
+				return "", nil, status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d]: time_elapsed must be between 0 and %v, got %v", i, MaxTimeElapsed, te)
+			}
+			elapsed = te.AsDuration()
+		}
+		if u.GetNumRequestsAllowed() > math.MaxInt64 || u.GetNumRequestsDenied() > math.MaxInt64 {
+			return "", nil, status.Errorf(codes.InvalidArgument, "rlqs: bucket_quota_usages[%d]: request counts must be at most %d", i, int64(math.MaxInt64))
+		}
+		key, label := bucketKey(domain, id)
+		us = append(us, usage{
+			id: u.GetBucketId(), key: key, label: label, entries: id,
+			allowed: u.GetNumRequestsAllowed(), denied: u.GetNumRequestsDenied(),
+			elapsed: elapsed, hasElapsed: u.GetTimeElapsed() != nil,
+			reportedRequests: u.GetNumRequestsAllowed()+u.GetNumRequestsDenied() > 0,
+		})
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	fresh := 0
+	seen := map[string]bool{}
+	for _, u := range us {
+		if st.buckets[u.key] == nil && !seen[u.key] {
+			fresh++
+			seen[u.key] = true
+		}
+	}
+	if len(st.buckets)+fresh > l.MaxBucketsPerStream {
+		s.opts.metrics.refuse("too_many_buckets")
+		return "", nil, status.Errorf(codes.ResourceExhausted, "rlqs: at most %d buckets per stream", l.MaxBucketsPerStream)
+	}
+	if first {
+		st.domain = domain
+	}
+	return domain, us, nil
+}
+
+// report folds one report into the fleets and returns the assignments of
+// its buckets, in its order.
+func (s *Service) report(ctx context.Context, st *stream, in *rlqsv3.RateLimitQuotaUsageReports, first bool) (*rlqsv3.RateLimitQuotaResponse, error) {
+	domain, us, err := s.check(st, in, first)
+	if err != nil {
+		return nil, err
+	}
+	cur := s.state.Load()
+	dom := cur.cfg.Domain(domain)
+	resp := &rlqsv3.RateLimitQuotaResponse{}
+	for _, u := range us {
+		if a := s.assign(ctx, cur, dom, domain, st, u); a != nil {
+			resp.BucketAction = append(resp.BucketAction, a)
+		}
+	}
+	return resp, nil
+}
+
+// assign folds usage u of st into its bucket and returns the bucket's
+// assignment, or nil when the store failed: Envoy's assignment then
+// expires into its expired_assignment_behavior.
+func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain string, st *stream, u usage) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	now := s.opts.now()
+	// The stream's lock is held throughout, the limiter's call included,
+	// so that the sweep never abandons a bucket half assigned; only the
+	// sweep waits on it.
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	b := st.buckets[u.key]
+	if b == nil {
+		b = &bucket{id: u.id, key: u.key, label: u.label, active: now, stats: s.opts.metrics.of(domain, u.label)}
+		st.buckets[u.key] = b
+	}
+	b.stats.report(u.allowed, u.denied)
+	elapsed := u.elapsed
+	if !u.hasElapsed && !b.last.IsZero() {
+		elapsed = now.Sub(b.last)
+	}
+	b.last = now
+	if u.reportedRequests {
+		b.active = now
+	}
+
+	ttl := DefaultAssignmentTTL
+	action := AllowAll
+	var rule *Rule
+	if dom != nil {
+		ttl = dom.AssignmentTTL
+		action = dom.Unmatched
+		if rule = dom.Match(u.entries); rule != nil {
+			action = rule.Action
+		}
+	}
+	var l *sluice.Limiter
+	if action == Limit {
+		var ok bool
+		if l, ok = cur.lookup(rule.Limiter); !ok {
+			// A reload removed it between the match and now.
+			action = dom.Unmatched
+		}
+	}
+	if action != Limit {
+		s.leaveFleet(st, b)
+		b.grant, b.share, b.credit = nil, 0, 0
+		if action == DenyAll {
+			return s.blanket(b, typev3.RateLimitStrategy_DENY_ALL, ttl)
+		}
+		return s.blanket(b, typev3.RateLimitStrategy_ALLOW_ALL, ttl)
+	}
+
+	window := l.Policy().Window()
+	total := limitOf(l)
+	fk := rule.Limiter + "\x00" + u.key
+	s.mu.Lock()
+	if b.fleetKey != fk {
+		if b.fleetKey != "" {
+			if fl := s.fleets[b.fleetKey]; fl != nil {
+				fl.f.Leave(st.id)
+				if fl.refs--; fl.refs <= 0 {
+					delete(s.fleets, b.fleetKey)
+				}
+			}
+		}
+		fl := s.fleets[fk]
+		if fl == nil {
+			fl = &fleet{f: NewFleet(total), window: window}
+			s.fleets[fk] = fl
+		}
+		fl.refs++
+		// The credit was taken from another limiter, or another key.
+		b.fleetKey = fk
+		b.grant, b.share, b.credit = nil, 0, 0
+	}
+	fl := s.fleets[fk]
+	if fl.f.Total != total || fl.window != window {
+		fl.f.SetTotal(total) // a reload changed the limiter's policy
+		fl.window = window
+	}
+	used := int64(min(u.allowed+u.denied, math.MaxInt64))
+	fl.f.Report(st.id, now, used, elapsed, window)
+	share := fl.f.Assign(st.id)
+	s.mu.Unlock()
+
+	// Envoy's clock starts the assignment when it arrives: the guard
+	// covers a later arrival of this assignment than of the one it
+	// extends (docs/envoy.md's bound).
+	guard := ttl / 8
+	until := now.Add(ttl + guard)
+	if bk, ok := BucketFor(share, window, ttl); ok {
+		g, err := s.charge(ctx, l, b, bk, now, until, guard)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.opts.logger.WarnContext(ctx, "rlqs: bucket not assigned", "domain", domain, "bucket", b.label, "err", err)
+			}
+			b.stats.action(actionNone)
+			return nil
+		}
+		if g != nil {
+			b.grant, b.share = g, share
+			return s.tokenBucket(b, ttl)
+		}
+	}
+	// The new bucket's tokens are not there (the others' assignments,
+	// the classic API or another sluice on the same store spent them):
+	// the bucket in force goes on if its extension can be paid, else
+	// Envoy is denied until the limit refills.
+	if old := b.grant; old != nil && now.Before(old.Until) {
+		g, err := s.charge(ctx, l, b, old.Bucket, now, until, guard)
+		if err == nil && g != nil {
+			s.keep(b, st, b.share)
+			b.grant = g
+			return s.tokenBucket(b, ttl)
+		}
+	}
+	s.keep(b, st, 0)
+	b.credit = satAdd(b.credit, Drop(b.grant, now, guard))
+	b.grant, b.share = nil, 0
+	return s.blanket(b, typev3.RateLimitStrategy_DENY_ALL, ttl)
+}
+
+// charge takes from l what renewing b's grant with bk until until costs,
+// its credit paying first, and returns the renewed grant, or nil when the
+// limiter refused: not enough tokens, or more at once than its capacity.
+// Its error is the store's.
+func (s *Service) charge(ctx context.Context, l *sluice.Limiter, b *bucket, bk Bucket, now, until time.Time, guard time.Duration) (*Grant, error) {
+	next, pay, credit := Renew(b.grant, b.credit, bk, now, until, guard)
+	if pay > 0 {
+		res, err := l.AllowN(ctx, b.key, pay)
+		switch {
+		case err != nil && isTooMany(err):
+			return nil, nil
+		case err != nil:
+			return nil, err
+		case !res.Allowed:
+			return nil, nil
+		}
+		b.stats.charge(pay)
+	}
+	b.credit = credit
+	return &next, nil
+}
+
+// keep records in b's fleet that st holds share of it.
+func (s *Service) keep(b *bucket, st *stream, share int64) {
+	if b.fleetKey == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fl := s.fleets[b.fleetKey]; fl != nil {
+		fl.f.Keep(st.id, share)
+	}
+}
+
+// tokenBucket returns the token-bucket assignment of b's grant.
+func (s *Service) tokenBucket(b *bucket, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	b.stats.action(actionTokenBucket)
+	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
+		BucketId: b.id,
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+			QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+				AssignmentTimeToLive: durationpb.New(ttl),
+				RateLimitStrategy:    TokenBucketStrategy(b.grant.Bucket),
+			},
+		},
+	}
+}
+
+// TokenBucketStrategy is the rate_limit_strategy of bucket b: one token
+// per fill interval, so that Envoy's bucket never outruns b's rate.
+func TokenBucketStrategy(b Bucket) *typev3.RateLimitStrategy {
+	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+		MaxTokens:     uint32(min(b.MaxTokens, MaxMaxTokens)),
+		TokensPerFill: wrapperspb.UInt32(1),
+		FillInterval:  durationpb.New(b.Fill),
+	}}}
+}
+
+// blanket returns a blanket assignment of b.
+func (s *Service) blanket(b *bucket, rule typev3.RateLimitStrategy_BlanketRule, ttl time.Duration) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	if rule == typev3.RateLimitStrategy_DENY_ALL {
+		b.stats.action(actionDenyAll)
+	} else {
+		b.stats.action(actionAllowAll)
+	}
+	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
+		BucketId: b.id,
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+			QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+				AssignmentTimeToLive: durationpb.New(ttl),
+				RateLimitStrategy:    &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: rule}},
+			},
+		},
+	}
+}
+
+// isTooMany reports whether err is a limiter's refusal of more tokens at
+// once than its capacity.
+func isTooMany(err error) bool {
+	var ae *sluice.ArgumentError
+	return errors.As(err, &ae) && ae.Arg == "tokens"
+}
+
+// limits caches the limit of each policy, by its text.
+var limits sync.Map // string → int64
+
+// limitOf returns l's limit, the tokens per Window the fleet shares,
+// asked of an in-memory limiter of its policy so as not to touch the
+// store.
+func limitOf(l *sluice.Limiter) int64 {
+	p := l.Policy()
+	if v, ok := limits.Load(p.String()); ok {
+		return v.(int64)
+	}
+	mem, err := sluice.NewLimiter(p)
+	if err != nil {
+		return 0
+	}
+	res, err := mem.Peek(context.Background(), "limit")
+	if err != nil {
+		return 0
+	}
+	limits.Store(p.String(), res.Limit)
+	return res.Limit
+}
+
+// bucketKey returns the limiter key of a bucket id of domain, and the id
+// as text: its entries sorted by key, escaped, as "k=v|k=v". The key is
+// "rlqs|", the domain and that text, in its driver.ShortKey form.
+func bucketKey(domain string, id map[string]string) (key, label string) {
+	keys := make([]string, 0, len(id))
+	for k := range id {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte('|')
+		}
+		b.WriteString(escape(k))
+		b.WriteByte('=')
+		b.WriteString(escape(id[k]))
+	}
+	label = b.String()
+	// The "rlqs|" prefix keeps the keys apart from those of the envoy
+	// section's descriptors, whose format is the same, on a shared limiter.
+	return driver.ShortKey("rlqs|" + escape(domain) + "|" + label), label
+}
+
+// escaper escapes the separators of the key format, and '%' itself, so
+// that two different ids never make the same key.
+var escaper = strings.NewReplacer("%", "%25", "|", "%7C", "=", "%3D")
+
+func escape(s string) string { return escaper.Replace(s) }

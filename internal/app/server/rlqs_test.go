@@ -1,0 +1,134 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/app/rlqs/envoysim"
+	"github.com/sluicehq/sluice/internal/testserver"
+)
+
+// rlqsYAML is a limit of 200 requests a second (a burst of 200) that the
+// Envoys of domain edge share through the rate limit quota service, with
+// assignments of 400ms.
+const rlqsYAML = `
+limiters:
+  quota: {policy: bucket, limits: [{capacity: 200, refill: {greedy: 200, per: 1s}}]}
+rlqs:
+  - domain: edge
+    assignment_ttl: 400ms
+    abandon_after: 1s
+    buckets:
+      - {bucket: {name: api}, limiter: quota}
+`
+
+// TestRLQSFleet is the proof of docs/envoy.md's bound: three simulated
+// Envoys, each on its own stream, send bucketed requests at rates that
+// move between them, one of them goes away mid-run (its stream closed, its
+// traffic going on under the assignment it holds), and all they admit
+// together stays within what the limiter admits over the run: its burst
+// and its rate for the run's length. It runs on memory and on Redis.
+func TestRLQSFleet(t *testing.T) {
+	for _, tt := range []struct{ name, store string }{
+		{"memory", "store: mem://\n"},
+		{"redis", "store: " + testserver.SharedRedis(t) + "\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Now()
+			_, gaddr := serve(t, tt.store+rlqsYAML, true)
+			res := runFleet(t, gaddr, map[string]string{"name": "api", "run": fmt.Sprint(start.UnixNano())})
+			end := time.Now()
+			bound := 200 + int64(200*end.Sub(start).Seconds())
+			t.Logf("admitted %d (bound %d over %v), per phase and Envoy %v; %d reports, %d responses",
+				res.total, bound, end.Sub(start).Round(time.Millisecond), res.phases, res.reports, res.responses)
+			if res.total > bound {
+				t.Errorf("the fleet admitted %d requests, over the limiter's %d for the run", res.total, bound)
+			}
+			if res.total == 0 {
+				t.Errorf("the fleet admitted nothing")
+			}
+			// B wanted 50/s, then 400/s: its share grew with its load.
+			if b1, b2 := res.phases[0][1], res.phases[1][1]; b2 <= b1 {
+				t.Errorf("Envoy B admitted %d in phase 2, when it asked for 8 times more, against %d in phase 1: no rebalance", b2, b1)
+			}
+		})
+	}
+}
+
+type fleetResult struct {
+	total              int64
+	phases             [3][3]int64 // admitted per phase and Envoy
+	reports, responses int64
+}
+
+// runFleet runs the fleet against the server at gaddr, in three phases
+// of a second: the rates each Envoy asks for, per second, in each phase,
+// are below; C closes its stream halfway through phase 2.
+func runFleet(t *testing.T, gaddr string, id map[string]string) fleetResult {
+	t.Helper()
+	rates := [3][3]int{
+		{400, 50, 200},
+		{50, 400, 200},
+		{300, 300, 200},
+	}
+	const phase = time.Second
+	cc := mustInsecure(t, gaddr)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var envoys [3]*envoysim.Envoy
+	for i := range envoys {
+		e, err := envoysim.Dial(ctx, cc, "edge", 100*time.Millisecond, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		envoys[i] = e
+	}
+	var res fleetResult
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	begin := time.Now()
+	for i, e := range envoys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			const tick = 5 * time.Millisecond
+			var owed float64
+			for {
+				el := time.Since(begin)
+				p := int(el / phase)
+				if p >= len(rates) {
+					return
+				}
+				if i == 2 && el >= phase+phase/2 {
+					e.Close() // C goes away; its traffic goes on locally
+				}
+				owed += float64(rates[p][i]) * tick.Seconds()
+				var n int64
+				for ; owed >= 1; owed-- {
+					if e.Request(id) {
+						n++
+					}
+				}
+				mu.Lock()
+				res.phases[p][i] += n
+				res.total += n
+				mu.Unlock()
+				time.Sleep(tick)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, e := range envoys {
+		_, _, reports, responses := e.Counts()
+		res.reports += reports
+		res.responses += responses
+		e.Close()
+		if err := e.Err(); err != nil {
+			t.Errorf("stream ended with %v", err)
+		}
+	}
+	return res
+}

@@ -782,3 +782,10 @@ func bucketKey(domain string, id map[string]string) (key, label string) {
 var escaper = strings.NewReplacer("%", "%25", "|", "%7C", "=", "%3D")
 
 func escape(s string) string { return escaper.Replace(s) }
+
+// streamCount returns the streams open, for tests.
+func (s *Service) streamCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.streams
+}

@@ -1,0 +1,341 @@
+package rlqs
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice"
+)
+
+const serviceDoc = `
+rlqs:
+  - domain: edge
+    assignment_ttl: 200ms
+    abandon_after: 1s
+    unmatched: allow_all
+    buckets:
+      - {bucket: {name: api}, limiter: api}
+      - {bucket: {name: blocked}, action: deny_all}
+`
+
+// fakeNow is a clock the tests move by hand.
+type fakeNow struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (f *fakeNow) now() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.t }
+func (f *fakeNow) add(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.t = f.t.Add(d)
+}
+
+// fakeClock is f as a sluice.Clock.
+type fakeClock struct{ f *fakeNow }
+
+func (c fakeClock) Now() int64      { return c.f.now().UnixNano() }
+func (fakeClock) IsWallClock() bool { return false }
+
+type harness struct {
+	svc   *Service
+	cc    *grpc.ClientConn
+	clock *fakeNow
+	reg   *prometheus.Registry
+}
+
+// newHarness serves a Service of serviceDoc, whose limiter api allows 100
+// requests a second, on a loopback port.
+func newHarness(t *testing.T, opts ...Option) *harness {
+	t.Helper()
+	testLimiters["api"] = LimiterInfo{Window: time.Second}
+	c, err := decodeDoc(t, serviceDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := &fakeNow{t: t0}
+	l, err := sluice.NewLimiter(sluice.LeakyBucket(100, 100, time.Second), sluice.WithClock(fakeClock{clock}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	opts = append([]Option{WithClock(clock.now), WithRegistry(reg)}, opts...)
+	svc := New(c, func(name string) (*sluice.Limiter, bool) { return l, name == "api" }, opts...)
+	g := grpc.NewServer()
+	svc.Register(g)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(ln)
+	t.Cleanup(g.Stop)
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return &harness{svc: svc, cc: cc, clock: clock, reg: reg}
+}
+
+func (h *harness) stream(t *testing.T) rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient {
+	t.Helper()
+	s, err := rlqsv3.NewRateLimitQuotaServiceClient(h.cc).StreamRateLimitQuotas(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func use(id map[string]string, allowed, denied uint64, elapsed time.Duration) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
+	return &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		BucketId: &rlqsv3.BucketId{Bucket: id}, NumRequestsAllowed: allowed, NumRequestsDenied: denied,
+		TimeElapsed: durationpb.New(elapsed),
+	}
+}
+
+func exchange(t *testing.T, s rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient, domain string, us ...*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage) *rlqsv3.RateLimitQuotaResponse {
+	t.Helper()
+	if err := s.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: domain, BucketQuotaUsages: us}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.Recv()
+	if err != nil {
+		t.Fatalf("Recv = %v", err)
+	}
+	return resp
+}
+
+// describe is an action as text: "allow_all 200ms", "token_bucket 5/10ms 200ms", "abandon".
+func describe(a *rlqsv3.RateLimitQuotaResponse_BucketAction) string {
+	if a.GetAbandonAction() != nil {
+		return "abandon"
+	}
+	qa := a.GetQuotaAssignmentAction()
+	ttl := qa.GetAssignmentTimeToLive().AsDuration().String()
+	if tb := qa.GetRateLimitStrategy().GetTokenBucket(); tb != nil {
+		return fmt.Sprintf("token_bucket %d/%v %s", tb.GetMaxTokens(), tb.GetFillInterval().AsDuration(), ttl)
+	}
+	return strings.ToLower(qa.GetRateLimitStrategy().GetBlanketRule().String()) + " " + ttl
+}
+
+// TestAssignments: the actions for a limited bucket, a denied one and one
+// no rule matches; an Envoy that leaves releases its share.
+func TestAssignments(t *testing.T) {
+	h := newHarness(t)
+	a := h.stream(t)
+	api := map[string]string{"name": "api"}
+	resp := exchange(t, a, "edge",
+		use(api, 0, 1, 0),
+		use(map[string]string{"name": "blocked"}, 0, 1, 0),
+		use(map[string]string{"other": "x"}, 0, 1, 0))
+	var got []string
+	for _, act := range resp.GetBucketAction() {
+		got = append(got, describe(act))
+	}
+	// A lone Envoy has the whole limit: 100 a second, one token each
+	// 10ms, a burst of what 50ms earns.
+	want := []string{"token_bucket 5/10ms 200ms", "deny_all 200ms", "allow_all 200ms"}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Fatalf("actions = %q, want %q", got, want)
+	}
+
+	// A second Envoy joins: nothing free until the first shrinks.
+	b := h.stream(t)
+	if got := describe(exchange(t, b, "edge", use(api, 0, 1, 0)).GetBucketAction()[0]); got != "deny_all 200ms" {
+		t.Fatalf("second Envoy's first action = %q, want deny_all", got)
+	}
+	h.clock.add(100 * time.Millisecond)
+	if got := describe(exchange(t, a, "", use(api, 5, 0, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 2/20ms 200ms" {
+		t.Fatalf("first Envoy's action once the second waits = %q, want half the limit", got)
+	}
+	if got := describe(exchange(t, b, "", use(api, 0, 5, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 2/20ms 200ms" {
+		t.Fatalf("second Envoy's action = %q, want the other half", got)
+	}
+	// The second leaves: the first gets the whole limit back.
+	b.CloseSend()
+	if _, err := b.Recv(); err == nil {
+		t.Fatal("stream not closed")
+	}
+	waitFor(t, func() bool { return h.svc.streamCount() == 1 })
+	h.clock.add(100 * time.Millisecond)
+	if got := describe(exchange(t, a, "", use(api, 5, 0, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 5/10ms 200ms" {
+		t.Fatalf("first Envoy's action once alone again = %q, want the whole limit", got)
+	}
+	if got := testutil.ToFloat64(h.svc.opts.metrics.requests.WithLabelValues("edge", "name=api", "allowed")); got != 10 {
+		t.Errorf("sluice_rlqs_requests_total{allowed} = %v, want 10", got)
+	}
+	if got := testutil.ToFloat64(h.svc.opts.metrics.assignments.WithLabelValues("edge", "name=blocked", "deny_all")); got != 1 {
+		t.Errorf("sluice_rlqs_assignments_total{deny_all} = %v, want 1", got)
+	}
+}
+
+// TestAbandon: a bucket without requests for abandon_after is abandoned,
+// and its share released.
+func TestAbandon(t *testing.T) {
+	h := newHarness(t)
+	a := h.stream(t)
+	api := map[string]string{"name": "api"}
+	exchange(t, a, "edge", use(api, 0, 1, 0))
+	h.clock.add(2 * time.Second)
+	resp, err := a.Recv() // the sweep's, within a TTL
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := describe(resp.GetBucketAction()[0]); got != "abandon" {
+		t.Fatalf("action after abandon_after = %q, want abandon", got)
+	}
+	h.svc.mu.Lock()
+	n := len(h.svc.fleets)
+	h.svc.mu.Unlock()
+	if n != 0 {
+		t.Errorf("fleets after the abandon = %d, want 0", n)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestHostile: reports that break the protocol or the bounds end the
+// stream with a typed status, and change nothing.
+func TestHostile(t *testing.T) {
+	api := map[string]string{"name": "api"}
+	many := func(n int) []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
+		var us []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
+		for i := range n {
+			us = append(us, use(map[string]string{"name": "api", "i": strings.Repeat("x", i)}, 0, 1, 0))
+		}
+		return us
+	}
+	bigID := map[string]string{}
+	for i := range MaxIDEntries + 1 {
+		bigID[strings.Repeat("k", i+1)] = "v"
+	}
+	tests := []struct {
+		name   string
+		first  *rlqsv3.RateLimitQuotaUsageReports
+		second *rlqsv3.RateLimitQuotaUsageReports
+		code   codes.Code
+		msg    string
+	}{
+		{"no domain", &rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: many(1)}, nil, codes.InvalidArgument, "must name its domain"},
+		{"domain changed", &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge"}, &rlqsv3.RateLimitQuotaUsageReports{Domain: "other"}, codes.InvalidArgument, "differs from the stream's"},
+		{"empty bucket id", &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{}}}, nil, codes.InvalidArgument, "bucket_quota_usages[0]: bucket_id must have at least one entry"},
+		{"too many entries", &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{use(bigID, 0, 0, 0)}}, nil, codes.InvalidArgument, "at most 16"},
+		{"id too long", &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{use(map[string]string{"name": strings.Repeat("x", 5000)}, 0, 0, 0)}}, nil, codes.InvalidArgument, "bytes, at most 4096"},
+		{"negative time", &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{use(api, 0, 0, -time.Second)}}, nil, codes.InvalidArgument, "time_elapsed must be between 0"},
+		{"counts past int64", &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{use(api, 1<<63, 0, 0)}}, nil, codes.InvalidArgument, "request counts"},
+		{"too many usages", &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: many(11)}, nil, codes.InvalidArgument, "at most 10 bucket usages per report"},
+		{"too many buckets", &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: many(5)}, &rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: many(6)}, codes.ResourceExhausted, "at most 5 buckets per stream"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, WithLimits(Limits{MaxReportBuckets: 10, MaxBucketsPerStream: 5}))
+			s := h.stream(t)
+			if err := s.Send(tt.first); err != nil {
+				t.Fatal(err)
+			}
+			if tt.second != nil {
+				if len(tt.first.GetBucketQuotaUsages()) > 0 {
+					if _, err := s.Recv(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := s.Send(tt.second); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := s.Recv()
+			if status.Code(err) != tt.code || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("Recv = %v, want %v with %q", err, tt.code, tt.msg)
+			}
+			waitFor(t, func() bool { return h.svc.streamCount() == 0 })
+			h.svc.mu.Lock()
+			defer h.svc.mu.Unlock()
+			if len(h.svc.fleets) != 0 {
+				t.Errorf("fleets after the refusal = %d, want 0", len(h.svc.fleets))
+			}
+		})
+	}
+}
+
+// TestMalformed: bytes that are no RateLimitQuotaUsageReports are
+// InvalidArgument, not gRPC's Internal.
+func TestMalformed(t *testing.T) {
+	h := newHarness(t)
+	desc := &grpc.StreamDesc{StreamName: "StreamRateLimitQuotas", ServerStreams: true, ClientStreams: true}
+	s, err := h.cc.NewStream(t.Context(), desc, rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Field 1, the domain, as bytes that are not UTF-8.
+	if err := s.SendMsg(wrapperspb.Bytes([]byte{0xff, 0xfe})); err != nil {
+		t.Fatal(err)
+	}
+	err = s.RecvMsg(new(rlqsv3.RateLimitQuotaResponse))
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("RecvMsg = %v, want InvalidArgument", err)
+	}
+}
+
+// TestStreamLimits: past the streams a connection may open, a stream is
+// refused with ResourceExhausted.
+func TestStreamLimits(t *testing.T) {
+	h := newHarness(t, WithLimits(Limits{MaxStreamsPerConn: 2}))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var open []rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
+	for range 2 {
+		s, err := rlqsv3.NewRateLimitQuotaServiceClient(h.cc).StreamRateLimitQuotas(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exchange(t, s, "edge", use(map[string]string{"other": "x"}, 0, 1, 0))
+		open = append(open, s)
+	}
+	s := h.stream(t)
+	s.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "edge"})
+	if _, err := s.Recv(); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("third stream = %v, want ResourceExhausted", err)
+	}
+	if got := testutil.ToFloat64(h.svc.opts.metrics.rejected.WithLabelValues("too_many_streams")); got != 1 {
+		t.Errorf("sluice_rlqs_streams_refused_total{too_many_streams} = %v, want 1", got)
+	}
+}
+
+// TestMetricsCap: past MaxBucketSeries, buckets share the _overflow series.
+func TestMetricsCap(t *testing.T) {
+	m := newMetrics(prometheus.NewRegistry())
+	m.max = 2
+	for _, b := range []string{"a", "b", "c", "d"} {
+		m.of("edge", b).report(1, 0)
+	}
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("edge", "_overflow", "allowed")); got != 2 {
+		t.Errorf("overflow series = %v, want 2", got)
+	}
+	if got := testutil.CollectAndCount(m.requests); got != 6 {
+		t.Errorf("series = %d, want 6 (a, b, _overflow; allowed and denied)", got)
+	}
+}

@@ -1,0 +1,130 @@
+package rlqs_test
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	rlqsfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice/internal/app/server"
+)
+
+// rlqsBlocks returns the ```yaml rlqs blocks of docs/envoy.md: the
+// config's and Envoy's.
+func rlqsBlocks(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile("../../../docs/envoy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []string
+	for _, part := range strings.Split(string(data), "```yaml rlqs\n")[1:] {
+		block, _, ok := strings.Cut(part, "```")
+		if !ok {
+			t.Fatal("unterminated yaml block in docs/envoy.md")
+		}
+		blocks = append(blocks, block)
+	}
+	if len(blocks) != 2 {
+		t.Fatalf("docs/envoy.md has %d yaml rlqs blocks, want 2: the config and Envoy's", len(blocks))
+	}
+	return blocks
+}
+
+// TestDocs: the rlqs config of docs/envoy.md loads as a server config;
+// its Envoy configuration is a valid bootstrap by go-control-plane's types
+// and validation rules, whose rate_limit_quota filter asks for the
+// config's domain on cluster sluice, reports more often than assignments
+// expire, denies without an assignment, and builds bucket ids that rules
+// of the config match.
+func TestDocs(t *testing.T) {
+	blocks := rlqsBlocks(t)
+	cfg, err := server.LoadConfig([]byte(blocks[0]))
+	if err != nil {
+		t.Fatalf("LoadConfig = %v", err)
+	}
+	dom := cfg.RLQS.Domain("edge")
+	if dom == nil {
+		t.Fatal("the config has no domain edge")
+	}
+
+	var v any
+	if err := yaml.Unmarshal([]byte(blocks[1]), &v); err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bootstrapv3.Bootstrap
+	if err := protojson.Unmarshal(js, &b); err != nil {
+		t.Fatalf("not an Envoy bootstrap: %v", err)
+	}
+	if err := b.ValidateAll(); err != nil {
+		t.Fatalf("invalid Envoy bootstrap: %v", err)
+	}
+	var hcm hcmv3.HttpConnectionManager
+	if err := b.GetStaticResources().GetListeners()[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+		t.Fatal(err)
+	}
+	if err := hcm.ValidateAll(); err != nil {
+		t.Fatalf("invalid http_connection_manager: %v", err)
+	}
+	var f rlqsfilterv3.RateLimitQuotaFilterConfig
+	if err := hcm.GetHttpFilters()[0].GetTypedConfig().UnmarshalTo(&f); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.ValidateAll(); err != nil {
+		t.Fatalf("invalid rate_limit_quota filter: %v", err)
+	}
+	if f.GetDomain() != "edge" || f.GetRlqsServer().GetEnvoyGrpc().GetClusterName() != "sluice" {
+		t.Errorf("rate_limit_quota filter = domain %q on %v, want edge on cluster sluice", f.GetDomain(), f.GetRlqsServer())
+	}
+	// Validation does not look into the matcher's actions: unpack them.
+	m := f.GetBucketMatchers()
+	actions := []*rlqsfilterv3.RateLimitQuotaBucketSettings{}
+	for _, a := range append(m.GetMatcherList().GetMatchers(), nil) {
+		var tc = m.GetOnNoMatch().GetAction().GetTypedConfig()
+		if a != nil {
+			tc = a.GetOnMatch().GetAction().GetTypedConfig()
+		}
+		var s rlqsfilterv3.RateLimitQuotaBucketSettings
+		if err := tc.UnmarshalTo(&s); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ValidateAll(); err != nil {
+			t.Fatalf("invalid bucket settings: %v", err)
+		}
+		actions = append(actions, &s)
+	}
+	for i, s := range actions {
+		if got := s.GetReportingInterval().AsDuration(); got >= dom.AssignmentTTL {
+			t.Errorf("bucket settings %d: reporting_interval %v, want below assignment_ttl %v", i, got, dom.AssignmentTTL)
+		}
+		if s.GetNoAssignmentBehavior().GetFallbackRateLimit().GetBlanketRule().String() != "DENY_ALL" ||
+			s.GetExpiredAssignmentBehavior().GetFallbackRateLimit().GetBlanketRule().String() != "DENY_ALL" {
+			t.Errorf("bucket settings %d: behaviours without an assignment %v, %v, want DENY_ALL both", i, s.GetNoAssignmentBehavior(), s.GetExpiredAssignmentBehavior())
+		}
+		// A request's bucket id: string values as they are, custom ones
+		// some value.
+		id := map[string]string{}
+		for k, vb := range s.GetBucketIdBuilder().GetBucketIdBuilder() {
+			id[k] = vb.GetStringValue()
+			if vb.GetCustomValue() != nil {
+				id[k] = "some-value"
+			}
+		}
+		if r := dom.Match(id); r == nil || r.Limiter == "" {
+			t.Errorf("bucket settings %d: bucket id %v matches no limiter rule of the config", i, id)
+		}
+	}
+}

@@ -323,13 +323,6 @@ func (f *Fleet) Idle(now time.Time, after time.Duration) []string {
 // within it again.
 func (f *Fleet) SetTotal(total int64) { f.Total = max(total, 0) }
 
-func abs(x int64) int64 {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
-
 // ceilDiv returns a/b rounded up, for a >= 0, b > 0.
 func ceilDiv(a, b int64) int64 {
 	q := a / b

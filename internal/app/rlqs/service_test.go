@@ -338,3 +338,28 @@ func TestMetricsCap(t *testing.T) {
 		t.Errorf("series = %d, want 6 (a, b, _overflow; allowed and denied)", got)
 	}
 }
+
+// TestSwap: a reload that turns a limited bucket into a denied one takes
+// the next report's answer, and releases the bucket's share.
+func TestSwap(t *testing.T) {
+	h := newHarness(t)
+	a := h.stream(t)
+	api := map[string]string{"name": "api"}
+	if got := describe(exchange(t, a, "edge", use(api, 0, 1, 0)).GetBucketAction()[0]); !strings.HasPrefix(got, "token_bucket") {
+		t.Fatalf("first action = %q, want a token bucket", got)
+	}
+	c, err := decodeDoc(t, "rlqs:\n  - domain: edge\n    buckets:\n      - {bucket: {name: api}, action: deny_all}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.svc.Swap(c, nil)
+	h.clock.add(100 * time.Millisecond)
+	if got := describe(exchange(t, a, "", use(api, 3, 0, 100*time.Millisecond)).GetBucketAction()[0]); got != "deny_all 2s" {
+		t.Fatalf("action after the reload = %q, want deny_all 2s", got)
+	}
+	h.svc.mu.Lock()
+	defer h.svc.mu.Unlock()
+	if len(h.svc.fleets) != 0 {
+		t.Errorf("fleets after the reload = %d, want 0", len(h.svc.fleets))
+	}
+}

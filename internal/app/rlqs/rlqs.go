@@ -15,6 +15,8 @@ package rlqs
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -39,6 +41,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 // Limits bound what Envoys can make the service hold and do.
@@ -75,6 +78,8 @@ type options struct {
 	now     func() time.Time
 	metrics *metrics
 	limits  Limits
+	fleets  driver.Store
+	timeout time.Duration
 }
 
 // Option configures a Service.
@@ -92,6 +97,16 @@ func WithClock(now func() time.Time) Option { return func(o *options) { o.now = 
 func WithRegistry(reg prometheus.Registerer) Option {
 	return func(o *options) { o.metrics = newMetrics(reg) }
 }
+
+// WithFleetStore keeps each bucket's fleet (its Envoys, their demands and
+// shares) in st, so that sluice processes sharing st share the fleets; the
+// default is a store in this process's memory. Give it the limiters'
+// store.
+func WithFleetStore(st driver.Store) Option { return func(o *options) { o.fleets = st } }
+
+// WithStoreTimeout bounds each call to the fleet store; the default is
+// sluice.DefaultStoreTimeout.
+func WithStoreTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // WithLimits replaces DefaultLimits; a field that is 0 keeps its default.
 func WithLimits(l Limits) Option {
@@ -118,10 +133,10 @@ func WithLimits(l Limits) Option {
 type Service struct {
 	opts  options
 	state atomic.Pointer[state]
+	nonce string        // this Service's part of stream ids
 	ids   atomic.Uint64 // stream ids
 
 	mu      sync.Mutex // guards the fields below
-	fleets  map[string]*fleet
 	streams int
 	perConn map[string]int
 }
@@ -132,25 +147,25 @@ type state struct {
 	lookup Lookup
 }
 
-// fleet is the Envoys sharing one bucket of one limiter.
-type fleet struct {
-	f      *Fleet
-	window time.Duration
-	refs   int // the streams' buckets in it
-}
-
 // New returns a service that maps the bucket ids of c's domains to the
 // limiters of lookup. A nil c has no domains: every bucket is then
 // allowed.
 func New(c *Config, lookup Lookup, opts ...Option) *Service {
 	s := &Service{
-		opts:    options{now: time.Now, limits: DefaultLimits},
-		fleets:  map[string]*fleet{},
+		opts:    options{now: time.Now, limits: DefaultLimits, timeout: sluice.DefaultStoreTimeout},
 		perConn: map[string]int{},
 	}
 	for _, o := range opts {
 		o(&s.opts)
 	}
+	if s.opts.fleets == nil {
+		s.opts.fleets = memstore.New()
+	}
+	// Stream ids are unique across the processes that share a fleet
+	// store: a random nonce per Service, then a counter.
+	var n [8]byte
+	rand.Read(n[:])
+	s.nonce = hex.EncodeToString(n[:])
 	if s.opts.logger == nil {
 		s.opts.logger = slog.New(slog.DiscardHandler)
 	}
@@ -243,6 +258,7 @@ type bucket struct {
 	key      string           // the limiter's key
 	label    string           // the id as text, for metrics and logs
 	fleetKey string           // "" when no limiter decides it
+	abandon  time.Duration    // its domain's abandon_after when it joined its fleet
 	grant    *Grant           // the token bucket in force, or nil
 	share    int64            // its share, tokens per window
 	credit   int64            // tokens taken that no bucket sent can admit
@@ -260,9 +276,11 @@ func (s *Service) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuota
 		return err
 	}
 	s.opts.metrics.streamDelta(1)
-	st := &stream{id: strconv.FormatUint(s.ids.Add(1), 10), send: send, buckets: map[string]*bucket{}}
+	st := &stream{id: s.nonce + "-" + strconv.FormatUint(s.ids.Add(1), 10), send: send, buckets: map[string]*bucket{}}
 	defer func() {
-		s.release(st)
+		// The stream's context has ended: its shares are released on one
+		// of their own.
+		s.release(context.WithoutCancel(ctx), st)
 		s.leave(conn)
 		s.opts.metrics.streamDelta(-1)
 	}()
@@ -333,28 +351,25 @@ func (s *Service) leave(conn string) {
 
 // release takes every bucket of st out of its fleet: an Envoy that left
 // releases its shares.
-func (s *Service) release(st *stream) {
+func (s *Service) release(ctx context.Context, st *stream) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for k, b := range st.buckets {
-		s.leaveFleet(st, b)
+		s.leaveFleet(ctx, st, b)
 		delete(st.buckets, k)
 	}
 }
 
-// leaveFleet takes b out of its fleet, if any, which it forgets once
-// empty. It requires that st.mu is held, and takes s.mu.
-func (s *Service) leaveFleet(st *stream, b *bucket) {
+// leaveFleet takes b out of its fleet, if any. A store that fails leaves
+// it there until its member expires, abandon_after later. It requires
+// that st.mu is held.
+func (s *Service) leaveFleet(ctx context.Context, st *stream, b *bucket) {
 	if b.fleetKey == "" {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if fl := s.fleets[b.fleetKey]; fl != nil {
-		fl.f.Leave(st.id)
-		if fl.refs--; fl.refs <= 0 {
-			delete(s.fleets, b.fleetKey)
-		}
+	err := s.fleetOp(ctx, b.fleetKey, 0, s.opts.now(), b.abandon, func(f *Fleet) { f.Leave(st.id) })
+	if err != nil && ctx.Err() == nil {
+		s.opts.logger.WarnContext(ctx, "rlqs: share not released; it expires after abandon_after", "bucket", b.label, "err", err)
 	}
 	b.fleetKey = ""
 }
@@ -374,7 +389,7 @@ func (s *Service) sweep(ctx context.Context, st *stream) {
 			return
 		case <-t.C:
 		}
-		resp := s.abandonIdle(st)
+		resp := s.abandonIdle(ctx, st)
 		if len(resp.GetBucketAction()) == 0 {
 			continue
 		}
@@ -395,7 +410,7 @@ func (st *stream) domainName() string {
 
 // abandonIdle returns the abandon actions of st's idle buckets, which it
 // forgets.
-func (s *Service) abandonIdle(st *stream) *rlqsv3.RateLimitQuotaResponse {
+func (s *Service) abandonIdle(ctx context.Context, st *stream) *rlqsv3.RateLimitQuotaResponse {
 	now := s.opts.now()
 	after := DefaultAbandonAfter
 	if d := s.state.Load().cfg.Domain(st.domainName()); d != nil {
@@ -413,7 +428,7 @@ func (s *Service) abandonIdle(st *stream) *rlqsv3.RateLimitQuotaResponse {
 	slices.Sort(keys)
 	for _, k := range keys {
 		b := st.buckets[k]
-		s.leaveFleet(st, b)
+		s.leaveFleet(ctx, st, b)
 		delete(st.buckets, k)
 		b.stats.action(actionAbandon)
 		resp.BucketAction = append(resp.BucketAction, &rlqsv3.RateLimitQuotaResponse_BucketAction{
@@ -569,7 +584,7 @@ func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain st
 		}
 	}
 	if action != Limit {
-		s.leaveFleet(st, b)
+		s.leaveFleet(ctx, st, b)
 		b.grant, b.share, b.credit = nil, 0, 0
 		if action == DenyAll {
 			return s.blanket(b, typev3.RateLimitStrategy_DENY_ALL, ttl)
@@ -579,36 +594,27 @@ func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain st
 
 	window := l.Policy().Window()
 	total := limitOf(l)
-	fk := rule.Limiter + "\x00" + u.key
-	s.mu.Lock()
+	fk := driver.ShortKey("fleet|" + rule.Limiter + "|" + u.key)
 	if b.fleetKey != fk {
-		if b.fleetKey != "" {
-			if fl := s.fleets[b.fleetKey]; fl != nil {
-				fl.f.Leave(st.id)
-				if fl.refs--; fl.refs <= 0 {
-					delete(s.fleets, b.fleetKey)
-				}
-			}
-		}
-		fl := s.fleets[fk]
-		if fl == nil {
-			fl = &fleet{f: NewFleet(total), window: window}
-			s.fleets[fk] = fl
-		}
-		fl.refs++
-		// The credit was taken from another limiter, or another key.
-		b.fleetKey = fk
+		// A new bucket, or a reload sent it to another limiter, whose
+		// fleet it joins; the credit was taken from the other.
+		s.leaveFleet(ctx, st, b)
+		b.fleetKey, b.abandon = fk, dom.AbandonAfter
 		b.grant, b.share, b.credit = nil, 0, 0
 	}
-	fl := s.fleets[fk]
-	if fl.f.Total != total || fl.window != window {
-		fl.f.SetTotal(total) // a reload changed the limiter's policy
-		fl.window = window
-	}
 	used := int64(min(u.allowed+u.denied, math.MaxInt64))
-	fl.f.Report(st.id, now, used, elapsed, window)
-	share := fl.f.Assign(st.id)
-	s.mu.Unlock()
+	var share int64
+	err := s.fleetOp(ctx, fk, total, now, b.abandon, func(f *Fleet) {
+		f.Report(st.id, now, used, elapsed, window)
+		share = f.Assign(st.id)
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			s.opts.logger.WarnContext(ctx, "rlqs: bucket not assigned", "domain", domain, "bucket", b.label, "err", err)
+		}
+		b.stats.action(actionNone)
+		return nil
+	}
 
 	// Envoy's clock starts the assignment when it arrives: the guard
 	// covers a later arrival of this assignment than of the one it
@@ -636,12 +642,12 @@ func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain st
 	if old := b.grant; old != nil && now.Before(old.Until) {
 		g, err := s.charge(ctx, l, b, old.Bucket, now, until, guard)
 		if err == nil && g != nil {
-			s.keep(b, st, b.share)
+			s.keep(ctx, b, st, total, now, b.share)
 			b.grant = g
 			return s.tokenBucket(b, ttl)
 		}
 	}
-	s.keep(b, st, 0)
+	s.keep(ctx, b, st, total, now, 0)
 	b.credit = satAdd(b.credit, Drop(b.grant, now, guard))
 	b.grant, b.share = nil, 0
 	return s.blanket(b, typev3.RateLimitStrategy_DENY_ALL, ttl)
@@ -669,15 +675,13 @@ func (s *Service) charge(ctx context.Context, l *sluice.Limiter, b *bucket, bk B
 	return &next, nil
 }
 
-// keep records in b's fleet that st holds share of it.
-func (s *Service) keep(b *bucket, st *stream, share int64) {
-	if b.fleetKey == "" {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if fl := s.fleets[b.fleetKey]; fl != nil {
-		fl.f.Keep(st.id, share)
+// keep records in b's fleet that st holds share of it after all. A store
+// that fails leaves the fleet counting the share Assign returned until the
+// next report.
+func (s *Service) keep(ctx context.Context, b *bucket, st *stream, total int64, now time.Time, share int64) {
+	err := s.fleetOp(ctx, b.fleetKey, total, now, b.abandon, func(f *Fleet) { f.Keep(st.id, share) })
+	if err != nil && ctx.Err() == nil {
+		s.opts.logger.WarnContext(ctx, "rlqs: share not recorded", "bucket", b.label, "err", err)
 	}
 }
 

@@ -20,6 +20,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 const serviceDoc = `
@@ -90,6 +92,22 @@ func newHarness(t *testing.T, opts ...Option) *harness {
 	}
 	t.Cleanup(func() { cc.Close() })
 	return &harness{svc: svc, cc: cc, clock: clock, reg: reg}
+}
+
+// members returns the members of the fleet of bucket id of domain edge on
+// limiter api.
+func (h *harness) members(t *testing.T, id map[string]string) int {
+	t.Helper()
+	key, _ := bucketKey("edge", id)
+	var n int
+	err := h.svc.opts.fleets.Update(t.Context(), driver.ShortKey("fleet|api|"+key), func(state []byte) ([]byte, time.Duration, bool) {
+		n = decodeFleet(state, 0).Len()
+		return nil, 0, false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func (h *harness) stream(t *testing.T) rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient {
@@ -199,11 +217,8 @@ func TestAbandon(t *testing.T) {
 	if got := describe(resp.GetBucketAction()[0]); got != "abandon" {
 		t.Fatalf("action after abandon_after = %q, want abandon", got)
 	}
-	h.svc.mu.Lock()
-	n := len(h.svc.fleets)
-	h.svc.mu.Unlock()
-	if n != 0 {
-		t.Errorf("fleets after the abandon = %d, want 0", n)
+	if n := h.members(t, api); n != 0 {
+		t.Errorf("fleet members after the abandon = %d, want 0", n)
 	}
 }
 
@@ -272,10 +287,8 @@ func TestHostile(t *testing.T) {
 				t.Fatalf("Recv = %v, want %v with %q", err, tt.code, tt.msg)
 			}
 			waitFor(t, func() bool { return h.svc.streamCount() == 0 })
-			h.svc.mu.Lock()
-			defer h.svc.mu.Unlock()
-			if len(h.svc.fleets) != 0 {
-				t.Errorf("fleets after the refusal = %d, want 0", len(h.svc.fleets))
+			if n := h.members(t, map[string]string{"name": "api", "i": ""}); n != 0 {
+				t.Errorf("fleet members after the refusal = %d, want 0", n)
 			}
 		})
 	}
@@ -357,9 +370,33 @@ func TestSwap(t *testing.T) {
 	if got := describe(exchange(t, a, "", use(api, 3, 0, 100*time.Millisecond)).GetBucketAction()[0]); got != "deny_all 2s" {
 		t.Fatalf("action after the reload = %q, want deny_all 2s", got)
 	}
-	h.svc.mu.Lock()
-	defer h.svc.mu.Unlock()
-	if len(h.svc.fleets) != 0 {
-		t.Errorf("fleets after the reload = %d, want 0", len(h.svc.fleets))
+	if n := h.members(t, api); n != 0 {
+		t.Errorf("fleet members after the reload = %d, want 0", n)
+	}
+}
+
+// TestSharedFleet: two services on one fleet store, as two sluice
+// processes behind a load balancer, share a bucket's fleet: the Envoy on
+// the second waits for the one on the first to shrink, and they end with
+// half each.
+func TestSharedFleet(t *testing.T) {
+	shared := memstore.New()
+	h1 := newHarness(t, WithFleetStore(shared))
+	h2 := newHarness(t, WithFleetStore(shared))
+	api := map[string]string{"name": "api"}
+	a, b := h1.stream(t), h2.stream(t)
+	if got := describe(exchange(t, a, "edge", use(api, 0, 1, 0)).GetBucketAction()[0]); got != "token_bucket 5/10ms 200ms" {
+		t.Fatalf("first Envoy's action = %q, want the whole limit", got)
+	}
+	if got := describe(exchange(t, b, "edge", use(api, 0, 1, 0)).GetBucketAction()[0]); got != "deny_all 200ms" {
+		t.Fatalf("second Envoy's action, on the other service = %q, want deny_all while the first holds all", got)
+	}
+	h1.clock.add(100 * time.Millisecond)
+	h2.clock.add(100 * time.Millisecond)
+	if got := describe(exchange(t, a, "", use(api, 5, 0, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 2/20ms 200ms" {
+		t.Fatalf("first Envoy's action once the second waits = %q, want half", got)
+	}
+	if got := describe(exchange(t, b, "", use(api, 0, 5, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 2/20ms 200ms" {
+		t.Fatalf("second Envoy's action = %q, want the other half", got)
 	}
 }

@@ -217,6 +217,10 @@ func (f *Fleet) Len() int { return len(f.members) }
 // Assigned returns the sum of the shares assigned, at most Total.
 func (f *Fleet) Assigned() int64 { return f.assigned }
 
+// MaxMembers bounds the Envoys of a fleet, and so the size of its record
+// in a store: past it, a new Envoy is not a member and its share is 0.
+const MaxMembers = 1024
+
 // Report records a report of Envoy id at now: used requests (allowed and
 // denied) over elapsed, in a window of window. The first report of an id
 // makes it a member, whose demand counts as unknown (an equal part) until
@@ -224,6 +228,9 @@ func (f *Fleet) Assigned() int64 { return f.assigned }
 func (f *Fleet) Report(id string, now time.Time, used int64, elapsed, window time.Duration) {
 	m := f.members[id]
 	if m == nil {
+		if len(f.members) >= MaxMembers {
+			return // Assign gives it 0
+		}
 		m = &member{demand: -1}
 		f.members[id] = m
 	}

@@ -30,16 +30,27 @@ rlqs:
 // move between them, one of them goes away mid-run (its stream closed, its
 // traffic going on under the assignment it holds), and all they admit
 // together stays within what the limiter admits over the run: its burst
-// and its rate for the run's length. It runs on memory and on Redis.
+// and its rate for the run's length. It runs on memory, on Redis, and on
+// two sluice servers sharing Redis, the Envoys split between them.
 func TestRLQSFleet(t *testing.T) {
-	for _, tt := range []struct{ name, store string }{
-		{"memory", "store: mem://\n"},
-		{"redis", "store: " + testserver.SharedRedis(t) + "\n"},
+	redis := "store: " + testserver.SharedRedis(t) + "\n"
+	for _, tt := range []struct {
+		name    string
+		store   string
+		servers int
+	}{
+		{"memory", "store: mem://\n", 1},
+		{"redis", redis, 1},
+		{"two servers on redis", redis, 2},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			start := time.Now()
-			_, gaddr := serve(t, tt.store+rlqsYAML, true)
-			res := runFleet(t, gaddr, map[string]string{"name": "api", "run": fmt.Sprint(start.UnixNano())})
+			var gaddrs []string
+			for range tt.servers {
+				_, gaddr := serve(t, tt.store+rlqsYAML, true)
+				gaddrs = append(gaddrs, gaddr)
+			}
+			res := runFleet(t, gaddrs, map[string]string{"name": "api", "run": fmt.Sprint(start.UnixNano())})
 			end := time.Now()
 			bound := 200 + int64(200*end.Sub(start).Seconds())
 			t.Logf("admitted %d (bound %d over %v), per phase and Envoy %v; %d reports, %d responses",
@@ -64,10 +75,11 @@ type fleetResult struct {
 	reports, responses int64
 }
 
-// runFleet runs the fleet against the server at gaddr, in three phases
-// of a second: the rates each Envoy asks for, per second, in each phase,
-// are below; C closes its stream halfway through phase 2.
-func runFleet(t *testing.T, gaddr string, id map[string]string) fleetResult {
+// runFleet runs the fleet against the servers at gaddrs, Envoy i on
+// server i modulo their number, in three phases of a second: the rates
+// each Envoy asks for, per second, in each phase, are below; C closes its
+// stream halfway through phase 2.
+func runFleet(t *testing.T, gaddrs []string, id map[string]string) fleetResult {
 	t.Helper()
 	rates := [3][3]int{
 		{400, 50, 200},
@@ -75,11 +87,11 @@ func runFleet(t *testing.T, gaddr string, id map[string]string) fleetResult {
 		{300, 300, 200},
 	}
 	const phase = time.Second
-	cc := mustInsecure(t, gaddr)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var envoys [3]*envoysim.Envoy
 	for i := range envoys {
+		cc := mustInsecure(t, gaddrs[i%len(gaddrs)])
 		e, err := envoysim.Dial(ctx, cc, "edge", 100*time.Millisecond, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -637,9 +637,10 @@ func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain st
 	}
 	// The new bucket's tokens are not there (the others' assignments,
 	// the classic API or another sluice on the same store spent them):
-	// the bucket in force goes on if its extension can be paid, else
+	// a smaller bucket in force goes on if its extension can be paid
+	// (a larger one would hold more than the fleet now gives it), else
 	// Envoy is denied until the limit refills.
-	if old := b.grant; old != nil && now.Before(old.Until) {
+	if old := b.grant; old != nil && now.Before(old.Until) && b.share <= share {
 		g, err := s.charge(ctx, l, b, old.Bucket, now, until, guard)
 		if err == nil && g != nil {
 			s.keep(ctx, b, st, total, now, b.share)

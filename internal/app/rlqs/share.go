@@ -240,10 +240,12 @@ func (f *Fleet) Report(id string, now time.Time, used int64, elapsed, window tim
 }
 
 // Keep records that Envoy id holds share after all, not what Assign
-// returned: the charge of the new bucket failed and the one it had goes
-// on. share is at most what it held before Assign.
+// returned: the charge of a larger bucket failed and the smaller one it
+// had goes on, or it was denied (0). A share above what it is assigned is
+// taken as that, so that Keep never raises the sum.
 func (f *Fleet) Keep(id string, share int64) {
 	if m := f.members[id]; m != nil {
+		share = min(max(share, 0), m.assigned)
 		f.assigned += share - m.assigned
 		m.assigned = share
 	}

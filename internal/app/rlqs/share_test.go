@@ -246,3 +246,75 @@ func TestFleet(t *testing.T) {
 	}
 	check("total falls")
 }
+
+// FuzzFleet: whatever the reports, joins, leaves and failed charges, the
+// shares assigned never sum to more than the total, none is negative,
+// and Assigned is their sum.
+func FuzzFleet(f *testing.F) {
+	f.Add(int64(100), []byte{0, 10, 1, 20, 2, 30, 3, 0, 0, 40})
+	f.Add(int64(1), []byte{0, 255, 1, 255, 2, 255, 4, 1})
+	f.Fuzz(func(t *testing.T, total int64, ops []byte) {
+		if total < 0 || total > 1e12 || len(ops) > 200 {
+			return
+		}
+		fl := NewFleet(total)
+		now := t0
+		ids := []string{"a", "b", "c"}
+		for i := 0; i+1 < len(ops); i += 2 {
+			id := ids[int(ops[i+1])%len(ids)]
+			now = now.Add(10 * time.Millisecond)
+			switch ops[i] % 5 {
+			case 0:
+				fl.Report(id, now, int64(ops[i+1])*7, 100*time.Millisecond, time.Second)
+			case 1:
+				fl.Assign(id)
+			case 2:
+				fl.Leave(id)
+			case 3:
+				fl.Keep(id, int64(ops[i+1]))
+			case 4:
+				fl.Report(id, now, int64(ops[i+1]), 0, time.Second)
+				fl.Assign(id)
+			}
+			var sum int64
+			for _, m := range fl.members {
+				if m.assigned < 0 {
+					t.Fatalf("step %d: a share of %d", i/2, m.assigned)
+				}
+				sum += m.assigned
+			}
+			if sum != fl.Assigned() || sum > total {
+				t.Fatalf("step %d: shares sum to %d, Assigned %d, total %d", i/2, sum, fl.Assigned(), total)
+			}
+		}
+	})
+}
+
+// FuzzDecodeFleet: a stored fleet record, whatever its bytes, decodes to
+// a fleet whose shares are not negative and sum to Assigned, and which
+// encodes to a record that decodes the same.
+func FuzzDecodeFleet(f *testing.F) {
+	good := NewFleet(100)
+	good.Report("a", t0, 10, time.Second, time.Second)
+	good.Assign("a")
+	f.Add(good.encode())
+	f.Add([]byte(`{"m":{"x":{"a":-1}}}`))
+	f.Add([]byte(`{"m":null}`))
+	f.Fuzz(func(t *testing.T, state []byte) {
+		fl := decodeFleet(state, 100)
+		var sum int64
+		for _, m := range fl.members {
+			if m.assigned < 0 {
+				t.Fatalf("decoded a share of %d", m.assigned)
+			}
+			sum = satAdd(sum, m.assigned)
+		}
+		if sum != fl.Assigned() {
+			t.Fatalf("shares sum to %d, Assigned %d", sum, fl.Assigned())
+		}
+		again := decodeFleet(fl.encode(), 100)
+		if again.Len() != fl.Len() || again.Assigned() != fl.Assigned() {
+			t.Fatalf("round trip: %d members, %d assigned; want %d, %d", again.Len(), again.Assigned(), fl.Len(), fl.Assigned())
+		}
+	})
+}

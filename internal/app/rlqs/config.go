@@ -21,10 +21,10 @@ const (
 	// without a report, or with reports of no requests, before sluice
 	// abandons it and releases its share.
 	DefaultAbandonAfter = time.Minute
-	// MinAssignmentTTL is the shortest assignment_ttl: Envoy's
-	// reporting_interval is above 100ms, and an assignment must outlive
-	// the interval between two reports.
-	MinAssignmentTTL = 200 * time.Millisecond
+	// MinAssignmentTTL is the shortest assignment_ttl: Envoy reads only
+	// the seconds of assignment_time_to_live, so it must be whole seconds,
+	// and outlive the interval between two reports.
+	MinAssignmentTTL = time.Second
 )
 
 // Any is the bucket-id value of a rule that matches any value.
@@ -179,8 +179,8 @@ func decodeDomain(d *yamlnode.Decoder, path string, n *yaml.Node, limiter func(s
 		if dom.AssignmentTTL, err = d.Duration(p, v); err != nil {
 			return nil, err
 		}
-		if dom.AssignmentTTL < MinAssignmentTTL {
-			return nil, yamlnode.Errorf(p, v, "must be at least %v, above Envoy's shortest reporting_interval", MinAssignmentTTL)
+		if dom.AssignmentTTL < MinAssignmentTTL || dom.AssignmentTTL%time.Second != 0 {
+			return nil, yamlnode.Errorf(p, v, "must be a whole number of seconds, at least 1s: Envoy reads only the seconds of assignment_time_to_live")
 		}
 	}
 	if m.Has("abandon_after") {

@@ -556,8 +556,12 @@ func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain st
 		st.buckets[u.key] = b
 	}
 	b.stats.report(u.allowed, u.denied)
+	// Envoy sends time_elapsed in whole seconds, which a reporting
+	// interval below a few seconds makes 0 or half wrong: the time since
+	// the bucket's last report on the stream is measured here instead,
+	// the report's own serving only for the first.
 	elapsed := u.elapsed
-	if !u.hasElapsed && !b.last.IsZero() {
+	if !b.last.IsZero() {
 		elapsed = now.Sub(b.last)
 	}
 	b.last = now
@@ -622,6 +626,9 @@ func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain st
 	guard := ttl / 8
 	until := now.Add(ttl + guard)
 	if bk, ok := BucketFor(share, window, ttl); ok {
+		if b.grant != nil {
+			bk = Distinct(b.grant.Bucket, bk)
+		}
 		g, err := s.charge(ctx, l, b, bk, now, until, guard)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -700,12 +707,11 @@ func (s *Service) tokenBucket(b *bucket, ttl time.Duration) *rlqsv3.RateLimitQuo
 	}
 }
 
-// TokenBucketStrategy is the rate_limit_strategy of bucket b: one token
-// per fill interval, so that Envoy's bucket never outruns b's rate.
+// TokenBucketStrategy is the rate_limit_strategy of bucket b.
 func TokenBucketStrategy(b Bucket) *typev3.RateLimitStrategy {
 	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
 		MaxTokens:     uint32(min(b.MaxTokens, MaxMaxTokens)),
-		TokensPerFill: wrapperspb.UInt32(1),
+		TokensPerFill: wrapperspb.UInt32(uint32(min(b.PerFill, MaxMaxTokens))),
 		FillInterval:  durationpb.New(b.Fill),
 	}}}
 }

@@ -27,8 +27,8 @@ import (
 const serviceDoc = `
 rlqs:
   - domain: edge
-    assignment_ttl: 200ms
-    abandon_after: 1s
+    assignment_ttl: 1s
+    abandon_after: 2s
     unmatched: allow_all
     buckets:
       - {bucket: {name: api}, limiter: api}
@@ -62,16 +62,16 @@ type harness struct {
 }
 
 // newHarness serves a Service of serviceDoc, whose limiter api allows 100
-// requests a second, on a loopback port.
+// requests per 2s (its window), 50 a second, on a loopback port.
 func newHarness(t *testing.T, opts ...Option) *harness {
 	t.Helper()
-	testLimiters["api"] = LimiterInfo{Window: time.Second}
+	testLimiters["api"] = LimiterInfo{Window: 2 * time.Second}
 	c, err := decodeDoc(t, serviceDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	clock := &fakeNow{t: t0}
-	l, err := sluice.NewLimiter(sluice.LeakyBucket(100, 100, time.Second), sluice.WithClock(fakeClock{clock}))
+	l, err := sluice.NewLimiter(sluice.LeakyBucket(100, 50, time.Second), sluice.WithClock(fakeClock{clock}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func exchange(t *testing.T, s rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas
 	return resp
 }
 
-// describe is an action as text: "allow_all 200ms", "token_bucket 5/10ms 200ms", "abandon".
+// describe is an action as text: "allow_all 200ms", "token_bucket 12 50/1s 1s", "abandon".
 func describe(a *rlqsv3.RateLimitQuotaResponse_BucketAction) string {
 	if a.GetAbandonAction() != nil {
 		return "abandon"
@@ -146,7 +146,7 @@ func describe(a *rlqsv3.RateLimitQuotaResponse_BucketAction) string {
 	qa := a.GetQuotaAssignmentAction()
 	ttl := qa.GetAssignmentTimeToLive().AsDuration().String()
 	if tb := qa.GetRateLimitStrategy().GetTokenBucket(); tb != nil {
-		return fmt.Sprintf("token_bucket %d/%v %s", tb.GetMaxTokens(), tb.GetFillInterval().AsDuration(), ttl)
+		return fmt.Sprintf("token_bucket %d %d/%v %s", tb.GetMaxTokens(), tb.GetTokensPerFill().GetValue(), tb.GetFillInterval().AsDuration(), ttl)
 	}
 	return strings.ToLower(qa.GetRateLimitStrategy().GetBlanketRule().String()) + " " + ttl
 }
@@ -165,23 +165,23 @@ func TestAssignments(t *testing.T) {
 	for _, act := range resp.GetBucketAction() {
 		got = append(got, describe(act))
 	}
-	// A lone Envoy has the whole limit: 100 a second, one token each
-	// 10ms, a burst of what 50ms earns.
-	want := []string{"token_bucket 5/10ms 200ms", "deny_all 200ms", "allow_all 200ms"}
+	// A lone Envoy has the whole limit: 50 a second, a burst of what a
+	// quarter of a second earns.
+	want := []string{"token_bucket 12 50/1s 1s", "deny_all 1s", "allow_all 1s"}
 	if strings.Join(got, "; ") != strings.Join(want, "; ") {
 		t.Fatalf("actions = %q, want %q", got, want)
 	}
 
 	// A second Envoy joins: nothing free until the first shrinks.
 	b := h.stream(t)
-	if got := describe(exchange(t, b, "edge", use(api, 0, 1, 0)).GetBucketAction()[0]); got != "deny_all 200ms" {
+	if got := describe(exchange(t, b, "edge", use(api, 0, 1, 0)).GetBucketAction()[0]); got != "deny_all 1s" {
 		t.Fatalf("second Envoy's first action = %q, want deny_all", got)
 	}
 	h.clock.add(100 * time.Millisecond)
-	if got := describe(exchange(t, a, "", use(api, 5, 0, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 2/20ms 200ms" {
+	if got := describe(exchange(t, a, "", use(api, 5, 0, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 6 25/1s 1s" {
 		t.Fatalf("first Envoy's action once the second waits = %q, want half the limit", got)
 	}
-	if got := describe(exchange(t, b, "", use(api, 0, 5, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 2/20ms 200ms" {
+	if got := describe(exchange(t, b, "", use(api, 0, 5, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 6 25/1s 1s" {
 		t.Fatalf("second Envoy's action = %q, want the other half", got)
 	}
 	// The second leaves: the first gets the whole limit back.
@@ -190,8 +190,10 @@ func TestAssignments(t *testing.T) {
 		t.Fatal("stream not closed")
 	}
 	waitFor(t, func() bool { return h.svc.streamCount() == 1 })
-	h.clock.add(100 * time.Millisecond)
-	if got := describe(exchange(t, a, "", use(api, 5, 0, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 5/10ms 200ms" {
+	// Once the limiter has refilled (the second's tokens, taken for its
+	// assignment, are spent):
+	h.clock.add(1500 * time.Millisecond)
+	if got := describe(exchange(t, a, "", use(api, 5, 0, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 12 50/1s 1s" {
 		t.Fatalf("first Envoy's action once alone again = %q, want the whole limit", got)
 	}
 	if got := testutil.ToFloat64(h.svc.opts.metrics.requests.WithLabelValues("edge", "name=api", "allowed")); got != 10 {
@@ -209,8 +211,8 @@ func TestAbandon(t *testing.T) {
 	a := h.stream(t)
 	api := map[string]string{"name": "api"}
 	exchange(t, a, "edge", use(api, 0, 1, 0))
-	h.clock.add(2 * time.Second)
-	resp, err := a.Recv() // the sweep's, within a TTL
+	h.clock.add(3 * time.Second)
+	resp, err := a.Recv() // the sweep's, within half a TTL
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,18 +387,18 @@ func TestSharedFleet(t *testing.T) {
 	h2 := newHarness(t, WithFleetStore(shared))
 	api := map[string]string{"name": "api"}
 	a, b := h1.stream(t), h2.stream(t)
-	if got := describe(exchange(t, a, "edge", use(api, 0, 1, 0)).GetBucketAction()[0]); got != "token_bucket 5/10ms 200ms" {
+	if got := describe(exchange(t, a, "edge", use(api, 0, 1, 0)).GetBucketAction()[0]); got != "token_bucket 12 50/1s 1s" {
 		t.Fatalf("first Envoy's action = %q, want the whole limit", got)
 	}
-	if got := describe(exchange(t, b, "edge", use(api, 0, 1, 0)).GetBucketAction()[0]); got != "deny_all 200ms" {
+	if got := describe(exchange(t, b, "edge", use(api, 0, 1, 0)).GetBucketAction()[0]); got != "deny_all 1s" {
 		t.Fatalf("second Envoy's action, on the other service = %q, want deny_all while the first holds all", got)
 	}
 	h1.clock.add(100 * time.Millisecond)
 	h2.clock.add(100 * time.Millisecond)
-	if got := describe(exchange(t, a, "", use(api, 5, 0, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 2/20ms 200ms" {
+	if got := describe(exchange(t, a, "", use(api, 5, 0, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 6 25/1s 1s" {
 		t.Fatalf("first Envoy's action once the second waits = %q, want half", got)
 	}
-	if got := describe(exchange(t, b, "", use(api, 0, 5, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 2/20ms 200ms" {
+	if got := describe(exchange(t, b, "", use(api, 0, 5, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 6 25/1s 1s" {
 		t.Fatalf("second Envoy's action = %q, want the other half", got)
 	}
 }

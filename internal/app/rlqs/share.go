@@ -63,46 +63,73 @@ func Split(total int64, demand []int64) []int64 {
 }
 
 // Bucket is the token bucket an Envoy enforces for one assignment: it
-// starts full with MaxTokens and gains one token every Fill, never holding
-// more than MaxTokens. Its rate, one token per Fill, is what its share of
-// the limit allows; MaxTokens is its burst.
+// starts full with MaxTokens and earns PerFill tokens every Fill,
+// continuously (Envoy's bucket refills at PerFill/Fill a second), never
+// holding more than MaxTokens. Its rate is at most what its share of the
+// limit allows; MaxTokens is its burst.
 type Bucket struct {
 	MaxTokens int64
-	Fill      time.Duration
+	PerFill   int64
+	// Fill is a whole number of seconds: Envoy reads only the seconds of
+	// fill_interval for the rate (and a fraction would be lost).
+	Fill time.Duration
 }
 
-// MaxMaxTokens is the largest MaxTokens: Envoy's max_tokens is a uint32.
+// MaxMaxTokens is the largest MaxTokens and PerFill: Envoy's max_tokens
+// and tokens_per_fill are uint32.
 const MaxMaxTokens = math.MaxUint32
 
 // BucketFor returns the bucket of a share of share tokens per window, for
-// assignments that live ttl: Fill is window/share rounded up, so that the
-// bucket's rate never exceeds the share, and MaxTokens what the share
-// earns in a quarter of a ttl, at least 1 and at most MaxMaxTokens, so that an
-// Envoy may spend a report's worth of tokens at once. ok is false when
+// assignments that live ttl: Fill is the fewest whole seconds in which the
+// share earns a token, PerFill what it earns in Fill rounded down, so that
+// the bucket's rate never exceeds the share, and MaxTokens what the share
+// earns in a quarter of a ttl, at least 1 and at most MaxMaxTokens, so that
+// an Envoy may spend a report's worth of tokens at once. ok is false when
 // share <= 0 or window <= 0: there is then no bucket, only a denial.
 func BucketFor(share int64, window, ttl time.Duration) (b Bucket, ok bool) {
 	if share <= 0 || window <= 0 {
 		return Bucket{}, false
 	}
-	fill := ceilDiv(int64(window), share)
+	perToken := ceilDiv(int64(window), share) // nanoseconds per token
+	fill := time.Duration(max(ceilDiv(perToken, int64(time.Second)), 1)) * time.Second
+	perFill := min(mulDiv(share, int64(fill), int64(window)), MaxMaxTokens)
 	burst := mulDiv(share, int64(max(ttl/4, 0)), int64(window))
-	return Bucket{MaxTokens: min(max(burst, 1), MaxMaxTokens), Fill: time.Duration(fill)}, true
+	return Bucket{MaxTokens: min(max(burst, 1), MaxMaxTokens), PerFill: max(perFill, 1), Fill: fill}, true
+}
+
+// Distinct returns next, changed if need be so that Envoy tells it from
+// prev: Envoy keeps its token bucket, tokens and rate, when a new
+// assignment's max_tokens, tokens_per_fill and the nanoseconds of its
+// fill_interval equal the old one's, even when the seconds differ. A next
+// that differs from prev in Fill alone gets one more (or, at the top, one
+// fewer) MaxTokens.
+func Distinct(prev, next Bucket) Bucket {
+	if prev == next || prev.MaxTokens != next.MaxTokens || prev.PerFill != next.PerFill || prev.Fill%time.Second != next.Fill%time.Second {
+		return next
+	}
+	if next.MaxTokens < MaxMaxTokens {
+		next.MaxTokens++
+	} else {
+		next.MaxTokens--
+	}
+	return next
 }
 
 // Due returns the most that b can admit from start until until, with the
-// bucket full at start: MaxTokens plus one token per whole Fill elapsed,
-// saturating at math.MaxInt64. It is what a grant of b over that span
-// must have been charged. It is MaxTokens when until <= start.
+// bucket full at start: MaxTokens plus the whole tokens earned,
+// floor(elapsed*PerFill/Fill), saturating at math.MaxInt64. It is what a
+// grant of b over that span must have been charged. It is MaxTokens when
+// until <= start.
 //
-// Envoy's bucket refills continuously, so that at most MaxTokens plus
-// floor(elapsed/Fill) whole tokens are ever spent; a bucket that adds its
-// token at the end of each Fill spends no more.
+// Envoy's bucket refills continuously, so that at most MaxTokens plus the
+// whole tokens earned are ever spent; a bucket that adds PerFill at the
+// end of each Fill spends no more.
 func (b Bucket) Due(start, until time.Time) int64 {
 	d := until.Sub(start)
 	if d <= 0 || b.Fill <= 0 {
 		return b.MaxTokens
 	}
-	return satAdd(b.MaxTokens, int64(d/b.Fill))
+	return satAdd(b.MaxTokens, mulDiv(int64(d), b.PerFill, int64(b.Fill)))
 }
 
 // Grant is what one Envoy was granted for one bucket: the bucket it was

@@ -65,10 +65,11 @@ func TestBucketFor(t *testing.T) {
 		want        Bucket
 		ok          bool
 	}{
-		{"100 a second, ttl 2s", 100, time.Second, 2 * time.Second, Bucket{MaxTokens: 50, Fill: 10 * time.Millisecond}, true},
-		{"rounds fill up", 3, time.Second, time.Second, Bucket{MaxTokens: 1, Fill: 333333334}, true},
-		{"burst at least 1", 5, 15 * time.Minute, time.Second, Bucket{MaxTokens: 1, Fill: 3 * time.Minute}, true},
-		{"burst capped", math.MaxInt64, time.Second, time.Hour, Bucket{MaxTokens: MaxMaxTokens, Fill: 1}, true},
+		{"100 a second, ttl 2s", 100, time.Second, 2 * time.Second, Bucket{MaxTokens: 50, PerFill: 100, Fill: time.Second}, true},
+		{"rounds the rate down", 7, 2 * time.Second, time.Second, Bucket{MaxTokens: 1, PerFill: 3, Fill: time.Second}, true},
+		{"slow: the fewest whole seconds that earn a token", 5, 15 * time.Minute, time.Second, Bucket{MaxTokens: 1, PerFill: 1, Fill: 3 * time.Minute}, true},
+		{"slow, not a whole second", 3, 10 * time.Second, time.Second, Bucket{MaxTokens: 1, PerFill: 1, Fill: 4 * time.Second}, true},
+		{"capped", math.MaxInt64, time.Second, time.Hour, Bucket{MaxTokens: MaxMaxTokens, PerFill: MaxMaxTokens, Fill: time.Second}, true},
 		{"no share", 0, time.Second, time.Second, Bucket{}, false},
 		{"no window", 10, 0, time.Second, Bucket{}, false},
 	}
@@ -82,9 +83,31 @@ func TestBucketFor(t *testing.T) {
 	}
 }
 
+func TestDistinct(t *testing.T) {
+	a := Bucket{MaxTokens: 1, PerFill: 1, Fill: 3 * time.Second}
+	tests := []struct {
+		name       string
+		prev, next Bucket
+		want       Bucket
+	}{
+		{"same", a, a, a},
+		{"differs in more than Fill", a, Bucket{MaxTokens: 2, PerFill: 1, Fill: 4 * time.Second}, Bucket{MaxTokens: 2, PerFill: 1, Fill: 4 * time.Second}},
+		{"Fill alone: one more token", a, Bucket{MaxTokens: 1, PerFill: 1, Fill: 4 * time.Second}, Bucket{MaxTokens: 2, PerFill: 1, Fill: 4 * time.Second}},
+		{"at the top: one fewer", Bucket{MaxTokens: MaxMaxTokens, PerFill: 1, Fill: time.Second}, Bucket{MaxTokens: MaxMaxTokens, PerFill: 1, Fill: 2 * time.Second}, Bucket{MaxTokens: MaxMaxTokens - 1, PerFill: 1, Fill: 2 * time.Second}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Distinct(tt.prev, tt.next); got != tt.want {
+				t.Errorf("Distinct(%+v, %+v) = %+v, want %+v", tt.prev, tt.next, got, tt.want)
+			}
+		})
+	}
+}
+
 func TestRenew(t *testing.T) {
-	b := Bucket{MaxTokens: 10, Fill: 100 * time.Millisecond}
-	other := Bucket{MaxTokens: 5, Fill: 100 * time.Millisecond}
+	// 10 tokens a second, as Envoy's fill_interval must be whole seconds.
+	b := Bucket{MaxTokens: 10, PerFill: 10, Fill: time.Second}
+	other := Bucket{MaxTokens: 5, PerFill: 10, Fill: time.Second}
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	const guard = 50 * time.Millisecond
 	g1, pay, credit := Renew(nil, 0, b, at(0), at(1000), guard)
@@ -130,7 +153,7 @@ func FuzzRenew(f *testing.F) {
 			return
 		}
 		const guard = 20 * time.Millisecond
-		buckets := [2]Bucket{{MaxTokens: maxTokens, Fill: time.Duration(fillMs) * time.Millisecond}, {MaxTokens: maxTokens/2 + 1, Fill: time.Duration(fillMs+7) * time.Millisecond}}
+		buckets := [2]Bucket{{MaxTokens: maxTokens, PerFill: fillMs, Fill: time.Second}, {MaxTokens: maxTokens/2 + 1, PerFill: fillMs + 7, Fill: 2 * time.Second}}
 		now := t0
 		cur := 0
 		g, taken, credit := Renew(nil, 0, buckets[cur], now, now.Add(time.Duration(ttl1)*time.Millisecond), guard)

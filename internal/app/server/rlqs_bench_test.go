@@ -18,15 +18,16 @@ import (
 	"github.com/sluicehq/sluice/internal/testserver"
 )
 
-// benchYAML is one limit of 20,000 requests a second, shared by Envoys
+// benchYAML is one limit of 20,000 requests a second (a burst of 40,000,
+// so that a second's assignment fits), shared by Envoys
 // through the rate limit quota service (domain quota) and decided per
 // request through the classic API (domain classic).
 const benchYAML = `
 limiters:
-  shared: {policy: bucket, limits: [{capacity: 20000, refill: {greedy: 20000, per: 1s}}]}
+  shared: {policy: bucket, limits: [{capacity: 40000, refill: {greedy: 20000, per: 1s}}]}
 rlqs:
   - domain: quota
-    assignment_ttl: 400ms
+    assignment_ttl: 1s
     buckets:
       - {bucket: {name: api}, limiter: shared}
 envoy:

@@ -11,16 +11,16 @@ import (
 	"github.com/sluicehq/sluice/internal/testserver"
 )
 
-// rlqsYAML is a limit of 200 requests a second (a burst of 200) that the
+// rlqsYAML is a limit of 200 requests a second (a burst of 400) that the
 // Envoys of domain edge share through the rate limit quota service, with
-// assignments of 400ms.
+// assignments of 1s, the shortest Envoy reads.
 const rlqsYAML = `
 limiters:
-  quota: {policy: bucket, limits: [{capacity: 200, refill: {greedy: 200, per: 1s}}]}
+  quota: {policy: bucket, limits: [{capacity: 400, refill: {greedy: 200, per: 1s}}]}
 rlqs:
   - domain: edge
-    assignment_ttl: 400ms
-    abandon_after: 1s
+    assignment_ttl: 1s
+    abandon_after: 2s
     buckets:
       - {bucket: {name: api}, limiter: quota}
 `
@@ -52,7 +52,7 @@ func TestRLQSFleet(t *testing.T) {
 			}
 			res := runFleet(t, gaddrs, map[string]string{"name": "api", "run": fmt.Sprint(start.UnixNano())})
 			end := time.Now()
-			bound := 200 + int64(200*end.Sub(start).Seconds())
+			bound := 400 + int64(200*end.Sub(start).Seconds())
 			t.Logf("admitted %d (bound %d over %v), per phase and Envoy %v; %d reports, %d responses",
 				res.total, bound, end.Sub(start).Round(time.Millisecond), res.phases, res.reports, res.responses)
 			if res.total > bound {
@@ -92,7 +92,7 @@ func runFleet(t *testing.T, gaddrs []string, id map[string]string) fleetResult {
 	var envoys [3]*envoysim.Envoy
 	for i := range envoys {
 		cc := mustInsecure(t, gaddrs[i%len(gaddrs)])
-		e, err := envoysim.Dial(ctx, cc, "edge", 100*time.Millisecond, nil)
+		e, err := envoysim.Dial(ctx, cc, "edge", 200*time.Millisecond, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

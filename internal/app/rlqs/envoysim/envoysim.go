@@ -23,7 +23,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -57,8 +56,8 @@ type bucket struct {
 	assigned bool
 	strategy *typev3.RateLimitStrategy
 	expires  time.Time // zero: never
-	// The token bucket's state: tokens now, and the nanoseconds of refill
-	// earned toward the next one, at last.
+	// The token bucket's state: tokens now, and the refill earned toward
+	// the next one (token-nanoseconds), at last.
 	tokens, maxTokens int64
 	credit            time.Duration
 	fill              time.Duration
@@ -167,25 +166,42 @@ func (b *bucket) decide(now time.Time) bool {
 	return false
 }
 
-// refill adds the tokens earned since b.last, one perFill each fill,
-// never past maxTokens.
+// refill adds the tokens earned since b.last at perFill tokens per whole
+// second of fill, continuously, never past maxTokens: Envoy's rate is
+// tokens_per_fill over the whole seconds of fill_interval (and infinite
+// when those are 0).
 func (b *bucket) refill(now time.Time) {
-	if d := now.Sub(b.last); d > 0 {
-		b.credit += d
-	}
+	d := now.Sub(b.last)
 	b.last = now
-	if b.fill <= 0 {
+	secs := int64(b.fill / time.Second)
+	if secs == 0 {
+		b.tokens = b.maxTokens
 		return
 	}
-	n := int64(b.credit / b.fill)
-	b.credit %= b.fill
-	b.tokens += n * b.perFill
+	if d > 0 {
+		b.credit += time.Duration(int64(d) * b.perFill) // token-nanoseconds
+	}
+	per := time.Duration(secs) * time.Second
+	n := int64(b.credit / per)
+	b.credit %= per
+	b.tokens += n
 	if b.tokens >= b.maxTokens {
 		b.tokens, b.credit = b.maxTokens, 0
 	}
 }
 
-// apply applies an action received at now.
+// sameBucket reports whether Envoy keeps its token bucket for an
+// assignment of tb: max_tokens, tokens_per_fill and the nanoseconds of
+// fill_interval equal (Envoy compares no more).
+func sameBucket(old *typev3.RateLimitStrategy, tb *typev3.TokenBucket) bool {
+	o := old.GetTokenBucket()
+	return o != nil && o.GetMaxTokens() == tb.GetMaxTokens() && o.GetTokensPerFill().GetValue() == tb.GetTokensPerFill().GetValue() &&
+		o.GetFillInterval().GetNanos() == tb.GetFillInterval().GetNanos()
+}
+
+// apply applies an action received at now, as Envoy's filter does: the
+// assignment lives the whole seconds of its time to live from now, and a
+// token bucket is new unless sameBucket.
 func (e *Envoy) apply(a *rlqsv3.RateLimitQuotaResponse_BucketAction, now time.Time) {
 	key := label(a.GetBucketId().GetBucket())
 	if a.GetAbandonAction() != nil {
@@ -197,17 +213,15 @@ func (e *Envoy) apply(a *rlqsv3.RateLimitQuotaResponse_BucketAction, now time.Ti
 	if qa == nil || b == nil {
 		return
 	}
+	live := b.assigned && (b.expires.IsZero() || now.Before(b.expires))
 	var expires time.Time
 	if ttl := qa.GetAssignmentTimeToLive(); ttl != nil {
-		expires = now.Add(ttl.AsDuration())
+		expires = now.Add(time.Duration(ttl.GetSeconds()) * time.Second)
 	}
-	live := b.assigned && (b.expires.IsZero() || now.Before(b.expires))
-	if live && proto.Equal(b.strategy, qa.GetRateLimitStrategy()) {
-		b.expires = expires // the same strategy: extended, tokens kept
-		return
-	}
+	tb := qa.GetRateLimitStrategy().GetTokenBucket()
+	keep := live && tb != nil && sameBucket(b.strategy, tb)
 	b.assigned, b.strategy, b.expires = true, qa.GetRateLimitStrategy(), expires
-	if tb := qa.GetRateLimitStrategy().GetTokenBucket(); tb != nil {
+	if tb != nil && !keep {
 		b.maxTokens, b.tokens, b.credit, b.last = int64(tb.GetMaxTokens()), int64(tb.GetMaxTokens()), 0, now
 		b.fill, b.perFill = tb.GetFillInterval().AsDuration(), 1
 		if tb.GetTokensPerFill() != nil {

@@ -19,6 +19,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"slices"
@@ -298,8 +299,8 @@ func (s *Service) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuota
 	for first := true; ; first = false {
 		in, err := recv()
 		if err != nil {
-			if errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
-				return nil
+			if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
+				return nil // Envoy closed the stream, or went away
 			}
 			if status.Code(err) == codes.InvalidArgument {
 				s.opts.metrics.refuse("invalid")
@@ -308,6 +309,9 @@ func (s *Service) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuota
 		}
 		resp, err := s.report(ctx, st, in, first)
 		if err != nil {
+			if status.Code(err) == codes.InvalidArgument {
+				s.opts.metrics.refuse("invalid")
+			}
 			return err
 		}
 		if len(resp.GetBucketAction()) == 0 {

@@ -3,6 +3,7 @@ package rlqs
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -186,8 +187,8 @@ func TestAssignments(t *testing.T) {
 	}
 	// The second leaves: the first gets the whole limit back.
 	b.CloseSend()
-	if _, err := b.Recv(); err == nil {
-		t.Fatal("stream not closed")
+	if _, err := b.Recv(); err != io.EOF {
+		t.Fatalf("Recv after CloseSend = %v, want io.EOF: the stream ends cleanly", err)
 	}
 	waitFor(t, func() bool { return h.svc.streamCount() == 1 })
 	// Once the limiter has refilled (the second's tokens, taken for its
@@ -289,6 +290,13 @@ func TestHostile(t *testing.T) {
 				t.Fatalf("Recv = %v, want %v with %q", err, tt.code, tt.msg)
 			}
 			waitFor(t, func() bool { return h.svc.streamCount() == 0 })
+			reason := "invalid"
+			if tt.code == codes.ResourceExhausted {
+				reason = "too_many_buckets"
+			}
+			if got := testutil.ToFloat64(h.svc.opts.metrics.rejected.WithLabelValues(reason)); got != 1 {
+				t.Errorf("sluice_rlqs_streams_refused_total{%s} = %v, want 1", reason, got)
+			}
 			if n := h.members(t, map[string]string{"name": "api", "i": ""}); n != 0 {
 				t.Errorf("fleet members after the refusal = %d, want 0", n)
 			}

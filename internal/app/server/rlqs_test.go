@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/internal/app/rlqs/envoysim"
 	"github.com/sluicehq/sluice/internal/testserver"
 )
@@ -46,9 +48,10 @@ func TestRLQSFleet(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			start := time.Now()
 			var gaddrs []string
+			var servers []*serving
 			for range tt.servers {
-				_, gaddr := serve(t, tt.store+rlqsYAML, true)
-				gaddrs = append(gaddrs, gaddr)
+				s, gaddr := serve(t, tt.store+rlqsYAML, true)
+				gaddrs, servers = append(gaddrs, gaddr), append(servers, s)
 			}
 			res := runFleet(t, gaddrs, map[string]string{"name": "api", "run": fmt.Sprint(start.UnixNano())})
 			end := time.Now()
@@ -60,6 +63,16 @@ func TestRLQSFleet(t *testing.T) {
 			}
 			if res.total == 0 {
 				t.Errorf("the fleet admitted nothing")
+			}
+			// The mechanism: every admitted request was paid for, by the
+			// Envoys' assignments, in the limiter.
+			var charged float64
+			for _, s := range servers {
+				charged += sumCounter(t, s.metrics.reg, "sluice_rlqs_tokens_charged_total")
+			}
+			t.Logf("the assignments took %v tokens from the limiter", charged)
+			if int64(charged) < res.total || int64(charged) > bound {
+				t.Errorf("the assignments were charged %v tokens, want between the %d admitted and the bound %d", charged, res.total, bound)
 			}
 			// B wanted 50/s, then 400/s: its share grew with its load.
 			if b1, b2 := res.phases[0][1], res.phases[1][1]; b2 <= b1 {
@@ -143,4 +156,22 @@ func runFleet(t *testing.T, gaddrs []string, id map[string]string) fleetResult {
 		}
 	}
 	return res
+}
+
+// sumCounter returns the sum of the series of the counter name in reg.
+func sumCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }

@@ -246,8 +246,7 @@ func (s *Service) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_Stre
 type stream struct {
 	id     string
 	domain string
-	sendMu sync.Mutex // serialises send
-	send   func(*rlqsv3.RateLimitQuotaResponse) error
+	send   func(*rlqsv3.RateLimitQuotaResponse) error // by serve's loop only
 
 	mu      sync.Mutex // guards buckets
 	buckets map[string]*bucket
@@ -286,44 +285,95 @@ func (s *Service) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuota
 		s.opts.metrics.streamDelta(-1)
 	}()
 
-	// The sweep abandons idle buckets while the stream waits for reports.
-	sweepCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	done := make(chan struct{})
-	defer func() { stop(); <-done }()
+	// Reports are read on a goroutine of their own, so that the loop
+	// below also abandons idle buckets, and ends a silent stream, while
+	// it waits for them.
+	type received struct {
+		in  *rlqsv3.RateLimitQuotaUsageReports
+		err error
+	}
+	reports := make(chan received)
+	quit := make(chan struct{})
+	defer close(quit)
 	go func() {
-		defer close(done)
-		s.sweep(sweepCtx, st)
+		for {
+			in, err := recv()
+			select {
+			case reports <- received{in, err}:
+			case <-quit:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
 	}()
 
-	for first := true; ; first = false {
-		in, err := recv()
-		if err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
-				return nil // Envoy closed the stream, or went away
+	last := s.opts.now() // the last report
+	sweep := time.NewTimer(s.sweepEvery(st))
+	defer sweep.Stop()
+	for first := true; ; {
+		var resp *rlqsv3.RateLimitQuotaResponse
+		select {
+		case <-ctx.Done():
+			return nil
+		case r := <-reports:
+			if r.err != nil {
+				if errors.Is(r.err, io.EOF) || errors.Is(r.err, context.Canceled) || status.Code(r.err) == codes.Canceled {
+					return nil // Envoy closed the stream, or went away
+				}
+				if status.Code(r.err) == codes.InvalidArgument {
+					s.opts.metrics.refuse("invalid")
+				}
+				return r.err
 			}
-			if status.Code(err) == codes.InvalidArgument {
-				s.opts.metrics.refuse("invalid")
+			var err error
+			if resp, err = s.report(ctx, st, r.in, first); err != nil {
+				if status.Code(err) == codes.InvalidArgument {
+					s.opts.metrics.refuse("invalid")
+				}
+				return err
 			}
-			return err
-		}
-		resp, err := s.report(ctx, st, in, first)
-		if err != nil {
-			if status.Code(err) == codes.InvalidArgument {
-				s.opts.metrics.refuse("invalid")
+			first, last = false, s.opts.now()
+		case <-sweep.C:
+			resp = s.abandonIdle(ctx, st)
+			// A stream that has not reported for abandon_after (its
+			// buckets all abandoned above) holds a stream of the server's
+			// bound for nothing: Envoy reports every reporting_interval,
+			// buckets or not.
+			if after := s.abandonAfter(st); s.opts.now().Sub(last) > after {
+				if len(resp.GetBucketAction()) > 0 {
+					st.send(resp) // best effort: the stream ends anyway
+				}
+				s.opts.metrics.refuse("silent")
+				return status.Errorf(codes.DeadlineExceeded, "rlqs: no report for %v (abandon_after)", after)
 			}
-			return err
+			sweep.Reset(s.sweepEvery(st))
 		}
 		if len(resp.GetBucketAction()) == 0 {
 			continue
 		}
-		st.sendMu.Lock()
-		err = st.send(resp)
-		st.sendMu.Unlock()
-		if err != nil {
+		if err := st.send(resp); err != nil {
 			return err
 		}
 	}
+}
+
+// sweepEvery is how often st's idle buckets are looked for: half its
+// domain's assignment_ttl, or a second before its first report.
+func (s *Service) sweepEvery(st *stream) time.Duration {
+	if d := s.state.Load().cfg.Domain(st.domainName()); d != nil {
+		return max(d.AssignmentTTL/2, 10*time.Millisecond)
+	}
+	return time.Second
+}
+
+// abandonAfter is st's domain's abandon_after.
+func (s *Service) abandonAfter(st *stream) time.Duration {
+	if d := s.state.Load().cfg.Domain(st.domainName()); d != nil {
+		return d.AbandonAfter
+	}
+	return DefaultAbandonAfter
 }
 
 // admit counts a new stream of conn, or refuses it past the limits.
@@ -378,34 +428,6 @@ func (s *Service) leaveFleet(ctx context.Context, st *stream, b *bucket) {
 	b.fleetKey = ""
 }
 
-// sweep abandons st's buckets that have gone without requests for their
-// domain's abandon_after, until ctx ends.
-func (s *Service) sweep(ctx context.Context, st *stream) {
-	for {
-		every := time.Second
-		if d := s.state.Load().cfg.Domain(st.domainName()); d != nil {
-			every = max(d.AssignmentTTL/2, 10*time.Millisecond)
-		}
-		t := time.NewTimer(every)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		resp := s.abandonIdle(ctx, st)
-		if len(resp.GetBucketAction()) == 0 {
-			continue
-		}
-		st.sendMu.Lock()
-		err := st.send(resp)
-		st.sendMu.Unlock()
-		if err != nil {
-			return
-		}
-	}
-}
-
 func (st *stream) domainName() string {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -416,10 +438,7 @@ func (st *stream) domainName() string {
 // forgets.
 func (s *Service) abandonIdle(ctx context.Context, st *stream) *rlqsv3.RateLimitQuotaResponse {
 	now := s.opts.now()
-	after := DefaultAbandonAfter
-	if d := s.state.Load().cfg.Domain(st.domainName()); d != nil {
-		after = d.AbandonAfter
-	}
+	after := s.abandonAfter(st)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	resp := &rlqsv3.RateLimitQuotaResponse{}

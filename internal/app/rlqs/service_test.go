@@ -213,6 +213,8 @@ func TestAbandon(t *testing.T) {
 	api := map[string]string{"name": "api"}
 	exchange(t, a, "edge", use(api, 0, 1, 0))
 	h.clock.add(3 * time.Second)
+	// Envoy still reports the bucket, without requests.
+	exchange(t, a, "", use(api, 0, 0, 3*time.Second))
 	resp, err := a.Recv() // the sweep's, within half a TTL
 	if err != nil {
 		t.Fatal(err)
@@ -222,6 +224,27 @@ func TestAbandon(t *testing.T) {
 	}
 	if n := h.members(t, api); n != 0 {
 		t.Errorf("fleet members after the abandon = %d, want 0", n)
+	}
+}
+
+// TestSilentStream: a stream without a report for abandon_after is ended,
+// its buckets abandoned first.
+func TestSilentStream(t *testing.T) {
+	h := newHarness(t)
+	a := h.stream(t)
+	api := map[string]string{"name": "api"}
+	exchange(t, a, "edge", use(api, 0, 1, 0))
+	h.clock.add(3 * time.Second)
+	resp, err := a.Recv()
+	if err != nil || describe(resp.GetBucketAction()[0]) != "abandon" {
+		t.Fatalf("Recv = %v, %v, want the bucket abandoned", resp, err)
+	}
+	if _, err := a.Recv(); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("Recv = %v, want DeadlineExceeded", err)
+	}
+	waitFor(t, func() bool { return h.svc.streamCount() == 0 })
+	if got := testutil.ToFloat64(h.svc.opts.metrics.rejected.WithLabelValues("silent")); got != 1 {
+		t.Errorf("sluice_rlqs_streams_refused_total{silent} = %v, want 1", got)
 	}
 }
 

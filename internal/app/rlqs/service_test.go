@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -432,4 +434,38 @@ func TestSharedFleet(t *testing.T) {
 	if got := describe(exchange(t, b, "", use(api, 0, 5, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 6 25/1s 1s" {
 		t.Fatalf("second Envoy's action = %q, want the other half", got)
 	}
+}
+
+// FuzzReport: whatever bytes a stream sends, the report is refused with
+// InvalidArgument or ResourceExhausted, or checked into usages within the
+// bounds, and never panics.
+func FuzzReport(f *testing.F) {
+	seed, _ := proto.Marshal(&rlqsv3.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		use(map[string]string{"name": "api"}, 3, 1, time.Second),
+	}})
+	f.Add(seed, true)
+	f.Add([]byte{0x0a, 0x00}, false)
+	svc := New(nil, nil, WithLimits(Limits{MaxReportBuckets: 4, MaxBucketsPerStream: 8}))
+	f.Fuzz(func(t *testing.T, data []byte, first bool) {
+		in := new(rlqsv3.RateLimitQuotaUsageReports)
+		if proto.Unmarshal(data, in) != nil {
+			return // the stream handler answers InvalidArgument
+		}
+		st := &stream{id: "x", domain: "edge", buckets: map[string]*bucket{}}
+		domain, us, err := svc.check(st, in, first)
+		if err != nil {
+			if c := status.Code(err); c != codes.InvalidArgument && c != codes.ResourceExhausted {
+				t.Fatalf("check = %v, want InvalidArgument or ResourceExhausted", err)
+			}
+			return
+		}
+		if domain == "" || len(us) > 4 {
+			t.Fatalf("check = domain %q, %d usages; want a domain and at most 4", domain, len(us))
+		}
+		for _, u := range us {
+			if len(u.entries) == 0 || len(u.entries) > MaxIDEntries || u.elapsed < 0 || u.allowed > math.MaxInt64 {
+				t.Fatalf("usage %+v past the bounds", u)
+			}
+		}
+	})
 }

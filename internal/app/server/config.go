@@ -84,6 +84,8 @@ type Config struct {
 	// Hardening section lists them with their defaults.
 	HTTPLimits HTTPLimits
 	GRPCLimits GRPCLimits
+	// RLQSLimits bound the streams of Envoy's rate limit quota service.
+	RLQSLimits rlqs.Limits
 	// MaxKeys bounds the keys of the in-memory store (mem://).
 	MaxKeys  int64
 	Simulate Simulate
@@ -281,6 +283,7 @@ func newConfig() *Config {
 		Inheritance:       sluice.InheritProportionally,
 		HTTPLimits:        DefaultHTTPLimits,
 		GRPCLimits:        DefaultGRPCLimits,
+		RLQSLimits:        rlqs.DefaultLimits,
 		MaxKeys:           DefaultMaxKeys,
 		Simulate:          DefaultSimulate,
 	}
@@ -381,6 +384,16 @@ func (c *Config) serverFields() fields {
 						"max_header_bytes":    positiveInt(&h.MaxHeaderBytes),
 						"max_connections":     positiveInt(&h.MaxConnections),
 						"reserved_for_health": positiveInt(&h.ReservedForHealth),
+					})
+				},
+				"rlqs": func(path string, n *yaml.Node) error {
+					r := &c.RLQSLimits
+					return decodeMapping(path, n, fields{
+						"max_streams":                positiveCount(&r.MaxStreams),
+						"max_streams_per_connection": positiveCount(&r.MaxStreamsPerConn),
+						"max_buckets_per_stream":     positiveCount(&r.MaxBucketsPerStream),
+						"max_report_buckets":         positiveCount(&r.MaxReportBuckets),
+						"max_bucket_id_bytes":        positiveCount(&r.MaxIDBytes),
 					})
 				},
 				"grpc": func(path string, n *yaml.Node) error {
@@ -551,6 +564,21 @@ func positiveInt(dst *int64) func(string, *yaml.Node) error {
 			return yamlnode.Errorf(path, n, "must be positive, got %d", v)
 		}
 		*dst = v
+		return nil
+	}
+}
+
+// positiveCount is positiveInt for an int, at most 1<<31-1.
+func positiveCount(dst *int) func(string, *yaml.Node) error {
+	return func(path string, n *yaml.Node) error {
+		var v int64
+		if err := positiveInt(&v)(path, n); err != nil {
+			return err
+		}
+		if v > math.MaxInt32 {
+			return yamlnode.Errorf(path, n, "must be at most %d, got %d", math.MaxInt32, v)
+		}
+		*dst = int(v)
 		return nil
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
+	"github.com/sluicehq/sluice/internal/app/rlqs"
 )
 
 const limitersYAML = "limiters:\n  api: {policy: fixed_window, limit: 3, interval: 1s}\n"
@@ -29,6 +30,7 @@ server:
     grpc: {max_connections: 50, max_concurrent_streams: 10, max_recv_msg_bytes: 65536, handshake_timeout: 5s,
            keepalive_time: 30s, keepalive_timeout: 6s, min_ping_interval: 20s, max_connection_idle: 1m,
            max_connection_age: 10m, max_connection_age_grace: 7s}
+    rlqs: {max_streams: 10, max_streams_per_connection: 2, max_buckets_per_stream: 100, max_report_buckets: 50, max_bucket_id_bytes: 512}
   simulate: {enabled: false, max_concurrent: 1, max_requests: 1000}
   drain_timeout: 30 seconds
   start_without_store: false
@@ -64,8 +66,9 @@ ratelimit:
 		GRPCLimits: GRPCLimits{MaxConnections: 50, MaxConcurrentStreams: 10, MaxRecvMsgBytes: 65536, HandshakeTimeout: 5 * time.Second,
 			KeepaliveTime: 30 * time.Second, KeepaliveTimeout: 6 * time.Second, MinPingInterval: 20 * time.Second,
 			MaxConnectionIdle: time.Minute, MaxConnectionAge: 10 * time.Minute, MaxConnectionAgeGrace: 7 * time.Second},
-		MaxKeys:  DefaultMaxKeys,
-		Simulate: Simulate{Enabled: false, MaxConcurrent: 1, MaxRequests: 1000},
+		RLQSLimits: rlqs.Limits{MaxStreams: 10, MaxStreamsPerConn: 2, MaxBucketsPerStream: 100, MaxReportBuckets: 50, MaxIDBytes: 512},
+		MaxKeys:    DefaultMaxKeys,
+		Simulate:   Simulate{Enabled: false, MaxConcurrent: 1, MaxRequests: 1000},
 	}
 	if d := diff(want, *c); d != "" {
 		t.Errorf("LoadConfig:\n%s", d)
@@ -115,6 +118,8 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"headroom above the bound", "server:\n  limits:\n    http: {max_connections: 10, reserved_for_health: 10}\n" + limitersYAML, `config: server.limits.http: reserved_for_health (10) must be below max_connections (10)`},
 		{"unknown limit", "server:\n  limits:\n    grpc: {max_streams: 10}\n" + limitersYAML, `config: server.limits.grpc.max_streams (line 3): unknown key "max_streams"`},
 		{"zero connections", "server:\n  limits:\n    grpc: {max_connections: 0}\n" + limitersYAML, `config: server.limits.grpc.max_connections (line 3): must be positive, got 0`},
+		{"zero rlqs streams", "server:\n  limits:\n    rlqs: {max_streams: 0}\n" + limitersYAML, `config: server.limits.rlqs.max_streams (line 3): must be positive, got 0`},
+		{"rlqs bound past int32", "server:\n  limits:\n    rlqs: {max_report_buckets: 4294967296}\n" + limitersYAML, `config: server.limits.rlqs.max_report_buckets (line 3): must be at most 2147483647`},
 		{"max_keys of redis", "store: redis://127.0.0.1:6379/0\nserver:\n  limits: {max_keys: 10}\n" + limitersYAML, `config: server.limits.max_keys (line 3): bounds the in-memory store (mem://), and the store is redis://127.0.0.1:6379/0`},
 		{"simulate enabled", "server:\n  simulate: {enabled: no way}\n" + limitersYAML, `config: server.simulate.enabled (line 2)`},
 		{"duplicate key", "server:\n  http: x\n  http: y\n" + limitersYAML, `config: server.http (line 3): duplicate key "http", first at line 2`},
@@ -150,7 +155,7 @@ func TestDeployDocCoversKeys(t *testing.T) {
 	}
 	validKeys := regexp.MustCompile(`valid keys: (.*)$`)
 	for _, section := range []string{"", "server", "server.auth", "server.tls", "server.health", "ratelimit", "server.limits",
-		"server.limits.http", "server.limits.grpc", "server.simulate"} {
+		"server.limits.http", "server.limits.grpc", "server.limits.rlqs", "server.simulate"} {
 		yaml := "bogus_key: 1\n"
 		parts := strings.Split(section, ".")
 		for i := len(parts) - 1; i >= 0 && parts[i] != ""; i-- {

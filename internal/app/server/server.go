@@ -223,7 +223,8 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 	s.rlqs = rlqs.New(cfg.RLQS, snap.lookup, rlqs.WithLogger(s.log), rlqs.WithClock(s.now), rlqs.WithRegistry(s.metrics.reg),
 		// Fleets on the limiters' store: sluice processes on one store
 		// share them. "/" is in no limiter's name.
-		rlqs.WithFleetStore(newLimiterStore(s.store.Store, "rlqs/fleet", s.metrics)), rlqs.WithStoreTimeout(cfg.StoreTimeout))
+		rlqs.WithFleetStore(newLimiterStore(s.store.Store, "rlqs/fleet", s.metrics)), rlqs.WithStoreTimeout(cfg.StoreTimeout),
+		rlqs.WithLimits(cfg.RLQSLimits))
 	s.handler = s.routes()
 	return s, nil
 }
@@ -426,7 +427,7 @@ func (s *Server) reloadLocked(cfg *Config, stamp fileStamp, hash [32]byte) error
 		cfg.ClientCA != old.cfg.ClientCA {
 		s.log.Warn("reload: listen addresses and TLS files change at the next restart")
 	}
-	if cfg.HTTPLimits != old.cfg.HTTPLimits || cfg.GRPCLimits != old.cfg.GRPCLimits || cfg.MaxKeys != old.cfg.MaxKeys ||
+	if cfg.HTTPLimits != old.cfg.HTTPLimits || cfg.GRPCLimits != old.cfg.GRPCLimits || cfg.RLQSLimits != old.cfg.RLQSLimits || cfg.MaxKeys != old.cfg.MaxKeys ||
 		cfg.Simulate.MaxConcurrent != old.cfg.Simulate.MaxConcurrent {
 		s.log.Warn("reload: server.limits and server.simulate.max_concurrent change at the next restart")
 	}

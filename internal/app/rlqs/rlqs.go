@@ -75,16 +75,35 @@ const MaxTimeElapsed = 24 * time.Hour
 type Lookup func(name string) (*sluice.Limiter, bool)
 
 type options struct {
-	logger  *slog.Logger
-	now     func() time.Time
-	metrics *metrics
-	limits  Limits
-	fleets  driver.Store
-	timeout time.Duration
+	observer func(Charge)
+	logger   *slog.Logger
+	now      func() time.Time
+	metrics  *metrics
+	limits   Limits
+	fleets   driver.Store
+	timeout  time.Duration
 }
 
 // Option configures a Service.
 type Option func(*options)
+
+// Charge is one call to a limiter for an assignment, reported to the
+// observer of WithObserver, for instance for the limiter's metrics.
+type Charge struct {
+	// Limiter is the limiter's name, Key the bucket's key in it.
+	Limiter, Key string
+	// Tokens is what the assignment cost, Allowed whether the limiter
+	// gave them.
+	Tokens  int64
+	Allowed bool
+	// Err is the limiter's error, or nil.
+	Err error
+}
+
+// WithObserver makes the service call f with every charge of a limiter,
+// synchronously; f must be fast and safe for simultaneous use. The
+// default is no observer.
+func WithObserver(f func(Charge)) Option { return func(o *options) { o.observer = f } }
 
 // WithLogger makes the service log to l; the default discards.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
@@ -258,6 +277,7 @@ type bucket struct {
 	key      string           // the limiter's key
 	label    string           // the id as text, for metrics and logs
 	fleetKey string           // "" when no limiter decides it
+	limiter  string           // the limiter's name, with fleetKey
 	abandon  time.Duration    // its domain's abandon_after when it joined its fleet
 	grant    *Grant           // the token bucket in force, or nil
 	share    int64            // its share, tokens per window
@@ -626,7 +646,7 @@ func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain st
 		// A new bucket, or a reload sent it to another limiter, whose
 		// fleet it joins; the credit was taken from the other.
 		s.leaveFleet(ctx, st, b)
-		b.fleetKey, b.abandon = fk, dom.AbandonAfter
+		b.fleetKey, b.limiter, b.abandon = fk, rule.Limiter, dom.AbandonAfter
 		b.grant, b.share, b.credit = nil, 0, 0
 	}
 	used := int64(min(u.allowed+u.denied, math.MaxInt64))
@@ -692,6 +712,9 @@ func (s *Service) charge(ctx context.Context, l *sluice.Limiter, b *bucket, bk B
 	next, pay, credit := Renew(b.grant, b.credit, bk, now, until, guard)
 	if pay > 0 {
 		res, err := l.AllowN(ctx, b.key, pay)
+		if s.opts.observer != nil {
+			s.opts.observer(Charge{Limiter: b.limiter, Key: b.key, Tokens: pay, Allowed: err == nil && res.Allowed, Err: err})
+		}
 		switch {
 		case err != nil && isTooMany(err):
 			return nil, nil

@@ -71,6 +71,14 @@ func TestRLQSFleet(t *testing.T) {
 				charged += sumCounter(t, s.metrics.reg, "sluice_rlqs_tokens_charged_total")
 			}
 			t.Logf("the assignments took %v tokens from the limiter", charged)
+			// The limiter's own metrics count the charges.
+			var tokens float64
+			for _, s := range servers {
+				tokens += sumCounter(t, s.metrics.reg, "sluice_tokens_consumed_total")
+			}
+			if tokens != charged {
+				t.Errorf("sluice_tokens_consumed_total = %v, want the %v charged", tokens, charged)
+			}
 			if int64(charged) < res.total || int64(charged) > bound {
 				t.Errorf("the assignments were charged %v tokens, want between the %d admitted and the bound %d", charged, res.total, bound)
 			}

@@ -221,6 +221,7 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 		envoyrls.WithStoreTimeout(cfg.StoreTimeout), envoyrls.WithStoreFailure(cfg.StoreFailure),
 		envoyrls.WithClock(s.now), envoyrls.WithRegistry(s.metrics.reg))
 	s.rlqs = rlqs.New(cfg.RLQS, snap.lookup, rlqs.WithLogger(s.log), rlqs.WithClock(s.now), rlqs.WithRegistry(s.metrics.reg),
+		rlqs.WithObserver(func(c rlqs.Charge) { s.record(s.cur.Load(), c.Limiter, c.Key, c.Tokens, c.Allowed, c.Err) }),
 		// Fleets on the limiters' store: sluice processes on one store
 		// share them. "/" is in no limiter's name.
 		rlqs.WithFleetStore(newLimiterStore(s.store.Store, "rlqs/fleet", s.metrics)), rlqs.WithStoreTimeout(cfg.StoreTimeout),

@@ -65,16 +65,24 @@ func TestRLQSFleet(t *testing.T) {
 				t.Errorf("the fleet admitted nothing")
 			}
 			// The mechanism: every admitted request was paid for, by the
-			// Envoys' assignments, in the limiter.
+			// Envoys' assignments, in the limiter. Once every stream has
+			// ended, so that no charge is half counted:
+			for _, s := range servers {
+				for deadline := time.Now().Add(5 * time.Second); sumMetric(t, s.metrics.reg, "sluice_rlqs_streams") > 0; time.Sleep(5 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatal("streams still open 5s after the Envoys closed them")
+					}
+				}
+			}
 			var charged float64
 			for _, s := range servers {
-				charged += sumCounter(t, s.metrics.reg, "sluice_rlqs_tokens_charged_total")
+				charged += sumMetric(t, s.metrics.reg, "sluice_rlqs_tokens_charged_total")
 			}
 			t.Logf("the assignments took %v tokens from the limiter", charged)
 			// The limiter's own metrics count the charges.
 			var tokens float64
 			for _, s := range servers {
-				tokens += sumCounter(t, s.metrics.reg, "sluice_tokens_consumed_total")
+				tokens += sumMetric(t, s.metrics.reg, "sluice_tokens_consumed_total")
 			}
 			if tokens != charged {
 				t.Errorf("sluice_tokens_consumed_total = %v, want the %v charged", tokens, charged)
@@ -173,7 +181,7 @@ func runFleet(t *testing.T, gaddrs []string, id map[string]string) fleetResult {
 }
 
 // sumCounter returns the sum of the series of the counter name in reg.
-func sumCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+func sumMetric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -183,7 +191,7 @@ func sumCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	for _, mf := range mfs {
 		if mf.GetName() == name {
 			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 			}
 		}
 	}

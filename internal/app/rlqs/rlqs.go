@@ -490,7 +490,6 @@ type usage struct {
 	key, label       string
 	allowed, denied  uint64
 	elapsed          time.Duration
-	hasElapsed       bool
 	entries          map[string]string
 	reportedRequests bool
 }
@@ -541,7 +540,7 @@ func (s *Service) check(st *stream, in *rlqsv3.RateLimitQuotaUsageReports, first
 		us = append(us, usage{
 			id: u.GetBucketId(), key: key, label: label, entries: id,
 			allowed: u.GetNumRequestsAllowed(), denied: u.GetNumRequestsDenied(),
-			elapsed: elapsed, hasElapsed: u.GetTimeElapsed() != nil,
+			elapsed:          elapsed,
 			reportedRequests: u.GetNumRequestsAllowed()+u.GetNumRequestsDenied() > 0,
 		})
 	}

@@ -96,7 +96,7 @@ func (p machinePolicy[S, M]) build(maxKeys int) (keyed.Keys, error) {
 	if p.err != nil {
 		return nil, p.err
 	}
-	return keyed.NewMem[S](p.m, maxKeys), nil
+	return keyed.NewTable[S](p.m, maxKeys), nil
 }
 
 func (p machinePolicy[S, M]) erased() (policy.Erased, error) {

@@ -1,0 +1,561 @@
+package keyed
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"math/bits"
+	"sync"
+
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
+)
+
+// Table keeps each key's typed state in a sharded open-addressing table:
+// the state sits in the slot beside a 32-bit reference to the key's bytes
+// in the shard's arena and 32 bits of the key's hash, so a decision on an
+// existing key is one hash, one lock and, for most keys, one slot read and
+// one comparison of the key's bytes, with no pointer for the garbage
+// collector to follow. Keys are compared byte for byte: two keys are never
+// merged, however their hashes collide.
+//
+// The table is a Robin Hood linear-probing table ordered by the hash: a
+// key's home slot is the top of its 32 hash bits scaled to the capacity,
+// so a lookup stops at the first slot whose key lives nearer its home than
+// the probe has come, and a deletion shifts the following run back (no
+// tombstones). Capacities are not powers of two, so the table grows by half
+// and stays between 58% and 87.5% full once it has grown.
+//
+// A state past its machine's ExpiresAt is treated as absent and removed
+// when next seen; each insertion also sweeps a few slots from a cursor
+// that walks the shard, so idle keys do not accumulate, and a shard shrinks
+// when a quarter full.
+type Table[S any, M policy.Machine[S]] struct {
+	m       M
+	seed    maphash.Seed
+	nshards uint64 // the shards in use, the first of shards: all but under a small bound
+	shards  [shardCount]tableShard[S]
+}
+
+// slot is a key's place in a shard. ref is 0 for an empty slot.
+type slot[S any] struct {
+	st  S
+	ref uint32 // the key's bytes in the arena, see arena
+	tag uint32 // the high 32 bits of the key's hash: its home, and a filter
+}
+
+type tableShard[S any] struct {
+	mu     sync.Mutex
+	slots  []slot[S] // nil until the first key
+	n      int       // occupied slots
+	max    int       // the most keys the shard holds; 0: no bound. Set by bound.
+	sweep  int       // the next slot the expiry sweep looks at
+	keys   arena
+	cur, x S // the state of the call under way, on the heap (see memShard.cur)
+	_      [64]byte
+}
+
+const (
+	minSlots = 8
+	// A shard grows at 7/8 full, by half: to 7/12 full.
+	maxLoadNum, maxLoadDen = 7, 8
+	// sweepSlots is how many slots an insertion checks for expiry.
+	sweepSlots = 4
+)
+
+// NewTable returns the keys of machine m in a Table, holding at most
+// maxKeys of them (0: no bound beyond expiry).
+func NewTable[S any, M policy.Machine[S]](m M, maxKeys int) *Table[S, M] {
+	k := &Table[S, M]{m: m, seed: maphash.MakeSeed(), nshards: shardCount}
+	if maxKeys > 0 {
+		ns := min(max(maxKeys/minKeysPerShard, 1), shardCount)
+		k.nshards = uint64(ns)
+		for i := range ns {
+			k.shards[i].max = maxKeys / ns
+			if i < maxKeys%ns {
+				k.shards[i].max++
+			}
+		}
+	}
+	return k
+}
+
+var _ Keys = (*Table[tokenbucket.State, tokenbucket.Multi])(nil)
+
+// locate hashes key once: the low half picks the shard, the high half is
+// the tag.
+func (k *Table[S, M]) locate(key string) (*tableShard[S], uint32) {
+	h := maphash.String(k.seed, key)
+	hi, _ := bits.Mul64(h&0xffffffff, k.nshards<<32)
+	return &k.shards[hi], uint32(h >> 32)
+}
+
+// home is the slot where a key of tag would be without collisions: tag
+// scaled to c slots, so that the table is sorted by tag.
+func home(tag uint32, c int) int { return int(uint64(tag) * uint64(c) >> 32) }
+
+// find returns the slot of key, or -1. find requires that sh.mu is held.
+func (sh *tableShard[S]) find(key string, tag uint32) int {
+	c := len(sh.slots)
+	if c == 0 {
+		return -1
+	}
+	i := home(tag, c)
+	for d := 0; ; d++ {
+		s := &sh.slots[i]
+		if s.ref == 0 {
+			return -1
+		}
+		if s.tag == tag && sh.keys.equal(s.ref, key) {
+			return i
+		}
+		if sh.dist(i) < d { // a key of ours would have taken this slot
+			return -1
+		}
+		if i++; i == c {
+			i = 0
+		}
+	}
+}
+
+// dist is how far slot i is from its key's home. It requires that slot i
+// is occupied and sh.mu is held.
+func (sh *tableShard[S]) dist(i int) int {
+	c := len(sh.slots)
+	d := i - home(sh.slots[i].tag, c)
+	if d < 0 {
+		d += c
+	}
+	return d
+}
+
+// place puts a key of tag and ref with state st in the table, which has a
+// free slot, shifting the run it lands in. place requires that sh.mu is
+// held.
+func (sh *tableShard[S]) place(tag, ref uint32, st *S) {
+	c := len(sh.slots)
+	i := home(tag, c)
+	for d := 0; sh.slots[i].ref != 0 && sh.dist(i) >= d; d++ {
+		if i++; i == c {
+			i = 0
+		}
+	}
+	j := i // the first free slot from i
+	for sh.slots[j].ref != 0 {
+		if j++; j == c {
+			j = 0
+		}
+	}
+	for j != i {
+		p := j - 1
+		if p < 0 {
+			p = c - 1
+		}
+		sh.slots[j] = sh.slots[p]
+		j = p
+	}
+	sh.slots[i] = slot[S]{st: *st, ref: ref, tag: tag}
+	sh.n++
+}
+
+// remove deletes slot i and forgets its key's bytes, shifting back the
+// keys after it that are away from their homes. remove requires that sh.mu
+// is held.
+func (sh *tableShard[S]) remove(i int) {
+	sh.keys.free(sh.slots[i].ref)
+	c := len(sh.slots)
+	for {
+		j := i + 1
+		if j == c {
+			j = 0
+		}
+		if sh.slots[j].ref == 0 || sh.dist(j) == 0 {
+			break
+		}
+		sh.slots[i] = sh.slots[j]
+		i = j
+	}
+	sh.slots[i] = slot[S]{}
+	sh.n--
+}
+
+// resize moves every key to a table of c slots (at least n+1). resize
+// requires that sh.mu is held.
+func (sh *tableShard[S]) resize(c int) {
+	old := sh.slots
+	sh.slots, sh.n, sh.sweep = make([]slot[S], c), 0, 0
+	for i := range old {
+		if s := &old[i]; s.ref != 0 {
+			sh.place(s.tag, s.ref, &s.st)
+		}
+	}
+}
+
+// capFor is the capacity of a shard to hold n keys after growing: n is
+// 7/12 of it, or all a bounded shard can ever hold at 7/8.
+func (sh *tableShard[S]) capFor(n int) int {
+	c := max(n*12/7+1, minSlots)
+	if sh.max > 0 {
+		c = min(c, sh.max*maxLoadDen/maxLoadNum+1)
+	}
+	return c
+}
+
+// insert adds key, of tag, with the state sh.cur, after sweeping a few
+// slots and, in a full bounded shard, evicting a key. insert requires
+// that sh.mu is held and key is not in the table.
+func (k *Table[S, M]) insert(sh *tableShard[S], key string, tag uint32, now int64) {
+	k.sweepSome(sh, now)
+	if sh.max > 0 && sh.n >= sh.max {
+		// Full of live keys: evict the one at the sweep cursor.
+		i := sh.sweep % len(sh.slots)
+		for sh.slots[i].ref == 0 {
+			if i++; i == len(sh.slots) {
+				i = 0
+			}
+		}
+		sh.remove(i)
+	}
+	switch {
+	case sh.slots == nil:
+		sh.slots = make([]slot[S], sh.capFor(1))
+	case (sh.n+1)*maxLoadDen > len(sh.slots)*maxLoadNum:
+		sh.resize(sh.capFor(sh.n + 1))
+	}
+	if sh.keys.garbage > sh.keys.live && sh.keys.garbage >= minChunk {
+		sh.compact()
+	}
+	ref, ok := sh.keys.add(key)
+	if !ok {
+		return // the arena is full (4 GiB of keys in one shard): not kept
+	}
+	sh.place(tag, ref, &sh.cur)
+}
+
+// sweepSome drops the expired states among the next sweepSlots slots from
+// the cursor, and shrinks a shard left a quarter full. It requires that
+// sh.mu is held.
+func (k *Table[S, M]) sweepSome(sh *tableShard[S], now int64) {
+	c := len(sh.slots)
+	if c == 0 {
+		return
+	}
+	i := sh.sweep
+	for range sweepSlots {
+		if i >= c {
+			i = 0
+		}
+		if sh.slots[i].ref != 0 && k.m.ExpiresAt(&sh.slots[i].st) <= now {
+			sh.remove(i) // the next key may have moved into slot i: look again
+			continue
+		}
+		i++
+	}
+	sh.sweep = i
+	if c > minSlots && sh.n*4 < c {
+		sh.resize(max(sh.n*2, minSlots))
+	}
+}
+
+// access finds key for a call at now: the slot of its live state (i ≥ 0),
+// or -1 with sh.cur the zero state; a key whose state has expired is
+// removed. access requires that sh.mu is held.
+func (k *Table[S, M]) access(sh *tableShard[S], key string, tag uint32, now int64) int {
+	i := sh.find(key, tag)
+	if i >= 0 && k.m.ExpiresAt(&sh.slots[i].st) <= now {
+		sh.remove(i)
+		i = -1
+	}
+	if i < 0 {
+		var zero S
+		sh.cur = zero
+	}
+	return i
+}
+
+// Consume decides in place on a live state: a machine leaves a state it
+// reports unchanged as it was.
+func (k *Table[S, M]) Consume(key string, now, n int64) policy.Result {
+	sh, tag := k.locate(key)
+	sh.mu.Lock()
+	var res policy.Result
+	if i := k.access(sh, key, tag, now); i >= 0 {
+		res, _ = k.m.Consume(&sh.slots[i].st, true, now, n)
+	} else {
+		var changed bool
+		if res, changed = k.m.Consume(&sh.cur, false, now, n); changed {
+			k.insert(sh, key, tag, now)
+		}
+	}
+	sh.mu.Unlock()
+	return res
+}
+
+func (k *Table[S, M]) Peek(key string, now, n int64) policy.Result {
+	sh, tag := k.locate(key)
+	sh.mu.Lock()
+	var res policy.Result
+	if i := k.access(sh, key, tag, now); i >= 0 {
+		res = k.m.Peek(&sh.slots[i].st, true, now, n)
+	} else {
+		res = k.m.Peek(&sh.cur, false, now, n)
+	}
+	sh.mu.Unlock()
+	return res
+}
+
+// load puts key's live state, if any, in sh.cur and returns its slot (-1
+// for none). It requires that sh.mu is held.
+func (k *Table[S, M]) load(sh *tableShard[S], key string, tag uint32, now int64) int {
+	i := k.access(sh, key, tag, now)
+	if i >= 0 {
+		sh.cur = sh.slots[i].st
+	}
+	return i
+}
+
+// store keeps sh.cur as key's state, in slot i or a new one. It requires
+// that sh.mu is held.
+func (k *Table[S, M]) store(sh *tableShard[S], key string, tag uint32, i int, now int64) {
+	if i >= 0 {
+		sh.slots[i].st = sh.cur
+		return
+	}
+	k.insert(sh, key, tag, now)
+}
+
+func (k *Table[S, M]) Reserve(key string, now, n, maxWait int64) (policy.Result, *policy.Receipt) {
+	sh, tag := k.locate(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := k.load(sh, key, tag, now)
+	var before []byte
+	if i >= 0 {
+		before = k.m.AppendState(nil, &sh.cur)
+	}
+	res, changed := k.m.Reserve(&sh.cur, i >= 0, now, n, maxWait)
+	if !changed {
+		return res, nil
+	}
+	k.store(sh, key, tag, i, now)
+	if !res.Allowed {
+		return res, nil
+	}
+	rc := policy.NewReceipt(now, n, res.Wait, before, k.m.AppendState(nil, &sh.cur))
+	if res.Wait > 0 {
+		res.Remaining = policy.RemainingAt(k.m.Peek(&sh.cur, true, rc.Due, 1))
+	}
+	return res, rc
+}
+
+func (k *Table[S, M]) Cancel(key string, now int64, r *policy.Receipt) {
+	sh, tag := k.locate(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := k.load(sh, key, tag, now)
+	switch policy.Undo(k.m, &sh.cur, i >= 0, now, r) {
+	case policy.Changed:
+		k.store(sh, key, tag, i, now)
+	case policy.Dropped:
+		if i >= 0 {
+			sh.remove(i)
+		}
+	}
+}
+
+func (k *Table[S, M]) Reset(key string) {
+	sh, tag := k.locate(key)
+	sh.mu.Lock()
+	if i := sh.find(key, tag); i >= 0 {
+		sh.remove(i)
+	}
+	sh.mu.Unlock()
+}
+
+func (k *Table[S, M]) Quota() int64 { return k.m.Quota() }
+
+func (k *Table[S, M]) Len() int {
+	n := 0
+	for i := range k.shards {
+		sh := &k.shards[i]
+		sh.mu.Lock()
+		n += sh.n
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Buckets returns k as token buckets when its machine is one (a Single
+// over a BandwidthState, or a Multi over a State), else nil.
+func (k *Table[S, M]) Buckets() Buckets {
+	m, ok := any(k.m).(bucketMachine)
+	if !ok {
+		return nil
+	}
+	var zero S
+	switch any(&zero).(type) {
+	case *tokenbucket.BandwidthState, *tokenbucket.State:
+		return tableBuckets[S, M]{k: k, cfg: m.Config()}
+	}
+	return nil
+}
+
+// tableBuckets is the Buckets view of a Table whose machine is a token
+// bucket.
+type tableBuckets[S any, M policy.Machine[S]] struct {
+	k   *Table[S, M]
+	cfg *tokenbucket.Config
+}
+
+func (b tableBuckets[S, M]) Config() *tokenbucket.Config { return b.cfg }
+
+func (b tableBuckets[S, M]) WithBucket(key string, now int64, f func(cfg *tokenbucket.Config, st tokenbucket.State) bool) {
+	k, cfg := b.k, b.cfg
+	sh, tag := k.locate(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := k.load(sh, key, tag, now)
+	live := i >= 0
+	var buf [4]tokenbucket.BandwidthState
+	st := buf[:len(cfg.Bandwidths)]
+	if len(cfg.Bandwidths) > len(buf) {
+		st = make(tokenbucket.State, len(cfg.Bandwidths))
+	}
+	switch p := any(&sh.cur).(type) {
+	case *tokenbucket.BandwidthState:
+		if live {
+			st[0] = *p
+		} else {
+			tokenbucket.Init(cfg, st, now)
+		}
+		if f(cfg, st) {
+			*p = st[0]
+			k.store(sh, key, tag, i, now)
+		}
+	case *tokenbucket.State:
+		if live && len(*p) == len(st) {
+			copy(st, *p)
+		} else {
+			tokenbucket.Init(cfg, st, now)
+		}
+		if f(cfg, st) {
+			// A fresh slice: sh.cur may share its array with the slot's.
+			*p = append(tokenbucket.State(nil), st...)
+			k.store(sh, key, tag, i, now)
+		}
+	}
+}
+
+// arena holds a shard's keys' bytes, each as its length (a uvarint) and
+// its bytes, in chunks of up to maxChunk bytes, so that a key costs its
+// bytes plus one, and an arena wastes at most a chunk.
+//
+// A reference is the chunk's index (from 1: 0 is an empty slot) above
+// chunkBits bits of offset, so an arena holds up to 2^18-1 chunks: 4 GiB
+// of keys of up to 16 KiB, a key per chunk above that. The bytes of
+// removed keys are garbage until a compaction, which copies the live keys
+// to fresh chunks once there is more garbage than live bytes.
+type arena struct {
+	chunks  [][]byte // chunks[0] is nil
+	fill    int      // the chunk keys are appended to; 0: none yet
+	live    int      // bytes of the keys held
+	garbage int      // bytes of removed keys
+}
+
+const (
+	chunkBits = 14
+	maxChunk  = 1 << chunkBits
+	minChunk  = 256
+	maxChunks = 1<<(32-chunkBits) - 1
+)
+
+// bytesAt returns the encoded key at ref: its length and where its bytes
+// start in the chunk.
+func (a *arena) bytesAt(ref uint32) (c []byte, off, n int) {
+	c = a.chunks[ref>>chunkBits]
+	off = int(ref & (maxChunk - 1))
+	if b := c[off]; b < 0x80 {
+		return c, off + 1, int(b)
+	}
+	v, w := binary.Uvarint(c[off:])
+	return c, off + w, int(v)
+}
+
+func (a *arena) equal(ref uint32, key string) bool {
+	c, off, n := a.bytesAt(ref)
+	return n == len(key) && string(c[off:off+n]) == key
+}
+
+func sizeOf(n int) int {
+	var b [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(b[:], uint64(n)) + n
+}
+
+func (a *arena) free(ref uint32) {
+	_, _, n := a.bytesAt(ref)
+	size := sizeOf(n)
+	a.live -= size
+	a.garbage += size
+}
+
+// add copies key into the arena and returns its reference; ok is false
+// when the arena is full.
+func (a *arena) add(key string) (ref uint32, ok bool) {
+	ref, dst, ok := a.alloc(sizeOf(len(key)))
+	if ok {
+		a.chunks[ref>>chunkBits] = appendKey(dst, key)
+	}
+	return ref, ok
+}
+
+// alloc makes room for size bytes and returns their reference and the
+// chunk to append them to (appending to it is the caller's part).
+func (a *arena) alloc(size int) (ref uint32, dst []byte, ok bool) {
+	if len(a.chunks) == 0 {
+		a.chunks = append(a.chunks, nil) // reference 0 is an empty slot
+	}
+	if size > maxChunk || a.fill == 0 || len(a.chunks[a.fill])+size > cap(a.chunks[a.fill]) {
+		if len(a.chunks) > maxChunks {
+			return 0, nil, false
+		}
+		next := minChunk
+		if a.fill != 0 {
+			next = min(2*cap(a.chunks[a.fill]), maxChunk)
+		}
+		i := len(a.chunks)
+		a.chunks = append(a.chunks, make([]byte, 0, max(next, size)))
+		if size <= maxChunk {
+			a.fill = i // a chunk of one key above maxChunk is not filled further
+		} else {
+			a.live += size
+			return uint32(i) << chunkBits, a.chunks[i], true
+		}
+	}
+	c := a.chunks[a.fill]
+	a.live += size
+	return uint32(a.fill)<<chunkBits | uint32(len(c)), c, true
+}
+
+func appendKey(dst []byte, key string) []byte {
+	return append(binary.AppendUvarint(dst, uint64(len(key))), key...)
+}
+
+// compact copies the keys of sh's slots to a fresh arena that replaces
+// sh.keys, leaving the garbage behind. It requires that sh.mu is held.
+func (sh *tableShard[S]) compact() {
+	old := &sh.keys
+	var fresh arena
+	fresh.chunks = append(make([][]byte, 0, 2), nil, make([]byte, 0, min(max(old.live, minChunk), maxChunk)))
+	fresh.fill = 1
+	for i := range sh.slots {
+		s := &sh.slots[i]
+		if s.ref == 0 {
+			continue
+		}
+		c, off, n := old.bytesAt(s.ref)
+		// There is room: the fresh arena needs fewer chunks than the old.
+		ref, dst, _ := fresh.alloc(sizeOf(n))
+		fresh.chunks[ref>>chunkBits] = append(binary.AppendUvarint(dst, uint64(n)), c[off:off+n]...)
+		s.ref = ref
+	}
+	*old = fresh
+}

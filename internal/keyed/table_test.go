@@ -1,0 +1,229 @@
+package keyed
+
+import (
+	"math/rand/v2"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policy/fixedwindow"
+	"github.com/sluicehq/sluice/internal/policy/gcra"
+	"github.com/sluicehq/sluice/internal/policy/slidingwindow"
+	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
+)
+
+// tableCase is a machine run on a Table and on a Mem, which must agree.
+type tableCase struct {
+	name         string
+	table, model Keys
+}
+
+func tableCases() []tableCase {
+	tb := tokenbucket.NewConfig(tokenbucket.Bandwidth{Capacity: 5, RefillTokens: 5, Period: minute})
+	fw := fixedwindow.Config{Limit: 5, Interval: minute}
+	sw := slidingwindow.Config{Limit: 5, Interval: minute}
+	gc := gcra.Config{Limit: 5, Rate: 5, Period: minute}
+	single := tokenbucket.NewSingle(tb.Bandwidths[0], false)
+	multi := tokenbucket.NewMulti(tb)
+	return []tableCase{
+		{"fixed_window", NewTable[fixedwindow.State](fw, 0), NewMem[fixedwindow.State](fw, 0)},
+		{"sliding_window", NewTable[slidingwindow.State](sw, 0), NewMem[slidingwindow.State](sw, 0)},
+		{"gcra", NewTable[gcra.State](gc, 0), NewMem[gcra.State](gc, 0)},
+		{"token_bucket", NewTable[tokenbucket.BandwidthState](single, 0), NewMem[tokenbucket.BandwidthState](single, 0)},
+		{"bucket", NewTable[tokenbucket.State](multi, 0), NewMem[tokenbucket.State](multi, 0)},
+	}
+}
+
+// TestTableAgreesWithMem runs the same random calls on a Table and on a
+// Mem, over keys of every length class (empty, short, past the one-byte
+// length, past a chunk), at times that let states expire, and compares
+// every result: the table decides exactly as the map does.
+func TestTableAgreesWithMem(t *testing.T) {
+	long := strings.Repeat("x", maxChunk+10)
+	for _, tc := range tableCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(3, 4))
+			keys := []string{"", long, strings.Repeat("y", 200)}
+			for i := range 3000 {
+				keys = append(keys, "user:"+strconv.Itoa(i))
+			}
+			now := t0
+			var receipts []struct {
+				key string
+				rc  *policy.Receipt
+			}
+			for step := range 60_000 {
+				key := keys[rng.IntN(len(keys))]
+				if rng.IntN(3) == 0 {
+					key = keys[rng.IntN(20)] // hot keys
+				}
+				now += rng.Int64N(int64(20 * time.Millisecond))
+				if rng.IntN(5000) == 0 {
+					now += 2 * minute // everything expires
+				}
+				n := 1 + rng.Int64N(3)
+				switch op := rng.IntN(20); {
+				case op < 14:
+					if got, want := tc.table.Consume(key, now, n), tc.model.Consume(key, now, n); got != want {
+						t.Fatalf("step %d: Consume(%.10q, %d) = %+v, want %+v", step, key, n, got, want)
+					}
+				case op < 17:
+					if got, want := tc.table.Peek(key, now, n), tc.model.Peek(key, now, n); got != want {
+						t.Fatalf("step %d: Peek(%.10q, %d) = %+v, want %+v", step, key, n, got, want)
+					}
+				case op < 18:
+					got, grc := tc.table.Reserve(key, now, n, minute)
+					want, wrc := tc.model.Reserve(key, now, n, minute)
+					if got != want || !reflect.DeepEqual(grc, wrc) {
+						t.Fatalf("step %d: Reserve(%.10q, %d) = %+v %+v, want %+v %+v", step, key, n, got, grc, want, wrc)
+					}
+					if grc != nil {
+						receipts = append(receipts, struct {
+							key string
+							rc  *policy.Receipt
+						}{key, grc})
+					}
+				case op < 19:
+					if len(receipts) > 0 {
+						r := receipts[len(receipts)-1]
+						receipts = receipts[:len(receipts)-1]
+						tc.table.Cancel(r.key, now, r.rc)
+						tc.model.Cancel(r.key, now, r.rc)
+					}
+				default:
+					tc.table.Reset(key)
+					tc.model.Reset(key)
+				}
+			}
+			for _, key := range keys {
+				if got, want := tc.table.Peek(key, now, 1), tc.model.Peek(key, now, 1); got != want {
+					t.Errorf("at the end: Peek(%.10q) = %+v, want %+v", key, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestTableCollidingTags puts keys of one tag in one shard: they stay
+// apart, and each removal leaves the others found.
+func TestTableCollidingTags(t *testing.T) {
+	var sh tableShard[gcra.State]
+	sh.slots = make([]slot[gcra.State], 64)
+	const tag = 0xdeadbeef
+	var keys []string
+	for i := range 40 {
+		key := "k" + strconv.Itoa(i)
+		ref, _ := sh.keys.add(key)
+		sh.place(tag, ref, &gcra.State{TAT: int64(i)})
+		keys = append(keys, key)
+	}
+	for len(keys) > 0 {
+		for i, key := range keys {
+			j := sh.find(key, tag)
+			if j < 0 {
+				t.Fatalf("find(%q) = -1 with %d keys of one tag", key, len(keys))
+			}
+			if want, _ := strconv.Atoi(key[1:]); sh.slots[j].st.TAT != int64(want) {
+				t.Fatalf("find(%q) found the state of key k%d", key, sh.slots[j].st.TAT)
+			}
+			if sh.find(key+"x", tag) >= 0 || sh.find(key, tag+1) >= 0 {
+				t.Fatalf("find of an absent key sharing %q's tag or bytes found a slot", key)
+			}
+			_ = i
+		}
+		j := sh.find(keys[0], tag)
+		sh.remove(j)
+		keys = keys[1:]
+	}
+	if sh.n != 0 || sh.keys.live != 0 {
+		t.Errorf("after removing every key: n = %d, live bytes = %d, want 0, 0", sh.n, sh.keys.live)
+	}
+}
+
+// TestTableMaxKeys: a bounded table never holds more than its bound, and
+// holds it all when every key is live.
+func TestTableMaxKeys(t *testing.T) {
+	fw := fixedwindow.Config{Limit: 5, Interval: minute}
+	for _, bound := range []int{1, 7, 1000, 5000, 100_000} {
+		k := NewTable[fixedwindow.State](fw, bound)
+		for i := range 3 * bound {
+			k.Consume("key"+strconv.Itoa(i), t0, 1)
+			if got := k.Len(); got > bound {
+				t.Fatalf("bound %d: Len() = %d after %d keys, want at most %d", bound, got, i+1, bound)
+			}
+		}
+		if got := k.Len(); got != bound {
+			t.Errorf("bound %d: Len() = %d after %d live keys, want %d", bound, got, 3*bound, bound)
+		}
+	}
+}
+
+// TestTableSweepAndShrink: idle keys are swept by later insertions, the
+// shards shrink, and the arena's garbage is compacted away.
+func TestTableSweepAndShrink(t *testing.T) {
+	fw := fixedwindow.Config{Limit: 5, Interval: minute}
+	k := NewTable[fixedwindow.State](fw, 0)
+	for i := range 100_000 {
+		k.Consume("old:"+strconv.Itoa(i), t0, 1)
+	}
+	later := t0 + 2*minute
+	for i := range 20_000 {
+		k.Consume("new:"+strconv.Itoa(i), later, 1)
+	}
+	if got := k.Len(); got >= 100_000 {
+		t.Errorf("Len() = %d after 20k insertions past the old keys' expiry, want old keys swept", got)
+	}
+	// Another pass of insertions sweeps the rest: each sweeps 4 slots.
+	for i := range 100_000 {
+		k.Consume("new:"+strconv.Itoa(i), later, 1)
+	}
+	if got := k.Len(); got != 100_000 {
+		t.Errorf("Len() = %d, want 100000 (the new keys only)", got)
+	}
+	slots, garbage, live := 0, 0, 0
+	for i := range k.shards {
+		slots += len(k.shards[i].slots)
+		garbage += k.shards[i].keys.garbage
+		live += k.shards[i].keys.live
+	}
+	if slots > 100_000*12/7+64*minSlots {
+		t.Errorf("%d slots for 100000 keys, want at most 12/7 per key", slots)
+	}
+	if garbage > live+64*minChunk {
+		t.Errorf("arena garbage %d bytes for %d live, want compacted", garbage, live)
+	}
+	for i := range 100_000 {
+		want := int64(3) // 5, less one hit, less the token peeked at
+		if i < 20_000 {
+			want-- // the keys hit twice
+		}
+		if res := k.Peek("new:"+strconv.Itoa(i), later, 1); res.Remaining != want {
+			t.Fatalf("Peek(new:%d) = %+v, want %d left", i, res, want)
+		}
+	}
+}
+
+// TestTableAllocs: a decision on an existing key allocates nothing, and
+// an insertion at most one allocation, amortised.
+func TestTableAllocs(t *testing.T) {
+	gc := gcra.Config{Limit: 100, Rate: 100, Period: int64(time.Hour)}
+	k := NewTable[gcra.State](gc, 0)
+	k.Consume("user:1", t0, 1)
+	if a := testing.AllocsPerRun(1000, func() { k.Consume("user:1", t0, 1) }); a != 0 {
+		t.Errorf("Consume on an existing key: %v allocations, want 0", a)
+	}
+	if a := testing.AllocsPerRun(1000, func() { k.Peek("user:1", t0, 1) }); a != 0 {
+		t.Errorf("Peek on an existing key: %v allocations, want 0", a)
+	}
+	keys := make([]string, 200_000)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	i := 0
+	if a := testing.AllocsPerRun(len(keys)-1, func() { k.Consume(keys[i], t0, 1); i++ }); a > 1 {
+		t.Errorf("insertion: %v allocations amortised, want at most 1", a)
+	}
+}

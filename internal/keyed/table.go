@@ -11,15 +11,16 @@ import (
 )
 
 // Table keeps each key's typed state in a sharded open-addressing table:
-// the state sits in the slot beside a 32-bit reference to the key's bytes
-// in the shard's arena and 32 bits of the key's hash, so a decision on an
-// existing key is one hash, one lock and, for most keys, one slot read and
-// one comparison of the key's bytes, with no pointer for the garbage
-// collector to follow. Keys are compared byte for byte: two keys are never
-// merged, however their hashes collide.
+// the state sits in the slot beside 16 bytes that hold a key of up to 12
+// bytes, its length and 24 bits of its hash (a longer key's bytes are in
+// the shard's arena), so a decision on an existing key is one hash, one
+// lock and, for most keys, one slot read: a single cache miss in a large
+// table, with no pointer for the garbage collector to follow. Keys are
+// compared byte for byte: two keys are never merged, however their hashes
+// collide.
 //
 // The table is a Robin Hood linear-probing table ordered by the hash: a
-// key's home slot is the top of its 32 hash bits scaled to the capacity,
+// key's home slot is its 24 hash bits scaled to the capacity,
 // so a lookup stops at the first slot whose key lives nearer its home than
 // the probe has come, and a deletion shifts the following run back (no
 // tombstones). Capacities are not powers of two, so the table grows by half
@@ -36,22 +37,55 @@ type Table[S any, M policy.Machine[S]] struct {
 	shards  [shardCount]tableShard[S]
 }
 
-// slot is a key's place in a shard. ref is 0 for an empty slot.
+// slot is a key's place in a shard: its state and its packed key.
 type slot[S any] struct {
-	st  S
-	ref uint32 // the key's bytes in the arena, see arena
-	tag uint32 // the high 32 bits of the key's hash: its home, and a filter
+	st S
+	pkey
 }
 
+// pkey is a key packed in 16 bytes. The low byte of k0 is the key's
+// length plus 1 for a key of up to inlineKey bytes, whose bytes follow in
+// k0 (4) and k1 (8), little-endian and padded with zeros; it is longKey
+// for a longer key, whose first 4 bytes follow in k0 and whose bytes are
+// at the arena reference k1. Bits 8 to 31 of k0 are the tag, 24 bits of
+// the key's hash, which set its home. An empty slot's k0 is 0.
+//
+// Two short keys are the same key exactly when their pkeys are equal.
+type pkey struct{ k0, k1 uint64 }
+
+const (
+	inlineKey = 12
+	longKey   = 0xff
+)
+
+// pack packs key, of hash h: the top 24 bits are the tag.
+func pack(key string, h uint64) pkey {
+	var b [16]byte
+	tag := h >> 40
+	if len(key) <= inlineKey {
+		copy(b[4:], key)
+		b[0] = byte(len(key) + 1)
+	} else {
+		copy(b[4:8], key)
+		b[0] = longKey
+	}
+	return pkey{k0: binary.LittleEndian.Uint64(b[:8]) | tag<<8, k1: binary.LittleEndian.Uint64(b[8:])}
+}
+
+func (p pkey) tag() uint64 { return p.k0 >> 8 & (1<<24 - 1) }
+func (p pkey) long() bool  { return p.k0&0xff == longKey }
+func (p pkey) ref() uint32 { return uint32(p.k1) }
+func (p pkey) empty() bool { return p.k0 == 0 }
+
 type tableShard[S any] struct {
-	mu     sync.Mutex
-	slots  []slot[S] // nil until the first key
-	n      int       // occupied slots
-	max    int       // the most keys the shard holds; 0: no bound. Set by bound.
-	sweep  int       // the next slot the expiry sweep looks at
-	keys   arena
-	cur, x S // the state of the call under way, on the heap (see memShard.cur)
-	_      [64]byte
+	mu    sync.Mutex
+	slots []slot[S] // nil until the first key
+	n     int       // occupied slots
+	max   int       // the most keys the shard holds; 0: no bound. Set by bound.
+	sweep int       // the next slot the expiry sweep looks at
+	keys  arena     // the keys longer than inlineKey
+	cur   S         // the state of the call under way, on the heap (see memShard.cur)
+	_     [64]byte
 }
 
 const (
@@ -81,32 +115,34 @@ func NewTable[S any, M policy.Machine[S]](m M, maxKeys int) *Table[S, M] {
 
 var _ Keys = (*Table[tokenbucket.State, tokenbucket.Multi])(nil)
 
-// locate hashes key once: the low half picks the shard, the high half is
-// the tag.
-func (k *Table[S, M]) locate(key string) (*tableShard[S], uint32) {
+// locate hashes key once: the low half picks the shard, the high bits
+// are the tag.
+func (k *Table[S, M]) locate(key string) (*tableShard[S], pkey) {
 	h := maphash.String(k.seed, key)
 	hi, _ := bits.Mul64(h&0xffffffff, k.nshards<<32)
-	return &k.shards[hi], uint32(h >> 32)
+	return &k.shards[hi], pack(key, h)
 }
 
 // home is the slot where a key of tag would be without collisions: tag
 // scaled to c slots, so that the table is sorted by tag.
-func home(tag uint32, c int) int { return int(uint64(tag) * uint64(c) >> 32) }
+func home(tag uint64, c int) int { return int(tag * uint64(c) >> 24) }
 
-// find returns the slot of key, or -1. find requires that sh.mu is held.
-func (sh *tableShard[S]) find(key string, tag uint32) int {
+// find returns the slot of key, packed as p, or -1. find requires that
+// sh.mu is held.
+func (sh *tableShard[S]) find(key string, p pkey) int {
 	c := len(sh.slots)
 	if c == 0 {
 		return -1
 	}
-	i := home(tag, c)
+	i := home(p.tag(), c)
 	for d := 0; ; d++ {
 		s := &sh.slots[i]
-		if s.ref == 0 {
+		if s.k0 == p.k0 {
+			if s.k1 == p.k1 && !p.long() || p.long() && sh.keys.equal(s.ref(), key) {
+				return i
+			}
+		} else if s.empty() {
 			return -1
-		}
-		if s.tag == tag && sh.keys.equal(s.ref, key) {
-			return i
 		}
 		if sh.dist(i) < d { // a key of ours would have taken this slot
 			return -1
@@ -121,26 +157,25 @@ func (sh *tableShard[S]) find(key string, tag uint32) int {
 // is occupied and sh.mu is held.
 func (sh *tableShard[S]) dist(i int) int {
 	c := len(sh.slots)
-	d := i - home(sh.slots[i].tag, c)
+	d := i - home(sh.slots[i].tag(), c)
 	if d < 0 {
 		d += c
 	}
 	return d
 }
 
-// place puts a key of tag and ref with state st in the table, which has a
-// free slot, shifting the run it lands in. place requires that sh.mu is
-// held.
-func (sh *tableShard[S]) place(tag, ref uint32, st *S) {
+// place puts key p with state st in the table, which has a free slot,
+// shifting the run it lands in. place requires that sh.mu is held.
+func (sh *tableShard[S]) place(p pkey, st *S) {
 	c := len(sh.slots)
-	i := home(tag, c)
-	for d := 0; sh.slots[i].ref != 0 && sh.dist(i) >= d; d++ {
+	i := home(p.tag(), c)
+	for d := 0; !sh.slots[i].empty() && sh.dist(i) >= d; d++ {
 		if i++; i == c {
 			i = 0
 		}
 	}
 	j := i // the first free slot from i
-	for sh.slots[j].ref != 0 {
+	for !sh.slots[j].empty() {
 		if j++; j == c {
 			j = 0
 		}
@@ -153,7 +188,7 @@ func (sh *tableShard[S]) place(tag, ref uint32, st *S) {
 		sh.slots[j] = sh.slots[p]
 		j = p
 	}
-	sh.slots[i] = slot[S]{st: *st, ref: ref, tag: tag}
+	sh.slots[i] = slot[S]{st: *st, pkey: p}
 	sh.n++
 }
 
@@ -161,14 +196,16 @@ func (sh *tableShard[S]) place(tag, ref uint32, st *S) {
 // keys after it that are away from their homes. remove requires that sh.mu
 // is held.
 func (sh *tableShard[S]) remove(i int) {
-	sh.keys.free(sh.slots[i].ref)
+	if p := sh.slots[i].pkey; p.long() {
+		sh.keys.free(p.ref())
+	}
 	c := len(sh.slots)
 	for {
 		j := i + 1
 		if j == c {
 			j = 0
 		}
-		if sh.slots[j].ref == 0 || sh.dist(j) == 0 {
+		if sh.slots[j].empty() || sh.dist(j) == 0 {
 			break
 		}
 		sh.slots[i] = sh.slots[j]
@@ -184,8 +221,8 @@ func (sh *tableShard[S]) resize(c int) {
 	old := sh.slots
 	sh.slots, sh.n, sh.sweep = make([]slot[S], c), 0, 0
 	for i := range old {
-		if s := &old[i]; s.ref != 0 {
-			sh.place(s.tag, s.ref, &s.st)
+		if s := &old[i]; !s.empty() {
+			sh.place(s.pkey, &s.st)
 		}
 	}
 }
@@ -200,15 +237,15 @@ func (sh *tableShard[S]) capFor(n int) int {
 	return c
 }
 
-// insert adds key, of tag, with the state sh.cur, after sweeping a few
+// insert adds key, packed as p, with the state sh.cur, after sweeping a few
 // slots and, in a full bounded shard, evicting a key. insert requires
 // that sh.mu is held and key is not in the table.
-func (k *Table[S, M]) insert(sh *tableShard[S], key string, tag uint32, now int64) {
+func (k *Table[S, M]) insert(sh *tableShard[S], key string, p pkey, now int64) {
 	k.sweepSome(sh, now)
 	if sh.max > 0 && sh.n >= sh.max {
 		// Full of live keys: evict the one at the sweep cursor.
 		i := sh.sweep % len(sh.slots)
-		for sh.slots[i].ref == 0 {
+		for sh.slots[i].empty() {
 			if i++; i == len(sh.slots) {
 				i = 0
 			}
@@ -221,14 +258,17 @@ func (k *Table[S, M]) insert(sh *tableShard[S], key string, tag uint32, now int6
 	case (sh.n+1)*maxLoadDen > len(sh.slots)*maxLoadNum:
 		sh.resize(sh.capFor(sh.n + 1))
 	}
-	if sh.keys.garbage > sh.keys.live && sh.keys.garbage >= minChunk {
-		sh.compact()
+	if p.long() {
+		if sh.keys.garbage > sh.keys.live && sh.keys.garbage >= minChunk {
+			sh.compact()
+		}
+		ref, ok := sh.keys.add(key)
+		if !ok {
+			return // the arena is full (4 GiB of keys in one shard): not kept
+		}
+		p.k1 = uint64(ref)
 	}
-	ref, ok := sh.keys.add(key)
-	if !ok {
-		return // the arena is full (4 GiB of keys in one shard): not kept
-	}
-	sh.place(tag, ref, &sh.cur)
+	sh.place(p, &sh.cur)
 }
 
 // sweepSome drops the expired states among the next sweepSlots slots from
@@ -244,7 +284,7 @@ func (k *Table[S, M]) sweepSome(sh *tableShard[S], now int64) {
 		if i >= c {
 			i = 0
 		}
-		if sh.slots[i].ref != 0 && k.m.ExpiresAt(&sh.slots[i].st) <= now {
+		if !sh.slots[i].empty() && k.m.ExpiresAt(&sh.slots[i].st) <= now {
 			sh.remove(i) // the next key may have moved into slot i: look again
 			continue
 		}
@@ -259,8 +299,8 @@ func (k *Table[S, M]) sweepSome(sh *tableShard[S], now int64) {
 // access finds key for a call at now: the slot of its live state (i ≥ 0),
 // or -1 with sh.cur the zero state; a key whose state has expired is
 // removed. access requires that sh.mu is held.
-func (k *Table[S, M]) access(sh *tableShard[S], key string, tag uint32, now int64) int {
-	i := sh.find(key, tag)
+func (k *Table[S, M]) access(sh *tableShard[S], key string, p pkey, now int64) int {
+	i := sh.find(key, p)
 	if i >= 0 && k.m.ExpiresAt(&sh.slots[i].st) <= now {
 		sh.remove(i)
 		i = -1
@@ -275,15 +315,15 @@ func (k *Table[S, M]) access(sh *tableShard[S], key string, tag uint32, now int6
 // Consume decides in place on a live state: a machine leaves a state it
 // reports unchanged as it was.
 func (k *Table[S, M]) Consume(key string, now, n int64) policy.Result {
-	sh, tag := k.locate(key)
+	sh, p := k.locate(key)
 	sh.mu.Lock()
 	var res policy.Result
-	if i := k.access(sh, key, tag, now); i >= 0 {
+	if i := k.access(sh, key, p, now); i >= 0 {
 		res, _ = k.m.Consume(&sh.slots[i].st, true, now, n)
 	} else {
 		var changed bool
 		if res, changed = k.m.Consume(&sh.cur, false, now, n); changed {
-			k.insert(sh, key, tag, now)
+			k.insert(sh, key, p, now)
 		}
 	}
 	sh.mu.Unlock()
@@ -291,10 +331,10 @@ func (k *Table[S, M]) Consume(key string, now, n int64) policy.Result {
 }
 
 func (k *Table[S, M]) Peek(key string, now, n int64) policy.Result {
-	sh, tag := k.locate(key)
+	sh, p := k.locate(key)
 	sh.mu.Lock()
 	var res policy.Result
-	if i := k.access(sh, key, tag, now); i >= 0 {
+	if i := k.access(sh, key, p, now); i >= 0 {
 		res = k.m.Peek(&sh.slots[i].st, true, now, n)
 	} else {
 		res = k.m.Peek(&sh.cur, false, now, n)
@@ -305,8 +345,8 @@ func (k *Table[S, M]) Peek(key string, now, n int64) policy.Result {
 
 // load puts key's live state, if any, in sh.cur and returns its slot (-1
 // for none). It requires that sh.mu is held.
-func (k *Table[S, M]) load(sh *tableShard[S], key string, tag uint32, now int64) int {
-	i := k.access(sh, key, tag, now)
+func (k *Table[S, M]) load(sh *tableShard[S], key string, p pkey, now int64) int {
+	i := k.access(sh, key, p, now)
 	if i >= 0 {
 		sh.cur = sh.slots[i].st
 	}
@@ -315,19 +355,19 @@ func (k *Table[S, M]) load(sh *tableShard[S], key string, tag uint32, now int64)
 
 // store keeps sh.cur as key's state, in slot i or a new one. It requires
 // that sh.mu is held.
-func (k *Table[S, M]) store(sh *tableShard[S], key string, tag uint32, i int, now int64) {
+func (k *Table[S, M]) store(sh *tableShard[S], key string, p pkey, i int, now int64) {
 	if i >= 0 {
 		sh.slots[i].st = sh.cur
 		return
 	}
-	k.insert(sh, key, tag, now)
+	k.insert(sh, key, p, now)
 }
 
 func (k *Table[S, M]) Reserve(key string, now, n, maxWait int64) (policy.Result, *policy.Receipt) {
-	sh, tag := k.locate(key)
+	sh, p := k.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i := k.load(sh, key, tag, now)
+	i := k.load(sh, key, p, now)
 	var before []byte
 	if i >= 0 {
 		before = k.m.AppendState(nil, &sh.cur)
@@ -336,7 +376,7 @@ func (k *Table[S, M]) Reserve(key string, now, n, maxWait int64) (policy.Result,
 	if !changed {
 		return res, nil
 	}
-	k.store(sh, key, tag, i, now)
+	k.store(sh, key, p, i, now)
 	if !res.Allowed {
 		return res, nil
 	}
@@ -348,13 +388,13 @@ func (k *Table[S, M]) Reserve(key string, now, n, maxWait int64) (policy.Result,
 }
 
 func (k *Table[S, M]) Cancel(key string, now int64, r *policy.Receipt) {
-	sh, tag := k.locate(key)
+	sh, p := k.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i := k.load(sh, key, tag, now)
+	i := k.load(sh, key, p, now)
 	switch policy.Undo(k.m, &sh.cur, i >= 0, now, r) {
 	case policy.Changed:
-		k.store(sh, key, tag, i, now)
+		k.store(sh, key, p, i, now)
 	case policy.Dropped:
 		if i >= 0 {
 			sh.remove(i)
@@ -363,9 +403,9 @@ func (k *Table[S, M]) Cancel(key string, now int64, r *policy.Receipt) {
 }
 
 func (k *Table[S, M]) Reset(key string) {
-	sh, tag := k.locate(key)
+	sh, p := k.locate(key)
 	sh.mu.Lock()
-	if i := sh.find(key, tag); i >= 0 {
+	if i := sh.find(key, p); i >= 0 {
 		sh.remove(i)
 	}
 	sh.mu.Unlock()
@@ -410,37 +450,37 @@ func (b tableBuckets[S, M]) Config() *tokenbucket.Config { return b.cfg }
 
 func (b tableBuckets[S, M]) WithBucket(key string, now int64, f func(cfg *tokenbucket.Config, st tokenbucket.State) bool) {
 	k, cfg := b.k, b.cfg
-	sh, tag := k.locate(key)
+	sh, p := k.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i := k.load(sh, key, tag, now)
+	i := k.load(sh, key, p, now)
 	live := i >= 0
 	var buf [4]tokenbucket.BandwidthState
 	st := buf[:len(cfg.Bandwidths)]
 	if len(cfg.Bandwidths) > len(buf) {
 		st = make(tokenbucket.State, len(cfg.Bandwidths))
 	}
-	switch p := any(&sh.cur).(type) {
+	switch ps := any(&sh.cur).(type) {
 	case *tokenbucket.BandwidthState:
 		if live {
-			st[0] = *p
+			st[0] = *ps
 		} else {
 			tokenbucket.Init(cfg, st, now)
 		}
 		if f(cfg, st) {
-			*p = st[0]
-			k.store(sh, key, tag, i, now)
+			*ps = st[0]
+			k.store(sh, key, p, i, now)
 		}
 	case *tokenbucket.State:
-		if live && len(*p) == len(st) {
-			copy(st, *p)
+		if live && len(*ps) == len(st) {
+			copy(st, *ps)
 		} else {
 			tokenbucket.Init(cfg, st, now)
 		}
 		if f(cfg, st) {
 			// A fresh slice: sh.cur may share its array with the slot's.
-			*p = append(tokenbucket.State(nil), st...)
-			k.store(sh, key, tag, i, now)
+			*ps = append(tokenbucket.State(nil), st...)
+			k.store(sh, key, p, i, now)
 		}
 	}
 }
@@ -548,14 +588,14 @@ func (sh *tableShard[S]) compact() {
 	fresh.fill = 1
 	for i := range sh.slots {
 		s := &sh.slots[i]
-		if s.ref == 0 {
+		if !s.long() {
 			continue
 		}
-		c, off, n := old.bytesAt(s.ref)
+		c, off, n := old.bytesAt(s.ref())
 		// There is room: the fresh arena needs fewer chunks than the old.
 		ref, dst, _ := fresh.alloc(sizeOf(n))
 		fresh.chunks[ref>>chunkBits] = append(binary.AppendUvarint(dst, uint64(n)), c[off:off+n]...)
-		s.ref = ref
+		s.k1 = uint64(ref)
 	}
 	*old = fresh
 }

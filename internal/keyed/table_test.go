@@ -49,6 +49,9 @@ func TestTableAgreesWithMem(t *testing.T) {
 			keys := []string{"", long, strings.Repeat("y", 200)}
 			for i := range 3000 {
 				keys = append(keys, "user:"+strconv.Itoa(i))
+				if i%10 == 0 { // 12 bytes, the longest inline, and 13
+					keys = append(keys, "u:"+strconv.Itoa(1e9+i), "ur:"+strconv.Itoa(1e9+i))
+				}
 			}
 			now := t0
 			var receipts []struct {
@@ -112,29 +115,35 @@ func TestTableAgreesWithMem(t *testing.T) {
 func TestTableCollidingTags(t *testing.T) {
 	var sh tableShard[gcra.State]
 	sh.slots = make([]slot[gcra.State], 64)
-	const tag = 0xdeadbeef
+	const h = uint64(0xbeef42) << 40
 	var keys []string
 	for i := range 40 {
 		key := "k" + strconv.Itoa(i)
-		ref, _ := sh.keys.add(key)
-		sh.place(tag, ref, &gcra.State{TAT: int64(i)})
+		if i%2 == 1 {
+			key += "-longer-than-inline"
+		}
+		p := pack(key, h)
+		if p.long() {
+			ref, _ := sh.keys.add(key)
+			p.k1 = uint64(ref)
+		}
+		sh.place(p, &gcra.State{TAT: int64(i)})
 		keys = append(keys, key)
 	}
 	for len(keys) > 0 {
-		for i, key := range keys {
-			j := sh.find(key, tag)
+		for _, key := range keys {
+			j := sh.find(key, pack(key, h))
 			if j < 0 {
 				t.Fatalf("find(%q) = -1 with %d keys of one tag", key, len(keys))
 			}
-			if want, _ := strconv.Atoi(key[1:]); sh.slots[j].st.TAT != int64(want) {
+			if want, _ := strconv.Atoi(strings.TrimSuffix(key[1:], "-longer-than-inline")); sh.slots[j].st.TAT != int64(want) {
 				t.Fatalf("find(%q) found the state of key k%d", key, sh.slots[j].st.TAT)
 			}
-			if sh.find(key+"x", tag) >= 0 || sh.find(key, tag+1) >= 0 {
+			if sh.find(key+"x", pack(key+"x", h)) >= 0 || sh.find(key, pack(key, h+1<<40)) >= 0 {
 				t.Fatalf("find of an absent key sharing %q's tag or bytes found a slot", key)
 			}
-			_ = i
 		}
-		j := sh.find(keys[0], tag)
+		j := sh.find(keys[0], pack(keys[0], h))
 		sh.remove(j)
 		keys = keys[1:]
 	}

@@ -23,8 +23,8 @@ import (
 // key's home slot is its 24 hash bits scaled to the capacity,
 // so a lookup stops at the first slot whose key lives nearer its home than
 // the probe has come, and a deletion shifts the following run back (no
-// tombstones). Capacities are not powers of two, so the table grows by half
-// and stays between 58% and 87.5% full once it has grown.
+// tombstones). Capacities are not powers of two, so the table grows by a
+// quarter and stays between 72% and 90% full once it has grown.
 //
 // A state past its machine's ExpiresAt is treated as absent and removed
 // when next seen; each insertion also sweeps a few slots from a cursor
@@ -90,8 +90,11 @@ type tableShard[S any] struct {
 
 const (
 	minSlots = 8
-	// A shard grows at 7/8 full, by half: to 7/12 full.
-	maxLoadNum, maxLoadDen = 7, 8
+	// A shard grows at 9/10 full, by a quarter: to 18/25 full. Robin Hood
+	// probing keeps lookups short that full, and the small steps keep a
+	// slot's bytes per key between 1.11 and 1.39 slots.
+	maxLoadNum, maxLoadDen = 9, 10
+	growNum, growDen       = 25, 18
 	// sweepSlots is how many slots an insertion checks for expiry.
 	sweepSlots = 4
 )
@@ -228,9 +231,9 @@ func (sh *tableShard[S]) resize(c int) {
 }
 
 // capFor is the capacity of a shard to hold n keys after growing: n is
-// 7/12 of it, or all a bounded shard can ever hold at 7/8.
+// 18/25 of it, or all a bounded shard can ever hold at 9/10.
 func (sh *tableShard[S]) capFor(n int) int {
-	c := max(n*12/7+1, minSlots)
+	c := max(n*growNum/growDen+1, minSlots)
 	if sh.max > 0 {
 		c = min(c, sh.max*maxLoadDen/maxLoadNum+1)
 	}

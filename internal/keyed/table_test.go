@@ -198,8 +198,8 @@ func TestTableSweepAndShrink(t *testing.T) {
 		garbage += k.shards[i].keys.garbage
 		live += k.shards[i].keys.live
 	}
-	if slots > 100_000*12/7+64*minSlots {
-		t.Errorf("%d slots for 100000 keys, want at most 12/7 per key", slots)
+	if slots > 2*100_000+64*minSlots {
+		t.Errorf("%d slots for 100000 keys, want at most 2 per key", slots)
 	}
 	if garbage > live+64*minChunk {
 		t.Errorf("arena garbage %d bytes for %d live, want compacted", garbage, live)

@@ -58,18 +58,49 @@ const (
 	longKey   = 0xff
 )
 
-// pack packs key, of hash h: the top 24 bits are the tag.
+// pack packs key, of hash h: the top 24 bits are the tag. It reads the
+// key's bytes as words rather than copying them to a buffer and loading
+// that, which stalls on the store.
 func pack(key string, h uint64) pkey {
-	var b [16]byte
-	tag := h >> 40
-	if len(key) <= inlineKey {
-		copy(b[4:], key)
-		b[0] = byte(len(key) + 1)
-	} else {
-		copy(b[4:8], key)
-		b[0] = longKey
+	n := len(key)
+	if n > inlineKey {
+		return pkey{k0: longKey | h>>40<<8 | load4(key)<<32}
 	}
-	return pkey{k0: binary.LittleEndian.Uint64(b[:8]) | tag<<8, k1: binary.LittleEndian.Uint64(b[8:])}
+	var lo, hi uint64
+	switch {
+	case n == inlineKey:
+		lo, hi = load4(key), load8(key[4:])
+	case n >= 4:
+		lo, hi = load4(key), loadShort(key[4:])
+	default:
+		lo = loadShort(key)
+	}
+	return pkey{k0: uint64(n+1) | h>>40<<8 | lo<<32, k1: hi}
+}
+
+// load4 and load8 read the first 4 or 8 bytes of s little-endian, which
+// the compiler makes one load.
+func load4(s string) uint64 {
+	_ = s[3]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24
+}
+
+func load8(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// loadShort reads the up to 8 bytes of s little-endian.
+func loadShort(s string) uint64 {
+	if len(s) == 8 {
+		return load8(s)
+	}
+	var v uint64
+	for i := len(s) - 1; i >= 0; i-- {
+		v = v<<8 | uint64(s[i])
+	}
+	return v
 }
 
 func (p pkey) tag() uint64 { return p.k0 >> 8 & (1<<24 - 1) }

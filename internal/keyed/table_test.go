@@ -236,3 +236,35 @@ func TestTableAllocs(t *testing.T) {
 		t.Errorf("insertion: %v allocations amortised, want at most 1", a)
 	}
 }
+
+// BenchmarkKeys compares Table with Mem on existing keys, with the time
+// given: the engine's share of a Limiter's decision.
+func BenchmarkKeys(b *testing.B) {
+	fw := fixedwindow.Config{Limit: 100, Interval: minute}
+	for _, n := range []int{1, 1000, 1_000_000} {
+		keys := make([]string, 1<<20)
+		rng := rand.New(rand.NewPCG(1, 2))
+		for i := range keys {
+			keys[i] = "user:" + strconv.Itoa(1e6+rng.IntN(n))
+		}
+		for _, im := range []struct {
+			name string
+			k    Keys
+		}{
+			{"table", NewTable[fixedwindow.State](fw, 0)},
+			{"mem", NewMem[fixedwindow.State](fw, 0)},
+		} {
+			b.Run("keys="+strconv.Itoa(n)+"/impl="+im.name, func(b *testing.B) {
+				for _, key := range keys {
+					im.k.Consume(key, t0, 1)
+				}
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					im.k.Consume(keys[i&(1<<20-1)], t0, 1)
+					i++
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,260 @@
+package bench
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sethvargo/go-limiter/memorystore"
+	"github.com/throttled/throttled/v2"
+	"github.com/throttled/throttled/v2/store/memstore"
+	"golang.org/x/time/rate"
+
+	"github.com/sluicehq/sluice"
+)
+
+// The keyed regimes, configured identically for every implementation, as
+// limit tokens in bursts of up to limit, refilled at one per limit/interval:
+//
+//   - allow never runs dry: a burst of 5e8 per key (more than a benchmark
+//     makes calls) refilled at one token per 10s, so that a token-bucket or
+//     GCRA state stays alive between two hits on a key of 1M (throttled
+//     stores burst×emission interval in a time.Duration: 5e8×10s fits);
+//   - reject is 1 per hour: each key's first call (before the timer) is
+//     allowed, every timed call is rejected.
+//
+// All read their default clocks. Equivalence is shown by
+// TestKeyedEquivalentConfigs.
+type keyedRegime struct {
+	name     string
+	limit    int64
+	interval time.Duration // the time to earn limit tokens
+}
+
+var keyedRegimes = []keyedRegime{
+	{"allow", 5e8, 5e8 * 10 * time.Second},
+	{"reject", 1, time.Hour},
+}
+
+// keyedPeer is an implementation of a keyed regime: start returns its
+// decision function and a stop.
+type keyedPeer struct {
+	name  string
+	start func(tb testing.TB, r keyedRegime) (allow func(key string) bool, stop func())
+}
+
+func sluicePeer(name string, policy func(r keyedRegime) sluice.Policy) keyedPeer {
+	return keyedPeer{"sluice-" + name, func(tb testing.TB, r keyedRegime) (func(string) bool, func()) {
+		tb.Helper()
+		l, err := sluice.NewLimiter(policy(r))
+		if err != nil {
+			tb.Fatalf("NewLimiter: %v", err)
+		}
+		ctx := context.Background()
+		return func(key string) bool {
+			res, err := l.Allow(ctx, key)
+			if err != nil {
+				tb.Fatalf("Allow(%q): %v", key, err)
+			}
+			return res.Allowed
+		}, func() {}
+	}}
+}
+
+// keyedPeers are sluice's four fixed-state policies and the peers:
+// x/time/rate per key in a sync.Map (Load, then LoadOrStore on a miss),
+// throttled v2's GCRA on its plain-map memstore (no LRU; MaxBurst is the
+// burst minus one, as GCRA admits MaxBurst+1 at once), and
+// sethvargo/go-limiter's memorystore (default sweep).
+var keyedPeers = []keyedPeer{
+	sluicePeer("fixed_window", func(r keyedRegime) sluice.Policy { return sluice.FixedWindow(r.limit, r.interval) }),
+	sluicePeer("sliding_window", func(r keyedRegime) sluice.Policy { return sluice.SlidingWindow(r.limit, r.interval) }),
+	sluicePeer("token_bucket", func(r keyedRegime) sluice.Policy {
+		return sluice.TokenBucket(r.limit, 1, r.interval/time.Duration(r.limit))
+	}),
+	sluicePeer("gcra", func(r keyedRegime) sluice.Policy { return sluice.GCRA(r.limit, r.limit, r.interval) }),
+	{"xrate-syncmap", func(_ testing.TB, r keyedRegime) (func(string) bool, func()) {
+		var m sync.Map
+		every := rate.Every(r.interval / time.Duration(r.limit))
+		return func(key string) bool {
+			v, ok := m.Load(key)
+			if !ok {
+				v, _ = m.LoadOrStore(key, rate.NewLimiter(every, int(r.limit)))
+			}
+			return v.(*rate.Limiter).Allow()
+		}, func() {}
+	}},
+	{"throttled-memstore", func(tb testing.TB, r keyedRegime) (func(string) bool, func()) {
+		tb.Helper()
+		st, err := memstore.New(0)
+		if err != nil {
+			tb.Fatalf("memstore.New: %v", err)
+		}
+		quota := throttled.RateQuota{MaxRate: throttledRate(r), MaxBurst: int(r.limit) - 1}
+		g, err := throttled.NewGCRARateLimiterCtx(throttled.WrapStoreWithContext(st), quota)
+		if err != nil {
+			tb.Fatalf("NewGCRARateLimiterCtx: %v", err)
+		}
+		ctx := context.Background()
+		return func(key string) bool {
+			limited, _, err := g.RateLimitCtx(ctx, key, 1)
+			if err != nil {
+				tb.Fatalf("RateLimitCtx(%q): %v", key, err)
+			}
+			return !limited
+		}, func() {}
+	}},
+	{"sethvargo", func(tb testing.TB, r keyedRegime) (func(string) bool, func()) {
+		tb.Helper()
+		st, err := memorystore.New(&memorystore.Config{Tokens: uint64(r.limit), Interval: r.interval})
+		if err != nil {
+			tb.Fatalf("memorystore.New: %v", err)
+		}
+		ctx := context.Background()
+		return func(key string) bool {
+				_, _, _, ok, err := st.Take(ctx, key)
+				if err != nil {
+					tb.Fatalf("Take(%q): %v", key, err)
+				}
+				return ok
+			}, func() {
+				if err := st.Close(ctx); err != nil {
+					tb.Errorf("memorystore Close: %v", err)
+				}
+			}
+	}},
+}
+
+// throttledRate is one token per interval/limit.
+func throttledRate(r keyedRegime) throttled.Rate {
+	return throttled.PerDuration(1, r.interval/time.Duration(r.limit))
+}
+
+// BenchmarkKeyed is one decision per call on the next key of a uniformly
+// random sequence over n keys, every key having had one decision before
+// the timer starts, serial and under RunParallel (each goroutine walks the
+// sequence from its own offset), in both regimes. Run with -cpu 2 for the
+// parallel figures. allowed/op checks the regime.
+func BenchmarkKeyed(b *testing.B) {
+	for _, kc := range keyCounts {
+		b.Run("keys="+kc.name, func(b *testing.B) {
+			names := make([]string, kc.n)
+			for i := range names {
+				names[i] = keyName(i)
+			}
+			seq := keySeq(kc.n)
+			for _, r := range keyedRegimes {
+				b.Run("regime="+r.name, func(b *testing.B) {
+					for _, p := range keyedPeers {
+						b.Run("impl="+p.name, func(b *testing.B) {
+							allow, stop := p.start(b, r)
+							defer stop()
+							for _, k := range names {
+								allow(k)
+							}
+							b.Run("mode=serial", func(b *testing.B) {
+								b.ReportAllocs()
+								allowed, i := 0, 0
+								for b.Loop() {
+									if allow(seq.at(i)) {
+										allowed++
+									}
+									i++
+								}
+								b.ReportMetric(float64(allowed)/float64(i), "allowed/op")
+							})
+							b.Run("mode=parallel", func(b *testing.B) {
+								b.ReportAllocs()
+								var start, allowed atomic.Int64
+								b.RunParallel(func(pb *testing.PB) {
+									i := int(start.Add(seqLen / 8))
+									n := int64(0)
+									for pb.Next() {
+										if allow(seq.at(i)) {
+											n++
+										}
+										i++
+									}
+									allowed.Add(n)
+								})
+								b.ReportMetric(float64(allowed.Load())/float64(b.N), "allowed/op")
+							})
+						})
+					}
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkKeyedMemory reports B/key, the live heap per idle key after
+// 1M keys (12 bytes each) got one decision each in the reject regime, whose
+// one-per-hour refill keeps every state alive: everything the limiter
+// holds for a key, its copy of the key included.
+func BenchmarkKeyedMemory(b *testing.B) {
+	r := keyedRegimes[1]
+	for _, p := range keyedPeers {
+		b.Run("impl="+p.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var perKey float64
+			for range b.N {
+				perKey = heapPerKey(b, p, r, memKeys)
+			}
+			b.ReportMetric(perKey, "B/key")
+		})
+	}
+}
+
+func heapPerKey(b *testing.B, p keyedPeer, r keyedRegime, n int) float64 {
+	b.Helper()
+	b.StopTimer()
+	allow, stop := p.start(b, r)
+	defer stop()
+	before := liveHeap()
+	b.StartTimer()
+	for i := range n {
+		allow(keyName(i))
+	}
+	b.StopTimer()
+	after := liveHeap()
+	if allow(keyName(0)) {
+		b.Fatalf("%s: key 0 allowed twice in an hour", p.name)
+	}
+	b.StartTimer()
+	return (float64(after) - float64(before)) / float64(n)
+}
+
+// TestKeyedEquivalentConfigs shows that the implementations admit the
+// same calls in each regime: on fresh keys, called back to back, the
+// allow regime admits every call and the reject regime the first call of
+// each key only. (The peers read their own clocks, so the timeline is the
+// real one; both regimes are far from any refill within the test.)
+func TestKeyedEquivalentConfigs(t *testing.T) {
+	const keys, calls = 50, 400
+	for _, r := range keyedRegimes {
+		t.Run(r.name, func(t *testing.T) {
+			want := keys * calls
+			if r.limit == 1 {
+				want = keys
+			}
+			for _, p := range keyedPeers {
+				allow, stop := p.start(t, r)
+				got := 0
+				for k := range keys {
+					for range calls {
+						if allow("key:" + strconv.Itoa(k)) {
+							got++
+						}
+					}
+				}
+				stop()
+				if got != want {
+					t.Errorf("%s admitted %d of %d calls on %d keys, want %d", p.name, got, keys*calls, keys, want)
+				}
+			}
+		})
+	}
+}

@@ -40,26 +40,24 @@ var keyedRegimes = []keyedRegime{
 }
 
 // keyedPeer is an implementation of a keyed regime: start returns its
-// decision function and a stop.
+// decision function and a stop. An error (throttled gives up after 10
+// compare-and-swap conflicts on one key) is counted, not fatal.
 type keyedPeer struct {
 	name  string
-	start func(tb testing.TB, r keyedRegime) (allow func(key string) bool, stop func())
+	start func(tb testing.TB, r keyedRegime) (allow func(key string) (bool, error), stop func())
 }
 
 func sluicePeer(name string, policy func(r keyedRegime) sluice.Policy) keyedPeer {
-	return keyedPeer{"sluice-" + name, func(tb testing.TB, r keyedRegime) (func(string) bool, func()) {
+	return keyedPeer{"sluice-" + name, func(tb testing.TB, r keyedRegime) (func(string) (bool, error), func()) {
 		tb.Helper()
 		l, err := sluice.NewLimiter(policy(r))
 		if err != nil {
 			tb.Fatalf("NewLimiter: %v", err)
 		}
 		ctx := context.Background()
-		return func(key string) bool {
+		return func(key string) (bool, error) {
 			res, err := l.Allow(ctx, key)
-			if err != nil {
-				tb.Fatalf("Allow(%q): %v", key, err)
-			}
-			return res.Allowed
+			return res.Allowed, err
 		}, func() {}
 	}}
 }
@@ -76,18 +74,18 @@ var keyedPeers = []keyedPeer{
 		return sluice.TokenBucket(r.limit, 1, r.interval/time.Duration(r.limit))
 	}),
 	sluicePeer("gcra", func(r keyedRegime) sluice.Policy { return sluice.GCRA(r.limit, r.limit, r.interval) }),
-	{"xrate-syncmap", func(_ testing.TB, r keyedRegime) (func(string) bool, func()) {
+	{"xrate-syncmap", func(_ testing.TB, r keyedRegime) (func(string) (bool, error), func()) {
 		var m sync.Map
 		every := rate.Every(r.interval / time.Duration(r.limit))
-		return func(key string) bool {
+		return func(key string) (bool, error) {
 			v, ok := m.Load(key)
 			if !ok {
 				v, _ = m.LoadOrStore(key, rate.NewLimiter(every, int(r.limit)))
 			}
-			return v.(*rate.Limiter).Allow()
+			return v.(*rate.Limiter).Allow(), nil
 		}, func() {}
 	}},
-	{"throttled-memstore", func(tb testing.TB, r keyedRegime) (func(string) bool, func()) {
+	{"throttled-memstore", func(tb testing.TB, r keyedRegime) (func(string) (bool, error), func()) {
 		tb.Helper()
 		st, err := memstore.New(0)
 		if err != nil {
@@ -99,27 +97,21 @@ var keyedPeers = []keyedPeer{
 			tb.Fatalf("NewGCRARateLimiterCtx: %v", err)
 		}
 		ctx := context.Background()
-		return func(key string) bool {
+		return func(key string) (bool, error) {
 			limited, _, err := g.RateLimitCtx(ctx, key, 1)
-			if err != nil {
-				tb.Fatalf("RateLimitCtx(%q): %v", key, err)
-			}
-			return !limited
+			return !limited && err == nil, err
 		}, func() {}
 	}},
-	{"sethvargo", func(tb testing.TB, r keyedRegime) (func(string) bool, func()) {
+	{"sethvargo", func(tb testing.TB, r keyedRegime) (func(string) (bool, error), func()) {
 		tb.Helper()
 		st, err := memorystore.New(&memorystore.Config{Tokens: uint64(r.limit), Interval: r.interval})
 		if err != nil {
 			tb.Fatalf("memorystore.New: %v", err)
 		}
 		ctx := context.Background()
-		return func(key string) bool {
+		return func(key string) (bool, error) {
 				_, _, _, ok, err := st.Take(ctx, key)
-				if err != nil {
-					tb.Fatalf("Take(%q): %v", key, err)
-				}
-				return ok
+				return ok, err
 			}, func() {
 				if err := st.Close(ctx); err != nil {
 					tb.Errorf("memorystore Close: %v", err)
@@ -153,34 +145,47 @@ func BenchmarkKeyed(b *testing.B) {
 							allow, stop := p.start(b, r)
 							defer stop()
 							for _, k := range names {
-								allow(k)
+								if _, err := allow(k); err != nil {
+									b.Fatalf("allow(%q): %v", k, err)
+								}
 							}
 							b.Run("mode=serial", func(b *testing.B) {
 								b.ReportAllocs()
-								allowed, i := 0, 0
+								allowed, errs, i := 0, 0, 0
 								for b.Loop() {
-									if allow(seq.at(i)) {
+									ok, err := allow(seq.at(i))
+									if ok {
 										allowed++
+									}
+									if err != nil {
+										errs++
 									}
 									i++
 								}
 								b.ReportMetric(float64(allowed)/float64(i), "allowed/op")
+								b.ReportMetric(float64(errs)/float64(i), "errors/op")
 							})
 							b.Run("mode=parallel", func(b *testing.B) {
 								b.ReportAllocs()
-								var start, allowed atomic.Int64
+								var start, allowed, errs atomic.Int64
 								b.RunParallel(func(pb *testing.PB) {
 									i := int(start.Add(seqLen / 8))
-									n := int64(0)
+									var n, e int64
 									for pb.Next() {
-										if allow(seq.at(i)) {
+										ok, err := allow(seq.at(i))
+										if ok {
 											n++
+										}
+										if err != nil {
+											e++
 										}
 										i++
 									}
 									allowed.Add(n)
+									errs.Add(e)
 								})
 								b.ReportMetric(float64(allowed.Load())/float64(b.N), "allowed/op")
+								b.ReportMetric(float64(errs.Load())/float64(b.N), "errors/op")
 							})
 						})
 					}
@@ -216,11 +221,13 @@ func heapPerKey(b *testing.B, p keyedPeer, r keyedRegime, n int) float64 {
 	before := liveHeap()
 	b.StartTimer()
 	for i := range n {
-		allow(keyName(i))
+		if _, err := allow(keyName(i)); err != nil {
+			b.Fatalf("allow(%q): %v", keyName(i), err)
+		}
 	}
 	b.StopTimer()
 	after := liveHeap()
-	if allow(keyName(0)) {
+	if ok, _ := allow(keyName(0)); ok {
 		b.Fatalf("%s: key 0 allowed twice in an hour", p.name)
 	}
 	b.StartTimer()
@@ -245,7 +252,11 @@ func TestKeyedEquivalentConfigs(t *testing.T) {
 				got := 0
 				for k := range keys {
 					for range calls {
-						if allow("key:" + strconv.Itoa(k)) {
+						ok, err := allow("key:" + strconv.Itoa(k))
+						if err != nil {
+							t.Fatalf("%s: %v", p.name, err)
+						}
+						if ok {
 							got++
 						}
 					}

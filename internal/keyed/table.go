@@ -512,8 +512,7 @@ func (b tableBuckets[S, M]) WithBucket(key string, now int64, f func(cfg *tokenb
 			tokenbucket.Init(cfg, st, now)
 		}
 		if f(cfg, st) {
-			// A fresh slice: sh.cur may share its array with the slot's.
-			*ps = append(tokenbucket.State(nil), st...)
+			*ps = append((*ps)[:0], st...) // the slot's own array, which store then keeps
 			k.store(sh, key, p, i, now)
 		}
 	}

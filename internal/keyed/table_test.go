@@ -268,3 +268,30 @@ func BenchmarkKeys(b *testing.B) {
 		}
 	}
 }
+
+// TestTableBuckets: a Table of a token bucket is a Buckets too, and what
+// WithBucket takes the decisions see.
+func TestTableBuckets(t *testing.T) {
+	if b := NewTable[fixedwindow.State](fixedwindow.Config{Limit: 1, Interval: minute}, 0).Buckets(); b != nil {
+		t.Errorf("a fixed window's Buckets() = %v, want nil", b)
+	}
+	cfg := tokenbucket.NewConfig(tokenbucket.Bandwidth{Capacity: 10, RefillTokens: 10, Period: minute})
+	for _, k := range []Keys{
+		NewTable[tokenbucket.BandwidthState](tokenbucket.NewSingle(cfg.Bandwidths[0], true), 0),
+		NewTable[tokenbucket.State](tokenbucket.NewMulti(cfg), 0),
+	} {
+		b := k.Buckets()
+		if b == nil {
+			t.Fatalf("%T: Buckets() = nil", k)
+		}
+		take := func(cfg *tokenbucket.Config, st tokenbucket.State) bool {
+			tokenbucket.Consume(st, 2)
+			return true
+		}
+		b.WithBucket("k", t0, take) // a new key
+		b.WithBucket("k", t0, take) // an existing one
+		if res := k.Peek("k", t0, 1); res.Remaining != 5 {
+			t.Errorf("%T: Peek(1) after taking 4 through Buckets = %+v, want 5 left", k, res)
+		}
+	}
+}

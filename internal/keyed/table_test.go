@@ -295,3 +295,40 @@ func TestTableBuckets(t *testing.T) {
 		}
 	}
 }
+
+// FuzzTableAgreesWithMem decodes calls from the input (3 bytes each: the
+// operation and tokens, the key out of 64 of every length class, the time
+// step) and runs them on a Table and a Mem of each policy, which must
+// return the same results.
+func FuzzTableAgreesWithMem(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8})
+	f.Add([]byte{0x10, 0, 0, 0x20, 0, 255, 0x30, 63, 255, 0x41, 1, 1})
+	keys := make([]string, 64)
+	for i := range keys {
+		keys[i] = strings.Repeat("k", i%16) + strconv.Itoa(i) // 1 to 17 bytes
+	}
+	keys[63] = strings.Repeat("z", maxChunk+1)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		for _, tc := range tableCases() {
+			now := t0
+			for i := 0; i+2 < len(in); i += 3 {
+				op, key := in[i], keys[in[i+1]%64]
+				now += int64(in[i+2]) * int64(time.Second)
+				n := int64(op&3) + 1
+				switch op >> 4 & 3 {
+				case 0, 1:
+					if got, want := tc.table.Consume(key, now, n), tc.model.Consume(key, now, n); got != want {
+						t.Fatalf("%s: call %d: Consume(%.10q, %d) = %+v, want %+v", tc.name, i/3, key, n, got, want)
+					}
+				case 2:
+					if got, want := tc.table.Peek(key, now, n), tc.model.Peek(key, now, n); got != want {
+						t.Fatalf("%s: call %d: Peek(%.10q, %d) = %+v, want %+v", tc.name, i/3, key, n, got, want)
+					}
+				default:
+					tc.table.Reset(key)
+					tc.model.Reset(key)
+				}
+			}
+		}
+	})
+}

@@ -82,8 +82,8 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 		return fs.usagef("-traffic is required, for example -traffic 'steady 20/s'")
 	case *duration < 0 || *slice < 0 || *window < 0 || *maxWait < 0:
 		return fs.usagef("-duration, -slice, -window and -max-wait must not be negative")
-	case *processes < 1:
-		return fs.usagef("-processes must be at least 1, got %d", *processes)
+	case *processes < 1 || *processes > simulate.MaxProcesses:
+		return fs.usagef("-processes must be 1 to %d, got %d", simulate.MaxProcesses, *processes)
 	}
 
 	var cfg *server.Config

@@ -67,6 +67,10 @@ func TestSimulateErrors(t *testing.T) {
 		{[]string{"-config", good, "-limiter", "a"}, true, nil, "-traffic is required"},
 		{[]string{"-config", good, "-limiter", "a", "-traffic", "steady 1/s", "-duration", "-1s"}, true, nil, "must not be negative"},
 		{[]string{"-config", good, "-limiter", "a", "-traffic", "steady 1/s", "extra"}, true, nil, "unexpected arguments"},
+		// Each process is a limiter: a huge count ran the machine out of
+		// memory before the first request.
+		{[]string{"-config", good, "-limiter", "a", "-traffic", "steady 1/s", "-processes", "100000000"}, true, nil, "-processes must be 1 to 1000, got 100000000"},
+		{[]string{"-config", good, "-limiter", "a", "-traffic", "steady 1/s", "-processes", "0"}, true, nil, "-processes must be 1 to 1000, got 0"},
 		{[]string{"-config", bad, "-limiter", "a", "-traffic", "steady 1/s"}, false,
 			func(err error) bool { var e *config.Error; return errors.As(err, &e) && e.Line == 2 }, "limiters.a.limit (line 2)"},
 		{[]string{"-config", good, "-limiter", "z", "-traffic", "steady 1/s"}, false,

@@ -45,7 +45,9 @@ limiters:
 	if want := "leased: leased by 4 processes, leases of 5 to 20 tokens for 500ms"; !strings.Contains(out.String(), want) {
 		t.Errorf("WriteText = %q, want it to say %q", out.String(), want)
 	}
-	if _, err := Run("bad", f.Limiters["exact"].Policy, &Requests{}, Options{Duration: time.Second, Processes: -1}); err == nil {
-		t.Error("Run with -1 processes = nil error, want one")
+	for _, n := range []int{-1, MaxProcesses + 1, 100_000_000} {
+		if _, err := Run("bad", f.Limiters["exact"].Policy, &Requests{}, Options{Duration: time.Second, Processes: n}); err == nil {
+			t.Errorf("Run with %d processes = nil error, want one", n)
+		}
 	}
 }

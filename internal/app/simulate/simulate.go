@@ -192,6 +192,11 @@ func limiters(p sluice.Policy, c *clock, o Options) (level *sluice.Limiter, proc
 	return level, procs, nil
 }
 
+// MaxProcesses bounds Processes: each is a limiter of its own, so a
+// number given by mistake (a rate, say) would otherwise run the machine
+// out of memory before the first request.
+const MaxProcesses = 1000
+
 // maxSlices bounds a report's slices, so that a slice too short for the
 // duration fails rather than running out of memory.
 const maxSlices = 100_000
@@ -201,8 +206,8 @@ func (o Options) resolve(p sluice.Policy) (Options, error) {
 	if o.Duration <= 0 {
 		return o, fmt.Errorf("simulate: the duration must be positive, got %v", o.Duration)
 	}
-	if o.Processes < 0 {
-		return o, fmt.Errorf("simulate: processes must not be negative, got %d", o.Processes)
+	if o.Processes < 0 || o.Processes > MaxProcesses {
+		return o, fmt.Errorf("simulate: processes must be 0 to %d, got %d", MaxProcesses, o.Processes)
 	}
 	if o.Slice < 0 || o.Window < 0 || o.MaxWait < 0 {
 		return o, fmt.Errorf("simulate: slice, window and max wait must not be negative, got %v, %v and %v", o.Slice, o.Window, o.MaxWait)

@@ -36,30 +36,47 @@ type backend interface {
 type memKeys struct {
 	keys  keyed.Keys
 	clock Clock
+	// mono is set when clock is the default MonotonicClock, which now
+	// reads without the Clock interface's dynamic call.
+	mono bool
 	// replaced holds the keys whose bucket was replaced (replaced.go):
 	// nil but for an in-memory token-bucket limiter.
 	replaced *replacedKeys
+}
+
+// newMemKeys returns keys in memory on clock.
+func newMemKeys(keys keyed.Keys, clock Clock) *memKeys {
+	return &memKeys{keys: keys, clock: clock, mono: clock == Clock(monotonic)}
+}
+
+// now reads the clock: MonotonicClock by a direct call, which the
+// compiler inlines, other clocks through the interface.
+func (m *memKeys) now() int64 {
+	if m.mono {
+		return monotonic.Now()
+	}
+	return m.clock.Now()
 }
 
 func (m *memKeys) consume(ctx context.Context, key string, n int64) (policy.Result, error) {
 	if m.replaced.has(key) {
 		return m.replaced.consume(ctx, key, n)
 	}
-	return m.keys.Consume(key, m.clock.Now(), n), nil
+	return m.keys.Consume(key, m.now(), n), nil
 }
 
 func (m *memKeys) peek(ctx context.Context, key string, n int64) (policy.Result, error) {
 	if m.replaced.has(key) {
 		return m.replaced.peek(ctx, key, n)
 	}
-	return m.keys.Peek(key, m.clock.Now(), n), nil
+	return m.keys.Peek(key, m.now(), n), nil
 }
 
 func (m *memKeys) reserve(ctx context.Context, key string, n, maxWait int64) (policy.Result, int64, func(int64), error) {
 	if m.replaced.has(key) {
 		return m.replaced.reserve(ctx, key, n, maxWait)
 	}
-	now := m.clock.Now()
+	now := m.now()
 	res, rc := m.keys.Reserve(key, now, n, maxWait)
 	if rc == nil {
 		return res, now, nil, nil

@@ -30,7 +30,10 @@ type Limiter struct {
 	keys keyed.Keys
 	// backend decides: keys, or the store behind its failure policy.
 	backend backend
-	quota   int64
+	// mem is backend when it is the keys in memory (no store, one
+	// policy): AllowN calls it directly, without the backend interface.
+	mem   *memKeys
+	quota int64
 	// buckets is the bucketBackend of Bucket, nil when the policy is not
 	// a token bucket.
 	buckets bucketBackend
@@ -70,7 +73,7 @@ func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 		}
 		return newPlanLimiter(l, &o)
 	}
-	local := &memKeys{keys: keys, clock: l.clock}
+	local := newMemKeys(keys, l.clock)
 	l.backend = local
 	var localBuckets bucketBackend
 	if b := keys.Buckets(); b != nil {
@@ -85,6 +88,7 @@ func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 			local.replaced = newReplacedKeys(p, l.clock, o.maxKeys)
 			l.buckets = memBuckets{buckets: keys.Buckets(), clock: l.clock, mem: local}
 		}
+		l.mem = local
 		return l, nil
 	}
 	setup, err := newStoreSetup(&o, l.clock)
@@ -157,9 +161,16 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	r, err := l.backend.consume(ctx, key, n)
-	if err != nil {
-		return Result{}, storeError("Limiter.AllowN", key, err)
+	var r policy.Result
+	if m := l.mem; m != nil && !m.replaced.has(key) {
+		// The in-memory path, which cannot fail: a call through the
+		// backend interface and its error costs several ns a decision.
+		r = m.keys.Consume(key, m.now(), n)
+	} else {
+		var err error
+		if r, err = l.backend.consume(ctx, key, n); err != nil {
+			return Result{}, storeError("Limiter.AllowN", key, err)
+		}
 	}
 	if r.Code != policy.OK {
 		return Result{}, limiterError("Limiter.AllowN", r, n, 0, l.quota)

@@ -172,11 +172,13 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 		} else {
 			now = m.clock.Now()
 		}
-		r := m.keys.Consume(key, now, n)
-		if r.Code != policy.OK || l.listener != nil {
-			return l.allowed(r, n)
+		code, allowed, remaining, retryAfter, resetAfter, limit := m.keys.Decide(key, now, n)
+		if code != policy.OK || l.listener != nil {
+			return l.allowed(policy.Result{Code: code, Allowed: allowed, Remaining: remaining,
+				RetryAfter: retryAfter, ResetAfter: resetAfter, Limit: limit}, n)
 		}
-		return resultOf(r), nil
+		return Result{Allowed: allowed, Remaining: remaining, RetryAfter: time.Duration(retryAfter),
+			ResetAfter: time.Duration(resetAfter), Limit: limit}, nil
 	}
 	r, err := l.backend.consume(ctx, key, n)
 	if err != nil {

@@ -24,6 +24,10 @@ type Keys interface {
 	// Consume decides whether n tokens may pass for key at now, taking
 	// them if so.
 	Consume(key string, now, n int64) policy.Result
+	// Decide is Consume with the result's fields as results, which the
+	// caller gets in registers: a policy.Result, of more than 4 fields,
+	// is copied through memory at each call that returns it.
+	Decide(key string, now, n int64) (code policy.Code, allowed bool, remaining, retryAfter, resetAfter, limit int64)
 	// Peek answers as Consume would, taking nothing.
 	Peek(key string, now, n int64) policy.Result
 	// Reserve takes n tokens for key within maxWait; a granted
@@ -140,6 +144,11 @@ func (k *Mem[S, M]) save(sh *memShard[S], key string, present bool, now int64) {
 		}
 	}
 	sh.m[key] = sh.cur
+}
+
+func (k *Mem[S, M]) Decide(key string, now, n int64) (policy.Code, bool, int64, int64, int64, int64) {
+	r := k.Consume(key, now, n)
+	return r.Code, r.Allowed, r.Remaining, r.RetryAfter, r.ResetAfter, r.Limit
 }
 
 func (k *Mem[S, M]) Consume(key string, now, n int64) policy.Result {

@@ -364,6 +364,28 @@ func (k *Table[S, M]) Consume(key string, now, n int64) policy.Result {
 	return res
 }
 
+// Decide is Consume's body, but for its results: the machine's result
+// is taken apart as it comes back, never copied whole (see Keys.Decide).
+func (k *Table[S, M]) Decide(key string, now, n int64) (code policy.Code, allowed bool, remaining, retryAfter, resetAfter, limit int64) {
+	sh, p := k.locate(key)
+	sh.mu.Lock()
+	if i := k.access(sh, key, p, now); i >= 0 {
+		code, allowed, remaining, retryAfter, resetAfter, limit, _ = fields(k.m.Consume(&sh.slots[i].st, true, now, n))
+	} else {
+		var changed bool
+		if code, allowed, remaining, retryAfter, resetAfter, limit, changed = fields(k.m.Consume(&sh.cur, false, now, n)); changed {
+			k.insert(sh, key, p, now)
+		}
+	}
+	sh.mu.Unlock()
+	return
+}
+
+// fields takes a machine's result apart.
+func fields(r policy.Result, changed bool) (policy.Code, bool, int64, int64, int64, int64, bool) {
+	return r.Code, r.Allowed, r.Remaining, r.RetryAfter, r.ResetAfter, r.Limit, changed
+}
+
 func (k *Table[S, M]) Peek(key string, now, n int64) policy.Result {
 	sh, p := k.locate(key)
 	sh.mu.Lock()

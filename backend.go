@@ -58,6 +58,25 @@ func (m *memKeys) now() int64 {
 	return m.clock.Now()
 }
 
+// undecided is the code of memKeys.decide for a key it leaves to
+// consume: one whose bucket was replaced. It is none of policy's codes.
+const undecided policy.Code = 255
+
+// decide is consume's decision on a key whose bucket was not replaced,
+// as Keys.Decide's results; for the others it returns undecided.
+func (m *memKeys) decide(key string, n int64) (code policy.Code, allowed bool, remaining, retryAfter, resetAfter, limit int64) {
+	if m.replaced.has(key) {
+		return undecided, false, 0, 0, 0, 0
+	}
+	var now int64
+	if m.mono {
+		now = monotonic.Now()
+	} else {
+		now = m.clock.Now()
+	}
+	return m.keys.Decide(key, now, n)
+}
+
 func (m *memKeys) consume(ctx context.Context, key string, n int64) (policy.Result, error) {
 	if m.replaced.has(key) {
 		return m.replaced.consume(ctx, key, n)

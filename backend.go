@@ -49,8 +49,8 @@ func newMemKeys(keys keyed.Keys, clock Clock) *memKeys {
 	return &memKeys{keys: keys, clock: clock, mono: clock == Clock(monotonic)}
 }
 
-// now reads the clock: MonotonicClock by a direct call, which the
-// compiler inlines, other clocks through the interface.
+// now reads the clock: MonotonicClock by a direct call, whose body the
+// compiler inlines here, other clocks through the interface.
 func (m *memKeys) now() int64 {
 	if m.mono {
 		return monotonic.Now()
@@ -68,7 +68,7 @@ func (m *memKeys) decide(key string, n int64) (code policy.Code, allowed bool, r
 	if m.replaced.has(key) {
 		return undecided, false, 0, 0, 0, 0
 	}
-	var now int64
+	var now int64 // m.now(), written out: that call would not be inlined
 	if m.mono {
 		now = monotonic.Now()
 	} else {

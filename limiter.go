@@ -31,7 +31,8 @@ type Limiter struct {
 	// backend decides: keys, or the store behind its failure policy.
 	backend backend
 	// mem is backend when it is the keys in memory (no store, one
-	// policy): AllowN calls it directly, without the backend interface.
+	// policy): Allow and AllowN decide on it directly, without the
+	// backend interface.
 	mem   *memKeys
 	quota int64
 	// buckets is the bucketBackend of Bucket, nil when the policy is not

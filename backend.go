@@ -64,6 +64,16 @@ const undecided policy.Code = 255
 
 // decide is consume's decision on a key whose bucket was not replaced,
 // as Keys.Decide's results; for the others it returns undecided.
+//
+// A call that finds key in memory and decides there may race the key's
+// first ReplaceConfiguration, which copies the key's bucket into a
+// record: decided after the copy, the call would not count in the
+// record. So each such call looks again once it has decided: the copy
+// and the record's appearing are one step under the record store's lock,
+// which has() waits for, so a call that decided after the copy finds the
+// record and decides again there. One that decided before the copy may
+// count twice, in the copy and again: a rejection too many in that
+// instant, never an admission too many.
 func (m *memKeys) decide(key string, n int64) (code policy.Code, allowed bool, remaining, retryAfter, resetAfter, limit int64) {
 	if m.replaced.has(key) {
 		return undecided, false, 0, 0, 0, 0
@@ -74,14 +84,22 @@ func (m *memKeys) decide(key string, n int64) (code policy.Code, allowed bool, r
 	} else {
 		now = m.clock.Now()
 	}
-	return m.keys.Decide(key, now, n)
+	code, allowed, remaining, retryAfter, resetAfter, limit = m.keys.Decide(key, now, n)
+	if m.replaced.has(key) { // replaced meanwhile: see above
+		return undecided, false, 0, 0, 0, 0
+	}
+	return code, allowed, remaining, retryAfter, resetAfter, limit
 }
 
 func (m *memKeys) consume(ctx context.Context, key string, n int64) (policy.Result, error) {
 	if m.replaced.has(key) {
 		return m.replaced.consume(ctx, key, n)
 	}
-	return m.keys.Consume(key, m.now(), n), nil
+	res := m.keys.Consume(key, m.now(), n)
+	if m.replaced.has(key) { // replaced meanwhile: see decide
+		return m.replaced.consume(ctx, key, n)
+	}
+	return res, nil
 }
 
 func (m *memKeys) peek(ctx context.Context, key string, n int64) (policy.Result, error) {
@@ -97,6 +115,12 @@ func (m *memKeys) reserve(ctx context.Context, key string, n, maxWait int64) (po
 	}
 	now := m.now()
 	res, rc := m.keys.Reserve(key, now, n, maxWait)
+	if m.replaced.has(key) { // replaced meanwhile: see decide
+		if rc != nil {
+			m.keys.Cancel(key, now, rc)
+		}
+		return m.replaced.reserve(ctx, key, n, maxWait)
+	}
 	if rc == nil {
 		return res, now, nil, nil
 	}
@@ -277,6 +301,10 @@ func (m memBuckets) update(ctx context.Context, key string, f bucketFunc) (bucke
 	m.buckets.WithBucket(key, now, func(cfg *tokenbucket.Config, st tokenbucket.State) bool {
 		return f(cfg, st, now)
 	})
+	if m.mem != nil && m.mem.replaced.has(key) { // replaced meanwhile: see memKeys.decide; f's last run counts
+		_, err := memRecordBuckets{m.mem.replaced.mem}.update(ctx, key, f)
+		return m, err
+	}
 	return m, nil
 }
 

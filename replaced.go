@@ -21,10 +21,11 @@ import (
 // has refilled and the record expired, the key is a new bucket of the
 // limiter's policy again, as a store's key is.
 //
-// Until the first replacement, no call looks here but for one atomic
-// load. A call that runs on the key at the very time of its first
-// replacement may be decided on the bucket the replacement has just
-// carried over, and not count in the replaced one.
+// Until the first replacement, no call looks here but for two atomic
+// loads. A call that runs on the key in memory at the very time of its
+// first replacement looks again once it has decided, and decides again
+// on the record if the key moved meanwhile (see memKeys.decide), so that
+// no decision goes uncounted.
 type replacedKeys struct {
 	policy  Policy
 	clock   Clock

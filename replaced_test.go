@@ -3,6 +3,8 @@ package sluice_test
 import (
 	"context"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,5 +91,66 @@ func TestMemoryReplacedKeyExpires(t *testing.T) {
 	clock.Advance(time.Minute)
 	if r, _ := l.Allow(ctx, "k"); r.Limit != 10 || r.Remaining != 9 {
 		t.Errorf("Allow a minute later = %+v, want a new bucket of the policy: 9 of 10 left", r)
+	}
+}
+
+// TestMemoryReplaceConfigurationRace: calls on a key in memory while its
+// bucket is first replaced all count, in the bucket or in the record it
+// moves to: with no refill to speak of and the tokens carried over as
+// they are, no more than the capacity passes, however the calls and the
+// move interleave.
+func TestMemoryReplaceConfigurationRace(t *testing.T) {
+	ctx := context.Background()
+	const capacity, callers, each = 100, 8, 20
+	same := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(capacity, 1000*time.Hour)}}
+	for round := range 200 {
+		l, err := sluice.NewLimiter(sluice.BucketPolicy(same))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for c := range callers {
+			wg.Go(func() {
+				<-start
+				for i := range each {
+					var r sluice.Result
+					var err error
+					switch (c + i) % 3 {
+					case 0:
+						r, err = l.Allow(ctx, "k")
+					case 1:
+						r, err = l.AllowN(ctx, "k", 1)
+					default:
+						b, berr := l.Bucket("k")
+						if berr != nil {
+							t.Error(berr)
+							return
+						}
+						r, err = b.Allow(ctx)
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if r.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		b, err := l.Bucket("k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		close(start)
+		if err := b.ReplaceConfiguration(ctx, same, sluice.InheritAsIs); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if got := admitted.Load(); got > capacity {
+			t.Fatalf("round %d: %d calls passed a bucket of %d that refills once in 10 hours, racing its replacement", round, got, capacity)
+		}
 	}
 }

@@ -127,13 +127,7 @@ func TestReloadForgetsRemovedLimiters(t *testing.T) {
 func TestStartChecksStore(t *testing.T) {
 	redisURL := testserver.SharedRedis(t)
 	pgURL := testserver.SharedPostgres(t)
-	stopped, stop, err := testserver.StartRedis(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	stopped := "redis://" + testserver.ClosedAddr(t) + "/0" // where a stopped Redis was
 	const limiters = "limiters:\n  api: {policy: fixed_window, limit: 3, interval: 1 minute}\n"
 	refused := []struct{ name, yaml, want string }{
 		{"redis db 99", "store: " + strings.TrimSuffix(redisURL, "/0") + "/99\n", "DB index is out of range"},

@@ -109,13 +109,8 @@ func TestCheck(t *testing.T) {
 	redisURL := testserver.SharedRedis(t) // redis://127.0.0.1:PORT/0
 	pgURL := testserver.SharedPostgres(t)
 	mysqlHost := strings.TrimSuffix(strings.TrimPrefix(testserver.SharedMariaDB(t), "root@tcp("), ")/sluice")
-	stopped, stop, err := testserver.StartRedis(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	// Where a stopped server was: nothing listens, and nothing else can.
+	stopped := "redis://" + testserver.ClosedAddr(t) + "/0"
 	host := func(u string) string { return strings.Split(strings.TrimPrefix(u, "redis://"), "/")[0] }
 	// A Redis of its own that asks for a password.
 	locked := testserver.Redis(t)
@@ -126,13 +121,7 @@ func TestCheck(t *testing.T) {
 	rdb.Close()
 	awsEnv(t)
 	dynamo := testserver.SharedDynamo(t)
-	dynamoStopped, stopDynamo, err := testserver.StartDynamo(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stopDynamo(); err != nil {
-		t.Fatal(err)
-	}
+	dynamoStopped := "http://" + testserver.ClosedAddr(t)
 	tests := []struct {
 		name        string
 		url         string

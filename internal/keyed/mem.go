@@ -251,14 +251,23 @@ type bucketMachine interface{ Config() *tokenbucket.Config }
 // Buckets returns k as token buckets when its machine is one (a Single
 // over a BandwidthState, or a Multi over a State), else nil.
 func (k *Mem[S, M]) Buckets() Buckets {
-	m, ok := any(k.m).(bucketMachine)
+	if cfg := bucketConfig[S](k.m); cfg != nil {
+		return memBuckets[S, M]{k: k, cfg: cfg}
+	}
+	return nil
+}
+
+// bucketConfig returns m's configuration when m is a token-bucket machine
+// whose state S is a BandwidthState or a State, else nil.
+func bucketConfig[S any, M policy.Machine[S]](m M) *tokenbucket.Config {
+	bm, ok := any(m).(bucketMachine)
 	if !ok {
 		return nil
 	}
 	var zero S
 	switch any(&zero).(type) {
 	case *tokenbucket.BandwidthState, *tokenbucket.State:
-		return memBuckets[S, M]{k: k, cfg: m.Config()}
+		return bm.Config()
 	}
 	return nil
 }
@@ -277,31 +286,44 @@ func (b memBuckets[S, M]) WithBucket(key string, now int64, f func(cfg *tokenbuc
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	present, live := k.load(sh, key, now)
+	if withBucketState(cfg, &sh.cur, live, now, f) {
+		k.save(sh, key, present, now)
+	}
+}
+
+// withBucketState runs f on cur, a key's typed token-bucket state (a
+// BandwidthState or a State; a new bucket of cfg at now unless live), as
+// a tokenbucket.State, and reports whether f changed it, cur then holding
+// the change.
+func withBucketState[S any](cfg *tokenbucket.Config, cur *S, live bool, now int64, f func(cfg *tokenbucket.Config, st tokenbucket.State) bool) bool {
 	var buf [4]tokenbucket.BandwidthState
 	st := buf[:len(cfg.Bandwidths)]
 	if len(cfg.Bandwidths) > len(buf) {
 		st = make(tokenbucket.State, len(cfg.Bandwidths))
 	}
-	switch p := any(&sh.cur).(type) {
+	switch p := any(cur).(type) {
 	case *tokenbucket.BandwidthState:
 		if live {
 			st[0] = *p
 		} else {
 			tokenbucket.Init(cfg, st, now)
 		}
-		if f(cfg, st) {
-			*p = st[0]
-			k.save(sh, key, present, now)
+		if !f(cfg, st) {
+			return false
 		}
+		*p = st[0]
 	case *tokenbucket.State:
 		if live && len(*p) == len(st) {
 			copy(st, *p)
 		} else {
 			tokenbucket.Init(cfg, st, now)
 		}
-		if f(cfg, st) {
-			*p = append((*p)[:0], st...)
-			k.save(sh, key, present, now)
+		if !f(cfg, st) {
+			return false
 		}
+		*p = append((*p)[:0], st...) // cur's own array, which the table then keeps
+	default:
+		return false
 	}
+	return true
 }

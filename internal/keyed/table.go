@@ -483,14 +483,8 @@ func (k *Table[S, M]) Len() int {
 // Buckets returns k as token buckets when its machine is one (a Single
 // over a BandwidthState, or a Multi over a State), else nil.
 func (k *Table[S, M]) Buckets() Buckets {
-	m, ok := any(k.m).(bucketMachine)
-	if !ok {
-		return nil
-	}
-	var zero S
-	switch any(&zero).(type) {
-	case *tokenbucket.BandwidthState, *tokenbucket.State:
-		return tableBuckets[S, M]{k: k, cfg: m.Config()}
+	if cfg := bucketConfig[S](k.m); cfg != nil {
+		return tableBuckets[S, M]{k: k, cfg: cfg}
 	}
 	return nil
 }
@@ -511,32 +505,8 @@ func (b tableBuckets[S, M]) WithBucket(key string, now int64, f func(cfg *tokenb
 	defer sh.mu.Unlock()
 	i := k.load(sh, key, p, now)
 	live := i >= 0
-	var buf [4]tokenbucket.BandwidthState
-	st := buf[:len(cfg.Bandwidths)]
-	if len(cfg.Bandwidths) > len(buf) {
-		st = make(tokenbucket.State, len(cfg.Bandwidths))
-	}
-	switch ps := any(&sh.cur).(type) {
-	case *tokenbucket.BandwidthState:
-		if live {
-			st[0] = *ps
-		} else {
-			tokenbucket.Init(cfg, st, now)
-		}
-		if f(cfg, st) {
-			*ps = st[0]
-			k.store(sh, key, p, i, now)
-		}
-	case *tokenbucket.State:
-		if live && len(*ps) == len(st) {
-			copy(st, *ps)
-		} else {
-			tokenbucket.Init(cfg, st, now)
-		}
-		if f(cfg, st) {
-			*ps = append((*ps)[:0], st...) // the slot's own array, which store then keeps
-			k.store(sh, key, p, i, now)
-		}
+	if withBucketState(cfg, &sh.cur, live, now, f) {
+		k.store(sh, key, p, i, now)
 	}
 }
 

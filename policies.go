@@ -80,6 +80,9 @@ type machinePolicy[S any, M policy.Machine[S]] struct {
 	name string
 	m    M
 	err  error
+	// packed, when set, builds the in-memory keys over a smaller form of
+	// S that holds every state of m: fewer bytes per key.
+	packed func(maxKeys int) keyed.Keys
 }
 
 func (p machinePolicy[S, M]) String() string { return p.name }
@@ -95,6 +98,9 @@ func (p machinePolicy[S, M]) Window() time.Duration {
 func (p machinePolicy[S, M]) build(maxKeys int) (keyed.Keys, error) {
 	if p.err != nil {
 		return nil, p.err
+	}
+	if p.packed != nil {
+		return p.packed(maxKeys), nil
 	}
 	return keyed.NewTable[S](p.m, maxKeys), nil
 }
@@ -172,12 +178,16 @@ func AlignedFixedWindow(limit int64, interval time.Duration) Policy {
 // boundary burst of a fixed window with two counters of state per key.
 // It cannot reserve.
 func SlidingWindow(limit int64, interval time.Duration) Policy {
-	return machinePolicy[slidingwindow.State, slidingwindow.Config]{
+	p := machinePolicy[slidingwindow.State, slidingwindow.Config]{
 		kind: KindSlidingWindow,
 		name: fmt.Sprintf("%s(limit=%d, interval=%v)", KindSlidingWindow, limit, interval),
 		m:    slidingwindow.Config{Limit: limit, Interval: int64(interval)},
 		err:  checkLimit(KindSlidingWindow, "interval", limit, interval),
 	}
+	if m, ok := p.m.Packed(); ok {
+		p.packed = func(maxKeys int) keyed.Keys { return keyed.NewTable[slidingwindow.PackedState](m, maxKeys) }
+	}
+	return p
 }
 
 // SlidingLog is the exact sliding window: every accepted request is logged
@@ -268,7 +278,52 @@ func Compound(members ...Policy) Policy {
 		p.m.Members = append(p.m.Members, e)
 	}
 	p.name += ")"
+	if p.err != nil {
+		return p
+	}
+	return compactCompound(p)
+}
+
+// compactCompound returns the compound p in its word form when every
+// member's state is a few int64 words: a key's state is then an array in
+// the table's slot, 40 to 152 bytes with its key, where the byte form
+// holds encoded parts and their buffers on the heap (about 300 bytes a key
+// more, and an allocation per new key). The decisions are the same. Other
+// compounds (a sliding log or a compound among the members, or more than
+// 16 words) keep the byte form.
+func compactCompound(p machinePolicy[compound.State, compound.Config]) Policy {
+	n, ok := compound.WordsOf(p.m)
+	switch {
+	case !ok:
+		return p
+	case n <= 2:
+		return wordCompound[compound.W2](p)
+	case n <= 3:
+		return wordCompound[compound.W3](p)
+	case n <= 4:
+		return wordCompound[compound.W4](p)
+	case n <= 5:
+		return wordCompound[compound.W5](p)
+	case n <= 6:
+		return wordCompound[compound.W6](p)
+	case n <= 8:
+		return wordCompound[compound.W8](p)
+	case n <= 12:
+		return wordCompound[compound.W12](p)
+	case n <= 16:
+		return wordCompound[compound.W16](p)
+	}
 	return p
+}
+
+// wordCompound is the compound p over a WordState of array A, or p itself
+// if its members do not fit in A.
+func wordCompound[A any, P compound.Array[A]](p machinePolicy[compound.State, compound.Config]) Policy {
+	w, ok := compound.NewWords[A, P](p.m)
+	if !ok {
+		return p
+	}
+	return machinePolicy[compound.WordState[A], compound.Words[A, P]]{kind: p.kind, name: p.name, m: w}
 }
 
 // NoLimit lets everything through; Remaining and Limit are math.MaxInt64.
@@ -305,6 +360,9 @@ func singleBandwidth(kind Kind, limit int64, refill Refill, strict bool) Policy 
 		return p
 	}
 	p.m = tokenbucket.NewSingle(cfg.Bandwidths[0], strict)
+	if m, ok := p.m.Packed(); ok {
+		p.packed = func(maxKeys int) keyed.Keys { return keyed.NewTable[tokenbucket.PackedState](m, maxKeys) }
+	}
 	return p
 }
 

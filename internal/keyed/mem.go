@@ -266,7 +266,7 @@ func bucketConfig[S any, M policy.Machine[S]](m M) *tokenbucket.Config {
 	}
 	var zero S
 	switch any(&zero).(type) {
-	case *tokenbucket.BandwidthState, *tokenbucket.State:
+	case *tokenbucket.BandwidthState, *tokenbucket.PackedState, *tokenbucket.State:
 		return bm.Config()
 	}
 	return nil
@@ -292,9 +292,9 @@ func (b memBuckets[S, M]) WithBucket(key string, now int64, f func(cfg *tokenbuc
 }
 
 // withBucketState runs f on cur, a key's typed token-bucket state (a
-// BandwidthState or a State; a new bucket of cfg at now unless live), as
-// a tokenbucket.State, and reports whether f changed it, cur then holding
-// the change.
+// BandwidthState, a PackedState or a State; a new bucket of cfg at now
+// unless live), as a tokenbucket.State, and reports whether f changed it,
+// cur then holding the change.
 func withBucketState[S any](cfg *tokenbucket.Config, cur *S, live bool, now int64, f func(cfg *tokenbucket.Config, st tokenbucket.State) bool) bool {
 	var buf [4]tokenbucket.BandwidthState
 	st := buf[:len(cfg.Bandwidths)]
@@ -312,6 +312,20 @@ func withBucketState[S any](cfg *tokenbucket.Config, cur *S, live bool, now int6
 			return false
 		}
 		*p = st[0]
+	case *tokenbucket.PackedState:
+		if live {
+			st[0] = p.Unpack()
+		} else {
+			tokenbucket.Init(cfg, st, now)
+		}
+		if !f(cfg, st) {
+			return false
+		}
+		v, ok := tokenbucket.Pack(&st[0])
+		if !ok {
+			panic("sluice: internal error: an intervally bucket got a rounding error")
+		}
+		*p = v
 	case *tokenbucket.State:
 		if live && len(*p) == len(st) {
 			copy(st, *p)

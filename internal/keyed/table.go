@@ -481,7 +481,8 @@ func (k *Table[S, M]) Len() int {
 }
 
 // Buckets returns k as token buckets when its machine is one (a Single
-// over a BandwidthState, or a Multi over a State), else nil.
+// over a BandwidthState or a PackedState, or a Multi over a State), else
+// nil.
 func (k *Table[S, M]) Buckets() Buckets {
 	if cfg := bucketConfig[S](k.m); cfg != nil {
 		return tableBuckets[S, M]{k: k, cfg: cfg}

@@ -46,13 +46,19 @@ type Erased interface {
 	Window() int64
 }
 
-// Erase returns m as an Erased.
+// Erase returns m as an Erased, which is also a WordMachine when m is a
+// WordCodec[S].
 //
 // Each call decodes the state into a value of S taken from a pool, so a
 // machine with a fixed-size state costs no allocation once dst has room for
 // the encoding. m must not keep the *S it is given past a call, which no
 // pure state machine does.
 func Erase[S any](m Machine[S]) Erased {
+	if wc, ok := m.(WordCodec[S]); ok {
+		e := &wordErased[S]{erased: erased[S]{m: m}, wc: wc}
+		e.pool.New = func() any { return new(S) }
+		return e
+	}
 	e := &erased[S]{m: m}
 	e.pool.New = func() any { return new(S) }
 	return e

@@ -54,7 +54,7 @@ func TestErasedFixedWindow(t *testing.T) {
 			want:      policy.Result{Allowed: true, Remaining: 0, ResetAfter: 10, Limit: 3},
 			wantState: fwState(15, 3)},
 		{name: "above the limit is an argument error", op: "consume", now: 15, n: 4,
-			want:      policy.Result{Code: policy.TokensAboveLimit},
+			want:      policy.Result{Code: policy.TokensAboveLimit, Limit: 3},
 			wantState: fwState(15, 3)},
 		{name: "zero tokens is an argument error", op: "consume", now: 15, n: 0,
 			want:      policy.Result{Code: policy.NonPositiveTokens},

@@ -132,24 +132,33 @@ func (v *verdict) add(r policy.Result) {
 
 // result is the compound's answer, for the state s had before the call.
 func (c Config) result(v *verdict, s *State, exists bool, now int64) policy.Result {
+	res, rejected := v.result()
+	if rejected && exists {
+		res.ResetAfter = until(c.ExpiresAt(s), now)
+	}
+	return res
+}
+
+// result is the compound's answer but, when rejected is true, for its
+// ResetAfter: that is the time until the ExpiresAt of the key's state
+// before the call (0 for a key with none), which the caller, who holds
+// that state, sets. Both state forms share it.
+func (v *verdict) result() (res policy.Result, rejected bool) {
 	switch {
 	case v.code != policy.OK:
-		return policy.Result{Code: v.code}
+		return policy.Result{Code: v.code}, false
 	case !v.seen: // no member
-		return policy.Result{Allowed: true, Remaining: policy.Never, Limit: policy.Never}
+		return policy.Result{Allowed: true, Remaining: policy.Never, Limit: policy.Never}, false
 	case v.rejected:
-		res := v.res
+		res = v.res
 		res.Wait = 0
 		res.ResetAfter = 0
-		if exists {
-			res.ResetAfter = until(c.ExpiresAt(s), now)
-		}
-		return res
+		return res, true
 	}
-	res := v.res
+	res = v.res
 	res.ResetAfter = v.resetAfter
 	res.Wait = v.wait
-	return res
+	return res, false
 }
 
 // until is the time from now to at, 0 if at is past, saturated at
@@ -271,17 +280,13 @@ func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Re
 // undone as policy.Undo would undo that member alone, restored exactly
 // when nothing was taken from it since, else by its own Cancel.
 func (c Config) Cancel(s *State, now int64, r *policy.Receipt) bool {
-	var before, after State
-	if c.DecodeState(r.After, &after) != nil {
-		return false
-	}
-	if len(r.Before) != 0 && c.DecodeState(r.Before, &before) != nil {
+	before, after, ok := c.receiptParts(r)
+	if !ok {
 		return false
 	}
 	changed := false
 	for i, m := range c.Members {
-		mr := policy.Receipt{Tokens: r.Tokens, At: r.At, Due: r.Due,
-			Before: c.part(&before, len(r.Before) != 0, i), After: after.Parts[i]}
+		mr := c.memberReceipt(r, &before, &after, i)
 		next, ch := m.Cancel(c.part(s, true, i), now, &mr, nil)
 		if !ch {
 			continue
@@ -292,6 +297,25 @@ func (c Config) Cancel(s *State, now int64, r *policy.Receipt) bool {
 		s.Parts[i], changed = next, true
 	}
 	return changed
+}
+
+// receiptParts decodes the compound states before and after the
+// reservation r; ok is false when either does not decode.
+func (c Config) receiptParts(r *policy.Receipt) (before, after State, ok bool) {
+	if c.DecodeState(r.After, &after) != nil {
+		return State{}, State{}, false
+	}
+	if len(r.Before) != 0 && c.DecodeState(r.Before, &before) != nil {
+		return State{}, State{}, false
+	}
+	return before, after, true
+}
+
+// memberReceipt is member i's share of the reservation r, whose compound
+// states receiptParts decoded.
+func (c Config) memberReceipt(r *policy.Receipt, before, after *State, i int) policy.Receipt {
+	return policy.Receipt{Tokens: r.Tokens, At: r.At, Due: r.Due,
+		Before: c.part(before, len(r.Before) != 0, i), After: after.Parts[i]}
 }
 
 // ExpiresAt is the latest of the members' ExpiresAt, math.MinInt64 when no
@@ -343,35 +367,53 @@ func (c Config) AppendState(dst []byte, s *State) []byte {
 // number of parts than there are members is refused: it was written for
 // another compound.
 func (c Config) DecodeState(src []byte, s *State) error {
-	rest, err := policy.ReadHeader(src, policy.TagCompound)
+	rest, err := c.checkParts(src)
 	if err != nil {
 		return err
 	}
-	// First check the framing, so that *s is untouched on an error.
-	count := 0
-	for r := rest; len(r) > 0; count++ {
-		var l int64
-		if l, r, err = policy.ReadInt(r); err != nil {
-			return err
-		}
-		if l < 0 || l > int64(len(r)) {
-			return fmt.Errorf("%w: part %d of %d bytes, %d left", policy.ErrBadState, count, l, len(r))
-		}
-		r = r[l:]
-	}
-	if count != len(c.Members) {
-		return fmt.Errorf("%w: %d parts, want %d", policy.ErrBadState, count, len(c.Members))
-	}
 	parts := s.Parts[:0]
-	for range count {
-		l, r, _ := policy.ReadInt(rest)
+	for range c.Members {
+		var p []byte
+		p, rest = nextPart(rest)
 		var buf []byte
 		if len(parts) < cap(parts) {
 			buf = parts[:len(parts)+1][len(parts)][:0]
 		}
-		parts = append(parts, append(buf, r[:l]...))
-		rest = r[l:]
+		parts = append(parts, append(buf, p...))
 	}
 	s.Parts = parts
 	return nil
+}
+
+// checkParts checks the header and framing of src, an encoded compound
+// state, and that it has one part per member, and returns the parts,
+// which nextPart reads one at a time. Decoders check first, so that they
+// leave their state untouched on an error.
+func (c Config) checkParts(src []byte) ([]byte, error) {
+	rest, err := policy.ReadHeader(src, policy.TagCompound)
+	if err != nil {
+		return nil, err
+	}
+	count := 0
+	for r := rest; len(r) > 0; count++ {
+		var l int64
+		if l, r, err = policy.ReadInt(r); err != nil {
+			return nil, err
+		}
+		if l < 0 || l > int64(len(r)) {
+			return nil, fmt.Errorf("%w: part %d of %d bytes, %d left", policy.ErrBadState, count, l, len(r))
+		}
+		r = r[l:]
+	}
+	if count != len(c.Members) {
+		return nil, fmt.Errorf("%w: %d parts, want %d", policy.ErrBadState, count, len(c.Members))
+	}
+	return rest, nil
+}
+
+// nextPart returns the first part of parts that checkParts checked, and
+// the parts after it.
+func nextPart(parts []byte) (part, rest []byte) {
+	l, r, _ := policy.ReadInt(parts)
+	return r[:l], r[l:]
 }

@@ -263,23 +263,33 @@ func FuzzDecisions(f *testing.F) {
 		)
 		var s State
 		exists := false
-		now := int64(0)
-		for ; len(steps) >= fuzzStepLen; steps = steps[fuzzStepLen:] {
-			op := steps[0]
-			at := int64(binary.LittleEndian.Uint64(steps[1:]))
-			n := int64(binary.LittleEndian.Uint64(steps[9:]))
-			maxWait := int64(binary.LittleEndian.Uint64(steps[17:]))
-			if op&4 != 0 {
-				at = policy.SatAdd(now, at%64)
-			}
-			if op&8 != 0 {
-				n %= 8
-			}
-			if op&16 != 0 {
-				maxWait %= 128
-			}
-			now = at
+		eachStep(steps, func(op byte, now, n, maxWait int64) {
 			compoundStep(t, c, r, &s, &exists, op, now, n, maxWait)
-		}
+		})
 	})
+}
+
+// eachStep decodes fuzz steps of fuzzStepLen bytes and calls f with each
+// one's operation, time, tokens and maxWait. The operation's bits 4, 8
+// and 16 keep the time near the previous one, the tokens and the wait
+// small, so that most steps land where the decisions change.
+func eachStep(steps []byte, f func(op byte, now, n, maxWait int64)) {
+	now := int64(0)
+	for ; len(steps) >= fuzzStepLen; steps = steps[fuzzStepLen:] {
+		op := steps[0]
+		at := int64(binary.LittleEndian.Uint64(steps[1:]))
+		n := int64(binary.LittleEndian.Uint64(steps[9:]))
+		maxWait := int64(binary.LittleEndian.Uint64(steps[17:]))
+		if op&4 != 0 {
+			at = policy.SatAdd(now, at%64)
+		}
+		if op&8 != 0 {
+			n %= 8
+		}
+		if op&16 != 0 {
+			maxWait %= 128
+		}
+		now = at
+		f(op, now, n, maxWait)
+	}
 }

@@ -351,3 +351,38 @@ func BenchmarkConsume(b *testing.B) {
 		}
 	}
 }
+
+// TestPacked: the packed form answers as the machine, and refuses to
+// decode a state it cannot hold.
+func TestPacked(t *testing.T) {
+	for _, c := range []Config{{Limit: 3, Interval: 10}, {Limit: 1, Interval: 7}, {Limit: 5, Interval: 1000}, {Limit: math.MaxUint32, Interval: sec}} {
+		p, ok := c.Packed()
+		if !ok {
+			t.Fatalf("%+v does not pack", c)
+		}
+		policytest.Same(t, policy.Machine[State](c), policy.Machine[PackedState](p))
+		policytest.Run(t, policy.Machine[PackedState](p))
+	}
+	if _, ok := (Config{Limit: math.MaxUint32 + 1, Interval: sec}).Packed(); ok {
+		t.Error("a limit above MaxUint32 packs")
+	}
+	c := Config{Limit: 3, Interval: 10}
+	big := c.AppendState(nil, &State{Start: 1, Prev: math.MaxUint32 + 1})
+	var s PackedState
+	p, _ := c.Packed()
+	if err := p.DecodeState(big, &s); !errors.Is(err, policy.ErrBadState) {
+		t.Errorf("DecodeState of a count above MaxUint32: %v, want ErrBadState", err)
+	}
+}
+
+func BenchmarkConsumePacked(b *testing.B) {
+	cfg, _ := Config{Limit: 1_000_000, Interval: 60 * sec}.Packed()
+	s := PackedState{Start: t0, Prev: 500_000, Hits: 1}
+	now := t0 + 30*sec
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, changed := cfg.Consume(&s, true, now, 1); !changed {
+			s.Hits = 1
+		}
+	}
+}

@@ -1,8 +1,10 @@
 package tokenbucket
 
 import (
+	"errors"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policy/policytest"
 )
 
@@ -39,4 +41,29 @@ func FuzzDecodeState(f *testing.F) {
 			t.Fatalf("DecodeState(%x) = %+v, want 2 bandwidths", src, *s)
 		}
 	})
+}
+
+// TestPacked: an intervally bandwidth packs and answers as its Single; a
+// greedy one, whose states carry a rounding error, does not pack.
+func TestPacked(t *testing.T) {
+	for _, bw := range []Bandwidth{intervallyBW(3, 3, 25), intervallyBW(5, 1, 10), intervallyBW(6, 2, 30).withInitial(0), intervallyBW(1e9, 7, 1e9)} {
+		for _, strict := range []bool{true, false} {
+			m := NewSingle(bw, strict)
+			p, ok := m.Packed()
+			if !ok {
+				t.Fatalf("%+v does not pack", bw)
+			}
+			policytest.Same(t, policy.Machine[BandwidthState](m), policy.Machine[PackedState](p))
+			policytest.Run(t, policy.Machine[PackedState](p))
+		}
+	}
+	if _, ok := NewSingle(greedyBW(5, 2, 10), false).Packed(); ok {
+		t.Error("a greedy bandwidth packs")
+	}
+	m := NewSingle(intervallyBW(3, 3, 25), true)
+	p, _ := m.Packed()
+	var s PackedState
+	if err := p.DecodeState(m.AppendState(nil, &BandwidthState{LastRefill: 1, Size: 2, Err: 3}), &s); !errors.Is(err, policy.ErrBadState) {
+		t.Errorf("DecodeState of a rounding error: %v, want ErrBadState", err)
+	}
 }

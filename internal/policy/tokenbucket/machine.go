@@ -34,7 +34,7 @@ func (m Single) load(s *BandwidthState, exists bool, now int64) State {
 // Consume takes n tokens if they are there, as TryConsumeAndReturnRemaining.
 func (m Single) Consume(s *BandwidthState, exists bool, now, n int64) (policy.Result, bool) {
 	if code := m.check(n); code != policy.OK {
-		return policy.Result{Code: code}, false
+		return m.refusal(code), false
 	}
 	st := m.load(s, exists, now)
 	if !TryConsume(m.cfg, st, nil, now, n) {
@@ -117,6 +117,16 @@ func (m Single) Quota() int64 { return m.cfg.Bandwidths[0].Capacity }
 
 // Window is the time the bandwidth takes to refill from empty.
 func (m Single) Window() int64 { return m.cfg.Window() }
+
+// refusal is the result of an argument error: for tokens above the limit,
+// it says which limit.
+func (m Single) refusal(code policy.Code) policy.Result {
+	res := policy.Result{Code: code}
+	if code == policy.TokensAboveLimit {
+		res.Limit = m.cfg.Bandwidths[0].Capacity
+	}
+	return res
+}
 
 func (m Single) check(n int64) policy.Code {
 	switch {
@@ -281,6 +291,9 @@ func (m Multi) DecodeState(src []byte, s *State) error {
 // result describes st, after a decision for n tokens, as a policy result:
 // the numbers of TryConsumeAndReturnRemaining.
 func result(cfg *Config, st State, now int64, allowed bool, n int64) policy.Result {
+	if len(st) == 1 {
+		return result1(&cfg.Bandwidths[0], &st[0], now, allowed, n)
+	}
 	avail := Available(st)
 	res := policy.Result{
 		Allowed:    allowed,
@@ -293,6 +306,20 @@ func result(cfg *Config, st State, now int64, allowed bool, n int64) policy.Resu
 	}
 	if !allowed {
 		res.RetryAfter = Delay(cfg, st, n, now, true)
+	}
+	return res
+}
+
+// result1 is result for one bandwidth, without the folds over several.
+func result1(bw *Bandwidth, s *BandwidthState, now int64, allowed bool, n int64) policy.Result {
+	res := policy.Result{
+		Allowed:    allowed,
+		Remaining:  max(s.Size, 0),
+		ResetAfter: max(timeToFull(bw, s, now), 0),
+		Limit:      bw.Capacity,
+	}
+	if !allowed {
+		res.RetryAfter = max(delay(bw, s, n, now, true), 0)
 	}
 	return res
 }
@@ -315,6 +342,9 @@ func Reserve(cfg *Config, st State, now, n, maxWait int64) (policy.Result, bool)
 // there within maxWait (Never: no bound), overdrawing; changed means st must
 // be stored.
 func reserve(cfg *Config, st State, now, n, maxWait int64, code policy.Code) (policy.Result, bool) {
+	if code == policy.TokensAboveLimit { // only a Single's check says so: one bandwidth
+		return policy.Result{Code: code, Limit: cfg.Bandwidths[0].Capacity}, false
+	}
 	if code != policy.OK {
 		return policy.Result{Code: code}, false
 	}
@@ -343,15 +373,20 @@ func reserve(cfg *Config, st State, now, n, maxWait int64, code policy.Code) (po
 func expiresAt(cfg *Config, st State) int64 {
 	var at int64 = -Never - 1
 	for i := range cfg.Bandwidths {
-		bw, s := &cfg.Bandwidths[i], st[i]
-		if s.Size > bw.Capacity {
-			return Never // tokens forced in above the capacity are worth keeping
-		}
-		at = max(at, satAdd(s.LastRefill, timeToFull(bw, &s, s.LastRefill)))
-		if bw.Intervally {
-			periods := (bw.Capacity-1)/bw.RefillTokens + 2 // ceil(capacity/r) + 1
-			at = max(at, satAdd(s.LastRefill, policy.SatMul(periods, bw.Period)))
-		}
+		at = max(at, expiresAt1(&cfg.Bandwidths[i], st[i]))
+	}
+	return at
+}
+
+// expiresAt1 is expiresAt of one bandwidth.
+func expiresAt1(bw *Bandwidth, s BandwidthState) int64 {
+	if s.Size > bw.Capacity {
+		return Never // tokens forced in above the capacity are worth keeping
+	}
+	at := satAdd(s.LastRefill, timeToFull(bw, &s, s.LastRefill))
+	if bw.Intervally {
+		periods := (bw.Capacity-1)/bw.RefillTokens + 2 // ceil(capacity/r) + 1
+		at = max(at, satAdd(s.LastRefill, policy.SatMul(periods, bw.Period)))
 	}
 	return at
 }

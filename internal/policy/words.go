@@ -1,0 +1,147 @@
+package policy
+
+import "math"
+
+// WordCodec is implemented by a Machine[S] whose state is a fixed number
+// of int64 words, so that a caller holding the states of several machines
+// side by side (a compound policy in memory) can keep them as words, with
+// no encoding and no allocation per state, rather than as bytes.
+//
+// PutWords and GetWords are each other's inverse: GetWords(s, w) after
+// PutWords(w, s) gives back *s exactly. Neither checks the state: the
+// words are only ever ones PutWords wrote.
+type WordCodec[S any] interface {
+	// Words is the number of words of a state; the same for every state of
+	// the machine.
+	Words() int
+	// PutWords writes *s into w[:Words()].
+	PutWords(w []int64, s *S)
+	// GetWords sets *s from w[:Words()].
+	GetWords(s *S, w []int64)
+}
+
+// WordMachine is an Erased whose states can also be kept as words: Erase
+// returns one for a machine that implements WordCodec.
+//
+// The word methods take a state as w, of Words() words, and have: whether
+// w holds a state at all. As for Erased, a state past its ExpiresAt at the
+// call's now is no state. The methods that may change the state write the
+// new one over w when they report a change, and leave w as it was
+// otherwise.
+type WordMachine interface {
+	Erased
+	// Words is the number of words of a state.
+	Words() int
+	// ConsumeWords is Consume on a state held as words.
+	ConsumeWords(w []int64, have bool, now, n int64) (res Result, changed bool)
+	// ReserveWords is Reserve on a state held as words.
+	ReserveWords(w []int64, have bool, now, n, maxWait int64) (res Result, changed bool)
+	// PeekWords is Peek on a state held as words.
+	PeekWords(w []int64, have bool, now, n int64) Result
+	// CancelWords gives back the reservation r, as Undo does, writing the
+	// state over w when the outcome is Changed; at Dropped the key is back
+	// to no state.
+	CancelWords(w []int64, have bool, now int64, r *Receipt) Outcome
+	// ExpiresAtWords is ExpiresAt for a state held as words, math.MinInt64
+	// for no state.
+	ExpiresAtWords(w []int64, have bool) int64
+	// AppendWords appends the encoding of the state w, as the machine's
+	// AppendState writes it.
+	AppendWords(dst []byte, w []int64) []byte
+	// DecodeWords decodes src, as AppendState wrote it, into w. It reports
+	// false, leaving w in an unspecified state, when src does not decode:
+	// the state is then no state, as it is for Erased.
+	DecodeWords(w []int64, src []byte) bool
+}
+
+// wordErased is the Erased form of a Machine[S] that is also a
+// WordCodec[S]: the word methods decode w into a *S from the pool, as the
+// byte methods decode bytes.
+type wordErased[S any] struct {
+	erased[S]
+	wc WordCodec[S]
+}
+
+// loadWords takes a *S from the pool and sets it from w, as load does
+// from bytes: the zero S, and false, when there is no live state at now.
+// The caller must give s back with e.pool.Put.
+func (e *wordErased[S]) loadWords(w []int64, have bool, now int64) (s *S, exists bool) {
+	s = e.pool.Get().(*S)
+	if have {
+		e.wc.GetWords(s, w)
+		if e.m.ExpiresAt(s) > now {
+			return s, true
+		}
+	}
+	var zero S
+	*s = zero
+	return s, false
+}
+
+func (e *wordErased[S]) Words() int { return e.wc.Words() }
+
+func (e *wordErased[S]) ConsumeWords(w []int64, have bool, now, n int64) (Result, bool) {
+	s, exists := e.loadWords(w, have, now)
+	res, changed := e.m.Consume(s, exists, now, n)
+	if changed {
+		e.wc.PutWords(w, s)
+	}
+	e.pool.Put(s)
+	return res, changed
+}
+
+func (e *wordErased[S]) ReserveWords(w []int64, have bool, now, n, maxWait int64) (Result, bool) {
+	s, exists := e.loadWords(w, have, now)
+	res, changed := e.m.Reserve(s, exists, now, n, maxWait)
+	if changed {
+		e.wc.PutWords(w, s)
+	}
+	e.pool.Put(s)
+	return res, changed
+}
+
+func (e *wordErased[S]) PeekWords(w []int64, have bool, now, n int64) Result {
+	s, exists := e.loadWords(w, have, now)
+	res := e.m.Peek(s, exists, now, n)
+	e.pool.Put(s)
+	return res
+}
+
+func (e *wordErased[S]) CancelWords(w []int64, have bool, now int64, r *Receipt) Outcome {
+	s, exists := e.loadWords(w, have, now)
+	out := Undo(e.m, s, exists, now, r)
+	if out == Changed {
+		e.wc.PutWords(w, s)
+	}
+	e.pool.Put(s)
+	return out
+}
+
+func (e *wordErased[S]) ExpiresAtWords(w []int64, have bool) int64 {
+	if !have {
+		return math.MinInt64
+	}
+	s := e.pool.Get().(*S)
+	e.wc.GetWords(s, w)
+	at := e.m.ExpiresAt(s)
+	e.pool.Put(s)
+	return at
+}
+
+func (e *wordErased[S]) AppendWords(dst []byte, w []int64) []byte {
+	s := e.pool.Get().(*S)
+	e.wc.GetWords(s, w)
+	dst = e.m.AppendState(dst, s)
+	e.pool.Put(s)
+	return dst
+}
+
+func (e *wordErased[S]) DecodeWords(w []int64, src []byte) bool {
+	s := e.pool.Get().(*S)
+	ok := e.m.DecodeState(src, s) == nil
+	if ok {
+		e.wc.PutWords(w, s)
+	}
+	e.pool.Put(s)
+	return ok
+}

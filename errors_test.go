@@ -108,3 +108,34 @@ func TestTokensAboveLimit(t *testing.T) {
 		t.Errorf("sliding window: AllowN(4) = %+v, %v, want rejected with RetryAfter Never", r, err)
 	}
 }
+
+// TestTokensAboveLimitQuotesTheKeysLimit: the error names the limit that
+// refused the tokens, a key's own bucket or plan, not the default policy's.
+func TestTokensAboveLimitQuotesTheKeysLimit(t *testing.T) {
+	ctx := context.Background()
+	want := func(t *testing.T, err error, limit string) {
+		t.Helper()
+		var ae *sluice.ArgumentError
+		if !errors.As(err, &ae) || !errors.Is(err, sluice.ErrTokensAboveLimit) || ae.Want != "must not exceed the limit "+limit {
+			t.Errorf("got %v, want tokens above the limit %s", err, limit)
+		}
+	}
+	l, _ := sluice.NewLimiter(sluice.TokenBucket(10, 1, time.Second))
+	b, err := l.Bucket("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ReplaceConfiguration(ctx, sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Capacity(5, sluice.Intervally(1, time.Second))}}, sluice.InheritAsIs); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.AllowN(ctx, "k", 6)
+	want(t, err, "5")
+	_, err = l.ReserveN(ctx, "k", 6, time.Second)
+	want(t, err, "5")
+
+	plans, _ := sluice.NewLimiter(sluice.FixedWindow(10, time.Second), sluice.WithPolicyFor(func(context.Context, string) (sluice.Policy, error) {
+		return sluice.FixedWindow(3, time.Second), nil
+	}))
+	_, err = plans.AllowN(ctx, "k", 4)
+	want(t, err, "3")
+}

@@ -132,12 +132,17 @@ func compileStored(c *tokenbucket.Config) (*tokenbucket.Config, error) { return 
 // Policy returns the limiter's policy.
 func (l *Limiter) Policy() Policy { return l.policy }
 
-// limiterError turns a policy's argument error into an error for op.
+// limiterError turns a policy's argument error into an error for op. The
+// limit quoted for tokens above it is the one the policy names, else
+// limit: a key may have a bucket or a plan of its own.
 func limiterError(op string, r policy.Result, n, maxWait, limit int64) error {
 	switch r.Code {
 	case policy.OK:
 		return nil
 	case policy.TokensAboveLimit:
+		if r.Limit > 0 {
+			limit = r.Limit
+		}
 		return &ArgumentError{Op: op, Arg: "tokens", Value: n, Want: fmt.Sprintf("must not exceed the limit %d", limit),
 			kind: ErrTokensAboveLimit}
 	case policy.NonPositiveMaxWait:
@@ -155,7 +160,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 	// memory) copies it whole, and the CPU cannot forward that copy from
 	// the stores that filled it, a stall of about 5 ns.
 	m := l.mem
-	if m == nil || l.listener != nil {
+	if m == nil {
 		return l.AllowN(ctx, key, 1)
 	}
 	if err := ctx.Err(); err != nil {
@@ -163,13 +168,14 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 	}
 	code, allowed, remaining, retryAfter, resetAfter, limit := m.decide(key, 1)
 	if code == policy.OK {
+		notify(l.listener, allowed, 1)
 		return Result{Allowed: allowed, Remaining: remaining, RetryAfter: time.Duration(retryAfter),
 			ResetAfter: time.Duration(resetAfter), Limit: limit}, nil
 	}
 	if code == undecided {
 		return l.AllowN(ctx, key, 1)
 	}
-	return Result{}, limiterError("Limiter.AllowN", policy.Result{Code: code}, 1, 0, l.quota)
+	return Result{}, limiterError("Limiter.AllowN", policy.Result{Code: code, Limit: limit}, 1, 0, l.quota)
 }
 
 // AllowN decides whether n tokens may pass for key now, taking them if so.
@@ -187,13 +193,13 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 		// in registers (Keys.Decide): together about 30 ns of CPU a
 		// decision on 1k keys.
 		code, allowed, remaining, retryAfter, resetAfter, limit := m.decide(key, n)
-		if code == policy.OK && l.listener == nil {
+		if code == policy.OK {
+			notify(l.listener, allowed, n)
 			return Result{Allowed: allowed, Remaining: remaining, RetryAfter: time.Duration(retryAfter),
 				ResetAfter: time.Duration(resetAfter), Limit: limit}, nil
 		}
 		if code != undecided {
-			return l.allowed(policy.Result{Code: code, Allowed: allowed, Remaining: remaining,
-				RetryAfter: retryAfter, ResetAfter: resetAfter, Limit: limit}, n)
+			return Result{}, limiterError("Limiter.AllowN", policy.Result{Code: code, Limit: limit}, n, 0, l.quota)
 		}
 	}
 	r, err := l.backend.consume(ctx, key, n)

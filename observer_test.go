@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/observertest"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -90,6 +91,11 @@ func TestObserverLimiter(t *testing.T) {
 	if got := countsOf(counting); got.consumed != 5 || got.rejected != 1 {
 		t.Errorf("listener counts = %+v, want 5 consumed and 1 rejected", got)
 	}
+
+	if _, err := l.AllowN(ctx, "j", 2); err != nil {
+		t.Fatal(err)
+	}
+	checkEvents(t, "AllowN(j, 2)", rec.take(), []sluice.Event{{Kind: sluice.EventAllowed, Tokens: 2}})
 
 	b, err := l.Bucket("other")
 	if err != nil {
@@ -172,20 +178,8 @@ func BenchmarkObserver(b *testing.B) {
 		{"observer=nop", []sluice.LimiterOption{sluice.WithObserver(nopObserver{})}},
 		{"observer=nop+listener", []sluice.LimiterOption{sluice.WithObserver(nopObserver{}), sluice.WithListener(&sluice.CountingListener{})}},
 	}
-	ctx := context.Background()
 	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) {
-			clock := sluice.NewFakeClock(t0)
-			l, err := sluice.NewLimiter(sluice.TokenBucket(1000, 1e9, time.Second), append(c.opts, sluice.WithClock(clock))...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				clock.Advance(2)
-				l.Allow(ctx, "k")
-			}
-		})
+		b.Run(c.name, func(b *testing.B) { observertest.BenchAllow(b, c.opts...) })
 	}
 }
 

@@ -26,7 +26,7 @@ type Code uint8
 const (
 	OK                  Code = iota
 	NonPositiveTokens        // n ≤ 0
-	TokensAboveLimit         // n > the limit, where the policy treats that as an error rather than a rejection
+	TokensAboveLimit         // n > the limit, where the policy treats that as an error rather than a rejection; Result.Limit is that limit
 	NonPositiveMaxWait       // a reservation's maxWait < 0
 	ReserveNotSupported      // the policy cannot reserve (sliding log, sliding window, ...)
 )

@@ -125,6 +125,16 @@ func (c Config) result(s *State, now int64, allowed bool, retryAfter int64) poli
 	}
 }
 
+// refusal is the result of an argument error: for tokens above the limit,
+// it says which limit.
+func (c Config) refusal(code policy.Code) policy.Result {
+	res := policy.Result{Code: code}
+	if code == policy.TokensAboveLimit {
+		res.Limit = c.Limit
+	}
+	return res
+}
+
 func (c Config) check(n int64) policy.Code {
 	switch {
 	case n <= 0:
@@ -139,7 +149,7 @@ func (c Config) check(n int64) policy.Code {
 // Limit is an argument error, as in Symfony.
 func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, bool) {
 	if code := c.check(n); code != policy.OK {
-		return policy.Result{Code: code}, false
+		return c.refusal(code), false
 	}
 	next := *s
 	c.roll(&next, exists, now)
@@ -173,7 +183,7 @@ func (c Config) Peek(s *State, exists bool, now, n int64) policy.Result {
 // Hits that would not fit in an int64 are refused with RetryAfter Never.
 func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Result, bool) {
 	if code := c.check(n); code != policy.OK {
-		return policy.Result{Code: code}, false
+		return c.refusal(code), false
 	}
 	if maxWait < 0 {
 		return policy.Result{Code: policy.NonPositiveMaxWait}, false

@@ -316,6 +316,9 @@ func TestArgumentErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			want := policy.Result{Code: tt.want}
+			if tt.want == policy.TokensAboveLimit {
+				want.Limit = c.Limit // the limit the tokens are above
+			}
 			for _, exists := range []bool{false, true} {
 				s := tt.s
 				var res policy.Result

@@ -388,12 +388,12 @@ func (s *Service) decide(ctx context.Context, st *state, domain string, checks [
 			c.status = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 			continue
 		case r.limiter != "":
-			c.key = cut(descriptorKey(domain, c.desc.GetEntries(), nil))
+			c.key = cut(descriptorKey("", domain, c.desc.GetEntries(), nil, 0))
 		default:
 			// The unit is part of the key: a limit override may count the
 			// same descriptor per minute in one request and per hour in
 			// another, in windows that must not mix.
-			c.key = cut(set.CacheKeyPrefix + descriptorKey(domain, c.desc.GetEntries(), c.match.share) + "|" + strconv.FormatInt(unitSeconds(r.unit), 10))
+			c.key = cut(descriptorKey(set.CacheKeyPrefix, domain, c.desc.GetEntries(), c.match.share, unitSeconds(r.unit)))
 		}
 		c.stats = s.opts.metrics.of(domain, c.match.statKey)
 		c.stats.add(totalHits, c.hits)
@@ -401,17 +401,21 @@ func (s *Service) decide(ctx context.Context, st *state, domain string, checks [
 	// Windows already over their limit in the local cache are not
 	// counted again; with StopCacheKeyIncrementWhenOverlimit, they stop
 	// the count of every other window of the request.
-	localOver := make([]bool, len(checks))
+	var buf [2 * 8]bool // a request seldom has more than 8 descriptors
+	flags := buf[:]
+	if len(checks) > len(buf)/2 {
+		flags = make([]bool, 2*len(checks))
+	}
+	localOver, goesOver := flags[:len(checks)], flags[len(checks):2*len(checks)]
 	anyLocal := false
 	for i, c := range checks {
-		if c.isCounter() && st.over.has(c.windowKey(now), now) {
+		if c.isCounter() && st.over != nil && st.over.has(c.windowKey(now), now) {
 			localOver[i], anyLocal = true, true
 		}
 	}
 	// With StopCacheKeyIncrementWhenOverlimit and nothing in the local
 	// cache, the windows are read first: when some would go over, only
 	// those are counted.
-	goesOver := make([]bool, len(checks))
 	anyOver := false
 	if set.StopCacheKeyIncrementWhenOverlimit && !anyLocal {
 		for i, c := range checks {
@@ -475,7 +479,12 @@ func (c check) isCounter() bool { return c.match.rule != nil && c.match.rule.lim
 func (s *Service) count(ctx context.Context, c check, now int64, n uint64) (uint64, error) {
 	length := unitSeconds(c.match.rule.unit)
 	start := windowStart(now, length)
-	tctx, cancel := context.WithTimeout(ctx, s.opts.timeout)
+	// A caller's deadline within the timeout already bounds the call (Envoy
+	// gives each call one of 20 ms by default): no timer of our own.
+	tctx, cancel := ctx, context.CancelFunc(func() {})
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.opts.timeout {
+		tctx, cancel = context.WithTimeout(ctx, s.opts.timeout)
+	}
 	after, err := add(tctx, s.opts.store, c.key, start, length, now, n)
 	cancel()
 	if err == nil || ctx.Err() != nil {
@@ -760,11 +769,18 @@ func clamp32(n int64) uint32 {
 	return uint32(min(max(n, 0), math.MaxUint32))
 }
 
-// descriptorKey returns the key of a descriptor of domain: the domain and
-// the entries, escaped, as "domain|key=value|key=value". An entry whose
-// share is not "" (share_threshold) has that pattern for its value.
-func descriptorKey(domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry, share []string) string {
+// descriptorKey returns the key of a descriptor of domain: prefix, then
+// the domain and the entries, escaped, as "domain|key=value|key=value",
+// then "|unit" unless unit is 0. An entry whose share is not ""
+// (share_threshold) has that pattern for its value.
+func descriptorKey(prefix, domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry, share []string, unit int64) string {
 	var b strings.Builder
+	n := len(prefix) + len(domain) + 21 // the unit's '|' and up to 20 digits
+	for _, e := range entries {
+		n += 2 + len(e.GetKey()) + len(e.GetValue())
+	}
+	b.Grow(n) // one allocation, unless escapes or a shared value lengthen it
+	b.WriteString(prefix)
 	b.WriteString(escape(domain))
 	for i, e := range entries {
 		b.WriteByte('|')
@@ -775,6 +791,11 @@ func descriptorKey(domain string, entries []*ratelimitv3.RateLimitDescriptor_Ent
 		} else {
 			b.WriteString(escape(e.GetValue()))
 		}
+	}
+	if unit != 0 {
+		b.WriteByte('|')
+		var d [20]byte
+		b.Write(strconv.AppendInt(d[:0], unit, 10))
 	}
 	return b.String()
 }

@@ -648,6 +648,51 @@ envoy:
 	}
 }
 
+// hangingStore never answers: fault injection for a store that hangs.
+type hangingStore struct{}
+
+func (hangingStore) Update(ctx context.Context, _ string, _ driver.UpdateFunc) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestStoreTimeout: a rate_limit window's store call ends at the store
+// timeout, or at the caller's deadline when that comes first, whichever
+// the caller set.
+func TestStoreTimeout(t *testing.T) {
+	const doc = `
+envoy:
+  - domain: d
+    descriptors:
+      - {key: window, rate_limit: {unit: minute, requests_per_unit: 2}}
+`
+	const timeout = 200 * time.Millisecond
+	f := newFixture(t, doc, nil, nil, envoyrls.WithStore(hangingStore{}), envoyrls.WithStoreTimeout(timeout))
+	for _, tt := range []struct {
+		name     string
+		deadline time.Duration // 0: none
+		min, max time.Duration
+		code     codes.Code
+	}{
+		{"no deadline", 0, timeout, 10 * timeout, codes.Unavailable},
+		{"a later deadline", time.Hour, timeout, 10 * timeout, codes.Unavailable},
+		{"an earlier deadline", timeout / 4, timeout / 4, timeout - time.Millisecond, codes.DeadlineExceeded},
+	} {
+		ctx := context.Background()
+		if tt.deadline > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, tt.deadline)
+			defer cancel()
+		}
+		start := time.Now()
+		_, err := f.client.ShouldRateLimit(ctx, req("d", desc("window", "x")))
+		took := time.Since(start)
+		if status.Code(err) != tt.code || took < tt.min || took > tt.max {
+			t.Errorf("%s: %v after %v, want code %v within [%v, %v]", tt.name, err, took, tt.code, tt.min, tt.max)
+		}
+	}
+}
+
 // allowRequestLimits are the settings that honour a request's limit
 // override, as envoyproxy/ratelimit does.
 var allowRequestLimits = func() envoyrls.Settings {

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -655,6 +656,13 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 			// refused for its size: rate-limit requests are small.
 			grpc.InitialWindowSize(grpcStreamWindow), grpc.InitialConnWindowSize(grpcConnWindow),
 			grpc.MaxConcurrentStreams(uint32(min(gl.MaxConcurrentStreams, math.MaxUint32))),
+			// Calls run on workers that keep their grown stacks, where a
+			// goroutine per call grew a new one each time: copystack was
+			// 5-10% of the server's CPU under the load test, and the
+			// workers save 4-8% of its CPU per decision
+			// (docs/benchmarks.md). A call that finds every worker busy
+			// gets a goroutine of its own, as without workers.
+			grpc.NumStreamWorkers(uint32(16 * runtime.GOMAXPROCS(0))),
 			grpc.ConnectionTimeout(gl.HandshakeTimeout),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: gl.MinPingInterval, PermitWithoutStream: true}),
 			grpc.KeepaliveParams(keepalive.ServerParameters{

@@ -33,7 +33,9 @@ import (
 // Besides the metrics of runWorkers it reports rtt/decision, the commands
 // and pipelines the client sent (each is one round trip), and
 // cmds/decision, the top-level commands the server ran by INFO
-// commandstats.
+// commandstats. cpu-ns/decision is the CPU time of this process (user and
+// system, every thread: the callers, the client, the GC) over the timed
+// decisions, not the server's: the client-side work of a decision.
 func BenchmarkRedis(b *testing.B) {
 	url := testserver.SharedRedis(b)
 	opt, err := redis.ParseURL(url)
@@ -100,8 +102,13 @@ func BenchmarkRedis(b *testing.B) {
 					}
 					before := commandStats(b, client)
 					hook.n.Store(0)
+					cpu0, cpuOK := processCPU()
 					runWorkers(b, z, ks.keys, impl.fn)
+					cpu1, _ := processCPU()
 					rtt := hook.n.Load()
+					if cpuOK {
+						b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/decision")
+					}
 					after := commandStats(b, client)
 					b.ReportMetric(float64(rtt)/float64(b.N), "rtt/decision")
 					b.ReportMetric(float64(topLevel(before, after, inner))/float64(b.N), "cmds/decision")

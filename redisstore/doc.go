@@ -51,8 +51,9 @@
 // By default one goroutine, started by New and stopped by [Store.Close],
 // sends the commands of all callers: whatever is queued while a pipeline
 // is in flight goes out together in the next (at most 256 commands), and
-// a command queued while nothing is in flight goes out at once, with no
-// timer. Under concurrency that is far fewer round trips and system calls
+// a command queued while nothing is in flight goes out at once, on its own
+// (go-redis's Process, so a client's hooks see it as a command, not a
+// pipeline), with no timer. Under concurrency that is far fewer round trips and system calls
 // than one per command; [WithPipelining](false) sends each command on its
 // own instead. Either way a caller's context is honoured: a call whose
 // context ends before its command was sent returns ctx.Err(); after it was

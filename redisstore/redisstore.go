@@ -22,7 +22,8 @@ import (
 // and any redis.UniversalClient value satisfy it. *redis.Ring satisfies
 // it too but is not supported: its shards are not tested here.
 type Client interface {
-	// Process sends one command: GET, EVALSHA, DEL, PING and TIME.
+	// Process sends one command: GET, EVALSHA, DEL, PING and TIME, on
+	// its own or, when pipelining is on, as a batch of one.
 	Process(ctx context.Context, cmd redis.Cmder) error
 	// Pipelined sends many commands together, when pipelining is on.
 	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
@@ -46,6 +47,10 @@ var (
 	//go:embed cas.lua
 	casScript string
 	casSHA    = func() string { h := sha1.Sum([]byte(casScript)); return hex.EncodeToString(h[:]) }()
+	// casSHAArg and noBytes are casSHA and an empty expected state as
+	// arguments, boxed once rather than on every compare-and-swap.
+	casSHAArg any = casSHA
+	noBytes   any = []byte{}
 )
 
 // Option configures a Store.
@@ -240,11 +245,11 @@ func (c *redisCAS) CompareAndSwapRead(ctx context.Context, key string, old, next
 	if ttl%time.Millisecond != 0 {
 		ms++
 	}
-	flag, expected := "1", old
+	var flag, expected any = "1", old
 	if old == nil {
-		flag, expected = "0", []byte{}
+		flag, expected = "0", noBytes
 	}
-	args := []any{"evalsha", casSHA, 1, c.prefix + key, flag, expected, next, ms}
+	args := []any{"evalsha", casSHAArg, 1, c.prefix + key, flag, expected, next, ms}
 	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	sent, err := c.exec(ctx, cmd)

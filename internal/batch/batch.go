@@ -149,11 +149,10 @@ func (b *Batch[T]) Join() []T {
 // is taken into a batch, Add waits for the batch, which ends by item's
 // deadline.
 func (b *Batcher[T]) Add(ctx context.Context, key string, item T, deadline time.Time) error {
-	c := &call[T]{item: item, deadline: deadline}
 	sh := &b.shards[maphash.String(b.seed, key)&(shardCount-1)]
 	sh.mu.Lock()
 	if q, busy := sh.inflight[key]; busy {
-		c.done = make(chan struct{})
+		c := &call[T]{item: item, deadline: deadline, done: make(chan struct{})}
 		*q = append(*q, c)
 		sh.mu.Unlock()
 		timer := time.NewTimer(time.Until(deadline))
@@ -176,17 +175,30 @@ func (b *Batcher[T]) Add(ctx context.Context, key string, item T, deadline time.
 		}
 		return c.err
 	}
-	q := make([]*call[T], 0, 4)
+	l := &leader[T]{c: call[T]{item: item, deadline: deadline}}
+	l.q = l.qbuf[:0]
 	if sh.inflight == nil { // made at the shard's first use: a Batcher per key costs no map per shard
 		sh.inflight = make(map[string]*[]*call[T])
 	}
-	sh.inflight[key] = &q
+	sh.inflight[key] = &l.q
 	sh.mu.Unlock()
-	bt := &Batch[T]{b: b, key: key, sh: sh}
-	bt.one[0], bt.oneItem[0] = c, item
+	bt := &l.bt
+	bt.b, bt.key, bt.sh = b, key, sh
+	bt.one[0], bt.oneItem[0] = &l.c, item
 	bt.calls, bt.items = bt.one[:1:1], bt.oneItem[:1:1]
 	b.lead(ctx, bt)
-	return c.err
+	return l.c.err
+}
+
+// A leader is what Add needs to lead a batch of its own call, in one
+// allocation rather than four: the call, its batch and the key's queue,
+// with room for a few waiting calls before the queue needs an array of
+// its own.
+type leader[T any] struct {
+	c    call[T]
+	bt   Batch[T]
+	q    []*call[T]
+	qbuf [4]*call[T]
 }
 
 // lead runs bt, whose first call is the calling goroutine's own, then

@@ -52,9 +52,27 @@ func readBad(t *testing.T, data []byte) badFile {
 // TestLoadBad loads every testdata/*.bad.yaml, one per rule of the format,
 // and checks the error its first line announces.
 func TestLoadBad(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.bad.yaml")
+	checkBad(t, "testdata/*.bad.yaml", "Load", func(_ string, data []byte) (any, error) { return config.Load(data) },
+		func(t *testing.T, _ string, err error, e *config.Error) {
+			if !strings.HasPrefix(err.Error(), "config: ") {
+				t.Errorf("Load error = %q, want it to start with config: ", err)
+			}
+			if e.Path != "" && !strings.Contains(err.Error(), e.Path+" (line ") {
+				t.Errorf("Load error = %q, want the path %q before the line", err, e.Path)
+			}
+		})
+}
+
+// checkBad loads every file of glob with load (called name in messages)
+// and checks the error its first line announces (readBad): a *config.Error
+// at that line that contains the text and matches sluice.ErrInvalidConfig
+// as announced. extra checks what is particular to the loader.
+func checkBad(t *testing.T, glob, name string, load func(file string, data []byte) (any, error),
+	extra func(t *testing.T, file string, err error, e *config.Error)) {
+	t.Helper()
+	files, err := filepath.Glob(glob)
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no testdata/*.bad.yaml: %v", err)
+		t.Fatalf("no %s: %v", glob, err)
 	}
 	for _, file := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(file), ".bad.yaml"), func(t *testing.T) {
@@ -63,26 +81,24 @@ func TestLoadBad(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := readBad(t, data)
-			f, err := config.Load(data)
+			got, err := load(file, data)
 			if err == nil {
-				t.Fatalf("Load = %v, nil; want error %q", f, want.want)
+				t.Fatalf("%s = %v, nil; want error %q", name, got, want.want)
 			}
 			var e *config.Error
 			if !errors.As(err, &e) {
-				t.Fatalf("Load error %T (%v) is not a *config.Error", err, err)
+				t.Fatalf("%s error %T (%v) is not a *config.Error", name, err, err)
 			}
-			if !strings.HasPrefix(err.Error(), "config: ") || !strings.Contains(err.Error(), want.want) {
-				t.Errorf("Load error = %q, want it to contain %q", err, want.want)
+			if !strings.Contains(err.Error(), want.want) {
+				t.Errorf("%s error = %q, want it to contain %q", name, err, want.want)
 			}
 			if e.Line != want.line {
-				t.Errorf("Load error line = %d, want %d", e.Line, want.line)
-			}
-			if e.Path != "" && !strings.Contains(err.Error(), e.Path+" (line ") {
-				t.Errorf("Load error = %q, want the path %q before the line", err, e.Path)
+				t.Errorf("%s error line = %d, want %d", name, e.Line, want.line)
 			}
 			if got := errors.Is(err, sluice.ErrInvalidConfig); got != want.invalid {
 				t.Errorf("errors.Is(%v, sluice.ErrInvalidConfig) = %v, want %v", err, got, want.invalid)
 			}
+			extra(t, file, err, e)
 		})
 	}
 }

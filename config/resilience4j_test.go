@@ -2,14 +2,12 @@ package config_test
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/resilience"
 )
@@ -17,39 +15,12 @@ import (
 // TestLoadResilience4jBad loads every testdata/resilience4j/*.bad.yaml and
 // checks the error its first line announces, as TestLoadBad does.
 func TestLoadResilience4jBad(t *testing.T) {
-	files, err := filepath.Glob("testdata/resilience4j/*.bad.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no testdata/resilience4j/*.bad.yaml: %v", err)
-	}
-	for _, file := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(file), ".bad.yaml"), func(t *testing.T) {
-			data, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := readBad(t, data)
-			r, err := config.LoadResilience4jFile(file)
-			if err == nil {
-				t.Fatalf("LoadResilience4jFile = %+v, nil; want error %q", r, want.want)
-			}
-			var e *config.Error
-			if !errors.As(err, &e) {
-				t.Fatalf("LoadResilience4jFile error %T (%v) is not a *config.Error", err, err)
-			}
+	checkBad(t, "testdata/resilience4j/*.bad.yaml", "LoadResilience4jFile", func(file string, _ []byte) (any, error) { return config.LoadResilience4jFile(file) },
+		func(t *testing.T, file string, err error, e *config.Error) {
 			if e.File != file {
 				t.Errorf("LoadResilience4jFile error = %q, want it to name the file %s", err, file)
 			}
-			if !strings.Contains(err.Error(), want.want) {
-				t.Errorf("LoadResilience4jFile error = %q, want it to contain %q", err, want.want)
-			}
-			if e.Line != want.line {
-				t.Errorf("LoadResilience4jFile error line = %d, want %d", e.Line, want.line)
-			}
-			if got := errors.Is(err, sluice.ErrInvalidConfig); got != want.invalid {
-				t.Errorf("errors.Is(%v, sluice.ErrInvalidConfig) = %v, want %v", err, got, want.invalid)
-			}
 		})
-	}
 }
 
 func TestLoadResilience4jGood(t *testing.T) {

@@ -88,6 +88,13 @@ func loadWith(data []byte, sections map[string]Section) (*File, error) {
 // LoadFileWith reads the file at path and loads it with LoadWith. Its
 // *Error values have File set to path, as LoadFile's do.
 func LoadFileWith(path string, sections map[string]Section) (*File, error) {
+	return loadFile(path, func(data []byte) (*File, error) { return LoadWith(data, sections) })
+}
+
+// loadFile reads the file at path and decodes it with load, setting File
+// on its *Error.
+func loadFile[T any](path string, load func([]byte) (T, error)) (T, error) {
+	var zero T
 	data, err := os.ReadFile(path)
 	if err != nil {
 		msg := err.Error()
@@ -95,16 +102,16 @@ func LoadFileWith(path string, sections map[string]Section) (*File, error) {
 		if errors.As(err, &pe) {
 			msg = pe.Op + ": " + pe.Err.Error()
 		}
-		return nil, &Error{File: path, Msg: msg, Err: err}
+		return zero, &Error{File: path, Msg: msg, Err: err}
 	}
-	f, err := LoadWith(data, sections)
+	v, err := load(data)
 	var e *Error
 	if errors.As(err, &e) {
 		withFile := *e
 		withFile.File = path
-		return nil, &withFile
+		return zero, &withFile
 	}
-	return f, err
+	return v, err
 }
 
 // NodeError returns an *Error at path for node n (nil when there is no

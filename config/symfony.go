@@ -3,9 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"math"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -67,29 +65,6 @@ func LoadSymfony(data []byte) (*File, error) {
 // LoadSymfonyFile reads the file at path and loads it with LoadSymfony. Its
 // *Error values have File set to path, as LoadFile's do.
 func LoadSymfonyFile(path string) (*File, error) { return loadFile(path, LoadSymfony) }
-
-// loadFile reads the file at path and decodes it with load, setting File
-// on its *Error.
-func loadFile[T any](path string, load func([]byte) (T, error)) (T, error) {
-	var zero T
-	data, err := os.ReadFile(path)
-	if err != nil {
-		msg := err.Error()
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			msg = pe.Op + ": " + pe.Err.Error()
-		}
-		return zero, &Error{File: path, Msg: msg, Err: err}
-	}
-	v, err := load(data)
-	var e *Error
-	if errors.As(err, &e) {
-		withFile := *e
-		withFile.File = path
-		return zero, &withFile
-	}
-	return v, err
-}
 
 // symfonyPolicies are the policies a Symfony file may name, and the keys
 // each uses.

@@ -1,54 +1,24 @@
 package config_test
 
 import (
-	"errors"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 )
 
 // TestLoadSymfonyBad loads every testdata/symfony/*.bad.yaml and checks
 // the error its first line announces, as TestLoadBad does.
 func TestLoadSymfonyBad(t *testing.T) {
-	files, err := filepath.Glob("testdata/symfony/*.bad.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no testdata/symfony/*.bad.yaml: %v", err)
-	}
-	for _, file := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(file), ".bad.yaml"), func(t *testing.T) {
-			data, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := readBad(t, data)
-			f, err := config.LoadSymfonyFile(file)
-			if err == nil {
-				t.Fatalf("LoadSymfonyFile = %v, nil; want error %q", f, want.want)
-			}
-			var e *config.Error
-			if !errors.As(err, &e) {
-				t.Fatalf("LoadSymfonyFile error %T (%v) is not a *config.Error", err, err)
-			}
+	checkBad(t, "testdata/symfony/*.bad.yaml", "LoadSymfonyFile", func(file string, _ []byte) (any, error) { return config.LoadSymfonyFile(file) },
+		func(t *testing.T, file string, err error, e *config.Error) {
 			if e.File != file || !strings.HasPrefix(err.Error(), "config: "+file+": ") {
 				t.Errorf("LoadSymfonyFile error = %q, want it to name the file %s", err, file)
 			}
-			if !strings.Contains(err.Error(), want.want) {
-				t.Errorf("LoadSymfonyFile error = %q, want it to contain %q", err, want.want)
-			}
-			if e.Line != want.line {
-				t.Errorf("LoadSymfonyFile error line = %d, want %d", e.Line, want.line)
-			}
-			if got := errors.Is(err, sluice.ErrInvalidConfig); got != want.invalid {
-				t.Errorf("errors.Is(%v, sluice.ErrInvalidConfig) = %v, want %v", err, got, want.invalid)
-			}
 		})
-	}
 }
 
 func TestLoadSymfonyGood(t *testing.T) {

@@ -2,7 +2,6 @@ package sluiceotel_test
 
 import (
 	"context"
-	"errors"
 	"reflect"
 	"sort"
 	"strings"
@@ -14,20 +13,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/driver"
-	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/internal/observertest"
 	"github.com/sluicehq/sluice/resilience"
 	"github.com/sluicehq/sluice/sluiceotel"
 )
-
-const t0 = int64(1_700_000_000) * int64(time.Second)
-
-// downStore fails every call, as a store that cannot be reached.
-type downStore struct{}
-
-func (downStore) Update(context.Context, string, driver.UpdateFunc) error {
-	return driver.ErrUnavailable
-}
 
 // points flattens what reader collected into "name{k=v,...}" → value,
 // a histogram's value being its count.
@@ -70,7 +59,6 @@ func points(t *testing.T, reader *sdkmetric.ManualReader) map[string]float64 {
 }
 
 func TestMetrics(t *testing.T) {
-	ctx := context.Background()
 	reader := sdkmetric.NewManualReader()
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	m, err := sluiceotel.New(provider.Meter("sluice"))
@@ -78,43 +66,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	api, err := sluice.NewLimiter(sluice.FixedWindow(2, time.Minute), sluice.WithStore(memstore.New()),
-		sluice.WithObserver(m.Observer("api")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		if _, err := api.Allow(ctx, "k"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := api.AllowN(ctx, "j", 2); err != nil {
-		t.Fatal(err)
-	}
-	if err := api.Reset(ctx, "j"); err != nil {
-		t.Fatal(err)
-	}
-	down, err := sluice.NewLimiter(sluice.FixedWindow(2, time.Minute), sluice.WithStore(downStore{}),
-		sluice.WithObserver(m.Observer("down")), sluice.WithCircuitBreaker(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := down.Allow(ctx, "k"); !errors.Is(err, driver.ErrUnavailable) {
-		t.Fatalf("Allow on a store that is down = %v, want driver.ErrUnavailable", err)
-	}
-
-	clock := sluice.NewFakeClock(t0)
-	rl, err := resilience.New(resilience.Config{LimitForPeriod: 2, LimitRefreshPeriod: time.Second, Timeout: 0},
-		resilience.WithClock(clock), resilience.WithSleeper(clock), resilience.WithObserver(m.Observer("payments")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.RateLimiter("payments", rl)
-	for range 3 {
-		if _, err := rl.AcquirePermission(ctx, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
+	clock := observertest.Drive(t, m.Observer, func(name string, rl *resilience.RateLimiter) { m.RateLimiter(name, rl) })
 
 	want := map[string]float64{
 		"sluice_decisions_total{limiter=api,outcome=allowed}":           3,
@@ -147,33 +99,14 @@ func TestMetrics(t *testing.T) {
 //
 //	go test -run '^$' -bench Observer -count 10 ./sluiceotel
 func BenchmarkObserver(b *testing.B) {
-	ctx := context.Background()
-	for _, observed := range []bool{false, true} {
-		name := "observer=none"
-		if observed {
-			name = "observer=otel"
+	b.Run("observer=none", func(b *testing.B) { observertest.BenchAllow(b) })
+	b.Run("observer=otel", func(b *testing.B) {
+		m, err := sluiceotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())).Meter("sluice"))
+		if err != nil {
+			b.Fatal(err)
 		}
-		b.Run(name, func(b *testing.B) {
-			clock := sluice.NewFakeClock(t0)
-			opts := []sluice.LimiterOption{sluice.WithClock(clock)}
-			if observed {
-				m, err := sluiceotel.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())).Meter("sluice"))
-				if err != nil {
-					b.Fatal(err)
-				}
-				opts = append(opts, sluice.WithObserver(m.Observer("api")))
-			}
-			l, err := sluice.NewLimiter(sluice.TokenBucket(1000, 1e9, time.Second), opts...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				clock.Advance(2)
-				l.Allow(ctx, "k")
-			}
-		})
-	}
+		observertest.BenchAllow(b, sluice.WithObserver(m.Observer("api")))
+	})
 }
 
 // TestWaitingAndForget: sluice_waiting_callers goes up and down with the

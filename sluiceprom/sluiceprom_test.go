@@ -2,7 +2,6 @@ package sluiceprom_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,61 +10,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/driver"
-	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/internal/observertest"
 	"github.com/sluicehq/sluice/resilience"
 	"github.com/sluicehq/sluice/sluiceprom"
 )
 
-const t0 = int64(1_700_000_000) * int64(time.Second)
-
-// downStore fails every call, as a store that cannot be reached.
-type downStore struct{}
-
-func (downStore) Update(context.Context, string, driver.UpdateFunc) error {
-	return driver.ErrUnavailable
-}
+const t0 = observertest.T0
 
 func TestCollector(t *testing.T) {
-	ctx := context.Background()
 	c := sluiceprom.New()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 
-	api, err := sluice.NewLimiter(sluice.FixedWindow(2, time.Minute), sluice.WithStore(memstore.New()),
-		sluice.WithObserver(c.Observer("api")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		if _, err := api.Allow(ctx, "k"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := api.AllowN(ctx, "j", 2); err != nil {
-		t.Fatal(err)
-	}
-	down, err := sluice.NewLimiter(sluice.FixedWindow(2, time.Minute), sluice.WithStore(downStore{}),
-		sluice.WithObserver(c.Observer("down")), sluice.WithCircuitBreaker(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := down.Allow(ctx, "k"); !errors.Is(err, driver.ErrUnavailable) {
-		t.Fatalf("Allow on a store that is down = %v, want driver.ErrUnavailable", err)
-	}
-
-	clock := sluice.NewFakeClock(t0)
-	rl, err := resilience.New(resilience.Config{LimitForPeriod: 2, LimitRefreshPeriod: time.Second, Timeout: 0},
-		resilience.WithClock(clock), resilience.WithSleeper(clock), resilience.WithObserver(c.Observer("payments")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.RateLimiter("payments", rl)
-	for range 3 {
-		if _, err := rl.AcquirePermission(ctx, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
+	clock := observertest.Drive(t, c.Observer, func(name string, rl *resilience.RateLimiter) { c.RateLimiter(name, rl) })
 
 	want := `
 # HELP sluice_decisions_total Decisions by limiter and outcome (allowed, rejected, error).
@@ -132,8 +89,8 @@ resilience4j_ratelimiter_waiting_threads{name="payments"} 0
 			counts[m.GetLabel()[0].GetValue()] = m.GetHistogram().GetSampleCount()
 		}
 	}
-	if counts["update"] != 5 || counts["delete"] != 0 {
-		t.Errorf("%s sample counts = %v, want update 5, delete 0", sluiceprom.StoreDuration, counts)
+	if counts["update"] != 5 || counts["delete"] != 1 {
+		t.Errorf("%s sample counts = %v, want update 5, delete 1", sluiceprom.StoreDuration, counts)
 	}
 
 	// A clock step refills the Resilience4j limiter: the gauge is read at
@@ -197,29 +154,10 @@ func TestObserverNoAllocs(t *testing.T) {
 //
 //	go test -run '^$' -bench Observer -count 10 ./sluiceprom
 func BenchmarkObserver(b *testing.B) {
-	ctx := context.Background()
-	for _, observed := range []bool{false, true} {
-		name := "observer=none"
-		if observed {
-			name = "observer=prometheus"
-		}
-		b.Run(name, func(b *testing.B) {
-			clock := sluice.NewFakeClock(t0)
-			opts := []sluice.LimiterOption{sluice.WithClock(clock)}
-			if observed {
-				opts = append(opts, sluice.WithObserver(sluiceprom.New().Observer("api")))
-			}
-			l, err := sluice.NewLimiter(sluice.TokenBucket(1000, 1e9, time.Second), opts...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				clock.Advance(2)
-				l.Allow(ctx, "k")
-			}
-		})
-	}
+	b.Run("observer=none", func(b *testing.B) { observertest.BenchAllow(b) })
+	b.Run("observer=prometheus", func(b *testing.B) {
+		observertest.BenchAllow(b, sluice.WithObserver(sluiceprom.New().Observer("api")))
+	})
 }
 
 // TestCollectorConcurrent: decisions from many goroutines are all

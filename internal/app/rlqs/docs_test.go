@@ -1,43 +1,20 @@
 package rlqs_test
 
 import (
-	"encoding/json"
-	"os"
-	"strings"
 	"testing"
 
-	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	rlqsfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
-	"google.golang.org/protobuf/encoding/protojson"
-	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice/internal/app/server"
+	"github.com/sluicehq/sluice/internal/docsnippets"
 )
 
 // rlqsBlocks returns the ```yaml rlqs blocks of docs/envoy.md: the
 // config's and Envoy's.
 func rlqsBlocks(t *testing.T) []string {
 	t.Helper()
-	data, err := os.ReadFile("../../../docs/envoy.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var blocks []string
-	for _, part := range strings.Split(string(data), "```yaml rlqs\n")[1:] {
-		block, _, ok := strings.Cut(part, "```")
-		if !ok {
-			t.Fatal("unterminated yaml block in docs/envoy.md")
-		}
-		blocks = append(blocks, block)
-	}
-	if len(blocks) != 2 {
-		t.Fatalf("docs/envoy.md has %d yaml rlqs blocks, want 2: the config and Envoy's", len(blocks))
-	}
-	return blocks
+	return docsnippets.Blocks(t, "../../../docs/envoy.md", "yaml rlqs", 2)
 }
 
 // TestDocs: the rlqs config of docs/envoy.md loads as a server config;
@@ -57,28 +34,7 @@ func TestDocs(t *testing.T) {
 		t.Fatal("the config has no domain edge")
 	}
 
-	var v any
-	if err := yaml.Unmarshal([]byte(blocks[1]), &v); err != nil {
-		t.Fatal(err)
-	}
-	js, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bootstrapv3.Bootstrap
-	if err := protojson.Unmarshal(js, &b); err != nil {
-		t.Fatalf("not an Envoy bootstrap: %v", err)
-	}
-	if err := b.ValidateAll(); err != nil {
-		t.Fatalf("invalid Envoy bootstrap: %v", err)
-	}
-	var hcm hcmv3.HttpConnectionManager
-	if err := b.GetStaticResources().GetListeners()[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
-		t.Fatal(err)
-	}
-	if err := hcm.ValidateAll(); err != nil {
-		t.Fatalf("invalid http_connection_manager: %v", err)
-	}
+	hcm := docsnippets.EnvoyHTTP(t, blocks[1])
 	var f rlqsfilterv3.RateLimitQuotaFilterConfig
 	if err := hcm.GetHttpFilters()[0].GetTypedConfig().UnmarshalTo(&f); err != nil {
 		t.Fatal(err)

@@ -63,7 +63,8 @@ func sluicePeer(name string, policy func(r keyedRegime) sluice.Policy) keyedPeer
 	}}
 }
 
-// keyedPeers are sluice's four fixed-state policies and the peers:
+// keyedPeers are sluice's four fixed-state policies, a compound of two of
+// them (a fixed window and GCRA, both of the regime's limit) and the peers:
 // x/time/rate per key in a sync.Map (Load, then LoadOrStore on a miss),
 // throttled v2's GCRA on its plain-map memstore (no LRU; MaxBurst is the
 // burst minus one, as GCRA admits MaxBurst+1 at once), and
@@ -75,6 +76,9 @@ var keyedPeers = []keyedPeer{
 		return sluice.TokenBucket(r.limit, 1, r.interval/time.Duration(r.limit))
 	}),
 	sluicePeer("gcra", func(r keyedRegime) sluice.Policy { return sluice.GCRA(r.limit, r.limit, r.interval) }),
+	sluicePeer("compound", func(r keyedRegime) sluice.Policy {
+		return sluice.Compound(sluice.FixedWindow(r.limit, r.interval), sluice.GCRA(r.limit, r.limit, r.interval))
+	}),
 	{"xrate-syncmap", func(_ testing.TB, r keyedRegime) (func(string) (bool, error), func()) {
 		var m sync.Map
 		every := rate.Every(r.interval / time.Duration(r.limit))

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/internal/app/storeurl"
 )
@@ -18,7 +20,8 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 			"prefix of the run's own (sluice-conformance-<random>:), none kept longer than an hour,\n"+
 			"all deleted when it ends (a failure to delete them is reported on stderr). On PostgreSQL\n"+
 			"and MySQL it creates the store's table if it is missing, as sluice serve would, and\n"+
-			"leaves the table.", stderr)
+			"leaves the table. A store call may take up to 10s: the vectors check decisions, not\n"+
+			"the store's latency.", stderr)
 	store := fs.String("store", "", "the `URL` of the store to test; empty: the local buckets and limiters; mem://, redis://, redis+cluster://, redis+sentinel://, postgres://, mysql://, dynamodb://: that store")
 	verbose := fs.Bool("v", false, "also print passed and skipped cases")
 	if err := fs.parse(args); err != nil {
@@ -67,8 +70,15 @@ func targetFor(ctx context.Context, rawURL string, stderr io.Writer) (conformanc
 		}
 		store.Close()
 	}
-	return conformance.Store{TargetName: store.Scheme, Store: s}, release, nil
+	return conformance.Store{TargetName: store.Scheme, Store: s,
+		Options: []sluice.StoreOption{sluice.WithStoreTimeout(conformanceStoreTimeout)}}, release, nil
 }
+
+// conformanceStoreTimeout bounds each store call of conformance --store.
+// The default store timeout (sluice.DefaultStoreTimeout) suits a server
+// answering callers; here a loaded store answering late would fail a
+// vector that says nothing about latency.
+const conformanceStoreTimeout = 10 * time.Second
 
 // printReport prints every failure, and with verbose every case, then the
 // summary line.

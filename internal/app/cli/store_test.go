@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/testserver"
 )
@@ -247,6 +249,37 @@ func TestConformanceStoreLeavesNothing(t *testing.T) {
 	}
 	if n := leftovers(t, url, "sluice-conformance-"); n != 0 {
 		t.Errorf("conformance --store left %d keys", n)
+	}
+}
+
+// slow is a store that answers each update after delay.
+type slow struct {
+	driver.Store
+	delay time.Duration
+}
+
+func (s slow) Update(ctx context.Context, key string, f driver.UpdateFunc) error {
+	time.Sleep(s.delay)
+	return s.Store.Update(ctx, key, f)
+}
+
+// TestConformanceStoreTimeout: conformance --store gives a store call
+// more than the default store timeout, so a loaded store that answers
+// late does not fail a vector.
+func TestConformanceStoreTimeout(t *testing.T) {
+	target, release, err := targetFor(t.Context(), "mem://", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	st := target.(conformance.Store)
+	st.Store = slow{st.Store, sluice.DefaultStoreTimeout + 200*time.Millisecond}
+	l, err := st.NewLimiter(t.Context(), sluice.FixedWindow(1, time.Hour), sluice.WallClock(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := l.AllowN(t.Context(), "k", 1); err != nil || !r.Allowed {
+		t.Errorf("AllowN on a store answering after %v = %+v, %v; want allowed", st.Store.(slow).delay, r, err)
 	}
 }
 

@@ -231,6 +231,12 @@ func TestServerKilled(t *testing.T) {
 					t.Fatalf("call %d with the server up = %+v, %v", i, r, err)
 				}
 			}
+			// A call that timed out on this busy machine with the server
+			// up counted in the local fallback already.
+			early := counts.StoreFailures(sluice.FailLocal)
+			if early > 0 {
+				t.Logf("%d calls fell back to local with the server up", early)
+			}
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
@@ -249,9 +255,10 @@ func TestServerKilled(t *testing.T) {
 					t.Errorf("call %d took %v, past the store timeout", i, d)
 				}
 			}
-			// The local fallback starts the key afresh: 30 of its 40 calls pass.
-			if allowed != 30 || counts.StoreFailures(sluice.FailLocal) != 40 {
-				t.Errorf("local fallback allowed %d with %d failures seen, want 30 and 40", allowed, counts.StoreFailures(sluice.FailLocal))
+			// The local fallback starts the key afresh: 30 of its 40 calls
+			// pass, less those it took before the kill.
+			if got := counts.StoreFailures(sluice.FailLocal); allowed != 30-int(early) || got != early+40 {
+				t.Errorf("local fallback allowed %d with %d failures seen, want %d and %d", allowed, got, 30-early, early+40)
 			}
 			_, err = closed.Allow(ctx, "k")
 			var se *sluice.StoreError

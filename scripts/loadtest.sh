@@ -5,7 +5,7 @@
 # gRPC load. Loopback only; each run is bounded by DURATION. The figures go
 # to docs/benchmarks.md by hand, with the machine they came from.
 #
-#   scripts/loadtest.sh            # DURATION=10s CONNS=64 by default
+#   scripts/loadtest.sh            # DURATION=10s CONNS=64 PAIRS=1 by default
 #
 # Needs wrk and redis-server (Debian: wrk, redis-server). envoyproxy/ratelimit
 # is built from the Go module proxy into a temp dir unless RATELIMIT_BIN
@@ -14,6 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-64}
+PAIRS=${PAIRS:-1}
+[[ $PAIRS =~ ^[1-9][0-9]*$ ]] || { echo "PAIRS=$PAIRS: want a positive whole number"; exit 1; }
 RATELIMIT_VERSION=${RATELIMIT_VERSION:-v1.4.1-0.20260122083618-3fb702589d36}
 
 tmp=$(mktemp -d)
@@ -76,7 +78,10 @@ run_sluice memory mem://
 run_sluice redis "redis://127.0.0.1:$redis_port/0"
 
 # envoyproxy/ratelimit's config, served by both: sluice as a drop-in
-# (docs/envoy.md), then envoyproxy/ratelimit, on the same Redis.
+# (docs/envoy.md) and envoyproxy/ratelimit, on the same Redis, loaded in
+# turn PAIRS times. The machine's speed may drift between runs, so the
+# ratio of each pair, measured back to back, is steadier than a ratio of
+# separate runs' figures; the script ends with every pair's and their median.
 mkdir -p "$tmp/rl/ratelimit/config"
 cat >"$tmp/rl/ratelimit/config/load.yaml" <<YAML
 domain: load
@@ -88,12 +93,8 @@ dropin_grpc=$(free_port) dropin_http=$(free_port)
 printf 'store: redis://127.0.0.1:%s/0\nratelimit: {runtime_root: %s, runtime_subdirectory: ratelimit, runtime_watch_root: false}\n' \
 	"$redis_port" "$tmp/rl" >"$tmp/dropin.yaml"
 "$tmp/sluice" serve --config "$tmp/dropin.yaml" --http "127.0.0.1:$dropin_http" --grpc "127.0.0.1:$dropin_grpc" >"$tmp/dropin.log" 2>&1 &
-dropin_pid=$!
-pids+=($dropin_pid)
+pids+=($!)
 wait_port "$dropin_grpc"
-echo "== sluice serve, redis, envoyproxy/ratelimit's config files, gRPC ShouldRateLimit (rlsload -c $CONNS -d $DURATION)"
-"$tmp/rlsload" -addr "127.0.0.1:$dropin_grpc" -c "$CONNS" -d "$DURATION"
-kill "$dropin_pid"
 
 rl_grpc=$(free_port) rl_http=$(free_port) rl_debug=$(free_port)
 env USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$redis_port" \
@@ -102,5 +103,19 @@ env USE_STATSD=false LOG_LEVEL=warn REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$
 	"$RATELIMIT_BIN" >"$tmp/ratelimit.log" 2>&1 &
 pids+=($!)
 wait_port "$rl_grpc"
-echo "== envoyproxy/ratelimit $RATELIMIT_VERSION, redis, gRPC ShouldRateLimit (rlsload -c $CONNS -d $DURATION)"
-"$tmp/rlsload" -addr "127.0.0.1:$rl_grpc" -c "$CONNS" -d "$DURATION"
+
+decisions() { sed -n 's/^decisions\/s \([0-9]*\) .*/\1/p'; }
+ratios=()
+for pair in $(seq "$PAIRS"); do
+	echo "== sluice serve, redis, envoyproxy/ratelimit's config files, gRPC ShouldRateLimit (rlsload -c $CONNS -d $DURATION; pair $pair of $PAIRS)"
+	out=$("$tmp/rlsload" -addr "127.0.0.1:$dropin_grpc" -c "$CONNS" -d "$DURATION")
+	echo "$out"
+	ours=$(decisions <<<"$out")
+	echo "== envoyproxy/ratelimit $RATELIMIT_VERSION, redis, gRPC ShouldRateLimit (rlsload -c $CONNS -d $DURATION; pair $pair of $PAIRS)"
+	out=$("$tmp/rlsload" -addr "127.0.0.1:$rl_grpc" -c "$CONNS" -d "$DURATION")
+	echo "$out"
+	theirs=$(decisions <<<"$out")
+	ratios+=("$(awk -v a="$ours" -v b="$theirs" 'BEGIN { printf "%.2f", a / b }')")
+done
+median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+echo "== sluice's decisions/s over envoyproxy/ratelimit's, pair by pair: ${ratios[*]}; median $median"

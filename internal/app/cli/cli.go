@@ -214,6 +214,13 @@ func (fs *flagSet) parse(args []string) error {
 	return fs.FlagSet.Parse(append([]string{"--"}, positional...))
 }
 
+// isSet reports whether the command line set the flag name.
+func (fs *flagSet) isSet(name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // durationFlag is a duration flag that reads what config files read:
 // Go's syntax (1m30s) or a count and a unit word ("3 minutes").
 type durationFlag struct{ d *time.Duration }

@@ -130,9 +130,9 @@ func TestUsage(t *testing.T) {
 		{[]string{"version", "extra"}, 2, "", `sluice version: unexpected arguments ["extra"]`},
 		// A flag error is the one-line error and the usage line, not the whole help.
 		{[]string{"conformance"}, 2, "", "sluice conformance: no PATH given\n" +
-			"usage: sluice conformance [--store URL] [-v] PATH...\n(sluice help conformance shows the flags)\n"},
+			"usage: sluice conformance [--store URL [--store-timeout D]] [-v] PATH...\n(sluice help conformance shows the flags)\n"},
 		{[]string{"conformance", "--nope", "x"}, 2, "", "sluice conformance: flag provided but not defined: -nope\n" +
-			"usage: sluice conformance [--store URL] [-v] PATH...\n(sluice help conformance shows the flags)\n"},
+			"usage: sluice conformance [--store URL [--store-timeout D]] [-v] PATH...\n(sluice help conformance shows the flags)\n"},
 		{[]string{"demo", "-n", "0"}, 2, "", "sluice demo: -n must be positive"},
 		{[]string{"demo", "extra"}, 2, "", "sluice demo: unexpected arguments"},
 		{[]string{"demo", "-every", "soon"}, 2, "", `sluice demo: invalid value "soon" for flag -every: `},

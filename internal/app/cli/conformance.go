@@ -12,7 +12,7 @@ import (
 )
 
 func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("conformance", "[--store URL] [-v] PATH...",
+	fs := newFlagSet("conformance", "[--store URL [--store-timeout D]] [-v] PATH...",
 		"Conformance runs vector files (PATH is a *.json file or a directory of them) against\n"+
 			"sluice's buckets and limiters, prints every failing step, and ends with the line\n"+
 			"\"N passed, M failed, K skipped\". It fails when any case fails.\n\n"+
@@ -20,17 +20,23 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 			"prefix of the run's own (sluice-conformance-<random>:), none kept longer than an hour,\n"+
 			"all deleted when it ends (a failure to delete them is reported on stderr). On PostgreSQL\n"+
 			"and MySQL it creates the store's table if it is missing, as sluice serve would, and\n"+
-			"leaves the table. A store call may take up to 10s: the vectors check decisions, not\n"+
-			"the store's latency.", stderr)
+			"leaves the table. A store call that takes longer than --store-timeout fails, as in a\n"+
+			"limiter; raise it for a loaded store, since the vectors check decisions, not latency.", stderr)
 	store := fs.String("store", "", "the `URL` of the store to test; empty: the local buckets and limiters; mem://, redis://, redis+cluster://, redis+sentinel://, postgres://, mysql://, dynamodb://: that store")
+	timeout := fs.duration("store-timeout", sluice.DefaultStoreTimeout, "how long a store call may take (a `duration`: 10s, '1 minute'); with --store")
 	verbose := fs.Bool("v", false, "also print passed and skipped cases")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() == 0 {
+	switch {
+	case fs.NArg() == 0:
 		return fs.usagef("no PATH given")
+	case *timeout <= 0:
+		return fs.usagef("--store-timeout %v: want a positive duration", *timeout)
+	case fs.isSet("store-timeout") && *store == "":
+		return fs.usagef("--store-timeout needs --store")
 	}
-	target, closeStore, err := targetFor(ctx, *store, stderr)
+	target, closeStore, err := targetFor(ctx, *store, *timeout, stderr)
 	if err != nil {
 		return err
 	}
@@ -48,10 +54,10 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	return nil
 }
 
-// targetFor returns the conformance target of a --store URL, and how to
-// release it: delete the keys written (saying so on stderr if it cannot)
-// and close the store.
-func targetFor(ctx context.Context, rawURL string, stderr io.Writer) (conformance.Target, func(), error) {
+// targetFor returns the conformance target of a --store URL, each store
+// call bounded by timeout, and how to release it: delete the keys written
+// (saying so on stderr if it cannot) and close the store.
+func targetFor(ctx context.Context, rawURL string, timeout time.Duration, stderr io.Writer) (conformance.Target, func(), error) {
 	if rawURL == "" {
 		return conformance.Local{}, func() {}, nil
 	}
@@ -71,14 +77,8 @@ func targetFor(ctx context.Context, rawURL string, stderr io.Writer) (conformanc
 		store.Close()
 	}
 	return conformance.Store{TargetName: store.Scheme, Store: s,
-		Options: []sluice.StoreOption{sluice.WithStoreTimeout(conformanceStoreTimeout)}}, release, nil
+		Options: []sluice.StoreOption{sluice.WithStoreTimeout(timeout)}}, release, nil
 }
-
-// conformanceStoreTimeout bounds each store call of conformance --store.
-// The default store timeout (sluice.DefaultStoreTimeout) suits a server
-// answering callers; here a loaded store answering late would fail a
-// vector that says nothing about latency.
-const conformanceStoreTimeout = 10 * time.Second
 
 // printReport prints every failure, and with verbose every case, then the
 // summary line.

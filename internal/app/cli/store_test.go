@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -86,7 +87,8 @@ func TestCheckStore(t *testing.T) {
 func TestConformanceStore(t *testing.T) {
 	for name, url := range storeURLs(t) {
 		t.Run(name, func(t *testing.T) {
-			out, _, err := runCLI(t, "conformance", "--store", url, "../../../conformance/vectors")
+			// A loaded machine may answer a call in over the default 1s.
+			out, _, err := runCLI(t, "conformance", "--store", url, "--store-timeout", "10s", "../../../conformance/vectors")
 			last := lastLine(out)
 			if err != nil || !strings.Contains(last, " 0 failed") || strings.HasPrefix(last, "0 passed") {
 				t.Errorf("conformance --store %s = %v\n%s", url, err, out)
@@ -263,23 +265,41 @@ func (s slow) Update(ctx context.Context, key string, f driver.UpdateFunc) error
 	return s.Store.Update(ctx, key, f)
 }
 
-// TestConformanceStoreTimeout: conformance --store gives a store call
-// more than the default store timeout, so a loaded store that answers
-// late does not fail a vector.
+// TestConformanceStoreTimeout: conformance --store bounds each store call
+// by --store-timeout: a store answering after 1.2s fails a call at the
+// default 1s and not at 10s.
 func TestConformanceStoreTimeout(t *testing.T) {
-	target, release, err := targetFor(t.Context(), "mem://", io.Discard)
-	if err != nil {
-		t.Fatal(err)
+	const delay = sluice.DefaultStoreTimeout + 200*time.Millisecond
+	for _, timeout := range []time.Duration{sluice.DefaultStoreTimeout, 10 * time.Second} {
+		target, release, err := targetFor(t.Context(), "mem://", timeout, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := target.(conformance.Store)
+		st.Store = slow{st.Store, delay}
+		l, err := st.NewLimiter(t.Context(), sluice.FixedWindow(1, time.Hour), sluice.WallClock(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := l.AllowN(t.Context(), "k", 1)
+		if want := timeout > delay; (err == nil && r.Allowed) != want {
+			t.Errorf("--store-timeout %v, a store answering after %v: AllowN = %+v, %v; want allowed %v", timeout, delay, r, err, want)
+		}
+		release()
 	}
-	defer release()
-	st := target.(conformance.Store)
-	st.Store = slow{st.Store, sluice.DefaultStoreTimeout + 200*time.Millisecond}
-	l, err := st.NewLimiter(t.Context(), sluice.FixedWindow(1, time.Hour), sluice.WallClock(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r, err := l.AllowN(t.Context(), "k", 1); err != nil || !r.Allowed {
-		t.Errorf("AllowN on a store answering after %v = %+v, %v; want allowed", st.Store.(slow).delay, r, err)
+}
+
+func TestConformanceBadStoreTimeout(t *testing.T) {
+	for _, args := range [][]string{
+		{"--store", "mem://", "--store-timeout", "0s", "../../../conformance/vectors"},
+		{"--store", "mem://", "--store-timeout", "soon", "../../../conformance/vectors"},
+		{"--store-timeout", "5s", "../../../conformance/vectors"},
+	} {
+		_, _, err := runCLI(t, append([]string{"conformance"}, args...)...)
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "store-timeout") {
+			t.Errorf("conformance %q = %v, want a usage error naming --store-timeout", args, err)
+		}
 	}
 }
 

@@ -527,25 +527,38 @@ func steady() (Config, *State, int64) {
 }
 
 func TestAllocs(t *testing.T) {
+	c, s, now := steady()
+	noAllocs(t, policy.Machine[State](c), s, now, false)
+}
+
+// noAllocs checks that m's calls on an existing key, s, allocate nothing
+// once the pools are filled, and with newKey neither does a new key's
+// first Consume.
+func noAllocs[S any](t *testing.T, m policy.Machine[S], s *S, now int64, newKey bool) {
+	t.Helper()
 	if raceEnabled() {
 		t.Skip("sync.Pool allocates under -race")
 	}
-	c, s, now := steady()
-	c.Consume(s, false, now, 1)
-	calls := []struct {
+	m.Consume(s, false, now, 1)
+	type call struct {
 		name string
 		f    func()
-	}{
-		{"Consume", func() { now += 10; c.Consume(s, true, now, 1) }},
-		{"rejected Consume", func() { c.Consume(s, true, now, 1) }},
-		{"Reserve", func() { now += 10; c.Reserve(s, true, now, 2, never) }},
-		{"Peek", func() { c.Peek(s, true, now, 1) }},
-		{"ExpiresAt", func() { c.ExpiresAt(s) }},
 	}
-	for _, call := range calls {
-		call.f() // the first call may make the spare buffers
-		if a := testing.AllocsPerRun(100, call.f); a != 0 {
-			t.Errorf("%s on an existing key: %v allocations, want 0", call.name, a)
+	var calls []call
+	if newKey {
+		calls = append(calls, call{"new key", func() { var zero S; *s = zero; m.Consume(s, false, now, 1) }})
+	}
+	calls = append(calls,
+		call{"Consume", func() { now += 10; m.Consume(s, true, now, 1) }},
+		call{"rejected Consume", func() { m.Consume(s, true, now, 1) }},
+		call{"Reserve", func() { now += 10; m.Reserve(s, true, now, 2, never) }},
+		call{"Peek", func() { m.Peek(s, true, now, 1) }},
+		call{"ExpiresAt", func() { m.ExpiresAt(s) }},
+	)
+	for _, c := range calls {
+		c.f() // fills the pools and spare buffers
+		if a := testing.AllocsPerRun(100, c.f); a != 0 {
+			t.Errorf("%s: %v allocations, want 0", c.name, a)
 		}
 	}
 }

@@ -256,27 +256,8 @@ func steadyWords(t testing.TB) (Words[W4, *W4], *WordState[W4], int64) {
 }
 
 func TestWordsAllocs(t *testing.T) {
-	if raceEnabled() {
-		t.Skip("sync.Pool allocates under -race")
-	}
 	c, s, now := steadyWords(t)
-	calls := []struct {
-		name string
-		f    func()
-	}{
-		{"new key", func() { *s = WordState[W4]{}; c.Consume(s, false, now, 1) }},
-		{"Consume", func() { now += 10; c.Consume(s, true, now, 1) }},
-		{"rejected Consume", func() { c.Consume(s, true, now, 1) }},
-		{"Reserve", func() { now += 10; c.Reserve(s, true, now, 2, never) }},
-		{"Peek", func() { c.Peek(s, true, now, 1) }},
-		{"ExpiresAt", func() { c.ExpiresAt(s) }},
-	}
-	for _, call := range calls {
-		call.f() // fills the pools
-		if a := testing.AllocsPerRun(100, call.f); a != 0 {
-			t.Errorf("%s: %v allocations, want 0", call.name, a)
-		}
-	}
+	noAllocs(t, policy.Machine[WordState[W4]](c), s, now, true)
 }
 
 // BenchmarkWordsConsume is BenchmarkConsume on the word form.

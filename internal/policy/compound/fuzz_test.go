@@ -238,19 +238,12 @@ const fuzzStepLen = 25 // op, now, n, max wait
 // bit 2 makes now a small step from the previous now, bit 3 makes n small
 // and bit 4 makes maxWait small, to keep the fuzzer near real traffic.
 func FuzzDecisions(f *testing.F) {
-	step := func(op byte, now, n, maxWait int64) []byte {
-		b := []byte{op}
-		b = binary.LittleEndian.AppendUint64(b, uint64(now))
-		b = binary.LittleEndian.AppendUint64(b, uint64(n))
-		return binary.LittleEndian.AppendUint64(b, uint64(maxWait))
-	}
-	seed := func(steps ...[]byte) []byte { return bytes.Join(steps, nil) }
-	f.Add(int64(3), int64(100), int64(1), int64(10), int64(1), true, seed(
-		step(0, 0, 1, 0), step(0, 5, 1, 0), step(1, 0, 1, 50), step(1, 0, 1, 50), step(1, 15, 2, 100), step(2, 25, 1, 0)))
-	f.Add(int64(math.MaxInt64), int64(math.MaxInt64), int64(1), int64(math.MaxInt64), int64(0), false, seed(
-		step(0, math.MinInt64, 2, 0), step(1, math.MaxInt64, math.MaxInt64, math.MaxInt64), step(0, 0, 1, 0)))
-	f.Add(int64(1), int64(1), int64(math.MaxInt64), int64(1), int64(math.MaxInt64), false, seed(
-		step(1, math.MaxInt64, 1, math.MaxInt64), step(0, math.MinInt64, 1, 0), step(1, 0, 0, -1)))
+	f.Add(int64(3), int64(100), int64(1), int64(10), int64(1), true, fuzzSeed(
+		fuzzStep(0, 0, 1, 0), fuzzStep(0, 5, 1, 0), fuzzStep(1, 0, 1, 50), fuzzStep(1, 0, 1, 50), fuzzStep(1, 15, 2, 100), fuzzStep(2, 25, 1, 0)))
+	f.Add(int64(math.MaxInt64), int64(math.MaxInt64), int64(1), int64(math.MaxInt64), int64(0), false, fuzzSeed(
+		fuzzStep(0, math.MinInt64, 2, 0), fuzzStep(1, math.MaxInt64, math.MaxInt64, math.MaxInt64), fuzzStep(0, 0, 1, 0)))
+	f.Add(int64(1), int64(1), int64(math.MaxInt64), int64(1), int64(math.MaxInt64), false, fuzzSeed(
+		fuzzStep(1, math.MaxInt64, 1, math.MaxInt64), fuzzStep(0, math.MinInt64, 1, 0), fuzzStep(1, 0, 0, -1)))
 	f.Fuzz(func(t *testing.T, limit, window, amount, interval, maxQueue int64, small bool, steps []byte) {
 		limit, window = limit&math.MaxInt64, window&math.MaxInt64
 		amount, interval, maxQueue = amount&math.MaxInt64, interval&math.MaxInt64, maxQueue&math.MaxInt64
@@ -268,6 +261,17 @@ func FuzzDecisions(f *testing.F) {
 		})
 	})
 }
+
+// fuzzStep encodes a fuzz step as eachStep decodes it, for the seeds.
+func fuzzStep(op byte, now, n, maxWait int64) []byte {
+	b := []byte{op}
+	b = binary.LittleEndian.AppendUint64(b, uint64(now))
+	b = binary.LittleEndian.AppendUint64(b, uint64(n))
+	return binary.LittleEndian.AppendUint64(b, uint64(maxWait))
+}
+
+// fuzzSeed joins fuzz steps into a seed's step bytes.
+func fuzzSeed(steps ...[]byte) []byte { return bytes.Join(steps, nil) }
 
 // eachStep decodes fuzz steps of fuzzStepLen bytes and calls f with each
 // one's operation, time, tokens and maxWait. The operation's bits 4, 8

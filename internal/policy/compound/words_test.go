@@ -2,7 +2,6 @@ package compound
 
 import (
 	"bytes"
-	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -212,19 +211,12 @@ func TestWordsMatchConfig(t *testing.T) {
 // same states. Steps are as FuzzDecisions's, but op mod 4, where 3 is the
 // Undo of an earlier reservation.
 func FuzzWordsMatchConfig(f *testing.F) {
-	step := func(op byte, now, n, maxWait int64) []byte {
-		b := []byte{op}
-		b = binary.LittleEndian.AppendUint64(b, uint64(now))
-		b = binary.LittleEndian.AppendUint64(b, uint64(n))
-		return binary.LittleEndian.AppendUint64(b, uint64(maxWait))
-	}
-	seed := func(steps ...[]byte) []byte { return bytes.Join(steps, nil) }
-	f.Add(uint8(0), seed(
-		step(0, 0, 1, 0), step(0, 5, 1, 0), step(1, 0, 1, 50), step(1, 0, 1, 50), step(3, 2, 0, 0), step(1, 15, 2, 100), step(2, 25, 1, 0)))
-	f.Add(uint8(1), seed(
-		step(0, math.MinInt64, 2, 0), step(1, math.MaxInt64, math.MaxInt64, math.MaxInt64), step(3, 0, 1, 0)))
-	f.Add(uint8(4), seed(
-		step(1, math.MaxInt64, 1, math.MaxInt64), step(0, math.MinInt64, 1, 0), step(1, 0, 0, -1), step(7, 0, 0, 0)))
+	f.Add(uint8(0), fuzzSeed(
+		fuzzStep(0, 0, 1, 0), fuzzStep(0, 5, 1, 0), fuzzStep(1, 0, 1, 50), fuzzStep(1, 0, 1, 50), fuzzStep(3, 2, 0, 0), fuzzStep(1, 15, 2, 100), fuzzStep(2, 25, 1, 0)))
+	f.Add(uint8(1), fuzzSeed(
+		fuzzStep(0, math.MinInt64, 2, 0), fuzzStep(1, math.MaxInt64, math.MaxInt64, math.MaxInt64), fuzzStep(3, 0, 1, 0)))
+	f.Add(uint8(4), fuzzSeed(
+		fuzzStep(1, math.MaxInt64, 1, math.MaxInt64), fuzzStep(0, math.MinInt64, 1, 0), fuzzStep(1, 0, 0, -1), fuzzStep(7, 0, 0, 0)))
 	configs := wordConfigs()
 	f.Fuzz(func(t *testing.T, which uint8, steps []byte) {
 		p := newWordPair(t, configs[int(which)%len(configs)])

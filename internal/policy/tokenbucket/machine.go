@@ -80,8 +80,11 @@ func (m Single) Peek(s *BandwidthState, exists bool, now, n int64) policy.Result
 // More than the capacity is refused (RetryAfter Never), as Consume refuses
 // it.
 func (m Single) Reserve(s *BandwidthState, exists bool, now, n, maxWait int64) (policy.Result, bool) {
+	if code := m.check(n); code != policy.OK {
+		return m.refusal(code), false
+	}
 	st := m.load(s, exists, now)
-	if code := m.check(n); code == policy.OK && n > m.cfg.Bandwidths[0].Capacity {
+	if n > m.cfg.Bandwidths[0].Capacity {
 		// A meter cannot hold more than its size, now or later.
 		Refill(m.cfg, st, now)
 		res := result(m.cfg, st, now, false, n)
@@ -91,7 +94,7 @@ func (m Single) Reserve(s *BandwidthState, exists bool, now, n, maxWait int64) (
 		}
 		return res, false
 	}
-	res, changed := reserve(m.cfg, st, now, n, maxWait, m.check(n))
+	res, changed := reserve(m.cfg, st, now, n, maxWait, policy.OK)
 	changed = changed || res.Code == policy.OK && keepNew(m.cfg, st, exists)
 	if changed {
 		*s = st[0]
@@ -342,9 +345,6 @@ func Reserve(cfg *Config, st State, now, n, maxWait int64) (policy.Result, bool)
 // there within maxWait (Never: no bound), overdrawing; changed means st must
 // be stored.
 func reserve(cfg *Config, st State, now, n, maxWait int64, code policy.Code) (policy.Result, bool) {
-	if code == policy.TokensAboveLimit { // only a Single's check says so: one bandwidth
-		return policy.Result{Code: code, Limit: cfg.Bandwidths[0].Capacity}, false
-	}
 	if code != policy.OK {
 		return policy.Result{Code: code}, false
 	}
@@ -385,10 +385,16 @@ func expiresAt1(bw *Bandwidth, s BandwidthState) int64 {
 	}
 	at := satAdd(s.LastRefill, timeToFull(bw, &s, s.LastRefill))
 	if bw.Intervally {
-		periods := (bw.Capacity-1)/bw.RefillTokens + 2 // ceil(capacity/r) + 1
-		at = max(at, satAdd(s.LastRefill, policy.SatMul(periods, bw.Period)))
+		at = max(at, satAdd(s.LastRefill, intervallyKeep(bw)))
 	}
 	return at
+}
+
+// intervallyKeep is how long after its last refill an intervally
+// bandwidth's state is kept: ⌈Capacity/r⌉+1 periods, one more than it
+// takes to refill from empty.
+func intervallyKeep(bw *Bandwidth) int64 {
+	return policy.SatMul((bw.Capacity-1)/bw.RefillTokens+2, bw.Period)
 }
 
 func appendState(dst []byte, st State) []byte {

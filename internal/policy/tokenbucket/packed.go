@@ -45,7 +45,7 @@ var _ policy.Machine[PackedState] = Packed{}
 // a rounding error (a greedy bandwidth).
 func (m Single) Packed() (Packed, bool) {
 	bw := &m.cfg.Bandwidths[0]
-	return Packed{m: m, keep: policy.SatMul((bw.Capacity-1)/bw.RefillTokens+2, bw.Period)}, bw.Intervally
+	return Packed{m: m, keep: intervallyKeep(bw)}, bw.Intervally
 }
 
 func (m Packed) unpack(p *PackedState, exists bool) BandwidthState {

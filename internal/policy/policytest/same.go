@@ -12,7 +12,8 @@ import (
 // reaches states of the same encoding, over seeded random histories of
 // consumes, peeks, reservations and cancellations of a few tokens at times
 // drawn around a's Window, the clock sometimes going back. It proves a
-// policy.Packed form against the machine it packs.
+// packed form (tokenbucket.Packed, slidingwindow.Packed) against the
+// machine it packs.
 func Same[S, P any](t *testing.T, a policy.Machine[S], b policy.Machine[P]) {
 	t.Helper()
 	w := max(a.Window(), 1)

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
 )
@@ -23,18 +22,7 @@ envoy:
       - key: client
         rate_limit: {unit: second, requests_per_unit: 100}
 `
-	var root yaml.Node
-	if err := yaml.Unmarshal([]byte(doc), &root); err != nil {
-		b.Fatal(err)
-	}
-	section, err := envoyrls.Decode("envoy", root.Content[0].Content[1], func(string) bool { return false })
-	if err != nil {
-		b.Fatal(err)
-	}
-	d, err := envoyrls.Load(section, envoyrls.DefaultSettings())
-	if err != nil {
-		b.Fatal(err)
-	}
+	d, _ := new(fixture).config(b, doc, nil, nil)
 	svc := envoyrls.New(d, nil)
 	reqs := make([]*rlsv3.RateLimitRequest, 1000)
 	for i := range reqs {

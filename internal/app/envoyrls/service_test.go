@@ -93,7 +93,7 @@ func newFixture(t *testing.T, doc string, policies map[string]sluice.Policy, set
 
 // config decodes doc with set and makes the limiters of policies, with
 // opts, on f's clock.
-func (f *fixture) config(t *testing.T, doc string, policies map[string]sluice.Policy, set *envoyrls.Settings, opts ...sluice.LimiterOption) (*envoyrls.Domains, map[string]*sluice.Limiter) {
+func (f *fixture) config(t testing.TB, doc string, policies map[string]sluice.Policy, set *envoyrls.Settings, opts ...sluice.LimiterOption) (*envoyrls.Domains, map[string]*sluice.Limiter) {
 	t.Helper()
 	var root yaml.Node
 	if err := yaml.Unmarshal([]byte(doc), &root); err != nil {

@@ -321,11 +321,7 @@ func withBucketState[S any](cfg *tokenbucket.Config, cur *S, live bool, now int6
 		if !f(cfg, st) {
 			return false
 		}
-		v, ok := tokenbucket.Pack(&st[0])
-		if !ok {
-			panic("sluice: internal error: an intervally bucket got a rounding error")
-		}
-		*p = v
+		p.Store(&st[0])
 	case *tokenbucket.State:
 		if live && len(*p) == len(st) {
 			copy(st, *p)

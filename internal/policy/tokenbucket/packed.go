@@ -55,9 +55,10 @@ func (m Packed) unpack(p *PackedState, exists bool) BandwidthState {
 	return p.Unpack()
 }
 
-// storePacked packs s into *p. A rounding error on an intervally bandwidth is
-// a bug in the refill, not something to pass over.
-func storePacked(p *PackedState, s *BandwidthState) {
+// Store packs s into *p. s must have no rounding error, as every state of
+// an intervally bandwidth has none: one is a bug in the refill, not
+// something to pass over.
+func (p *PackedState) Store(s *BandwidthState) {
 	v, ok := Pack(s)
 	if !ok {
 		panic("sluice: internal error: an intervally bandwidth got a rounding error")
@@ -85,11 +86,11 @@ func (m Packed) Consume(p *PackedState, exists bool, now, n int64) (policy.Resul
 	refill(cfg, 0, &b, now)
 	if n <= b.Size {
 		b.Size -= n
-		storePacked(p, &b)
+		p.Store(&b)
 		return result1(bw, &b, now, true, n), true
 	}
 	if !exists && b.Size < bw.Capacity { // keepNew
-		storePacked(p, &b)
+		p.Store(&b)
 		return result1(bw, &b, now, false, n), true
 	}
 	return result1(bw, &b, now, false, n), false
@@ -99,7 +100,7 @@ func (m Packed) Reserve(p *PackedState, exists bool, now, n, maxWait int64) (pol
 	s := m.unpack(p, exists)
 	res, changed := m.m.Reserve(&s, exists, now, n, maxWait)
 	if changed {
-		storePacked(p, &s)
+		p.Store(&s)
 	}
 	return res, changed
 }
@@ -113,7 +114,7 @@ func (m Packed) Cancel(p *PackedState, now int64, r *policy.Receipt) bool {
 	s := p.Unpack()
 	changed := m.m.Cancel(&s, now, r)
 	if changed {
-		storePacked(p, &s)
+		p.Store(&s)
 	}
 	return changed
 }

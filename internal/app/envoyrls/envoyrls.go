@@ -193,21 +193,26 @@ func (d *Domains) Settings() Settings {
 
 // Register registers the service on g. The service decodes its requests
 // itself, so that a malformed one is InvalidArgument, where gRPC's codec
-// makes it Internal: interceptors see the request undecoded.
+// makes it Internal: interceptors see a rawRequest.
 func (s *Service) Register(g *grpc.Server) { g.RegisterService(&serviceDesc, s) }
 
-// rawRequest is a RateLimitRequest as it came, not yet decoded. It is a
-// protobuf message of the legacy kind that decodes itself (its Unmarshal
-// method), which gRPC's codec hands the bytes to and which never fails.
-type rawRequest struct{ b []byte }
+// rawRequest is a RateLimitRequest as it came, decoded but not yet
+// judged. It is a protobuf message of the legacy kind that decodes itself
+// (its Unmarshal method), which gRPC's codec hands the bytes to: it keeps
+// the decoding error for the handler to answer with, rather than fail.
+type rawRequest struct {
+	req rlsv3.RateLimitRequest
+	err error
+}
 
-func (r *rawRequest) Reset()         { r.b = nil }
-func (r *rawRequest) String() string { return fmt.Sprintf("envoyrls.rawRequest(%d bytes)", len(r.b)) }
+func (r *rawRequest) Reset()         { r.req, r.err = rlsv3.RateLimitRequest{}, nil }
+func (r *rawRequest) String() string { return "envoyrls.rawRequest" }
 func (r *rawRequest) ProtoMessage()  {}
 
-// Unmarshal keeps a copy of b, which the codec reuses.
+// Unmarshal decodes b, which the codec reuses, at once: a copy of b kept
+// for later would cost an allocation and a copy a call.
 func (r *rawRequest) Unmarshal(b []byte) error {
-	r.b = append(r.b[:0], b...)
+	r.err = proto.Unmarshal(b, &r.req)
 	return nil
 }
 
@@ -224,11 +229,11 @@ func shouldRateLimit(srv any, ctx context.Context, dec func(any) error, intercep
 		return nil, err
 	}
 	handle := func(ctx context.Context, req any) (any, error) {
-		in := new(rlsv3.RateLimitRequest)
-		if err := proto.Unmarshal(req.(*rawRequest).b, in); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "envoyrls: malformed RateLimitRequest: %v", err)
+		in := req.(*rawRequest)
+		if in.err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "envoyrls: malformed RateLimitRequest: %v", in.err)
 		}
-		return srv.(*Service).ShouldRateLimit(ctx, in)
+		return srv.(*Service).ShouldRateLimit(ctx, &in.req)
 	}
 	if interceptor == nil {
 		return handle(ctx, req)
@@ -266,7 +271,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	st := s.state.Load()
 	set := st.domains.Settings()
-	checks, err := s.plan(st, req)
+	// A request seldom has more than a few descriptors: their checks
+	// live on the stack.
+	var buf [4]check
+	checks, err := s.plan(st, req, buf[:0])
 	if err != nil {
 		s.opts.logger.DebugContext(ctx, "envoyrls: invalid request", "domain", req.GetDomain(), "err", err)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -275,7 +283,17 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		return nil, err
 	}
 
-	resp := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))}
+	// One allocation for the response and, of one descriptor, its list.
+	m := &struct {
+		resp rlsv3.RateLimitResponse
+		one  [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	}{}
+	resp := &m.resp
+	if len(checks) == 1 {
+		resp.Statuses = m.one[:]
+	} else {
+		resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(checks))
+	}
 	least := uint32(math.MaxUint32)
 	headers := -1 // the descriptor the headers describe
 	var failed, quotaFailed, quotas int
@@ -330,10 +348,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 
 // plan matches every descriptor of req and works out its hits, before
 // anything is counted: an unlimited rule's, and the rules that others
-// replace, are left out.
-func (s *Service) plan(st *state, req *rlsv3.RateLimitRequest) ([]check, error) {
+// replace, are left out. The checks are appended to buf.
+func (s *Service) plan(st *state, req *rlsv3.RateLimitRequest, buf []check) ([]check, error) {
 	root := st.domains.root(req.GetDomain())
-	checks := make([]check, len(req.GetDescriptors()))
+	checks := append(buf[:0], make([]check, len(req.GetDescriptors()))...)
 	replaced := map[string]bool{}
 	for i, d := range req.GetDescriptors() {
 		c := check{desc: d, hits: max(uint64(req.GetHitsAddend()), 1)}
@@ -554,12 +572,17 @@ func (s *Service) counted(st *state, c *check, after uint64, now int64, ratio fl
 func (c *check) counterStatus(code rlsv3.RateLimitResponse_Code, remaining uint32, now int64) {
 	r := c.match.rule
 	c.reset = untilReset(now, unitSeconds(r.unit))
-	c.status = &rlsv3.RateLimitResponse_DescriptorStatus{
-		Code:               code,
-		CurrentLimit:       &rlsv3.RateLimitResponse_RateLimit{Name: r.name, RequestsPerUnit: r.requestsPerUnit, Unit: r.unit},
-		LimitRemaining:     remaining,
-		DurationUntilReset: &durationpb.Duration{Seconds: c.reset},
+	// One allocation for the status and the two messages it points to.
+	m := &struct {
+		status rlsv3.RateLimitResponse_DescriptorStatus
+		limit  rlsv3.RateLimitResponse_RateLimit
+		reset  durationpb.Duration
+	}{
+		limit: rlsv3.RateLimitResponse_RateLimit{Name: r.name, RequestsPerUnit: r.requestsPerUnit, Unit: r.unit},
+		reset: durationpb.Duration{Seconds: c.reset},
 	}
+	m.status = rlsv3.RateLimitResponse_DescriptorStatus{Code: code, CurrentLimit: &m.limit, LimitRemaining: remaining, DurationUntilReset: &m.reset}
+	c.status = &m.status
 }
 
 // limit decides c with its sluice limiter.

@@ -124,22 +124,24 @@ func lookup(domain string, root *node, d *ratelimitv3.RateLimitDescriptor, allow
 			statKey: overrideStatKey(domain, entries),
 		}
 	}
+	// The keys are built in buffers on the stack, and made strings only
+	// when needed: a lookup that finds the rule's own stat key allocates
+	// nothing.
+	var detailedBuf, byValueBuf, fkBuf [128]byte
 	var (
 		found    *node
-		detailed strings.Builder // domain.key_value for every entry
-		byValue  strings.Builder // the key as value_to_metric and wildcards shape it
+		detailed = append(detailedBuf[:0], domain...) // domain.key_value for every entry
+		byValue  = append(byValueBuf[:0], domain...)  // the key as value_to_metric and wildcards shape it
 		share    []string
 	)
-	detailed.WriteString(domain)
-	byValue.WriteString(domain)
 	level := root
 	for i, e := range entries {
-		fk := e.GetKey() + "_" + e.GetValue()
-		detailed.WriteString(".")
-		detailed.WriteString(fk)
-		next := level.children[fk]
+		fkb := append(append(append(fkBuf[:0], e.GetKey()...), '_'), e.GetValue()...)
+		detailed = append(append(detailed, '.'), fkb...)
+		next := level.children[string(fkb)]
 		var viaWildcard string
-		if next == nil {
+		if next == nil && len(level.wildcards) > 0 {
+			fk := string(fkb)
 			for _, w := range level.wildcards {
 				if matchWildcard(w.parts, fk) {
 					next, viaWildcard = level.children[w.key], w.key
@@ -159,8 +161,7 @@ func lookup(domain string, root *node, d *ratelimitv3.RateLimitDescriptor, allow
 			}
 			share[i] = shared
 		}
-		byValue.WriteString(".")
-		byValue.WriteString(e.GetKey())
+		byValue = append(append(byValue, '.'), e.GetKey()...)
 		if next != nil {
 			var v string
 			switch {
@@ -174,8 +175,7 @@ func lookup(domain string, root *node, d *ratelimitv3.RateLimitDescriptor, allow
 				v = e.GetValue()
 			}
 			if v != "" {
-				byValue.WriteString("_")
-				byValue.WriteString(v)
+				byValue = append(append(byValue, '_'), v...)
 			}
 		}
 		if next != nil && next.rule != nil && i == len(entries)-1 {
@@ -194,11 +194,11 @@ func lookup(domain string, root *node, d *ratelimitv3.RateLimitDescriptor, allow
 	case found.rule.detailed && share != nil:
 		m.statKey, m.metadata = sharedStatKey(domain, entries, share), nil
 	case found.rule.detailed:
-		m.statKey, m.metadata = detailed.String(), nil
-	case byValue.String() != m.statKey:
+		m.statKey, m.metadata = string(detailed), nil
+	case string(byValue) != m.statKey:
 		// envoyproxy/ratelimit makes a new limit here, which drops the
 		// descriptor's metadata.
-		m.statKey, m.metadata = byValue.String(), nil
+		m.statKey, m.metadata = string(byValue), nil
 	}
 	return m
 }

@@ -843,7 +843,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) *apiError {
 	} else {
 		err = s.store.Update(ctx, "sluice-readyz", func([]byte) ([]byte, time.Duration, bool) { return nil, 0, false })
 	}
-	s.metrics.observe("ping", start, err)
+	s.metrics.storeOp("ping").observe(start, err)
 	if err != nil {
 		return errorf(http.StatusServiceUnavailable, codeStoreUnavailable, "store: %v", err)
 	}

@@ -151,40 +151,54 @@ func (l failureListener) OnCircuit(s sluice.CircuitState) {
 type limiterStore struct {
 	s      driver.Store
 	prefix string
-	m      *metrics
+	update storeOp
 }
 
 func (s limiterStore) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
 	start := time.Now()
 	err := s.s.Update(ctx, s.prefix+key, fn)
-	s.m.observe("update", start, err)
+	s.update.observe(start, err)
 	return err
 }
 
 // limiterDeleter is a limiterStore over a store that can delete.
-type limiterDeleter struct{ limiterStore }
+type limiterDeleter struct {
+	limiterStore
+	delete storeOp
+}
 
 func (s limiterDeleter) Delete(ctx context.Context, key string) error {
 	start := time.Now()
 	err := s.s.(driver.Deleter).Delete(ctx, s.prefix+key)
-	s.m.observe("delete", start, err)
+	s.delete.observe(start, err)
 	return err
 }
 
 // newLimiterStore returns the store of the limiter called name: a
 // driver.Deleter when s is one, since Limiter.Reset deletes through it.
 func newLimiterStore(s driver.Store, name string, m *metrics) driver.Store {
-	ls := limiterStore{s: s, prefix: name + ":", m: m}
+	ls := limiterStore{s: s, prefix: name + ":", update: m.storeOp("update")}
 	if _, ok := s.(driver.Deleter); ok {
-		return limiterDeleter{ls}
+		return limiterDeleter{ls, m.storeOp("delete")}
 	}
 	return ls
 }
 
-func (m *metrics) observe(op string, start time.Time, err error) {
-	m.storeSeconds.WithLabelValues(op).Observe(time.Since(start).Seconds())
+// storeOp is the metrics of one store operation, looked up once: a
+// lookup by label costs a hash and a lock on every call.
+type storeOp struct {
+	seconds prometheus.Observer
+	errors  prometheus.Counter
+}
+
+func (m *metrics) storeOp(op string) storeOp {
+	return storeOp{m.storeSeconds.WithLabelValues(op), m.storeErrors.WithLabelValues(op)}
+}
+
+func (o storeOp) observe(start time.Time, err error) {
+	o.seconds.Observe(time.Since(start).Seconds())
 	if err != nil {
-		m.storeErrors.WithLabelValues(op).Inc()
+		o.errors.Inc()
 	}
 }
 

@@ -661,8 +661,11 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 			// 5-10% of the server's CPU under the load test, and the
 			// workers save 4-8% of its CPU per decision
 			// (docs/benchmarks.md). A call that finds every worker busy
-			// gets a goroutine of its own, as without workers.
-			grpc.NumStreamWorkers(uint32(16 * runtime.GOMAXPROCS(0))),
+			// gets a goroutine of its own, as without workers: at 16 per
+			// CPU, half the calls of 64 callers on 2 CPUs did, and
+			// copystack was still 6% of the CPU. An idle worker costs
+			// only its stack.
+			grpc.NumStreamWorkers(uint32(64 * runtime.GOMAXPROCS(0))),
 			grpc.ConnectionTimeout(gl.HandshakeTimeout),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: gl.MinPingInterval, PermitWithoutStream: true}),
 			grpc.KeepaliveParams(keepalive.ServerParameters{

@@ -111,7 +111,8 @@ func pick(values ...string) string {
 const serveGCPercent = 400
 
 func tuneGC() {
-	if _, set := os.LookupEnv("GOGC"); !set {
+	// Go reads an empty GOGC as unset, and so does the server.
+	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(serveGCPercent)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -124,5 +125,29 @@ func TestServeLogsJSON(t *testing.T) {
 	}
 	if fromRedis == 0 {
 		t.Errorf("no line of go-redis's on stderr, want its Sentinel lines as JSON:\n%s", stderr.String())
+	}
+}
+
+// TestTuneGC: the server's GOGC applies when the environment sets none, an
+// empty GOGC included (Go's default too), and never over a value of the
+// user's.
+func TestTuneGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	for _, c := range []struct {
+		env  string
+		want int
+	}{{"", serveGCPercent}, {"150", 123}, {"off", 123}} {
+		t.Setenv("GOGC", c.env)
+		debug.SetGCPercent(123) // as the runtime would have set from the environment
+		tuneGC()
+		if got := debug.SetGCPercent(100); got != c.want {
+			t.Errorf("GOGC=%q: GC percent %d after tuneGC, want %d", c.env, got, c.want)
+		}
+	}
+	os.Unsetenv("GOGC")
+	debug.SetGCPercent(123)
+	tuneGC()
+	if got := debug.SetGCPercent(100); got != serveGCPercent {
+		t.Errorf("GOGC unset: GC percent %d after tuneGC, want %d", got, serveGCPercent)
 	}
 }

@@ -87,8 +87,7 @@ func newMetrics() *metrics {
 	// Series exist from the start at zero, so that alerts on a rate or on
 	// absence work before the first event.
 	for _, op := range storeOps {
-		m.storeSeconds.WithLabelValues(op)
-		m.storeErrors.WithLabelValues(op)
+		m.storeOp(op)
 	}
 	for _, result := range []string{"ok", "error"} {
 		m.reloads.WithLabelValues(result)

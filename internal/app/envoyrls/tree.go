@@ -127,17 +127,15 @@ func lookup(domain string, root *node, d *ratelimitv3.RateLimitDescriptor, allow
 	// The keys are built in buffers on the stack, and made strings only
 	// when needed: a lookup that finds the rule's own stat key allocates
 	// nothing.
-	var detailedBuf, byValueBuf, fkBuf [128]byte
+	var byValueBuf, fkBuf [128]byte
 	var (
-		found    *node
-		detailed = append(detailedBuf[:0], domain...) // domain.key_value for every entry
-		byValue  = append(byValueBuf[:0], domain...)  // the key as value_to_metric and wildcards shape it
-		share    []string
+		found   *node
+		byValue = append(byValueBuf[:0], domain...) // the key as value_to_metric and wildcards shape it
+		share   []string
 	)
 	level := root
 	for i, e := range entries {
 		fkb := append(append(append(fkBuf[:0], e.GetKey()...), '_'), e.GetValue()...)
-		detailed = append(append(detailed, '.'), fkb...)
 		next := level.children[string(fkb)]
 		var viaWildcard string
 		if next == nil && len(level.wildcards) > 0 {
@@ -194,13 +192,28 @@ func lookup(domain string, root *node, d *ratelimitv3.RateLimitDescriptor, allow
 	case found.rule.detailed && share != nil:
 		m.statKey, m.metadata = sharedStatKey(domain, entries, share), nil
 	case found.rule.detailed:
-		m.statKey, m.metadata = string(detailed), nil
+		m.statKey, m.metadata = detailedStatKey(domain, entries), nil
 	case string(byValue) != m.statKey:
 		// envoyproxy/ratelimit makes a new limit here, which drops the
 		// descriptor's metadata.
 		m.statKey, m.metadata = string(byValue), nil
 	}
 	return m
+}
+
+// detailedStatKey is the stat key of a detailed_metric rule: the domain
+// and every entry as key_value, an empty value included. A rule is found
+// only at a request's last entry, so every entry is in it.
+func detailedStatKey(domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range entries {
+		b.WriteString(".")
+		b.WriteString(e.GetKey())
+		b.WriteString("_")
+		b.WriteString(e.GetValue())
+	}
+	return b.String()
 }
 
 // overrideStatKey is the stat key of a limit override: the domain and

@@ -64,7 +64,7 @@ func NewStoreBucket(s driver.Store, key string, cfg BucketConfig, opts ...StoreB
 		return nil, err
 	}
 	codec := record.NewBucket(c, record.BucketOptions{Inherit: setup.inherit, CreateOnRead: true, Compile: compileStored, Order: setup.order})
-	local := memBuckets{buckets: keyed.NewMem[tokenbucket.State](tokenbucket.NewMulti(c), 0).Buckets(), clock: clock}
+	local := memBuckets{buckets: keyed.NewTable[tokenbucket.State](tokenbucket.NewMulti(c), 0).Buckets(), clock: clock}
 	return &KeyBucket{key: key, clock: clock, sleeper: sleeper, listener: o.listener, backend: &bucketFailover{
 		failurePolicy: setup.fail,
 		store:         storeBuckets{store: setup.store, codec: codec},

@@ -18,29 +18,6 @@ const t0 = int64(1_700_000_000) * int64(time.Second)
 
 var minute = int64(time.Minute)
 
-func TestMemBuckets(t *testing.T) {
-	if b := NewMem[fixedwindow.State](fixedwindow.Config{Limit: 1, Interval: minute}, 0).Buckets(); b != nil {
-		t.Errorf("a fixed window's Buckets() = %v, want nil", b)
-	}
-	cfg := tokenbucket.NewConfig(tokenbucket.Bandwidth{Capacity: 10, RefillTokens: 10, Period: minute})
-	for _, k := range []Keys{
-		NewMem[tokenbucket.BandwidthState](tokenbucket.NewSingle(cfg.Bandwidths[0], true), 0),
-		NewMem[tokenbucket.State](tokenbucket.NewMulti(cfg), 0),
-	} {
-		b := k.Buckets()
-		if b == nil {
-			t.Fatalf("%T: Buckets() = nil", k)
-		}
-		b.WithBucket("k", t0, func(cfg *tokenbucket.Config, st tokenbucket.State) bool {
-			tokenbucket.Consume(st, 4)
-			return true
-		})
-		if res := k.Peek("k", t0, 1); res.Remaining != 5 {
-			t.Errorf("%T: Peek(1) after taking 4 through Buckets = %+v, want 5 left", k, res)
-		}
-	}
-}
-
 // ttlStore is a map store that records the TTL of each write.
 type ttlStore struct {
 	mu  sync.Mutex

@@ -48,7 +48,7 @@ var (
 // NewMapStore returns an empty MapStore on clock, holding at most maxKeys
 // keys (0: no bound beyond expiry): past its share of the bound, a shard
 // evicts an arbitrary key. The bound is split exactly among shards of at
-// least minKeysPerShard keys, as Mem's is.
+// least minKeysPerShard keys, as Table's is.
 func NewMapStore(clock Clock, maxKeys int) *MapStore {
 	s := &MapStore{clock: clock, seed: maphash.MakeSeed(), nshards: mapShards}
 	if maxKeys > 0 {

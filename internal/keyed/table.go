@@ -115,8 +115,12 @@ type tableShard[S any] struct {
 	max   int       // the most keys the shard holds; 0: no bound. Set by bound.
 	sweep int       // the next slot the expiry sweep looks at
 	keys  arena     // the keys longer than inlineKey
-	cur   S         // the state of the call under way, on the heap (see memShard.cur)
-	_     [64]byte
+	// cur holds the state of a call under way for a key not in the
+	// table. A machine's methods take the state by pointer through the
+	// generic dictionary, which makes a local variable escape to the heap;
+	// a field of the (already heap allocated) shard costs nothing.
+	cur S
+	_   [64]byte
 }
 
 const (

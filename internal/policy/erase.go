@@ -55,9 +55,7 @@ type Erased interface {
 // pure state machine does.
 func Erase[S any](m Machine[S]) Erased {
 	if wc, ok := m.(WordCodec[S]); ok {
-		e := &wordErased[S]{erased: erased[S]{m: m}, wc: wc}
-		e.pool.New = func() any { return new(S) }
-		return e
+		return newWordErased(m, wc)
 	}
 	e := &erased[S]{m: m}
 	e.pool.New = func() any { return new(S) }

@@ -1,6 +1,10 @@
 package policy
 
-import "math"
+import (
+	"math"
+	"reflect"
+	"unsafe"
+)
 
 // WordCodec is implemented by a Machine[S] whose state is a fixed number
 // of int64 words, so that a caller holding the states of several machines
@@ -56,10 +60,64 @@ type WordMachine interface {
 
 // wordErased is the Erased form of a Machine[S] that is also a
 // WordCodec[S]: the word methods decode w into a *S from the pool, as the
-// byte methods decode bytes.
+// byte methods decode bytes, unless S is words itself (see inPlace).
 type wordErased[S any] struct {
 	erased[S]
 	wc WordCodec[S]
+	// inPlace says that S is its words: a struct of Words() int64 fields,
+	// field i at word i as PutWords puts it. The methods then run the
+	// machine on w itself, viewed as an S, when w holds a live state: a
+	// machine leaves a state it reports unchanged as it was (Machine), so
+	// this is PutWords after the call without the copies, and without the
+	// pool, whose Get and Put cost more than the decision of a small
+	// policy.
+	inPlace bool
+}
+
+func newWordErased[S any](m Machine[S], wc WordCodec[S]) *wordErased[S] {
+	e := &wordErased[S]{erased: erased[S]{m: m}, wc: wc, inPlace: isWords[S](wc)}
+	e.pool.New = func() any { return new(S) }
+	return e
+}
+
+// isWords reports whether S is exactly the words wc puts it in: a struct
+// of wc.Words() exported int64 fields, laid out one per word in order, and
+// put by PutWords in that order.
+func isWords[S any](wc WordCodec[S]) bool {
+	n, t := wc.Words(), reflect.TypeFor[S]()
+	if n == 0 || t.Kind() != reflect.Struct || t.NumField() != n || t.Size() != uintptr(n)*8 {
+		return false
+	}
+	var s S
+	v := reflect.ValueOf(&s).Elem()
+	for i := range n {
+		f := t.Field(i)
+		if f.Type.Kind() != reflect.Int64 || f.Offset != uintptr(i)*8 || !f.IsExported() {
+			return false
+		}
+		v.Field(i).SetInt(int64(i) + 1)
+	}
+	w := make([]int64, n)
+	wc.PutWords(w, &s)
+	for i, x := range w {
+		if x != int64(i)+1 {
+			return false
+		}
+	}
+	return true
+}
+
+// live returns w as the state it holds, when S is its words and w holds a
+// state that is live at now; else nil.
+func (e *wordErased[S]) live(w []int64, have bool, now int64) *S {
+	if !e.inPlace || !have {
+		return nil
+	}
+	s := (*S)(unsafe.Pointer(unsafe.SliceData(w[:e.wc.Words()])))
+	if e.m.ExpiresAt(s) <= now {
+		return nil
+	}
+	return s
 }
 
 // loadWords takes a *S from the pool and sets it from w, as load does
@@ -81,6 +139,9 @@ func (e *wordErased[S]) loadWords(w []int64, have bool, now int64) (s *S, exists
 func (e *wordErased[S]) Words() int { return e.wc.Words() }
 
 func (e *wordErased[S]) ConsumeWords(w []int64, have bool, now, n int64) (Result, bool) {
+	if s := e.live(w, have, now); s != nil {
+		return e.m.Consume(s, true, now, n)
+	}
 	s, exists := e.loadWords(w, have, now)
 	res, changed := e.m.Consume(s, exists, now, n)
 	if changed {
@@ -91,6 +152,9 @@ func (e *wordErased[S]) ConsumeWords(w []int64, have bool, now, n int64) (Result
 }
 
 func (e *wordErased[S]) ReserveWords(w []int64, have bool, now, n, maxWait int64) (Result, bool) {
+	if s := e.live(w, have, now); s != nil {
+		return e.m.Reserve(s, true, now, n, maxWait)
+	}
 	s, exists := e.loadWords(w, have, now)
 	res, changed := e.m.Reserve(s, exists, now, n, maxWait)
 	if changed {
@@ -101,6 +165,9 @@ func (e *wordErased[S]) ReserveWords(w []int64, have bool, now, n, maxWait int64
 }
 
 func (e *wordErased[S]) PeekWords(w []int64, have bool, now, n int64) Result {
+	if s := e.live(w, have, now); s != nil {
+		return e.m.Peek(s, true, now, n)
+	}
 	s, exists := e.loadWords(w, have, now)
 	res := e.m.Peek(s, exists, now, n)
 	e.pool.Put(s)
@@ -120,6 +187,9 @@ func (e *wordErased[S]) CancelWords(w []int64, have bool, now int64, r *Receipt)
 func (e *wordErased[S]) ExpiresAtWords(w []int64, have bool) int64 {
 	if !have {
 		return math.MinInt64
+	}
+	if s := e.live(w, have, math.MinInt64); s != nil {
+		return e.m.ExpiresAt(s)
 	}
 	s := e.pool.Get().(*S)
 	e.wc.GetWords(s, w)

@@ -3,6 +3,7 @@ package sluice
 import (
 	"context"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/driver"
@@ -64,11 +65,15 @@ func NewStoreBucket(s driver.Store, key string, cfg BucketConfig, opts ...StoreB
 		return nil, err
 	}
 	codec := record.NewBucket(c, record.BucketOptions{Inherit: setup.inherit, CreateOnRead: true, Compile: compileStored, Order: setup.order})
-	local := memBuckets{buckets: keyed.NewTable[tokenbucket.State](tokenbucket.NewMulti(c), 0).Buckets(), clock: clock}
+	// The local buckets are made on the first failover: most buckets never
+	// need them, and a table is most of a KeyBucket's memory.
+	local := sync.OnceValue(func() bucketBackend {
+		return memBuckets{buckets: keyed.NewTable[tokenbucket.State](tokenbucket.NewMulti(c), 0).Buckets(), clock: clock}
+	})
 	return &KeyBucket{key: key, clock: clock, sleeper: sleeper, listener: o.listener, backend: &bucketFailover{
 		failurePolicy: setup.fail,
 		store:         storeBuckets{store: setup.store, codec: codec},
-		local:         func(context.Context) (bucketBackend, error) { return local, nil },
+		local:         func(context.Context) (bucketBackend, error) { return local(), nil },
 	}}, nil
 }
 

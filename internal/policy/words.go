@@ -36,12 +36,17 @@ type WordMachine interface {
 	Erased
 	// Words is the number of words of a state.
 	Words() int
-	// ConsumeWords is Consume on a state held as words.
-	ConsumeWords(w []int64, have bool, now, n int64) (res Result, changed bool)
-	// ReserveWords is Reserve on a state held as words.
-	ReserveWords(w []int64, have bool, now, n, maxWait int64) (res Result, changed bool)
-	// PeekWords is Peek on a state held as words.
-	PeekWords(w []int64, have bool, now, n int64) Result
+	// ConsumeWords is Consume on a state held as words. It also returns
+	// the ExpiresAt of the state before the call, math.MinInt64 when w
+	// held no live state at now, which the call had to read anyway and a
+	// compound's rejection reports.
+	ConsumeWords(w []int64, have bool, now, n int64) (res Result, changed bool, expiresAt int64)
+	// ReserveWords is Reserve on a state held as words, with expiresAt as
+	// for ConsumeWords.
+	ReserveWords(w []int64, have bool, now, n, maxWait int64) (res Result, changed bool, expiresAt int64)
+	// PeekWords is Peek on a state held as words, with expiresAt as for
+	// ConsumeWords.
+	PeekWords(w []int64, have bool, now, n int64) (res Result, expiresAt int64)
 	// CancelWords gives back the reservation r, as Undo does, writing the
 	// state over w when the outcome is Changed; at Dropped the key is back
 	// to no state.
@@ -107,75 +112,79 @@ func isWords[S any](wc WordCodec[S]) bool {
 	return true
 }
 
-// live returns w as the state it holds, when S is its words and w holds a
-// state that is live at now; else nil.
-func (e *wordErased[S]) live(w []int64, have bool, now int64) *S {
+// live returns w as the state it holds, and its ExpiresAt, when S is its
+// words and w holds a state that is live at now; else nil.
+func (e *wordErased[S]) live(w []int64, have bool, now int64) (*S, int64) {
 	if !e.inPlace || !have {
-		return nil
+		return nil, math.MinInt64
 	}
 	s := (*S)(unsafe.Pointer(unsafe.SliceData(w[:e.wc.Words()])))
-	if e.m.ExpiresAt(s) <= now {
-		return nil
+	at := e.m.ExpiresAt(s)
+	if at <= now {
+		return nil, math.MinInt64
 	}
-	return s
+	return s, at
 }
 
 // loadWords takes a *S from the pool and sets it from w, as load does
 // from bytes: the zero S, and false, when there is no live state at now.
-// The caller must give s back with e.pool.Put.
-func (e *wordErased[S]) loadWords(w []int64, have bool, now int64) (s *S, exists bool) {
+// at is the live state's ExpiresAt, math.MinInt64 for none. The caller
+// must give s back with e.pool.Put.
+func (e *wordErased[S]) loadWords(w []int64, have bool, now int64) (s *S, exists bool, at int64) {
 	s = e.pool.Get().(*S)
 	if have {
 		e.wc.GetWords(s, w)
-		if e.m.ExpiresAt(s) > now {
-			return s, true
+		if at := e.m.ExpiresAt(s); at > now {
+			return s, true, at
 		}
 	}
 	var zero S
 	*s = zero
-	return s, false
+	return s, false, math.MinInt64
 }
 
 func (e *wordErased[S]) Words() int { return e.wc.Words() }
 
-func (e *wordErased[S]) ConsumeWords(w []int64, have bool, now, n int64) (Result, bool) {
-	if s := e.live(w, have, now); s != nil {
-		return e.m.Consume(s, true, now, n)
+func (e *wordErased[S]) ConsumeWords(w []int64, have bool, now, n int64) (Result, bool, int64) {
+	if s, at := e.live(w, have, now); s != nil {
+		res, changed := e.m.Consume(s, true, now, n)
+		return res, changed, at
 	}
-	s, exists := e.loadWords(w, have, now)
+	s, exists, at := e.loadWords(w, have, now)
 	res, changed := e.m.Consume(s, exists, now, n)
 	if changed {
 		e.wc.PutWords(w, s)
 	}
 	e.pool.Put(s)
-	return res, changed
+	return res, changed, at
 }
 
-func (e *wordErased[S]) ReserveWords(w []int64, have bool, now, n, maxWait int64) (Result, bool) {
-	if s := e.live(w, have, now); s != nil {
-		return e.m.Reserve(s, true, now, n, maxWait)
+func (e *wordErased[S]) ReserveWords(w []int64, have bool, now, n, maxWait int64) (Result, bool, int64) {
+	if s, at := e.live(w, have, now); s != nil {
+		res, changed := e.m.Reserve(s, true, now, n, maxWait)
+		return res, changed, at
 	}
-	s, exists := e.loadWords(w, have, now)
+	s, exists, at := e.loadWords(w, have, now)
 	res, changed := e.m.Reserve(s, exists, now, n, maxWait)
 	if changed {
 		e.wc.PutWords(w, s)
 	}
 	e.pool.Put(s)
-	return res, changed
+	return res, changed, at
 }
 
-func (e *wordErased[S]) PeekWords(w []int64, have bool, now, n int64) Result {
-	if s := e.live(w, have, now); s != nil {
-		return e.m.Peek(s, true, now, n)
+func (e *wordErased[S]) PeekWords(w []int64, have bool, now, n int64) (Result, int64) {
+	if s, at := e.live(w, have, now); s != nil {
+		return e.m.Peek(s, true, now, n), at
 	}
-	s, exists := e.loadWords(w, have, now)
+	s, exists, at := e.loadWords(w, have, now)
 	res := e.m.Peek(s, exists, now, n)
 	e.pool.Put(s)
-	return res
+	return res, at
 }
 
 func (e *wordErased[S]) CancelWords(w []int64, have bool, now int64, r *Receipt) Outcome {
-	s, exists := e.loadWords(w, have, now)
+	s, exists, _ := e.loadWords(w, have, now)
 	out := Undo(e.m, s, exists, now, r)
 	if out == Changed {
 		e.wc.PutWords(w, s)
@@ -188,8 +197,8 @@ func (e *wordErased[S]) ExpiresAtWords(w []int64, have bool) int64 {
 	if !have {
 		return math.MinInt64
 	}
-	if s := e.live(w, have, math.MinInt64); s != nil {
-		return e.m.ExpiresAt(s)
+	if s, at := e.live(w, have, math.MinInt64); s != nil {
+		return at
 	}
 	s := e.pool.Get().(*S)
 	e.wc.GetWords(s, w)

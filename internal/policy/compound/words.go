@@ -117,13 +117,14 @@ func have[A any](s *WordState[A], exists bool) uint64 {
 // finish ends a call that may have changed *s in place, which held saved
 // before: it keeps the members' changes if the request is allowed, and
 // puts saved back otherwise, so that a rejection takes nothing from any
-// member.
-func (c Words[A, P]) finish(v *verdict, s *WordState[A], exists bool, saved A, now int64, changed uint64) (policy.Result, bool) {
+// member. at is the ExpiresAt of the state before the call, the latest of
+// the members' as their calls read it, for a rejection's ResetAfter.
+func (c Words[A, P]) finish(v *verdict, s *WordState[A], exists bool, saved A, at, now int64, changed uint64) (policy.Result, bool) {
 	res, rejected := v.result()
 	if !res.Allowed {
 		s.W = saved
 		if rejected && exists {
-			res.ResetAfter = until(c.ExpiresAt(s), now)
+			res.ResetAfter = until(at, now)
 		}
 		return res, false
 	}
@@ -143,14 +144,16 @@ func (c Words[A, P]) Consume(s *WordState[A], exists bool, now, n int64) (policy
 	saved, h, w := s.W, have(s, exists), P(&s.W).words()
 	var v verdict
 	var changed uint64
+	at := int64(math.MinInt64)
 	for i, m := range c.members {
-		r, ch := m.ConsumeWords(c.member(w, i), h&(1<<i) != 0, now, n)
+		r, ch, mat := m.ConsumeWords(c.member(w, i), h&(1<<i) != 0, now, n)
 		if ch {
 			changed |= 1 << i
 		}
+		at = max(at, mat)
 		v.add(r)
 	}
-	return c.finish(&v, s, exists, saved, now, changed)
+	return c.finish(&v, s, exists, saved, at, now, changed)
 }
 
 // Reserve reserves n tokens from every member within maxWait if every
@@ -162,14 +165,16 @@ func (c Words[A, P]) Reserve(s *WordState[A], exists bool, now, n, maxWait int64
 	saved, h, w := s.W, have(s, exists), P(&s.W).words()
 	var v verdict
 	var changed uint64
+	at := int64(math.MinInt64)
 	for i, m := range c.members {
-		r, ch := m.ReserveWords(c.member(w, i), h&(1<<i) != 0, now, n, maxWait)
+		r, ch, mat := m.ReserveWords(c.member(w, i), h&(1<<i) != 0, now, n, maxWait)
 		if ch {
 			changed |= 1 << i
 		}
+		at = max(at, mat)
 		v.add(r)
 	}
-	return c.finish(&v, s, exists, saved, now, changed)
+	return c.finish(&v, s, exists, saved, at, now, changed)
 }
 
 // Peek answers as Consume would, taking nothing.
@@ -179,12 +184,15 @@ func (c Words[A, P]) Peek(s *WordState[A], exists bool, now, n int64) policy.Res
 	}
 	h, w := have(s, exists), P(&s.W).words()
 	var v verdict
+	at := int64(math.MinInt64)
 	for i, m := range c.members {
-		v.add(m.PeekWords(c.member(w, i), h&(1<<i) != 0, now, n))
+		r, mat := m.PeekWords(c.member(w, i), h&(1<<i) != 0, now, n)
+		at = max(at, mat)
+		v.add(r)
 	}
 	res, rejected := v.result()
 	if rejected && exists {
-		res.ResetAfter = until(c.ExpiresAt(s), now)
+		res.ResetAfter = until(at, now)
 	}
 	return res
 }

@@ -144,7 +144,7 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 		return c.refused(a, policy.Never), false
 	}
 	if w := c.wait(an); w > 0 {
-		return c.refused(a, c.retryAt(a, now, n, w)), false
+		return c.refused(a, c.retryAt(a, now, n, w, next.TAT)), false
 	}
 	*s = next
 	return c.granted(an, 0), true
@@ -152,9 +152,15 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 
 // retryAt checks that n tokens, which conform w > 0 ns after now, can then
 // be taken with a TAT that fits in int64, and returns w, or Never if not.
-func (c Config) retryAt(a arith.U128, now, n, w int64) int64 {
+// tat is the TAT that taking them now would set, which fits: taking them
+// w later sets at most tat+w, as the TAT ahead of now only falls as time
+// passes, so when tat+w fits there is nothing to divide.
+func (c Config) retryAt(a arith.U128, now, n, w, tat int64) int64 {
 	if w == policy.Never || uint64(w) > uint64(math.MaxInt64)-uint64(now) {
 		return policy.Never
+	}
+	if uint64(w) <= uint64(math.MaxInt64)-uint64(tat) {
+		return w
 	}
 	// The TAT ahead of now+w: a − w·Rate, or 0.
 	passed := arith.Mul(uint64(w), uint64(c.Rate))

@@ -233,6 +233,9 @@ func (c Config) ExpiresAt(s *State) int64 {
 }
 
 func ceilDiv(a, b uint64) uint64 {
+	if a <= b { // one window or none, the common case: no division
+		return min(a, 1)
+	}
 	q := a / b
 	if a%b != 0 {
 		q++

@@ -703,7 +703,7 @@ func (m *model) decide(now, n, maxWait int64, reserve bool) (policy.Result, bool
 	case n <= 0:
 		return policy.Result{Code: policy.NonPositiveTokens}, false
 	case n > m.limit.Int64():
-		return policy.Result{Code: policy.TokensAboveLimit}, false
+		return policy.Result{Code: policy.TokensAboveLimit, Limit: m.limit.Int64()}, false
 	case reserve && maxWait < 0:
 		return policy.Result{Code: policy.NonPositiveMaxWait}, false
 	}

@@ -92,6 +92,23 @@ type Machine[S any] interface {
 	DecodeState(src []byte, s *S) error
 }
 
+// Lapsing is implemented by a Machine whose Consume, Reserve and Peek
+// answer on a state past its ExpiresAt exactly as on no state, and leave a
+// state that answers every later call as theirs would: the expiry is part
+// of its arithmetic. A holder of states need not then ask ExpiresAt
+// before those calls (it still does to drop idle states). Lapses reports
+// whether that holds for the machine's configuration; policytest checks
+// it wherever it is claimed.
+type Lapsing interface {
+	Lapses() bool
+}
+
+// Lapses reports whether m is a Lapsing machine that lapses.
+func Lapses(m any) bool {
+	l, ok := m.(Lapsing)
+	return ok && l.Lapses()
+}
+
 // ErrBadState is matched by every error that decoding a stored state returns.
 var ErrBadState = errors.New("sluice: bad stored state")
 

@@ -234,6 +234,10 @@ func (c Words[A, P]) ExpiresAt(s *WordState[A]) int64 {
 // Quota is the smallest of the members' Quota, as Config.Quota.
 func (c Words[A, P]) Quota() int64 { return c.c.Quota() }
 
+// Lapses is true: each member's state past its own ExpiresAt already
+// counts as none, and a rejection's ResetAfter is then 0 either way.
+func (Words[A, P]) Lapses() bool { return true }
+
 // Window is the shortest of the members' Window, as Config.Window.
 func (c Words[A, P]) Window() int64 { return c.c.Window() }
 

@@ -246,6 +246,10 @@ func ceilDiv(a, b uint64) uint64 {
 // Quota is the tokens per window.
 func (c Config) Quota() int64 { return c.Limit }
 
+// Lapses is true: a window past its expiry is replaced by one anchored at
+// now (roll), as for a key with no state.
+func (Config) Lapses() bool { return true }
+
 // Window is the interval.
 func (c Config) Window() int64 { return c.Interval }
 

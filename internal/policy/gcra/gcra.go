@@ -218,6 +218,9 @@ func (c Config) ExpiresAt(s *State) int64 {
 // Quota is the burst, Limit.
 func (c Config) Quota() int64 { return c.Limit }
 
+// Lapses is true: a TAT at or before now counts as none (ahead).
+func (Config) Lapses() bool { return true }
+
 // Window is the time to earn the burst.
 func (c Config) Window() int64 { return policy.TimeToEarn(c.Limit, c.Rate, c.Period, false) }
 

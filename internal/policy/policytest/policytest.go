@@ -20,7 +20,10 @@
 //   - at ExpiresAt a state is worth no more than no state: no state
 //     allows nothing it refuses;
 //   - a reservation cancelled (policy.Undo) with nothing in between
-//     leaves the key exactly as it found it.
+//     leaves the key exactly as it found it;
+//   - for a machine that claims policy.Lapses: past ExpiresAt, Consume,
+//     Reserve and Peek answer on the state as on no state, and so does a
+//     call after them on the states each left.
 //
 // The per-policy tests keep what is particular to a policy: its worked
 // examples, its model, its encoding byte by byte.
@@ -122,6 +125,9 @@ func (h *history[S]) run(steps int) {
 		}
 		if h.exists {
 			h.checkState()
+			if policy.Lapses(h.m) {
+				h.checkLapse(n)
+			}
 		}
 		h.checkArguments()
 		switch h.rng.IntN(3) {
@@ -131,6 +137,48 @@ func (h *history[S]) run(steps int) {
 			h.reserve(n)
 		default:
 			h.undo(n)
+		}
+	}
+}
+
+// checkLapse checks, at a time at or past the state's ExpiresAt, that a
+// call of each kind answers on the state as on no state, and that a
+// Consume after it answers the same on the states the two calls left.
+func (h *history[S]) checkLapse(n int64) {
+	t, m := h.t, h.m
+	t.Helper()
+	at := m.ExpiresAt(&h.s)
+	w := max(m.Window(), 1)
+	if at > math.MaxInt64-4*w {
+		return // expires past the end of the time line, or near it
+	}
+	at = max(at, h.now) + h.rng.Int64N(2*w+1)
+	later := at + h.rng.Int64N(w+1)
+	n2 := 1 + h.rng.Int64N(h.quota())
+	maxWait := h.rng.Int64N(2 * w)
+	for kind := range 3 {
+		a, b := h.state(), new(S)
+		var ra, rb policy.Result
+		var ca, cb bool
+		switch kind {
+		case 0:
+			ra, ca = m.Consume(a, true, at, n)
+			rb, cb = m.Consume(b, false, at, n)
+		case 1:
+			ra, ca = m.Reserve(a, true, at, n, maxWait)
+			rb, cb = m.Reserve(b, false, at, n, maxWait)
+		default:
+			ra, rb = m.Peek(a, true, at, n), m.Peek(b, false, at, n)
+		}
+		if ra != rb || ca != cb {
+			t.Fatalf("lapsed state %x (ExpiresAt %d) at %d, call %d of %d tokens: %+v, %v; on no state %+v, %v",
+				encode(m, &h.s), m.ExpiresAt(&h.s), at, kind, n, ra, ca, rb, cb)
+		}
+		ra, _ = m.Consume(a, true, later, n2)
+		rb, _ = m.Consume(b, cb, later, n2)
+		if ra != rb {
+			t.Fatalf("lapsed state %x (ExpiresAt %d) after call %d of %d tokens at %d: Consume(%d) at %d = %+v; from no state %+v",
+				encode(m, &h.s), m.ExpiresAt(&h.s), kind, n, at, n2, later, ra, rb)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policy/fixedwindow"
+	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
 )
 
 // fatal is what recorder's Fatalf panics with.
@@ -21,7 +22,7 @@ func (recorder) Helper() {}
 func (recorder) Fatalf(format string, args ...any) { panic(fatal(fmt.Sprintf(format, args...))) }
 
 // failure runs the suite on m and returns its first failure, "" if none.
-func failure(m policy.Machine[fixedwindow.State]) (msg string) {
+func failure[S any](m policy.Machine[S]) (msg string) {
 	defer func() {
 		if f, ok := recover().(fatal); ok {
 			msg = string(f)
@@ -33,8 +34,22 @@ func failure(m policy.Machine[fixedwindow.State]) (msg string) {
 
 var fw = fixedwindow.Config{Limit: 3, Interval: 10}
 
+// base is the sound fixed window that the mutants below break, without
+// its claim to lapse (policy.Lapsing), so that each is caught by the check
+// it targets; the lapse check has a mutant of its own.
+type base struct{ fixedwindow.Config }
+
+func (base) Lapses() bool { return false }
+
+// lapsing claims that a token bucket lapses, which an intervally refilled
+// one does not: past its expiry it keeps its refill grid, where a new
+// bucket starts one of its own.
+type lapsing struct{ tokenbucket.Single }
+
+func (lapsing) Lapses() bool { return true }
+
 // trailing accepts a trailing byte.
-type trailing struct{ fixedwindow.Config }
+type trailing struct{ base }
 
 func (m trailing) DecodeState(src []byte, s *fixedwindow.State) error {
 	if err := m.Config.DecodeState(src, s); err != nil && len(src) > 4 {
@@ -45,7 +60,7 @@ func (m trailing) DecodeState(src []byte, s *fixedwindow.State) error {
 }
 
 // early says to retry 1ns before the request would pass.
-type early struct{ fixedwindow.Config }
+type early struct{ base }
 
 func (m early) Consume(s *fixedwindow.State, exists bool, now, n int64) (policy.Result, bool) {
 	res, changed := m.Config.Consume(s, exists, now, n)
@@ -62,7 +77,7 @@ func (m early) Peek(s *fixedwindow.State, exists bool, now, n int64) policy.Resu
 }
 
 // peeking takes what it peeks at.
-type peeking struct{ fixedwindow.Config }
+type peeking struct{ base }
 
 func (m peeking) Peek(s *fixedwindow.State, exists bool, now, n int64) policy.Result {
 	res, _ := m.Config.Consume(s, exists, now, n)
@@ -70,12 +85,12 @@ func (m peeking) Peek(s *fixedwindow.State, exists bool, now, n int64) policy.Re
 }
 
 // forgetful expires a window 1ns early, while it still counts.
-type forgetful struct{ fixedwindow.Config }
+type forgetful struct{ base }
 
 func (m forgetful) ExpiresAt(s *fixedwindow.State) int64 { return m.Config.ExpiresAt(s) - 1 }
 
 // generous waits 1ns less than its tokens need.
-type generous struct{ fixedwindow.Config }
+type generous struct{ base }
 
 func (m generous) Reserve(s *fixedwindow.State, exists bool, now, n, maxWait int64) (policy.Result, bool) {
 	res, changed := m.Config.Reserve(s, exists, now, n, maxWait)
@@ -96,15 +111,19 @@ func TestCatches(t *testing.T) {
 		m    policy.Machine[fixedwindow.State]
 		want string
 	}{
-		{"accepts a trailing byte", trailing{fw}, "want an error matching ErrBadState"},
-		{"retry too early", early{fw}, "but then Peek"},
-		{"peek takes", peeking{fw}, "Peek"},
-		{"expires early", forgetful{fw}, "at its ExpiresAt"},
-		{"reservation too short", generous{fw}, "its wait"},
+		{"accepts a trailing byte", trailing{base{fw}}, "want an error matching ErrBadState"},
+		{"retry too early", early{base{fw}}, "but then Peek"},
+		{"peek takes", peeking{base{fw}}, "Peek"},
+		{"expires early", forgetful{base{fw}}, "at its ExpiresAt"},
+		{"reservation too short", generous{base{fw}}, "its wait"},
 	}
 	for _, tt := range tests {
 		if msg := failure(tt.m); !strings.Contains(msg, tt.want) {
 			t.Errorf("%s: suite failure = %q, want one containing %q", tt.name, msg, tt.want)
 		}
+	}
+	cfg := tokenbucket.NewConfig(tokenbucket.Bandwidth{Capacity: 3, RefillTokens: 3, Period: 25, Intervally: true})
+	if msg := failure[tokenbucket.BandwidthState](lapsing{tokenbucket.NewSingle(cfg.Bandwidths[0], true)}); !strings.Contains(msg, "lapsed state") {
+		t.Errorf("a token bucket claiming to lapse: suite failure = %q, want one containing %q", msg, "lapsed state")
 	}
 }

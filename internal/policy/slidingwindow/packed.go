@@ -119,6 +119,9 @@ func (m Packed) ExpiresAt(p *PackedState) int64 {
 func (m Packed) Quota() int64  { return m.c.Quota() }
 func (m Packed) Window() int64 { return m.c.Window() }
 
+// Lapses is true, as for Config.
+func (Packed) Lapses() bool { return true }
+
 // AppendState writes the Config's encoding: packed and unpacked states are
 // stored alike.
 func (m Packed) AppendState(dst []byte, p *PackedState) []byte {

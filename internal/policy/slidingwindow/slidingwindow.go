@@ -233,6 +233,10 @@ func (c Config) resetAfter(s *State, now int64) int64 {
 // Quota is the tokens per window.
 func (c Config) Quota() int64 { return c.Limit }
 
+// Lapses is true: both windows past, roll starts a fresh one at now, as
+// for a key with no state.
+func (Config) Lapses() bool { return true }
+
 // Window is the interval.
 func (c Config) Window() int64 { return c.Interval }
 

@@ -31,7 +31,10 @@ import (
 // that walks the shard, so idle keys do not accumulate, and a shard shrinks
 // when a quarter full.
 type Table[S any, M policy.Machine[S]] struct {
-	m       M
+	m M
+	// lapses is policy.Lapses(m): Consume, Decide and Peek run on a state
+	// past its ExpiresAt as it is, without asking ExpiresAt first.
+	lapses  bool
 	seed    maphash.Seed
 	nshards uint64 // the shards in use, the first of shards: all but under a small bound
 	shards  [shardCount]tableShard[S]
@@ -137,7 +140,7 @@ const (
 // NewTable returns the keys of machine m in a Table, holding at most
 // maxKeys of them (0: no bound beyond expiry).
 func NewTable[S any, M policy.Machine[S]](m M, maxKeys int) *Table[S, M] {
-	k := &Table[S, M]{m: m, seed: maphash.MakeSeed(), nshards: shardCount}
+	k := &Table[S, M]{m: m, lapses: policy.Lapses(m), seed: maphash.MakeSeed(), nshards: shardCount}
 	if maxKeys > 0 {
 		ns := min(max(maxKeys/minKeysPerShard, 1), shardCount)
 		k.nshards = uint64(ns)
@@ -350,13 +353,28 @@ func (k *Table[S, M]) access(sh *tableShard[S], key string, p pkey, now int64) i
 	return i
 }
 
+// decidable finds key for a Consume, Decide or Peek at now: as access,
+// but a machine that lapses decides on an expired state as it is, which
+// the sweep drops in time.
+func (k *Table[S, M]) decidable(sh *tableShard[S], key string, p pkey, now int64) int {
+	if !k.lapses {
+		return k.access(sh, key, p, now)
+	}
+	i := sh.find(key, p)
+	if i < 0 {
+		var zero S
+		sh.cur = zero
+	}
+	return i
+}
+
 // Consume decides in place on a live state: a machine leaves a state it
 // reports unchanged as it was.
 func (k *Table[S, M]) Consume(key string, now, n int64) policy.Result {
 	sh, p := k.locate(key)
 	sh.mu.Lock()
 	var res policy.Result
-	if i := k.access(sh, key, p, now); i >= 0 {
+	if i := k.decidable(sh, key, p, now); i >= 0 {
 		res, _ = k.m.Consume(&sh.slots[i].st, true, now, n)
 	} else {
 		var changed bool
@@ -373,7 +391,7 @@ func (k *Table[S, M]) Consume(key string, now, n int64) policy.Result {
 func (k *Table[S, M]) Decide(key string, now, n int64) (code policy.Code, allowed bool, remaining, retryAfter, resetAfter, limit int64) {
 	sh, p := k.locate(key)
 	sh.mu.Lock()
-	if i := k.access(sh, key, p, now); i >= 0 {
+	if i := k.decidable(sh, key, p, now); i >= 0 {
 		code, allowed, remaining, retryAfter, resetAfter, limit, _ = fields(k.m.Consume(&sh.slots[i].st, true, now, n))
 	} else {
 		var changed bool
@@ -394,7 +412,7 @@ func (k *Table[S, M]) Peek(key string, now, n int64) policy.Result {
 	sh, p := k.locate(key)
 	sh.mu.Lock()
 	var res policy.Result
-	if i := k.access(sh, key, p, now); i >= 0 {
+	if i := k.decidable(sh, key, p, now); i >= 0 {
 		res = k.m.Peek(&sh.slots[i].st, true, now, n)
 	} else {
 		res = k.m.Peek(&sh.cur, false, now, n)

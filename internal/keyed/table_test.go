@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policy/compound"
 	"github.com/sluicehq/sluice/internal/policy/fixedwindow"
 	"github.com/sluicehq/sluice/internal/policy/gcra"
 	"github.com/sluicehq/sluice/internal/policy/slidingwindow"
@@ -28,7 +29,17 @@ func tableCases() []tableCase {
 	gc := gcra.Config{Limit: 5, Rate: 5, Period: minute}
 	single := tokenbucket.NewSingle(tb.Bandwidths[0], false)
 	multi := tokenbucket.NewMulti(tb)
+	swp, _ := sw.Packed()
+	both, ok := compound.NewWords[compound.W4](compound.Config{Members: []policy.Erased{
+		policy.Erase[fixedwindow.State](fixedwindow.Config{Limit: 3, Interval: 30 * int64(time.Second)}), policy.Erase[gcra.State](gc)}})
+	if !ok {
+		panic("a fixed window and GCRA do not fit in 4 words")
+	}
 	return []tableCase{
+		// The machines that lapse (policy.Lapses) decide on an expired
+		// state in the table as it is; the map asks ExpiresAt first.
+		{"sliding_window_packed", NewTable[slidingwindow.PackedState](swp, 0), NewMem[slidingwindow.PackedState](swp, 0)},
+		{"compound", NewTable[compound.WordState[compound.W4]](both, 0), NewMem[compound.WordState[compound.W4]](both, 0)},
 		{"fixed_window", NewTable[fixedwindow.State](fw, 0), NewMem[fixedwindow.State](fw, 0)},
 		{"sliding_window", NewTable[slidingwindow.State](sw, 0), NewMem[slidingwindow.State](sw, 0)},
 		{"gcra", NewTable[gcra.State](gc, 0), NewMem[gcra.State](gc, 0)},

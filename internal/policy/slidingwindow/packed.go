@@ -72,18 +72,21 @@ func (m Packed) Consume(p *PackedState, exists bool, now, n int64) (policy.Resul
 	c.roll(&next, exists, now)
 	count := c.count(&next, now)
 	if n > c.Limit-count {
-		res := policy.Result{
-			Remaining:  max(c.Limit-count, 0),
-			RetryAfter: policy.Never,
-			Limit:      c.Limit,
-		}
+		// The result is built whole at the return: fields set after a
+		// literal make the caller's copy stall on the stores.
+		retryAfter, resetAfter := int64(policy.Never), int64(0)
 		if n <= c.Limit {
-			res.RetryAfter = c.retryAfter(&next, now, n)
+			retryAfter = c.retryAfter(&next, now, n)
 		}
 		if exists {
-			res.ResetAfter = c.resetAfter(&s, now)
+			resetAfter = c.resetAfter(&s, now)
 		}
-		return res, false
+		return policy.Result{
+			Remaining:  max(c.Limit-count, 0),
+			RetryAfter: retryAfter,
+			ResetAfter: resetAfter,
+			Limit:      c.Limit,
+		}, false
 	}
 	next.Hits += n
 	store(p, &next)

@@ -314,17 +314,20 @@ func result(cfg *Config, st State, now int64, allowed bool, n int64) policy.Resu
 }
 
 // result1 is result for one bandwidth, without the folds over several.
+// It builds the result whole at the return: fields set after a literal
+// make the caller's copy stall on the stores.
 func result1(bw *Bandwidth, s *BandwidthState, now int64, allowed bool, n int64) policy.Result {
-	res := policy.Result{
+	var retryAfter int64
+	if !allowed {
+		retryAfter = max(delay(bw, s, n, now, true), 0)
+	}
+	return policy.Result{
 		Allowed:    allowed,
 		Remaining:  max(s.Size, 0),
+		RetryAfter: retryAfter,
 		ResetAfter: max(timeToFull(bw, s, now), 0),
 		Limit:      bw.Capacity,
 	}
-	if !allowed {
-		res.RetryAfter = max(delay(bw, s, n, now, true), 0)
-	}
-	return res
 }
 
 // Reserve refills st in place and takes n tokens from every bandwidth if

@@ -128,7 +128,10 @@ func (c Config) wait(an arith.U128) int64 {
 }
 
 // Consume takes n tokens if they conform now. n ≤ 0 is an argument error;
-// n > Limit is rejected with RetryAfter Never.
+// n > Limit is rejected with RetryAfter Never. Its common results are
+// written out rather than made by refused and granted: a call returns its
+// Result through memory, and the copy stalls on the stores that filled it
+// (see keyed.Keys.Decide), on the call a keyed limiter makes every time.
 func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, bool) {
 	if n <= 0 {
 		return policy.Result{Code: policy.NonPositiveTokens}, false
@@ -144,10 +147,11 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 		return c.refused(a, policy.Never), false
 	}
 	if w := c.wait(an); w > 0 {
-		return c.refused(a, c.retryAt(a, now, n, w, next.TAT)), false
+		retryAfter := c.retryAt(a, now, n, w, next.TAT)
+		return policy.Result{Remaining: c.remaining(a), RetryAfter: retryAfter, ResetAfter: c.ceilNs(a), Limit: c.Limit}, false
 	}
 	*s = next
-	return c.granted(an, 0), true
+	return policy.Result{Allowed: true, Remaining: c.remaining(an), ResetAfter: c.ceilNs(an), Limit: c.Limit}, true
 }
 
 // retryAt checks that n tokens, which conform w > 0 ns after now, can then

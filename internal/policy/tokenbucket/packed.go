@@ -67,10 +67,11 @@ func (p *PackedState) Store(s *BandwidthState) {
 }
 
 // Consume is Single.Consume on a packed state, written out rather than
-// calling it: a call would return its Result through this frame, a copy
-// that stalls on the stores just made (see keyed.Keys.Decide), and
-// Consume is the call a keyed limiter makes on every decision. TestPacked
-// holds the two to the same answers.
+// calling it, and its results written out rather than made by result1: a
+// call would return its Result through this frame, a copy that stalls on
+// the stores just made (see keyed.Keys.Decide), and Consume is the call a
+// keyed limiter makes on every decision. TestPacked holds the two to the
+// same answers.
 func (m Packed) Consume(p *PackedState, exists bool, now, n int64) (policy.Result, bool) {
 	s, cfg := m.m, m.m.cfg
 	if code := s.check(n); code != policy.OK {
@@ -87,13 +88,16 @@ func (m Packed) Consume(p *PackedState, exists bool, now, n int64) (policy.Resul
 	if n <= b.Size {
 		b.Size -= n
 		p.Store(&b)
-		return result1(bw, &b, now, true, n), true
+		return policy.Result{Allowed: true, Remaining: max(b.Size, 0), ResetAfter: max(timeToFull(bw, &b, now), 0),
+			Limit: bw.Capacity}, true
 	}
-	if !exists && b.Size < bw.Capacity { // keepNew
+	keep := !exists && b.Size < bw.Capacity // keepNew
+	if keep {
 		p.Store(&b)
-		return result1(bw, &b, now, false, n), true
 	}
-	return result1(bw, &b, now, false, n), false
+	retryAfter := max(delay(bw, &b, n, now, true), 0)
+	return policy.Result{Remaining: max(b.Size, 0), RetryAfter: retryAfter, ResetAfter: max(timeToFull(bw, &b, now), 0),
+		Limit: bw.Capacity}, keep
 }
 
 func (m Packed) Reserve(p *PackedState, exists bool, now, n, maxWait int64) (policy.Result, bool) {

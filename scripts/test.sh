@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's whole test run: formatting, vet, staticcheck, the race-enabled
-# tests, the conformance vectors through the sluice command, and a one-shot
-# run of the benchmark module. `make test` and .ci/run call this.
+# tests, the conformance vectors through the sluice command, and the benchmark module's
+# tests and a one-shot run of its benchmarks. `make test` and .ci/run call this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -108,7 +108,10 @@ fi
 step go test -race
 go test -race -count=1 ./...
 
-step benchmarks compile and run once
+step benchmark module: its tests, then every benchmark once
+# The tests hold the peers to the same limits as sluice (TestEquivalentConfigs)
+# and check the load generator's reading of replies.
+(cd bench && go test -count=1 ./...)
 (cd bench && go test -run '^$' -bench . -benchtime 1x ./... >/dev/null)
 echo ok
 

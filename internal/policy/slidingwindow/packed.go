@@ -74,13 +74,7 @@ func (m Packed) Consume(p *PackedState, exists bool, now, n int64) (policy.Resul
 	if n > c.Limit-count {
 		// The result is built whole at the return: fields set after a
 		// literal make the caller's copy stall on the stores.
-		retryAfter, resetAfter := int64(policy.Never), int64(0)
-		if n <= c.Limit {
-			retryAfter = c.retryAfter(&next, now, n)
-		}
-		if exists {
-			resetAfter = c.resetAfter(&s, now)
-		}
+		retryAfter, resetAfter := c.refusedTimes(&s, &next, exists, now, n)
 		return policy.Result{
 			Remaining:  max(c.Limit-count, 0),
 			RetryAfter: retryAfter,

@@ -120,13 +120,7 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 	if n > c.Limit-count {
 		// The result is built whole at the return: fields set after a
 		// literal make the caller's copy stall on the stores.
-		retryAfter, resetAfter := int64(policy.Never), int64(0)
-		if n <= c.Limit {
-			retryAfter = c.retryAfter(&next, now, n)
-		}
-		if exists {
-			resetAfter = c.resetAfter(s, now)
-		}
+		retryAfter, resetAfter := c.refusedTimes(s, &next, exists, now, n)
 		return policy.Result{
 			Remaining:  max(c.Limit-count, 0),
 			RetryAfter: retryAfter,
@@ -143,6 +137,20 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 		ResetAfter: c.resetAfter(s, now),
 		Limit:      c.Limit,
 	}, true
+}
+
+// refusedTimes is a refused Consume's RetryAfter and ResetAfter, for the
+// state s it found (of a key with a state if exists) and next, s rolled to
+// now. They come back as scalars, not in a Result: see Consume.
+func (c Config) refusedTimes(s, next *State, exists bool, now, n int64) (retryAfter, resetAfter int64) {
+	retryAfter = policy.Never
+	if n <= c.Limit {
+		retryAfter = c.retryAfter(next, now, n)
+	}
+	if exists {
+		resetAfter = c.resetAfter(s, now)
+	}
+	return retryAfter, resetAfter
 }
 
 // retryAfter is the exact time from now until n ≤ Limit tokens would be

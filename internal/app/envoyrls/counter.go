@@ -3,6 +3,7 @@ package envoyrls
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"math"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/batch"
 )
 
 // The counters of rate_limit descriptors are envoyproxy/ratelimit's fixed
@@ -82,28 +84,78 @@ func (s counterState) encode() []byte {
 // still finds it.
 const keep = time.Minute
 
+// counters are the windows of the rate_limit descriptors in a store.
+// The calls on one key are batched (internal/batch): while a key has an
+// update in flight, the calls that come for it queue, and the next update
+// counts them all, as if one after the other. A hot key (a route's
+// generic_key, say) then costs one compare-and-set per batch, where a
+// compare-and-set per call lost most of its races and queued behind
+// backoffs until calls timed out.
+type counters struct {
+	store   driver.Store
+	batcher *batch.Batcher[*hit]
+}
+
+// hit is one call's hits on a key's window.
+type hit struct {
+	start, unit, now int64 // the window (Unix seconds, its length), the call's clock
+	n                uint64
+	after            uint64 // the window's count after these hits, once counted
+}
+
+func newCounters(s driver.Store) *counters {
+	c := &counters{store: s}
+	c.batcher = batch.New(c.run, batch.Options{})
+	return c
+}
+
 // add adds n hits to key's window that starts at start, of length unit
-// seconds, at now, and returns the count after. A stored window that
-// started earlier, or a state that is not a counter's, counts as empty.
-// n may be 0, which reads the count without writing.
-func add(ctx context.Context, s driver.Store, key string, start, unit, now int64, n uint64) (uint64, error) {
-	var after uint64
-	err := s.Update(ctx, key, func(state []byte) ([]byte, time.Duration, bool) {
+// seconds, at now, and returns the count after, by deadline at the
+// latest. n may be 0, which reads the count without writing.
+func (c *counters) add(ctx context.Context, key string, start, unit, now int64, n uint64, deadline time.Time) (uint64, error) {
+	h := &hit{start: start, unit: unit, now: now, n: n}
+	err := c.batcher.Add(ctx, key, h, deadline)
+	if errors.Is(err, batch.ErrExpired) {
+		err = context.DeadlineExceeded
+	}
+	return h.after, err
+}
+
+// run counts a batch of hits on key. The batch serves every call in it,
+// so it runs to the batch's deadline even if its leader's call ends.
+func (c *counters) run(ctx context.Context, key string, b *batch.Batch[*hit]) error {
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), b.Deadline())
+	defer cancel()
+	return c.store.Update(ctx, key, func(state []byte) ([]byte, time.Duration, bool) {
 		cur, ok := decodeCounter(state)
-		if !ok || cur.start != start {
-			cur = counterState{start: start}
+		var ttl time.Duration
+		for _, h := range b.Join() {
+			// A stored window that started earlier, or a state that is
+			// not a counter's, counts as empty. A stored window that
+			// started later takes the hits: the call read its clock
+			// before another call opened that window (it waited behind
+			// others, or its process's clock is behind), and opening its
+			// own window afresh would throw the later window's count
+			// away, which under contention admits many times the limit.
+			// The policy machines treat a time before their window in
+			// the same way.
+			if !ok || cur.start < h.start {
+				cur, ok = counterState{start: h.start}, true
+			}
+			h.after = cur.count + h.n
+			if h.after < cur.count {
+				h.after = math.MaxUint64 // saturate rather than wrap to zero
+			}
+			if h.n > 0 {
+				cur.count = h.after
+				ttl = max(ttl, time.Duration(cur.start+h.unit-h.now)*time.Second+keep)
+			}
 		}
-		after = cur.count + n
-		if after < cur.count {
-			after = math.MaxUint64 // saturate rather than wrap to zero
-		}
-		if n == 0 {
+		if ttl == 0 { // nothing to write: only reads
 			return nil, 0, false
 		}
-		cur.count = after
-		return cur.encode(), time.Duration(start+unit-now)*time.Second + keep, true
+		return cur.encode(), ttl, true
 	})
-	return after, err
 }
 
 // overLimitCache is envoyproxy/ratelimit's local cache: the keys of

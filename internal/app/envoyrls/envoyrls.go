@@ -131,8 +131,10 @@ func WithRegistry(reg prometheus.Registerer) Option {
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	opts  options
-	local driver.Store // FailLocal's windows
 	state atomic.Pointer[state]
+	// counters count the windows of rate_limit descriptors in the store;
+	// localCounters in this process's memory, for FailLocal.
+	counters, localCounters *counters
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
@@ -151,15 +153,17 @@ type state struct {
 // name a limiter with the limiters of lookup. A nil d has no domains:
 // every descriptor is then OK without a limit.
 func New(d *Domains, lookup Lookup, opts ...Option) *Service {
-	s := &Service{opts: options{timeout: sluice.DefaultStoreTimeout, now: time.Now}, local: memstore.New()}
+	s := &Service{opts: options{timeout: sluice.DefaultStoreTimeout, now: time.Now}}
 	for _, o := range opts {
 		o(&s.opts)
 	}
 	if s.opts.logger == nil {
 		s.opts.logger = slog.New(slog.DiscardHandler)
 	}
-	if s.opts.store == nil {
-		s.opts.store = s.local
+	s.localCounters = newCounters(memstore.New())
+	s.counters = s.localCounters
+	if s.opts.store != nil {
+		s.counters = newCounters(s.opts.store)
 	}
 	s.Swap(d, lookup)
 	return s
@@ -497,14 +501,7 @@ func (c check) isCounter() bool { return c.match.rule != nil && c.match.rule.lim
 func (s *Service) count(ctx context.Context, c check, now int64, n uint64) (uint64, error) {
 	length := unitSeconds(c.match.rule.unit)
 	start := windowStart(now, length)
-	// A caller's deadline within the timeout already bounds the call (Envoy
-	// gives each call one of 20 ms by default): no timer of our own.
-	tctx, cancel := ctx, context.CancelFunc(func() {})
-	if d, ok := ctx.Deadline(); !ok || time.Until(d) > s.opts.timeout {
-		tctx, cancel = context.WithTimeout(ctx, s.opts.timeout)
-	}
-	after, err := add(tctx, s.opts.store, c.key, start, length, now, n)
-	cancel()
+	after, err := s.counters.add(ctx, c.key, start, length, now, n, s.deadline(ctx))
 	if err == nil || ctx.Err() != nil {
 		return after, err
 	}
@@ -514,9 +511,20 @@ func (s *Service) count(ctx context.Context, c check, now int64, n uint64) (uint
 		return n, nil
 	case sluice.FailLocal:
 		s.opts.logger.WarnContext(ctx, "envoyrls: store failed; counting in memory", "key", c.key, "err", err)
-		return add(ctx, s.local, c.key, start, length, now, n)
+		return s.localCounters.add(ctx, c.key, start, length, now, n, s.deadline(ctx))
 	}
 	return after, err
+}
+
+// deadline is when a store call for ctx must end: the store timeout from
+// now, or the caller's own deadline when that is sooner (Envoy gives each
+// call one of 20 ms by default).
+func (s *Service) deadline(ctx context.Context) time.Time {
+	d := time.Now().Add(s.opts.timeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		return cd
+	}
+	return d
 }
 
 // storeError is the call's status when the store failed on descriptor i:

@@ -353,6 +353,92 @@ envoy:
 	}
 }
 
+// TestLateCall: a call whose clock read falls in a window before the one
+// the store already counts (it read the clock and then waited for the
+// store behind other calls, or its process's clock is a little behind) is
+// counted in the stored window. Opening its own window afresh would throw
+// the later window's count away, and the next call on time would open that
+// afresh too: under contention, many times the limit got through.
+func TestLateCall(t *testing.T) {
+	var mu sync.Mutex
+	at := time.Unix(0, start).Add(time.Second)
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return at
+	}
+	f := newFixture(t, `
+envoy:
+  - domain: d
+    descriptors:
+      - {key: k, rate_limit: {unit: second, requests_per_unit: 2}}
+`, nil, nil, envoyrls.WithClock(clock))
+	steps := []struct {
+		at   time.Duration // from start
+		hits uint64
+		want string
+	}{
+		{time.Second, 1, "OK 2/SECOND() remaining=1 reset=1s"},
+		{time.Second, 1, "OK 2/SECOND() remaining=0 reset=1s"},
+		{0, 1, "OVER_LIMIT 2/SECOND() remaining=0 reset=1s"}, // late
+		{0, 0, "OVER_LIMIT 2/SECOND() remaining=0 reset=1s"}, // late, and only reads
+		{time.Second, 1, "OVER_LIMIT 2/SECOND() remaining=0 reset=1s"},
+		{2 * time.Second, 1, "OK 2/SECOND() remaining=1 reset=1s"}, // the next window
+	}
+	for i, st := range steps {
+		mu.Lock()
+		at = time.Unix(0, start).Add(st.at)
+		mu.Unlock()
+		if _, got, _ := f.call(t, req("d", hits(st.hits, desc("k", "a")))); got[0] != st.want {
+			t.Errorf("step %d (at start+%v): status %q, want %q", i, st.at, got[0], st.want)
+		}
+	}
+}
+
+// TestConcurrentCounting: calls on one key at once are counted as if one
+// after the other, however they are batched: exactly the limit is
+// allowed, and each allowed call sees its own remaining count.
+func TestConcurrentCounting(t *testing.T) {
+	const limit, callers, calls = 100, 40, 5
+	f := newFixture(t, fmt.Sprintf(`
+envoy:
+  - domain: d
+    descriptors:
+      - {key: k, rate_limit: {unit: minute, requests_per_unit: %d}}
+`, limit), nil, nil)
+	var mu sync.Mutex
+	remaining := map[uint32]int{}
+	over := 0
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for range calls {
+				resp, err := f.client.ShouldRateLimit(context.Background(), req("d", desc("k", "hot")))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if st := resp.GetStatuses()[0]; st.GetCode() == rlsv3.RateLimitResponse_OK {
+					remaining[st.GetLimitRemaining()]++
+				} else {
+					over++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(remaining) != limit || over != callers*calls-limit {
+		t.Errorf("%d distinct remaining counts among the allowed, %d over the limit; want %d and %d", len(remaining), over, limit, callers*calls-limit)
+	}
+	for r, n := range remaining {
+		if n != 1 || r >= limit {
+			t.Errorf("remaining %d seen %d times", r, n)
+		}
+	}
+}
+
 // TestHitsAddend: the request's hits_addend (0 meaning 1), overridden by a
 // descriptor's, and a descriptor's 0 that checks without taking, for a
 // descriptor that a sluice limiter decides.

@@ -13,6 +13,7 @@ require (
 	github.com/sluicehq/sluice v0.0.0
 	github.com/throttled/throttled/v2 v2.15.0
 	github.com/ulule/limiter/v3 v3.11.2
+	golang.org/x/net v0.60.0
 	golang.org/x/time v0.16.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
@@ -30,7 +31,6 @@ require (
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect

@@ -4,10 +4,17 @@
 // second and the latency percentiles. It speaks only the public API, so the
 // same run measures sluice serve and envoyproxy/ratelimit alike; see
 // scripts/loadtest.sh.
+//
+// The load side shares the machine with the servers under test, so every
+// microsecond it spends is one they lose. rlsload therefore speaks gRPC's
+// HTTP/2 framing itself (h2conn) instead of through grpc-go's client: each
+// connection is one goroutine that reads the replies and writes its
+// callers' next requests, encoded ahead, with no goroutine hand-off per
+// call. The servers see ordinary gRPC calls.
 package main
 
 import (
-	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -18,10 +25,6 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
@@ -34,122 +37,133 @@ func main() {
 	key := flag.String("key", "client", "the descriptor entry's key; its value is one of -keys values")
 	keys := flag.Int("keys", 1000, "how many distinct descriptor values to spread the load over")
 	conc := flag.Int("c", 64, "concurrent callers")
-	conns := flag.Int("conns", 4, "gRPC connections the callers share")
+	conns := flag.Int("conns", 4, "HTTP/2 connections the callers share")
 	dur := flag.Duration("d", 10*time.Second, "how long to run")
 	flag.Parse()
-	if err := run(*addr, *domain, *key, *keys, *conc, *conns, *dur); err != nil {
+	r, err := run(*addr, *domain, *key, *keys, *conc, *conns, *dur)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "rlsload:", err)
 		os.Exit(1)
 	}
+	r.print()
 }
 
-func run(addr, domain, key string, keys, conc, conns int, dur time.Duration) error {
+// report is what a run counted: a call is ok or over_limit by its reply's
+// overall_code, an error when it failed (a gRPC status other than OK, a
+// reset stream, a reply that cannot be read).
+type report struct {
+	ok, over, failed int64
+	firstErr         error
+	lat              []time.Duration // of every ok and over_limit call
+	elapsed          time.Duration
+}
+
+func (r *report) add(o *report) {
+	r.ok, r.over, r.failed = r.ok+o.ok, r.over+o.over, r.failed+o.failed
+	r.firstErr = cmp(r.firstErr, o.firstErr)
+	r.lat = append(r.lat, o.lat...)
+}
+
+func cmp(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func (r *report) print() {
+	slices.Sort(r.lat)
+	pct := func(p int) time.Duration { return r.lat[(len(r.lat)-1)*p/100] }
+	fmt.Printf("requests %d (ok %d, over_limit %d, errors %d) in %v\n", len(r.lat), r.ok, r.over, r.failed, r.elapsed.Round(time.Millisecond))
+	if r.firstErr != nil {
+		fmt.Printf("first error: %v\n", r.firstErr)
+	}
+	fmt.Printf("decisions/s %.0f  p50 %v  p99 %v  max %v\n", float64(len(r.lat))/r.elapsed.Seconds(),
+		pct(50).Round(time.Microsecond), pct(99).Round(time.Microsecond), r.lat[len(r.lat)-1].Round(time.Microsecond))
+}
+
+func run(addr, domain, key string, keys, conc, conns int, dur time.Duration) (*report, error) {
 	if keys <= 0 || conc <= 0 || conns <= 0 || dur <= 0 {
-		return fmt.Errorf("-keys, -c, -conns and -d must be positive")
+		return nil, errors.New("-keys, -c, -conns and -d must be positive")
 	}
-	clients := make([]*grpc.ClientConn, conns)
-	for i := range clients {
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
-		if err != nil {
-			return err
-		}
-		defer cc.Close()
-		clients[i] = cc
-	}
-	// One request per key, encoded ahead so the loop measures the server.
-	reqs := make([]frame, keys)
+	conns = min(conns, conc)
+	// One request per key, encoded ahead with its gRPC message prefix.
+	reqs := make([][]byte, keys)
 	for i := range reqs {
 		b, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlcommon.RateLimitDescriptor{{
 			Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: key, Value: "k" + strconv.Itoa(i)}},
 		}}})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		reqs[i] = frame{b}
+		reqs[i] = grpcMessage(b)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), dur)
-	defer cancel()
-	var mu sync.Mutex
-	var lat []time.Duration
-	var ok, over, failed int64
-	var firstErr error
-	var wg sync.WaitGroup
+	cs := make([]*h2conn, conns)
+	for i := range cs {
+		c, err := dial(addr, reqs)
+		if err != nil {
+			for _, c := range cs[:i] {
+				c.close()
+			}
+			return nil, err
+		}
+		cs[i] = c
+	}
 	start := time.Now()
-	for g := range conc {
+	end := start.Add(dur)
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		all report
+		err error
+	)
+	for i, c := range cs {
+		// Caller g (of conc) is stream slot g/conns of connection g%conns.
+		calls := conc / conns
+		if i < conc%conns {
+			calls++
+		}
 		wg.Go(func() {
-			c := clients[g%len(clients)]
-			var mine []time.Duration
-			var o, v, f int64
-			var ferr error
-			var resp frame
-			for i := g; ctx.Err() == nil; i += conc {
-				t0 := time.Now()
-				err := c.Invoke(ctx, method, &reqs[i%len(reqs)], &resp)
-				var code rlsv3.RateLimitResponse_Code
-				if err == nil {
-					code, err = overallCode(resp.b)
-				}
-				if err != nil {
-					// The run's own deadline ends calls in flight; gRPC may
-					// report it a moment before ctx does.
-					if c := status.Code(err); ctx.Err() == nil && c != codes.DeadlineExceeded && c != codes.Canceled {
-						f++
-						if ferr == nil {
-							ferr = err
-						}
-					}
-					continue
-				}
-				mine = append(mine, time.Since(t0))
-				if code == rlsv3.RateLimitResponse_OVER_LIMIT {
-					v++
-				} else {
-					o++
-				}
-			}
+			defer c.close()
+			r, e := c.drive(i, conns, conc, calls, end)
 			mu.Lock()
-			lat = append(lat, mine...)
-			ok, over, failed = ok+o, over+v, failed+f
-			if firstErr == nil {
-				firstErr = ferr
-			}
-			mu.Unlock()
+			defer mu.Unlock()
+			all.add(r)
+			err = cmp(err, e)
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	if len(lat) == 0 {
-		return fmt.Errorf("no request succeeded (%d failed)", failed)
+	all.elapsed = time.Since(start)
+	if err != nil {
+		return nil, err
 	}
-	slices.Sort(lat)
-	pct := func(p int) time.Duration { return lat[(len(lat)-1)*p/100] }
-	fmt.Printf("requests %d (ok %d, over_limit %d, errors %d) in %v\n", len(lat), ok, over, failed, elapsed.Round(time.Millisecond))
-	if firstErr != nil {
-		fmt.Printf("first error: %v\n", firstErr)
+	if len(all.lat) == 0 {
+		return nil, fmt.Errorf("no request succeeded (%d failed; first error: %v)", all.failed, all.firstErr)
 	}
-	fmt.Printf("decisions/s %.0f  p50 %v  p99 %v  max %v\n", float64(len(lat))/elapsed.Seconds(),
-		pct(50).Round(time.Microsecond), pct(99).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond))
-	return nil
+	return &all, nil
 }
 
-// frame is a message as its encoding. rawCodec sends a request's bytes as
-// they are and keeps a reply's, so the load generator spends no CPU on
-// protobuf, which on a loaded machine would be CPU taken from the server
-// under test's neighbours; the server sees the same bytes on the wire.
-type frame struct{ b []byte }
-
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) ([]byte, error) { return v.(*frame).b, nil }
-
-func (rawCodec) Unmarshal(data []byte, v any) error {
-	f := v.(*frame)
-	f.b = append(f.b[:0], data...) // data is gRPC's, valid during the call only
-	return nil
+// grpcMessage is msg in gRPC's length-prefixed framing, uncompressed.
+func grpcMessage(msg []byte) []byte {
+	b := make([]byte, 5, 5+len(msg))
+	b[1], b[2], b[3], b[4] = byte(len(msg)>>24), byte(len(msg)>>16), byte(len(msg)>>8), byte(len(msg))
+	return append(b, msg...)
 }
 
-func (rawCodec) Name() string { return "proto" }
+// reply reads a gRPC reply body, one uncompressed RateLimitResponse, for
+// its overall_code.
+func reply(b []byte) (rlsv3.RateLimitResponse_Code, error) {
+	if len(b) < 5 {
+		return 0, fmt.Errorf("reply of %d bytes: no gRPC message", len(b))
+	}
+	if b[0] != 0 {
+		return 0, fmt.Errorf("reply: compressed flag %d, want 0", b[0])
+	}
+	if n := int(b[1])<<24 | int(b[2])<<16 | int(b[3])<<8 | int(b[4]); n != len(b)-5 {
+		return 0, fmt.Errorf("reply: message of %d bytes announced, %d sent", n, len(b)-5)
+	}
+	return overallCode(b[5:])
+}
 
 // overallCode reads a RateLimitResponse's overall_code (field 1) from its
 // encoding, UNKNOWN when absent, as proto3 leaves a zero value out.

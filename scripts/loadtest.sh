@@ -128,10 +128,10 @@ hz=$(getconf CLK_TCK)
 # load_server runs the gRPC load on the server at pid and port, prints
 # rlsload's report and the server's CPU time per decision, and sets
 # $rate to the decisions per second and $cpu to those µs.
-load_server() { # pid port
+load_server() { # pid port [rlsload flags]
 	local t0 t1 out requests
 	t0=$(cpu_ticks "$1")
-	out=$("${load[@]}" "$tmp/rlsload" -addr "127.0.0.1:$2" -c "$CONNS" -d "$DURATION")
+	out=$("${load[@]}" "$tmp/rlsload" -addr "127.0.0.1:$2" -c "$CONNS" -d "$DURATION" "${@:3}")
 	t1=$(cpu_ticks "$1")
 	echo "$out"
 	requests=$(sed -n 's/^requests \([0-9]*\) .*/\1/p' <<<"$out")
@@ -150,5 +150,11 @@ for pair in $(seq "$PAIRS"); do
 	ratios+=("$(awk -v a="$ours" -v b="$rate" 'BEGIN { printf "%.2f", a / b }')")
 	cpus+=("$(awk -v a="$ours_cpu" -v b="$cpu" 'BEGIN { printf "%.2f", b / a }')")
 done
+# One hot descriptor (a route's generic_key, say): every call on one key,
+# mostly over its limit of 100 a second.
+echo "== sluice serve, redis, envoyproxy/ratelimit's config files, one hot descriptor (rlsload -keys 1 -c $CONNS -d $DURATION)"
+load_server "$dropin_pid" "$dropin_grpc" -keys 1
+echo "== envoyproxy/ratelimit $RATELIMIT_VERSION, redis, one hot descriptor (rlsload -keys 1 -c $CONNS -d $DURATION)"
+load_server "$rl_pid" "$rl_grpc" -keys 1
 echo "== sluice's decisions/s over envoyproxy/ratelimit's, pair by pair: ${ratios[*]}; median $(printf '%s\n' "${ratios[@]}" | median)"
 echo "== envoyproxy/ratelimit's server CPU per decision over sluice's, pair by pair: ${cpus[*]}; median $(printf '%s\n' "${cpus[@]}" | median)"

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/batch"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 // The counters of rate_limit descriptors are envoyproxy/ratelimit's fixed
@@ -90,10 +91,12 @@ const keep = time.Minute
 // counts them all, as if one after the other. A hot key (a route's
 // generic_key, say) then costs one compare-and-set per batch, where a
 // compare-and-set per call lost most of its races and queued behind
-// backoffs until calls timed out.
+// backoffs until calls timed out. A store in this process's memory
+// neither loses races nor waits, and is counted call by call: a batch's
+// own deadline would cost it more than the count.
 type counters struct {
 	store   driver.Store
-	batcher *batch.Batcher[*hit]
+	batcher *batch.Batcher[*hit] // nil for memstore
 }
 
 // hit is one call's hits on a key's window.
@@ -105,7 +108,9 @@ type hit struct {
 
 func newCounters(s driver.Store) *counters {
 	c := &counters{store: s}
-	c.batcher = batch.New(c.run, batch.Options{})
+	if _, local := s.(*memstore.Store); !local {
+		c.batcher = batch.New(c.run, batch.Options{})
+	}
 	return c
 }
 
@@ -114,6 +119,11 @@ func newCounters(s driver.Store) *counters {
 // latest. n may be 0, which reads the count without writing.
 func (c *counters) add(ctx context.Context, key string, start, unit, now int64, n uint64, deadline time.Time) (uint64, error) {
 	h := &hit{start: start, unit: unit, now: now, n: n}
+	if c.batcher == nil {
+		one := []*hit{h}
+		err := c.store.Update(ctx, key, func(state []byte) ([]byte, time.Duration, bool) { return tally(state, one) })
+		return h.after, err
+	}
 	err := c.batcher.Add(ctx, key, h, deadline)
 	if errors.Is(err, batch.ErrExpired) {
 		err = context.DeadlineExceeded
@@ -126,36 +136,39 @@ func (c *counters) add(ctx context.Context, key string, start, unit, now int64, 
 func (c *counters) run(ctx context.Context, key string, b *batch.Batch[*hit]) error {
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), b.Deadline())
 	defer cancel()
-	return c.store.Update(ctx, key, func(state []byte) ([]byte, time.Duration, bool) {
-		cur, ok := decodeCounter(state)
-		var ttl time.Duration
-		for _, h := range b.Join() {
-			// A stored window that started earlier, or a state that is
-			// not a counter's, counts as empty. A stored window that
-			// started later takes the hits: the call read its clock
-			// before another call opened that window (it waited behind
-			// others, or its process's clock is behind), and opening its
-			// own window afresh would throw the later window's count
-			// away, which under contention admits many times the limit.
-			// The policy machines treat a time before their window in
-			// the same way.
-			if !ok || cur.start < h.start {
-				cur, ok = counterState{start: h.start}, true
-			}
-			h.after = cur.count + h.n
-			if h.after < cur.count {
-				h.after = math.MaxUint64 // saturate rather than wrap to zero
-			}
-			if h.n > 0 {
-				cur.count = h.after
-				ttl = max(ttl, time.Duration(cur.start+h.unit-h.now)*time.Second+keep)
-			}
+	return c.store.Update(ctx, key, func(state []byte) ([]byte, time.Duration, bool) { return tally(state, b.Join()) })
+}
+
+// tally counts hits, in order, on a key's stored state, setting each
+// one's count after, and returns the state to store.
+func tally(state []byte, hits []*hit) ([]byte, time.Duration, bool) {
+	cur, ok := decodeCounter(state)
+	var ttl time.Duration
+	for _, h := range hits {
+		// A stored window that started earlier, or a state that is not a
+		// counter's, counts as empty. A stored window that started later
+		// takes the hits: the call read its clock before another call
+		// opened that window (it waited behind others, or its process's
+		// clock is behind), and opening its own window afresh would throw
+		// the later window's count away, which under contention admits
+		// many times the limit. The policy machines treat a time before
+		// their window in the same way.
+		if !ok || cur.start < h.start {
+			cur, ok = counterState{start: h.start}, true
 		}
-		if ttl == 0 { // nothing to write: only reads
-			return nil, 0, false
+		h.after = cur.count + h.n
+		if h.after < cur.count {
+			h.after = math.MaxUint64 // saturate rather than wrap to zero
 		}
-		return cur.encode(), ttl, true
-	})
+		if h.n > 0 {
+			cur.count = h.after
+			ttl = max(ttl, time.Duration(cur.start+h.unit-h.now)*time.Second+keep)
+		}
+	}
+	if ttl == 0 { // nothing to write: only reads
+		return nil, 0, false
+	}
+	return cur.encode(), ttl, true
 }
 
 // overLimitCache is envoyproxy/ratelimit's local cache: the keys of

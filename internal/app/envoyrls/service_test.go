@@ -29,6 +29,7 @@ import (
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
 	"github.com/sluicehq/sluice/internal/testserver"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
@@ -397,46 +398,67 @@ envoy:
 
 // TestConcurrentCounting: calls on one key at once are counted as if one
 // after the other, however they are batched: exactly the limit is
-// allowed, and each allowed call sees its own remaining count.
+// allowed, and each allowed call sees its own remaining count. memstore
+// is counted call by call; a store that takes its time, as one across the
+// network does, gets batches.
 func TestConcurrentCounting(t *testing.T) {
 	const limit, callers, calls = 100, 40, 5
-	f := newFixture(t, fmt.Sprintf(`
+	for _, tc := range []struct {
+		name  string
+		store driver.Store
+	}{
+		{"memstore", memstore.New()},
+		{"slow store", slowStore{memstore.New()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, fmt.Sprintf(`
 envoy:
   - domain: d
     descriptors:
       - {key: k, rate_limit: {unit: minute, requests_per_unit: %d}}
-`, limit), nil, nil)
-	var mu sync.Mutex
-	remaining := map[uint32]int{}
-	over := 0
-	var wg sync.WaitGroup
-	for range callers {
-		wg.Go(func() {
-			for range calls {
-				resp, err := f.client.ShouldRateLimit(context.Background(), req("d", desc("k", "hot")))
-				if err != nil {
-					t.Error(err)
-					return
+`, limit), nil, nil, envoyrls.WithStore(tc.store))
+			var mu sync.Mutex
+			remaining := map[uint32]int{}
+			over := 0
+			var wg sync.WaitGroup
+			for range callers {
+				wg.Go(func() {
+					for range calls {
+						resp, err := f.client.ShouldRateLimit(context.Background(), req("d", desc("k", "hot")))
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						if st := resp.GetStatuses()[0]; st.GetCode() == rlsv3.RateLimitResponse_OK {
+							remaining[st.GetLimitRemaining()]++
+						} else {
+							over++
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			if len(remaining) != limit || over != callers*calls-limit {
+				t.Errorf("%d distinct remaining counts among the allowed, %d over the limit; want %d and %d", len(remaining), over, limit, callers*calls-limit)
+			}
+			for r, n := range remaining {
+				if n != 1 || r >= limit {
+					t.Errorf("remaining %d seen %d times", r, n)
 				}
-				mu.Lock()
-				if st := resp.GetStatuses()[0]; st.GetCode() == rlsv3.RateLimitResponse_OK {
-					remaining[st.GetLimitRemaining()]++
-				} else {
-					over++
-				}
-				mu.Unlock()
 			}
 		})
 	}
-	wg.Wait()
-	if len(remaining) != limit || over != callers*calls-limit {
-		t.Errorf("%d distinct remaining counts among the allowed, %d over the limit; want %d and %d", len(remaining), over, limit, callers*calls-limit)
-	}
-	for r, n := range remaining {
-		if n != 1 || r >= limit {
-			t.Errorf("remaining %d seen %d times", r, n)
-		}
-	}
+}
+
+// slowStore is a memstore that takes 200µs an update, long enough for
+// calls to queue behind one.
+type slowStore struct{ *memstore.Store }
+
+func (s slowStore) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
+	time.Sleep(200 * time.Microsecond)
+	return s.Store.Update(ctx, key, fn)
 }
 
 // TestHitsAddend: the request's hits_addend (0 meaning 1), overridden by a

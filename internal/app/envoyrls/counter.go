@@ -103,6 +103,7 @@ type counters struct {
 type hit struct {
 	start, unit, now int64 // the window (Unix seconds, its length), the call's clock
 	n                uint64
+	deadline         time.Time
 	after            uint64 // the window's count after these hits, once counted
 }
 
@@ -118,7 +119,7 @@ func newCounters(s driver.Store) *counters {
 // seconds, at now, and returns the count after, by deadline at the
 // latest. n may be 0, which reads the count without writing.
 func (c *counters) add(ctx context.Context, key string, start, unit, now int64, n uint64, deadline time.Time) (uint64, error) {
-	h := &hit{start: start, unit: unit, now: now, n: n}
+	h := &hit{start: start, unit: unit, now: now, n: n, deadline: deadline}
 	if c.batcher == nil {
 		one := []*hit{h}
 		err := c.store.Update(ctx, key, func(state []byte) ([]byte, time.Duration, bool) { return tally(state, one) })
@@ -131,12 +132,25 @@ func (c *counters) add(ctx context.Context, key string, start, unit, now int64, 
 	return h.after, err
 }
 
-// run counts a batch of hits on key. The batch serves every call in it,
-// so it runs to the batch's deadline even if its leader's call ends.
+// run counts a batch of hits on key: the calls queued as it starts. The
+// batch serves every one of them, so it runs to the latest of their
+// deadlines, even if its leader's call ends: the callers' deadlines differ
+// (Envoy's own timeout, or none and the store timeout), and a call must not
+// fail at another's, a hostile client's 1 ms say. A call may so wait past
+// its own deadline, by at most the store timeout. Calls that come while
+// the batch runs wait for the next one rather than join it under a
+// deadline not theirs.
 func (c *counters) run(ctx context.Context, key string, b *batch.Batch[*hit]) error {
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), b.Deadline())
+	hits := b.Join()
+	deadline := b.Deadline()
+	for _, h := range hits {
+		if h.deadline.After(deadline) {
+			deadline = h.deadline
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
-	return c.store.Update(ctx, key, func(state []byte) ([]byte, time.Duration, bool) { return tally(state, b.Join()) })
+	return c.store.Update(ctx, key, func(state []byte) ([]byte, time.Duration, bool) { return tally(state, hits) })
 }
 
 // tally counts hits, in order, on a key's stored state, setting each

@@ -501,7 +501,13 @@ func (c check) isCounter() bool { return c.match.rule != nil && c.match.rule.lim
 func (s *Service) count(ctx context.Context, c check, now int64, n uint64) (uint64, error) {
 	length := unitSeconds(c.match.rule.unit)
 	start := windowStart(now, length)
-	after, err := s.counters.add(ctx, c.key, start, length, now, n, s.deadline(ctx))
+	deadline, callers := s.deadline(ctx)
+	after, err := s.counters.add(ctx, c.key, start, length, now, n, deadline)
+	if err != nil && callers && !time.Now().Before(deadline) {
+		// The call's own deadline ended the store call: ctx's timer,
+		// set for the same instant, may not have fired yet.
+		<-ctx.Done()
+	}
 	if err == nil || ctx.Err() != nil {
 		return after, err
 	}
@@ -511,20 +517,21 @@ func (s *Service) count(ctx context.Context, c check, now int64, n uint64) (uint
 		return n, nil
 	case sluice.FailLocal:
 		s.opts.logger.WarnContext(ctx, "envoyrls: store failed; counting in memory", "key", c.key, "err", err)
-		return s.localCounters.add(ctx, c.key, start, length, now, n, s.deadline(ctx))
+		deadline, _ := s.deadline(ctx)
+		return s.localCounters.add(ctx, c.key, start, length, now, n, deadline)
 	}
 	return after, err
 }
 
 // deadline is when a store call for ctx must end: the store timeout from
 // now, or the caller's own deadline when that is sooner (Envoy gives each
-// call one of 20 ms by default).
-func (s *Service) deadline(ctx context.Context) time.Time {
+// call one of 20 ms by default), which callers reports.
+func (s *Service) deadline(ctx context.Context) (deadline time.Time, callers bool) {
 	d := time.Now().Add(s.opts.timeout)
 	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
-		return cd
+		return cd, true
 	}
-	return d
+	return d, false
 }
 
 // storeError is the call's status when the store failed on descriptor i:

@@ -801,6 +801,66 @@ envoy:
 	}
 }
 
+// TestShortDeadlineLeads: a call with a short deadline that leads a
+// batch on a slow store ends at its deadline, and the call that comes
+// for the same window while its batch runs, with time to spare, is
+// counted: it does not fail at the other's deadline.
+func TestShortDeadlineLeads(t *testing.T) {
+	const doc = `
+envoy:
+  - domain: d
+    descriptors:
+      - {key: window, rate_limit: {unit: minute, requests_per_unit: 2}}
+`
+	f := newFixture(t, doc, nil, nil, envoyrls.WithStore(roundTrips{memstore.New(), 20 * time.Millisecond}))
+	short, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := f.client.ShouldRateLimit(short, req("d", desc("window", "x")))
+		errc <- err
+	}()
+	time.Sleep(10 * time.Millisecond) // the short call's batch is reading
+	if code, got, _ := f.call(t, req("d", desc("window", "x"))); code != "OK" {
+		t.Errorf("the call with time to spare: %s %v, want OK", code, got)
+	}
+	if err := <-errc; status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("the call with 30ms: %v, want DeadlineExceeded", err)
+	}
+}
+
+// roundTrips is a memstore that, as a store across the network, takes a
+// round trip to read a state and another to write it, and gives up at its
+// context's end.
+type roundTrips struct {
+	*memstore.Store
+	rtt time.Duration
+}
+
+func (s roundTrips) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
+	wait := func() error {
+		select {
+		case <-time.After(s.rtt):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	var cur []byte
+	_ = s.Store.Update(ctx, key, func(st []byte) ([]byte, time.Duration, bool) {
+		cur = append([]byte(nil), st...)
+		return nil, 0, false
+	})
+	if err := wait(); err != nil {
+		return err
+	}
+	next, ttl, changed := fn(cur)
+	if err := wait(); err != nil || !changed {
+		return err
+	}
+	return s.Store.Update(ctx, key, func([]byte) ([]byte, time.Duration, bool) { return next, ttl, true })
+}
+
 // allowRequestLimits are the settings that honour a request's limit
 // override, as envoyproxy/ratelimit does.
 var allowRequestLimits = func() envoyrls.Settings {

@@ -20,13 +20,7 @@ import (
 // TestRedis: two services, as two sluice processes behind Envoy, share a
 // token bucket in Redis: each answer counts what the other took.
 func TestRedis(t *testing.T) {
-	opt, err := redis.ParseURL(testserver.SharedRedis(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(opt)
-	t.Cleanup(func() { c.Close() })
-	prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
+	c, prefix := redisClient(t)
 	const doc = `
 envoy:
   - domain: edge
@@ -69,13 +63,7 @@ envoy:
 // that loses compare-and-set races and retries decides on the clock it
 // read before, by then often in the window before the stored one.
 func TestRedisHotKey(t *testing.T) {
-	opt, err := redis.ParseURL(testserver.SharedRedis(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(opt)
-	t.Cleanup(func() { c.Close() })
-	prefix := fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
+	c, prefix := redisClient(t)
 	const limit = 10
 	doc := fmt.Sprintf(`
 envoy:
@@ -126,4 +114,17 @@ envoy:
 	if over.Load() == 0 {
 		t.Error("no call over the limit: the load did not reach it")
 	}
+}
+
+// redisClient is a client of the shared test Redis, closed with the test,
+// and a key prefix of the test's own.
+func redisClient(t *testing.T) (*redis.Client, string) {
+	t.Helper()
+	opt, err := redis.ParseURL(testserver.SharedRedis(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	return c, fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
 }

@@ -764,18 +764,20 @@ func (hangingStore) Update(ctx context.Context, _ string, _ driver.UpdateFunc) e
 	return ctx.Err()
 }
 
-// TestStoreTimeout: a rate_limit window's store call ends at the store
-// timeout, or at the caller's deadline when that comes first, whichever
-// the caller set.
-func TestStoreTimeout(t *testing.T) {
-	const doc = `
+// windowDoc is one rate_limit window, for the tests of store calls.
+const windowDoc = `
 envoy:
   - domain: d
     descriptors:
       - {key: window, rate_limit: {unit: minute, requests_per_unit: 2}}
 `
+
+// TestStoreTimeout: a rate_limit window's store call ends at the store
+// timeout, or at the caller's deadline when that comes first, whichever
+// the caller set.
+func TestStoreTimeout(t *testing.T) {
 	const timeout = 200 * time.Millisecond
-	f := newFixture(t, doc, nil, nil, envoyrls.WithStore(hangingStore{}), envoyrls.WithStoreTimeout(timeout))
+	f := newFixture(t, windowDoc, nil, nil, envoyrls.WithStore(hangingStore{}), envoyrls.WithStoreTimeout(timeout))
 	for _, tt := range []struct {
 		name     string
 		deadline time.Duration // 0: none
@@ -806,13 +808,7 @@ envoy:
 // for the same window while its batch runs, with time to spare, is
 // counted: it does not fail at the other's deadline.
 func TestShortDeadlineLeads(t *testing.T) {
-	const doc = `
-envoy:
-  - domain: d
-    descriptors:
-      - {key: window, rate_limit: {unit: minute, requests_per_unit: 2}}
-`
-	f := newFixture(t, doc, nil, nil, envoyrls.WithStore(roundTrips{memstore.New(), 20 * time.Millisecond}))
+	f := newFixture(t, windowDoc, nil, nil, envoyrls.WithStore(roundTrips{memstore.New(), 20 * time.Millisecond}))
 	short, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
 	errc := make(chan error, 1)

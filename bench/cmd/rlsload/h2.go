@@ -156,8 +156,7 @@ func (c *h2conn) control(f http2.Frame) error {
 func (c *h2conn) close() { c.nc.Close() }
 
 // drive runs the callers of connection conn (of conns; conc callers in
-// all) until end, then
-// waits for the calls under way, and reports them.
+// all) until end, then waits for the calls under way, and reports them.
 func (c *h2conn) drive(conn, conns, conc, callers int, end time.Time) (*report, error) {
 	r := &report{}
 	if c.maxStream >= 0 && int64(callers) > c.maxStream {
@@ -169,15 +168,22 @@ func (c *h2conn) drive(conn, conns, conc, callers int, end time.Time) (*report, 
 	}
 	calls := make([]call, callers)
 	nextID := uint32(1)
-	active := 0
+	active, waiting := 0, 0 // calls under way, and callers waiting for flow control
 	start := func(cl *call, now time.Time) error {
 		req := c.reqs[(cl.caller+cl.sent*conc)%len(c.reqs)]
 		if int64(len(req)) > c.streamWin {
 			return fmt.Errorf("a request of %d bytes exceeds the server's stream window of %d", len(req), c.streamWin)
 		}
 		if int64(len(req)) > c.sendWin {
-			cl.waiting = true
+			if !cl.waiting {
+				cl.waiting = true
+				waiting++
+			}
 			return nil
+		}
+		if cl.waiting {
+			cl.waiting = false
+			waiting--
 		}
 		if nextID > 1<<31-1 {
 			return errors.New("stream ids exhausted on one connection: raise -conns or shorten -d")
@@ -224,7 +230,7 @@ func (c *h2conn) drive(conn, conns, conc, callers int, end time.Time) (*report, 
 		}
 		return nil
 	}
-	for active > 0 {
+	for active > 0 || waiting > 0 {
 		if c.br.Buffered() == 0 {
 			if err := c.bw.Flush(); err != nil {
 				return r, err
@@ -239,13 +245,16 @@ func (c *h2conn) drive(conn, conns, conc, callers int, end time.Time) (*report, 
 			if err := c.control(f); err != nil {
 				return r, err
 			}
-			if c.sendWin > 0 && time.Now().Before(end) {
+			if waiting > 0 {
 				for i := range calls {
-					if calls[i].waiting {
+					if !calls[i].waiting {
+						continue
+					}
+					if !time.Now().Before(end) { // the run is over: it need not send
 						calls[i].waiting = false
-						if err := start(&calls[i], time.Now()); err != nil {
-							return r, err
-						}
+						waiting--
+					} else if err := start(&calls[i], time.Now()); err != nil {
+						return r, err
 					}
 				}
 			}

@@ -141,8 +141,8 @@ func (c *counters) add(ctx context.Context, key string, start, unit, now int64, 
 // the batch runs wait for the next one rather than join it under a
 // deadline not theirs.
 func (c *counters) run(ctx context.Context, key string, b *batch.Batch[*hit]) error {
-	hits := b.Join()
-	deadline := b.Deadline()
+	hits := b.Join() // the leader's among them
+	var deadline time.Time
 	for _, h := range hits {
 		if h.deadline.After(deadline) {
 			deadline = h.deadline

@@ -517,7 +517,6 @@ func (s *Service) count(ctx context.Context, c check, now int64, n uint64) (uint
 		return n, nil
 	case sluice.FailLocal:
 		s.opts.logger.WarnContext(ctx, "envoyrls: store failed; counting in memory", "key", c.key, "err", err)
-		deadline, _ := s.deadline(ctx)
 		return s.localCounters.add(ctx, c.key, start, length, now, n, deadline)
 	}
 	return after, err

@@ -58,6 +58,15 @@ func (c Config) ahead(s *State, exists bool, now int64) arith.U128 {
 	return arith.Mul(uint64(s.TAT)-uint64(now), uint64(c.Rate)).Add(arith.U128{Lo: frac})
 }
 
+// aheadNs is ceilNs(c.ahead(s, exists, now)) without its division: the
+// state holds the quotient and the remainder.
+func (c Config) aheadNs(s *State, exists bool, now int64) int64 {
+	if !exists || s.TAT < now {
+		return 0
+	}
+	return ceilOf(uint64(s.TAT)-uint64(now), min(max(s.Frac, 0), c.Rate-1))
+}
+
 // burst is Limit·T in ticks.
 func (c Config) burst() arith.U128 { return arith.Mul(uint64(c.Limit), uint64(c.Period)) }
 
@@ -146,12 +155,29 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 		// The new TAT only grows with time: it never fits.
 		return c.refused(a, policy.Never), false
 	}
-	if w := c.wait(an); w > 0 {
-		retryAfter := c.retryAt(a, now, n, w, next.TAT)
-		return policy.Result{Remaining: c.remaining(a), RetryAfter: retryAfter, ResetAfter: c.ceilNs(a), Limit: c.Limit}, false
+	b := c.burst()
+	if b.Less(an) {
+		retryAfter := c.retryAt(a, now, n, c.ceilNs(an.Sub(b)), next.TAT)
+		return policy.Result{Remaining: c.remaining(a), RetryAfter: retryAfter, ResetAfter: c.aheadNs(s, exists, now), Limit: c.Limit}, false
 	}
 	*s = next
-	return policy.Result{Allowed: true, Remaining: c.remaining(an), ResetAfter: c.ceilNs(an), Limit: c.Limit}, true
+	// Divisions are the costliest steps here: the remaining tokens need
+	// one, but an's rounding up is next's, which tat divided already (and
+	// a's, above, is the state's).
+	q, _, _ := b.Sub(an).Quo(uint64(c.Period))
+	return policy.Result{Allowed: true, Remaining: int64(q), ResetAfter: ceilOf(uint64(next.TAT)-uint64(now), next.Frac), Limit: c.Limit}, true
+}
+
+// ceilOf is q ns and r ticks rounded up to whole ns, saturating at Never:
+// ceilNs of the ticks whose quotient and remainder they are.
+func ceilOf(q uint64, r int64) int64 {
+	if q >= policy.Never {
+		return policy.Never
+	}
+	if r > 0 {
+		q++
+	}
+	return int64(q)
 }
 
 // retryAt checks that n tokens, which conform w > 0 ns after now, can then

@@ -124,6 +124,36 @@ var keyedPeers = []keyedPeer{
 	}},
 }
 
+// keyedFloors are not limiters: they are what any exact keyed limiter that
+// reads the clock once and keeps its keys under a lock pays in this
+// benchmark's loop, run serially beside the peers to show how much of a
+// peer's time a limiter can save at most. floor-clock reads the monotonic
+// clock (as time.Since does) and nothing else; floor-clock-map also writes
+// the time under a sync.Mutex to the key's entry in a Go map, a store of the
+// key and one word of state, with no policy and no result.
+var keyedFloors = []keyedPeer{
+	{"floor-clock", func(testing.TB, keyedRegime) (func(string) (bool, error), func()) {
+		start := time.Now()
+		var last time.Duration
+		return func(string) (bool, error) {
+			last = time.Since(start)
+			return last >= 0, nil
+		}, func() {}
+	}},
+	{"floor-clock-map", func(testing.TB, keyedRegime) (func(string) (bool, error), func()) {
+		start := time.Now()
+		var mu sync.Mutex
+		m := make(map[string]time.Duration)
+		return func(key string) (bool, error) {
+			now := time.Since(start)
+			mu.Lock()
+			m[key] = now
+			mu.Unlock()
+			return true, nil
+		}, func() {}
+	}},
+}
+
 // throttledRate is one token per interval/limit.
 func throttledRate(r keyedRegime) throttled.Rate {
 	return throttled.PerDuration(1, r.interval/time.Duration(r.limit))
@@ -134,7 +164,8 @@ func throttledRate(r keyedRegime) throttled.Rate {
 // the timer starts, serial and under RunParallel (each goroutine walks the
 // sequence from its own offset), in both regimes. Run with -cpu 2 for the
 // parallel figures. allowed/op checks the regime; cpu-ns/op is the
-// process's CPU time per decision (see cpuTime).
+// process's CPU time per decision (see cpuTime). The floors run serially
+// only: one lock for every key would measure contention, not a floor.
 func BenchmarkKeyed(b *testing.B) {
 	for _, kc := range keyCounts {
 		b.Run("keys="+kc.name, func(b *testing.B) {
@@ -145,7 +176,8 @@ func BenchmarkKeyed(b *testing.B) {
 			seq := keySeq(kc.n)
 			for _, r := range keyedRegimes {
 				b.Run("regime="+r.name, func(b *testing.B) {
-					for _, p := range keyedPeers {
+					for i, p := range append(keyedPeers, keyedFloors...) {
+						floor := i >= len(keyedPeers)
 						b.Run("impl="+p.name, func(b *testing.B) {
 							allow, stop := p.start(b, r)
 							defer stop()
@@ -172,6 +204,9 @@ func BenchmarkKeyed(b *testing.B) {
 								b.ReportMetric(float64(allowed)/float64(i), "allowed/op")
 								b.ReportMetric(float64(errs)/float64(i), "errors/op")
 							})
+							if floor {
+								return
+							}
 							b.Run("mode=parallel", func(b *testing.B) {
 								b.ReportAllocs()
 								var start, allowed, errs atomic.Int64

@@ -159,8 +159,12 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 	// makes every time.
 	if j := c.window(&next, n); j > 0 {
 		retryAfter := c.until(&next, j, now)
+		resetAfter := retryAfter // a full window's rejection: both at its end
+		if w := c.windowsOf(next.Hits); w != j {
+			resetAfter = c.until(&next, w, now)
+		}
 		return policy.Result{Remaining: max(c.Limit-next.Hits, 0), RetryAfter: retryAfter,
-			ResetAfter: c.until(&next, c.windowsOf(next.Hits), now), Limit: c.Limit}, false
+			ResetAfter: resetAfter, Limit: c.Limit}, false
 	}
 	next.Hits += n
 	*s = next

@@ -957,3 +957,27 @@ func TestAligned(t *testing.T) {
 	// Where the multiple is not an int64, the window opens at the hit.
 	run(t, c, State{}, false, math.MinInt64, []step{consume(1, 1, allowed(3, 2, 60*sec))})
 }
+
+// BenchmarkConsume is a call on a window with room (allow) and on a full
+// one (reject), the two decisions a keyed limiter makes most.
+func BenchmarkConsume(b *testing.B) {
+	c := Config{Limit: 100, Interval: 60 * sec}
+	b.Run("allow", func(b *testing.B) {
+		s := State{Start: t0}
+		now := t0
+		for b.Loop() {
+			if _, ok := c.Consume(&s, true, now, 1); !ok {
+				s.Hits = 0 // a fresh window's room, without the roll's division
+			}
+			now++
+		}
+	})
+	b.Run("reject", func(b *testing.B) {
+		s := State{Start: t0, Hits: c.Limit}
+		now := t0
+		for b.Loop() {
+			c.Consume(&s, true, now, 1)
+			now++
+		}
+	})
+}

@@ -143,13 +143,13 @@ func ClientIP(opts ...IPOption) (KeyFunc, error) {
 		if !ok || p.Addr == nil {
 			return "", errors.New("grpclimit: the call has no peer address")
 		}
-		a, ok := reqkey.ParseAddr(p.Addr.String())
+		key, ok := ip.KeyOf(p.Addr.String(), func() []string {
+			md, _ := metadata.FromIncomingContext(ctx)
+			return md.Get(o.header)
+		})
 		if !ok {
 			return "", fmt.Errorf("grpclimit: peer %q is not an IP address", p.Addr)
 		}
-		return ip.Key(a, func() []string {
-			md, _ := metadata.FromIncomingContext(ctx)
-			return md.Get(o.header)
-		}), nil
+		return key, nil
 	}, nil
 }

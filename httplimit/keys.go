@@ -134,10 +134,10 @@ func ClientIP(opts ...IPOption) (KeyFunc, error) {
 		return nil, &ConfigError{Field: e.Field, Value: e.Value, Want: e.Want}
 	}
 	return func(r *http.Request) (string, error) {
-		peer, ok := reqkey.ParseAddr(r.RemoteAddr)
+		key, ok := ip.KeyOf(r.RemoteAddr, func() []string { return r.Header.Values(o.header) })
 		if !ok {
 			return "", fmt.Errorf("httplimit: RemoteAddr %q is not an IP address", r.RemoteAddr)
 		}
-		return ip.Key(peer, func() []string { return r.Header.Values(o.header) }), nil
+		return key, nil
 	}, nil
 }

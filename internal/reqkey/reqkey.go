@@ -48,18 +48,40 @@ func NewIP(trusted []netip.Prefix, header string, v6Bits int) (*IP, *SettingErro
 	return ip, nil
 }
 
-// Key returns the key of the client whose request came from peer: an
-// IPv4 address as written ("192.0.2.1"), an IPv4-mapped IPv6 address as
-// its IPv4 address, and any other IPv6 address as its network
-// ("2001:db8:1:2::/64").
+// KeyOf returns the key of the client whose request came from the
+// address s, with or without a port (see ParseAddr), and false if s is
+// not an address: an IPv4 address as written ("192.0.2.1"), an
+// IPv4-mapped IPv6 address as its IPv4 address, and any other IPv6
+// address as its network ("2001:db8:1:2::/64").
 //
-// The client is peer unless peer is a trusted proxy. Then the forwarding
-// header, whose lines header returns (called only then), is read from
-// right to left, skipping the addresses of trusted proxies, and the first
-// address that is not one is the client. An entry that is not an address
-// ends the walk, and the last trusted proxy counts as the client. When
-// every address is trusted the leftmost is the client.
-func (ip *IP) Key(peer netip.Addr, header func() []string) string {
+// The client is the peer unless it is a trusted proxy. Then the
+// forwarding header, whose lines header returns (called only then), is
+// read from right to left, skipping the addresses of trusted proxies, and
+// the first address that is not one is the client. An entry that is not an
+// address ends the walk, and the last trusted proxy counts as the client.
+// When every address is trusted the leftmost is the client.
+//
+// The key of an IPv4 client that is the peer is the address as s writes
+// it, not a copy: netip parses an IPv4 address only in the form it prints
+// (four decimal fields, no leading zeros).
+func (ip *IP) KeyOf(s string, header func() []string) (string, bool) {
+	peer, ok := ParseAddr(s)
+	if !ok {
+		return "", false
+	}
+	host := s
+	if i := strings.LastIndexByte(s, ':'); i >= 0 {
+		host = s[:i]
+	}
+	if strings.Trim(host, "0123456789.") != "" {
+		host = "" // brackets, colons: an IPv6 address, mapped or not
+	}
+	return ip.key(peer, host, header), true
+}
+
+// key is KeyOf's key of peer, whose IPv4 address is written text, or of
+// any peer with text "".
+func (ip *IP) key(peer netip.Addr, text string, header func() []string) string {
 	client := peer.WithZone("").Unmap()
 	if ip.isTrusted(client) {
 		hops := ip.hops(header())
@@ -75,6 +97,9 @@ func (ip *IP) Key(peer netip.Addr, header func() []string) string {
 		}
 	}
 	if client.Is4() {
+		if text != "" && client == peer {
+			return text
+		}
 		return client.String()
 	}
 	p, _ := client.Prefix(ip.v6Bits) // cannot fail: an IPv6 address and bits in [1, 128]
@@ -136,6 +161,15 @@ func SplitQuoted(s string, sep byte) []string {
 // ParseAddr parses an address with or without a port, in brackets or
 // not, with its zone dropped and an IPv4-mapped IPv6 address unmapped.
 func ParseAddr(s string) (netip.Addr, bool) {
+	// A RemoteAddr has a port: it is parsed as such first, as parsing it
+	// as a bare address would fail, and allocate the error, each request.
+	// Of what has one colon, or a bracket first and none last, only an
+	// address and port can parse.
+	if strings.Count(s, ":") == 1 || strings.HasPrefix(s, "[") && !strings.HasSuffix(s, "]") {
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			return ap.Addr().WithZone("").Unmap(), true
+		}
+	}
 	a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"))
 	if err != nil {
 		ap, err := netip.ParseAddrPort(s)

@@ -3,7 +3,6 @@ package httplimit
 import (
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -45,46 +44,106 @@ const (
 // maxSFInteger is the largest integer of an RFC 9651 structured field.
 const maxSFInteger = 999_999_999_999_999
 
-// setHeaders sets the rate-limit headers of m's styles for ds on h.
-func (m *Middleware) setHeaders(h http.Header, ds []decision) {
+// setHeaders sets the rate-limit headers of m's styles for ds on h, and
+// Retry-After when retryAfter (seconds) is not negative.
+func (m *Middleware) setHeaders(h http.Header, ds []decision, retryAfter int64) {
+	// The values are written one after the other in buf, on the stack;
+	// fs records where each ends.
+	var space [192]byte
+	buf := space[:0]
+	var fs fields
 	if m.o.headers&Draft11Headers != 0 {
-		var policy, limit []string
+		// RateLimit's list is built beside RateLimit-Policy's, and
+		// follows it in buf.
+		var limSpace [96]byte
+		lim, n := limSpace[:0], 0
 		for i := range ds {
 			d := &ds[i]
 			if d.res.Limit > maxSFInteger {
 				continue
 			}
-			p := sfString(d.limit.Name) + ";q=" + strconv.FormatInt(d.res.Limit, 10)
-			if d.window > 0 {
-				p += ";w=" + strconv.FormatInt(ceilSeconds(d.window), 10)
+			if n++; n > 1 {
+				buf, lim = append(buf, ", "...), append(lim, ", "...)
 			}
-			policy = append(policy, p)
-			limit = append(limit, sfString(d.limit.Name)+";r="+strconv.FormatInt(d.res.Remaining, 10)+
-				";t="+strconv.FormatInt(ceilSeconds(d.res.ResetAfter), 10))
+			buf = strconv.AppendInt(append(append(buf, m.names[d.index]...), ";q="...), d.res.Limit, 10)
+			if d.window > 0 {
+				buf = strconv.AppendInt(append(buf, ";w="...), ceilSeconds(d.window), 10)
+			}
+			lim = strconv.AppendInt(append(append(lim, m.names[d.index]...), ";r="...), d.res.Remaining, 10)
+			lim = strconv.AppendInt(append(lim, ";t="...), ceilSeconds(d.res.ResetAfter), 10)
 		}
-		if len(policy) > 0 {
-			h.Set("RateLimit-Policy", strings.Join(policy, ", "))
-			h.Set("RateLimit", strings.Join(limit, ", "))
+		if n > 0 {
+			fs.end("Ratelimit-Policy", len(buf))
+			buf = append(buf, lim...)
+			fs.end("Ratelimit", len(buf))
 		}
 	}
+	if d := m.restrictive(ds); d != nil {
+		if m.o.headers&EarlyDraftHeaders != 0 {
+			buf = fs.int(buf, "Ratelimit-Limit", d.res.Limit)
+			buf = fs.int(buf, "Ratelimit-Remaining", d.res.Remaining)
+			buf = fs.int(buf, "Ratelimit-Reset", ceilSeconds(d.res.ResetAfter))
+		}
+		if m.o.headers&XHeaders != 0 {
+			buf = fs.int(buf, "X-Ratelimit-Limit", d.res.Limit)
+			buf = fs.int(buf, "X-Ratelimit-Remaining", d.res.Remaining)
+			buf = fs.int(buf, "X-Ratelimit-Reset", resetEpoch(m.o.clock.Now(), d.res.ResetAfter))
+		}
+	}
+	if retryAfter >= 0 {
+		buf = fs.int(buf, "Retry-After", retryAfter)
+	}
+	fs.set(h, buf)
+}
+
+// fields are where header values end in a buffer, to set them all with two
+// allocations: one string holding every value and one slice holding every
+// field's value. A Set each would allocate the value, its slice and, for
+// a name not in canonical form (RateLimit-Policy is Ratelimit-Policy), the
+// name: about a dozen allocations a response, more than the decision.
+type fields struct {
+	names [9]string // in canonical form: at most 2+3+3 rate-limit fields and Retry-After
+	ends  [9]int
+	n     int
+}
+
+// end records that the value of the field name ends at offset end.
+func (f *fields) end(name string, end int) {
+	f.names[f.n], f.ends[f.n] = name, end
+	f.n++
+}
+
+// int appends v to buf as the value of the field name.
+func (f *fields) int(buf []byte, name string, v int64) []byte {
+	buf = strconv.AppendInt(buf, v, 10)
+	f.end(name, len(buf))
+	return buf
+}
+
+// set sets the fields, whose values are in buf, on h, replacing their
+// values as Header.Set does. Each value is a slice of its own capacity, so
+// that adding to one field does not write over the next.
+func (f *fields) set(h http.Header, buf []byte) {
+	if f.n == 0 {
+		return
+	}
+	all := string(buf)
+	vals := make([]string, f.n)
+	start := 0
+	for i := range f.n {
+		vals[i] = all[start:f.ends[i]]
+		start = f.ends[i]
+		h[f.names[i]] = vals[i : i+1 : i+1]
+	}
+}
+
+// restrictive is mostRestrictive(ds) for the styles that state one limit,
+// and nil when m sends none of them.
+func (m *Middleware) restrictive(ds []decision) *decision {
 	if m.o.headers&(EarlyDraftHeaders|XHeaders) == 0 {
-		return
+		return nil
 	}
-	d := mostRestrictive(ds)
-	if d == nil {
-		return
-	}
-	limit, remaining := strconv.FormatInt(d.res.Limit, 10), strconv.FormatInt(d.res.Remaining, 10)
-	if m.o.headers&EarlyDraftHeaders != 0 {
-		h.Set("RateLimit-Limit", limit)
-		h.Set("RateLimit-Remaining", remaining)
-		h.Set("RateLimit-Reset", strconv.FormatInt(ceilSeconds(d.res.ResetAfter), 10))
-	}
-	if m.o.headers&XHeaders != 0 {
-		h.Set("X-RateLimit-Limit", limit)
-		h.Set("X-RateLimit-Remaining", remaining)
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(resetEpoch(m.o.clock.Now(), d.res.ResetAfter), 10))
-	}
+	return mostRestrictive(ds)
 }
 
 // mostRestrictive is, of the limits of ds that state a limit, the

@@ -59,6 +59,7 @@ func (e *ConfigError) Error() string {
 type Middleware struct {
 	limits  []Limit
 	windows []time.Duration // by limit; ≤ 0: no w
+	names   []string        // by limit: its Name as a structured-field string
 	o       options
 }
 
@@ -75,7 +76,8 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 	if len(limits) == 0 {
 		return nil, &ConfigError{Field: "limits", Value: "[]", Want: "must hold at least one limit"}
 	}
-	m := &Middleware{limits: append([]Limit(nil), limits...), windows: make([]time.Duration, len(limits)), o: o}
+	m := &Middleware{limits: append([]Limit(nil), limits...), windows: make([]time.Duration, len(limits)),
+		names: make([]string, len(limits)), o: o}
 	seen := map[string]bool{}
 	for i, l := range m.limits {
 		field := fmt.Sprintf("limits[%d]", i)
@@ -90,6 +92,7 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 			return nil, &ConfigError{Field: field + ".Key", Value: "nil", Want: "is required"}
 		}
 		seen[l.Name] = true
+		m.names[i] = sfString(l.Name)
 		m.windows[i] = l.Window
 		if l.Window == 0 {
 			m.windows[i] = l.Limiter.Policy().Window()
@@ -110,6 +113,7 @@ func printable(s string) bool {
 // decision is what one Limit decided on a request.
 type decision struct {
 	limit  *Limit
+	index  int // of limit in the Middleware's
 	window time.Duration
 	key    string
 	cost   int64
@@ -134,10 +138,15 @@ type decision struct {
 // rate-limit headers. A panic in next is not recovered.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ds := make([]decision, len(m.limits))
+		var space [4]decision // most middlewares have a limit or two
+		ds := space[:0]
+		if len(m.limits) > len(space) {
+			ds = make([]decision, 0, len(m.limits))
+		}
+		ds = ds[:len(m.limits)]
 		for i := range m.limits {
 			d := &ds[i]
-			d.limit, d.window = &m.limits[i], m.windows[i]
+			d.limit, d.index, d.window = &m.limits[i], i, m.windows[i]
 			var err error
 			if d.key, d.cost, err = keyAndCost(d.limit, r); err != nil {
 				status := http.StatusInternalServerError
@@ -178,7 +187,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			}
 			d.taken = true
 		}
-		m.setHeaders(w.Header(), ds)
+		m.setHeaders(w.Header(), ds, -1)
 		next.ServeHTTP(w, r)
 	})
 }
@@ -249,7 +258,8 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, status int, er
 		level = slog.LevelInfo
 	}
 	m.o.logger.Log(r.Context(), level, "httplimit: request not limited", "status", status, "method", r.Method, "path", r.URL.Path, "err", err)
-	m.writeBody(w, status, problem{Detail: http.StatusText(status)})
+	var space [64]byte
+	m.writeBody(w, status, append(space[:0], http.StatusText(status)...), "", -1)
 }
 
 // reject answers a request that a limit rejected. Retry-After is the
@@ -271,18 +281,19 @@ func (m *Middleware) reject(w http.ResponseWriter, r *http.Request, ds []decisio
 			worst = d
 		}
 	}
-	h := w.Header()
-	m.setHeaders(h, ds)
-	p := problem{Limit: worst.limit.Name}
+	// The detail is written on the stack: a rejection is the answer an
+	// abusive client gets most, and should cost little.
+	var space [128]byte
+	detail := append(append(space[:0], "rate limit "...), m.names[worst.index]...)
+	secs := int64(-1)
 	if worst.res.RetryAfter == sluice.Never {
-		p.Detail = fmt.Sprintf("rate limit %q exceeded: the request is larger than the limit allows", worst.limit.Name)
+		detail = append(detail, " exceeded: the request is larger than the limit allows"...)
 	} else {
-		secs := ceilSeconds(worst.res.RetryAfter)
-		h.Set("Retry-After", strconv.FormatInt(secs, 10))
-		p.RetryAfter = &secs
-		p.Detail = fmt.Sprintf("rate limit %q exceeded, retry after %d seconds", worst.limit.Name, secs)
+		secs = ceilSeconds(worst.res.RetryAfter)
+		detail = append(strconv.AppendInt(append(detail, " exceeded, retry after "...), secs, 10), " seconds"...)
 	}
-	m.writeBody(w, m.o.limitedStatus, p)
+	m.setHeaders(w.Header(), ds, secs)
+	m.writeBody(w, m.o.limitedStatus, detail, worst.limit.Name, secs)
 }
 
 // problem is an RFC 9457 problem details object. Type is always
@@ -296,17 +307,22 @@ type problem struct {
 	RetryAfter *int64 `json:"retry_after,omitempty"`
 }
 
-// writeBody writes status with p as a problem details object or as text.
-func (m *Middleware) writeBody(w http.ResponseWriter, status int, p problem) {
+// writeBody writes status with detail as text, or as a problem details
+// object with the limit's name and the seconds to retry after (left out
+// when "" or negative).
+func (m *Middleware) writeBody(w http.ResponseWriter, status int, detail []byte, limit string, retryAfter int64) {
 	h := w.Header()
 	if !m.o.problemDetails {
-		h.Set("Content-Type", "text/plain; charset=utf-8")
-		h.Set("X-Content-Type-Options", "nosniff")
+		vals := []string{"text/plain; charset=utf-8", "nosniff"} // one allocation for both
+		h["Content-Type"], h["X-Content-Type-Options"] = vals[0:1:1], vals[1:2:2]
 		w.WriteHeader(status)
-		fmt.Fprintln(w, p.Detail)
+		w.Write(append(detail, '\n'))
 		return
 	}
-	p.Type, p.Title, p.Status = "about:blank", http.StatusText(status), status
+	p := problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: string(detail), Limit: limit}
+	if retryAfter >= 0 {
+		p.RetryAfter = &retryAfter
+	}
 	body, _ := json.Marshal(p) // cannot fail: strings and integers
 	h.Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -183,6 +184,9 @@ func TestRetryAfterRoundsUp(t *testing.T) {
 			if got := resp.Header.Get("Content-Type"); got != tt.wantType {
 				t.Errorf("Content-Type = %q, want %q", got, tt.wantType)
 			}
+			if got, want := resp.Header.Get("X-Content-Type-Options"), map[bool]string{false: "nosniff"}[tt.problem]; got != want {
+				t.Errorf("X-Content-Type-Options = %q, want %q", got, want)
+			}
 			var body bytes.Buffer
 			body.ReadFrom(resp.Body)
 			detail := `rate limit "per-user" exceeded, retry after 2 seconds`
@@ -235,6 +239,11 @@ func TestRetryAfterNever(t *testing.T) {
 				}
 				if got := resp.Header.Get("RateLimit"); !strings.Contains(got, `"api";r=3`) {
 					t.Errorf("RateLimit = %q, want the limit's 3 tokens left", got)
+				}
+				var body bytes.Buffer
+				body.ReadFrom(resp.Body)
+				if got, want := body.String(), "rate limit \"api\" exceeded: the request is larger than the limit allows\n"; got != want {
+					t.Errorf("body = %q, want %q", got, want)
 				}
 			})
 		}
@@ -339,6 +348,75 @@ func TestNameEscaped(t *testing.T) {
 		t.Errorf("RateLimit = %q, want %q", got, want)
 	}
 }
+
+// TestHeadersIndependent: the fields share one string and one slice, so
+// a handler that adds to one of them must not change another.
+func TestHeadersIndependent(t *testing.T) {
+	l := newLimiter(t, sluice.FixedWindow(5, time.Minute), sluice.WithClock(sluice.NewFakeClock(t0)))
+	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Add("Ratelimit-Policy", "extra")
+		w.Header().Add("X-Ratelimit-Limit", "extra")
+	})
+	h := newMiddleware(t, []httplimit.Limit{{Name: "api", Limiter: l, Key: httplimit.Path}},
+		httplimit.WithHeaders(httplimit.Draft11Headers|httplimit.XHeaders)).Handler(next)
+	got := serve(h, get("192.0.2.1:1")).Header
+	for name, want := range map[string][]string{
+		"Ratelimit-Policy":      {`"api";q=5;w=60`, "extra"},
+		"Ratelimit":             {`"api";r=4;t=60`},
+		"X-Ratelimit-Limit":     {"5", "extra"},
+		"X-Ratelimit-Remaining": {"4"},
+	} {
+		if !slices.Equal(got.Values(name), want) {
+			t.Errorf("%s = %q, want %q", name, got.Values(name), want)
+		}
+	}
+}
+
+// TestAllocs bounds a request's allocations in the middleware with one
+// limit keyed by ClientIP: the key of an IPv4 client is its RemoteAddr's
+// text, the rate-limit fields cost two allocations, and a rejection's
+// text body three more.
+func TestAllocs(t *testing.T) {
+	ip, err := httplimit.ClientIP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name   string
+		limit  int64
+		status int
+		want   float64
+	}{
+		{"allowed", 1e9, 0, 2}, // ok writes its body: no WriteHeader
+		{"rejected", 1, http.StatusTooManyRequests, 5},
+	} {
+		l := newLimiter(t, sluice.FixedWindow(tt.limit, time.Hour))
+		h := newMiddleware(t, []httplimit.Limit{{Name: "api", Limiter: l, Key: ip}}).Handler(ok)
+		r := get("192.0.2.1:4000")
+		w := &headerWriter{h: http.Header{}}
+		h.ServeHTTP(w, r)
+		got := testing.AllocsPerRun(100, func() {
+			clear(w.h)
+			h.ServeHTTP(w, r)
+		})
+		if w.status != tt.status {
+			t.Fatalf("%s: status %d, want %d", tt.name, w.status, tt.status)
+		}
+		if got > tt.want {
+			t.Errorf("%s: %v allocations a request, want at most %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// headerWriter is a ResponseWriter that allocates nothing of its own.
+type headerWriter struct {
+	h      http.Header
+	status int
+}
+
+func (w *headerWriter) Header() http.Header         { return w.h }
+func (w *headerWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *headerWriter) WriteHeader(code int)        { w.status = code }
 
 type stringer string
 

@@ -91,6 +91,16 @@ func (m *memKeys) decide(key string, n int64) (code policy.Code, allowed bool, r
 	return code, allowed, remaining, retryAfter, resetAfter, limit
 }
 
+// take takes n tokens for key if they are there now, as a reservation of
+// no wait; false leaves the call to reserve, a key whose bucket was
+// replaced included (see decide for the race with a replacement).
+func (m *memKeys) take(key string, n int64) bool {
+	if m.replaced.has(key) {
+		return false
+	}
+	return m.keys.Take(key, m.now(), n) && !m.replaced.has(key)
+}
+
 func (m *memKeys) consume(ctx context.Context, key string, n int64) (policy.Result, error) {
 	if m.replaced.has(key) {
 		return m.replaced.consume(ctx, key, n)

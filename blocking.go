@@ -325,6 +325,12 @@ func (b *Bucket) Wait(ctx context.Context, maxWait time.Duration) error {
 // Limiter.WaitN does: tokens that would take longer are a *MaxWaitError at
 // once, and nothing is taken.
 func (b *Bucket) WaitN(ctx context.Context, n int64, maxWait time.Duration) error {
+	// Tokens there now need no reservation: nothing to sleep and nothing
+	// to give back, so nothing to allocate, as x/time/rate's Wait.
+	if n > 0 && maxWait >= 0 && b.take(n) {
+		notify(b.listener, true, n)
+		return nil
+	}
 	return waitN(ctx, "Bucket.WaitN", n, maxWait, b.sleeper, b.listener, b.reserve)
 }
 
@@ -347,6 +353,21 @@ func (b *Bucket) reserve(_ context.Context, op string, n, maxWait int64) (*Reser
 		undo = func(now int64) { b.undo(rc, now) }
 	}
 	return newReservation(b.clock, now, n, res, undo), nil
+}
+
+// take takes n tokens if they are there now, as a reservation of no wait,
+// and reports whether it did.
+func (b *Bucket) take(n int64) bool {
+	now := b.clock.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	copy(b.scratch, b.state)
+	res, ok := tokenbucket.Reserve(b.cfg, b.scratch, now, n, 0)
+	if !ok || res.Code != policy.OK || !res.Allowed {
+		return false
+	}
+	b.state, b.scratch = b.scratch, b.state
+	return true
 }
 
 // undo gives back the reservation of rc at now.

@@ -297,6 +297,12 @@ func (l *Limiter) Wait(ctx context.Context, key string, maxWait time.Duration) e
 // the sleep, it gives the tokens back (Reservation.Cancel) and returns
 // ctx.Err().
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64, maxWait time.Duration) error {
+	// Tokens there now need no reservation: nothing to sleep and nothing
+	// to give back, so nothing to allocate, as x/time/rate's Wait.
+	if m := l.mem; m != nil && n > 0 && maxWait >= 0 && ctx.Err() == nil && m.take(key, n) {
+		notify(l.listener, true, n)
+		return nil
+	}
 	return waitN(ctx, "Limiter.WaitN", n, maxWait, l.sleeper, l.listener, func(ctx context.Context, op string, n, maxWait int64) (*Reservation, error) {
 		return l.reserve(ctx, op, key, n, maxWait)
 	})

@@ -65,3 +65,36 @@ func TestLimiterAllocs(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitAllocs: a Wait for tokens that are there at once, on a bucket or
+// an in-memory key, allocates nothing, as x/time/rate's: it needs no
+// reservation, as it will neither sleep nor give the tokens back. Waits
+// that must sleep still take a reservation.
+func TestWaitAllocs(t *testing.T) {
+	ctx := context.Background()
+	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(1e9, time.Second)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if allocs := testing.AllocsPerRun(100, func() {
+		if err := b.Wait(ctx, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs != 0 {
+		t.Errorf("Bucket.Wait: %v allocations, want 0", allocs)
+	}
+	for _, p := range []sluice.Policy{sluice.TokenBucket(1e9, 1e9, time.Second), sluice.GCRA(1e9, 1e9, time.Second), sluice.FixedWindow(1e9, time.Second)} {
+		l, err := sluice.NewLimiter(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Wait(ctx, "k", time.Second) // the key's first decision inserts it
+		if allocs := testing.AllocsPerRun(100, func() {
+			if err := l.Wait(ctx, "k", time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}); allocs != 0 {
+			t.Errorf("%v: Limiter.Wait: %v allocations, want 0", p, allocs)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -287,5 +288,89 @@ func TestCancelWhereTaken(t *testing.T) {
 	store.setFail(errors.New("down"))
 	if res, _ := l.PeekN(ctx, "k", 3); !res.Allowed {
 		t.Errorf("the fallback's key after Cancel: %+v, want its 3 tokens back", res)
+	}
+}
+
+// TestWaitAsReservation: Wait takes tokens that are there at once without
+// a reservation, and must decide as the reservation would: a Limiter's
+// WaitN, in memory, and a Bucket's, against ReserveN and a sleep of its
+// Delay on a twin, over a run of calls of 1 to 3 tokens and waits of 0 to
+// 1.5s, some more than the limit; the clocks must agree after each call,
+// and so must what a Peek finds.
+func TestWaitAsReservation(t *testing.T) {
+	type waiter struct {
+		wait    func(n int64, maxWait time.Duration) error
+		reserve func(n int64, maxWait time.Duration) (*sluice.Reservation, error)
+		peek    func() sluice.Result
+	}
+	limiter := func(t *testing.T, p sluice.Policy, c *sluice.FakeClock) waiter {
+		l, err := sluice.NewLimiter(p, sluice.WithClock(c), sluice.WithSleeper(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		return waiter{
+			func(n int64, d time.Duration) error { return l.WaitN(ctx, "k", n, d) },
+			func(n int64, d time.Duration) (*sluice.Reservation, error) { return l.ReserveN(ctx, "k", n, d) },
+			func() sluice.Result { r, _ := l.Peek(ctx, "k"); return r },
+		}
+	}
+	bucket := func(t *testing.T, c *sluice.FakeClock) waiter {
+		b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
+			sluice.Simple(2, time.Second), sluice.Simple(5, time.Minute)}}, sluice.WithClock(c), sluice.WithSleeper(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		return waiter{
+			func(n int64, d time.Duration) error { return b.WaitN(ctx, n, d) },
+			b.ReserveN,
+			b.Peek,
+		}
+	}
+	type pair struct {
+		name string
+		make func(*testing.T, *sluice.FakeClock) waiter
+	}
+	pairs := []pair{{"bucket", bucket}}
+	for _, p := range reservingPolicies() {
+		pairs = append(pairs, pair{p.String(), func(t *testing.T, c *sluice.FakeClock) waiter { return limiter(t, p, c) }})
+	}
+	for _, pp := range pairs {
+		t.Run(pp.name, func(t *testing.T) {
+			ca, cb := sluice.NewFakeClock(t0), sluice.NewFakeClock(t0)
+			a, b := pp.make(t, ca), pp.make(t, cb)
+			waited := 0
+			for i := range 200 {
+				n := int64(1 + i%3)
+				maxWait := time.Duration(i%4) * 500 * time.Millisecond
+				errA := a.wait(n, maxWait)
+				r, errB := b.reserve(n, maxWait)
+				if errB == nil && r.OK() {
+					cb.Advance(r.Delay())
+				}
+				switch {
+				case errB != nil:
+					if errA == nil || errA.Error() != strings.Replace(errB.Error(), "ReserveN", "WaitN", 1) {
+						t.Fatalf("call %d (%d tokens, %v): Wait = %v, ReserveN = %v", i, n, maxWait, errA, errB)
+					}
+				case r.OK() != (errA == nil):
+					t.Fatalf("call %d (%d tokens, %v): Wait = %v, reservation OK = %v", i, n, maxWait, errA, r.OK())
+				case errA != nil && !errors.Is(errA, sluice.ErrMaxWaitExceeded):
+					t.Fatalf("call %d: Wait = %v, want a MaxWaitError", i, errA)
+				case errA == nil && r.Delay() == 0:
+					waited++
+				}
+				if ca.Now() != cb.Now() || a.peek() != b.peek() {
+					t.Fatalf("call %d (%d tokens, %v): clock %d and %+v after Wait, %d and %+v after ReserveN",
+						i, n, maxWait, ca.Now(), a.peek(), cb.Now(), b.peek())
+				}
+				ca.Advance(300 * time.Millisecond)
+				cb.Advance(300 * time.Millisecond)
+			}
+			if waited == 0 {
+				t.Error("no call found its tokens there at once")
+			}
+		})
 	}
 }

@@ -29,6 +29,9 @@ type Keys interface {
 	// Reserve takes n tokens for key within maxWait; a granted
 	// reservation that took something comes with the receipt for Cancel.
 	Reserve(key string, now, n, maxWait int64) (policy.Result, *policy.Receipt)
+	// Take takes n tokens for key if they are there at now: Reserve with
+	// no wait, without a receipt, for a caller that will not cancel.
+	Take(key string, now, n int64) bool
 	// Cancel gives back the reservation of receipt r at now, as
 	// policy.Undo does.
 	Cancel(key string, now int64, r *policy.Receipt)

@@ -117,6 +117,18 @@ func (k *Mem[S, M]) Peek(key string, now, n int64) policy.Result {
 	return res
 }
 
+func (k *Mem[S, M]) Take(key string, now, n int64) bool {
+	sh := k.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	present, live := k.load(sh, key, now)
+	res, changed := k.m.Reserve(&sh.cur, live, now, n, 0)
+	if changed {
+		k.save(sh, key, present, now)
+	}
+	return res.Code == policy.OK && res.Allowed
+}
+
 func (k *Mem[S, M]) Reserve(key string, now, n, maxWait int64) (policy.Result, *policy.Receipt) {
 	sh := k.shard(key)
 	sh.mu.Lock()

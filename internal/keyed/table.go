@@ -465,6 +465,18 @@ func (k *Table[S, M]) Reserve(key string, now, n, maxWait int64) (policy.Result,
 	return res, rc
 }
 
+func (k *Table[S, M]) Take(key string, now, n int64) bool {
+	sh, p := k.locate(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := k.load(sh, key, p, now)
+	res, changed := k.m.Reserve(&sh.cur, i >= 0, now, n, 0)
+	if changed {
+		k.store(sh, key, p, i, now)
+	}
+	return res.Code == policy.OK && res.Allowed
+}
+
 func (k *Table[S, M]) Cancel(key string, now int64, r *policy.Receipt) {
 	sh, p := k.locate(key)
 	sh.mu.Lock()

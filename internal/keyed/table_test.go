@@ -79,7 +79,7 @@ func TestTableAgreesWithMem(t *testing.T) {
 					now += 2 * minute // everything expires
 				}
 				n := 1 + rng.Int64N(3)
-				switch op := rng.IntN(20); {
+				switch op := rng.IntN(21); {
 				case op < 7:
 					if got, want := tc.table.Consume(key, now, n), tc.model.Consume(key, now, n); got != want {
 						t.Fatalf("step %d: Consume(%.10q, %d) = %+v, want %+v", step, key, n, got, want)
@@ -104,7 +104,12 @@ func TestTableAgreesWithMem(t *testing.T) {
 							rc  *policy.Receipt
 						}{key, grc})
 					}
-				case op < 19:
+				case op < 19: // Take, which must be a Reserve of no wait
+					want, _ := tc.model.Reserve(key, now, n, 0)
+					if got := tc.table.Take(key, now, n); got != (want.Code == policy.OK && want.Allowed) {
+						t.Fatalf("step %d: Take(%.10q, %d) = %v, want %+v", step, key, n, got, want)
+					}
+				case op < 20:
 					if len(receipts) > 0 {
 						r := receipts[len(receipts)-1]
 						receipts = receipts[:len(receipts)-1]

@@ -400,3 +400,35 @@ func BenchmarkClock(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkWait is x/time/rate's Wait, and sluice's Bucket.Wait and an
+// in-memory Limiter's Wait on one key, with the token there every time (the
+// allowed regime's limits): the cost of a Wait that does not sleep, which
+// is most of them for a client pacing itself below its limit.
+func BenchmarkWait(b *testing.B) {
+	ctx := context.Background()
+	run := func(b *testing.B, wait func() error) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := wait(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("impl=xrate", func(b *testing.B) {
+		lim := newXRate(false)
+		run(b, func() error { return lim.Wait(ctx) })
+	})
+	b.Run("impl=sluice", func(b *testing.B) {
+		bk := newSluice(b, false, 1)
+		run(b, func() error { return bk.Wait(ctx, time.Second) })
+	})
+	b.Run("impl=sluice-limiter", func(b *testing.B) {
+		// One token a nanosecond, the allowed regime's 1e9 a second.
+		l, err := sluice.NewLimiter(sluice.TokenBucket(allowedBurst, 1, time.Second/allowedRate))
+		if err != nil {
+			b.Fatal(err)
+		}
+		run(b, func() error { return l.Wait(ctx, "client", time.Second) })
+	})
+}

@@ -33,6 +33,9 @@ func (b *Bucket) Blocking() BlockingBucket { return BlockingBucket{b} }
 // overflow.
 func (bb BlockingBucket) TryConsume(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
 	b := bb.b
+	if n > 0 && maxWait > 0 && b.takeAtOnce(ctx, n) {
+		return true, nil
+	}
 	return blockingWait(ctx, "BlockingBucket.TryConsume", n, int64(maxWait), b.sleeper, b.listener, b.reserve)
 }
 
@@ -43,6 +46,9 @@ func (bb BlockingBucket) TryConsume(ctx context.Context, n int64, maxWait time.D
 // when the wait would overflow.
 func (bb BlockingBucket) Consume(ctx context.Context, n int64) error {
 	b := bb.b
+	if n > 0 && b.takeAtOnce(ctx, n) {
+		return nil
+	}
 	_, err := blockingWait(ctx, "BlockingBucket.Consume", n, never, b.sleeper, b.listener, b.reserve)
 	return err
 }
@@ -325,10 +331,7 @@ func (b *Bucket) Wait(ctx context.Context, maxWait time.Duration) error {
 // Limiter.WaitN does: tokens that would take longer are a *MaxWaitError at
 // once, and nothing is taken.
 func (b *Bucket) WaitN(ctx context.Context, n int64, maxWait time.Duration) error {
-	// Tokens there now need no reservation: nothing to sleep and nothing
-	// to give back, so nothing to allocate, as x/time/rate's Wait.
-	if n > 0 && maxWait >= 0 && b.take(n) {
-		notify(b.listener, true, n)
+	if n > 0 && maxWait >= 0 && b.takeAtOnce(ctx, n) {
 		return nil
 	}
 	return waitN(ctx, "Bucket.WaitN", n, maxWait, b.sleeper, b.listener, b.reserve)
@@ -353,6 +356,20 @@ func (b *Bucket) reserve(_ context.Context, op string, n, maxWait int64) (*Reser
 		undo = func(now int64) { b.undo(rc, now) }
 	}
 	return newReservation(b.clock, now, n, res, undo), nil
+}
+
+// takeAtOnce is a blocking call's path for n tokens that are there at
+// once: it takes them as a reservation of no wait would, and tells the
+// listener as the call would. Such tokens need no reservation, as there is
+// nothing to sleep and nothing to give back, so nothing to allocate, as in
+// x/time/rate's Wait. It takes nothing when ctx has ended, which the
+// reservation's path reports; the caller checks its arguments' bounds.
+func (b *Bucket) takeAtOnce(ctx context.Context, n int64) bool {
+	if ctx.Err() != nil || !b.take(n) {
+		return false
+	}
+	notify(b.listener, true, n)
+	return true
 }
 
 // take takes n tokens if they are there now, as a reservation of no wait,

@@ -332,7 +332,28 @@ func TestWaitAsReservation(t *testing.T) {
 		name string
 		make func(*testing.T, *sluice.FakeClock) waiter
 	}
-	pairs := []pair{{"bucket", bucket}}
+	// A BlockingBucket's TryConsume, whose maxWait must be positive: both
+	// twins wait 1ns more, and a false is the reservation that is not OK.
+	blocking := func(t *testing.T, c *sluice.FakeClock) waiter {
+		b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
+			sluice.Simple(2, time.Second), sluice.Simple(5, time.Minute)}}, sluice.WithClock(c), sluice.WithSleeper(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		return waiter{
+			func(n int64, d time.Duration) error {
+				ok, err := b.Blocking().TryConsume(ctx, n, d+1)
+				if err == nil && !ok {
+					err = sluice.ErrMaxWaitExceeded
+				}
+				return err
+			},
+			func(n int64, d time.Duration) (*sluice.Reservation, error) { return b.ReserveN(n, d+1) },
+			b.Peek,
+		}
+	}
+	pairs := []pair{{"bucket", bucket}, {"blocking", blocking}}
 	for _, p := range reservingPolicies() {
 		pairs = append(pairs, pair{p.String(), func(t *testing.T, c *sluice.FakeClock) waiter { return limiter(t, p, c) }})
 	}

@@ -13,6 +13,9 @@ import (
 	"github.com/sethvargo/go-limiter/memorystore"
 	"github.com/throttled/throttled/v2"
 	"github.com/throttled/throttled/v2/store/memstore"
+	ulule "github.com/ulule/limiter/v3"
+	ululehttp "github.com/ulule/limiter/v3/drivers/middleware/stdlib"
+	ululememory "github.com/ulule/limiter/v3/drivers/store/memory"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
@@ -47,9 +50,10 @@ func sluiceMiddleware(name string, policy func(r keyedRegime) sluice.Policy) mid
 // middlewarePeers are sluice's httplimit (IETF RateLimit and
 // RateLimit-Policy headers, its default) on a fixed window and on GCRA,
 // sethvargo/go-limiter's httplimit on its memorystore (X-RateLimit-*
-// headers, the reset as an HTTP date), and throttled's HTTPRateLimiterCtx
-// on GCRA and its map store (X-RateLimit-* headers), each keyed by the
-// client's address as it parses RemoteAddr.
+// headers, the reset as an HTTP date), ulule/limiter's stdlib middleware
+// on its memory store (a fixed window; X-RateLimit-* headers), and
+// throttled's HTTPRateLimiterCtx on GCRA and its map store (X-RateLimit-*
+// headers), each keyed by the client's address as it parses RemoteAddr.
 var middlewarePeers = []middlewarePeer{
 	sluiceMiddleware("fixed_window", func(r keyedRegime) sluice.Policy { return sluice.FixedWindow(r.limit, r.interval) }),
 	sluiceMiddleware("gcra", func(r keyedRegime) sluice.Policy { return sluice.GCRA(r.limit, r.limit, r.interval) }),
@@ -65,6 +69,10 @@ var middlewarePeers = []middlewarePeer{
 			tb.Fatalf("NewMiddleware: %v", err)
 		}
 		return m.Handle(next)
+	}},
+	{"ulule", func(_ testing.TB, r keyedRegime, next http.Handler) http.Handler {
+		l := ulule.New(ululememory.NewStore(), ulule.Rate{Period: r.interval, Limit: r.limit})
+		return ululehttp.NewMiddleware(l).Handler(next)
 	}},
 	{"throttled", func(tb testing.TB, r keyedRegime, next http.Handler) http.Handler {
 		tb.Helper()

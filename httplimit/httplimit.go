@@ -139,9 +139,9 @@ type decision struct {
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var space [4]decision // most middlewares have a limit or two
-		ds := space[:0]
-		if len(m.limits) > len(space) {
-			ds = make([]decision, 0, len(m.limits))
+		ds := space[:]
+		if len(m.limits) > len(ds) {
+			ds = make([]decision, len(m.limits))
 		}
 		ds = ds[:len(m.limits)]
 		for i := range m.limits {

@@ -349,6 +349,30 @@ func TestNameEscaped(t *testing.T) {
 	}
 }
 
+// TestManyLimits: more limits than the decisions kept on the stack, with
+// names long enough that the fields outgrow their stack buffers.
+func TestManyLimits(t *testing.T) {
+	clock := sluice.NewFakeClock(t0)
+	var ls []httplimit.Limit
+	var policy, limit []string
+	for i := range 6 {
+		name := fmt.Sprintf("limit-%d-%s", i, strings.Repeat("x", 40))
+		ls = append(ls, httplimit.Limit{Name: name, Limiter: newLimiter(t, sluice.FixedWindow(int64(2+i), time.Minute), sluice.WithClock(clock)), Key: httplimit.Path})
+		policy = append(policy, fmt.Sprintf("%q;q=%d;w=60", name, 2+i))
+		limit = append(limit, fmt.Sprintf("%q;r=%d;t=60", name, 1+i))
+	}
+	h := newMiddleware(t, ls, httplimit.WithHeaders(httplimit.Draft11Headers|httplimit.XHeaders), httplimit.WithClock(clock)).Handler(ok)
+	resp := serve(h, get("192.0.2.1:1"))
+	checkHeaders(t, 0, resp.Header, map[string]string{
+		"RateLimit-Policy": strings.Join(policy, ", "), "RateLimit": strings.Join(limit, ", "),
+		"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "1", "X-RateLimit-Reset": strconv.FormatInt(t0/int64(time.Second)+60, 10),
+	})
+	serve(h, get("192.0.2.1:1"))
+	if resp := serve(h, get("192.0.2.1:1")); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "60" {
+		t.Errorf("third request: status %d, Retry-After %q; want 429 and 60", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
+
 // TestHeadersIndependent: the fields share one string and one slice, so
 // a handler that adds to one of them must not change another.
 func TestHeadersIndependent(t *testing.T) {

@@ -293,10 +293,10 @@ func TestCancelWhereTaken(t *testing.T) {
 
 // TestWaitAsReservation: Wait takes tokens that are there at once without
 // a reservation, and must decide as the reservation would: a Limiter's
-// WaitN, in memory, and a Bucket's, against ReserveN and a sleep of its
-// Delay on a twin, over a run of calls of 1 to 3 tokens and waits of 0 to
-// 1.5s, some more than the limit; the clocks must agree after each call,
-// and so must what a Peek finds.
+// WaitN, in memory, a Bucket's and a BlockingBucket's TryConsume, against
+// ReserveN and a sleep of its Delay on a twin, over a run of calls of 1 to
+// 3 tokens and waits of 0 to 1.5s, some more than the limit; the clocks
+// must agree after each call, and so must what a Peek finds.
 func TestWaitAsReservation(t *testing.T) {
 	type waiter struct {
 		wait    func(n int64, maxWait time.Duration) error
@@ -315,13 +315,16 @@ func TestWaitAsReservation(t *testing.T) {
 			func() sluice.Result { r, _ := l.Peek(ctx, "k"); return r },
 		}
 	}
-	bucket := func(t *testing.T, c *sluice.FakeClock) waiter {
+	newBucket := func(t *testing.T, c *sluice.FakeClock) *sluice.Bucket {
 		b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 			sluice.Simple(2, time.Second), sluice.Simple(5, time.Minute)}}, sluice.WithClock(c), sluice.WithSleeper(c))
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx := context.Background()
+		return b
+	}
+	bucket := func(t *testing.T, c *sluice.FakeClock) waiter {
+		b, ctx := newBucket(t, c), context.Background()
 		return waiter{
 			func(n int64, d time.Duration) error { return b.WaitN(ctx, n, d) },
 			b.ReserveN,
@@ -335,12 +338,7 @@ func TestWaitAsReservation(t *testing.T) {
 	// A BlockingBucket's TryConsume, whose maxWait must be positive: both
 	// twins wait 1ns more, and a false is the reservation that is not OK.
 	blocking := func(t *testing.T, c *sluice.FakeClock) waiter {
-		b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
-			sluice.Simple(2, time.Second), sluice.Simple(5, time.Minute)}}, sluice.WithClock(c), sluice.WithSleeper(c))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
+		b, ctx := newBucket(t, c), context.Background()
 		return waiter{
 			func(n int64, d time.Duration) error {
 				ok, err := b.Blocking().TryConsume(ctx, n, d+1)

@@ -163,8 +163,10 @@ func SplitQuoted(s string, sep byte) []string {
 func ParseAddr(s string) (netip.Addr, bool) {
 	// A RemoteAddr has a port: it is parsed as such first, as parsing it
 	// as a bare address would fail, and allocate the error, each request.
-	// Of what has one colon, or a bracket first and none last, only an
-	// address and port can parse.
+	// Where it has one colon, or a bracket first and none last, a bare
+	// address parses only if the address and port do not (as "[1::2",
+	// whose bracket is never closed), so the order below, which is
+	// ParseAddr's, still decides when this fails.
 	if strings.Count(s, ":") == 1 || strings.HasPrefix(s, "[") && !strings.HasSuffix(s, "]") {
 		if ap, err := netip.ParseAddrPort(s); err == nil {
 			return ap.Addr().WithZone("").Unmap(), true

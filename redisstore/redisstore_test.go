@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/drivertest"
 	"github.com/sluicehq/sluice/internal/testserver"
+	"github.com/sluicehq/sluice/internal/testserver/testredis"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -26,13 +27,7 @@ func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 // standalone returns a client of the shared Redis server.
 func standalone(t *testing.T) *redis.Client {
 	t.Helper()
-	opt, err := redis.ParseURL(testserver.SharedRedis(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(opt)
-	t.Cleanup(func() { c.Close() })
-	return c
+	return testredis.Client(t)
 }
 
 // cluster returns a client of the shared Redis Cluster.
@@ -439,10 +434,7 @@ func TestUnreachable(t *testing.T) {
 // reply, not "script replied <nil>" as a pipeline without per-command
 // errors once did.
 func TestBadDatabase(t *testing.T) {
-	opt, err := redis.ParseURL(testserver.SharedRedis(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	opt := testredis.Options(t)
 	opt.DB, opt.MaxRetries = 99, -1
 	ctx := context.Background()
 	for _, pipelining := range []bool{true, false} {
@@ -692,12 +684,7 @@ func TestServerClock(t *testing.T) {
 // BenchmarkUpdate compares pipelining and the state cache on and off,
 // with goroutines incrementing 1000 keys of a local server.
 func BenchmarkUpdate(b *testing.B) {
-	opt, err := redis.ParseURL(testserver.SharedRedis(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	c := redis.NewClient(opt)
-	defer c.Close()
+	c := testredis.Client(b)
 	for _, pipelining := range []bool{true, false} {
 		for _, cache := range []int{redisstore.DefaultStateCache, 0} {
 			b.Run(fmt.Sprintf("pipelining=%v/cache=%d", pipelining, cache), func(b *testing.B) {

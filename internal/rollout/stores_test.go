@@ -9,10 +9,10 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/testserver"
+	"github.com/sluicehq/sluice/internal/testserver/testredis"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/mysqlstore"
 	"github.com/sluicehq/sluice/pgstore"
@@ -38,13 +38,7 @@ type store struct {
 var stores = []store{
 	{"memory", func(*testing.T) driver.Store { return memstore.New() }},
 	{"redis", func(t *testing.T) driver.Store {
-		opt, err := redis.ParseURL(testserver.SharedRedis(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := redis.NewClient(opt)
-		t.Cleanup(func() { c.Close() })
-		s, err := redisstore.New(c, redisstore.WithPrefix(namespace()+":"))
+		s, err := redisstore.New(testredis.Client(t), redisstore.WithPrefix(namespace()+":"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,6 +20,9 @@
 //     and [StartDynamo] take a context instead of a testing.TB and return
 //     a stop function, for callers that manage the lifetime themselves.
 //
+// A test that wants a go-redis client of the shared Redis gets it from
+// the subpackage testredis.
+//
 // A package that shares servers runs its tests through Main:
 //
 //	func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }

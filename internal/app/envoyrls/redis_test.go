@@ -13,7 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
-	"github.com/sluicehq/sluice/internal/testserver"
+	"github.com/sluicehq/sluice/internal/testserver/testredis"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -120,11 +120,5 @@ envoy:
 // and a key prefix of the test's own.
 func redisClient(t *testing.T) (*redis.Client, string) {
 	t.Helper()
-	opt, err := redis.ParseURL(testserver.SharedRedis(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(opt)
-	t.Cleanup(func() { c.Close() })
-	return c, fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
+	return testredis.Client(t), fmt.Sprintf("test:%s:%d:", t.Name(), time.Now().UnixNano())
 }

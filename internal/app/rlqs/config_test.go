@@ -17,14 +17,20 @@ var testLimiters = map[string]LimiterInfo{
 	"nolimit": {},
 }
 
-func decodeDoc(t *testing.T, doc string) (*Config, error) {
+func decodeDoc(t testing.TB, doc string) (*Config, error) {
+	t.Helper()
+	return decodeWith(t, doc, testLimiters)
+}
+
+// decodeWith decodes the rlqs section of doc, whose limiters are lims.
+func decodeWith(t testing.TB, doc string, lims map[string]LimiterInfo) (*Config, error) {
 	t.Helper()
 	var root yaml.Node
 	if err := yaml.Unmarshal([]byte(doc), &root); err != nil {
 		t.Fatal(err)
 	}
 	return Decode("rlqs", root.Content[0].Content[1], func(name string) (LimiterInfo, bool) {
-		l, ok := testLimiters[name]
+		l, ok := lims[name]
 		return l, ok
 	})
 }

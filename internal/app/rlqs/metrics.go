@@ -60,7 +60,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"domain", "bucket"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_rlqs_streams_refused_total",
-			Help: "Rate limit quota streams ended by sluice, by reason (invalid, too_many_streams, too_many_buckets, silent: no report for abandon_after).",
+			Help: "Rate limit quota streams ended by sluice, by reason (invalid, too_many_streams, too_many_streams_per_peer, too_many_buckets, silent: no report for abandon_after).",
 		}, []string{"reason"}),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_rlqs_streams",

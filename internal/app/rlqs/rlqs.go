@@ -22,6 +22,8 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,11 +47,14 @@ import (
 	"github.com/sluicehq/sluice/memstore"
 )
 
-// Limits bound what Envoys can make the service hold and do.
+// Limits bound what Envoys can make the service hold and do. A peer is a
+// client's IP address: every connection from one host, or from behind one
+// NAT or proxy, is one peer.
 type Limits struct {
-	// MaxStreams bounds the streams open at once on the server, and
-	// MaxStreamsPerConn those of one connection (one Envoy needs one).
-	MaxStreams, MaxStreamsPerConn int
+	// MaxStreams bounds the streams open at once on the server,
+	// MaxStreamsPerConn those of one connection (one Envoy needs one) and
+	// MaxStreamsPerPeer those of one peer, so that no peer holds them all.
+	MaxStreams, MaxStreamsPerConn, MaxStreamsPerPeer int
 	// MaxBucketsPerStream bounds the buckets one stream may report.
 	MaxBucketsPerStream int
 	// MaxReportBuckets bounds the bucket usages of one report message.
@@ -62,6 +67,7 @@ type Limits struct {
 var DefaultLimits = Limits{
 	MaxStreams:          1024,
 	MaxStreamsPerConn:   4,
+	MaxStreamsPerPeer:   64,
 	MaxBucketsPerStream: 10_000,
 	MaxReportBuckets:    1000,
 	MaxIDBytes:          4096,
@@ -141,6 +147,7 @@ func WithLimits(l Limits) Option {
 		o.limits = Limits{
 			MaxStreams:          pick(l.MaxStreams, d.MaxStreams),
 			MaxStreamsPerConn:   pick(l.MaxStreamsPerConn, d.MaxStreamsPerConn),
+			MaxStreamsPerPeer:   pick(l.MaxStreamsPerPeer, d.MaxStreamsPerPeer),
 			MaxBucketsPerStream: pick(l.MaxBucketsPerStream, d.MaxBucketsPerStream),
 			MaxReportBuckets:    pick(l.MaxReportBuckets, d.MaxReportBuckets),
 			MaxIDBytes:          pick(l.MaxIDBytes, d.MaxIDBytes),
@@ -159,7 +166,11 @@ type Service struct {
 	mu      sync.Mutex // guards the fields below
 	streams int
 	perConn map[string]int
+	peers   map[string]*peerUse
 }
+
+// peerUse is what one peer's streams hold.
+type peerUse struct{ streams int }
 
 // state is one configuration.
 type state struct {
@@ -174,6 +185,7 @@ func New(c *Config, lookup Lookup, opts ...Option) *Service {
 	s := &Service{
 		opts:    options{now: time.Now, limits: DefaultLimits, timeout: sluice.DefaultStoreTimeout},
 		perConn: map[string]int{},
+		peers:   map[string]*peerUse{},
 	}
 	for _, o := range opts {
 		o(&s.opts)
@@ -264,6 +276,7 @@ func (s *Service) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_Stre
 // stream is one Envoy's stream.
 type stream struct {
 	id     string
+	peer   string // its client's IP address
 	domain string
 	send   func(*rlqsv3.RateLimitQuotaResponse) error // by serve's loop only
 
@@ -288,20 +301,20 @@ type bucket struct {
 }
 
 func (s *Service) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuotaUsageReports, error), send func(*rlqsv3.RateLimitQuotaResponse) error) error {
-	conn := ""
+	conn, host := "", ""
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		conn = p.Addr.String()
+		conn, host = p.Addr.String(), peerHost(p.Addr)
 	}
-	if err := s.admit(conn); err != nil {
+	if err := s.admit(conn, host); err != nil {
 		return err
 	}
 	s.opts.metrics.streamDelta(1)
-	st := &stream{id: s.nonce + "-" + strconv.FormatUint(s.ids.Add(1), 10), send: send, buckets: map[string]*bucket{}}
+	st := &stream{id: s.nonce + "-" + strconv.FormatUint(s.ids.Add(1), 10), peer: host, send: send, buckets: map[string]*bucket{}}
 	defer func() {
 		// The stream's context has ended: its shares are released on one
 		// of their own.
 		s.release(context.WithoutCancel(ctx), st)
-		s.leave(conn)
+		s.dismiss(conn, host)
 		s.opts.metrics.streamDelta(-1)
 	}()
 
@@ -396,12 +409,27 @@ func (s *Service) abandonAfter(st *stream) time.Duration {
 	return DefaultAbandonAfter
 }
 
-// admit counts a new stream of conn, or refuses it past the limits.
-func (s *Service) admit(conn string) error {
+// peerHost returns the peer of a client address: its IP address, or the
+// address itself when it has none (a Unix socket).
+func peerHost(a net.Addr) string {
+	if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+		return ap.Addr().Unmap().String()
+	}
+	return a.String()
+}
+
+// admit counts a new stream of conn and peer, or refuses it past the
+// limits. The per-peer bound comes before the total, so that one peer's
+// streams never fill the server.
+func (s *Service) admit(conn, peer string) error {
 	l := s.opts.limits
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	p := s.peers[peer]
 	switch {
+	case p != nil && p.streams >= l.MaxStreamsPerPeer:
+		s.opts.metrics.refuse("too_many_streams_per_peer")
+		return status.Errorf(codes.ResourceExhausted, "rlqs: at most %d streams per client address", l.MaxStreamsPerPeer)
 	case s.streams >= l.MaxStreams:
 		s.opts.metrics.refuse("too_many_streams")
 		return status.Errorf(codes.ResourceExhausted, "rlqs: at most %d streams at once", l.MaxStreams)
@@ -409,17 +437,28 @@ func (s *Service) admit(conn string) error {
 		s.opts.metrics.refuse("too_many_streams")
 		return status.Errorf(codes.ResourceExhausted, "rlqs: at most %d streams per connection; an Envoy needs one", l.MaxStreamsPerConn)
 	}
+	if p == nil {
+		p = &peerUse{}
+		s.peers[peer] = p
+	}
 	s.streams++
 	s.perConn[conn]++
+	p.streams++
 	return nil
 }
 
-func (s *Service) leave(conn string) {
+// dismiss undoes admit, once the stream's buckets are released.
+func (s *Service) dismiss(conn, peer string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.streams--
 	if s.perConn[conn]--; s.perConn[conn] <= 0 {
 		delete(s.perConn, conn)
+	}
+	if p := s.peers[peer]; p != nil {
+		if p.streams--; p.streams <= 0 {
+			delete(s.peers, peer)
+		}
 	}
 }
 

@@ -38,6 +38,9 @@ rlqs:
       - {bucket: {name: blocked}, action: deny_all}
 `
 
+// serviceLimiters are the limiters of serviceDoc: api's window is 2s.
+var serviceLimiters = map[string]LimiterInfo{"api": {Window: 2 * time.Second}}
+
 // fakeNow is a clock the tests move by hand.
 type fakeNow struct {
 	mu sync.Mutex
@@ -62,14 +65,14 @@ type harness struct {
 	cc    *grpc.ClientConn
 	clock *fakeNow
 	reg   *prometheus.Registry
+	addr  string // the server's
 }
 
 // newHarness serves a Service of serviceDoc, whose limiter api allows 100
 // requests per 2s (its window), 50 a second, on a loopback port.
 func newHarness(t *testing.T, opts ...Option) *harness {
 	t.Helper()
-	testLimiters["api"] = LimiterInfo{Window: 2 * time.Second}
-	c, err := decodeDoc(t, serviceDoc)
+	c, err := decodeWith(t, serviceDoc, serviceLimiters)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +97,22 @@ func newHarness(t *testing.T, opts ...Option) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return &harness{svc: svc, cc: cc, clock: clock, reg: reg}
+	return &harness{svc: svc, cc: cc, clock: clock, reg: reg, addr: ln.Addr().String()}
+}
+
+// dialFrom returns a new connection to the server from the loopback
+// address ip (any of 127.0.0.0/8 is this host's), a peer of its own.
+func (h *harness) dialFrom(t *testing.T, ip string, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) })}, opts...)
+	cc, err := grpc.NewClient("passthrough:///"+h.addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
 }
 
 // members returns the members of the fleet of bucket id of domain edge on

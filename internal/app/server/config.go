@@ -391,6 +391,7 @@ func (c *Config) serverFields() fields {
 					return decodeMapping(path, n, fields{
 						"max_streams":                positiveCount(&r.MaxStreams),
 						"max_streams_per_connection": positiveCount(&r.MaxStreamsPerConn),
+						"max_streams_per_peer":       positiveCount(&r.MaxStreamsPerPeer),
 						"max_buckets_per_stream":     positiveCount(&r.MaxBucketsPerStream),
 						"max_report_buckets":         positiveCount(&r.MaxReportBuckets),
 						"max_bucket_id_bytes":        positiveCount(&r.MaxIDBytes),

@@ -44,7 +44,6 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
-	"github.com/sluicehq/sluice/memstore"
 )
 
 // Limits bound what Envoys can make the service hold and do. A peer is a
@@ -125,9 +124,10 @@ func WithRegistry(reg prometheus.Registerer) Option {
 }
 
 // WithFleetStore keeps each bucket's fleet (its Envoys, their demands and
-// shares) in st, so that sluice processes sharing st share the fleets; the
-// default is a store in this process's memory. Give it the limiters'
-// store.
+// shares) in st, so that sluice processes sharing st share the fleets; by
+// default the fleets are in this Service's memory alone, and live as long
+// as their buckets. Give it the limiters' store when several processes
+// share it.
 func WithFleetStore(st driver.Store) Option { return func(o *options) { o.fleets = st } }
 
 // WithStoreTimeout bounds each call to the fleet store; the default is
@@ -167,6 +167,9 @@ type Service struct {
 	streams int
 	perConn map[string]int
 	peers   map[string]*peerUse
+
+	fleetsMu sync.Mutex // guards fleets; taken before a fleet's mu
+	fleets   map[string]*fleet
 }
 
 // peerUse is what one peer's streams hold.
@@ -186,12 +189,10 @@ func New(c *Config, lookup Lookup, opts ...Option) *Service {
 		opts:    options{now: time.Now, limits: DefaultLimits, timeout: sluice.DefaultStoreTimeout},
 		perConn: map[string]int{},
 		peers:   map[string]*peerUse{},
+		fleets:  map[string]*fleet{},
 	}
 	for _, o := range opts {
 		o(&s.opts)
-	}
-	if s.opts.fleets == nil {
-		s.opts.fleets = memstore.New()
 	}
 	// Stream ids are unique across the processes that share a fleet
 	// store: a random nonce per Service, then a counter.
@@ -286,18 +287,18 @@ type stream struct {
 
 // bucket is one bucket of a stream.
 type bucket struct {
-	id       *rlqsv3.BucketId // as Envoy sent it, for the answers
-	key      string           // the limiter's key
-	label    string           // the id as text, for metrics and logs
-	fleetKey string           // "" when no limiter decides it
-	limiter  string           // the limiter's name, with fleetKey
-	abandon  time.Duration    // its domain's abandon_after when it joined its fleet
-	grant    *Grant           // the token bucket in force, or nil
-	share    int64            // its share, tokens per window
-	credit   int64            // tokens taken that no bucket sent can admit
-	last     time.Time        // the last report
-	active   time.Time        // the last report of some requests, or the first
-	stats    *bucketStats
+	id      *rlqsv3.BucketId // as Envoy sent it, for the answers
+	key     string           // the limiter's key
+	label   string           // the id as text, for metrics and logs
+	fl      *fleet           // nil when no limiter decides it
+	limiter string           // the limiter's name, with fl
+	abandon time.Duration    // its domain's abandon_after when it joined its fleet
+	grant   *Grant           // the token bucket in force, or nil
+	share   int64            // its share, tokens per window
+	credit  int64            // tokens taken that no bucket sent can admit
+	last    time.Time        // the last report
+	active  time.Time        // the last report of some requests, or the first
+	stats   *bucketStats
 }
 
 func (s *Service) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuotaUsageReports, error), send func(*rlqsv3.RateLimitQuotaResponse) error) error {
@@ -361,7 +362,7 @@ func (s *Service) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuota
 				return r.err
 			}
 			var err error
-			if resp, err = s.report(ctx, st, r.in, first); err != nil {
+			if resp, err = s.answer(ctx, st, r.in, first); err != nil {
 				if status.Code(err) == codes.InvalidArgument {
 					s.opts.metrics.refuse("invalid")
 				}
@@ -473,18 +474,15 @@ func (s *Service) release(ctx context.Context, st *stream) {
 	}
 }
 
-// leaveFleet takes b out of its fleet, if any. A store that fails leaves
-// it there until its member expires, abandon_after later. It requires
-// that st.mu is held.
+// leaveFleet takes b out of its fleet, if any. With a fleet store that
+// fails, its member stays in the stored fleet until it expires,
+// abandon_after later. It requires that st.mu is held.
 func (s *Service) leaveFleet(ctx context.Context, st *stream, b *bucket) {
-	if b.fleetKey == "" {
+	if b.fl == nil {
 		return
 	}
-	err := s.fleetOp(ctx, b.fleetKey, 0, s.opts.now(), b.abandon, func(f *Fleet) { f.Leave(st.id) })
-	if err != nil && ctx.Err() == nil {
-		s.opts.logger.WarnContext(ctx, "rlqs: share not released; it expires after abandon_after", "bucket", b.label, "err", err)
-	}
-	b.fleetKey = ""
+	s.leave(ctx, b.fl, st.id)
+	b.fl = nil
 }
 
 func (st *stream) domainName() string {
@@ -603,9 +601,9 @@ func (s *Service) check(st *stream, in *rlqsv3.RateLimitQuotaUsageReports, first
 	return domain, us, nil
 }
 
-// report folds one report into the fleets and returns the assignments of
+// answer folds one report into the fleets and returns the assignments of
 // its buckets, in its order.
-func (s *Service) report(ctx context.Context, st *stream, in *rlqsv3.RateLimitQuotaUsageReports, first bool) (*rlqsv3.RateLimitQuotaResponse, error) {
+func (s *Service) answer(ctx context.Context, st *stream, in *rlqsv3.RateLimitQuotaUsageReports, first bool) (*rlqsv3.RateLimitQuotaResponse, error) {
 	domain, us, err := s.check(st, in, first)
 	if err != nil {
 		return nil, err
@@ -680,26 +678,16 @@ func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain st
 	window := l.Policy().Window()
 	total := limitOf(l)
 	fk := driver.ShortKey("fleet|" + rule.Limiter + "|" + u.key)
-	if b.fleetKey != fk {
+	joined := b.fl == nil || b.fl.key != fk
+	if joined {
 		// A new bucket, or a reload sent it to another limiter, whose
 		// fleet it joins; the credit was taken from the other.
 		s.leaveFleet(ctx, st, b)
-		b.fleetKey, b.limiter, b.abandon = fk, rule.Limiter, dom.AbandonAfter
+		b.fl, b.limiter, b.abandon = s.fleetOf(fk), rule.Limiter, dom.AbandonAfter
 		b.grant, b.share, b.credit = nil, 0, 0
 	}
 	used := int64(min(u.allowed+u.denied, math.MaxInt64))
-	var share int64
-	err := s.fleetOp(ctx, fk, total, now, b.abandon, func(f *Fleet) {
-		f.Report(st.id, now, used, elapsed, window)
-		share = f.Assign(st.id)
-	})
-	if err != nil {
-		if ctx.Err() == nil {
-			s.opts.logger.WarnContext(ctx, "rlqs: bucket not assigned", "domain", domain, "bucket", b.label, "err", err)
-		}
-		b.stats.action(actionNone)
-		return nil
-	}
+	share := s.report(ctx, b.fl, st.id, joined, now, used, elapsed, window, b.abandon, total)
 
 	// Envoy's clock starts the assignment when it arrives: the guard
 	// covers a later arrival of this assignment than of the one it
@@ -720,6 +708,7 @@ func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain st
 		}
 		if g != nil {
 			b.grant, b.share = g, share
+			b.fl.hold(st.id, share)
 			return s.tokenBucket(b, ttl)
 		}
 	}
@@ -731,12 +720,12 @@ func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain st
 	if old := b.grant; old != nil && now.Before(old.Until) && b.share <= share {
 		g, err := s.charge(ctx, l, b, old.Bucket, now, until, guard)
 		if err == nil && g != nil {
-			s.keep(ctx, b, st, total, now, b.share)
+			b.fl.hold(st.id, b.share)
 			b.grant = g
 			return s.tokenBucket(b, ttl)
 		}
 	}
-	s.keep(ctx, b, st, total, now, 0)
+	b.fl.hold(st.id, 0)
 	b.credit = satAdd(b.credit, Drop(b.grant, now, guard))
 	b.grant, b.share = nil, 0
 	return s.blanket(b, typev3.RateLimitStrategy_DENY_ALL, ttl)
@@ -765,16 +754,6 @@ func (s *Service) charge(ctx context.Context, l *sluice.Limiter, b *bucket, bk B
 	}
 	b.credit = credit
 	return &next, nil
-}
-
-// keep records in b's fleet that st holds share of it after all. A store
-// that fails leaves the fleet counting the share Assign returned until the
-// next report.
-func (s *Service) keep(ctx context.Context, b *bucket, st *stream, total int64, now time.Time, share int64) {
-	err := s.fleetOp(ctx, b.fleetKey, total, now, b.abandon, func(f *Fleet) { f.Keep(st.id, share) })
-	if err != nil && ctx.Err() == nil {
-		s.opts.logger.WarnContext(ctx, "rlqs: share not recorded", "bucket", b.label, "err", err)
-	}
 }
 
 // tokenBucket returns the token-bucket assignment of b's grant.

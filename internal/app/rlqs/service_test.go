@@ -116,12 +116,24 @@ func (h *harness) dialFrom(t *testing.T, ip string, opts ...grpc.DialOption) *gr
 }
 
 // members returns the members of the fleet of bucket id of domain edge on
-// limiter api.
+// limiter api: in the service's memory, or in its fleet store.
 func (h *harness) members(t *testing.T, id map[string]string) int {
 	t.Helper()
 	key, _ := bucketKey("edge", id)
+	fk := driver.ShortKey("fleet|api|" + key)
+	if h.svc.opts.fleets == nil {
+		h.svc.fleetsMu.Lock()
+		defer h.svc.fleetsMu.Unlock()
+		fl := h.svc.fleets[fk]
+		if fl == nil {
+			return 0
+		}
+		fl.mu.Lock()
+		defer fl.mu.Unlock()
+		return fl.f.Len()
+	}
 	var n int
-	err := h.svc.opts.fleets.Update(t.Context(), driver.ShortKey("fleet|api|"+key), func(state []byte) ([]byte, time.Duration, bool) {
+	err := h.svc.opts.fleets.Update(t.Context(), fk, func(state []byte) ([]byte, time.Duration, bool) {
 		n = decodeFleet(state, 0).Len()
 		return nil, 0, false
 	})
@@ -430,8 +442,8 @@ func TestSwap(t *testing.T) {
 
 // TestSharedFleet: two services on one fleet store, as two sluice
 // processes behind a load balancer, share a bucket's fleet: the Envoy on
-// the second waits for the one on the first to shrink, and they end with
-// half each.
+// the second waits for the one on the first to shrink and its process to
+// say so in the store, and they end with half each.
 func TestSharedFleet(t *testing.T) {
 	shared := memstore.New()
 	h1 := newHarness(t, WithFleetStore(shared))
@@ -448,6 +460,16 @@ func TestSharedFleet(t *testing.T) {
 	h2.clock.add(100 * time.Millisecond)
 	if got := describe(exchange(t, a, "", use(api, 5, 0, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 6 25/1s 1s" {
 		t.Fatalf("first Envoy's action once the second waits = %q, want half", got)
+	}
+	// The first's smaller share reaches the store with its next report,
+	// which rebalances the fleet: the second waits until then.
+	if got := describe(exchange(t, b, "", use(api, 0, 5, 100*time.Millisecond)).GetBucketAction()[0]); got != "deny_all 1s" {
+		t.Fatalf("second Envoy's action before the first's next report = %q, want deny_all", got)
+	}
+	h1.clock.add(100 * time.Millisecond)
+	h2.clock.add(100 * time.Millisecond)
+	if got := describe(exchange(t, a, "", use(api, 5, 0, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 6 25/1s 1s" {
+		t.Fatalf("first Envoy's action = %q, want its half", got)
 	}
 	if got := describe(exchange(t, b, "", use(api, 0, 5, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 6 25/1s 1s" {
 		t.Fatalf("second Envoy's action = %q, want the other half", got)

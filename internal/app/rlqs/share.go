@@ -195,42 +195,81 @@ func Renew(g *Grant, credit int64, b Bucket, now, until time.Time, guard time.Du
 	return next, due - use, credit - use
 }
 
-// Demand estimates an Envoy's demand in tokens per window from its last
-// two reports: the requests it used (allowed and denied) over the time
-// they cover, prevUsed over prevElapsed and used over elapsed, as
-// (prevUsed+used)*window/(prevElapsed+elapsed), saturating. Two reports
-// rather than one, because a bucket's first report covers almost no time
-// (Envoy sends it at the bucket's first request), and a rate over it would
-// be absurd. It is -1, unknown, when the reports cover no time; a negative
-// count counts as 0.
+// MinDemandSpan is the shortest report whose requests alone estimate an
+// Envoy's demand: a shorter one (a bucket's first report, which Envoy
+// sends at the bucket's first request) is counted with the one before.
+const MinDemandSpan = 100 * time.Millisecond
+
+// Demand estimates an Envoy's demand in tokens per window from its
+// reports: the requests it used (allowed and denied) over the time they
+// cover, used over elapsed for the last report when elapsed is at least
+// MinDemandSpan, else (prevUsed+used) over (prevElapsed+elapsed) with the
+// report before, saturating. The last report alone, so that a change of
+// load counts in full from the first report that shows it. It is -1,
+// unknown, when the reports cover no time; a negative count counts as 0.
 func Demand(prevUsed int64, prevElapsed time.Duration, used int64, elapsed, window time.Duration) int64 {
-	span := max(prevElapsed, 0) + max(elapsed, 0)
+	used, elapsed = max(used, 0), max(elapsed, 0)
+	if elapsed >= MinDemandSpan {
+		return mulDiv(used, int64(window), int64(elapsed))
+	}
+	span := max(prevElapsed, 0) + elapsed
 	if span <= 0 {
 		return -1
 	}
-	return mulDiv(satAdd(max(prevUsed, 0), max(used, 0)), int64(window), int64(span))
+	return mulDiv(satAdd(max(prevUsed, 0), used), int64(window), int64(span))
 }
 
 // Fleet is the Envoys that share one bucket's limit of Total tokens per
-// window, and the share each was assigned. The sum of the assigned shares
-// never exceeds Total: an Envoy's share grows only into what the others
-// do not hold, and the others shrink to theirs at their next Assign, so
-// that a rebalance takes at most one report of each Envoy. A Fleet is not
-// safe for simultaneous use.
+// window, and their shares. Reports (Report) and answers (Offer, Hold)
+// cost the same whatever the fleet's size; Rebalance, which costs
+// O(n log n) for n members, recomputes the shares, and is meant to run on
+// a tick, not per report.
+//
+// A member's share moves in two steps, because an Envoy spends the
+// bucket it was sent until its next report replaces it: Rebalance sets its
+// offer, the share its next answer gives, and Hold records what that
+// answer sent. What a member holds or is offered is reserved for it, and
+// the reservations, max(held, offer) per member, never sum to more than
+// Total: a member is offered more only out of what nobody reserves, and
+// one above its fair part is offered less when another needs it, the
+// room it gives back counting as free once it holds the smaller share. A
+// Fleet is not safe for simultaneous use.
 type Fleet struct {
 	// Total is the tokens per window the fleet shares.
 	Total int64
 	// members by Envoy id.
 	members  map[string]*member
-	assigned int64 // the sum of members' assigned
+	reserved int64 // the sum of the members' reserve()
 }
 
 type member struct {
-	demand   int64 // tokens per window; -1 until a report covers some time
-	used     int64 // the last report's
-	elapsed  time.Duration
-	assigned int64
-	seen     time.Time // the last report
+	demand  int64 // tokens per window; -1 until a report covers some time
+	used    int64 // the last report's
+	elapsed time.Duration
+	held    int64 // the share of the last answer: what it may be spending
+	offer   int64 // the share of its next answer
+	target  int64 // its part of Split at the last Rebalance
+	seen    time.Time
+}
+
+// reserve is what m may spend before the next Rebalance.
+func (m *member) reserve() int64 { return max(m.held, m.offer) }
+
+// need is what m needs of target: its demand, where known, up to target.
+func (m *member) need() int64 {
+	if m.demand < 0 {
+		return m.target
+	}
+	return min(m.demand, m.target)
+}
+
+// short reports whether m reserves less than nine tenths of what it
+// needs: it waits for room, and the members above their targets give it.
+// Within a tenth of its need, a member does not make the others change
+// buckets (which loses what their buckets had paid for ahead).
+func (m *member) short() bool {
+	need := m.need()
+	return m.reserve() < need-need/10
 }
 
 // NewFleet returns an empty fleet sharing total tokens per window.
@@ -241,8 +280,9 @@ func NewFleet(total int64) *Fleet {
 // Len returns the number of Envoys in the fleet.
 func (f *Fleet) Len() int { return len(f.members) }
 
-// Assigned returns the sum of the shares assigned, at most Total.
-func (f *Fleet) Assigned() int64 { return f.assigned }
+// Reserved returns the sum of what the members hold or are offered. After
+// a Rebalance of every member it is at most Total.
+func (f *Fleet) Reserved() int64 { return f.reserved }
 
 // MaxMembers bounds the Envoys of a fleet, and so the size of its record
 // in a store: past it, a new Envoy is not a member and its share is 0.
@@ -250,13 +290,14 @@ const MaxMembers = 1024
 
 // Report records a report of Envoy id at now: used requests (allowed and
 // denied) over elapsed, in a window of window. The first report of an id
-// makes it a member, whose demand counts as unknown (an equal part) until
-// its reports cover some time; see Demand.
-func (f *Fleet) Report(id string, now time.Time, used int64, elapsed, window time.Duration) {
+// makes it a member, offered nothing until the next Rebalance, whose
+// demand counts as unknown (an equal part) until its reports cover some
+// time; see Demand. It reports whether id is a member.
+func (f *Fleet) Report(id string, now time.Time, used int64, elapsed, window time.Duration) bool {
 	m := f.members[id]
 	if m == nil {
 		if len(f.members) >= MaxMembers {
-			return // Assign gives it 0
+			return false // Offer gives it 0
 		}
 		m = &member{demand: -1}
 		f.members[id] = m
@@ -264,79 +305,120 @@ func (f *Fleet) Report(id string, now time.Time, used int64, elapsed, window tim
 	m.seen = now
 	m.demand = Demand(m.used, m.elapsed, used, elapsed, window)
 	m.used, m.elapsed = max(used, 0), max(elapsed, 0)
+	return true
 }
 
-// Keep records that Envoy id holds share after all, not what Assign
-// returned: the charge of a larger bucket failed and the smaller one it
-// had goes on, or it was denied (0). A share above what it is assigned is
-// taken as that, so that Keep never raises the sum.
-func (f *Fleet) Keep(id string, share int64) {
+// Offer returns the share of Envoy id's next answer; 0 when id is not a
+// member.
+func (f *Fleet) Offer(id string) int64 {
 	if m := f.members[id]; m != nil {
-		share = min(max(share, 0), m.assigned)
-		f.assigned += share - m.assigned
-		m.assigned = share
+		return m.offer
 	}
+	return 0
 }
 
-// Assign returns Envoy id's share now, which it records as assigned. Its
-// target is its part of Split over the members' demands (an unknown demand
-// wanting Total). Below its target, it grows toward it as far as the
-// others leave free; above it, it shrinks to it only when another member
-// waits for room (its target above what it holds) or the sum is over
-// Total. A change within a tenth of the share held is not made. Every
-// change makes Envoy start a new bucket, whose prepaid tokens the old one
-// loses, so shares move only when someone needs it. An id that is not a
-// member gets 0.
-func (f *Fleet) Assign(id string) int64 {
+// Grow raises Envoy id's offer toward its target out of the room nobody
+// reserves, when it is short of what it needs, and returns the offer: a
+// member need not wait for the next Rebalance once the others have taken
+// their smaller shares. Only a Fleet that holds every member knows that
+// room: a Fleet of one process's members, whose others are in a store,
+// must not Grow.
+func (f *Fleet) Grow(id string) int64 {
 	m := f.members[id]
 	if m == nil {
 		return 0
 	}
+	if free := f.Total - f.reserved; free > 0 && m.offer < m.target && m.short() {
+		f.setOffer(m, m.offer+min(m.target-m.offer, free))
+	}
+	return m.offer
+}
+
+// Hold records that Envoy id was sent share (0 for a denial): its
+// reservation falls to it once the offer is too. A share above what it
+// reserves is taken as that, so that Hold never raises the sum.
+func (f *Fleet) Hold(id string, share int64) {
+	m := f.members[id]
+	if m == nil {
+		return
+	}
+	f.reserved -= m.reserve()
+	m.held = min(max(share, 0), m.reserve())
+	f.reserved += m.reserve()
+}
+
+func (f *Fleet) setOffer(m *member, offer int64) {
+	f.reserved -= m.reserve()
+	m.offer = max(offer, 0)
+	f.reserved += m.reserve()
+}
+
+// Rebalance recomputes the offers of the members mine reports true for
+// (every member for a nil mine); the others' offers, set by the process
+// that serves them, stay as they are, and count as reserved. Each
+// member's target is its part of Split over the members' demands (an
+// unknown demand wanting Total). A member of mine above its target is
+// offered its target when some member is short (see member.short) or
+// the reservations are over Total, and keeps its share otherwise; then
+// the members of mine below their targets, those short of what they need
+// first, are offered more out of the room nobody reserves, up to their
+// targets, by more than a tenth of their offers or from 0.
+func (f *Fleet) Rebalance(mine func(id string) bool) {
+	if len(f.members) == 0 {
+		return
+	}
+	if mine == nil {
+		mine = func(string) bool { return true }
+	}
 	ids := make([]string, 0, len(f.members))
-	for k := range f.members {
-		ids = append(ids, k)
+	for id := range f.members {
+		ids = append(ids, id)
 	}
 	slices.Sort(ids)
 	demand := make([]int64, len(ids))
-	for i, k := range ids {
-		d := f.members[k].demand
+	for i, id := range ids {
+		d := f.members[id].demand
 		if d < 0 {
 			d = f.Total
 		}
 		demand[i] = d
 	}
 	targets := Split(f.Total, demand)
-	var target int64
 	waiting := false
-	for i, k := range ids {
-		o := f.members[k]
-		if k == id {
-			target = targets[i]
-			continue
-		}
-		if targets[i] > o.assigned && targets[i]-o.assigned > o.assigned/10 {
-			waiting = true
+	for i, id := range ids {
+		m := f.members[id]
+		m.target = targets[i]
+		waiting = waiting || m.short()
+	}
+	over := f.reserved > f.Total
+	// Shrinks: an offer below what a member holds releases nothing yet.
+	for _, id := range ids {
+		if m := f.members[id]; mine(id) {
+			next := m.held
+			if (waiting || over) && m.target < m.held {
+				next = m.target
+			}
+			f.setOffer(m, next)
 		}
 	}
-	cur := m.assigned
-	next := cur
-	switch {
-	case f.assigned > f.Total:
-		next = min(target, max(cur-(f.assigned-f.Total), 0))
-	case target > cur && (cur == 0 || target-cur > cur/10):
-		next = min(target, cur+(f.Total-f.assigned))
-	case target < cur && waiting && (target == 0 || cur-target > cur/10):
-		next = target
+	// Growth, the members short of their needs first.
+	for _, needy := range []bool{true, false} {
+		for _, id := range ids {
+			m := f.members[id]
+			if !mine(id) || m.short() != needy || m.target <= m.offer || (m.offer > 0 && m.target-m.offer <= m.offer/10) {
+				continue
+			}
+			if free := f.Total - f.reserved; free > 0 {
+				f.setOffer(m, m.offer+min(m.target-m.offer, free))
+			}
+		}
 	}
-	f.assigned += next - cur
-	m.assigned = next
-	return next
 }
 
 // Leave removes Envoy id, releasing its share.
 func (f *Fleet) Leave(id string) {
 	if m := f.members[id]; m != nil {
-		f.assigned -= m.assigned
+		f.reserved -= m.reserve()
 		delete(f.members, id)
 	}
 }
@@ -354,8 +436,8 @@ func (f *Fleet) Idle(now time.Time, after time.Duration) []string {
 	return ids
 }
 
-// SetTotal changes the fleet's limit, for a reload; shares above the new
-// total shrink at their next Assign, and none grows until the sum is
+// SetTotal changes the fleet's limit, for a reload; offers above the new
+// total shrink at the next Rebalance, and none grows until the sum is
 // within it again.
 func (f *Fleet) SetTotal(total int64) { f.Total = max(total, 0) }
 

@@ -147,7 +147,7 @@ func BenchmarkClassicAPI(b *testing.B) {
 
 // serveB is serve for benchmarks: a server of yaml with gRPC on loopback
 // ports, stopped at the end; it returns the gRPC address.
-func serveB(b *testing.B, yaml string) (*Server, string) {
+func serveB(b *testing.B, yaml string) (*serving, string) {
 	b.Helper()
 	cfg, err := LoadConfig([]byte(yaml))
 	if err != nil {
@@ -174,7 +174,7 @@ func serveB(b *testing.B, yaml string) (*Server, string) {
 			b.Errorf("Serve = %v", err)
 		}
 	})
-	return s, gln.Addr().String()
+	return &serving{s, ln.Addr().String()}, gln.Addr().String()
 }
 
 func mustInsecureB(b *testing.B, addr string) *grpc.ClientConn {

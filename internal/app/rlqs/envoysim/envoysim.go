@@ -41,6 +41,8 @@ type Envoy struct {
 	done    chan struct{}
 	err     error // the stream's end, once done
 	urgent  chan struct{}
+	quiet   chan struct{} // closed by Quiesce: no more reports
+	loop    chan struct{} // closed when reportLoop has returned
 
 	// Counters, under mu.
 	allowed, denied, reports, responses int64
@@ -78,7 +80,8 @@ func Dial(ctx context.Context, cc grpc.ClientConnInterface, domain string, every
 		return nil, err
 	}
 	e := &Envoy{domain: domain, every: every, now: now, buckets: map[string]*bucket{}, first: true,
-		stream: stream, cancel: cancel, done: make(chan struct{}), urgent: make(chan struct{}, 1)}
+		stream: stream, cancel: cancel, done: make(chan struct{}), urgent: make(chan struct{}, 1),
+		quiet: make(chan struct{}), loop: make(chan struct{})}
 	go e.receive()
 	go e.reportLoop(ctx)
 	return e, nil
@@ -90,6 +93,28 @@ func Dial(ctx context.Context, cc grpc.ClientConnInterface, domain string, every
 func (e *Envoy) Close() {
 	e.cancel()
 	<-e.done
+}
+
+// Quiesce stops the Envoy's reports, its stream staying open, and waits
+// until it has received as many responses as it sent reports, or ctx
+// ends: a load test counts then the reports that were answered, none in
+// flight. It must be called once.
+func (e *Envoy) Quiesce(ctx context.Context) {
+	close(e.quiet)
+	<-e.loop
+	for {
+		_, _, reports, responses := e.Counts()
+		if responses >= reports {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.done:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // Err returns why the stream ended, once it has (nil if by Close).
@@ -254,11 +279,14 @@ func (e *Envoy) receive() {
 }
 
 func (e *Envoy) reportLoop(ctx context.Context) {
+	defer close(e.loop)
 	t := time.NewTicker(e.every)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-e.quiet:
 			return
 		case <-t.C:
 		case <-e.urgent:

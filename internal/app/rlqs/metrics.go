@@ -26,8 +26,8 @@ const (
 // nothing.
 type metrics struct {
 	requests, assignments, charged *prometheus.CounterVec
-	rejected                       *prometheus.CounterVec
-	streams                        prometheus.Gauge
+	rejected, bucketsRejected      *prometheus.CounterVec
+	streams, liveBuckets           prometheus.Gauge
 
 	mu      sync.Mutex
 	buckets map[[2]string]*bucketStats
@@ -62,14 +62,28 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_rlqs_streams_refused_total",
 			Help: "Rate limit quota streams ended by sluice, by reason (invalid, too_many_streams, too_many_streams_per_peer, too_many_buckets, silent: no report for abandon_after).",
 		}, []string{"reason"}),
+		bucketsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rlqs_buckets_refused_total",
+			Help: "New rate limit quota buckets refused, answered with no action, by reason (too_many_buckets: the server's bound; too_many_buckets_per_peer: one client address's).",
+		}, []string{"reason"}),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_rlqs_streams",
 			Help: "Rate limit quota streams open, one per Envoy.",
 		}),
+		liveBuckets: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_rlqs_buckets",
+			Help: "Rate limit quota buckets held by the streams open, a bucket reported on two streams counting twice.",
+		}),
 		buckets: map[[2]string]*bucketStats{},
 		max:     MaxBucketSeries,
 	}
-	reg.MustRegister(m.requests, m.assignments, m.charged, m.rejected, m.streams)
+	for _, r := range []string{"invalid", "too_many_streams", "too_many_streams_per_peer", "too_many_buckets", "silent"} {
+		m.rejected.WithLabelValues(r)
+	}
+	for _, r := range []string{"too_many_buckets", "too_many_buckets_per_peer"} {
+		m.bucketsRejected.WithLabelValues(r)
+	}
+	reg.MustRegister(m.requests, m.assignments, m.charged, m.rejected, m.bucketsRejected, m.streams, m.liveBuckets)
 	return m
 }
 
@@ -127,9 +141,21 @@ func (m *metrics) refuse(reason string) {
 	}
 }
 
+func (m *metrics) refuseBucket(reason string) {
+	if m != nil {
+		m.bucketsRejected.WithLabelValues(reason).Inc()
+	}
+}
+
 func (m *metrics) streamDelta(d float64) {
 	if m != nil {
 		m.streams.Add(d)
+	}
+}
+
+func (m *metrics) bucketDelta(d float64) {
+	if m != nil {
+		m.liveBuckets.Add(d)
 	}
 }
 

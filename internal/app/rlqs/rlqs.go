@@ -54,8 +54,10 @@ type Limits struct {
 	// MaxStreamsPerConn those of one connection (one Envoy needs one) and
 	// MaxStreamsPerPeer those of one peer, so that no peer holds them all.
 	MaxStreams, MaxStreamsPerConn, MaxStreamsPerPeer int
-	// MaxBucketsPerStream bounds the buckets one stream may report.
-	MaxBucketsPerStream int
+	// MaxBuckets bounds the buckets of all streams together,
+	// MaxBucketsPerPeer those of one peer's streams, and
+	// MaxBucketsPerStream those one stream may report.
+	MaxBuckets, MaxBucketsPerPeer, MaxBucketsPerStream int
 	// MaxReportBuckets bounds the bucket usages of one report message.
 	MaxReportBuckets int
 	// MaxIDBytes bounds the bytes of a bucket id's keys and values.
@@ -67,6 +69,8 @@ var DefaultLimits = Limits{
 	MaxStreams:          1024,
 	MaxStreamsPerConn:   4,
 	MaxStreamsPerPeer:   64,
+	MaxBuckets:          20_000,
+	MaxBucketsPerPeer:   5_000,
 	MaxBucketsPerStream: 10_000,
 	MaxReportBuckets:    1000,
 	MaxIDBytes:          4096,
@@ -148,6 +152,8 @@ func WithLimits(l Limits) Option {
 			MaxStreams:          pick(l.MaxStreams, d.MaxStreams),
 			MaxStreamsPerConn:   pick(l.MaxStreamsPerConn, d.MaxStreamsPerConn),
 			MaxStreamsPerPeer:   pick(l.MaxStreamsPerPeer, d.MaxStreamsPerPeer),
+			MaxBuckets:          pick(l.MaxBuckets, d.MaxBuckets),
+			MaxBucketsPerPeer:   pick(l.MaxBucketsPerPeer, d.MaxBucketsPerPeer),
 			MaxBucketsPerStream: pick(l.MaxBucketsPerStream, d.MaxBucketsPerStream),
 			MaxReportBuckets:    pick(l.MaxReportBuckets, d.MaxReportBuckets),
 			MaxIDBytes:          pick(l.MaxIDBytes, d.MaxIDBytes),
@@ -165,6 +171,7 @@ type Service struct {
 
 	mu      sync.Mutex // guards the fields below
 	streams int
+	buckets int // of all streams
 	perConn map[string]int
 	peers   map[string]*peerUse
 
@@ -173,7 +180,7 @@ type Service struct {
 }
 
 // peerUse is what one peer's streams hold.
-type peerUse struct{ streams int }
+type peerUse struct{ streams, buckets int }
 
 // state is one configuration.
 type state struct {
@@ -269,7 +276,9 @@ var _ rlqsv3.RateLimitQuotaServiceServer = (*Service)(nil)
 // buckets without requests for their domain's abandon_after are
 // abandoned. Its errors are gRPC statuses: InvalidArgument for a report
 // that breaks the protocol or a bound, ResourceExhausted past the limits
-// on streams and buckets.
+// on streams and on the buckets of one stream. A new bucket past the
+// limits of a peer's or all streams gets no action, and the stream goes
+// on.
 func (s *Service) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	return s.serve(stream.Context(), stream.Recv, stream.Send)
 }
@@ -289,7 +298,6 @@ type stream struct {
 type bucket struct {
 	id      *rlqsv3.BucketId // as Envoy sent it, for the answers
 	key     string           // the limiter's key
-	label   string           // the id as text, for metrics and logs
 	fl      *fleet           // nil when no limiter decides it
 	limiter string           // the limiter's name, with fl
 	abandon time.Duration    // its domain's abandon_after when it joined its fleet
@@ -321,16 +329,25 @@ func (s *Service) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuota
 
 	// Reports are read on a goroutine of their own, so that the loop
 	// below also abandons idle buckets, and ends a silent stream, while
-	// it waits for them.
+	// it waits for them; each only once the loop has answered the one
+	// before, so that a client that does not read its answers makes the
+	// stream hold no report beyond gRPC's flow-control window.
 	type received struct {
 		in  *rlqsv3.RateLimitQuotaUsageReports
 		err error
 	}
 	reports := make(chan received)
+	next := make(chan struct{}, 1)
+	next <- struct{}{}
 	quit := make(chan struct{})
 	defer close(quit)
 	go func() {
 		for {
+			select {
+			case <-next:
+			case <-quit:
+				return
+			}
 			in, err := recv()
 			select {
 			case reports <- received{in, err}:
@@ -348,6 +365,7 @@ func (s *Service) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuota
 	defer sweep.Stop()
 	for first := true; ; {
 		var resp *rlqsv3.RateLimitQuotaResponse
+		reported := false
 		select {
 		case <-ctx.Done():
 			return nil
@@ -368,7 +386,7 @@ func (s *Service) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuota
 				}
 				return err
 			}
-			first, last = false, s.opts.now()
+			first, last, reported = false, s.opts.now(), true
 		case <-sweep.C:
 			resp = s.abandonIdle(ctx, st)
 			// A stream that has not reported for abandon_after (its
@@ -376,21 +394,47 @@ func (s *Service) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuota
 			// bound for nothing: Envoy reports every reporting_interval,
 			// buckets or not.
 			if after := s.abandonAfter(st); s.opts.now().Sub(last) > after {
-				if len(resp.GetBucketAction()) > 0 {
-					st.send(resp) // best effort: the stream ends anyway
-				}
+				sendAll(st.send, resp.GetBucketAction()) // best effort: the stream ends anyway
 				s.opts.metrics.refuse("silent")
 				return status.Errorf(codes.DeadlineExceeded, "rlqs: no report for %v (abandon_after)", after)
 			}
 			sweep.Reset(s.sweepEvery(st))
 		}
-		if len(resp.GetBucketAction()) == 0 {
-			continue
-		}
-		if err := st.send(resp); err != nil {
+		if err := sendAll(st.send, resp.GetBucketAction()); err != nil {
 			return err
 		}
+		if reported {
+			next <- struct{}{}
+		}
 	}
+}
+
+// MaxResponseBytes bounds the encoded bucket actions of one response
+// message: a larger answer is sent as several messages, so that a stream
+// whose client does not read holds at most one of them beyond gRPC's
+// write quota of 64 KiB a stream.
+const MaxResponseBytes = 32 << 10
+
+// sendAll sends actions, if any, in messages of at most MaxResponseBytes
+// (or one action, if larger).
+func sendAll(send func(*rlqsv3.RateLimitQuotaResponse) error, actions []*rlqsv3.RateLimitQuotaResponse_BucketAction) error {
+	for len(actions) > 0 {
+		n, size := 0, 0
+		for n < len(actions) {
+			// A repeated field's entry costs its size, its tag and its
+			// length, which takes at most 3 bytes below 2 MiB.
+			size += proto.Size(actions[n]) + 4
+			if n > 0 && size > MaxResponseBytes {
+				break
+			}
+			n++
+		}
+		if err := send(&rlqsv3.RateLimitQuotaResponse{BucketAction: actions[:n:n]}); err != nil {
+			return err
+		}
+		actions = actions[n:]
+	}
+	return nil
 }
 
 // sweepEvery is how often st's idle buckets are looked for: half its
@@ -457,9 +501,47 @@ func (s *Service) dismiss(conn, peer string) {
 		delete(s.perConn, conn)
 	}
 	if p := s.peers[peer]; p != nil {
-		if p.streams--; p.streams <= 0 {
+		if p.streams--; p.streams <= 0 && p.buckets <= 0 {
 			delete(s.peers, peer)
 		}
+	}
+}
+
+// takeBucket counts a new bucket of a stream of peer, or reports false
+// past MaxBucketsPerPeer or MaxBuckets: the bucket is then refused, with
+// no action (Envoy applies its no_assignment_behavior), and the stream
+// goes on, since the bound is of other streams too.
+func (s *Service) takeBucket(peer string) bool {
+	l := s.opts.limits
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.peers[peer]
+	if p == nil { // a stream not admitted, in tests
+		p = &peerUse{}
+		s.peers[peer] = p
+	}
+	switch {
+	case p.buckets >= l.MaxBucketsPerPeer:
+		s.opts.metrics.refuseBucket("too_many_buckets_per_peer")
+		return false
+	case s.buckets >= l.MaxBuckets:
+		s.opts.metrics.refuseBucket("too_many_buckets")
+		return false
+	}
+	p.buckets++
+	s.buckets++
+	s.opts.metrics.bucketDelta(1)
+	return true
+}
+
+// dropBucket undoes takeBucket.
+func (s *Service) dropBucket(peer string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.buckets--
+	s.opts.metrics.bucketDelta(-1)
+	if p := s.peers[peer]; p != nil {
+		p.buckets--
 	}
 }
 
@@ -471,6 +553,7 @@ func (s *Service) release(ctx context.Context, st *stream) {
 	for k, b := range st.buckets {
 		s.leaveFleet(ctx, st, b)
 		delete(st.buckets, k)
+		s.dropBucket(st.peer)
 	}
 }
 
@@ -510,6 +593,7 @@ func (s *Service) abandonIdle(ctx context.Context, st *stream) *rlqsv3.RateLimit
 		b := st.buckets[k]
 		s.leaveFleet(ctx, st, b)
 		delete(st.buckets, k)
+		s.dropBucket(st.peer)
 		b.stats.action(actionAbandon)
 		resp.BucketAction = append(resp.BucketAction, &rlqsv3.RateLimitQuotaResponse_BucketAction{
 			BucketId: b.id,
@@ -620,8 +704,9 @@ func (s *Service) answer(ctx context.Context, st *stream, in *rlqsv3.RateLimitQu
 }
 
 // assign folds usage u of st into its bucket and returns the bucket's
-// assignment, or nil when the store failed: Envoy's assignment then
-// expires into its expired_assignment_behavior.
+// assignment, or nil when the store failed (Envoy's assignment then
+// expires into its expired_assignment_behavior) or when a new bucket is
+// past the bounds of takeBucket.
 func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain string, st *stream, u usage) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	now := s.opts.now()
 	// The stream's lock is held throughout, the limiter's call included,
@@ -631,7 +716,10 @@ func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain st
 	defer st.mu.Unlock()
 	b := st.buckets[u.key]
 	if b == nil {
-		b = &bucket{id: u.id, key: u.key, label: u.label, active: now, stats: s.opts.metrics.of(domain, u.label)}
+		if !s.takeBucket(st.peer) {
+			return nil
+		}
+		b = &bucket{id: u.id, key: u.key, active: now, stats: s.opts.metrics.of(domain, u.label)}
 		st.buckets[u.key] = b
 	}
 	b.stats.report(u.allowed, u.denied)
@@ -701,7 +789,7 @@ func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain st
 		g, err := s.charge(ctx, l, b, bk, now, until, guard)
 		if err != nil {
 			if ctx.Err() == nil {
-				s.opts.logger.WarnContext(ctx, "rlqs: bucket not assigned", "domain", domain, "bucket", b.label, "err", err)
+				s.opts.logger.WarnContext(ctx, "rlqs: bucket not assigned", "domain", domain, "bucket", u.label, "err", err)
 			}
 			b.stats.action(actionNone)
 			return nil
@@ -856,6 +944,13 @@ func bucketKey(domain string, id map[string]string) (key, label string) {
 var escaper = strings.NewReplacer("%", "%25", "|", "%7C", "=", "%3D")
 
 func escape(s string) string { return escaper.Replace(s) }
+
+// bucketCount returns the buckets the streams hold, for tests.
+func (s *Service) bucketCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buckets
+}
 
 // streamCount returns the streams open, for tests.
 func (s *Service) streamCount() int {

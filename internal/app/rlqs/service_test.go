@@ -84,7 +84,9 @@ func newHarness(t *testing.T, opts ...Option) *harness {
 	reg := prometheus.NewRegistry()
 	opts = append([]Option{WithClock(clock.now), WithRegistry(reg)}, opts...)
 	svc := New(c, func(name string) (*sluice.Limiter, bool) { return l, name == "api" }, opts...)
-	g := grpc.NewServer()
+	// The windows of sluice serve's gRPC server, which bound what a
+	// stream buffers of reports not yet read.
+	g := grpc.NewServer(grpc.InitialWindowSize(64<<10), grpc.InitialConnWindowSize(1<<20))
 	svc.Register(g)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

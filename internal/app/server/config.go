@@ -392,6 +392,8 @@ func (c *Config) serverFields() fields {
 						"max_streams":                positiveCount(&r.MaxStreams),
 						"max_streams_per_connection": positiveCount(&r.MaxStreamsPerConn),
 						"max_streams_per_peer":       positiveCount(&r.MaxStreamsPerPeer),
+						"max_buckets":                positiveCount(&r.MaxBuckets),
+						"max_buckets_per_peer":       positiveCount(&r.MaxBucketsPerPeer),
 						"max_buckets_per_stream":     positiveCount(&r.MaxBucketsPerStream),
 						"max_report_buckets":         positiveCount(&r.MaxReportBuckets),
 						"max_bucket_id_bytes":        positiveCount(&r.MaxIDBytes),

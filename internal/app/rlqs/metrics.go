@@ -10,8 +10,16 @@ import (
 // MaxBucketSeries bounds the buckets that get series of their own. Bucket
 // ids may carry request values (a tenant, a client address); past the
 // bound, new buckets are counted under bucket "_overflow" of their domain,
-// as the envoy section's per-descriptor stats are past theirs.
+// as the envoy section's per-descriptor stats are past theirs. A domain
+// that the config does not name is counted as domain "_unknown", since
+// Envoys name it.
 const MaxBucketSeries = 1000
+
+// Labels of the series that stand for many.
+const (
+	overflowLabel = "_overflow"
+	unknownLabel  = "_unknown"
+)
 
 // The actions of sluice_rlqs_assignments_total.
 const (
@@ -29,9 +37,10 @@ type metrics struct {
 	rejected, bucketsRejected      *prometheus.CounterVec
 	streams, liveBuckets           prometheus.Gauge
 
-	mu      sync.Mutex
-	buckets map[[2]string]*bucketStats
-	max     int // MaxBucketSeries, but for tests
+	mu       sync.Mutex
+	buckets  map[[2]string]*bucketStats
+	overflow map[string]*bucketStats // by domain label
+	max      int                     // MaxBucketSeries, but for tests
 }
 
 // bucketStats are the series of one bucket.
@@ -74,8 +83,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_rlqs_buckets",
 			Help: "Rate limit quota buckets held by the streams open, a bucket reported on two streams counting twice.",
 		}),
-		buckets: map[[2]string]*bucketStats{},
-		max:     MaxBucketSeries,
+		buckets:  map[[2]string]*bucketStats{},
+		overflow: map[string]*bucketStats{},
+		max:      MaxBucketSeries,
 	}
 	for _, r := range []string{"invalid", "too_many_streams", "too_many_streams_per_peer", "too_many_buckets", "silent"} {
 		m.rejected.WithLabelValues(r)
@@ -87,10 +97,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// of returns the series of bucket (its id as text) of domain.
-func (m *metrics) of(domain, bucket string) *bucketStats {
+// of returns the series of bucket (its id as text) of domain, which the
+// config names when known. Past the bound it makes nothing: the buckets
+// share their domain's overflow series.
+func (m *metrics) of(domain, bucket string, known bool) *bucketStats {
 	if m == nil {
 		return nil
+	}
+	if !known {
+		domain = unknownLabel
 	}
 	k := [2]string{domain, bucket}
 	m.mu.Lock()
@@ -98,21 +113,29 @@ func (m *metrics) of(domain, bucket string) *bucketStats {
 	if s, ok := m.buckets[k]; ok {
 		return s
 	}
-	if len(m.buckets) >= m.max {
-		bucket = "_overflow"
+	if len(m.buckets) < m.max {
+		s := m.stats(domain, bucket)
+		m.buckets[k] = s
+		return s
 	}
+	s, ok := m.overflow[domain]
+	if !ok {
+		s = m.stats(domain, overflowLabel)
+		m.overflow[domain] = s
+	}
+	return s
+}
+
+// stats makes the series of bucket of domain.
+func (m *metrics) stats(domain, bucket string) *bucketStats {
 	l := prometheus.Labels{"domain": domain, "bucket": bucket}
-	s := &bucketStats{
+	return &bucketStats{
 		allowed:     m.requests.WithLabelValues(domain, bucket, "allowed"),
 		denied:      m.requests.WithLabelValues(domain, bucket, "denied"),
 		charged:     m.charged.With(l),
 		assignments: m.assignments.MustCurryWith(l),
 		labels:      l,
 	}
-	if len(m.buckets) < m.max {
-		m.buckets[k] = s
-	}
-	return s
 }
 
 func (s *bucketStats) report(allowed, denied uint64) {

@@ -719,7 +719,7 @@ func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain st
 		if !s.takeBucket(st.peer) {
 			return nil
 		}
-		b = &bucket{id: u.id, key: u.key, active: now, stats: s.opts.metrics.of(domain, u.label)}
+		b = &bucket{id: u.id, key: u.key, active: now, stats: s.opts.metrics.of(domain, u.label, dom != nil)}
 		st.buckets[u.key] = b
 	}
 	b.stats.report(u.allowed, u.denied)

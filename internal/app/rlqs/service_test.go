@@ -404,18 +404,32 @@ func TestStreamLimits(t *testing.T) {
 	}
 }
 
-// TestMetricsCap: past MaxBucketSeries, buckets share the _overflow series.
+// TestMetricsCap: past MaxBucketSeries, buckets share the _overflow series
+// of their domain, and no object is made for them; a domain the config
+// does not name is "_unknown", since any client can name one.
 func TestMetricsCap(t *testing.T) {
 	m := newMetrics(prometheus.NewRegistry())
 	m.max = 2
 	for _, b := range []string{"a", "b", "c", "d"} {
-		m.of("edge", b).report(1, 0)
+		m.of("edge", b, true).report(1, 0)
 	}
 	if got := testutil.ToFloat64(m.requests.WithLabelValues("edge", "_overflow", "allowed")); got != 2 {
 		t.Errorf("overflow series = %v, want 2", got)
 	}
 	if got := testutil.CollectAndCount(m.requests); got != 6 {
 		t.Errorf("series = %d, want 6 (a, b, _overflow; allowed and denied)", got)
+	}
+	if m.of("edge", "e", true) != m.of("edge", "f", true) {
+		t.Errorf("two buckets past the cap got different series objects, want their domain's overflow one")
+	}
+	if n := testing.AllocsPerRun(100, func() { m.of("edge", "g", true) }); n != 0 {
+		t.Errorf("a bucket past the cap allocates %v objects, want 0", n)
+	}
+	for i := range 100 {
+		m.of(fmt.Sprint("made-up-", i), "x", false).report(1, 0)
+	}
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("_unknown", "_overflow", "allowed")); got != 100 {
+		t.Errorf("series of domains the config does not name = %v, want all 100 under _unknown", got)
 	}
 }
 

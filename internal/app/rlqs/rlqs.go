@@ -936,7 +936,7 @@ func bucketKey(domain string, id map[string]string) (key, label string) {
 	label = b.String()
 	// The "rlqs|" prefix keeps the keys apart from those of the envoy
 	// section's descriptors, whose format is the same, on a shared limiter.
-	return driver.ShortKey("rlqs|" + escape(domain) + "|" + label), label
+	return driver.ShortKey(keyPrefix + escape(domain) + "|" + label), label
 }
 
 // escaper escapes the separators of the key format, and '%' itself, so

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/app/rlqs/envoysim"
@@ -196,4 +197,72 @@ func sumMetric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestRLQSKeepsOthersKeys: on mem://, with max_keys a little over the
+// keys other limiters use, an Envoy reporting 3,000 buckets (each a key of
+// its limiter) evicts none of another limiter's keys, which would then
+// start afresh: the quota service's keys are in a store of their own,
+// bounded by its max_buckets.
+func TestRLQSKeepsOthersKeys(t *testing.T) {
+	s, gaddr := serve(t, `
+store: mem://
+server:
+  limits:
+    max_keys: 1024
+    rlqs: {max_buckets: 3000, max_buckets_per_peer: 3000}
+limiters:
+  quota: {policy: bucket, limits: [{capacity: 400, refill: {greedy: 200, per: 1s}}]}
+  other: {policy: fixed_window, limit: 10, interval: 1 hour}
+rlqs:
+  - domain: edge
+    assignment_ttl: 1s
+    buckets:
+      - {bucket: {name: api}, limiter: quota}
+`, true)
+	const keys = 100
+	for i := range keys {
+		if code, out := call(t, s.Server, "POST", "/api/v1/consume", fmt.Sprintf(`{"limiter": "other", "key": "k%d", "tokens": 10}`, i)); code != 200 || out["allowed"] != true {
+			t.Fatalf("consume 10 of k%d = %d %v, want allowed", i, code, out)
+		}
+	}
+	stream, err := rlqsv3.NewRateLimitQuotaServiceClient(mustInsecure(t, gaddr)).StreamRateLimitQuotas(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range 3 {
+		msg := &rlqsv3.RateLimitQuotaUsageReports{}
+		if r == 0 {
+			msg.Domain = "edge"
+		}
+		for i := range 1000 {
+			msg.BucketQuotaUsages = append(msg.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+				BucketId:          &rlqsv3.BucketId{Bucket: map[string]string{"name": "api", "i": fmt.Sprint(r, "-", i)}},
+				NumRequestsDenied: 1})
+		}
+		if err := stream.Send(msg); err != nil {
+			t.Fatal(err)
+		}
+		// The answer may come in several messages.
+		for got := 0; got < 1000; {
+			resp, err := stream.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += len(resp.GetBucketAction())
+		}
+	}
+	if got := sumMetric(t, s.metrics.reg, "sluice_rlqs_buckets"); got != 3000 {
+		t.Fatalf("sluice_rlqs_buckets = %v, want 3000", got)
+	}
+	evicted := 0
+	for i := range keys {
+		// Its 10 are spent, unless it was evicted and started afresh.
+		if _, out := call(t, s.Server, "POST", "/api/v1/consume", fmt.Sprintf(`{"limiter": "other", "key": "k%d"}`, i)); out["allowed"] != false {
+			evicted++
+		}
+	}
+	if evicted > 0 {
+		t.Errorf("%d of other's %d keys were evicted by the quota service's buckets and started afresh", evicted, keys)
+	}
 }

@@ -36,9 +36,11 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
 	"github.com/sluicehq/sluice/internal/app/rlqs"
 	"github.com/sluicehq/sluice/internal/app/storeurl"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 // Server serves the limiters of a Config. Make one with New; it is safe
@@ -54,9 +56,12 @@ type Server struct {
 	hot     *hotKeys
 	envoy   *envoyrls.Service
 	rlqs    *rlqs.Service
-	handler http.Handler
-	extra   []route     // from WithHandler
-	tls     *tls.Config // nil without TLS
+	// rlqsKeys holds the keys of the quota service's buckets on mem://;
+	// nil on other stores.
+	rlqsKeys *memstore.Store
+	handler  http.Handler
+	extra    []route     // from WithHandler
+	tls      *tls.Config // nil without TLS
 
 	// admission bounds the HTTP requests in progress other than health
 	// checks, and simSlots the simulations of GET /api/v1/simulate.
@@ -192,6 +197,12 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.store = st
+	if st.Scheme == "mem" {
+		// The keys of the quota service's buckets in a store of their
+		// own, bounded by its bound on buckets, so that Envoys' buckets
+		// never evict other limiters' keys at max_keys.
+		s.rlqsKeys = memstore.New(memstore.WithMaxKeys(rlqsKeysPerBucket * cfg.RLQSLimits.MaxBuckets))
+	}
 	if err := s.checkStore(ctx); err != nil {
 		if !errors.Is(err, storeurl.ErrUnreachable) || !cfg.StartWithoutStore {
 			st.Close()
@@ -221,12 +232,16 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 		envoyrls.WithStore(newLimiterStore(s.store.Store, "envoy/ratelimit", s.metrics)),
 		envoyrls.WithStoreTimeout(cfg.StoreTimeout), envoyrls.WithStoreFailure(cfg.StoreFailure),
 		envoyrls.WithClock(s.now), envoyrls.WithRegistry(s.metrics.reg))
-	s.rlqs = rlqs.New(cfg.RLQS, snap.lookup, rlqs.WithLogger(s.log), rlqs.WithClock(s.now), rlqs.WithRegistry(s.metrics.reg),
+	rlqsOpts := []rlqs.Option{rlqs.WithLogger(s.log), rlqs.WithClock(s.now), rlqs.WithRegistry(s.metrics.reg),
 		rlqs.WithObserver(func(c rlqs.Charge) { s.record(s.cur.Load(), c.Limiter, c.Key, c.Tokens, c.Allowed, c.Err) }),
+		rlqs.WithStoreTimeout(cfg.StoreTimeout), rlqs.WithLimits(cfg.RLQSLimits)}
+	if s.rlqsKeys == nil {
 		// Fleets on the limiters' store: sluice processes on one store
-		// share them. "/" is in no limiter's name.
-		rlqs.WithFleetStore(newLimiterStore(s.store.Store, "rlqs/fleet", s.metrics)), rlqs.WithStoreTimeout(cfg.StoreTimeout),
-		rlqs.WithLimits(cfg.RLQSLimits))
+		// share them. "/" is in no limiter's name. On mem:// they stay in
+		// the service's memory, as long as their buckets.
+		rlqsOpts = append(rlqsOpts, rlqs.WithFleetStore(newLimiterStore(s.store.Store, "rlqs/fleet", s.metrics)))
+	}
+	s.rlqs = rlqs.New(cfg.RLQS, snap.lookup, rlqsOpts...)
 	s.handler = s.routes()
 	return s, nil
 }
@@ -273,6 +288,20 @@ func (s *Server) clientCertOK(st *tls.ConnectionState) bool {
 	return st != nil && len(st.VerifiedChains) > 0
 }
 
+// rlqsKeysPerBucket is how many keys of the quota service's own store
+// (on mem://) each bucket of its bound may have: one, and as many again
+// for the keys of buckets gone whose state has not yet expired.
+const rlqsKeysPerBucket = 2
+
+// limiterStore returns the store of the limiter called name.
+func (s *Server) limiterStore(name string) driver.Store {
+	st := newLimiterStore(s.store.Store, name, s.metrics)
+	if s.rlqsKeys != nil {
+		st = rlqs.SplitStore(st, newLimiterStore(s.rlqsKeys, name, s.metrics))
+	}
+	return st
+}
+
 func (snap *snapshot) lookup(name string) (*sluice.Limiter, bool) {
 	l, ok := snap.limiters[name]
 	if !ok {
@@ -297,7 +326,7 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 	}
 	add := func(name string, p sluice.Policy, line, col int, extra ...sluice.LimiterOption) error {
 		l, err := sluice.NewLimiter(p, append([]sluice.LimiterOption{
-			sluice.WithStore(newLimiterStore(s.store.Store, name, s.metrics)),
+			sluice.WithStore(s.limiterStore(name)),
 			sluice.WithClock(s.clock),
 			sluice.WithStoreTimeout(cfg.StoreTimeout),
 			sluice.WithStoreFailure(cfg.StoreFailure),

@@ -24,7 +24,7 @@ import (
 
 // TestPeerStreamFlood: one client, with the default limits, opens 300
 // connections of 4 streams each, as many as the server's bound and more;
-// it gets MaxStreamsPerPeer of them, and an Envoy on another host still
+// it gets MaxStreamsPerClient of them, and an Envoy on another host still
 // gets its stream.
 func TestPeerStreamFlood(t *testing.T) {
 	h := newHarness(t)
@@ -58,11 +58,11 @@ func TestPeerStreamFlood(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if got := admitted.Load(); got != int64(DefaultLimits.MaxStreamsPerPeer) {
-		t.Errorf("the flooding client holds %d streams, want MaxStreamsPerPeer = %d", got, DefaultLimits.MaxStreamsPerPeer)
+	if got := admitted.Load(); got != int64(DefaultLimits.MaxStreamsPerClient) {
+		t.Errorf("the flooding client holds %d streams, want MaxStreamsPerClient = %d", got, DefaultLimits.MaxStreamsPerClient)
 	}
-	if got := testutil.ToFloat64(h.svc.opts.metrics.rejected.WithLabelValues("too_many_streams_per_peer")); got != float64(refused.Load()) || got == 0 {
-		t.Errorf("sluice_rlqs_streams_refused_total{too_many_streams_per_peer} = %v, want the %d refused", got, refused.Load())
+	if got := testutil.ToFloat64(h.svc.opts.metrics.rejected.WithLabelValues("too_many_streams_per_client")); got != float64(refused.Load()) || got == 0 {
+		t.Errorf("sluice_rlqs_streams_refused_total{too_many_streams_per_client} = %v, want the %d refused", got, refused.Load())
 	}
 	// An Envoy on another host.
 	s, err := rlqsv3.NewRateLimitQuotaServiceClient(h.dialFrom(t, "127.0.0.2")).StreamRateLimitQuotas(t.Context())
@@ -96,7 +96,7 @@ func ids(prefix string, n, pad int) []*rlqsv3.RateLimitQuotaUsageReports_BucketQ
 // gets no action and the stream goes on; the buckets a stream held are
 // freed when it ends.
 func TestBucketBounds(t *testing.T) {
-	h := newHarness(t, WithLimits(Limits{MaxBuckets: 30, MaxBucketsPerPeer: 20, MaxBucketsPerStream: 15}))
+	h := newHarness(t, WithLimits(Limits{MaxBuckets: 30, MaxBucketsPerClient: 20, MaxBucketsPerStream: 15}))
 	a1 := rlqsv3.NewRateLimitQuotaServiceClient(h.dialFrom(t, "127.0.0.1"))
 	b1 := rlqsv3.NewRateLimitQuotaServiceClient(h.dialFrom(t, "127.0.0.2"))
 	open := func(c rlqsv3.RateLimitQuotaServiceClient) rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient {
@@ -116,7 +116,7 @@ func TestBucketBounds(t *testing.T) {
 	}
 	// Peer a holds 15 of its 20: 5 more fit.
 	if got := actions(s2, "edge", ids("b", 10, 0)); got != 5 {
-		t.Fatalf("second stream of the peer: %d of 10 buckets answered, want the 5 within MaxBucketsPerPeer", got)
+		t.Fatalf("second stream of the peer: %d of 10 buckets answered, want the 5 within MaxBucketsPerClient", got)
 	}
 	if got := actions(s2, "", ids("b", 3, 0)); got != 3 {
 		t.Fatalf("the stream goes on: %d of its 3 buckets answered, want 3", got)
@@ -132,7 +132,7 @@ func TestBucketBounds(t *testing.T) {
 	if got := testutil.ToFloat64(h.svc.opts.metrics.liveBuckets); got != 30 {
 		t.Errorf("sluice_rlqs_buckets = %v, want 30", got)
 	}
-	for reason, want := range map[string]float64{"too_many_buckets_per_peer": 5, "too_many_buckets": 5} {
+	for reason, want := range map[string]float64{"too_many_buckets_per_client": 5, "too_many_buckets": 5} {
 		if got := testutil.ToFloat64(h.svc.opts.metrics.bucketsRejected.WithLabelValues(reason)); got != want {
 			t.Errorf("sluice_rlqs_buckets_refused_total{%s} = %v, want %v", reason, got, want)
 		}
@@ -188,7 +188,7 @@ const maxBucketBytes = 8 << 10
 func TestMemoryBound(t *testing.T) {
 	t.Run("new bucket ids", func(t *testing.T) {
 		const maxBuckets = 3000
-		h := newHarness(t, WithLimits(Limits{MaxBuckets: maxBuckets, MaxBucketsPerPeer: 600}))
+		h := newHarness(t, WithLimits(Limits{MaxBuckets: maxBuckets, MaxBucketsPerClient: 600}))
 		base := heapNow()
 		var streams []rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
 		for p := range 8 {

@@ -69,11 +69,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"domain", "bucket"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_rlqs_streams_refused_total",
-			Help: "Rate limit quota streams ended by sluice, by reason (invalid, too_many_streams, too_many_streams_per_peer, too_many_buckets, silent: no report for abandon_after).",
+			Help: "Rate limit quota streams ended by sluice, by reason (invalid, too_many_streams, too_many_streams_per_client, too_many_buckets, silent: no report for abandon_after).",
 		}, []string{"reason"}),
 		bucketsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_rlqs_buckets_refused_total",
-			Help: "New rate limit quota buckets refused, answered with no action, by reason (too_many_buckets: the server's bound; too_many_buckets_per_peer: one client address's).",
+			Help: "New rate limit quota buckets refused, answered with no action, by reason (too_many_buckets: the server's bound; too_many_buckets_per_client: one client address's).",
 		}, []string{"reason"}),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_rlqs_streams",
@@ -87,10 +87,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		overflow: map[string]*bucketStats{},
 		max:      MaxBucketSeries,
 	}
-	for _, r := range []string{"invalid", "too_many_streams", "too_many_streams_per_peer", "too_many_buckets", "silent"} {
+	for _, r := range []string{"invalid", "too_many_streams", "too_many_streams_per_client", "too_many_buckets", "silent"} {
 		m.rejected.WithLabelValues(r)
 	}
-	for _, r := range []string{"too_many_buckets", "too_many_buckets_per_peer"} {
+	for _, r := range []string{"too_many_buckets", "too_many_buckets_per_client"} {
 		m.bucketsRejected.WithLabelValues(r)
 	}
 	reg.MustRegister(m.requests, m.assignments, m.charged, m.rejected, m.bucketsRejected, m.streams, m.liveBuckets)

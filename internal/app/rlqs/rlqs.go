@@ -46,18 +46,19 @@ import (
 	"github.com/sluicehq/sluice/driver"
 )
 
-// Limits bound what Envoys can make the service hold and do. A peer is a
-// client's IP address: every connection from one host, or from behind one
-// NAT or proxy, is one peer.
+// Limits bound what Envoys can make the service hold and do. A client is
+// an IP address (called a peer in the code): every connection from one
+// host, or from behind one NAT or proxy, is one client.
 type Limits struct {
 	// MaxStreams bounds the streams open at once on the server,
 	// MaxStreamsPerConn those of one connection (one Envoy needs one) and
-	// MaxStreamsPerPeer those of one peer, so that no peer holds them all.
-	MaxStreams, MaxStreamsPerConn, MaxStreamsPerPeer int
+	// MaxStreamsPerClient those of one client, so that no client holds
+	// them all.
+	MaxStreams, MaxStreamsPerConn, MaxStreamsPerClient int
 	// MaxBuckets bounds the buckets of all streams together,
-	// MaxBucketsPerPeer those of one peer's streams, and
+	// MaxBucketsPerClient those of one client's streams, and
 	// MaxBucketsPerStream those one stream may report.
-	MaxBuckets, MaxBucketsPerPeer, MaxBucketsPerStream int
+	MaxBuckets, MaxBucketsPerClient, MaxBucketsPerStream int
 	// MaxReportBuckets bounds the bucket usages of one report message.
 	MaxReportBuckets int
 	// MaxIDBytes bounds the bytes of a bucket id's keys and values.
@@ -68,9 +69,9 @@ type Limits struct {
 var DefaultLimits = Limits{
 	MaxStreams:          1024,
 	MaxStreamsPerConn:   4,
-	MaxStreamsPerPeer:   64,
+	MaxStreamsPerClient: 64,
 	MaxBuckets:          20_000,
-	MaxBucketsPerPeer:   5_000,
+	MaxBucketsPerClient: 5_000,
 	MaxBucketsPerStream: 10_000,
 	MaxReportBuckets:    1000,
 	MaxIDBytes:          4096,
@@ -151,9 +152,9 @@ func WithLimits(l Limits) Option {
 		o.limits = Limits{
 			MaxStreams:          pick(l.MaxStreams, d.MaxStreams),
 			MaxStreamsPerConn:   pick(l.MaxStreamsPerConn, d.MaxStreamsPerConn),
-			MaxStreamsPerPeer:   pick(l.MaxStreamsPerPeer, d.MaxStreamsPerPeer),
+			MaxStreamsPerClient: pick(l.MaxStreamsPerClient, d.MaxStreamsPerClient),
 			MaxBuckets:          pick(l.MaxBuckets, d.MaxBuckets),
-			MaxBucketsPerPeer:   pick(l.MaxBucketsPerPeer, d.MaxBucketsPerPeer),
+			MaxBucketsPerClient: pick(l.MaxBucketsPerClient, d.MaxBucketsPerClient),
 			MaxBucketsPerStream: pick(l.MaxBucketsPerStream, d.MaxBucketsPerStream),
 			MaxReportBuckets:    pick(l.MaxReportBuckets, d.MaxReportBuckets),
 			MaxIDBytes:          pick(l.MaxIDBytes, d.MaxIDBytes),
@@ -472,9 +473,9 @@ func (s *Service) admit(conn, peer string) error {
 	defer s.mu.Unlock()
 	p := s.peers[peer]
 	switch {
-	case p != nil && p.streams >= l.MaxStreamsPerPeer:
-		s.opts.metrics.refuse("too_many_streams_per_peer")
-		return status.Errorf(codes.ResourceExhausted, "rlqs: at most %d streams per client address", l.MaxStreamsPerPeer)
+	case p != nil && p.streams >= l.MaxStreamsPerClient:
+		s.opts.metrics.refuse("too_many_streams_per_client")
+		return status.Errorf(codes.ResourceExhausted, "rlqs: at most %d streams per client address", l.MaxStreamsPerClient)
 	case s.streams >= l.MaxStreams:
 		s.opts.metrics.refuse("too_many_streams")
 		return status.Errorf(codes.ResourceExhausted, "rlqs: at most %d streams at once", l.MaxStreams)
@@ -508,7 +509,7 @@ func (s *Service) dismiss(conn, peer string) {
 }
 
 // takeBucket counts a new bucket of a stream of peer, or reports false
-// past MaxBucketsPerPeer or MaxBuckets: the bucket is then refused, with
+// past MaxBucketsPerClient or MaxBuckets: the bucket is then refused, with
 // no action (Envoy applies its no_assignment_behavior), and the stream
 // goes on, since the bound is of other streams too.
 func (s *Service) takeBucket(peer string) bool {
@@ -521,8 +522,8 @@ func (s *Service) takeBucket(peer string) bool {
 		s.peers[peer] = p
 	}
 	switch {
-	case p.buckets >= l.MaxBucketsPerPeer:
-		s.opts.metrics.refuseBucket("too_many_buckets_per_peer")
+	case p.buckets >= l.MaxBucketsPerClient:
+		s.opts.metrics.refuseBucket("too_many_buckets_per_client")
 		return false
 	case s.buckets >= l.MaxBuckets:
 		s.opts.metrics.refuseBucket("too_many_buckets")

@@ -391,9 +391,9 @@ func (c *Config) serverFields() fields {
 					return decodeMapping(path, n, fields{
 						"max_streams":                positiveCount(&r.MaxStreams),
 						"max_streams_per_connection": positiveCount(&r.MaxStreamsPerConn),
-						"max_streams_per_peer":       positiveCount(&r.MaxStreamsPerPeer),
+						"max_streams_per_client":     positiveCount(&r.MaxStreamsPerClient),
 						"max_buckets":                positiveCount(&r.MaxBuckets),
-						"max_buckets_per_peer":       positiveCount(&r.MaxBucketsPerPeer),
+						"max_buckets_per_client":     positiveCount(&r.MaxBucketsPerClient),
 						"max_buckets_per_stream":     positiveCount(&r.MaxBucketsPerStream),
 						"max_report_buckets":         positiveCount(&r.MaxReportBuckets),
 						"max_bucket_id_bytes":        positiveCount(&r.MaxIDBytes),

@@ -30,7 +30,7 @@ server:
     grpc: {max_connections: 50, max_concurrent_streams: 10, max_recv_msg_bytes: 65536, handshake_timeout: 5s,
            keepalive_time: 30s, keepalive_timeout: 6s, min_ping_interval: 20s, max_connection_idle: 1m,
            max_connection_age: 10m, max_connection_age_grace: 7s}
-    rlqs: {max_streams: 10, max_streams_per_connection: 2, max_streams_per_peer: 3, max_buckets: 400, max_buckets_per_peer: 200,
+    rlqs: {max_streams: 10, max_streams_per_connection: 2, max_streams_per_client: 3, max_buckets: 400, max_buckets_per_client: 200,
            max_buckets_per_stream: 100, max_report_buckets: 50, max_bucket_id_bytes: 512}
   simulate: {enabled: false, max_concurrent: 1, max_requests: 1000}
   drain_timeout: 30 seconds
@@ -67,7 +67,7 @@ ratelimit:
 		GRPCLimits: GRPCLimits{MaxConnections: 50, MaxConcurrentStreams: 10, MaxRecvMsgBytes: 65536, HandshakeTimeout: 5 * time.Second,
 			KeepaliveTime: 30 * time.Second, KeepaliveTimeout: 6 * time.Second, MinPingInterval: 20 * time.Second,
 			MaxConnectionIdle: time.Minute, MaxConnectionAge: 10 * time.Minute, MaxConnectionAgeGrace: 7 * time.Second},
-		RLQSLimits: rlqs.Limits{MaxStreams: 10, MaxStreamsPerConn: 2, MaxStreamsPerPeer: 3, MaxBuckets: 400, MaxBucketsPerPeer: 200,
+		RLQSLimits: rlqs.Limits{MaxStreams: 10, MaxStreamsPerConn: 2, MaxStreamsPerClient: 3, MaxBuckets: 400, MaxBucketsPerClient: 200,
 			MaxBucketsPerStream: 100, MaxReportBuckets: 50, MaxIDBytes: 512},
 		MaxKeys:  DefaultMaxKeys,
 		Simulate: Simulate{Enabled: false, MaxConcurrent: 1, MaxRequests: 1000},

@@ -24,7 +24,7 @@ import (
 const busyYAML = `
 server:
   limits:
-    rlqs: {max_streams_per_peer: 1024}
+    rlqs: {max_streams_per_client: 1024}
 limiters:
   shared: {policy: bucket, limits: [{capacity: 200000, refill: {greedy: 100000, per: 1s}}]}
   other: {policy: fixed_window, limit: 1000000, interval: 1s}

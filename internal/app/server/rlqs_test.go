@@ -210,7 +210,7 @@ store: mem://
 server:
   limits:
     max_keys: 1024
-    rlqs: {max_buckets: 3000, max_buckets_per_peer: 3000}
+    rlqs: {max_buckets: 3000, max_buckets_per_client: 3000}
 limiters:
   quota: {policy: bucket, limits: [{capacity: 400, refill: {greedy: 200, per: 1s}}]}
   other: {policy: fixed_window, limit: 10, interval: 1 hour}

@@ -201,19 +201,18 @@ func TestMemoryBound(t *testing.T) {
 				streams = append(streams, s)
 			}
 		}
+		// Each stream first holds a bucket, so that each of its reports
+		// has an answer when its new buckets are all refused.
+		other := use(map[string]string{"other": "x"}, 0, 1, 0)
+		for _, s := range streams {
+			exchange(t, s, "edge", other)
+		}
 		var wg sync.WaitGroup
 		for i, s := range streams {
 			wg.Go(func() {
 				for r := range 10 {
-					domain := ""
-					if r == 0 {
-						domain = "edge"
-					}
-					// A bucket held from the first report, so that each
-					// report has an answer when its new buckets are all
-					// refused.
-					us := append(ids(fmt.Sprint(i, "-", r), 100, 0), use(map[string]string{"other": "x"}, 0, 1, 0))
-					if err := s.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: domain, BucketQuotaUsages: us}); err != nil {
+					us := append(ids(fmt.Sprint(i, "-", r), 100, 0), other)
+					if err := s.Send(&rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: us}); err != nil {
 						t.Error(err)
 						return
 					}

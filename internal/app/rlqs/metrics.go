@@ -27,7 +27,7 @@ const (
 	actionAllowAll    = "allow_all"
 	actionDenyAll     = "deny_all"
 	actionAbandon     = "abandon"
-	actionNone        = "none" // the store failed: nothing sent
+	actionNone        = "none" // nothing sent: the store failed, or a renewal was not paid
 )
 
 // metrics are the service's Prometheus series. A nil *metrics counts
@@ -61,7 +61,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"domain", "bucket", "outcome"}),
 		assignments: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_rlqs_assignments_total",
-			Help: "Assignments sent for a rate limit quota bucket, by domain, bucket id and action (token_bucket, allow_all, deny_all, abandon, none when the store failed and nothing was sent).",
+			Help: "Assignments sent for a rate limit quota bucket, by domain, bucket id and action (token_bucket, allow_all, deny_all, abandon, none when nothing was sent: the store failed, or the limiter had not the tokens to renew the bucket in force, which goes on).",
 		}, []string{"domain", "bucket", "action"}),
 		charged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_rlqs_tokens_charged_total",

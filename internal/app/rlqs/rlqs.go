@@ -706,8 +706,9 @@ func (s *Service) answer(ctx context.Context, st *stream, in *rlqsv3.RateLimitQu
 
 // assign folds usage u of st into its bucket and returns the bucket's
 // assignment, or nil when the store failed (Envoy's assignment then
-// expires into its expired_assignment_behavior) or when a new bucket is
-// past the bounds of takeBucket.
+// expires into its expired_assignment_behavior), when the limiter has not
+// the tokens to extend the bucket in force (which goes on, paid for until
+// it expires), or when a new bucket is past the bounds of takeBucket.
 func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain string, st *stream, u usage) *rlqsv3.RateLimitQuotaResponse_BucketAction {
 	now := s.opts.now()
 	// The stream's lock is held throughout, the limiter's call included,
@@ -787,7 +788,7 @@ func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain st
 		if b.grant != nil {
 			bk = Distinct(b.grant.Bucket, bk)
 		}
-		g, err := s.charge(ctx, l, b, bk, now, until, guard)
+		g, avail, err := s.charge(ctx, l, b, bk, now, until, guard)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.opts.logger.WarnContext(ctx, "rlqs: bucket not assigned", "domain", domain, "bucket", u.label, "err", err)
@@ -800,18 +801,32 @@ func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain st
 			b.fl.hold(st.id, share)
 			return s.tokenBucket(b, ttl)
 		}
-	}
-	// The new bucket's tokens are not there (the others' assignments,
-	// the classic API or another sluice on the same store spent them):
-	// a smaller bucket in force goes on if its extension can be paid
-	// (a larger one would hold more than the fleet now gives it), else
-	// Envoy is denied until the limit refills.
-	if old := b.grant; old != nil && now.Before(old.Until) && b.share <= share {
-		g, err := s.charge(ctx, l, b, old.Bucket, now, until, guard)
-		if err == nil && g != nil {
+		// The bucket's tokens are not there (the others' assignments,
+		// the classic API or another sluice on the same store spent
+		// them). A bucket in force that is not larger than the share goes
+		// on: extended if its extension can be paid, else as it is, with
+		// no action, until the next report pays for it (it is paid for
+		// until it expires). Otherwise, a new bucket as large as the
+		// tokens there pay for; else Envoy is denied until the limit
+		// refills (a larger bucket would hold more than the fleet now
+		// gives it).
+		if old := b.grant; old != nil && now.Before(old.Until) && b.share <= share {
+			g, _, err := s.charge(ctx, l, b, old.Bucket, now, until, guard)
+			if err == nil && g != nil {
+				b.fl.hold(st.id, b.share)
+				b.grant = g
+				return s.tokenBucket(b, ttl)
+			}
 			b.fl.hold(st.id, b.share)
-			b.grant = g
-			return s.tokenBucket(b, ttl)
+			b.stats.action(actionNone)
+			return nil
+		}
+		if bk, part, ok := Affordable(b.grant, b.credit, share, avail, window, ttl, now, until, guard); ok {
+			if g, _, err := s.charge(ctx, l, b, bk, now, until, guard); err == nil && g != nil {
+				b.grant, b.share = g, part
+				b.fl.hold(st.id, part)
+				return s.tokenBucket(b, ttl)
+			}
 		}
 	}
 	b.fl.hold(st.id, 0)
@@ -822,9 +837,9 @@ func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain st
 
 // charge takes from l what renewing b's grant with bk until until costs,
 // its credit paying first, and returns the renewed grant, or nil when the
-// limiter refused: not enough tokens, or more at once than its capacity.
-// Its error is the store's.
-func (s *Service) charge(ctx context.Context, l *sluice.Limiter, b *bucket, bk Bucket, now, until time.Time, guard time.Duration) (*Grant, error) {
+// limiter refused: not enough tokens (it then returns those it has), or
+// more at once than its capacity. Its error is the store's.
+func (s *Service) charge(ctx context.Context, l *sluice.Limiter, b *bucket, bk Bucket, now, until time.Time, guard time.Duration) (*Grant, int64, error) {
 	next, pay, credit := Renew(b.grant, b.credit, bk, now, until, guard)
 	if pay > 0 {
 		res, err := l.AllowN(ctx, b.key, pay)
@@ -833,16 +848,16 @@ func (s *Service) charge(ctx context.Context, l *sluice.Limiter, b *bucket, bk B
 		}
 		switch {
 		case err != nil && isTooMany(err):
-			return nil, nil
+			return nil, 0, nil
 		case err != nil:
-			return nil, err
+			return nil, 0, err
 		case !res.Allowed:
-			return nil, nil
+			return nil, res.Remaining, nil
 		}
 		b.stats.charge(pay)
 	}
 	b.credit = credit
-	return &next, nil
+	return &next, 0, nil
 }
 
 // tokenBucket returns the token-bucket assignment of b's grant.

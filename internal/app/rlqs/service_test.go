@@ -65,7 +65,8 @@ type harness struct {
 	cc    *grpc.ClientConn
 	clock *fakeNow
 	reg   *prometheus.Registry
-	addr  string // the server's
+	addr  string          // the server's
+	api   *sluice.Limiter // the limiter api
 }
 
 // newHarness serves a Service of serviceDoc, whose limiter api allows 100
@@ -99,7 +100,7 @@ func newHarness(t *testing.T, opts ...Option) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return &harness{svc: svc, cc: cc, clock: clock, reg: reg, addr: ln.Addr().String()}
+	return &harness{svc: svc, cc: cc, clock: clock, reg: reg, addr: ln.Addr().String(), api: l}
 }
 
 // dialFrom returns a new connection to the server from the loopback
@@ -236,6 +237,63 @@ func TestAssignments(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(h.svc.opts.metrics.assignments.WithLabelValues("edge", "name=blocked", "deny_all")); got != 1 {
 		t.Errorf("sluice_rlqs_assignments_total{deny_all} = %v, want 1", got)
+	}
+}
+
+// TestUnpaidRenewal: when the limiter has not the tokens to renew the
+// bucket in force (the classic API, another sluice or other Envoys spent
+// them), the bucket gets no action and goes on, paid for until it
+// expires, where it was denied at once; the next report that finds the
+// tokens renews it. A new bucket gets as large a share as the tokens
+// there pay for.
+func TestUnpaidRenewal(t *testing.T) {
+	h := newHarness(t)
+	a := h.stream(t)
+	api, other := map[string]string{"name": "api"}, map[string]string{"other": "x"}
+	if got := describe(exchange(t, a, "edge", use(api, 0, 1, 0)).GetBucketAction()[0]); got != "token_bucket 12 50/1s 1s" {
+		t.Fatalf("first action = %q, want the whole limit", got)
+	}
+	// 100ms later, something else spends what the limiter has left on
+	// the bucket's key.
+	h.clock.add(100 * time.Millisecond)
+	key, _ := bucketKey("edge", api)
+	res, err := h.api.Peek(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := res.Remaining; n > 0 {
+		if res, err := h.api.AllowN(t.Context(), key, n); err != nil || !res.Allowed {
+			t.Fatalf("AllowN(%d) = %v, %v", n, res, err)
+		}
+	}
+	resp := exchange(t, a, "", use(api, 5, 0, 100*time.Millisecond), use(other, 0, 1, 0))
+	if n := len(resp.GetBucketAction()); n != 1 || describe(resp.GetBucketAction()[0]) != "allow_all 1s" {
+		var got []string
+		for _, act := range resp.GetBucketAction() {
+			got = append(got, describe(act))
+		}
+		t.Fatalf("actions with the limiter spent = %q, want only the other bucket's: api's bucket goes on", got)
+	}
+	// The limiter refills: once it has the tokens (the bucket's extension
+	// costs what it earns since it was last paid for, so here once it has
+	// run out and a new one is due), the next report assigns it again.
+	h.clock.add(1400 * time.Millisecond)
+	if got := describe(exchange(t, a, "", use(api, 5, 0, 1400*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 12 50/1s 1s" {
+		t.Fatalf("action once the limiter refilled = %q, want the bucket again", got)
+	}
+	// A second Envoy joins; the first takes its half, but the limiter has
+	// not yet the tokens of the second's half: it gets a bucket as large
+	// as those there pay for, not a denial.
+	b := h.stream(t)
+	exchange(t, b, "edge", use(api, 0, 1, 0))
+	h.clock.add(100 * time.Millisecond)
+	if got := describe(exchange(t, a, "", use(api, 5, 0, 100*time.Millisecond)).GetBucketAction()[0]); got != "token_bucket 6 25/1s 1s" {
+		t.Fatalf("first Envoy's action once the second waits = %q, want half", got)
+	}
+	act := exchange(t, b, "", use(api, 0, 5, 100*time.Millisecond)).GetBucketAction()[0]
+	tb := act.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
+	if rate := tb.GetTokensPerFill().GetValue(); tb == nil || rate == 0 || rate >= 25 {
+		t.Fatalf("second Envoy's action = %q, want a token bucket of less than its half, 25/1s", describe(act))
 	}
 }
 

@@ -195,6 +195,41 @@ func Renew(g *Grant, credit int64, b Bucket, now, until time.Time, guard time.Du
 	return next, due - use, credit - use
 }
 
+// Affordable returns the largest share of at most share, and its bucket,
+// whose renewal of g (as Renew: with credit, at now, until until) takes no
+// more than avail tokens from the limiter: when the tokens of an Envoy's
+// whole share are not there, it gets a bucket as large as those there pay
+// for, rather than a denial until they are. ok is false when no share
+// above 0 is paid for. It costs O(log share) renewals.
+func Affordable(g *Grant, credit, share, avail int64, window, ttl time.Duration, now, until time.Time, guard time.Duration) (b Bucket, part int64, ok bool) {
+	pay := func(s int64) (Bucket, int64) {
+		bk, _ := BucketFor(s, window, ttl)
+		if g != nil {
+			bk = Distinct(g.Bucket, bk)
+		}
+		_, p, _ := Renew(g, credit, bk, now, until, guard)
+		return bk, p
+	}
+	// The pay grows with the share (a bucket's tokens and rate do), so
+	// the largest share paid for is found by halving.
+	lo, hi := int64(0), share-1 // lo is paid for, or 0
+	for lo < hi {
+		mid := hi - (hi-lo)/2
+		if _, p := pay(mid); p <= avail {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	if lo <= 0 {
+		return Bucket{}, 0, false
+	}
+	if bk, p := pay(lo); p <= avail {
+		return bk, lo, true
+	}
+	return Bucket{}, 0, false
+}
+
 // MinDemandSpan is the shortest report whose requests alone estimate an
 // Envoy's demand: a shorter one (a bucket's first report, which Envoy
 // sends at the bucket's first request) is counted with the one before.

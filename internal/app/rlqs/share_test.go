@@ -188,6 +188,55 @@ func FuzzRenew(f *testing.F) {
 	})
 }
 
+// TestAffordable: the share Affordable returns is the largest whose
+// renewal takes no more than the tokens there, for new buckets and for
+// replacements of one in force with its credit.
+func TestAffordable(t *testing.T) {
+	const window, ttl = 2 * time.Second, time.Second
+	guard := ttl / 8
+	until := t0.Add(ttl + guard)
+	inForce, _ := BucketFor(40, window, ttl)
+	g := &Grant{Bucket: inForce, Start: t0.Add(-500 * time.Millisecond), Until: t0.Add(600 * time.Millisecond), Charged: 60}
+	for _, tt := range []struct {
+		name   string
+		g      *Grant
+		credit int64
+	}{
+		{"new", nil, 0},
+		{"with credit", nil, 30},
+		{"replacing one in force", g, 5},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pay := func(s int64) int64 {
+				bk, _ := BucketFor(s, window, ttl)
+				if tt.g != nil {
+					bk = Distinct(tt.g.Bucket, bk)
+				}
+				_, p, _ := Renew(tt.g, tt.credit, bk, t0, until, guard)
+				return p
+			}
+			for avail := int64(0); avail <= 300; avail += 7 {
+				bk, part, ok := Affordable(tt.g, tt.credit, 200, avail, window, ttl, t0, until, guard)
+				if !ok {
+					if pay(1) <= avail {
+						t.Fatalf("Affordable(avail %d) found nothing, but a share of 1 takes %d", avail, pay(1))
+					}
+					continue
+				}
+				if part < 1 || part >= 200 || pay(part) > avail {
+					t.Fatalf("Affordable(avail %d) = share %d taking %d, want at least 1, below 200, taking at most %d", avail, part, pay(part), avail)
+				}
+				if part < 199 && pay(part+1) <= avail {
+					t.Fatalf("Affordable(avail %d) = share %d, but %d takes %d, within it", avail, part, part+1, pay(part+1))
+				}
+				if want, _ := BucketFor(part, window, ttl); tt.g != nil && bk != Distinct(tt.g.Bucket, want) || tt.g == nil && bk != want {
+					t.Fatalf("Affordable(avail %d) bucket = %+v, want that of share %d", avail, bk, part)
+				}
+			}
+		})
+	}
+}
+
 func TestDemand(t *testing.T) {
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	tests := []struct {

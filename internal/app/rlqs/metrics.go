@@ -27,7 +27,8 @@ const (
 	actionAllowAll    = "allow_all"
 	actionDenyAll     = "deny_all"
 	actionAbandon     = "abandon"
-	actionNone        = "none" // nothing sent: the store failed, or a renewal was not paid
+	actionNone        = "none" // the store failed: nothing sent
+	actionKept        = "kept" // the renewal was not paid: nothing sent, the bucket in force goes on
 )
 
 // metrics are the service's Prometheus series. A nil *metrics counts
@@ -61,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"domain", "bucket", "outcome"}),
 		assignments: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_rlqs_assignments_total",
-			Help: "Assignments sent for a rate limit quota bucket, by domain, bucket id and action (token_bucket, allow_all, deny_all, abandon, none when nothing was sent: the store failed, or the limiter had not the tokens to renew the bucket in force, which goes on).",
+			Help: "Assignments sent for a rate limit quota bucket, by domain, bucket id and action (token_bucket, allow_all, deny_all, abandon; none when the store failed and nothing was sent; kept when the limiter had not the tokens to renew the bucket in force, which goes on, and nothing was sent).",
 		}, []string{"domain", "bucket", "action"}),
 		charged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_rlqs_tokens_charged_total",

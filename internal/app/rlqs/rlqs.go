@@ -818,7 +818,7 @@ func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain st
 				return s.tokenBucket(b, ttl)
 			}
 			b.fl.hold(st.id, b.share)
-			b.stats.action(actionNone)
+			b.stats.action(actionKept)
 			return nil
 		}
 		if bk, part, ok := Affordable(b.grant, b.credit, share, avail, window, ttl, now, until, guard); ok {

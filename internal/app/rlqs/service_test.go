@@ -274,6 +274,9 @@ func TestUnpaidRenewal(t *testing.T) {
 		}
 		t.Fatalf("actions with the limiter spent = %q, want only the other bucket's: api's bucket goes on", got)
 	}
+	if got := testutil.ToFloat64(h.svc.opts.metrics.assignments.WithLabelValues("edge", "name=api", "kept")); got != 1 {
+		t.Errorf("sluice_rlqs_assignments_total{action=kept} = %v, want 1", got)
+	}
 	// The limiter refills: once it has the tokens (the bucket's extension
 	// costs what it earns since it was last paid for, so here once it has
 	// run out and a new one is due), the next report assigns it again.

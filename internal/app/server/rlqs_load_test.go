@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"net/http"
 	"runtime/debug"
 	"slices"
@@ -37,7 +36,9 @@ rlqs:
 
 // busyResult is what a run of runBusyBucket measured.
 type busyResult struct {
-	reports, responses int64
+	// reports were sent, responses answered, kept of them with the
+	// bucket in force kept.
+	reports, responses, kept int64
 	// p99 is the 99th percentile of the unrelated limiter's HTTP
 	// consumes while the Envoys report, over calls samples, and idleP99
 	// the same before they start, for comparison on the same machine.
@@ -84,9 +85,9 @@ func p99(lat []time.Duration) time.Duration {
 // runBusyBucket runs streams simulated Envoys, on connections of four
 // streams each, that all report the same bucket every interval for run,
 // each deciding requests at about 20 a second, while an HTTP client
-// consumes from an unrelated limiter every 5 ms. Each Envoy then stops
-// reporting and waits (up to 60 s: a loaded machine may be slow, and the
-// count does not depend on it) for the responses to the reports it sent.
+// consumes from an unrelated limiter every 5 ms. The Envoys then stop
+// reporting, and the reports they sent are counted once the service has
+// decided them.
 func runBusyBucket(tb testing.TB, yaml string, streams int, interval, run time.Duration) busyResult {
 	tb.Helper()
 	var s *serving
@@ -152,18 +153,48 @@ func runBusyBucket(tb testing.TB, yaml string, streams int, interval, run time.D
 	close(stop)
 	wg.Wait()
 
-	qctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	var qwg sync.WaitGroup
 	for _, e := range envoys {
-		qwg.Go(func() { e.Quiesce(qctx) })
+		e.StopReports()
 	}
-	qwg.Wait()
 	for _, e := range envoys {
-		_, _, reports, responses := e.Counts()
+		_, _, reports, _ := e.Counts()
 		res.reports += reports
-		res.responses += min(responses, reports)
 	}
+	// Each report has the one bucket: the service has decided it when it
+	// has counted an action of it. Wait for that (a loaded machine may be
+	// slow; 60 s at most, which a backlog that keeps growing runs out).
+	actions := func() map[string]float64 {
+		byAction := map[string]float64{}
+		mfs, err := s.metrics.reg.Gather()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "sluice_rlqs_assignments_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "action" {
+						byAction[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		return byAction
+	}
+	var decided map[string]float64
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		decided = actions()
+		if int64(decided["token_bucket"]+decided["deny_all"]+decided["kept"]+decided["none"]) >= res.reports {
+			break
+		}
+	}
+	// Answered: an assignment sent, or the bucket in force kept because
+	// the limiter had not the tokens to renew it; not a store call that
+	// failed, nor a report never read.
+	res.responses = int64(decided["token_bucket"] + decided["deny_all"] + decided["kept"])
+	res.kept = int64(decided["kept"])
 	res.calls, res.p99 = len(lat), p99(lat)
 	return res
 }
@@ -191,8 +222,8 @@ func TestRLQSBusyBucket(t *testing.T) {
 	} {
 		t.Run(st.name, func(t *testing.T) {
 			res := runBusyBucket(t, st.store+busyYAML, 1000, every, 6*every)
-			t.Logf("%d of %d reports answered (%.1f%%); unrelated HTTP p99 %v over %d calls (%v before the Envoys started)",
-				res.responses, res.reports, 100*float64(res.responses)/float64(max(res.reports, 1)), res.p99, res.calls, res.idleP99)
+			t.Logf("%d of %d reports answered (%.1f%%, %d of them keeping the bucket in force); unrelated HTTP p99 %v over %d calls (%v before the Envoys started)",
+				res.responses, res.reports, 100*float64(res.responses)/float64(max(res.reports, 1)), res.kept, res.p99, res.calls, res.idleP99)
 			if res.reports < 1000 {
 				t.Fatalf("the Envoys sent %d reports, want at least one each", res.reports)
 			}
@@ -227,6 +258,7 @@ func BenchmarkRLQSBusyBucket(b *testing.B) {
 				res := runBusyBucket(b, st.store+busyYAML, 1000, 500*time.Millisecond, 10*time.Second)
 				b.ReportMetric(100*float64(res.responses)/float64(max(res.reports, 1)), "%answered")
 				b.ReportMetric(float64(res.reports), "reports")
+				b.ReportMetric(float64(res.kept), "kept")
 				b.ReportMetric(float64(res.p99.Microseconds())/1000, "p99-ms")
 				b.ReportMetric(float64(res.idleP99.Microseconds())/1000, "idle-p99-ms")
 			}

@@ -41,7 +41,7 @@ type Envoy struct {
 	done    chan struct{}
 	err     error // the stream's end, once done
 	urgent  chan struct{}
-	quiet   chan struct{} // closed by Quiesce: no more reports
+	quiet   chan struct{} // closed by StopReports
 	loop    chan struct{} // closed when reportLoop has returned
 
 	// Counters, under mu.
@@ -95,26 +95,12 @@ func (e *Envoy) Close() {
 	<-e.done
 }
 
-// Quiesce stops the Envoy's reports, its stream staying open, and waits
-// until it has received as many responses as it sent reports, or ctx
-// ends: a load test counts then the reports that were answered, none in
-// flight. It must be called once.
-func (e *Envoy) Quiesce(ctx context.Context) {
+// StopReports stops the Envoy's reports, its stream staying open, so
+// that a load test can count the reports sent once the server has
+// answered them. It must be called once.
+func (e *Envoy) StopReports() {
 	close(e.quiet)
 	<-e.loop
-	for {
-		_, _, reports, responses := e.Counts()
-		if responses >= reports {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-e.done:
-			return
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 }
 
 // Err returns why the stream ended, once it has (nil if by Close).

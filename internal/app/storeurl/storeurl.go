@@ -60,6 +60,10 @@ type Store struct {
 	Scheme string
 	// URL is the URL without its password, for messages.
 	URL string
+	// Local reports that the store is this process's memory (mem://):
+	// no other process sees what it holds, so processes cannot share
+	// limits through it.
+	Local bool
 
 	check   func(ctx context.Context) error // nil: nothing to check
 	closers []func() error
@@ -270,7 +274,7 @@ func openMem(_ context.Context, src source) (*Store, error) {
 	if u.Host != "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.User != nil || u.Opaque != "" {
 		return nil, src.bad("mem:// takes no host, path or parameters", nil)
 	}
-	return &Store{Store: memstore.New(memstore.WithMaxKeys(src.memMaxKeys)), Scheme: u.Scheme, URL: src.shown}, nil
+	return &Store{Store: memstore.New(memstore.WithMaxKeys(src.memMaxKeys)), Scheme: u.Scheme, URL: src.shown, Local: true}, nil
 }
 
 // noRetries turns off go-redis's own retries: a compare-and-set it re-sent

@@ -140,6 +140,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"simulate", "-limiter", "nope", "-traffic", "steady 1/s"}, 1, "", "sluice simulate: "},
 		{[]string{"simulate", "-config", "/nonexistent.yaml", "-limiter", "api", "-traffic", "steady 1/s"}, 1, "", "sluice simulate: "},
 		{[]string{"simulate", "-limiter", "api", "-traffic", "trickle"}, 1, "", "sluice simulate: "},
+		{[]string{"simulate", "-limiter", "api", "-traffic", "steady 1/s", "-slice", "1ns"}, 1, "", "sluice simulate: 10s in slices of 1ns"},
+		{[]string{"simulate", "-limiter", "api", "-traffic", "steady 1/s", "-duration", "0s"}, 2, "", "sluice simulate: -duration 0s: want a positive duration"},
 		{[]string{"check-store", "ftp://x"}, 1, "", `sluice check-store: store ftp://x: unknown scheme "ftp"`},
 		{[]string{"check-store", "mem://", "extra"}, 2, "", "sluice check-store: want exactly one URL, got 2 arguments\nusage: sluice check-store"},
 		{[]string{"serve", "--log-format", "xml"}, 2, "", "sluice serve: --log-format \"xml\": want text or json"},
@@ -159,8 +161,46 @@ func TestUsage(t *testing.T) {
 			if tt.exit != 0 && len(tt.args) > 0 && strings.Contains(errOut, "Flags") {
 				t.Errorf("stderr = %q, want no help dump on an error", errOut)
 			}
-			if tt.exit != 0 && len(tt.args) > 0 && strings.Count(errOut, "sluice "+tt.args[0]+": ") > 1 {
+			if tt.exit != 0 && len(tt.args) > 0 && (strings.Count(errOut, "sluice "+tt.args[0]+": ") > 1 ||
+				strings.Contains(errOut, "sluice "+tt.args[0]+": "+tt.args[0]+": ")) {
 				t.Errorf("stderr = %q names the command twice", errOut)
+			}
+		})
+	}
+}
+
+// TestHelpFlag: sluice --help and -h print the usage, as sluice help
+// does, rather than refusing an unknown command "--help".
+func TestHelpFlag(t *testing.T) {
+	for _, arg := range []string{"--help", "-help", "-h", "--h"} {
+		out, errOut, code := runMain(t, arg)
+		if code != 0 || !strings.Contains(out, "Commands:") || errOut != "" {
+			t.Errorf("sluice %s: exit %d, stdout %q, stderr %q; want exit 0 and the usage on stdout", arg, code, out, errOut)
+		}
+	}
+}
+
+// TestSynopsisNamesEveryFlag: a command's usage line names each of its
+// flags, or says [flags]; serve's omitted --log-format.
+func TestSynopsisNamesEveryFlag(t *testing.T) {
+	flagLine := regexp.MustCompile(`(?m)^  -([a-z-]+)`)
+	for _, c := range commands() {
+		if c.name == "help" {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			_, help, err := runCLI(t, c.name, "-h")
+			if err != nil {
+				t.Fatalf("%s -h = %v", c.name, err)
+			}
+			synopsis, _, _ := strings.Cut(help, "\n")
+			if strings.Contains(synopsis, "[flags]") {
+				return
+			}
+			for _, m := range flagLine.FindAllStringSubmatch(help, -1) {
+				if !regexp.MustCompile(`(^|[\s\[(|])--?` + m[1] + `\b`).MatchString(synopsis) {
+					t.Errorf("usage %q does not name the flag -%s", synopsis, m[1])
+				}
 			}
 		})
 	}

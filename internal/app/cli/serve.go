@@ -15,7 +15,7 @@ import (
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("serve", "[--config FILE] [--http ADDR] [--grpc ADDR]",
+	fs := newFlagSet("serve", "[--config FILE] [--http ADDR] [--grpc ADDR] [--log-format text|json]",
 		"Serve runs the rate-limit server: an HTTP JSON API under /api/v1/, Envoy's rate limit\n"+
 			"service on gRPC, Prometheus metrics at /metrics, health at /healthz and /readyz, and a\n"+
 			"live page at /. Without --config it runs a built-in example on the in-memory store.\n"+

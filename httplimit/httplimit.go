@@ -131,7 +131,8 @@ type decision struct {
 // be rejected by a later limit after the earlier ones took it: limits
 // shared by several processes cannot be taken from atomically together.
 //
-// A key function's ErrNoKey answers 400; any other error or panic of a key
+// A key function's ErrNoKey answers 400, which names the missing header
+// for Header's key; any other error or panic of a key
 // or cost function, or a cost that is not positive, answers 500; an error
 // of a limiter (a store that failed, with sluice.FailClosed) answers
 // WithErrorStatus's code, 503 by default. Those responses carry no
@@ -149,11 +150,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			d.limit, d.index, d.window = &m.limits[i], i, m.windows[i]
 			var err error
 			if d.key, d.cost, err = keyAndCost(d.limit, r); err != nil {
-				status := http.StatusInternalServerError
-				if errors.Is(err, ErrNoKey) {
-					status = http.StatusBadRequest
-				}
-				m.fail(w, r, status, err)
+				m.keyFailed(w, r, d.index, err)
 				return
 			}
 		}
@@ -247,19 +244,39 @@ func (m *Middleware) limiterFailed(w http.ResponseWriter, r *http.Request, l *Li
 	if errors.Is(err, sluice.ErrInvalidArgument) {
 		status = http.StatusInternalServerError
 	}
-	m.fail(w, r, status, fmt.Errorf("httplimit: limit %q: %w", l.Name, err))
+	m.fail(w, r, status, fmt.Errorf("httplimit: limit %q: %w", l.Name, err), nil)
+}
+
+// keyFailed answers an error of limit i's key or cost function: 400 for a
+// request without its key, else 500. The 400 says what the request lacks
+// when this package's key function found it missing (a header the client
+// must send); the reasons of another key function may be the server's.
+func (m *Middleware) keyFailed(w http.ResponseWriter, r *http.Request, i int, err error) {
+	if !errors.Is(err, ErrNoKey) {
+		m.fail(w, r, http.StatusInternalServerError, err, nil)
+		return
+	}
+	var space [128]byte
+	detail := append(append(space[:0], "the request has no key for rate limit "...), m.names[i]...)
+	if nk := (*noKeyError)(nil); errors.As(err, &nk) {
+		detail = append(append(detail, ": "...), nk.what...)
+	}
+	m.fail(w, r, http.StatusBadRequest, err, detail)
 }
 
 // fail logs err, at level Error for the server's errors, and answers
-// status without saying why: the reasons are the server's.
-func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
+// status with detail, or without saying why when detail is nil.
+func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, status int, err error, detail []byte) {
 	level := slog.LevelError
 	if status < 500 {
 		level = slog.LevelInfo
 	}
 	m.o.logger.Log(r.Context(), level, "httplimit: request not limited", "status", status, "method", r.Method, "path", r.URL.Path, "err", err)
-	var space [64]byte
-	m.writeBody(w, status, append(space[:0], http.StatusText(status)...), "", -1)
+	if detail == nil {
+		var space [64]byte
+		detail = append(space[:0], http.StatusText(status)...)
+	}
+	m.writeBody(w, status, detail, "", -1)
 }
 
 // reject answers a request that a limit rejected. Retry-After is the

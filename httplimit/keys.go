@@ -29,9 +29,17 @@ func Header(name string) KeyFunc {
 		if v := r.Header.Get(name); v != "" {
 			return v, nil
 		}
-		return "", fmt.Errorf("%w: header %s is missing", ErrNoKey, name)
+		return "", &noKeyError{what: "header " + name + " is missing"}
 	}
 }
+
+// noKeyError is a request without its key, as this package's key
+// functions report it: what says what the request lacks, for the client
+// to read in the Middleware's 400.
+type noKeyError struct{ what string }
+
+func (e *noKeyError) Error() string { return ErrNoKey.Error() + ": " + e.what }
+func (e *noKeyError) Unwrap() error { return ErrNoKey }
 
 // ContextValue returns a key function that reads the request context's
 // value for key, as set by an earlier middleware (a user ID after

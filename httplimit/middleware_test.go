@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -448,6 +449,9 @@ func (s stringer) String() string { return string(s) }
 
 // TestRequestErrors: key and cost functions that fail or panic, and bad
 // costs, answer 400 or 500 without calling the handler, and are logged.
+// A 400 for a missing header says which header; a bare "Bad Request" left
+// the client guessing. The other answers do not say why: the reasons are
+// the server's.
 func TestRequestErrors(t *testing.T) {
 	fails := func(*http.Request) (string, error) { return "", errors.New("no database") }
 	panics := func(*http.Request) (string, error) { panic("key boom") }
@@ -458,15 +462,18 @@ func TestRequestErrors(t *testing.T) {
 		cost       httplimit.CostFunc
 		wantStatus int
 		wantLog    string
+		wantBody   string
 	}{
-		{"missing header", httplimit.Header("X-API-Key"), nil, 400, "header X-Api-Key is missing"},
-		{"missing context value", httplimit.ContextValue(stringer("user")), nil, 400, "no context value for user"},
-		{"key error", fails, nil, 500, "no database"},
-		{"key panic", panics, nil, 500, "key boom"},
-		{"zero cost", httplimit.Path, cost(0), 500, "cost must be positive, got 0"},
-		{"negative cost", httplimit.Path, cost(-3), 500, "cost must be positive, got -3"},
-		{"cost error", httplimit.Path, func(*http.Request) (int64, error) { return 0, errors.New("bad batch") }, 500, "bad batch"},
-		{"cost panic", httplimit.Path, func(*http.Request) (int64, error) { panic("cost boom") }, 500, "cost boom"},
+		{"missing header", httplimit.Header("X-API-Key"), nil, 400, "header X-Api-Key is missing",
+			`the request has no key for rate limit "api": header X-Api-Key is missing`},
+		{"missing context value", httplimit.ContextValue(stringer("user")), nil, 400, "no context value for user",
+			`the request has no key for rate limit "api"`},
+		{"key error", fails, nil, 500, "no database", "Internal Server Error"},
+		{"key panic", panics, nil, 500, "key boom", "Internal Server Error"},
+		{"zero cost", httplimit.Path, cost(0), 500, "cost must be positive, got 0", "Internal Server Error"},
+		{"negative cost", httplimit.Path, cost(-3), 500, "cost must be positive, got -3", "Internal Server Error"},
+		{"cost error", httplimit.Path, func(*http.Request) (int64, error) { return 0, errors.New("bad batch") }, 500, "bad batch", "Internal Server Error"},
+		{"cost panic", httplimit.Path, func(*http.Request) (int64, error) { panic("cost boom") }, 500, "cost boom", "Internal Server Error"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var log bytes.Buffer
@@ -484,6 +491,9 @@ func TestRequestErrors(t *testing.T) {
 			}
 			if !strings.Contains(log.String(), tt.wantLog) {
 				t.Errorf("log %q does not contain %q", log.String(), tt.wantLog)
+			}
+			if body, _ := io.ReadAll(resp.Body); string(body) != tt.wantBody+"\n" {
+				t.Errorf("body %q, want %q", body, tt.wantBody+"\n")
 			}
 			checkHeaders(t, 0, resp.Header, nil)
 		})

@@ -112,6 +112,13 @@ func (p machinePolicy[S, M]) erased() (policy.Erased, error) {
 	return policy.Erase[S](p.m), nil
 }
 
+// Reserves reports whether the policy can reserve (Limiter.ReserveN,
+// WaitN, Wait): SlidingWindow and SlidingLog cannot, nor a Compound with
+// either among its members. It is not part of Policy, to keep the
+// package's API small: httplimit.NewTransport asks it through an interface
+// of its own, to refuse at once a limiter it could not wait on.
+func (p machinePolicy[S, M]) Reserves() bool { return p.err == nil && policy.Reserves[S](p.m) }
+
 // tokenBucket asks the machine: the token-bucket machines say what their
 // bucket is, whatever policy made them.
 func (p machinePolicy[S, M]) tokenBucket() (*tokenbucket.Config, bool, bool) {

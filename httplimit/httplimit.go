@@ -48,11 +48,17 @@ type ConfigError struct {
 	Field string // e.g. "limits[1].Name", "WithIPv6Prefix"
 	Value string // the value given
 	Want  string // the bound it broke
+
+	err error // what Unwrap returns: a sentinel of package sluice, or nil
 }
 
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("httplimit: %s = %s: %s", e.Field, e.Value, e.Want)
 }
+
+// Unwrap returns the sentinel error the bound is about, such as
+// sluice.ErrReserveNotSupported, or nil.
+func (e *ConfigError) Unwrap() error { return e.err }
 
 // Middleware limits the requests to a handler by one or more Limits. Make
 // one with New; it is safe for simultaneous use by multiple goroutines.

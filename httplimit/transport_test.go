@@ -288,6 +288,52 @@ func TestNewTransportErrors(t *testing.T) {
 	}
 }
 
+// TestNewTransportNeedsReservations: a request waits for its token with
+// Limiter.Wait, which needs a reservation once the token is not there at
+// once. A policy that cannot reserve is refused when the Transport is made,
+// by what its machine can do: a sliding window and a sliding log, and a
+// compound with either among its members. NewTransport accepted them, and
+// then every request on a store failed with ErrReserveNotSupported.
+func TestNewTransportNeedsReservations(t *testing.T) {
+	for _, tt := range []struct {
+		p    sluice.Policy
+		want bool
+	}{
+		{sluice.SlidingWindow(10, time.Second), false},
+		{sluice.SlidingLog(10, time.Second), false},
+		{sluice.Compound(sluice.TokenBucket(10, 10, time.Second), sluice.SlidingWindow(100, time.Minute)), false},
+		{sluice.FixedWindow(10, time.Second), true},
+		{sluice.AlignedFixedWindow(10, time.Second), true},
+		{sluice.TokenBucket(10, 10, time.Second), true},
+		{sluice.LeakyBucket(10, 10, time.Second), true},
+		{sluice.GCRA(10, 10, time.Second), true},
+		{sluice.Shaper(1, time.Second, 10), true},
+		{sluice.Compound(sluice.TokenBucket(10, 10, time.Second), sluice.FixedWindow(100, time.Minute)), true},
+		{sluice.NoLimit(), true},
+	} {
+		l := newLimiter(t, tt.p, sluice.WithStore(memstore.New()))
+		tr, err := httplimit.NewTransport(l)
+		if !tt.want {
+			var ce *httplimit.ConfigError
+			if !errors.As(err, &ce) || ce.Field != "limiter" || !errors.Is(err, sluice.ErrReserveNotSupported) {
+				t.Errorf("NewTransport(%v) = %v, want a *ConfigError of limiter matching ErrReserveNotSupported", tt.p, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("NewTransport(%v) = %v", tt.p, err)
+			continue
+		}
+		p := newProvider(t, nil)
+		resp, err := (&http.Client{Transport: tr}).Get(p.URL)
+		if err != nil {
+			t.Errorf("%v: GET = %v", tt.p, err)
+			continue
+		}
+		resp.Body.Close()
+	}
+}
+
 // TestTransportKey: WithKey puts two hosts of one provider under one
 // limit; without it each host has its own.
 func TestTransportKey(t *testing.T) {

@@ -109,6 +109,17 @@ func Lapses(m any) bool {
 	return ok && l.Lapses()
 }
 
+// Reserves reports whether m can reserve at all, rather than answering
+// ReserveNotSupported to every Reserve: the capability is the machine's
+// own answer, asked for one token of a key with no state, so that a
+// compound that cannot reserve through one of its members says so too.
+// policytest checks that every state gets the same answer.
+func Reserves[S any](m Machine[S]) bool {
+	var s S
+	res, _ := m.Reserve(&s, false, 0, 1, Never)
+	return res.Code != ReserveNotSupported
+}
+
 // ErrBadState is matched by every error that decoding a stored state returns.
 var ErrBadState = errors.New("sluice: bad stored state")
 

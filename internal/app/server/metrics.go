@@ -99,8 +99,9 @@ func newMetrics() *metrics {
 var storeOps = []string{"update", "delete", "ping"}
 
 // declare makes the series of snap's limiters exist at zero: their
-// decisions by outcome, their tokens and their store failures under the
-// failure policy snap configures.
+// decisions by outcome, their tokens, their store failures under the
+// failure policy snap configures and their circuits, closed: each
+// limiter of snap is new, and so is its circuit breaker.
 func (m *metrics) declare(snap *snapshot) {
 	for _, name := range snap.order {
 		for _, outcome := range []string{"allowed", "rejected", "error"} {
@@ -108,6 +109,7 @@ func (m *metrics) declare(snap *snapshot) {
 		}
 		m.tokens.WithLabelValues(name)
 		m.storeFailures.WithLabelValues(name, failureLabel(snap.cfg.StoreFailure))
+		m.circuitOpen.WithLabelValues(name).Set(0)
 	}
 }
 

@@ -329,6 +329,7 @@ func TestMetricsFromStart(t *testing.T) {
 		`sluice_config_reloads_total{result="error"} 0`,
 		`sluice_decisions_total{limiter="api",outcome="rejected"} 0`,
 		`sluice_decisions_total{limiter="api",outcome="error"} 0`,
+		`sluice_store_circuit_open{limiter="api"} 0`, // was missing until a circuit first opened
 		`sluice_tokens_consumed_total{limiter="api"} 0`,
 		`sluice_store_duration_seconds_count{op="update"} 0`,
 	} {

@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/internal/app/server/page"
 	"github.com/sluicehq/sluice/internal/app/simulate"
 	"github.com/sluicehq/sluice/internal/app/storeurl"
+	"github.com/sluicehq/sluice/internal/metricnames"
 )
 
 // The bounds of API requests.
@@ -476,6 +477,15 @@ func aboveLimit(l *limiter, n int64, res Result, err error) error {
 	return err
 }
 
+// callerError reports whether err, of a limiter call, is the caller's
+// mistake, which limiterError answers 400: a request that can never pass,
+// an argument out of bounds, a wait on a policy that cannot wait.
+func callerError(err error) bool {
+	var argErr *sluice.ArgumentError
+	var above *tokensAboveLimit
+	return errors.As(err, &above) || errors.As(err, &argErr) || errors.Is(err, sluice.ErrReserveNotSupported)
+}
+
 // limiterError turns an error of a limiter call into an API error.
 func (s *Server) limiterError(r *http.Request, err error) *apiError {
 	var argErr *sluice.ArgumentError
@@ -592,18 +602,20 @@ func (s *Server) wait(ctx context.Context, l *limiter, key string, n int64, maxW
 // record counts a decision for the stats, the limiter's health, the hot
 // keys (when key is not "") and the metrics.
 func (s *Server) record(snap *snapshot, name, key string, n int64, allowed bool, err error) {
-	outcome := "rejected"
+	outcome := metricnames.Rejected
 	switch {
+	case callerError(err):
+		outcome = outcomeInvalid
 	case err != nil:
-		outcome = "error"
+		outcome = metricnames.Error
 	case allowed:
-		outcome = "allowed"
+		outcome = metricnames.Allowed
 		s.metrics.tokens.WithLabelValues(name).Add(float64(n))
 	}
 	s.metrics.decisions.WithLabelValues(name, outcome).Inc()
 	now := s.now()
 	if l, ok := snap.limiters[name]; ok {
-		l.stats.record(now, snap.cfg.HealthWindow, n, allowed, err)
+		l.stats.record(now, snap.cfg.HealthWindow, n, outcome)
 	}
 	if key != "" && err == nil {
 		s.hot.add(now, name, key)
@@ -766,11 +778,15 @@ type Stats struct {
 // LimiterStats are a limiter's counts since the server started or since a
 // reload changed its policy. Tokens counts the tokens allowed decisions
 // took.
+//
+// Errors are the decisions the store or the server failed, Invalid the
+// requests the caller got wrong (answered 400).
 type LimiterStats struct {
 	Name     string `json:"name"`
 	Allowed  int64  `json:"allowed"`
 	Rejected int64  `json:"rejected"`
 	Errors   int64  `json:"errors"`
+	Invalid  int64  `json:"invalid"`
 	Tokens   int64  `json:"tokens"`
 	Degraded bool   `json:"degraded"`
 }
@@ -788,7 +804,7 @@ func (s *Server) stats(w http.ResponseWriter, _ *http.Request) *apiError {
 		st := snap.limiters[name].stats
 		out.Limiters = append(out.Limiters, LimiterStats{
 			Name: name, Allowed: st.allowed.Load(), Rejected: st.rejected.Load(),
-			Errors: st.errors.Load(), Tokens: st.tokens.Load(), Degraded: snap.degraded(name, now),
+			Errors: st.errors.Load(), Invalid: st.invalid.Load(), Tokens: st.tokens.Load(), Degraded: snap.degraded(name, now),
 		})
 	}
 	writeJSON(w, http.StatusOK, out)

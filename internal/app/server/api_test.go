@@ -308,15 +308,15 @@ func TestLimitersAndStats(t *testing.T) {
 		call(t, s, "POST", "/api/v1/consume", `{"limiter": "three", "key": "hot"}`)
 	}
 	call(t, s, "POST", "/api/v1/consume", `{"limiter": "tb", "key": "cool", "tokens": 2}`)
-	call(t, s, "POST", "/api/v1/consume", `{"limiter": "tb", "key": "k", "tokens": 11}`) // an error
+	call(t, s, "POST", "/api/v1/consume", `{"limiter": "tb", "key": "k", "tokens": 11}`) // the caller's mistake
 	clock.Advance(2500 * time.Millisecond)
 	_, got = call(t, s, "GET", "/api/v1/stats", "")
 	want = map[string]any{
 		"uptime_seconds": 2.5, "store": "mem://",
 		"limiters": []any{
-			map[string]any{"name": "three", "allowed": 3.0, "rejected": 7.0, "errors": 0.0, "tokens": 3.0, "degraded": true},
-			map[string]any{"name": "slide", "allowed": 0.0, "rejected": 0.0, "errors": 0.0, "tokens": 0.0, "degraded": false},
-			map[string]any{"name": "tb", "allowed": 1.0, "rejected": 0.0, "errors": 1.0, "tokens": 2.0, "degraded": false},
+			map[string]any{"name": "three", "allowed": 3.0, "rejected": 7.0, "errors": 0.0, "invalid": 0.0, "tokens": 3.0, "degraded": true},
+			map[string]any{"name": "slide", "allowed": 0.0, "rejected": 0.0, "errors": 0.0, "invalid": 0.0, "tokens": 0.0, "degraded": false},
+			map[string]any{"name": "tb", "allowed": 1.0, "rejected": 0.0, "errors": 0.0, "invalid": 1.0, "tokens": 2.0, "degraded": false},
 		},
 		"hot_keys": []any{
 			map[string]any{"limiter": "three", "key": "hot", "count": 10.0},
@@ -378,6 +378,48 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+}
+
+// TestCallerMistakesCountedApart: requests the caller got wrong (400
+// tokens_above_limit, unsupported) count as outcome invalid, in the
+// metrics and the stats, not as errors, which are the store's and the
+// server's: an alert on the error rate fired on a client's bug.
+func TestCallerMistakesCountedApart(t *testing.T) {
+	s, _ := testServer(t, fixedYAML)
+	for _, req := range []struct{ body, code string }{
+		{`{"limiter": "three", "key": "k", "tokens": 4}`, codeAboveLimit},
+		{`{"limiter": "tb", "key": "k", "tokens": 11}`, codeAboveLimit},
+		{`{"limiter": "slide", "key": "k", "max_wait_ms": 10}`, codeUnsupported},
+	} {
+		if code, got := call(t, s, "POST", "/api/v1/consume", req.body); code != 400 || got["error"].(map[string]any)["code"] != req.code {
+			t.Fatalf("consume %s = %d %v, want 400 %s", req.body, code, got, req.code)
+		}
+	}
+	for name, want := range map[string]float64{"three": 1, "tb": 1, "slide": 1} {
+		if n := testutil.ToFloat64(s.metrics.decisions.WithLabelValues(name, "invalid")); n != want {
+			t.Errorf("sluice_decisions_total{limiter=%s,outcome=invalid} = %v, want %v", name, n, want)
+		}
+		if n := testutil.ToFloat64(s.metrics.decisions.WithLabelValues(name, "error")); n != 0 {
+			t.Errorf("sluice_decisions_total{limiter=%s,outcome=error} = %v, want 0", name, n)
+		}
+		if st := limiterStats(t, s, name); st["invalid"] != want || st["errors"] != 0.0 {
+			t.Errorf("stats of %s = %v, want invalid %v and no errors", name, st, want)
+		}
+	}
+}
+
+// limiterStats returns the stats of limiter name from /api/v1/stats.
+func limiterStats(t *testing.T, s *Server, name string) map[string]any {
+	t.Helper()
+	_, got := call(t, s, "GET", "/api/v1/stats", "")
+	ls, _ := got["limiters"].([]any)
+	for _, l := range ls {
+		if m, _ := l.(map[string]any); m["name"] == name {
+			return m
+		}
+	}
+	t.Fatalf("no stats for limiter %s in %v", name, got)
+	return nil
 }
 
 // TestReloadCarriesState reloads a changed limit: the key's state is

@@ -36,7 +36,7 @@ func newMetrics() *metrics {
 		reg: prometheus.NewRegistry(),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricnames.Decisions,
-			Help: "Decisions by limiter and outcome (allowed, rejected, error), from the HTTP API and Envoy's gRPC API.",
+			Help: "Decisions by limiter and outcome (allowed, rejected; error: the store or the server failed; invalid: the caller's mistake, answered 400), from the HTTP API and Envoy's gRPC API.",
 		}, []string{"limiter", "outcome"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricnames.Tokens,
@@ -104,7 +104,7 @@ var storeOps = []string{"update", "delete", "ping"}
 // limiter of snap is new, and so is its circuit breaker.
 func (m *metrics) declare(snap *snapshot) {
 	for _, name := range snap.order {
-		for _, outcome := range []string{"allowed", "rejected", "error"} {
+		for _, outcome := range outcomes {
 			m.decisions.WithLabelValues(name, outcome)
 		}
 		m.tokens.WithLabelValues(name)
@@ -112,6 +112,17 @@ func (m *metrics) declare(snap *snapshot) {
 		m.circuitOpen.WithLabelValues(name).Set(0)
 	}
 }
+
+// outcomes are the values of the decisions' outcome label. invalid is
+// the server's alone: the library's limiters refuse a caller's mistake
+// before it reaches their observer.
+var outcomes = []string{metricnames.Allowed, metricnames.Rejected, metricnames.Error, outcomeInvalid}
+
+// outcomeInvalid is the outcome of a request the caller got wrong
+// (answered 400: tokens_above_limit, unsupported),
+// counted apart from error so that an alert on errors fires on the
+// store's and the server's failures, not on a client's bug.
+const outcomeInvalid = "invalid"
 
 // forget drops the series of a limiter that a reload removed, so that
 // /metrics does not report it for the life of the process.
@@ -204,10 +215,11 @@ func (o storeOp) observe(start time.Time, err error) {
 }
 
 // stats are a limiter's counts since it was configured as it is, and the
-// ring of recent decisions that its health is judged on. It is safe for
-// concurrent use.
+// ring of recent decisions that its health is judged on. errors are the
+// store's and the server's failures; invalid, the caller's mistakes. It
+// is safe for concurrent use.
 type stats struct {
-	allowed, rejected, errors, tokens atomic.Int64
+	allowed, rejected, errors, invalid, tokens atomic.Int64
 
 	mu    sync.Mutex
 	slots [healthSlots]slot // slot i holds the decisions of period index%healthSlots
@@ -222,13 +234,18 @@ type slot struct {
 	allowed, rejected int64
 }
 
-// record counts a decision taken at now with the health window window.
-func (s *stats) record(now time.Time, window time.Duration, tokens int64, allowed bool, err error) {
-	switch {
-	case err != nil:
+// record counts a decision of the given outcome, taken at now with the
+// health window window.
+func (s *stats) record(now time.Time, window time.Duration, tokens int64, outcome string) {
+	allowed := outcome == metricnames.Allowed
+	switch outcome {
+	case metricnames.Error:
 		s.errors.Add(1)
 		return
-	case allowed:
+	case outcomeInvalid:
+		s.invalid.Add(1)
+		return
+	case metricnames.Allowed:
 		s.allowed.Add(1)
 		s.tokens.Add(tokens)
 	default:

@@ -75,6 +75,14 @@ func TestStoreDown(t *testing.T) {
 			if n := testutil.ToFloat64(s.metrics.storeFailures.WithLabelValues("three", tt.failure)); n != 1 {
 				t.Errorf("sluice_store_failures_total{limiter=three,policy=%s} = %v, want 1", tt.failure, n)
 			}
+			// A store failure is an error only where the caller gets one.
+			wantErrors := 0.0
+			if tt.code != "" {
+				wantErrors = 1
+			}
+			if n := testutil.ToFloat64(s.metrics.decisions.WithLabelValues("three", "error")); n != wantErrors {
+				t.Errorf("sluice_decisions_total{limiter=three,outcome=error} = %v under %s, want %v", n, tt.failure, wantErrors)
+			}
 			// Shutdown closes the store promptly even though it is down:
 			// the client does not retry on its own (storeurl).
 			start := time.Now()
@@ -329,6 +337,7 @@ func TestMetricsFromStart(t *testing.T) {
 		`sluice_config_reloads_total{result="error"} 0`,
 		`sluice_decisions_total{limiter="api",outcome="rejected"} 0`,
 		`sluice_decisions_total{limiter="api",outcome="error"} 0`,
+		`sluice_decisions_total{limiter="api",outcome="invalid"} 0`,
 		`sluice_store_circuit_open{limiter="api"} 0`, // was missing until a circuit first opened
 		`sluice_tokens_consumed_total{limiter="api"} 0`,
 		`sluice_store_duration_seconds_count{op="update"} 0`,

@@ -780,15 +780,20 @@ type Stats struct {
 // took.
 //
 // Errors are the decisions the store or the server failed, Invalid the
-// requests the caller got wrong (answered 400).
+// requests the caller got wrong (answered 400). StoreFailing says that a
+// store failure decided one of its decisions within the health window,
+// under any store_failure, and CircuitOpen that its circuit breaker keeps
+// its calls from the store now.
 type LimiterStats struct {
-	Name     string `json:"name"`
-	Allowed  int64  `json:"allowed"`
-	Rejected int64  `json:"rejected"`
-	Errors   int64  `json:"errors"`
-	Invalid  int64  `json:"invalid"`
-	Tokens   int64  `json:"tokens"`
-	Degraded bool   `json:"degraded"`
+	Name         string `json:"name"`
+	Allowed      int64  `json:"allowed"`
+	Rejected     int64  `json:"rejected"`
+	Errors       int64  `json:"errors"`
+	Invalid      int64  `json:"invalid"`
+	Tokens       int64  `json:"tokens"`
+	Degraded     bool   `json:"degraded"`
+	StoreFailing bool   `json:"store_failing"`
+	CircuitOpen  bool   `json:"circuit_open"`
 }
 
 func (s *Server) stats(w http.ResponseWriter, _ *http.Request) *apiError {
@@ -801,10 +806,12 @@ func (s *Server) stats(w http.ResponseWriter, _ *http.Request) *apiError {
 		HotKeys:       s.hot.top(now),
 	}
 	for _, name := range snap.order {
-		st := snap.limiters[name].stats
+		l := snap.limiters[name]
+		st := l.stats
 		out.Limiters = append(out.Limiters, LimiterStats{
 			Name: name, Allowed: st.allowed.Load(), Rejected: st.rejected.Load(),
 			Errors: st.errors.Load(), Invalid: st.invalid.Load(), Tokens: st.tokens.Load(), Degraded: snap.degraded(name, now),
+			StoreFailing: st.storeFailing(now, snap.cfg.HealthWindow), CircuitOpen: l.circuit.Load(),
 		})
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -314,9 +314,12 @@ func TestLimitersAndStats(t *testing.T) {
 	want = map[string]any{
 		"uptime_seconds": 2.5, "store": "mem://",
 		"limiters": []any{
-			map[string]any{"name": "three", "allowed": 3.0, "rejected": 7.0, "errors": 0.0, "invalid": 0.0, "tokens": 3.0, "degraded": true},
-			map[string]any{"name": "slide", "allowed": 0.0, "rejected": 0.0, "errors": 0.0, "invalid": 0.0, "tokens": 0.0, "degraded": false},
-			map[string]any{"name": "tb", "allowed": 1.0, "rejected": 0.0, "errors": 0.0, "invalid": 1.0, "tokens": 2.0, "degraded": false},
+			map[string]any{"name": "three", "allowed": 3.0, "rejected": 7.0, "errors": 0.0, "invalid": 0.0, "tokens": 3.0, "degraded": true,
+				"store_failing": false, "circuit_open": false},
+			map[string]any{"name": "slide", "allowed": 0.0, "rejected": 0.0, "errors": 0.0, "invalid": 0.0, "tokens": 0.0, "degraded": false,
+				"store_failing": false, "circuit_open": false},
+			map[string]any{"name": "tb", "allowed": 1.0, "rejected": 0.0, "errors": 0.0, "invalid": 1.0, "tokens": 2.0, "degraded": false,
+				"store_failing": false, "circuit_open": false},
 		},
 		"hot_keys": []any{
 			map[string]any{"limiter": "three", "key": "hot", "count": 10.0},

@@ -137,21 +137,29 @@ func (m *metrics) forget(limiter string) {
 // failureLabel names a store failure policy as the config writes it.
 func failureLabel(f sluice.StoreFailure) string { return metricnames.FailureLabel(f) }
 
-// failureListener counts a limiter's store failures.
+// failureListener counts a limiter's store failures, in the metrics and
+// in its health window (stats), and keeps its circuit's state.
 type failureListener struct {
 	sluice.NopListener
 	limiter string
 	m       *metrics
+	stats   *stats
+	circuit *atomic.Bool
+	now     func() time.Time
+	window  time.Duration // the health window
 }
 
 func (l failureListener) OnStoreFailure(_ error, f sluice.StoreFailure) {
 	l.m.storeFailures.WithLabelValues(l.limiter, failureLabel(f)).Inc()
+	l.stats.storeFailure(l.now(), l.window)
 }
 
-// OnCircuit sets the limiter's circuit gauge.
+// OnCircuit sets the limiter's circuit gauge and state.
 func (l failureListener) OnCircuit(s sluice.CircuitState) {
+	open := s != sluice.CircuitClosed
+	l.circuit.Store(open)
 	v := 0.0
-	if s != sluice.CircuitClosed {
+	if open {
 		v = 1
 	}
 	l.m.circuitOpen.WithLabelValues(l.limiter).Set(v)
@@ -215,9 +223,9 @@ func (o storeOp) observe(start time.Time, err error) {
 }
 
 // stats are a limiter's counts since it was configured as it is, and the
-// ring of recent decisions that its health is judged on. errors are the
-// store's and the server's failures; invalid, the caller's mistakes. It
-// is safe for concurrent use.
+// ring of recent decisions and store failures that its health is judged
+// on. errors are the store's and the server's failures; invalid, the
+// caller's mistakes. It is safe for concurrent use.
 type stats struct {
 	allowed, rejected, errors, invalid, tokens atomic.Int64
 
@@ -232,12 +240,12 @@ const healthSlots = 10
 type slot struct {
 	index             int64 // the period, now/period
 	allowed, rejected int64
+	storeFailures     int64
 }
 
 // record counts a decision of the given outcome, taken at now with the
 // health window window.
 func (s *stats) record(now time.Time, window time.Duration, tokens int64, outcome string) {
-	allowed := outcome == metricnames.Allowed
 	switch outcome {
 	case metricnames.Error:
 		s.errors.Add(1)
@@ -251,18 +259,31 @@ func (s *stats) record(now time.Time, window time.Duration, tokens int64, outcom
 	default:
 		s.rejected.Add(1)
 	}
-	idx := slotIndex(now, window)
 	s.mu.Lock()
-	sl := &s.slots[idx%healthSlots]
-	if sl.index != idx {
-		*sl = slot{index: idx}
-	}
-	if allowed {
+	if sl := s.slot(now, window); outcome == metricnames.Allowed {
 		sl.allowed++
 	} else {
 		sl.rejected++
 	}
 	s.mu.Unlock()
+}
+
+// storeFailure counts a decision that a store failure decided, at now.
+func (s *stats) storeFailure(now time.Time, window time.Duration) {
+	s.mu.Lock()
+	s.slot(now, window).storeFailures++
+	s.mu.Unlock()
+}
+
+// slot returns the slot of now, emptied if it held an older period. It
+// requires that s.mu is held.
+func (s *stats) slot(now time.Time, window time.Duration) *slot {
+	idx := slotIndex(now, window)
+	sl := &s.slots[idx%healthSlots]
+	if sl.index != idx {
+		*sl = slot{index: idx}
+	}
+	return sl
 }
 
 // slotIndex is the health period of now.
@@ -273,18 +294,31 @@ func slotIndex(now time.Time, window time.Duration) int64 {
 // degraded reports whether, over the window before now, at least
 // minRequests were decided and more than threshold of them rejected.
 func (s *stats) degraded(now time.Time, window time.Duration, threshold float64, minRequests int64) bool {
+	w := s.window(now, window)
+	total := w.allowed + w.rejected
+	return total > 0 && total >= minRequests && float64(w.rejected) > threshold*float64(total)
+}
+
+// storeFailing reports whether a store failure decided a decision over
+// the window before now.
+func (s *stats) storeFailing(now time.Time, window time.Duration) bool {
+	return s.window(now, window).storeFailures > 0
+}
+
+// window sums the slots of the window before now.
+func (s *stats) window(now time.Time, window time.Duration) slot {
 	idx := slotIndex(now, window)
-	var allowed, rejected int64
+	var sum slot
 	s.mu.Lock()
 	for _, sl := range s.slots {
 		if sl.index > idx-healthSlots && sl.index <= idx {
-			allowed += sl.allowed
-			rejected += sl.rejected
+			sum.allowed += sl.allowed
+			sum.rejected += sl.rejected
+			sum.storeFailures += sl.storeFailures
 		}
 	}
 	s.mu.Unlock()
-	total := allowed + rejected
-	return total > 0 && total >= minRequests && float64(rejected) > threshold*float64(total)
+	return sum
 }
 
 // hotKeys finds the keys with the most decisions over about the last

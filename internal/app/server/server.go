@@ -119,6 +119,9 @@ type limiter struct {
 	l      *sluice.Limiter
 	limit  int64
 	stats  *stats // kept across reloads while the policy stays the same
+	// circuit is whether l's circuit breaker keeps calls from the store,
+	// as its listener last heard.
+	circuit *atomic.Bool
 	// version and plan are the config's version: and what limits the
 	// keys (plans.go), which a reload compares.
 	version uint64
@@ -296,19 +299,21 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 		}
 	}
 	add := func(name string, p sluice.Policy, line, col int, extra ...sluice.LimiterOption) error {
-		l, err := sluice.NewLimiter(p, append([]sluice.LimiterOption{
+		lim := &limiter{name: name, policy: p, limit: limitOf(p), stats: new(stats), circuit: new(atomic.Bool)}
+		if o, ok := old.limiter(name); ok && o.policy.String() == p.String() {
+			lim.stats = o.stats
+		}
+		var err error
+		lim.l, err = sluice.NewLimiter(p, append([]sluice.LimiterOption{
 			sluice.WithStore(newLimiterStore(s.store.Store, name, s.metrics)),
 			sluice.WithClock(s.clock),
 			sluice.WithStoreTimeout(cfg.StoreTimeout),
 			sluice.WithStoreFailure(cfg.StoreFailure),
 			sluice.WithInheritance(cfg.Inheritance),
-			sluice.WithListener(failureListener{limiter: name, m: s.metrics})}, extra...)...)
+			sluice.WithListener(failureListener{limiter: name, m: s.metrics, stats: lim.stats, circuit: lim.circuit,
+				now: s.now, window: cfg.HealthWindow})}, extra...)...)
 		if err != nil {
 			return &config.Error{Path: "limiters." + name, Line: line, Column: col, Msg: err.Error(), Err: err}
-		}
-		lim := &limiter{name: name, policy: p, l: l, limit: limitOf(p), stats: new(stats)}
-		if o, ok := old.limiter(name); ok && o.policy.String() == p.String() {
-			lim.stats = o.stats
 		}
 		snap.limiters[name] = lim
 		snap.order = append(snap.order, name)

@@ -83,6 +83,20 @@ func TestStoreDown(t *testing.T) {
 			if n := testutil.ToFloat64(s.metrics.decisions.WithLabelValues("three", "error")); n != wantErrors {
 				t.Errorf("sluice_decisions_total{limiter=three,outcome=error} = %v under %s, want %v", n, tt.failure, wantErrors)
 			}
+			// The stats say the store is failing the limiter, under every
+			// failure policy; its circuit opens after 5 failures in a row.
+			if st := limiterStats(t, s, "three"); st["store_failing"] != true || st["circuit_open"] != false {
+				t.Errorf("stats of three after a store failure = %v, want store_failing and the circuit closed", st)
+			}
+			for range 4 {
+				call(t, s, "POST", "/api/v1/consume", `{"limiter": "three", "key": "k"}`)
+			}
+			if st := limiterStats(t, s, "three"); st["store_failing"] != true || st["circuit_open"] != true {
+				t.Errorf("stats of three after 5 store failures = %v, want store_failing and the circuit open", st)
+			}
+			if n := testutil.ToFloat64(s.metrics.circuitOpen.WithLabelValues("three")); n != 1 {
+				t.Errorf("sluice_store_circuit_open{limiter=three} = %v after 5 store failures, want 1", n)
+			}
 			// Shutdown closes the store promptly even though it is down:
 			// the client does not retry on its own (storeurl).
 			start := time.Now()

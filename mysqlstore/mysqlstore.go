@@ -273,9 +273,10 @@ func (s *Store) deleteKey(ctx context.Context, key string) error {
 }
 
 // DeleteExpired deletes at most batch expired rows
-// (expires_at <= UTC_TIMESTAMP(6)) in one READ COMMITTED transaction, so
-// that it takes no gap locks, and returns how many it deleted. Run it
-// periodically, from cron or a time.Ticker, calling it until it returns 0:
+// (expires_at <= UTC_TIMESTAMP(6)), oldest first, in one READ COMMITTED
+// transaction, so that it takes no gap locks, and returns how many it
+// deleted. Run it periodically, from cron or a time.Ticker, calling it
+// until it returns 0:
 //
 //	for {
 //		n, err := s.DeleteExpired(ctx, 1000)
@@ -284,10 +285,19 @@ func (s *Store) deleteKey(ctx context.Context, key string) error {
 //		}
 //	}
 //
-// Small batches keep each transaction and its row locks short. Expired
-// rows read as no state whether or not they are deleted, so cleanup only
-// reclaims space. An error wrapping driver.ErrConflict (a deadlock with
-// an update) is safe to retry.
+// It reads the keys of expired rows through the expiry index without
+// locking them, then deletes those rows by key, each only if it is still
+// expired once locked: a row that a limiter renewed meanwhile is kept. By
+// key, it locks rows in the order of the primary key and locks no entry
+// of the expiry index before its row, as a limiter's update does, so the
+// two wait for each other but do not deadlock (finding the rows through
+// the expiry index, a DELETE would hold the index entry that a
+// SelectForUpdate renewal of the row must change). It waits for a row
+// that a limiter holds, for as long as the limiter's statement or
+// transaction lasts. Small batches keep each transaction and its row
+// locks short. Expired rows read as no state whether or not they are
+// deleted, so cleanup only reclaims space. An error wrapping
+// driver.ErrConflict is safe to retry.
 func (s *Store) DeleteExpired(ctx context.Context, batch int) (deleted int64, err error) {
 	if batch < 1 {
 		return 0, fmt.Errorf("mysqlstore: delete expired: batch must be at least 1, got %d", batch)
@@ -297,7 +307,16 @@ func (s *Store) DeleteExpired(ctx context.Context, batch int) (deleted int64, er
 		return 0, wrapErr("mysqlstore: delete expired", classify(ctx, err, false))
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, s.q.deleteExpired, batch)
+	keys, err := expiredKeys(ctx, tx, s.q.expiredKeys, batch)
+	if err != nil {
+		return 0, wrapErr("mysqlstore: delete expired", classify(ctx, err, false))
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	// The IN list has one placeholder per key: at most batch.
+	del := s.q.deleteExpired + strings.Repeat(", ?", len(keys)-1) + ")"
+	res, err := tx.ExecContext(ctx, del, keys...)
 	if err != nil {
 		return 0, wrapErr("mysqlstore: delete expired", classify(ctx, err, false))
 	}
@@ -305,6 +324,25 @@ func (s *Store) DeleteExpired(ctx context.Context, batch int) (deleted int64, er
 		return 0, wrapErr("mysqlstore: delete expired", classify(ctx, err, true))
 	}
 	return res.RowsAffected()
+}
+
+// expiredKeys returns the keys of at most batch expired rows, as
+// arguments of the DELETE.
+func expiredKeys(ctx context.Context, tx *sql.Tx, query string, batch int) ([]any, error) {
+	rows, err := tx.QueryContext(ctx, query, batch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var keys []any
+	for rows.Next() {
+		var k []byte
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, rows.Err()
 }
 
 // Ping checks that the database answers. Its error wraps
@@ -404,7 +442,7 @@ type queries struct {
 	get, insert, updateAbsent, updateIf string
 	sameForever                         string
 	lockRow, insertEmpty, updateRow     string
-	delete, deleteExpired               string
+	delete, expiredKeys, deleteExpired  string
 }
 
 func newQueries(o options) queries {
@@ -446,9 +484,18 @@ func newQueries(o options) queries {
 		insertEmpty: fmt.Sprintf("INSERT IGNORE INTO %s (%s, %s, %s) VALUES (?, '', UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE)", table, k, st, ex),
 		// The second argument is the ttl in microseconds, NULL for no
 		// expiry (adding a NULL interval gives NULL).
-		updateRow:     fmt.Sprintf("UPDATE %s SET %s = ?, %s = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE %s = ?", table, st, ex, k),
-		delete:        fmt.Sprintf("DELETE FROM %s WHERE %s = ?", table, k),
-		deleteExpired: fmt.Sprintf("DELETE FROM %s WHERE %s <= UTC_TIMESTAMP(6) ORDER BY %s LIMIT ?", table, ex, ex),
+		updateRow: fmt.Sprintf("UPDATE %s SET %s = ?, %s = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE %s = ?", table, st, ex, k),
+		delete:    fmt.Sprintf("DELETE FROM %s WHERE %s = ?", table, k),
+		// DeleteExpired: a consistent read of expired keys through the
+		// expiry index, then a DELETE by key, to which it appends the
+		// placeholders of the keys but the first and ")". The DELETE
+		// checks expiry again on each row once locked; COALESCE hides the
+		// expiry column from the optimizer, which must not find the rows
+		// through the expiry index (see DeleteExpired), and keeps a row
+		// that never expires.
+		expiredKeys: fmt.Sprintf("SELECT %s FROM %s WHERE %s <= UTC_TIMESTAMP(6) ORDER BY %s LIMIT ?", k, table, ex, ex),
+		deleteExpired: fmt.Sprintf("DELETE FROM %s WHERE COALESCE(%s, CAST('9999-12-31' AS DATETIME(6))) <= UTC_TIMESTAMP(6) AND %s IN (?",
+			table, ex, k),
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/sweep"
 )
 
 // Strategy is how a Store makes an update atomic. All processes that share
@@ -94,6 +95,9 @@ type options struct {
 	strategy            Strategy
 	maxAttempts         int
 	stateCache          int
+	sweepEvery          time.Duration
+	sweepReport         func(deleted int64, err error)
+	sweepSet            bool // WithSweep was given
 }
 
 // WithTable sets the table, "name" or "schema.name"; the default is
@@ -147,6 +151,24 @@ func WithMaxAttempts(n int) Option {
 	return func(o *options) { o.maxAttempts = n }
 }
 
+// WithSweep makes the Store delete expired rows by itself: New starts a
+// goroutine that, every interval, calls DeleteExpired with batches of
+// 1000 rows until a batch deletes fewer, and Close stops it. report, if
+// not nil, is called on that goroutine after each batch with the rows it
+// deleted or its error (a metric, a log line); it must not block. A
+// batch is bounded to 30s. Expired rows then stay in the table at most
+// about interval after they expire, and the table holds about the keys
+// used within their ttl plus interval. interval must be positive; the
+// default is no sweep.
+//
+// Each batch is one statement that locks the rows it picks (skipping
+// those a limiter holds) and deletes only those still expired, so a key
+// renewed meanwhile keeps its row. Several processes may sweep one table:
+// they skip each other's rows.
+func WithSweep(interval time.Duration, report func(deleted int64, err error)) Option {
+	return func(o *options) { o.sweepEvery, o.sweepReport, o.sweepSet = interval, report, true }
+}
+
 // DB is the part of a pgx connection pool that a Store uses.
 // *pgxpool.Pool (github.com/jackc/pgx/v5/pgxpool) satisfies it, and so
 // does a single *pgx.Conn, which is not safe for concurrent use.
@@ -159,12 +181,13 @@ type DB interface {
 
 // Store keeps sluice state in a PostgreSQL table. It is a driver.Store and
 // a driver.Deleter, and is safe for concurrent use by multiple goroutines
-// when its DB is.
+// when its DB is. With WithSweep it runs a goroutine until Close.
 type Store struct {
 	db       DB
 	strategy Strategy
 	q        queries
 	s        driver.Store
+	sweeper  *sweep.Sweeper // nil without WithSweep
 }
 
 var (
@@ -177,8 +200,9 @@ var (
 )
 
 // New returns a Store on db, usually a *pgxpool.Pool. It does not touch
-// the database:
-// create the table with Migrate, or with DDL in your own migrations.
+// the database: create the table with Migrate, or with DDL in your own
+// migrations. With WithSweep it starts the sweep's goroutine, which
+// Close stops.
 // It fails with an *IdentifierError for a name that is not an SQL
 // identifier, and with an error for another invalid option.
 func New(db DB, opts ...Option) (*Store, error) {
@@ -213,6 +237,9 @@ func New(db DB, opts ...Option) (*Store, error) {
 	if o.maxAttempts < 0 {
 		return nil, fmt.Errorf("pgstore: WithMaxAttempts: attempts must not be negative, got %d", o.maxAttempts)
 	}
+	if o.sweepSet && o.sweepEvery <= 0 {
+		return nil, fmt.Errorf("pgstore: WithSweep: interval must be positive, got %v", o.sweepEvery)
+	}
 	s := &Store{db: db, strategy: o.strategy, q: newQueries(o)}
 	switch o.strategy {
 	case SingleStatement:
@@ -224,7 +251,22 @@ func New(db DB, opts ...Option) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("pgstore: WithStrategy: unknown strategy %v", o.strategy)
 	}
+	if o.sweepSet {
+		s.sweeper = sweep.Start(o.sweepEvery, s.DeleteExpired, o.sweepReport)
+	}
 	return s, nil
+}
+
+// Close stops the sweep of WithSweep, cancelling a batch in progress, and
+// waits for its goroutine to end; after it returns, report is not called
+// again. It does not close the DB, which the caller owns, and does
+// nothing without WithSweep. It returns nil, and may be called more than
+// once.
+func (s *Store) Close() error {
+	if s.sweeper != nil {
+		s.sweeper.Close()
+	}
+	return nil
 }
 
 // Strategy returns the store's strategy.
@@ -270,7 +312,9 @@ func (s *Store) deleteKey(ctx context.Context, key string) error {
 // DeleteExpired deletes at most batch expired rows (expires_at <= now())
 // in one statement and returns how many it deleted. Rows that other
 // transactions have locked are skipped (FOR UPDATE SKIP LOCKED), so it
-// never waits for a limiter. Run it periodically, from cron or a
+// never waits for a limiter, and it deletes a row only if it is still
+// expired once locked, so a renewal is never lost. WithSweep runs it in
+// the background; without it, run it periodically, from cron or a
 // time.Ticker, calling it until it returns 0:
 //
 //	for {

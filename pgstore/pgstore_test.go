@@ -434,6 +434,8 @@ func TestInvalidOptions(t *testing.T) {
 		pgstore.WithStateCache(-1),
 		pgstore.WithStrategy(pgstore.Strategy(99)),
 		pgstore.WithColumns("a", "a", "b"),
+		pgstore.WithSweep(0, nil),
+		pgstore.WithSweep(-time.Second, nil),
 	} {
 		if _, err := pgstore.New(c, opt); err == nil {
 			t.Errorf("New with an invalid option = nil error")

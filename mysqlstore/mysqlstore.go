@@ -16,6 +16,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/sweep"
 )
 
 // Strategy is how a Store makes an update atomic. Processes that share a
@@ -104,6 +105,9 @@ type options struct {
 	strategy            Strategy
 	maxAttempts         int
 	stateCache          int
+	sweepEvery          time.Duration
+	sweepReport         func(deleted int64, err error)
+	sweepSet            bool // WithSweep was given
 }
 
 // WithTable sets the table, "name" or "db.name"; the default is
@@ -150,6 +154,24 @@ func WithMaxAttempts(n int) Option {
 	return func(o *options) { o.maxAttempts = n }
 }
 
+// WithSweep makes the Store delete expired rows by itself: New starts a
+// goroutine that, every interval, calls DeleteExpired with batches of
+// 1000 rows until a batch deletes fewer, and Close stops it. report, if
+// not nil, is called on that goroutine after each batch with the rows it
+// deleted or its error (a metric, a log line); it must not block. A
+// batch is bounded to 30s. Expired rows then stay in the table at most
+// about interval after they expire, and the table holds about the keys
+// used within their ttl plus interval. interval must be positive; the
+// default is no sweep.
+//
+// Each batch deletes only rows still expired once locked, so a key
+// renewed meanwhile keeps its row (see DeleteExpired). Several processes
+// may sweep one table; they may pick the same rows, which only one
+// deletes.
+func WithSweep(interval time.Duration, report func(deleted int64, err error)) Option {
+	return func(o *options) { o.sweepEvery, o.sweepReport, o.sweepSet = interval, report, true }
+}
+
 // DB is the part of *sql.DB that a Store uses; *sql.Conn satisfies it too.
 // Its driver must be github.com/go-sql-driver/mysql, whose errors the
 // Store interprets, and its sessions must be in autocommit mode (the
@@ -164,12 +186,14 @@ type DB interface {
 
 // Store keeps sluice state in a MySQL or MariaDB (InnoDB) table. It is a
 // driver.Store and a driver.Deleter, and is safe for concurrent use by
-// multiple goroutines when its DB is (a *sql.DB is).
+// multiple goroutines when its DB is (a *sql.DB is). With WithSweep it
+// runs a goroutine until Close.
 type Store struct {
 	db       DB
 	strategy Strategy
 	q        queries
 	s        driver.Store
+	sweeper  *sweep.Sweeper // nil without WithSweep
 }
 
 var (
@@ -182,7 +206,8 @@ var (
 
 // New returns a Store on db, usually a *sql.DB opened with the "mysql"
 // driver. It does not touch the database: create the table with Migrate,
-// or with DDL in your own migrations. It fails with an *IdentifierError
+// or with DDL in your own migrations. With WithSweep it starts the
+// sweep's goroutine, which Close stops. It fails with an *IdentifierError
 // for a name that is not an SQL identifier, and with an error for another
 // invalid option.
 func New(db DB, opts ...Option) (*Store, error) {
@@ -218,6 +243,9 @@ func New(db DB, opts ...Option) (*Store, error) {
 	if o.stateCache < 0 {
 		return nil, fmt.Errorf("mysqlstore: WithStateCache: entries must not be negative, got %d", o.stateCache)
 	}
+	if o.sweepSet && o.sweepEvery <= 0 {
+		return nil, fmt.Errorf("mysqlstore: WithSweep: interval must be positive, got %v", o.sweepEvery)
+	}
 	s := &Store{db: db, strategy: o.strategy, q: newQueries(o)}
 	switch o.strategy {
 	case SingleStatement:
@@ -227,7 +255,22 @@ func New(db DB, opts ...Option) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("mysqlstore: WithStrategy: unknown strategy %v", o.strategy)
 	}
+	if o.sweepSet {
+		s.sweeper = sweep.Start(o.sweepEvery, s.DeleteExpired, o.sweepReport)
+	}
 	return s, nil
+}
+
+// Close stops the sweep of WithSweep, cancelling a batch in progress, and
+// waits for its goroutine to end; after it returns, report is not called
+// again. It does not close the DB, which the caller owns, and does
+// nothing without WithSweep. It returns nil, and may be called more than
+// once.
+func (s *Store) Close() error {
+	if s.sweeper != nil {
+		s.sweeper.Close()
+	}
+	return nil
 }
 
 // Strategy returns the store's strategy.
@@ -275,8 +318,8 @@ func (s *Store) deleteKey(ctx context.Context, key string) error {
 // DeleteExpired deletes at most batch expired rows
 // (expires_at <= UTC_TIMESTAMP(6)), oldest first, in one READ COMMITTED
 // transaction, so that it takes no gap locks, and returns how many it
-// deleted. Run it periodically, from cron or a time.Ticker, calling it
-// until it returns 0:
+// deleted. WithSweep runs it in the background; without it, run it
+// periodically, from cron or a time.Ticker, calling it until it returns 0:
 //
 //	for {
 //		n, err := s.DeleteExpired(ctx, 1000)

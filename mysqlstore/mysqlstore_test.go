@@ -416,6 +416,8 @@ func TestInvalidOptions(t *testing.T) {
 	for _, opt := range []mysqlstore.Option{
 		mysqlstore.WithMaxAttempts(-1),
 		mysqlstore.WithColumns("a", "A", "b"),
+		mysqlstore.WithSweep(0, nil),
+		mysqlstore.WithSweep(-time.Second, nil),
 	} {
 		if _, err := mysqlstore.New(db, opt); err == nil {
 			t.Errorf("New with an invalid option = nil error")

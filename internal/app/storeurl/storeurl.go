@@ -9,7 +9,12 @@
 //	dynamodb://?region=eu-west-1&table=name&endpoint=http://host:port
 //
 // strategy is one of single_statement (the default), select_for_update
-// and advisory_lock (PostgreSQL only).
+// and advisory_lock (PostgreSQL only). A postgres:// URL also takes
+// pgx's connection parameters (sslmode, connect_timeout, pool_max_conns,
+// ...) and the libpq ones that pgx sends to the server
+// (application_name, client_encoding, options); other server settings go
+// in options (options=-c%20search_path%3Dlimits), and any other parameter
+// is an error, as libpq would make it.
 //
 // dynamodb:// has no host or path: region (else the SDK's, e.g.
 // AWS_REGION), table (default sluice_state) and endpoint (default: the
@@ -347,9 +352,13 @@ func newRedis(src source, c redis.UniversalClient) (*Store, error) {
 	return &Store{Store: st, Scheme: src.u.Scheme, URL: src.shown, check: st.Ping, closers: []func() error{c.Close, st.Close}}, nil
 }
 
+// pgServerParams are the libpq parameters that pgx passes on to the
+// server as they are: PostgreSQL settings that libpq takes in a URL.
+var pgServerParams = []string{"application_name", "client_encoding", "options"}
+
 func openPostgres(ctx context.Context, src source) (*Store, error) {
 	u := src.u
-	q, err := query(src) // all but strategy and table are pgx's connection parameters
+	q, err := query(src) // all but sluice's are pgx's connection parameters
 	if err != nil {
 		return nil, err
 	}
@@ -366,13 +375,25 @@ func openPostgres(ctx context.Context, src source) (*Store, error) {
 	if t := q.Get("table"); t != "" {
 		opts = append(opts, pgstore.WithTable(t))
 	}
-	q.Del("strategy")
-	q.Del("table")
+	for _, k := range []string{"strategy", "table"} {
+		q.Del(k)
+	}
 	pgURL := *u
 	pgURL.RawQuery = q.Encode()
 	cfg, err := pgxpool.ParseConfig(pgURL.String())
 	if err != nil {
 		return nil, src.bad("bad PostgreSQL URL", err)
+	}
+	// pgx sends every parameter it does not know to the server as a
+	// setting, where a typo fails only once connected, and then as a
+	// refused connection: refuse it here, naming it.
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		if _, sent := cfg.ConnConfig.RuntimeParams[k]; sent && !slices.Contains(pgServerParams, k) {
+			return nil, src.bad(fmt.Sprintf("unknown parameter %q: postgres:// URLs take strategy, table, "+
+				"pgx's connection parameters (sslmode, connect_timeout, pool_max_conns, ...) and %s; "+
+				"give other PostgreSQL settings in options, e.g. options=-c%%20search_path%%3Dlimits",
+				k, strings.Join(pgServerParams, ", ")), nil)
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg) // connects lazily
 	if err != nil {

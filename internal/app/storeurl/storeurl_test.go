@@ -41,6 +41,12 @@ func TestOpenBadURLs(t *testing.T) {
 		{"postgres://127.0.0.1:1/db?table=x;drop", []string{"bad query", "semicolon"}},
 		{"postgres://127.0.0.1:1/db?table=", []string{`parameter "table" is empty`}},
 		{"postgres://127.0.0.1:1/db?table=1x", []string{"bad store options", "not an SQL identifier"}},
+		// Issue 27: pgx sent these to the server, which refused the
+		// connection only once it answered; a typo of sluice's own
+		// parameters left the default strategy in use until then.
+		{"postgres://127.0.0.1:1/db?stratgy=advisory_lock", []string{`unknown parameter "stratgy"`, "strategy, table", "sslmode"}},
+		{"postgres://127.0.0.1:1/db?sslmode=disable&tabel=limits", []string{`unknown parameter "tabel"`}},
+		{"postgres://127.0.0.1:1/db?search_path=limits", []string{`unknown parameter "search_path"`, "options=-c%20search_path%3Dlimits"}},
 		{"redis://127.0.0.1:1/0?db=1;x=2", []string{"bad query"}},
 		{"mysql://127.0.0.1:1/db?strategy=advisory_lock", []string{`unknown strategy "advisory_lock"`, "single_statement or select_for_update"}},
 		{"mysql://root@127.0.0.1:1/db?tls=true", []string{`unknown parameter "tls"`, "strategy, table"}},
@@ -74,6 +80,27 @@ func TestOpenBadURLs(t *testing.T) {
 				t.Errorf("Open(%q) = %q shows the password", tt.url, err)
 			}
 		})
+	}
+}
+
+// TestOpenPostgresParams: a postgres:// URL takes sluice's parameters,
+// pgx's and the libpq parameters that pgx sends to the server, and
+// Open passes them on: it builds the pool without connecting.
+func TestOpenPostgresParams(t *testing.T) {
+	for _, u := range []string{
+		"postgres://u@127.0.0.1:1/db?sslmode=disable&connect_timeout=5&application_name=sluice",
+		"postgresql://u@127.0.0.1:1/db?strategy=advisory_lock&table=limits.state",
+		"postgres://u@127.0.0.1:1/db?pool_max_conns=4&pool_max_conn_idle_time=1m",
+		"postgres://u@127.0.0.1:1/db?statement_cache_capacity=64&default_query_exec_mode=exec&target_session_attrs=any",
+		"postgres://u@127.0.0.1:1/db?dbname=other&client_encoding=UTF8&options=-c%20search_path%3Dlimits",
+		"postgres://u@127.0.0.1:1/db?sslmode=require&sslsni=0&channel_binding=disable&krbsrvname=postgres",
+	} {
+		s, err := Open(t.Context(), u)
+		if err != nil {
+			t.Errorf("Open(%q) = %v", u, err)
+			continue
+		}
+		s.Close()
 	}
 }
 

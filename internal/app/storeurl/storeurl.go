@@ -4,17 +4,19 @@
 //	redis://[user:pass@]host:port/db        a Redis server (rediss:// for TLS)
 //	redis+cluster://host:port,host:port     a Redis Cluster, from any of its nodes
 //	redis+sentinel://host:port,.../master   Redis behind Sentinel
-//	postgres://user@host:port/db?strategy=select_for_update&table=name
-//	mysql://user:pass@host:port/db?strategy=...&table=name
+//	postgres://user@host:port/db?strategy=select_for_update&table=name&sweep_interval=1m
+//	mysql://user:pass@host:port/db?strategy=...&table=name&sweep_interval=1m
 //	dynamodb://?region=eu-west-1&table=name&endpoint=http://host:port
 //
 // strategy is one of single_statement (the default), select_for_update
-// and advisory_lock (PostgreSQL only). A postgres:// URL also takes
-// pgx's connection parameters (sslmode, connect_timeout, pool_max_conns,
-// ...) and the libpq ones that pgx sends to the server
-// (application_name, client_encoding, options); other server settings go
-// in options (options=-c%20search_path%3Dlimits), and any other parameter
-// is an error, as libpq would make it.
+// and advisory_lock (PostgreSQL only). sweep_interval is how often a
+// store opened WithSweep deletes expired rows (DefaultSweepInterval), at
+// least a second, or off. A postgres:// URL also takes pgx's connection
+// parameters (sslmode, connect_timeout, pool_max_conns, ...) and the
+// libpq ones that pgx sends to the server (application_name,
+// client_encoding, options); other server settings go in options
+// (options=-c%20search_path%3Dlimits), and any other parameter is an
+// error, as libpq would make it.
 //
 // dynamodb:// has no host or path: region (else the SDK's, e.g.
 // AWS_REGION), table (default sluice_state) and endpoint (default: the
@@ -40,6 +42,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -69,6 +72,9 @@ type Store struct {
 	// no other process sees what it holds, so processes cannot share
 	// limits through it.
 	Local bool
+	// SweepInterval is how often the store deletes its expired rows, or
+	// 0 when it does not: only SQL stores opened WithSweep do.
+	SweepInterval time.Duration
 
 	check   func(ctx context.Context) error // nil: nothing to check
 	closers []func() error
@@ -219,12 +225,50 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 type Option func(*options)
 
 type options struct {
-	memMaxKeys int
+	memMaxKeys  int
+	sweepReport func(deleted int64, err error) // nil: no sweep
 }
 
 // WithMemMaxKeys bounds the keys of an in-memory store (memstore's
 // WithMaxKeys); the stores of other schemes ignore it.
 func WithMemMaxKeys(n int) Option { return func(o *options) { o.memMaxKeys = n } }
+
+// WithSweep makes the SQL stores (postgres://, mysql://) delete their
+// expired rows in the background every sweep_interval of the URL
+// (DefaultSweepInterval unless it says otherwise or off), until Close,
+// calling report after each batch with the rows it deleted or its error
+// (pgstore.WithSweep, mysqlstore.WithSweep). report must not be nil nor
+// block. Other stores ignore it: Redis and memory expire keys by
+// themselves, DynamoDB by its time to live.
+func WithSweep(report func(deleted int64, err error)) Option {
+	return func(o *options) { o.sweepReport = report }
+}
+
+// DefaultSweepInterval is how often a store opened WithSweep deletes its
+// expired rows when its URL has no sweep_interval: a row stays at most
+// about this long after it expired.
+const DefaultSweepInterval = time.Minute
+
+// minSweepInterval is the shortest sweep_interval: a sweep is a
+// statement on the table, which should not run back to back.
+const minSweepInterval = time.Second
+
+// sweepInterval reads q's sweep_interval: DefaultSweepInterval when
+// absent, 0 for off.
+func sweepInterval(src source, q url.Values) (time.Duration, error) {
+	v := q.Get("sweep_interval")
+	switch v {
+	case "":
+		return DefaultSweepInterval, nil
+	case "off":
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < minSweepInterval {
+		return 0, src.bad(fmt.Sprintf("parameter sweep_interval: want a duration of at least %v, such as 1m, or off; got %q", minSweepInterval, v), nil)
+	}
+	return d, nil
+}
 
 // source is a URL being opened.
 type source struct {
@@ -375,7 +419,11 @@ func openPostgres(ctx context.Context, src source) (*Store, error) {
 	if t := q.Get("table"); t != "" {
 		opts = append(opts, pgstore.WithTable(t))
 	}
-	for _, k := range []string{"strategy", "table"} {
+	sweep, err := sweepInterval(src, q)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range []string{"strategy", "table", "sweep_interval"} {
 		q.Del(k)
 	}
 	pgURL := *u
@@ -389,11 +437,16 @@ func openPostgres(ctx context.Context, src source) (*Store, error) {
 	// refused connection: refuse it here, naming it.
 	for _, k := range slices.Sorted(maps.Keys(q)) {
 		if _, sent := cfg.ConnConfig.RuntimeParams[k]; sent && !slices.Contains(pgServerParams, k) {
-			return nil, src.bad(fmt.Sprintf("unknown parameter %q: postgres:// URLs take strategy, table, "+
+			return nil, src.bad(fmt.Sprintf("unknown parameter %q: postgres:// URLs take strategy, table, sweep_interval, "+
 				"pgx's connection parameters (sslmode, connect_timeout, pool_max_conns, ...) and %s; "+
 				"give other PostgreSQL settings in options, e.g. options=-c%%20search_path%%3Dlimits",
 				k, strings.Join(pgServerParams, ", ")), nil)
 		}
+	}
+	if src.sweepReport != nil && sweep > 0 {
+		opts = append(opts, pgstore.WithSweep(sweep, src.sweepReport))
+	} else {
+		sweep = 0
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg) // connects lazily
 	if err != nil {
@@ -404,13 +457,13 @@ func openPostgres(ctx context.Context, src source) (*Store, error) {
 		pool.Close()
 		return nil, src.bad("bad store options", err)
 	}
-	return &Store{Store: st, Scheme: u.Scheme, URL: src.shown, check: pingAndMigrate(st),
-		closers: []func() error{func() error { pool.Close(); return nil }}}, nil
+	return &Store{Store: st, Scheme: u.Scheme, URL: src.shown, SweepInterval: sweep, check: pingAndMigrate(st),
+		closers: []func() error{func() error { pool.Close(); return nil }, st.Close}}, nil
 }
 
 func openMySQL(_ context.Context, src source) (*Store, error) {
 	u := src.u
-	q, err := params(src, "strategy", "table")
+	q, err := params(src, "strategy", "table", "sweep_interval")
 	if err != nil {
 		return nil, err
 	}
@@ -424,6 +477,15 @@ func openMySQL(_ context.Context, src source) (*Store, error) {
 	}
 	if t := q.Get("table"); t != "" {
 		opts = append(opts, mysqlstore.WithTable(t))
+	}
+	sweep, err := sweepInterval(src, q)
+	if err != nil {
+		return nil, err
+	}
+	if src.sweepReport != nil && sweep > 0 {
+		opts = append(opts, mysqlstore.WithSweep(sweep, src.sweepReport))
+	} else {
+		sweep = 0
 	}
 	cfg := mysql.NewConfig()
 	cfg.Net, cfg.Addr, cfg.DBName, cfg.ParseTime = "tcp", u.Host, strings.Trim(u.Path, "/"), true
@@ -439,7 +501,8 @@ func openMySQL(_ context.Context, src source) (*Store, error) {
 		db.Close()
 		return nil, src.bad("bad store options", err)
 	}
-	return &Store{Store: st, Scheme: u.Scheme, URL: src.shown, check: pingAndMigrate(st), closers: []func() error{db.Close}}, nil
+	return &Store{Store: st, Scheme: u.Scheme, URL: src.shown, SweepInterval: sweep, check: pingAndMigrate(st),
+		closers: []func() error{db.Close, st.Close}}, nil
 }
 
 func openDynamo(ctx context.Context, src source) (*Store, error) {

@@ -44,9 +44,12 @@ func TestOpenBadURLs(t *testing.T) {
 		// Issue 27: pgx sent these to the server, which refused the
 		// connection only once it answered; a typo of sluice's own
 		// parameters left the default strategy in use until then.
-		{"postgres://127.0.0.1:1/db?stratgy=advisory_lock", []string{`unknown parameter "stratgy"`, "strategy, table", "sslmode"}},
+		{"postgres://127.0.0.1:1/db?stratgy=advisory_lock", []string{`unknown parameter "stratgy"`, "strategy, table, sweep_interval", "sslmode"}},
 		{"postgres://127.0.0.1:1/db?sslmode=disable&tabel=limits", []string{`unknown parameter "tabel"`}},
 		{"postgres://127.0.0.1:1/db?search_path=limits", []string{`unknown parameter "search_path"`, "options=-c%20search_path%3Dlimits"}},
+		{"postgres://127.0.0.1:1/db?sweep_interval=10ms", []string{"sweep_interval", "at least 1s", `"10ms"`}},
+		{"postgres://127.0.0.1:1/db?sweep_interval=never", []string{"sweep_interval", "or off", `"never"`}},
+		{"mysql://127.0.0.1:1/db?sweep_interval=-1m", []string{"sweep_interval", "at least 1s"}},
 		{"redis://127.0.0.1:1/0?db=1;x=2", []string{"bad query"}},
 		{"mysql://127.0.0.1:1/db?strategy=advisory_lock", []string{`unknown strategy "advisory_lock"`, "single_statement or select_for_update"}},
 		{"mysql://root@127.0.0.1:1/db?tls=true", []string{`unknown parameter "tls"`, "strategy, table"}},
@@ -89,8 +92,8 @@ func TestOpenBadURLs(t *testing.T) {
 func TestOpenPostgresParams(t *testing.T) {
 	for _, u := range []string{
 		"postgres://u@127.0.0.1:1/db?sslmode=disable&connect_timeout=5&application_name=sluice",
-		"postgresql://u@127.0.0.1:1/db?strategy=advisory_lock&table=limits.state",
-		"postgres://u@127.0.0.1:1/db?pool_max_conns=4&pool_max_conn_idle_time=1m",
+		"postgresql://u@127.0.0.1:1/db?strategy=advisory_lock&table=limits.state&sweep_interval=30s",
+		"postgres://u@127.0.0.1:1/db?sweep_interval=off&pool_max_conns=4&pool_max_conn_idle_time=1m",
 		"postgres://u@127.0.0.1:1/db?statement_cache_capacity=64&default_query_exec_mode=exec&target_session_attrs=any",
 		"postgres://u@127.0.0.1:1/db?dbname=other&client_encoding=UTF8&options=-c%20search_path%3Dlimits",
 		"postgres://u@127.0.0.1:1/db?sslmode=require&sslsni=0&channel_binding=disable&krbsrvname=postgres",
@@ -99,6 +102,43 @@ func TestOpenPostgresParams(t *testing.T) {
 		if err != nil {
 			t.Errorf("Open(%q) = %v", u, err)
 			continue
+		}
+		s.Close()
+	}
+}
+
+// TestOpenSweep: the SQL stores sweep only when opened WithSweep, every
+// sweep_interval, by default DefaultSweepInterval, never with off.
+func TestOpenSweep(t *testing.T) {
+	report := func(int64, error) {}
+	tests := []struct {
+		url   string
+		sweep bool
+		want  time.Duration
+	}{
+		{"postgres://u@127.0.0.1:1/db", true, DefaultSweepInterval},
+		{"postgres://u@127.0.0.1:1/db?sweep_interval=5m", true, 5 * time.Minute},
+		{"postgres://u@127.0.0.1:1/db?sweep_interval=off", true, 0},
+		{"postgres://u@127.0.0.1:1/db?sweep_interval=5m", false, 0},
+		{"mysql://u@127.0.0.1:1/db", true, DefaultSweepInterval},
+		{"mysql://u@127.0.0.1:1/db?sweep_interval=1s", true, time.Second},
+		{"mysql://u@127.0.0.1:1/db?sweep_interval=off", true, 0},
+		{"mysql://u@127.0.0.1:1/db", false, 0},
+		{"mem://", true, 0},
+		{"redis://127.0.0.1:1/0", true, 0},
+	}
+	for _, tt := range tests {
+		var opts []Option
+		if tt.sweep {
+			opts = append(opts, WithSweep(report))
+		}
+		s, err := Open(t.Context(), tt.url, opts...)
+		if err != nil {
+			t.Errorf("Open(%q) = %v", tt.url, err)
+			continue
+		}
+		if s.SweepInterval != tt.want {
+			t.Errorf("Open(%q), sweep %v: SweepInterval = %v, want %v", tt.url, tt.sweep, s.SweepInterval, tt.want)
 		}
 		s.Close()
 	}

@@ -29,6 +29,7 @@ type metrics struct {
 	reloads       *prometheus.CounterVec // result
 	refused       *prometheus.CounterVec // api: connections closed at once, the listener being full
 	busy          *prometheus.CounterVec // what: requests answered 503 busy
+	swept         prometheus.Counter     // expired rows the store's sweep deleted
 }
 
 func newMetrics() *metrics {
@@ -76,6 +77,11 @@ func newMetrics() *metrics {
 		Name: "sluice_busy_total",
 		Help: "HTTP requests answered 503 busy: requests (past max_connections less reserved_for_health in progress) or simulations (past server.simulate.max_concurrent).",
 	}, []string{"what"})
+	m.swept = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_store_swept_rows_total",
+		Help: "Expired rows that the store's background sweep deleted (PostgreSQL and MySQL: the store URL's sweep_interval).",
+	})
+	m.storeErrors.WithLabelValues("sweep")
 	for _, api := range []string{"http", "grpc"} {
 		m.refused.WithLabelValues(api)
 	}
@@ -83,7 +89,7 @@ func newMetrics() *metrics {
 		m.busy.WithLabelValues(what)
 	}
 	m.reg.MustRegister(m.decisions, m.tokens, m.storeSeconds, m.storeErrors, m.storeFailures, m.circuitOpen, m.waiting, m.reloads,
-		m.refused, m.busy, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.refused, m.busy, m.swept, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Series exist from the start at zero, so that alerts on a rate or on
 	// absence work before the first event.
 	for _, op := range storeOps {

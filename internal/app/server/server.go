@@ -190,11 +190,14 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 			return nil, err
 		}
 	}
-	st, err := storeurl.Open(ctx, cfg.Store, storeurl.WithMemMaxKeys(int(cfg.MaxKeys)))
+	st, err := storeurl.Open(ctx, cfg.Store, storeurl.WithMemMaxKeys(int(cfg.MaxKeys)), storeurl.WithSweep(s.swept))
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.store = st
+	if st.SweepInterval > 0 {
+		s.log.Info("deleting the store's expired rows in the background", "sweep_interval", st.SweepInterval)
+	}
 	if err := s.checkStore(ctx); err != nil {
 		if !errors.Is(err, storeurl.ErrUnreachable) || !cfg.StartWithoutStore {
 			st.Close()
@@ -232,6 +235,17 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 		rlqs.WithLimits(cfg.RLQSLimits))
 	s.handler = s.routes()
 	return s, nil
+}
+
+// swept counts what a batch of the store's sweep of expired rows did, on
+// the sweep's goroutine. A failed batch ends its sweep until the next
+// interval, so this logs at most a line per interval.
+func (s *Server) swept(n int64, err error) {
+	s.metrics.swept.Add(float64(n))
+	if err != nil {
+		s.metrics.storeErrors.WithLabelValues("sweep").Inc()
+		s.log.Warn("deleting the store's expired rows failed; trying again at the next sweep", "err", err)
+	}
 }
 
 // tlsCipherSuites are the TLS 1.2 suites the server offers: forward

@@ -346,6 +346,8 @@ func TestMetricsFromStart(t *testing.T) {
 		`sluice_store_errors_total{op="update"} 0`,
 		`sluice_store_errors_total{op="delete"} 0`,
 		`sluice_store_errors_total{op="ping"} 0`,
+		`sluice_store_errors_total{op="sweep"} 0`,
+		`sluice_store_swept_rows_total 0`,
 		`sluice_store_failures_total{limiter="api",policy="fail_open"} 0`,
 		`sluice_config_reloads_total{result="ok"} 0`,
 		`sluice_config_reloads_total{result="error"} 0`,

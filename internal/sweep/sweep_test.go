@@ -8,7 +8,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
 )
 
 // table is a fake store's expired rows: each batch deletes up to n of

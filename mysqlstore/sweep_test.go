@@ -236,7 +236,10 @@ func waitForLockWait(t *testing.T, db *sql.DB, table string) {
 		if time.Now().After(deadline) {
 			t.Fatal("no statement waited for a lock within a minute")
 		}
-		time.Sleep(10 * time.Millisecond)
+		// InnoDB refreshes INNODB_TRX only once it has not been read
+		// for 0.1s (CACHE_MIN_IDLE_TIME_US): polling faster would read
+		// the same stale copy forever.
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

@@ -315,6 +315,12 @@ func (s *Store) deleteKey(ctx context.Context, key string) error {
 	return nil
 }
 
+// maxDeleteBatch is the largest batch of DeleteExpired: its DELETE names
+// each key, and ten thousand keys of up to 255 bytes, escaped, keep the
+// statement under about 5 MB, within the default max_allowed_packet of
+// MariaDB (16 MB) and MySQL 8 (64 MB).
+const maxDeleteBatch = 10_000
+
 // DeleteExpired deletes at most batch expired rows
 // (expires_at <= UTC_TIMESTAMP(6)), oldest first, in one READ COMMITTED
 // transaction, so that it takes no gap locks, and returns how many it
@@ -337,13 +343,13 @@ func (s *Store) deleteKey(ctx context.Context, key string) error {
 // the expiry index, a DELETE would hold the index entry that a
 // SelectForUpdate renewal of the row must change). It waits for a row
 // that a limiter holds, for as long as the limiter's statement or
-// transaction lasts. Small batches keep each transaction and its row
-// locks short. Expired rows read as no state whether or not they are
+// transaction lasts. batch is 1 to 10,000; small batches keep
+// each transaction and its row locks short. Expired rows read as no state whether or not they are
 // deleted, so cleanup only reclaims space. An error wrapping
 // driver.ErrConflict is safe to retry.
 func (s *Store) DeleteExpired(ctx context.Context, batch int) (deleted int64, err error) {
-	if batch < 1 {
-		return 0, fmt.Errorf("mysqlstore: delete expired: batch must be at least 1, got %d", batch)
+	if batch < 1 || batch > maxDeleteBatch {
+		return 0, fmt.Errorf("mysqlstore: delete expired: batch must be 1 to %d, got %d", maxDeleteBatch, batch)
 	}
 	tx, err := s.db.BeginTx(ctx, &txOptions)
 	if err != nil {

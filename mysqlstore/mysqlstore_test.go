@@ -297,8 +297,10 @@ func TestDeleteExpired(t *testing.T) {
 	if left != 5 || all != 5 {
 		t.Errorf("rows left = %d (%d live), want 5 live", all, left)
 	}
-	if _, err := s.DeleteExpired(ctx, 0); err == nil {
-		t.Error("DeleteExpired(0) = nil error, want an error")
+	for _, batch := range []int{0, 10_001} {
+		if _, err := s.DeleteExpired(ctx, batch); err == nil {
+			t.Errorf("DeleteExpired(%d) = nil error, want an error", batch)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	_ "embed"
+	"errors"
 	"maps"
 	"math"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/app/conffile"
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
 	"github.com/sluicehq/sluice/internal/app/rlqs"
 	"github.com/sluicehq/sluice/internal/app/storeurl"
@@ -217,38 +219,44 @@ func Example() []byte { return exampleYAML }
 // *config.Error values with the YAML path and line. A Symfony rate limiter
 // file (framework: rate_limiter:) is read with config.LoadSymfony, its
 // limiters served with every server setting at its default.
-func LoadConfig(data []byte) (*Config, error) {
+func LoadConfig(data []byte) (*Config, error) { return loadConfig(data, "") }
+
+// LoadConfigFile reads the file at path and loads it with LoadConfig; its
+// errors name the file. Only a regular file of at most conffile.MaxBytes,
+// or a link to one, is read.
+func LoadConfigFile(path string) (*Config, error) {
+	data, err := conffile.Read(path)
+	if err != nil {
+		return nil, &config.Error{File: path, Msg: conffile.Reason(err), Err: err}
+	}
+	return loadConfig(data, path)
+}
+
+// loadConfig is LoadConfig of the contents of file ("" when there is no
+// file), whose *config.Error values then name it.
+func loadConfig(data []byte, file string) (*Config, error) {
+	inFile := func(err error) error {
+		var e *config.Error
+		if file == "" || !errors.As(err, &e) {
+			return err
+		}
+		withFile := *e
+		withFile.File = file
+		return &withFile
+	}
 	if isSymfony(data) {
-		return symfonyConfig(config.LoadSymfony(data))
+		f, err := config.LoadSymfony(data)
+		return symfonyConfig(f, inFile(err))
 	}
 	c := newConfig()
 	var section bool
 	f, err := config.LoadWith(data, c.sections(&section))
 	if err != nil {
-		return nil, err
+		return nil, inFile(err)
 	}
 	c.Limiters = f
 	if err := c.check(); err != nil {
-		return nil, err
-	}
-	return c, c.rateLimitFromEnv(section)
-}
-
-// LoadConfigFile reads the file at path and loads it with LoadConfig.
-func LoadConfigFile(path string) (*Config, error) {
-	if data, err := os.ReadFile(path); err == nil && isSymfony(data) {
-		return symfonyConfig(config.LoadSymfonyFile(path))
-	}
-	c := newConfig()
-	var section bool
-	f, err := config.LoadFileWith(path, c.sections(&section))
-	if err != nil {
-		return nil, err
-	}
-	c.Limiters = f
-	if err := c.check(); err != nil {
-		err.File = path
-		return nil, err
+		return nil, inFile(err)
 	}
 	return c, c.rateLimitFromEnv(section)
 }

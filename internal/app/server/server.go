@@ -6,6 +6,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -36,6 +37,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/app/conffile"
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
 	"github.com/sluicehq/sluice/internal/app/rlqs"
 	"github.com/sluicehq/sluice/internal/app/storeurl"
@@ -262,13 +264,21 @@ var tlsCipherSuites = []uint16{
 // (see Server.clientCertOK), not by the handshake, so that health checks
 // without one still work.
 func tlsConfig(cfg *Config) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	certPEM, err := conffile.Read(cfg.TLSCert)
 	if err != nil {
-		return nil, fmt.Errorf("server: tls: %w", err)
+		return nil, fmt.Errorf("server: tls cert: %w", err)
+	}
+	keyPEM, err := conffile.Read(cfg.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("server: tls key: %w", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("server: tls %s, %s: %w", cfg.TLSCert, cfg.TLSKey, err)
 	}
 	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, CipherSuites: tlsCipherSuites}
 	if cfg.ClientCA != "" {
-		pem, err := os.ReadFile(cfg.ClientCA)
+		pem, err := conffile.Read(cfg.ClientCA)
 		if err != nil {
 			return nil, fmt.Errorf("server: tls client_ca: %w", err)
 		}
@@ -392,12 +402,11 @@ func bearerTokens(cfg *Config) ([][]byte, error) {
 	if cfg.TokenFile == "" {
 		return out, nil
 	}
-	f, err := os.Open(cfg.TokenFile)
+	data, err := conffile.Read(cfg.TokenFile)
 	if err != nil {
 		return nil, fmt.Errorf("server: auth token file: %w", err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		t := strings.TrimSpace(sc.Text())
 		switch {
@@ -477,7 +486,7 @@ func readStamp(path string) (fileStamp, [32]byte, error) {
 	if err != nil {
 		return fileStamp{}, [32]byte{}, err
 	}
-	data, err := os.ReadFile(path)
+	data, err := conffile.Read(path)
 	if err != nil {
 		return fileStamp{}, [32]byte{}, err
 	}
@@ -502,7 +511,7 @@ func (s *Server) reloadFile(force bool) {
 	if !force && (stamp == old.fileStat || stamp == s.failed.stamp) {
 		return
 	}
-	data, err := os.ReadFile(s.path)
+	data, err := conffile.Read(s.path)
 	if err != nil {
 		s.failed = failedRead{stamp: stamp}
 		s.metrics.reloads.WithLabelValues("error").Inc()

@@ -93,6 +93,9 @@ type Config struct {
 	Simulate Simulate
 
 	maxKeysNode *yaml.Node // where max_keys was set, or nil
+	// where the shares of max_connections were set, or nil: unset, they
+	// follow a max_connections set below their defaults.
+	httpPerClientNode, grpcPerClientNode, grpcReservedNode *yaml.Node
 }
 
 // HTTPLimits bound the HTTP server's connections.
@@ -113,13 +116,24 @@ type HTTPLimits struct {
 	// /healthz/limiters: other requests in progress may hold at most
 	// MaxConnections-ReservedForHealth; past that they are answered 503.
 	MaxConnections, ReservedForHealth int64
+	// MaxConnectionsPerClient bounds the open connections of one client
+	// address; at the bound, a new one closes one of the client's own
+	// that the rules above would close, else it is closed. It is at most
+	// MaxConnections.
+	MaxConnectionsPerClient int64
 }
 
 // GRPCLimits bound the gRPC server's connections and calls.
 type GRPCLimits struct {
-	// MaxConnections bounds the open connections; past it, new ones are
-	// closed at once.
-	MaxConnections int64
+	// MaxConnections bounds the open connections. At the bound, a new
+	// connection closes one that made no call for a while, if any: first
+	// of those that never made a rate-limit call (ShouldRateLimit, RLQS),
+	// else of those that did; else it is closed. Of them,
+	// ReservedForCalls are kept for connections that made a rate-limit
+	// call: the others hold at most MaxConnections-ReservedForCalls.
+	// MaxConnectionsPerClient bounds the connections of one client
+	// address, which at its bound closes one of its own, or is refused.
+	MaxConnections, ReservedForCalls, MaxConnectionsPerClient int64
 	// MaxConcurrentStreams bounds the calls in progress on a connection,
 	// and MaxRecvMsgBytes the size of a request.
 	MaxConcurrentStreams, MaxRecvMsgBytes int64
@@ -174,18 +188,25 @@ var (
 		MaxHeaderBytes:    16 << 10,
 		MaxConnections:    4096,
 		ReservedForHealth: 64,
+		// An eighth: a client behind which many callers share an
+		// address (a proxy, a NAT) needs its own setting anyway.
+		MaxConnectionsPerClient: 512,
 	}
 	DefaultGRPCLimits = GRPCLimits{
-		MaxConnections:        1024,
-		MaxConcurrentStreams:  100, // RFC 9113 §6.5.2's least recommended value
-		MaxRecvMsgBytes:       256 << 10,
-		HandshakeTimeout:      10 * time.Second,
-		KeepaliveTime:         time.Minute,
-		KeepaliveTimeout:      20 * time.Second,
-		MinPingInterval:       10 * time.Second,
-		MaxConnectionIdle:     5 * time.Minute,
-		MaxConnectionAge:      30 * time.Minute,
-		MaxConnectionAgeGrace: 10 * time.Second,
+		MaxConnections: 1024,
+		// An Envoy opens a connection per worker thread (one per CPU)
+		// and upstream cluster; a quarter of the slots is many Envoys.
+		ReservedForCalls:        256,
+		MaxConnectionsPerClient: 256,
+		MaxConcurrentStreams:    100, // RFC 9113 §6.5.2's least recommended value
+		MaxRecvMsgBytes:         256 << 10,
+		HandshakeTimeout:        10 * time.Second,
+		KeepaliveTime:           time.Minute,
+		KeepaliveTimeout:        20 * time.Second,
+		MinPingInterval:         10 * time.Second,
+		MaxConnectionIdle:       5 * time.Minute,
+		MaxConnectionAge:        30 * time.Minute,
+		MaxConnectionAgeGrace:   10 * time.Second,
 	}
 	// One simulation at a time leaves the other cores to the API: one of
 	// a million requests takes a core for a quarter to half a second.
@@ -325,7 +346,7 @@ func (c *Config) sections(rateLimit *bool) map[string]config.Section {
 				return yamlnode.Errorf(path+".limits.http", nil, "reserved_for_health (%d) must be below max_connections (%d)",
 					l.ReservedForHealth, l.MaxConnections)
 			}
-			return nil
+			return c.connectionShares(path + ".limits")
 		},
 		"ratelimit": func(path string, n *yaml.Node, _ *config.File) (err error) {
 			*rateLimit = true
@@ -392,6 +413,10 @@ func (c *Config) serverFields() fields {
 						"max_header_bytes":    positiveInt(&h.MaxHeaderBytes),
 						"max_connections":     positiveInt(&h.MaxConnections),
 						"reserved_for_health": positiveInt(&h.ReservedForHealth),
+						"max_connections_per_client": func(path string, n *yaml.Node) error {
+							c.httpPerClientNode = n
+							return positiveInt(&h.MaxConnectionsPerClient)(path, n)
+						},
 					})
 				},
 				"rlqs": func(path string, n *yaml.Node) error {
@@ -406,7 +431,15 @@ func (c *Config) serverFields() fields {
 				},
 				"grpc": func(path string, n *yaml.Node) error {
 					return decodeMapping(path, n, fields{
-						"max_connections":          positiveInt(&g.MaxConnections),
+						"max_connections": positiveInt(&g.MaxConnections),
+						"max_connections_per_client": func(path string, n *yaml.Node) error {
+							c.grpcPerClientNode = n
+							return positiveInt(&g.MaxConnectionsPerClient)(path, n)
+						},
+						"reserved_for_calls": func(path string, n *yaml.Node) error {
+							c.grpcReservedNode = n
+							return positiveInt(&g.ReservedForCalls)(path, n)
+						},
 						"max_concurrent_streams":   positiveInt(&g.MaxConcurrentStreams),
 						"max_recv_msg_bytes":       positiveInt(&g.MaxRecvMsgBytes),
 						"handshake_timeout":        positiveDuration(&g.HandshakeTimeout),
@@ -435,6 +468,39 @@ func (c *Config) serverFields() fields {
 			})
 		},
 	}
+}
+
+// connectionShares checks the shares of max_connections of the limits
+// section at path, and sets those not set from a max_connections set
+// below their defaults: per client, the default or max_connections if
+// lower; reserved for gRPC calls, the default or a quarter of
+// max_connections if lower.
+func (c *Config) connectionShares(path string) error {
+	h, g := &c.HTTPLimits, &c.GRPCLimits
+	switch n := c.httpPerClientNode; {
+	case n == nil:
+		h.MaxConnectionsPerClient = min(DefaultHTTPLimits.MaxConnectionsPerClient, h.MaxConnections)
+	case h.MaxConnectionsPerClient > h.MaxConnections:
+		return yamlnode.Errorf(path+".http.max_connections_per_client", n, "must be at most max_connections (%d), got %d",
+			h.MaxConnections, h.MaxConnectionsPerClient)
+	}
+	switch n := c.grpcPerClientNode; {
+	case n == nil:
+		g.MaxConnectionsPerClient = min(DefaultGRPCLimits.MaxConnectionsPerClient, g.MaxConnections)
+	case g.MaxConnectionsPerClient > g.MaxConnections:
+		return yamlnode.Errorf(path+".grpc.max_connections_per_client", n, "must be at most max_connections (%d), got %d",
+			g.MaxConnections, g.MaxConnectionsPerClient)
+	}
+	switch n := c.grpcReservedNode; {
+	case n == nil:
+		g.ReservedForCalls = min(DefaultGRPCLimits.ReservedForCalls, g.MaxConnections/4)
+	case g.ReservedForCalls >= g.MaxConnections:
+		// A new connection counts as one that made no call until it
+		// makes one: some slots must be left to those.
+		return yamlnode.Errorf(path+".grpc.reserved_for_calls", n, "must be below max_connections (%d), got %d",
+			g.MaxConnections, g.ReservedForCalls)
+	}
+	return nil
 }
 
 // fields decodes the keys of a mapping, each by its function.

@@ -28,11 +28,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice"
@@ -66,7 +66,9 @@ type Server struct {
 	simSlots  chan struct{}
 	simQueue  time.Duration // simQueue but in tests
 	// httpCap and grpcCap hold Serve's listeners, for the tests.
-	httpCap, grpcCap atomic.Pointer[connCap]
+	httpCap   atomic.Pointer[connCap]
+	grpcCap   atomic.Pointer[grpcCap]
+	grpcGrace time.Duration // grpcGrace but in tests
 
 	path   string           // the config file to reload from, or ""
 	reload <-chan os.Signal // SIGHUP, or nil
@@ -168,6 +170,10 @@ func withClock(c sluice.Clock, now func() time.Time) Option {
 	}
 }
 
+// withGRPCGrace sets how long the gRPC listener spares a connection after
+// its accept and its calls (grpcGrace), for tests.
+func withGRPCGrace(d time.Duration) Option { return func(s *Server) { s.grpcGrace = d } }
+
 // New opens cfg's store and builds its limiters. The caller must call
 // Serve or Close to close the store.
 func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
@@ -181,6 +187,7 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 		recheckEvery: firstRecheck,
 		simSlots:     make(chan struct{}, cfg.Simulate.MaxConcurrent),
 		simQueue:     simQueue,
+		grpcGrace:    grpcGrace,
 	}
 	for _, o := range opts {
 		o(s)
@@ -649,7 +656,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	defer s.Close()
 	cfg := s.cur.Load().cfg
 	hl := cfg.HTTPLimits
-	httpCap := newConnCap(httpLn, int(hl.MaxConnections), true, func() { s.metrics.refused.WithLabelValues("http").Inc() })
+	httpCap := newConnCap(httpLn, int(hl.MaxConnections), int(hl.MaxConnectionsPerClient), func() { s.metrics.refused.WithLabelValues("http").Inc() })
 	s.httpCap.Store(httpCap)
 	httpLn = httpCap
 	if s.tls != nil {
@@ -675,7 +682,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	var gs *grpc.Server
 	if grpcLn != nil {
 		gl := cfg.GRPCLimits
-		grpcCap := newConnCap(grpcLn, int(gl.MaxConnections), false, func() { s.metrics.refused.WithLabelValues("grpc").Inc() })
+		grpcCap := newGRPCCap(grpcLn, gl, s.grpcGrace, func() { s.metrics.refused.WithLabelValues("grpc").Inc() })
 		s.grpcCap.Store(grpcCap)
 		opts := []grpc.ServerOption{
 			grpc.MaxRecvMsgSize(int(gl.MaxRecvMsgBytes)),
@@ -700,22 +707,37 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 				MaxConnectionIdle: gl.MaxConnectionIdle, MaxConnectionAge: gl.MaxConnectionAge,
 				MaxConnectionAgeGrace: gl.MaxConnectionAgeGrace, Time: gl.KeepaliveTime, Timeout: gl.KeepaliveTimeout,
 			}),
+			// Each call tells the listener that its connection is in use
+			// (grpcCap), once past the auth: a call refused for its
+			// token does not make a connection one of Envoy's.
 			grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-				if err := s.grpcAuth(ctx, info.FullMethod); err != nil {
+				c, err := s.grpcAuth(ctx, info.FullMethod)
+				if err != nil {
 					return nil, err
+				}
+				if c != nil {
+					c.begin(!isHealth(info.FullMethod))
+					defer c.end()
 				}
 				return h(ctx, req)
 			}),
 			grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-				if err := s.grpcAuth(ss.Context(), info.FullMethod); err != nil {
+				c, err := s.grpcAuth(ss.Context(), info.FullMethod)
+				if err != nil {
 					return err
+				}
+				if c != nil {
+					c.begin(!isHealth(info.FullMethod))
+					defer c.end()
 				}
 				return h(srv, ss)
 			}),
 		}
+		creds := insecure.NewCredentials()
 		if s.tls != nil {
-			opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls)))
+			creds = credentials.NewTLS(s.tls)
 		}
+		opts = append(opts, grpc.Creds(connCreds{creds}))
 		gs = grpc.NewServer(opts...)
 		s.envoy.Register(gs)
 		s.rlqs.Register(gs)
@@ -752,10 +774,12 @@ const (
 
 // grpcAuth checks a gRPC call against the API's bearer tokens (metadata
 // "authorization: Bearer TOKEN") and client CA, as the HTTP API does.
-// gRPC health checks are open, as /healthz is.
-func (s *Server) grpcAuth(ctx context.Context, method string) error {
-	if strings.HasPrefix(method, "/"+healthpb.Health_ServiceDesc.ServiceName+"/") {
-		return nil
+// gRPC health checks are open, as /healthz is. It returns the call's
+// connection, nil when it is not a grpcCap's.
+func (s *Server) grpcAuth(ctx context.Context, method string) (*grpcConn, error) {
+	c, info := grpcConnOf(ctx)
+	if isHealth(method) {
+		return c, nil
 	}
 	if snap := s.cur.Load(); len(snap.tokens) > 0 {
 		var header string
@@ -763,19 +787,22 @@ func (s *Server) grpcAuth(ctx context.Context, method string) error {
 			header = v[0]
 		}
 		if !validToken(snap.tokens, header) {
-			return status.Error(codes.Unauthenticated, "missing or wrong bearer token in the authorization metadata")
+			return nil, status.Error(codes.Unauthenticated, "missing or wrong bearer token in the authorization metadata")
 		}
 	}
 	var st *tls.ConnectionState
-	if p, ok := peer.FromContext(ctx); ok {
-		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
-			st = &ti.State
-		}
+	if ti, ok := info.(credentials.TLSInfo); ok {
+		st = &ti.State
 	}
 	if !s.clientCertOK(st) {
-		return status.Error(codes.Unauthenticated, "a client certificate signed by the server's client CA is required")
+		return nil, status.Error(codes.Unauthenticated, "a client certificate signed by the server's client CA is required")
 	}
-	return nil
+	return c, nil
+}
+
+// isHealth reports whether method is one of gRPC's health checks.
+func isHealth(method string) bool {
+	return strings.HasPrefix(method, "/"+healthpb.Health_ServiceDesc.ServiceName+"/")
 }
 
 // shutdown drains hs and gs within the drain timeout, then stops them

@@ -47,6 +47,12 @@ type Config struct {
 	TokenFile string
 	// AuthMetrics puts /metrics behind the tokens too.
 	AuthMetrics bool
+	// OpenMetricsWithRequestValues lets /metrics carry series labelled by
+	// requests' values (the envoy section's detailed_metric and
+	// value_to_metric stat keys, RLQS bucket ids) with /metrics open;
+	// without it, such a config needs AuthMetrics with tokens or a
+	// client CA, and New and Reload refuse it.
+	OpenMetricsWithRequestValues bool
 	// TLSCert and TLSKey are the PEM files of the certificate served on
 	// HTTP and gRPC; both or neither.
 	TLSCert, TLSKey string
@@ -96,6 +102,7 @@ type Config struct {
 	// where the shares of max_connections were set, or nil: unset, they
 	// follow a max_connections set below their defaults.
 	httpPerClientNode, grpcPerClientNode, grpcReservedNode *yaml.Node
+	rlqsNode                                               *yaml.Node // the rlqs section, or nil
 }
 
 // HTTPLimits bound the HTTP server's connections.
@@ -362,6 +369,7 @@ func (c *Config) sections(rateLimit *bool) map[string]config.Section {
 			return err
 		},
 		"rlqs": func(path string, n *yaml.Node, f *config.File) (err error) {
+			c.rlqsNode = n
 			c.RLQS, err = rlqs.Decode(path, n, func(name string) (rlqs.LimiterInfo, bool) {
 				l, ok := f.Limiters[name]
 				if !ok {
@@ -388,9 +396,10 @@ func (c *Config) serverFields() fields {
 			"proportionally": sluice.InheritProportionally, "as_is": sluice.InheritAsIs, "reset": sluice.InheritNone, "additive": sluice.InheritAdditive}),
 		"auth": func(path string, n *yaml.Node) error {
 			return decodeMapping(path, n, fields{
-				"tokens":     tokenList(&c.Tokens),
-				"token_file": str(&c.TokenFile),
-				"metrics":    boolean(&c.AuthMetrics),
+				"tokens":                           tokenList(&c.Tokens),
+				"token_file":                       str(&c.TokenFile),
+				"metrics":                          boolean(&c.AuthMetrics),
+				"open_metrics_with_request_values": boolean(&c.OpenMetricsWithRequestValues),
 			})
 		},
 		"tls": func(path string, n *yaml.Node) error {

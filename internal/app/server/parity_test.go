@@ -201,7 +201,9 @@ func runParity(t *testing.T, c parityCase, url string) (passed, total int) {
 	t.Setenv("RUNTIME_ROOT", root)
 	t.Setenv("RUNTIME_SUBDIRECTORY", "ratelimit")
 	t.Setenv("SLUICE_ALLOW_REQUEST_LIMITS", "true") // envoyproxy/ratelimit honours limit overrides
-	cfg, err := LoadConfig([]byte("store: " + url + "\n"))
+	// envoyproxy/ratelimit publishes every stat key, request values
+	// included (detailed_metric, value_to_metric, overrides).
+	cfg, err := LoadConfig([]byte("store: " + url + "\nserver: {auth: {open_metrics_with_request_values: true}}\n"))
 	if err != nil {
 		t.Fatalf("LoadConfig: %v", err)
 	}

@@ -19,6 +19,7 @@ import (
 const rlqsYAML = `
 limiters:
   quota: {policy: bucket, limits: [{capacity: 400, refill: {greedy: 200, per: 1s}}]}
+server: {auth: {open_metrics_with_request_values: true}} # bucket ids in /metrics
 rlqs:
   - domain: edge
     assignment_ttl: 1s

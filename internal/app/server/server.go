@@ -375,7 +375,36 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 	if snap.envoy, err = envoyrls.Load(cfg.Envoy, cfg.RateLimit); err != nil {
 		return nil, err
 	}
+	if err := checkMetricsExposure(cfg, snap); err != nil {
+		return nil, err
+	}
 	return snap, nil
+}
+
+// checkMetricsExposure refuses a config whose /metrics would show
+// anyone who reaches it series labelled by requests' values (a user's
+// name, a tenant, a token in a header): the envoy section's or files'
+// stat keys that take request values (envoyrls.RequestValueStats), and
+// RLQS bucket ids, which Envoy builds from requests. They need /metrics
+// behind the tokens or the client CA, or the operator's explicit
+// server.auth.open_metrics_with_request_values.
+func checkMetricsExposure(cfg *Config, snap *snapshot) error {
+	if cfg.OpenMetricsWithRequestValues || cfg.AuthMetrics && (len(snap.tokens) > 0 || cfg.ClientCA != "") {
+		return nil
+	}
+	e := snap.envoy.RequestValueStats()
+	if e == nil && cfg.RLQS != nil {
+		e = config.NodeError("rlqs", cfg.rlqsNode, "the RLQS service labels its series with bucket ids, which Envoy builds from requests")
+	}
+	if e == nil {
+		return nil
+	}
+	open := "/metrics is open"
+	if cfg.AuthMetrics {
+		open = "/metrics is open (server.auth.metrics is set, but there is no token nor client_ca)"
+	}
+	e.Msg += "; " + open + ": set server.auth.metrics: true with tokens or a client_ca, or server.auth.open_metrics_with_request_values: true to publish them to whoever reaches /metrics"
+	return e
 }
 
 func (snap *snapshot) limiter(name string) (*limiter, bool) {

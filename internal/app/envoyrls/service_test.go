@@ -1088,7 +1088,9 @@ envoy:
 }
 
 // TestLogs: invalid requests at Debug, rejections in shadow mode at Info,
-// store failures at Warn.
+// a store's outage at Warn once, whatever the number of calls it fails,
+// without their keys; a limiter's store failures are its listener's to
+// log. Before, each failed call logged a line with its key.
 func TestLogs(t *testing.T) {
 	var buf testserver.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -1098,7 +1100,9 @@ envoy:
     descriptors:
       - {key: shadow, limiter: one, shadow_mode: true}
       - {key: down, limiter: down}
-`, map[string]sluice.Policy{"one": sluice.FixedWindow(1, time.Minute), "down": sluice.NoLimit()}, nil, envoyrls.WithLogger(logger))
+      - {key: count, rate_limit: {unit: minute, requests_per_unit: 5}}
+`, map[string]sluice.Policy{"one": sluice.FixedWindow(1, time.Minute), "down": sluice.NoLimit()}, nil, envoyrls.WithLogger(logger),
+		envoyrls.WithStore(downStore{}))
 	l, err := sluice.NewLimiter(sluice.FixedWindow(5, time.Minute), sluice.WithStore(downStore{}))
 	if err != nil {
 		t.Fatal(err)
@@ -1108,13 +1112,19 @@ envoy:
 	f.client.ShouldRateLimit(ctx, req("d", hits(math.MaxUint64, desc("k", "v"))))
 	f.client.ShouldRateLimit(ctx, req("d", hits(2, desc("shadow", "x"))))
 	f.client.ShouldRateLimit(ctx, req("d", desc("down", "x")))
+	for i := range 100 {
+		f.client.ShouldRateLimit(ctx, req("d", desc("count", fmt.Sprint("secret-", i))))
+	}
 	for _, want := range []string{
 		`level=DEBUG msg="envoyrls: invalid request"`,
 		`level=INFO msg="envoyrls: over limit in shadow mode" limiter=one key="d|shadow=x" hits=2`,
-		`level=WARN msg="envoyrls: descriptor not decided" limiter=down key="d|down=x"`,
+		`level=WARN msg="the store fails`,
 	} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("logs lack %q:\n%s", want, buf.String())
 		}
+	}
+	if n := strings.Count(buf.String(), "level=WARN"); n != 1 || strings.Contains(buf.String(), "secret") || strings.Contains(buf.String(), "down=x") {
+		t.Errorf("100 calls on a store that fails logged %d warnings, or a key:\n%s", n, buf.String())
 	}
 }

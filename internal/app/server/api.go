@@ -500,9 +500,9 @@ func (s *Server) limiterError(r *http.Request, err error) *apiError {
 		return errorf(http.StatusBadRequest, codeUnsupported, "the limiter's policy cannot wait for tokens: %v", err)
 	case errors.As(err, &storeErr):
 		// The store's own message names the key, as the StoreError does,
-		// and may quote the store's reply: the log has it; the answer
-		// says what kind of failure it was.
-		s.log.WarnContext(r.Context(), "store failure", "path", r.URL.Path, "err", err)
+		// and may quote the store's reply: the answer says what kind of
+		// failure it was, and the outage log (the limiter's listener)
+		// what failed and why, once an outage rather than once a request.
 		return errorf(http.StatusServiceUnavailable, codeStoreUnavailable, "the store failed: %s (the server's log has the details)", storeFailure(err))
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return errorf(http.StatusServiceUnavailable, codeCancelled, "%v", err)

@@ -37,8 +37,10 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/app/conffile"
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
+	"github.com/sluicehq/sluice/internal/app/outage"
 	"github.com/sluicehq/sluice/internal/app/rlqs"
 	"github.com/sluicehq/sluice/internal/app/storeurl"
 )
@@ -54,6 +56,8 @@ type Server struct {
 	started time.Time
 	metrics *metrics
 	hot     *hotKeys
+	outage  *outage.Log  // store failures, a few lines an outage
+	base    driver.Store // the store under the limiters: store's, each answer told to outage
 	envoy   *envoyrls.Service
 	rlqs    *rlqs.Service
 	handler http.Handler
@@ -68,7 +72,8 @@ type Server struct {
 	// httpCap and grpcCap hold Serve's listeners, for the tests.
 	httpCap   atomic.Pointer[connCap]
 	grpcCap   atomic.Pointer[grpcCap]
-	grpcGrace time.Duration // grpcGrace but in tests
+	grpcGrace time.Duration                   // grpcGrace but in tests
+	wrapStore func(driver.Store) driver.Store // withStoreWrapper's, or nil
 
 	path   string           // the config file to reload from, or ""
 	reload <-chan os.Signal // SIGHUP, or nil
@@ -170,6 +175,12 @@ func withClock(c sluice.Clock, now func() time.Time) Option {
 	}
 }
 
+// withStoreWrapper wraps the store under the limiters in w, for tests
+// that break it.
+func withStoreWrapper(w func(driver.Store) driver.Store) Option {
+	return func(s *Server) { s.wrapStore = w }
+}
+
 // withGRPCGrace sets how long the gRPC listener spares a connection after
 // its accept and its calls (grpcGrace), for tests.
 func withGRPCGrace(d time.Duration) Option { return func(s *Server) { s.grpcGrace = d } }
@@ -207,6 +218,12 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 	if st.SweepInterval > 0 {
 		s.log.Info("deleting the store's expired rows in the background", "sweep_interval", st.SweepInterval)
 	}
+	s.outage = outage.New(s.log, s.now)
+	s.base = st.Store
+	if s.wrapStore != nil {
+		s.base = s.wrapStore(s.base)
+	}
+	s.base = watchAnswers(s.base, s.outage)
 	if err := s.checkStore(ctx); err != nil {
 		if !errors.Is(err, storeurl.ErrUnreachable) || !cfg.StartWithoutStore {
 			st.Close()
@@ -233,14 +250,14 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 	s.envoy = envoyrls.New(snap.envoy, snap.lookup,
 		envoyrls.WithLogger(s.log), envoyrls.WithObserver(s.observe),
 		// "/" is not allowed in limiter names: the prefix is no limiter's.
-		envoyrls.WithStore(newLimiterStore(s.store.Store, "envoy/ratelimit", s.metrics)),
+		envoyrls.WithStore(newLimiterStore(s.base, "envoy/ratelimit", s.metrics)), envoyrls.WithOutageLog(s.outage),
 		envoyrls.WithStoreTimeout(cfg.StoreTimeout), envoyrls.WithStoreFailure(cfg.StoreFailure),
 		envoyrls.WithClock(s.now), envoyrls.WithRegistry(s.metrics.reg))
 	s.rlqs = rlqs.New(cfg.RLQS, snap.lookup, rlqs.WithLogger(s.log), rlqs.WithClock(s.now), rlqs.WithRegistry(s.metrics.reg),
 		rlqs.WithObserver(func(c rlqs.Charge) { s.record(s.cur.Load(), c.Limiter, c.Key, c.Tokens, c.Allowed, c.Err) }),
 		// Fleets on the limiters' store: sluice processes on one store
 		// share them. "/" is in no limiter's name.
-		rlqs.WithFleetStore(newLimiterStore(s.store.Store, "rlqs/fleet", s.metrics)), rlqs.WithStoreTimeout(cfg.StoreTimeout),
+		rlqs.WithFleetStore(newLimiterStore(s.base, "rlqs/fleet", s.metrics)), rlqs.WithStoreTimeout(cfg.StoreTimeout),
 		rlqs.WithLimits(cfg.RLQSLimits))
 	s.handler = s.routes()
 	return s, nil
@@ -336,13 +353,13 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 		}
 		var err error
 		lim.l, err = sluice.NewLimiter(p, append([]sluice.LimiterOption{
-			sluice.WithStore(newLimiterStore(s.store.Store, name, s.metrics)),
+			sluice.WithStore(newLimiterStore(s.base, name, s.metrics)),
 			sluice.WithClock(s.clock),
 			sluice.WithStoreTimeout(cfg.StoreTimeout),
 			sluice.WithStoreFailure(cfg.StoreFailure),
 			sluice.WithInheritance(cfg.Inheritance),
-			sluice.WithListener(failureListener{limiter: name, m: s.metrics, stats: lim.stats, circuit: lim.circuit,
-				now: s.now, window: cfg.HealthWindow})}, extra...)...)
+			sluice.WithListener(outageListener{failureListener{limiter: name, m: s.metrics, stats: lim.stats, circuit: lim.circuit,
+				now: s.now, window: cfg.HealthWindow}, s.outage})}, extra...)...)
 		if err != nil {
 			return &config.Error{Path: "limiters." + name, Line: line, Column: col, Msg: err.Error(), Err: err}
 		}
@@ -782,6 +799,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	if s.storeErr.Load() != nil {
 		go s.recheckStore(watchCtx)
 	}
+	go s.outage.Run(watchCtx)
 
 	var serveErr error
 	select {

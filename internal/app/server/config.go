@@ -220,6 +220,42 @@ var (
 	DefaultSimulate = Simulate{Enabled: true, MaxConcurrent: 1, MaxRequests: 1_000_000}
 )
 
+// The sizing of the Go memory limit, MemoryLimit.
+const (
+	// MemoryPerKey is the heap, in bytes, a key of the in-memory store
+	// may take: above every policy of docs/deploy.md's table (115 to 203
+	// bytes with keys of 16 bytes, BenchmarkMemoryPerKey) with keys of up
+	// to about 50 bytes; not a sliding_log of more than about 25 entries
+	// (4 more bytes each).
+	MemoryPerKey = 256
+	// MemoryHeadroom is what the limit allows beyond the keys, in bytes:
+	// the runtime, the connections and what they buffer (an idle server
+	// takes about 25 MB, one under TestHostileClients' attack 75 to 90
+	// MB), the RLQS service's buckets and the collector's own slack.
+	MemoryHeadroom = 128 << 20
+)
+
+// MemoryLimit is the Go memory limit, in bytes, that sluice serve sets
+// when the environment sets no GOMEMLIMIT: MaxKeys keys of MemoryPerKey
+// (the in-memory store's bound; with another store, room for fail_local's
+// keys during an outage), the envoyproxy/ratelimit local cache, and
+// MemoryHeadroom: 372 MiB with the defaults. It saturates at
+// math.MaxInt64 (no limit) where the sum would overflow.
+func (c *Config) MemoryLimit() int64 {
+	keys := int64(math.MaxInt64)
+	if c.MaxKeys <= (math.MaxInt64-MemoryHeadroom)/MemoryPerKey {
+		keys = c.MaxKeys * MemoryPerKey
+	}
+	total := keys
+	for _, n := range []int64{int64(c.RateLimit.LocalCacheSizeInBytes), MemoryHeadroom} {
+		if total > math.MaxInt64-n {
+			return math.MaxInt64
+		}
+		total += n
+	}
+	return total
+}
+
 //go:embed example.yaml
 var exampleYAML []byte
 

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"math"
 	"os"
 	"regexp"
 	"strings"
@@ -197,4 +198,29 @@ func indent(s string) string {
 		}
 	}
 	return strings.Join(lines, "")
+}
+
+// TestMemoryLimit: the memory limit sluice serve sets is what
+// docs/deploy.md says, max_keys × 256 bytes + the local cache + 128 MiB,
+// and does not overflow.
+func TestMemoryLimit(t *testing.T) {
+	for _, tt := range []struct {
+		yaml string
+		want int64
+	}{
+		{limitersYAML, 1_000_000*256 + 128<<20}, // 372 MiB
+		{limitersYAML + "server:\n  limits: {max_keys: 10}\n", 10*256 + 128<<20},
+		{limitersYAML + "ratelimit: {local_cache_size_in_bytes: 1048576}\n", 1_000_000*256 + 1<<20 + 128<<20},
+		{limitersYAML + "server:\n  limits: {max_keys: 9223372036854775807}\n", math.MaxInt64},
+		{limitersYAML + "server:\n  limits: {max_keys: 36028797018439679}\n", 36028797018439679*256 + 128<<20}, // the largest sum
+		{limitersYAML + "server:\n  limits: {max_keys: 36028797018439680}\n", math.MaxInt64},                   // one key past it
+	} {
+		c, err := LoadConfig([]byte(tt.yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.MemoryLimit(); got != tt.want {
+			t.Errorf("MemoryLimit of %q = %d, want %d", tt.yaml, got, tt.want)
+		}
+	}
 }

@@ -230,7 +230,7 @@ func summary(d []time.Duration) string {
 }
 
 // procStatus reads a size field of /proc/PID/status, in bytes.
-func procStatus(t *testing.T, pid int, field string) int64 {
+func procStatus(t testing.TB, pid int, field string) int64 {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {

@@ -127,11 +127,14 @@ func (l *connCap) Accept() (net.Conn, error) {
 
 // makeRoom finds a victim among the connections of client (nil: all)
 // and stops counting it. When every waiting connection is still in its
-// grace, it waits (unlocking l.mu) until the oldest has passed it, at
-// most twice graceWaiting in all: so a new connection is delayed by at
-// most that, rather than refused, when a flood of connections has filled
-// the listener with young ones. It returns nil when none can be closed,
-// or when room was made meanwhile. makeRoom requires that l.mu is held.
+// grace and the listener is full, it waits (unlocking l.mu) until the
+// oldest has passed it, at most twice graceWaiting in all: so a new
+// connection is delayed by at most that, rather than refused, when a
+// flood of connections has filled the listener with young ones. A client
+// at its own bound in a listener that is not full does not wait: its
+// flood would hold up every other client's accept. It returns nil when
+// none can be closed, or when room was made meanwhile. makeRoom requires
+// that l.mu is held.
 func (l *connCap) makeRoom(client *netip.Addr) *cappedConn {
 	deadline := time.Now().Add(2 * graceWaiting)
 	for {
@@ -144,7 +147,7 @@ func (l *connCap) makeRoom(client *netip.Addr) *cappedConn {
 		}
 		oldest := l.first(l.fresh, client)
 		now := time.Now()
-		if oldest == nil || !now.Before(deadline) {
+		if oldest == nil || !now.Before(deadline) || !l.full(nil) {
 			return nil
 		}
 		wait := min(graceWaiting-now.Sub(oldest.since), deadline.Sub(now))

@@ -35,7 +35,11 @@ import (
 // makes calls on many idle connections gives them up to others.
 //
 // At each new connection, in order: a client that holds perClient
-// closes one of its own (by the rules above), or the new one is closed;
+// closes one of its own (by the rules above, but with the grace of
+// graceWaiting, 50 ms: a client whose connections come back as soon as
+// they are closed, as gRPC clients' do, would otherwise keep all of its
+// own young, and another client at the same address, such as a new
+// Envoy behind the same NAT, out), or the new one is closed;
 // connections that made no rate-limit call (the new one counting as
 // one) holding max-reserved close one of theirs, or the new one is
 // closed; max connections close one, or the new one is closed. A new
@@ -84,28 +88,9 @@ func (l *grpcCap) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		client := clientOf(c)
-		now := time.Now().UnixNano()
+		gc := &grpcConn{Conn: c, l: l, client: clientOf(c)}
 		l.mu.Lock()
-		var victims []*grpcConn
-		room := func(of func(*grpcConn) bool, callers bool) bool {
-			v := l.victim(now, of, callers)
-			if v != nil {
-				v.forget()
-				victims = append(victims, v)
-			}
-			return v != nil
-		}
-		ok := l.clients[client] < l.perClient || room(func(v *grpcConn) bool { return v.client == client }, true)
-		ok = ok && (l.len()-l.callers < l.max-l.reserved || room(nil, false))
-		ok = ok && (l.len() < l.max || room(nil, true))
-		var gc *grpcConn
-		if ok {
-			gc = &grpcConn{Conn: c, l: l, client: client}
-			gc.last.Store(now)
-			l.conns[gc] = struct{}{}
-			l.clients[client]++
-		}
+		victims, ok := l.admit(gc, time.Now().UnixNano())
 		l.mu.Unlock()
 		for _, v := range victims {
 			v.Conn.Close()
@@ -120,20 +105,46 @@ func (l *grpcCap) Accept() (net.Conn, error) {
 	}
 }
 
+// admit decides on c, a new connection, at now (Unix nanoseconds): it
+// counts c when it may be held, after making room for it by the rules of
+// grpcCap, and returns the connections to close for that room, which it
+// no longer counts (it may close some and still refuse c). admit requires
+// that l.mu is held.
+func (l *grpcCap) admit(c *grpcConn, now int64) (victims []*grpcConn, ok bool) {
+	room := func(of func(*grpcConn) bool, callers bool, grace time.Duration) bool {
+		v := l.victim(now, of, callers, grace)
+		if v != nil {
+			v.forget()
+			victims = append(victims, v)
+		}
+		return v != nil
+	}
+	own := func(v *grpcConn) bool { return v.client == c.client }
+	ok = l.clients[c.client] < l.perClient || room(own, true, min(l.grace, graceWaiting))
+	ok = ok && (l.len()-l.callers < l.max-l.reserved || room(nil, false, l.grace))
+	ok = ok && (l.len() < l.max || room(nil, true, l.grace))
+	if ok {
+		c.last.Store(now)
+		l.conns[c] = struct{}{}
+		l.clients[c.client]++
+	}
+	return victims, ok
+}
+
 // len is the number of open connections. It requires that l.mu is held.
 func (l *grpcCap) len() int { return len(l.conns) }
 
 // victim returns the connection to close for room among those of (nil:
-// all), by the rules of grpcCap: of those past their grace, the one that
-// never made a rate-limit call whose last call is the oldest, else, when
+// all), by the rules of grpcCap: of those past grace, the one that never
+// made a rate-limit call whose last call is the oldest, else, when
 // callers is set, the idle one that made one and is idle the longest.
 // It looks at every connection, at most max. victim requires that l.mu
 // is held.
-func (l *grpcCap) victim(now int64, of func(*grpcConn) bool, callers bool) *grpcConn {
+func (l *grpcCap) victim(now int64, of func(*grpcConn) bool, callers bool, grace time.Duration) *grpcConn {
 	var quiet, idle *grpcConn
 	for c := range l.conns {
 		last := c.last.Load()
-		if now-last < int64(l.grace) || of != nil && !of(c) {
+		if now-last < int64(grace) || of != nil && !of(c) {
 			continue
 		}
 		switch {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -140,5 +141,70 @@ func TestGRPCHealthChecksNeverCloseCallers(t *testing.T) {
 	}
 	if n := dials.Load(); n != reserved {
 		t.Errorf("the %d callers dialled %d times, want once each: a health check closed a caller's connection", reserved, n)
+	}
+}
+
+// TestGRPCCapAdmit pins grpcCap's rules on explicit times: which
+// connection a new one closes, and when it is refused. The cap is 4
+// connections, 3 per client, 1 kept for callers (so at most 3 that made
+// no rate-limit call), a grace of 1s, and 50ms among a client's own.
+func TestGRPCCapAdmit(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	type conn struct {
+		client       netip.Addr
+		ago          int64 // the last call's start or end, or the accept, before now
+		caller, busy bool
+	}
+	for _, tt := range []struct {
+		name   string
+		conns  []conn
+		from   netip.Addr
+		closed int // the index of the connection closed for room; -1 none
+		ok     bool
+	}{
+		{"room", []conn{{a, 0, false, false}}, b, -1, true},
+		{"a client at its bound closes its own that made no call, the oldest past 50ms",
+			[]conn{{a, 60 * ms, true, false}, {a, 100 * ms, false, false}, {a, 70 * ms, false, false}, {b, 5000 * ms, false, false}}, a, 1, true},
+		{"... or is refused when they are younger",
+			[]conn{{a, 10 * ms, false, false}, {a, 20 * ms, false, false}, {a, 30 * ms, false, false}}, a, -1, false},
+		{"... or closes its own caller idle past 50ms",
+			[]conn{{a, 10 * ms, false, false}, {a, 2000 * ms, true, false}, {a, 20 * ms, false, false}}, a, 1, true},
+		{"those that made no call hold at most 3: the oldest past 1s closes",
+			[]conn{{a, 1500 * ms, false, false}, {b, 3000 * ms, false, false}, {a, 500 * ms, false, false}}, b, 1, true},
+		{"... and none younger: refused",
+			[]conn{{a, 500 * ms, false, false}, {b, 600 * ms, false, false}, {a, 700 * ms, false, false}}, b, -1, false},
+		{"full: a caller idle past 1s, the one idle the longest",
+			[]conn{{a, 2000 * ms, true, false}, {b, 9000 * ms, true, true}, {b, 3000 * ms, true, false}, {a, 100 * ms, false, false}}, a, 2, true},
+		{"... never one in a call: refused",
+			[]conn{{a, 2000 * ms, true, true}, {b, 9000 * ms, true, true}, {b, 3000 * ms, true, true}, {a, 100 * ms, false, false}}, b, -1, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newGRPCCap(nil, GRPCLimits{MaxConnections: 4, MaxConnectionsPerClient: 3, ReservedForCalls: 1}, time.Second, nil)
+			const now = int64(1e18)
+			conns := make([]*grpcConn, len(tt.conns))
+			for i, c := range tt.conns {
+				gc := &grpcConn{l: l, client: c.client}
+				gc.last.Store(now - c.ago)
+				l.conns[gc] = struct{}{}
+				l.clients[c.client]++
+				if c.caller {
+					gc.caller = true
+					l.callers++
+				}
+				if c.busy {
+					gc.active.Add(1)
+				}
+				conns[i] = gc
+			}
+			victims, ok := l.admit(&grpcConn{l: l, client: tt.from}, now)
+			var want []*grpcConn
+			if tt.closed >= 0 {
+				want = []*grpcConn{conns[tt.closed]}
+			}
+			if ok != tt.ok || fmt.Sprint(victims) != fmt.Sprint(want) {
+				t.Errorf("admit = %v, %v; want %v, %v", victims, ok, want, tt.ok)
+			}
+		})
 	}
 }

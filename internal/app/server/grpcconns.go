@@ -78,7 +78,7 @@ type grpcConn struct {
 	closed, caller bool
 	isCaller       atomic.Bool  // caller, read without the lock
 	active         atomic.Int64 // calls in progress
-	last           atomic.Int64 // Unix nanoseconds of the accept, or of the last call's start or end
+	last           atomic.Int64 // Unix nanoseconds of the accept, or of the last health check's start or call's end
 }
 
 // Accept returns the next connection, after making room for it.
@@ -165,11 +165,16 @@ func (l *grpcCap) victim(now int64, of func(*grpcConn) bool, callers bool, grace
 }
 
 // begin tells c's listener that a call starts on c, a rate-limit call
-// when call is set; end that it ended.
+// when call is set; end that it ended. A rate-limit call needs no time
+// at its start: its connection is a caller in a call, which is never
+// closed for room, until end.
 func (c *grpcConn) begin(call bool) {
 	c.active.Add(1)
-	c.last.Store(time.Now().UnixNano())
-	if call && !c.isCaller.Load() {
+	if !call {
+		c.last.Store(time.Now().UnixNano())
+		return
+	}
+	if !c.isCaller.Load() {
 		c.l.mu.Lock()
 		if !c.closed && !c.caller {
 			c.caller = true

@@ -848,9 +848,9 @@ func (s *Server) grpcAuth(ctx context.Context, method string) (*grpcConn, error)
 }
 
 // isHealth reports whether method is one of gRPC's health checks.
-func isHealth(method string) bool {
-	return strings.HasPrefix(method, "/"+healthpb.Health_ServiceDesc.ServiceName+"/")
-}
+func isHealth(method string) bool { return strings.HasPrefix(method, healthPrefix) }
+
+var healthPrefix = "/" + healthpb.Health_ServiceDesc.ServiceName + "/"
 
 // shutdown drains hs and gs within the drain timeout, then stops them
 // hard, cancelling the requests still running; HTTP requests get a short

@@ -60,12 +60,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	limitMemory(cfg, log)
-	opts = append(opts, server.WithLogger(log))
+	httpAt := pick(*httpAddr, cfg.HTTP, server.DefaultHTTP)
+	opts = append(opts, server.WithLogger(log), server.WithHTTPAddress(httpAt))
 	srv, err := server.New(ctx, cfg, opts...)
 	if err != nil {
 		return err
 	}
-	httpLn, err := net.Listen("tcp", pick(*httpAddr, cfg.HTTP, server.DefaultHTTP))
+	httpLn, err := net.Listen("tcp", httpAt)
 	if err != nil {
 		srv.Close()
 		return err

@@ -40,22 +40,32 @@ func TestMetricsRequestValues(t *testing.T) {
 	const fix = "set server.auth.metrics: true with tokens or a client_ca, or server.auth.open_metrics_with_request_values: true"
 	for _, tt := range []struct {
 		name, yaml string
+		addr       string // WithHTTPAddress's; "" for none
 		want       string // in the error; "" for none
 	}{
-		{"detailed_metric, metrics open", detailedYAML, "envoy[0].descriptors[0].detailed_metric (line 6): detailed_metric puts the request's values in the rule's stat key; /metrics is open: " + fix},
-		{"rlqs, metrics open", "limiters:\n  api: {policy: fixed_window, limit: 3, interval: 1 minute}\n" + rlqsSection, "rlqs (line 4): the RLQS service labels its series with bucket ids, which Envoy builds from requests; /metrics is open: " + fix},
-		{"metrics auth without a token", detailedYAML + "server: {auth: {metrics: true}}\n", "/metrics is open (server.auth.metrics is set, but there is no token nor client_ca)"},
-		{"tokens without metrics auth", detailedYAML + "server: {auth: {tokens: [s3cret]}}\n", "/metrics is open: "},
-		{"metrics behind tokens", detailedYAML + "server: {auth: {metrics: true, tokens: [s3cret]}}\n", ""},
-		{"opted in", detailedYAML + "server: {auth: {open_metrics_with_request_values: true}}\n", ""},
-		{"config stat keys only", "limiters:\n  api: {policy: no_limit}\nenvoy:\n  - domain: d\n    descriptors:\n      - {key: user, rate_limit: {unit: minute, requests_per_unit: 5}}\n", ""},
+		{name: "detailed_metric, metrics open", yaml: detailedYAML, want: "envoy[0].descriptors[0].detailed_metric (line 6): detailed_metric puts the request's values in the rule's stat key; /metrics is open: " + fix},
+		{name: "rlqs, metrics open", yaml: "limiters:\n  api: {policy: fixed_window, limit: 3, interval: 1 minute}\n" + rlqsSection, want: "rlqs (line 4): the RLQS service labels its series with bucket ids, which Envoy builds from requests; /metrics is open: " + fix},
+		{name: "metrics auth without a token", yaml: detailedYAML + "server: {auth: {metrics: true}}\n", want: "/metrics is open (server.auth.metrics is set, but there is no token nor client_ca)"},
+		{name: "tokens without metrics auth", yaml: detailedYAML + "server: {auth: {tokens: [s3cret]}}\n", want: "/metrics is open: "},
+		{name: "metrics behind tokens", yaml: detailedYAML + "server: {auth: {metrics: true, tokens: [s3cret]}}\n"},
+		{name: "opted in", yaml: detailedYAML + "server: {auth: {open_metrics_with_request_values: true}}\n"},
+		{name: "config stat keys only", yaml: "limiters:\n  api: {policy: no_limit}\nenvoy:\n  - domain: d\n    descriptors:\n      - {key: user, rate_limit: {unit: minute, requests_per_unit: 5}}\n"},
+		{name: "HTTP on loopback", yaml: detailedYAML, addr: "127.0.0.1:8080"},
+		{name: "HTTP on IPv6 loopback", yaml: detailedYAML, addr: "[::1]:8080"},
+		{name: "HTTP on localhost", yaml: detailedYAML, addr: "localhost:0"},
+		{name: "HTTP on every address", yaml: detailedYAML, addr: ":8080", want: "/metrics is open: " + fix},
+		{name: "HTTP on a public address", yaml: detailedYAML, addr: "10.0.0.5:8080", want: "/metrics is open: " + fix},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg, err := LoadConfig([]byte(tt.yaml))
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := New(t.Context(), cfg)
+			var opts []Option
+			if tt.addr != "" {
+				opts = append(opts, WithHTTPAddress(tt.addr))
+			}
+			s, err := New(t.Context(), cfg, opts...)
 			if err == nil {
 				s.Close()
 			}

@@ -17,6 +17,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"runtime"
@@ -74,6 +75,10 @@ type Server struct {
 	grpcCap   atomic.Pointer[grpcCap]
 	grpcGrace time.Duration                   // grpcGrace but in tests
 	wrapStore func(driver.Store) driver.Store // withStoreWrapper's, or nil
+
+	// loopbackOnly is WithHTTPAddress's: /metrics is reached from this
+	// machine only.
+	loopbackOnly bool
 
 	path   string           // the config file to reload from, or ""
 	reload <-chan os.Signal // SIGHUP, or nil
@@ -145,6 +150,28 @@ type Option func(*Server)
 
 // WithLogger sets the logger; the default discards.
 func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
+
+// WithHTTPAddress tells the server the address its HTTP listener will
+// have: one on a loopback address serves /metrics to this machine only,
+// which may then carry series labelled by requests' values without
+// tokens (see checkMetricsExposure).
+func WithHTTPAddress(addr string) Option {
+	return func(s *Server) { s.loopbackOnly = isLoopback(addr) }
+}
+
+// isLoopback reports whether addr, host:port, listens on a loopback
+// address only: "localhost", 127.0.0.0/8 or ::1, never "" or a wildcard.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
 
 // WithConfigFile names the file cfg was loaded from: Serve reloads it when
 // it changes (polled each second) and on each signal of reload.
@@ -392,7 +419,7 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 	if snap.envoy, err = envoyrls.Load(cfg.Envoy, cfg.RateLimit); err != nil {
 		return nil, err
 	}
-	if err := checkMetricsExposure(cfg, snap); err != nil {
+	if err := checkMetricsExposure(cfg, snap, s.loopbackOnly); err != nil {
 		return nil, err
 	}
 	return snap, nil
@@ -404,9 +431,13 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 // stat keys that take request values (envoyrls.RequestValueStats), and
 // RLQS bucket ids, which Envoy builds from requests. They need /metrics
 // behind the tokens or the client CA, or the operator's explicit
-// server.auth.open_metrics_with_request_values.
-func checkMetricsExposure(cfg *Config, snap *snapshot) error {
-	if cfg.OpenMetricsWithRequestValues || cfg.AuthMetrics && (len(snap.tokens) > 0 || cfg.ClientCA != "") {
+// server.auth.open_metrics_with_request_values, unless the HTTP listener
+// is on a loopback address (loopbackOnly), where only this machine's
+// processes reach /metrics: so envoyproxy/ratelimit's environment alone
+// (RUNTIME_ROOT, ..., no config file), which listens there, serves
+// detailed_metric rules as the reference does.
+func checkMetricsExposure(cfg *Config, snap *snapshot, loopbackOnly bool) error {
+	if loopbackOnly || cfg.OpenMetricsWithRequestValues || cfg.AuthMetrics && (len(snap.tokens) > 0 || cfg.ClientCA != "") {
 		return nil
 	}
 	e := snap.envoy.RequestValueStats()

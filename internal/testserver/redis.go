@@ -10,9 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // StartRedis starts a Redis server on a free 127.0.0.1 port, with no
@@ -61,6 +63,65 @@ func startRedisProcess(ctx context.Context) (url string, p *process, dir string,
 // Start-up is bounded by ctx and by one minute. If redis-server is not
 // installed, the error is a *MissingError.
 func StartRedisCluster(ctx context.Context) (addrs []string, stop func() error, err error) {
+	c, stop, err := startCluster(ctx, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c.Masters, stop, nil
+}
+
+// ReplicatedCluster is a Redis Cluster of three masters with one replica
+// each, as StartRedisClusterWithReplicas starts it. Kill is safe for
+// simultaneous use by multiple goroutines.
+type ReplicatedCluster struct {
+	// Masters are the addresses of the nodes started as masters,
+	// "127.0.0.1:PORT"; Replicas[i] is the address of Masters[i]'s
+	// replica. A failover swaps their roles but not these lists.
+	Masters, Replicas []string
+	// NodeTimeout is the nodes' cluster-node-timeout: a master that
+	// stops answering is taken for failed after it, and its replica is
+	// promoted soon after.
+	NodeTimeout time.Duration
+
+	procs map[string]*process // by address
+}
+
+// String lists the nodes, for logs.
+func (c *ReplicatedCluster) String() string {
+	return fmt.Sprintf("masters %v, replicas %v", c.Masters, c.Replicas)
+}
+
+// Kill kills the node at addr with SIGKILL, as a crash would, and waits
+// for it to exit. Stopping the cluster later reports nothing about it.
+func (c *ReplicatedCluster) Kill(addr string) error {
+	p, ok := c.procs[addr]
+	if !ok {
+		return fmt.Errorf("testserver: kill %s: no such node in %v and %v", addr, c.Masters, c.Replicas)
+	}
+	return p.stop() // SIGKILL, Redis's stop signal here
+}
+
+// clusterNodeTimeout is the cluster-node-timeout of the nodes of a
+// ReplicatedCluster: short, so that a test sees a failover within a few
+// seconds, as an operator who tunes for fast failover would set it.
+const clusterNodeTimeout = time.Second
+
+// StartRedisClusterWithReplicas starts a Redis Cluster of six nodes on
+// free 127.0.0.1 ports, each with its port+10000 free for the cluster
+// bus: three masters, each with a third of the 16384 slots, and one
+// replica of each, all with cluster-node-timeout 1000 ms. It waits until
+// every node reports cluster_state:ok and sees every replica in sync with
+// its master, so that killing a master (ReplicatedCluster.Kill) gets its
+// replica promoted. stop kills the nodes, waits for them and removes
+// their directory. Start-up is bounded by ctx and by one minute. If
+// redis-server is not installed, the error is a *MissingError.
+func StartRedisClusterWithReplicas(ctx context.Context) (c *ReplicatedCluster, stop func() error, err error) {
+	return startCluster(ctx, clusterNodeTimeout)
+}
+
+// startCluster starts three masters and, when nodeTimeout is not 0, a
+// replica of each with that cluster-node-timeout.
+func startCluster(ctx context.Context, nodeTimeout time.Duration) (c *ReplicatedCluster, stop func() error, err error) {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	bin, err := lookPath("redis-server", "redis-server")
@@ -70,6 +131,10 @@ func StartRedisCluster(ctx context.Context) (addrs []string, stop func() error, 
 	dir, err := tempDir("redis-cluster")
 	if err != nil {
 		return nil, nil, err
+	}
+	nodes := 3
+	if nodeTimeout > 0 {
+		nodes = 6
 	}
 	var procs []*process
 	stopProcs := func() error {
@@ -82,7 +147,7 @@ func StartRedisCluster(ctx context.Context) (addrs []string, stop func() error, 
 	// The ports are found together so they differ; a node that loses
 	// its port or bus port to another process fails the try.
 	for try := 0; ; try++ {
-		err = startClusterNodes(ctx, bin, dir, &procs)
+		err = startClusterNodes(ctx, bin, dir, nodes, nodeTimeout, &procs)
 		if err == nil || try == 2 || !addrInUse(err.Error()) {
 			break
 		}
@@ -92,16 +157,22 @@ func StartRedisCluster(ctx context.Context) (addrs []string, stop func() error, 
 		procs = nil
 	}
 	if err == nil {
-		err = formCluster(ctx, procs)
+		err = formCluster(ctx, procs[:3], procs[3:])
 	}
 	if err != nil {
 		stopProcs()
 		return nil, nil, err
 	}
-	for _, p := range procs {
-		addrs = append(addrs, p.addr)
+	c = &ReplicatedCluster{NodeTimeout: nodeTimeout, procs: make(map[string]*process, len(procs))}
+	for i, p := range procs {
+		if i < 3 {
+			c.Masters = append(c.Masters, p.addr)
+		} else {
+			c.Replicas = append(c.Replicas, p.addr)
+		}
+		c.procs[p.addr] = p
 	}
-	return addrs, stopProcs, nil
+	return c, stopProcs, nil
 }
 
 // startRedis launches redis-server on port in dir with args added, with its
@@ -123,17 +194,25 @@ func startRedis(bin, dir string, port int, args ...string) (*process, error) {
 	return launch(cmd, "redis-server", addr, logPath, "Ready to accept connections", nil, syscall.SIGKILL, syscall.SIGKILL)
 }
 
-// startClusterNodes launches three cluster nodes, appending them to procs,
-// and waits until each answers PING.
-func startClusterNodes(ctx context.Context, bin, dir string, procs *[]*process) error {
-	ports, err := freePorts(3, true)
+// startClusterNodes launches n cluster nodes, appending them to procs,
+// and waits until each answers PING. A nodeTimeout of 0 leaves Redis's
+// default cluster-node-timeout.
+func startClusterNodes(ctx context.Context, bin, dir string, n int, nodeTimeout time.Duration, procs *[]*process) error {
+	ports, err := freePorts(n, true)
 	if err != nil {
 		return err
 	}
 	for _, port := range ports {
-		p, err := startRedis(bin, dir, port,
+		args := []string{
 			"--cluster-enabled", "yes",
-			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", port)))
+			"--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", port)),
+			// A replica syncs at once, not 5s after it asks.
+			"--repl-diskless-sync-delay", "0",
+		}
+		if nodeTimeout > 0 {
+			args = append(args, "--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10))
+		}
+		p, err := startRedis(bin, dir, port, args...)
 		if err != nil {
 			return err
 		}
@@ -149,14 +228,15 @@ func startClusterNodes(ctx context.Context, bin, dir string, procs *[]*process) 
 }
 
 // formCluster makes one cluster of the started nodes, much as redis-cli
-// --cluster create does: each node gets a contiguous third of the slots
-// and its own config epoch, and meets the others. It then waits until
-// every node knows every slot, which takes about two seconds: a master
-// reports cluster_state:ok no sooner than 2s after it started.
-func formCluster(ctx context.Context, procs []*process) error {
+// --cluster create does: each master gets a contiguous third of the slots
+// and its own config epoch, every node meets the others, and replicas[i]
+// replicates masters[i]. It then waits until every node knows every slot,
+// which takes about two seconds (a master reports cluster_state:ok no
+// sooner than 2s after it started), and every replica is in sync.
+func formCluster(ctx context.Context, masters, replicas []*process) error {
 	const slots = 16384
-	for i, p := range procs {
-		lo, hi := i*slots/len(procs), (i+1)*slots/len(procs)
+	for i, p := range masters {
+		lo, hi := i*slots/len(masters), (i+1)*slots/len(masters)
 		args := []string{"CLUSTER", "ADDSLOTS"} // not ADDSLOTSRANGE, which needs Redis 7
 		for s := lo; s < hi; s++ {
 			args = append(args, strconv.Itoa(s))
@@ -168,6 +248,7 @@ func formCluster(ctx context.Context, procs []*process) error {
 			return fmt.Errorf("testserver: create cluster: %w%s", err, p.logTail())
 		}
 	}
+	procs := append(slices.Clone(masters), replicas...)
 	// Every pair meets, not just the first node and the others: gossip
 	// would take a second or two to introduce the others to each other.
 	for i, p := range procs {
@@ -180,8 +261,36 @@ func formCluster(ctx context.Context, procs []*process) error {
 			return fmt.Errorf("testserver: create cluster: %w%s", err, p.logTail())
 		}
 	}
+	// want[addr] is the ID of the master a replica at addr replicates.
+	want := make(map[string]string, len(replicas))
+	for i, r := range replicas {
+		m := masters[i]
+		err := waitReady(ctx, r, func(ctx context.Context) error {
+			id, err := nodeID(ctx, m.addr)
+			if err != nil {
+				return err
+			}
+			// Fails until the replica has heard of the master by gossip.
+			if err := redisCommands(ctx, r.addr, []string{"CLUSTER", "REPLICATE", id}); err != nil {
+				return err
+			}
+			want[r.addr] = id
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("%w%s", err, m.logTail())
+		}
+	}
 	for _, p := range procs {
-		err := waitReady(ctx, p, func(ctx context.Context) error { return clusterReady(ctx, p.addr, procs) })
+		err := waitReady(ctx, p, func(ctx context.Context) error {
+			if err := clusterReady(ctx, p.addr, procs, want); err != nil {
+				return err
+			}
+			if _, ok := want[p.addr]; ok {
+				return replicaSynced(ctx, p.addr)
+			}
+			return nil
+		})
 		if err != nil {
 			for _, q := range procs {
 				if q != p {
@@ -194,9 +303,29 @@ func formCluster(ctx context.Context, procs []*process) error {
 	return nil
 }
 
+// nodeID returns the cluster node ID of the node at addr.
+func nodeID(ctx context.Context, addr string) (string, error) {
+	c, err := dialRedis(ctx, addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	v, err := c.do("CLUSTER", "MYID")
+	if err != nil {
+		return "", err
+	}
+	id, _ := v.(string)
+	if id == "" {
+		return "", fmt.Errorf("CLUSTER MYID = %v, want an ID", v)
+	}
+	return id, nil
+}
+
 // clusterReady reports an error unless the node at addr says
-// cluster_state:ok and lists every node of procs at its address.
-func clusterReady(ctx context.Context, addr string, procs []*process) error {
+// cluster_state:ok and lists every node of procs at its address, each
+// replica of replicas (address → its master's ID) as a replica of that
+// master.
+func clusterReady(ctx context.Context, addr string, procs []*process, replicas map[string]string) error {
 	c, err := dialRedis(ctx, addr)
 	if err != nil {
 		return err
@@ -215,9 +344,20 @@ func clusterReady(ctx context.Context, addr string, procs []*process) error {
 	}
 	s, _ := nodes.(string)
 	for _, p := range procs {
-		// Lines read "<id> 127.0.0.1:PORT@BUS flags …".
-		if !strings.Contains(s, " "+p.addr+"@") {
+		// Lines read "<id> 127.0.0.1:PORT@BUS flags master-id …", the
+		// flags "myself,slave" or "slave" for a replica.
+		i := strings.Index(s, " "+p.addr+"@")
+		if i < 0 {
 			return fmt.Errorf("CLUSTER NODES = %q, want %s in it", s, p.addr)
+		}
+		master, ok := replicas[p.addr]
+		if !ok {
+			continue
+		}
+		line, _, _ := strings.Cut(s[i:], "\n")
+		f := strings.Fields(line)
+		if len(f) < 3 || !strings.Contains(f[1], "slave") || f[2] != master {
+			return fmt.Errorf("CLUSTER NODES says %q, want %s a replica of %s", line, p.addr, master)
 		}
 	}
 	return nil

@@ -402,6 +402,15 @@ func RedisCluster(tb testing.TB) []string {
 	return forTest(tb, "redis cluster", StartRedisCluster)
 }
 
+// RedisClusterWithReplicas starts a Redis Cluster of three masters with
+// a replica each for tb (see StartRedisClusterWithReplicas) and stops it
+// when tb ends. The test is skipped if redis-server is not installed, or
+// fails if CI is "true".
+func RedisClusterWithReplicas(tb testing.TB) *ReplicatedCluster {
+	tb.Helper()
+	return forTest(tb, "redis cluster with replicas", StartRedisClusterWithReplicas)
+}
+
 // RedisSentinel starts a Redis master, a replica and a Sentinel for tb
 // (see StartRedisSentinel), stops them when tb ends and returns the
 // store URL "redis+sentinel://127.0.0.1:PORT/sluice". The test is skipped

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -145,6 +146,82 @@ func TestRedisCluster(t *testing.T) {
 	for _, a := range addrs {
 		assertFree(t, a)
 		assertFree(t, busAddr(t, a))
+	}
+}
+
+// TestRedisClusterWithReplicas starts a cluster of three masters with a
+// replica each, kills a master and waits for its replica to take over
+// its slots with what was written to the master.
+func TestRedisClusterWithReplicas(t *testing.T) {
+	t.Parallel()
+	var c *ReplicatedCluster
+	t.Run("up", func(t *testing.T) {
+		c = RedisClusterWithReplicas(t)
+		if len(c.Masters) != 3 || len(c.Replicas) != 3 {
+			t.Fatalf("RedisClusterWithReplicas = %v, want 3 masters and 3 replicas", c)
+		}
+		for _, a := range append(slices.Clone(c.Masters), c.Replicas...) {
+			conn, err := dialRedis(t.Context(), a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			info, err := conn.do("CLUSTER", "INFO")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"cluster_state:ok", "cluster_slots_assigned:16384", "cluster_known_nodes:6", "cluster_size:3"} {
+				if s, _ := info.(string); !strings.Contains(s, want) {
+					t.Errorf("%s: CLUSTER INFO = %q, want %s", a, s, want)
+				}
+			}
+		}
+		// Slot 0, of the first master: "{a}" hashes to 15495, "{06S}" to 0.
+		const key = "{06S}k"
+		if err := redisCommands(t.Context(), c.Masters[0], []string{"SET", key, "v"}, []string{"WAIT", "1", "5000"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Kill(c.Masters[0]); err != nil {
+			t.Fatal(err)
+		}
+		role := func() string {
+			conn, err := dialRedis(t.Context(), c.Replicas[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			v, err := conn.do("ROLE")
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, _ := v.([]any)
+			if len(r) == 0 {
+				t.Fatalf("ROLE = %v", v)
+			}
+			return fmt.Sprint(r[0])
+		}
+		t0 := time.Now()
+		for role() != "master" {
+			if time.Since(t0) > 30*time.Second {
+				t.Fatalf("replica %s not promoted 30s after its master was killed", c.Replicas[0])
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("replica promoted %v after the kill (cluster-node-timeout %v)", time.Since(t0).Round(time.Millisecond), c.NodeTimeout)
+		conn, err := dialRedis(t.Context(), c.Replicas[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if v, err := conn.do("GET", key); err != nil || v != "v" {
+			t.Errorf("GET %s on the promoted replica = %v, %v; want v", key, v, err)
+		}
+	})
+	if c != nil {
+		for _, a := range append(slices.Clone(c.Masters), c.Replicas...) {
+			assertFree(t, a)
+			assertFree(t, busAddr(t, a))
+		}
 	}
 }
 

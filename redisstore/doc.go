@@ -22,6 +22,27 @@
 // A redis.UniversalClient works as well. The Store does not own the
 // client: close the Store, then the client.
 //
+// # Cluster failover
+//
+// go-redis's cluster client reloads its map of slots to masters after a
+// MOVED or READONLY reply, or once a minute (ClusterStateReloadInterval);
+// a master that dies answers neither, so on its own the client would keep
+// sending the dead master's slots to its address for up to a minute after
+// a replica took over. With a *redis.ClusterClient (found by its
+// ReloadState and ForEachMaster methods, so a wrapper that hides them
+// hides this too), the Store asks for a reload after every command that
+// failed as when its slot moved: no connection, a broken one, a timeout,
+// a CLUSTERDOWN, TRYAGAIN, MASTERDOWN, READONLY, LOADING, MOVED or ASK
+// reply. go-redis runs one reload at a time, with at least 200ms between
+// them, in the background. Decisions on the dead master's slots then
+// recover within about a second and a half of the replica's promotion
+// (measured by TestClusterFailover: 3 masters with a replica each,
+// cluster-node-timeout 1000, a master killed under load).
+//
+// [Store.Ping] of a cluster asks every master of a freshly reloaded map
+// for CLUSTER INFO and fails unless each answers cluster_state:ok, so a
+// readiness check fails while some slots have no master that answers.
+//
 // # What is stored
 //
 // Each key's state is one Redis string at the key's name with a prefix,

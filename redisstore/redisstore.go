@@ -128,6 +128,7 @@ func New(client Client, opts ...Option) (*Store, error) {
 	}
 	s := &Store{cas: &redisCAS{client: client, prefix: o.prefix}}
 	s.cas.closed = &s.closed
+	s.cas.cluster, _ = client.(clusterClient)
 	if o.pipelining {
 		s.cas.batch = newBatcher(client)
 	}
@@ -159,12 +160,22 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 }
 
 // Ping checks that the server answers, for readiness checks. With a
-// cluster client it asks one node. It does not go through the pipeline.
+// *redis.ClusterClient it checks that the cluster serves every slot: it
+// reloads the client's slot map and asks every master of it for CLUSTER
+// INFO, which must answer cluster_state:ok; so a cluster whose master
+// died fails Ping until a replica has taken over and the map says so.
+// It does not go through the pipeline.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := s.cas.client.Process(ctx, redis.NewStatusCmd(ctx, "ping")); err != nil {
+	var err error
+	if s.cas.cluster != nil {
+		err = pingCluster(ctx, s.cas.cluster)
+	} else {
+		err = s.cas.client.Process(ctx, redis.NewStatusCmd(ctx, "ping"))
+	}
+	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return ctxErr
 		}
@@ -192,10 +203,11 @@ var errClosed = errors.New("redisstore: store is closed")
 
 // redisCAS is the driver.CAS (and driver.Deleter) of a Store.
 type redisCAS struct {
-	client Client
-	prefix string
-	batch  *batcher // nil: no pipelining
-	closed *atomic.Bool
+	client  Client
+	cluster clusterClient // client as a cluster client; nil for others
+	prefix  string
+	batch   *batcher // nil: no pipelining
+	closed  *atomic.Bool
 }
 
 // exec sends cmd, through the pipeline when there is one, and returns
@@ -209,13 +221,18 @@ func (c *redisCAS) exec(ctx context.Context, cmd redis.Cmder) (sent bool, err er
 		return false, err
 	}
 	if c.batch != nil {
-		return c.batch.do(ctx, cmd)
+		sent, err = c.batch.do(ctx, cmd)
+	} else {
+		sent = true
+		err = c.client.Process(ctx, cmd)
+		if err != nil && ctx.Err() != nil {
+			err = ctx.Err()
+		}
 	}
-	err = c.client.Process(ctx, cmd)
-	if err != nil && ctx.Err() != nil {
-		return true, ctx.Err()
+	if sent {
+		c.sawError(err)
 	}
-	return true, err
+	return sent, err
 }
 
 func (c *redisCAS) Get(ctx context.Context, key string) ([]byte, error) {
@@ -257,6 +274,7 @@ func (c *redisCAS) CompareAndSwapRead(ctx context.Context, key string, old, next
 		// The server lost its scripts (SCRIPT FLUSH, a restart, a failover,
 		// a new cluster node); the script did not run.
 		if err := c.client.ScriptLoad(ctx, casScript).Err(); err != nil {
+			c.sawError(err)
 			return nil, false, classify(ctx, "update", key, err, false, false)
 		}
 		cmd = redis.NewCmd(ctx, args...)

@@ -91,12 +91,19 @@
 // or its context ends (driver.ErrConflict only past [WithMaxAttempts], if
 // set).
 //
-// go-redis itself re-sends a command after a network error or a timeout
-// (redis.Options.MaxRetries, 3 by default). A compare-and-swap re-sent after
-// it had been applied fails its comparison, and the update then runs
-// again on the state it wrote itself: rare, and erring on the side of
-// taking too many tokens, never too few. Set MaxRetries to -1 to get
-// driver.ErrIndeterminate instead.
+// go-redis would re-send a command after a network error or a timeout
+// (redis.Options.MaxRetries, 3 by default), which could apply a
+// compare-and-swap twice, and whose retries, each after five dial
+// attempts, outlast the store timeout when the server refuses
+// connections, so that a refusal looked like a server that does not
+// answer. The Store's commands tell go-redis not to (their NoRetry is
+// true), whatever the client's MaxRetries: a command is sent at most
+// once, and its error, "connection refused" for instance, is the one
+// returned, wrapped with %w so that errors.Is finds syscall.ECONNREFUSED.
+// A MOVED, ASK or READONLY reply, which says that the command did not
+// run, is still followed to the right node. A store timeout shorter than
+// the client's dial attempts (DialerRetries × DialerRetryTimeout, 400ms
+// by default) still ends first and is reported as a timeout.
 //
 // # Clock
 //

@@ -2,16 +2,22 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/testserver"
+	"github.com/sluicehq/sluice/redisstore"
 )
 
 // closedAt is a StoreListener that notes when the circuit last closed.
@@ -116,6 +122,41 @@ func TestOutageLatency(t *testing.T) {
 			t.Logf("%v: circuit closed %v after Redis thawed", failure, recovered.Round(time.Millisecond))
 			if recovered < 0 || recovered > time.Second {
 				t.Errorf("circuit closed %v after the store came back, want within a second", recovered)
+			}
+		})
+	}
+}
+
+// TestRefusedThroughLimiter: a limiter whose Redis refuses connections
+// reports that, as `sluice serve` does, and not a store timeout: with a
+// client made with go-redis's defaults (three retries of each command,
+// each after five dial attempts, longer in all than the store timeout),
+// the store's commands are sent at most once, so the refusal comes back
+// within the timeout. Before, every call timed out after 1s.
+func TestRefusedThroughLimiter(t *testing.T) {
+	l0, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l0.Addr().String()
+	l0.Close() // nothing listens there now: connections are refused
+	for _, pipelining := range []bool{true, false} {
+		t.Run(fmt.Sprintf("pipelining=%v", pipelining), func(t *testing.T) {
+			c := redis.NewClient(&redis.Options{Addr: addr})
+			t.Cleanup(func() { c.Close() })
+			l, err := sluice.NewLimiter(sluice.TokenBucket(10, 10, time.Second),
+				sluice.WithStore(newStore(t, c, redisstore.WithPipelining(pipelining))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				_, err := l.Allow(context.Background(), "k")
+				if !errors.Is(err, syscall.ECONNREFUSED) || !errors.Is(err, driver.ErrUnavailable) {
+					t.Fatalf("call %d: Allow = %v, want an error matching syscall.ECONNREFUSED and driver.ErrUnavailable", i, err)
+				}
+				if !strings.Contains(err.Error(), "connection refused") {
+					t.Errorf("call %d: Allow = %v, want it to say connection refused", i, err)
+				}
 			}
 		})
 	}

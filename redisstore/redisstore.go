@@ -235,8 +235,28 @@ func (c *redisCAS) exec(ctx context.Context, cmd redis.Cmder) (sent bool, err er
 	return sent, err
 }
 
+// onceCmd is a command that go-redis sends at most once, whatever the
+// client's MaxRetries and MaxRedirects say (a MOVED, ASK or READONLY
+// reply, which says that the command did not run, is still followed).
+// A retry would hide the real error behind the caller's store timeout:
+// three retries, each after go-redis's five dial attempts, outlast the
+// default timeout of 1s when the server refuses connections. And a
+// compare-and-swap re-sent after a lost reply may run twice.
+type onceCmd struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to send the command again.
+func (onceCmd) NoRetry() bool { return true }
+
+// newCmd returns a command of args, whose key is args[keyPos], that
+// go-redis sends at most once.
+func newCmd(ctx context.Context, keyPos int8, args ...any) onceCmd {
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(keyPos)
+	return onceCmd{cmd}
+}
+
 func (c *redisCAS) Get(ctx context.Context, key string) ([]byte, error) {
-	cmd := redis.NewStringCmd(ctx, "get", c.prefix+key)
+	cmd := newCmd(ctx, 1, "get", c.prefix+key)
 	sent, err := c.exec(ctx, cmd)
 	if err == redis.Nil { // go-redis returns it as is
 		return nil, nil
@@ -244,7 +264,11 @@ func (c *redisCAS) Get(ctx context.Context, key string) ([]byte, error) {
 	if err != nil {
 		return nil, classify(ctx, "update", key, err, sent, false)
 	}
-	return cmd.Bytes()
+	v, ok := cmd.Val().(string)
+	if !ok {
+		return nil, fmt.Errorf("redisstore: update %s: %w: GET replied %#v, want a string", driver.QuoteKey(key), driver.ErrUnavailable, cmd.Val())
+	}
+	return []byte(v), nil
 }
 
 func (c *redisCAS) CompareAndSwap(ctx context.Context, key string, old, next []byte, ttl time.Duration) (bool, error) {
@@ -267,8 +291,7 @@ func (c *redisCAS) CompareAndSwapRead(ctx context.Context, key string, old, next
 		flag, expected = "0", noBytes
 	}
 	args := []any{"evalsha", casSHAArg, 1, c.prefix + key, flag, expected, next, ms}
-	cmd := redis.NewCmd(ctx, args...)
-	cmd.SetFirstKeyPos(3)
+	cmd := newCmd(ctx, 3, args...)
 	sent, err := c.exec(ctx, cmd)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// The server lost its scripts (SCRIPT FLUSH, a restart, a failover,
@@ -277,8 +300,7 @@ func (c *redisCAS) CompareAndSwapRead(ctx context.Context, key string, old, next
 			c.sawError(err)
 			return nil, false, classify(ctx, "update", key, err, false, false)
 		}
-		cmd = redis.NewCmd(ctx, args...)
-		cmd.SetFirstKeyPos(3)
+		cmd = newCmd(ctx, 3, args...)
 		sent, err = c.exec(ctx, cmd)
 	}
 	if err != nil {
@@ -299,7 +321,7 @@ func (c *redisCAS) CompareAndSwapRead(ctx context.Context, key string, old, next
 }
 
 func (c *redisCAS) Delete(ctx context.Context, key string) error {
-	cmd := redis.NewIntCmd(ctx, "del", c.prefix+key)
+	cmd := newCmd(ctx, 1, "del", c.prefix+key)
 	sent, err := c.exec(ctx, cmd)
 	if err != nil {
 		return classify(ctx, "delete", key, err, sent, true)

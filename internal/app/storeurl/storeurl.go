@@ -326,10 +326,11 @@ func openMem(_ context.Context, src source) (*Store, error) {
 	return &Store{Store: memstore.New(memstore.WithMaxKeys(src.memMaxKeys)), Scheme: u.Scheme, URL: src.shown, Local: true}, nil
 }
 
-// noRetries turns off go-redis's own retries: a compare-and-set it re-sent
-// after a lost reply may have been applied twice (redisstore's doc), and
-// the limiter's store timeout and failure policy already bound a failing
-// call. A redis:// URL may still set max_retries.
+// noRetries turns off go-redis's own retries of the commands beside the
+// store's updates (PING, TIME), as redisstore turns them off for its
+// updates: the limiter's store timeout and failure policy already bound a
+// failing call, and a retry would only hide its cause behind that
+// timeout. A redis:// URL may still set max_retries.
 const noRetries = -1
 
 func openRedis(_ context.Context, src source) (*Store, error) {

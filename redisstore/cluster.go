@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -22,6 +23,9 @@ type clusterClient interface {
 	// ForEachMaster reloads the slot map, then calls fn on every master
 	// of it, concurrently, and returns one of fn's errors.
 	ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
+	// MasterForKey returns the client of key's master in the slot map,
+	// loading the map first if the client has none.
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
 }
 
 // movedOn reports whether err, the error of a command, may mean that
@@ -47,13 +51,60 @@ func movedOn(err error) bool {
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
+// While a cluster is in trouble the Store reloads the slot map every
+// reloadEvery, until reloadFor after the last command that failed as when
+// its slot moved: the commands of a dead master's slots may fail late
+// (go-redis retries a pipeline's commands after failed dials, four times
+// by default) or not at all (a circuit breaker keeps them from the
+// store), so reloading only after failures would find a promoted replica
+// seconds late.
+const (
+	reloadEvery = 250 * time.Millisecond
+	reloadFor   = 5 * time.Second
+)
+
 // sawError asks a cluster client to reload its slot map when err, the
-// error of a command, may mean that the command's slot moved. Reloads
-// are asynchronous and go-redis coalesces them (see clusterClient), so
-// a burst of failing commands costs a few CLUSTER SLOTS per second, and
-// the first command after the reload goes to the slot's new master.
+// error of a command, may mean that the command's slot moved, and keeps
+// reloading it for reloadFor (see reloadEvery). Reloads are asynchronous
+// and go-redis coalesces them (see clusterClient), so a burst of failing
+// commands costs a few CLUSTER SLOTS per second, and the first command
+// after the reload goes to the slot's new master.
 func (c *redisCAS) sawError(err error) {
-	if c.cluster != nil && err != nil && movedOn(err) {
+	if c.cluster == nil || err == nil || !movedOn(err) {
+		return
+	}
+	c.cluster.ReloadState(context.Background())
+	c.reloadUntil.Store(time.Now().Add(reloadFor).UnixNano())
+	c.reloadMu.Lock()
+	defer c.reloadMu.Unlock()
+	if !c.reloading && !c.closed.Load() {
+		c.reloading = true
+		c.reloads.Add(1)
+		go c.keepReloading()
+	}
+}
+
+// keepReloading reloads the slot map every reloadEvery until reloadUntil
+// or until the Store is closed.
+func (c *redisCAS) keepReloading() {
+	defer c.reloads.Done()
+	t := time.NewTicker(reloadEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stopReloads:
+			return
+		case <-t.C:
+		}
+		c.reloadMu.Lock()
+		done := time.Now().UnixNano() > c.reloadUntil.Load()
+		if done {
+			c.reloading = false
+		}
+		c.reloadMu.Unlock()
+		if done {
+			return
+		}
 		c.cluster.ReloadState(context.Background())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -46,6 +47,10 @@ func (c *faultyCluster) ScriptLoad(ctx context.Context, script string) *redis.St
 }
 
 func (c *faultyCluster) ReloadState(context.Context) { c.reloads.Add(1) }
+
+func (c *faultyCluster) MasterForKey(context.Context, string) (*redis.Client, error) {
+	return nil, c.err
+}
 
 func (c *faultyCluster) ForEachMaster(ctx context.Context, fn func(context.Context, *redis.Client) error) error {
 	return c.masterErr
@@ -101,5 +106,137 @@ func TestClusterPing(t *testing.T) {
 	}
 	if err := newStore(t, cluster(t)).Ping(context.Background()); err != nil {
 		t.Errorf("Ping of a healthy cluster = %v", err)
+	}
+}
+
+// stuckMaster is a cluster client whose commands to one master, while
+// it is set, wait until released: a master that does not answer.
+type stuckMaster struct {
+	*redis.ClusterClient
+	stuck   atomic.Pointer[string] // the master's address
+	entered chan struct{}          // gets a value when a command starts to wait
+	release chan struct{}          // closed to let the waiting commands go
+}
+
+// wait waits while cmds has a command on the stuck master.
+func (c *stuckMaster) wait(ctx context.Context, cmds ...redis.Cmder) {
+	addr := c.stuck.Load()
+	if addr == nil {
+		return
+	}
+	for _, cmd := range cmds {
+		key := fmt.Sprint(cmd.Args()[1]) // GET, DEL: the key; EVALSHA: the SHA, then…
+		if cmd.Name() == "evalsha" {
+			key = fmt.Sprint(cmd.Args()[3])
+		}
+		if m, err := c.MasterForKey(ctx, key); err == nil && m.Options().Addr == *addr {
+			c.entered <- struct{}{}
+			<-c.release
+			return
+		}
+	}
+}
+
+func (c *stuckMaster) Process(ctx context.Context, cmd redis.Cmder) error {
+	c.wait(ctx, cmd)
+	return c.ClusterClient.Process(ctx, cmd)
+}
+
+func (c *stuckMaster) Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
+	rec := &recorder{Pipeliner: c.ClusterClient.Pipeline()}
+	_ = fn(rec) // redisstore's fn only queues commands
+	c.wait(ctx, rec.cmds...)
+	return c.ClusterClient.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, cmd := range rec.cmds {
+			_ = p.Process(ctx, cmd)
+		}
+		return nil
+	})
+}
+
+// recorder is a Pipeliner that notes the commands queued on it.
+type recorder struct {
+	redis.Pipeliner
+	cmds []redis.Cmder
+}
+
+func (r *recorder) Process(_ context.Context, cmd redis.Cmder) error {
+	r.cmds = append(r.cmds, cmd)
+	return nil
+}
+
+// TestClusterMasterHoldsUpItsOwn: while one master does not answer, the
+// commands of another master's keys go out and get their replies: each
+// master has its own pipeline. With one pipeline for the whole cluster,
+// a command of a healthy master queued behind a pipeline that waited for
+// a dead one, and the store timed out on every key.
+func TestClusterMasterHoldsUpItsOwn(t *testing.T) {
+	c := &stuckMaster{ClusterClient: cluster(t), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	s := newStore(t, c)
+	ctx := context.Background()
+	// A key on each of two masters; every master's pipeline in use.
+	byMaster := map[string]string{}
+	for i := 0; len(byMaster) < 3; i++ {
+		k := fmt.Sprint("k", i)
+		m, err := c.MasterForKey(ctx, prefix(t)+k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := byMaster[m.Options().Addr]; !ok {
+			byMaster[m.Options().Addr] = k
+			mustUpdate(t, s, k, increment)
+		}
+	}
+	var stuck, healthy string
+	for addr, k := range byMaster {
+		if stuck == "" {
+			stuck = addr
+			c.stuck.Store(&addr)
+			continue
+		}
+		healthy = k
+	}
+	waiting := make(chan error, 1)
+	go func() { waiting <- s.Update(ctx, byMaster[stuck], increment) }()
+	<-c.entered // the stuck master's command waits in go-redis
+
+	uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err := s.Update(uctx, healthy, increment)
+	close(c.release)
+	if err != nil {
+		t.Errorf("Update of %q on a healthy master while master %s hangs = %v, want nil", healthy, stuck, err)
+	}
+	if err := <-waiting; err != nil {
+		t.Errorf("Update on the released master = %v", err)
+	}
+}
+
+// TestClusterKeepsReloading: after a command failed as when its slot
+// moved, the Store keeps reloading the slot map for a while with no
+// further command (calls may be kept from the store by a circuit
+// breaker, or wait behind go-redis's retries), and stops when closed.
+func TestClusterKeepsReloading(t *testing.T) {
+	c := &faultyCluster{err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}
+	s, err := redisstore.New(c, redisstore.WithPipelining(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(context.Background(), "k", increment); err == nil {
+		t.Fatal("Update = nil, want the client's error")
+	}
+	after := c.reloads.Load()
+	// Real time must pass: a generous deadline, not a bound.
+	for deadline := time.Now().Add(30 * time.Second); c.reloads.Load() < after+3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reloads of the slot map in 30s after the failed command, want 3", c.reloads.Load()-after)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.Close()
+	closed := c.reloads.Load()
+	time.Sleep(time.Second)
+	if n := c.reloads.Load() - closed; n != 0 {
+		t.Errorf("%d reloads of the slot map after Close, want none", n)
 	}
 }

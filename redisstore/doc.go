@@ -29,15 +29,20 @@
 // a master that dies answers neither, so on its own the client would keep
 // sending the dead master's slots to its address for up to a minute after
 // a replica took over. With a *redis.ClusterClient (found by its
-// ReloadState and ForEachMaster methods, so a wrapper that hides them
-// hides this too), the Store asks for a reload after every command that
-// failed as when its slot moved: no connection, a broken one, a timeout,
-// a CLUSTERDOWN, TRYAGAIN, MASTERDOWN, READONLY, LOADING, MOVED or ASK
-// reply. go-redis runs one reload at a time, with at least 200ms between
-// them, in the background. Decisions on the dead master's slots then
-// recover within about a second and a half of the replica's promotion
-// (measured by TestClusterFailover: 3 masters with a replica each,
-// cluster-node-timeout 1000, a master killed under load).
+// ReloadState, MasterForKey and ForEachMaster methods, so a wrapper that
+// hides them hides this too), the Store asks for a reload after every
+// command that failed as when its slot moved: no connection, a broken
+// one, a timeout, a CLUSTERDOWN, TRYAGAIN, MASTERDOWN, READONLY, LOADING,
+// MOVED or ASK reply; and from then on every 250ms until 5s after the
+// last such failure, since the failures of a dead master's commands may
+// come late or not at all while a circuit breaker keeps them from the
+// store. go-redis runs one reload at a time, in the background. Each
+// master has its own pipeline (see Pipelining), so a master that does not
+// answer holds up the commands of its own slots only.
+//
+// Decisions on a dead master's slots recover within about a second of
+// its replica's promotion (TestClusterFailover: 3 masters with a replica
+// each, cluster-node-timeout 1000, a master killed under load).
 //
 // [Store.Ping] of a cluster asks every master of a freshly reloaded map
 // for CLUSTER INFO and fails unless each answers cluster_state:ok, so a
@@ -74,11 +79,15 @@
 // is in flight goes out together in the next (at most 256 commands), and
 // a command queued while nothing is in flight goes out at once, on its own
 // (go-redis's Process, so a client's hooks see it as a command, not a
-// pipeline), with no timer. Under concurrency that is far fewer round trips and system calls
-// than one per command; [WithPipelining](false) sends each command on its
-// own instead. Either way a caller's context is honoured: a call whose
-// context ends before its command was sent returns ctx.Err(); after it was
-// sent, an update returns driver.ErrIndeterminate wrapping ctx.Err().
+// pipeline), with no timer. With a cluster client, each master has such a
+// goroutine of its own, started at the first command of its slots (a
+// master is found in the client's slot map, so that its pipelines go to
+// one node). Under concurrency that is far fewer round trips and system
+// calls than one per command; [WithPipelining](false) sends each command
+// on its own instead. Either way a caller's context is honoured: a call
+// whose context ends before its command was sent returns ctx.Err(); after
+// it was sent, an update returns driver.ErrIndeterminate wrapping
+// ctx.Err().
 //
 // # Errors
 //

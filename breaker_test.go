@@ -272,3 +272,66 @@ func TestStoreConflictRetried(t *testing.T) {
 	}
 	t.Logf("50 calls, 40 lost races, %d successful updates", store.count())
 }
+
+// partitionedStore is a mapStore of two partitions, a key's being its
+// first byte, of which one fails while down is set.
+type partitionedStore struct {
+	*mapStore
+	down  atomic.Bool // partition "a" fails
+	calls [2]atomic.Int64
+}
+
+func (s *partitionedStore) Partition(key string) string { return key[:1] }
+
+func (s *partitionedStore) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
+	if key[0] == 'a' {
+		s.calls[0].Add(1)
+		if s.down.Load() {
+			return fmt.Errorf("test: %w: master of a refuses connections", driver.ErrUnavailable)
+		}
+	} else {
+		s.calls[1].Add(1)
+	}
+	return s.mapStore.Update(ctx, key, fn)
+}
+
+// TestCircuitPerPartition: on a store of partitions (driver.Partitioner:
+// a Redis Cluster's masters), a partition that fails opens the circuit
+// of its own keys only: their calls are answered at once, while the
+// other partition's still go to the store and are decided exactly. The
+// listener learns that a circuit is open. With one circuit for the
+// store, the failing keys' calls and the others' took turns to open and
+// close it, and while it was open every key got the failure policy's
+// answer.
+func TestCircuitPerPartition(t *testing.T) {
+	ctx := context.Background()
+	store, log := &partitionedStore{mapStore: newMapStore()}, new(circuitLog)
+	l, err := sluice.NewLimiter(sluice.FixedWindow(1000, time.Hour), sluice.WithStore(store), sluice.WithListener(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.down.Store(true)
+	const rounds = 100
+	var failedB int
+	for range rounds {
+		_, _ = l.Allow(ctx, "a-key")
+		if _, err := l.Allow(ctx, "b-key"); err != nil {
+			failedB++
+		}
+	}
+	if failedB != 0 {
+		t.Errorf("%d of %d calls of a healthy partition's key failed, want none", failedB, rounds)
+	}
+	if got := store.calls[0].Load(); got != sluice.DefaultCircuitFailures {
+		t.Errorf("the failing partition was asked %d times, want %d: its circuit should open after that many failures", got, sluice.DefaultCircuitFailures)
+	}
+	if got := store.calls[1].Load(); got != rounds {
+		t.Errorf("the healthy partition was asked %d times, want all %d", got, rounds)
+	}
+	if got := log.get(); !slices.Equal(got, []sluice.CircuitState{sluice.CircuitOpen}) {
+		t.Errorf("circuit states %v, want [open]", got)
+	}
+	if r, err := l.Allow(ctx, "b-key"); err != nil || r.Remaining != 1000-rounds-1 {
+		t.Errorf("Allow(b-key) = %+v, %v; want %d remaining: every call counted", r, err, 1000-rounds-1)
+	}
+}

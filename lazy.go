@@ -82,7 +82,7 @@ func NewLazyBuckets(s driver.Store, supply func(ctx context.Context, key string)
 	// local bucket has its own supplied configuration too.
 	// It is made at the first failure.
 	local := sync.OnceValue(func() *lazyKeys {
-		return &lazyKeys{p: p, engine: keyed.NewStore(keyed.NewMapStore(p.clock, 0), p.clock, DefaultStoreTimeout, breaker.New(0, nil))}
+		return &lazyKeys{p: p, engine: keyed.NewStore(keyed.NewMapStore(p.clock, 0), p.clock, DefaultStoreTimeout, breaker.NewSet(0, nil, nil))}
 	})
 	p.backend = &bucketFailover{
 		failurePolicy: setup.fail,

@@ -198,7 +198,12 @@ func WithInheritance(t Inheritance) StoreOption {
 //
 // The breaker is the limiter's own, not shared with other limiters on
 // the same store: each detects an outage after its own n failures, and
-// reports its state changes to its StoreListener.
+// reports its state changes to its StoreListener. On a store of
+// partitions that fail on their own (a driver.Partitioner, as redisstore
+// with a Redis Cluster is: one partition per master), the limiter keeps a
+// breaker per partition, so a master that fails opens the circuit of its
+// own keys only; the listener is told the state of them all: open while
+// any partition's circuit is open.
 func WithCircuitBreaker(n int) StoreOption {
 	return StoreOption{"WithCircuitBreaker", func(o *options) { o.circuitFailures = n }}
 }

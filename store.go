@@ -126,7 +126,11 @@ func newStoreSetup(o *options, clock Clock) (storeSetup, error) {
 	if threshold == 0 {
 		threshold = DefaultCircuitFailures
 	}
-	st := keyed.NewStore(observedStore(o.store, o.observer), clock, timeout, breaker.New(threshold, notify))
+	var partition func(string) string
+	if p, ok := o.store.(driver.Partitioner); ok {
+		partition = p.Partition
+	}
+	st := keyed.NewStore(observedStore(o.store, o.observer), clock, timeout, breaker.NewSet(threshold, notify, partition))
 	return storeSetup{store: st, fail: fail, inherit: tokenbucket.Strategy(inherit), order: configOrder(o.configVersion)}, nil
 }
 

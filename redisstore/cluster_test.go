@@ -240,3 +240,25 @@ func TestClusterKeepsReloading(t *testing.T) {
 		t.Errorf("%d reloads of the slot map after Close, want none", n)
 	}
 }
+
+// TestPartition: with a cluster client, a key's partition is its master's
+// address, once the client has a slot map; a standalone server is one
+// partition, "".
+func TestPartition(t *testing.T) {
+	c := cluster(t)
+	s := newStore(t, c)
+	if p := s.Partition("k"); p != "" {
+		t.Errorf("Partition before any command = %q, want \"\": the client may have no slot map yet", p)
+	}
+	mustUpdate(t, s, "k", increment)
+	m, err := c.MasterForKey(context.Background(), prefix(t)+"k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := s.Partition("k"); p != m.Options().Addr {
+		t.Errorf("Partition(k) = %q, want its master %s", p, m.Options().Addr)
+	}
+	if p := newStore(t, standalone(t)).Partition("k"); p != "" {
+		t.Errorf("Partition on a standalone server = %q, want \"\"", p)
+	}
+}

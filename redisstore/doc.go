@@ -38,7 +38,11 @@
 // come late or not at all while a circuit breaker keeps them from the
 // store. go-redis runs one reload at a time, in the background. Each
 // master has its own pipeline (see Pipelining), so a master that does not
-// answer holds up the commands of its own slots only.
+// answer holds up the commands of its own slots only, and the Store is a
+// driver.Partitioner whose partitions are the masters ([Store.Partition]):
+// a limiter keeps a circuit breaker per master, so a master that fails
+// opens the circuit of its own slots, and the keys of the other masters
+// are still decided by the store.
 //
 // Decisions on a dead master's slots recover within about a second of
 // its replica's promotion (TestClusterFailover: 3 masters with a replica

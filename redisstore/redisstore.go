@@ -107,9 +107,10 @@ type Store struct {
 }
 
 var (
-	_ driver.Store      = (*Store)(nil)
-	_ driver.Deleter    = (*Store)(nil)
-	_ driver.SwapReader = (*redisCAS)(nil)
+	_ driver.Store       = (*Store)(nil)
+	_ driver.Deleter     = (*Store)(nil)
+	_ driver.Partitioner = (*Store)(nil)
+	_ driver.SwapReader  = (*redisCAS)(nil)
 )
 
 // New returns a Store of client's server or cluster. It does not talk to
@@ -161,6 +162,22 @@ func (s *Store) Update(ctx context.Context, key string, fn driver.UpdateFunc) er
 // driver.ErrUnavailable or driver.ErrIndeterminate, or are ctx.Err().
 func (s *Store) Delete(ctx context.Context, key string) error {
 	return s.del.Delete(ctx, key)
+}
+
+// Partition is the address of the master of key's slot in a cluster
+// client's slot map, so that a limiter keeps a circuit breaker per master
+// (see driver.Partitioner); "" for other clients, and until the cluster
+// client has a map (a command of the Store succeeded).
+func (s *Store) Partition(key string) string {
+	c := s.cas
+	if c.cluster == nil || !c.mapped.Load() {
+		return ""
+	}
+	m, err := c.cluster.MasterForKey(context.Background(), c.prefix+key) // no I/O once the client has a map
+	if err != nil {
+		return ""
+	}
+	return m.Options().Addr
 }
 
 // Ping checks that the server answers, for readiness checks. With a

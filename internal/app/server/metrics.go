@@ -187,6 +187,16 @@ func (s limiterStore) Update(ctx context.Context, key string, fn driver.UpdateFu
 	return err
 }
 
+// Partition is the server's store's partition of the limiter's key (see
+// driver.Partitioner), "" when the store has none, so that the limiter
+// keeps a circuit breaker per partition of a Redis Cluster.
+func (s limiterStore) Partition(key string) string {
+	if p, ok := s.s.(driver.Partitioner); ok {
+		return p.Partition(s.prefix + key)
+	}
+	return ""
+}
+
 // limiterDeleter is a limiterStore over a store that can delete.
 type limiterDeleter struct {
 	limiterStore

@@ -105,9 +105,12 @@ func (m Single) Reserve(s *BandwidthState, exists bool, now, n, maxWait int64) (
 // ExpiresAt is when the bandwidth is full again, counted from its last
 // refill: from then on a new bucket would do as well (or be stricter, if
 // it starts with fewer initial tokens). An intervally bandwidth also keeps
-// its refill grid, anchored at the key's first use, for as long as
-// Symfony keeps a token bucket after its last use (the time to refill it
-// from empty), plus the period the last refill may lie behind that use.
+// its refill grid, anchored at the key's first use, for the time Symfony
+// keeps a token bucket, the time to refill it from empty, counted from
+// its last refill (Symfony counts from its last save, which may lie up to
+// a period later: a key used then again only after that time starts a
+// grid of its own, a refill up to a period later, never earlier). For a
+// bucket that refills whole in one period, one period.
 func (m Single) ExpiresAt(s *BandwidthState) int64 {
 	return expiresAt(m.cfg, State{*s})
 }
@@ -394,10 +397,11 @@ func expiresAt1(bw *Bandwidth, s BandwidthState) int64 {
 }
 
 // intervallyKeep is how long after its last refill an intervally
-// bandwidth's state is kept: ⌈Capacity/r⌉+1 periods, one more than it
-// takes to refill from empty.
+// bandwidth's state is kept: ⌈Capacity/r⌉ periods, the time it takes to
+// refill from empty, and so no earlier than it is full again from any
+// size of 0 to Capacity.
 func intervallyKeep(bw *Bandwidth) int64 {
-	return policy.SatMul((bw.Capacity-1)/bw.RefillTokens+2, bw.Period)
+	return policy.SatMul((bw.Capacity-1)/bw.RefillTokens+1, bw.Period)
 }
 
 func appendState(dst []byte, st State) []byte {

@@ -125,8 +125,8 @@ func (m Packed) Cancel(p *PackedState, now int64, r *policy.Receipt) bool {
 
 // ExpiresAt is the Single's. For 0 to Capacity tokens it is keep after
 // the last refill: an intervally bandwidth refills from empty in
-// ⌈Capacity/r⌉ periods from a refill, less than the ⌈Capacity/r⌉+1 it is
-// kept for, so expiresAt1's second term is the larger. An overdrawn or
+// ⌈Capacity/r⌉ periods from a refill, no more than the ⌈Capacity/r⌉ it
+// is kept for, so expiresAt1's second term is the larger. An overdrawn or
 // overfilled state takes the whole computation.
 func (m Packed) ExpiresAt(p *PackedState) int64 {
 	if bw := &m.m.cfg.Bandwidths[0]; p.Size < 0 || p.Size > bw.Capacity {

@@ -87,9 +87,11 @@ type options struct {
 	store    driver.Store
 	timeout  time.Duration
 	failure  sluice.StoreFailure
-	now      func() time.Time
-	metrics  *metrics
-	outage   *outage.Log
+	// localMaxKeys bounds localCounters (WithLocalMaxKeys).
+	localMaxKeys int
+	now          func() time.Time
+	metrics      *metrics
+	outage       *outage.Log
 }
 
 // Option configures a Service.
@@ -124,6 +126,11 @@ func WithStoreTimeout(d time.Duration) Option { return func(o *options) { o.time
 // failure_mode_deny), OK without counting (FailOpen), or a count in this
 // process's memory (FailLocal).
 func WithStoreFailure(f sluice.StoreFailure) Option { return func(o *options) { o.failure = f } }
+
+// WithLocalMaxKeys bounds the windows FailLocal counts in this process's
+// memory while the store fails to n keys; the default, and n < 1, is no
+// bound.
+func WithLocalMaxKeys(n int) Option { return func(o *options) { o.localMaxKeys = n } }
 
 // WithClock sets the clock of the windows; the default is time.Now.
 func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
@@ -171,7 +178,7 @@ func New(d *Domains, lookup Lookup, opts ...Option) *Service {
 	if s.opts.outage == nil {
 		s.opts.outage = outage.New(s.opts.logger, s.opts.now)
 	}
-	s.localCounters = newCounters(memstore.New())
+	s.localCounters = newCounters(memstore.New(memstore.WithMaxKeys(s.opts.localMaxKeys)))
 	s.counters = s.localCounters
 	if s.opts.store != nil {
 		s.counters = newCounters(s.opts.store)

@@ -756,6 +756,27 @@ envoy:
 	}
 }
 
+// TestLocalMaxKeys: under FailLocal, the windows counted in this
+// process's memory while the store fails are bounded by
+// WithLocalMaxKeys, so that a client sending a new value each call during
+// an outage cannot grow the memory without bound: with room for one key,
+// a second key evicts the first, which then starts afresh. Before, every
+// value ever sent during the outage stayed.
+func TestLocalMaxKeys(t *testing.T) {
+	f := newFixture(t, windowDoc, nil, nil, envoyrls.WithStore(downStore{}), envoyrls.WithStoreFailure(sluice.FailLocal),
+		envoyrls.WithLocalMaxKeys(1))
+	for i, tt := range []struct{ value, want string }{
+		{"x", "OK 2/MINUTE() remaining=1 reset=1m0s"},
+		{"x", "OK 2/MINUTE() remaining=0 reset=1m0s"},
+		{"y", "OK 2/MINUTE() remaining=1 reset=1m0s"}, // evicts x
+		{"x", "OK 2/MINUTE() remaining=1 reset=1m0s"},
+	} {
+		if _, got, _ := f.call(t, req("d", desc("window", tt.value))); got[0] != tt.want {
+			t.Errorf("call %d (%s): status %q, want %q", i, tt.value, got[0], tt.want)
+		}
+	}
+}
+
 // hangingStore never answers: fault injection for a store that hangs.
 type hangingStore struct{}
 

@@ -94,11 +94,13 @@ type Config struct {
 	GRPCLimits GRPCLimits
 	// RLQSLimits bound the streams of Envoy's rate limit quota service.
 	RLQSLimits rlqs.Limits
-	// MaxKeys bounds the keys of the in-memory store (mem://).
+	// MaxKeys bounds the keys of the in-memory store (mem://); with
+	// another store, the keys that fail_local keeps in this process's
+	// memory while the store fails, shared among the limiters and the
+	// envoy section (fallbackKeys).
 	MaxKeys  int64
 	Simulate Simulate
 
-	maxKeysNode *yaml.Node // where max_keys was set, or nil
 	// where the shares of max_connections were set, or nil: unset, they
 	// follow a max_connections set below their defaults.
 	httpPerClientNode, grpcPerClientNode, grpcReservedNode *yaml.Node
@@ -319,9 +321,6 @@ func loadConfig(data []byte, file string) (*Config, error) {
 		return nil, inFile(err)
 	}
 	c.Limiters = f
-	if err := c.check(); err != nil {
-		return nil, inFile(err)
-	}
 	return c, c.rateLimitFromEnv(section)
 }
 
@@ -334,13 +333,13 @@ func (c *Config) rateLimitFromEnv(section bool) (err error) {
 	return err
 }
 
-// check checks what involves several sections, once all are decoded.
-func (c *Config) check() *config.Error {
-	if c.maxKeysNode != nil && !strings.HasPrefix(c.Store, "mem:") {
-		return config.NodeError("server.limits.max_keys", c.maxKeysNode,
-			"bounds the in-memory store (mem://), and the store is %s", redact(c.Store))
-	}
-	return nil
+// fallbackKeys is the most keys each of limiters limiters, and the envoy
+// section, keeps in this process's memory when the store fails under
+// fail_local: MaxKeys among them all, so that a client sending new keys
+// during an outage cannot grow the memory past what MaxKeys allows on
+// mem://. It bounds nothing on mem://, which cannot fail.
+func (c *Config) fallbackKeys(limiters int) int {
+	return int(max(c.MaxKeys/int64(limiters+1), 1))
 }
 
 func newConfig() *Config {
@@ -446,7 +445,6 @@ func (c *Config) serverFields() fields {
 			h, g := &c.HTTPLimits, &c.GRPCLimits
 			return decodeMapping(path, n, fields{
 				"max_keys": func(path string, n *yaml.Node) error {
-					c.maxKeysNode = n
 					return positiveInt(&c.MaxKeys)(path, n)
 				},
 				"http": func(path string, n *yaml.Node) error {

@@ -51,7 +51,7 @@ ratelimit:
 	if err != nil {
 		t.Fatalf("LoadConfig = %v", err)
 	}
-	c.Limiters, c.Envoy, c.maxKeysNode = nil, nil, nil
+	c.Limiters, c.Envoy = nil, nil
 	rl := envoyrls.DefaultSettings()
 	rl.Files, rl.RuntimeRoot, rl.RuntimeSubdirectory, rl.ResponseHeaders, rl.NearLimitRatio = true, "/srv/rl", "ratelimit", true, 0.5
 	want := Config{
@@ -129,7 +129,6 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"zero connections", "server:\n  limits:\n    grpc: {max_connections: 0}\n" + limitersYAML, `config: server.limits.grpc.max_connections (line 3): must be positive, got 0`},
 		{"zero rlqs streams", "server:\n  limits:\n    rlqs: {max_streams: 0}\n" + limitersYAML, `config: server.limits.rlqs.max_streams (line 3): must be positive, got 0`},
 		{"rlqs bound past int32", "server:\n  limits:\n    rlqs: {max_report_buckets: 4294967296}\n" + limitersYAML, `config: server.limits.rlqs.max_report_buckets (line 3): must be at most 2147483647`},
-		{"max_keys of redis", "store: redis://127.0.0.1:6379/0\nserver:\n  limits: {max_keys: 10}\n" + limitersYAML, `config: server.limits.max_keys (line 3): bounds the in-memory store (mem://), and the store is redis://127.0.0.1:6379/0`},
 		{"simulate enabled", "server:\n  simulate: {enabled: no way}\n" + limitersYAML, `config: server.simulate.enabled (line 2)`},
 		{"duplicate key", "server:\n  http: x\n  http: y\n" + limitersYAML, `config: server.http (line 3): duplicate key "http", first at line 2`},
 		{"port as a number", "server: {http: 8080}\n" + limitersYAML, `config: server.http (line 1): must be a string, got integer 8080 (quote it)`},

@@ -125,3 +125,40 @@ envoy:
 	}
 	t.Logf("%d lines:\n%s", len(got), strings.Join(got, ""))
 }
+
+// TestFailLocalKeysBounded: with a store other than mem:// under
+// fail_local, server.limits.max_keys bounds the keys each limiter keeps
+// in this process's memory while the store fails (shared among the
+// limiters and the envoy section), so that new keys sent during an
+// outage cannot grow the memory without bound. Before, max_keys was
+// refused with any store but mem://, and the fallback held every key.
+func TestFailLocalKeysBounded(t *testing.T) {
+	cfg, err := LoadConfig([]byte(`server: {store_failure: fail_local, limits: {max_keys: 300}}
+limiters:
+  a: {policy: fixed_window, limit: 10, interval: 1 minute}
+  b: {policy: token_bucket, limit: 10, rate: {amount: 1, interval: 1 second}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var broken atomic.Bool
+	broken.Store(true)
+	s, err := New(t.Context(), cfg, withStoreWrapper(func(st driver.Store) driver.Store { return breakable{st, &broken} }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := range 1000 {
+		for _, name := range []string{"a", "b"} {
+			if code, body := call(t, s, "POST", "/api/v1/consume", fmt.Sprintf(`{"limiter": %q, "key": "k%d"}`, name, i)); code != 200 {
+				t.Fatalf("consume %s k%d = %d %s, want 200 from the local fallback", name, i, code, body)
+			}
+		}
+	}
+	for _, name := range []string{"a", "b"} {
+		l, _ := s.cur.Load().lookup(name)
+		if n := l.Len(); n > 100 {
+			t.Errorf("limiter %s holds %d keys in memory, want at most 300/3 = 100", name, n)
+		}
+	}
+}

@@ -279,6 +279,7 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 		// "/" is not allowed in limiter names: the prefix is no limiter's.
 		envoyrls.WithStore(newLimiterStore(s.base, "envoy/ratelimit", s.metrics)), envoyrls.WithOutageLog(s.outage),
 		envoyrls.WithStoreTimeout(cfg.StoreTimeout), envoyrls.WithStoreFailure(cfg.StoreFailure),
+		envoyrls.WithLocalMaxKeys(cfg.fallbackKeys(len(cfg.Limiters.Order))),
 		envoyrls.WithClock(s.now), envoyrls.WithRegistry(s.metrics.reg))
 	s.rlqs = rlqs.New(cfg.RLQS, snap.lookup, rlqs.WithLogger(s.log), rlqs.WithClock(s.now), rlqs.WithRegistry(s.metrics.reg),
 		rlqs.WithObserver(func(c rlqs.Charge) { s.record(s.cur.Load(), c.Limiter, c.Key, c.Tokens, c.Allowed, c.Err) }),
@@ -373,6 +374,7 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 			return nil, fmt.Errorf("server: allowed_origins: %w", err)
 		}
 	}
+	fallbackKeys := cfg.fallbackKeys(len(cfg.Limiters.Order))
 	add := func(name string, p sluice.Policy, line, col int, extra ...sluice.LimiterOption) error {
 		lim := &limiter{name: name, policy: p, limit: limitOf(p), stats: new(stats), circuit: new(atomic.Bool)}
 		if o, ok := old.limiter(name); ok && o.policy.String() == p.String() {
@@ -385,6 +387,7 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 			sluice.WithStoreTimeout(cfg.StoreTimeout),
 			sluice.WithStoreFailure(cfg.StoreFailure),
 			sluice.WithInheritance(cfg.Inheritance),
+			sluice.WithMaxKeys(fallbackKeys), // fail_local's keys in this process
 			sluice.WithListener(outageListener{failureListener{limiter: name, m: s.metrics, stats: lim.stats, circuit: lim.circuit,
 				now: s.now, window: cfg.HealthWindow}, s.outage})}, extra...)...)
 		if err != nil {

@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/sluicehq/sluice/internal/storeerr"
 )
 
 // TableDefinition returns the CreateTable request that Migrate sends for
@@ -58,10 +60,10 @@ const tablePoll = 250 * time.Millisecond
 // unfit for a Store is an error saying why.
 func (s *Store) Migrate(ctx context.Context) error {
 	if err := s.waitActive(ctx); err != nil {
-		return wrapErr("dynamostore: migrate "+s.table, err)
+		return storeerr.Wrap("dynamostore: migrate "+s.table, err)
 	}
 	if err := s.enableTTL(ctx); err != nil {
-		return wrapErr("dynamostore: migrate "+s.table, err)
+		return storeerr.Wrap("dynamostore: migrate "+s.table, err)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/sqlstore"
 )
 
 // casStore is the driver.CAS of SingleStatement: one statement per call,
@@ -69,7 +70,7 @@ func (c casStore) Get(ctx context.Context, key string) ([]byte, error) {
 	if err != nil {
 		return nil, classify(ctx, err, false)
 	}
-	return nilIfEmpty(state), nil
+	return sqlstore.NilIfEmpty(state), nil
 }
 
 // CompareAndSwap writes next if key's state is still old, in one

@@ -9,14 +9,14 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/sluicehq/sluice/driver"
-	"github.com/sluicehq/sluice/internal/sweep"
+	"github.com/sluicehq/sluice/internal/sqlstore"
+	"github.com/sluicehq/sluice/internal/storeerr"
 )
 
 // Strategy is how a Store makes an update atomic. Processes that share a
@@ -41,26 +41,18 @@ const (
 
 // String returns the constant's name, "SingleStatement" or
 // "SelectForUpdate".
-func (s Strategy) String() string {
-	switch s {
-	case SingleStatement:
-		return "SingleStatement"
-	case SelectForUpdate:
-		return "SelectForUpdate"
-	}
-	return fmt.Sprintf("Strategy(%d)", int(s))
-}
+func (s Strategy) String() string { return sqlstore.Name(sqlstore.Strategy(s), dialect.Strategies) }
 
 // DefaultStateCache is how many keys' states a SingleStatement store
-// remembers by default; see WithStateCache.
-const DefaultStateCache = 4096
+// remembers by default (4096); see WithStateCache.
+const DefaultStateCache = sqlstore.DefaultStateCache
 
 // Defaults of the options.
 const (
-	DefaultTable         = "sluice_state"
-	DefaultKeyColumn     = "key"
-	DefaultStateColumn   = "state"
-	DefaultExpiresColumn = "expires_at"
+	DefaultTable         = sqlstore.DefaultTable         // "sluice_state"
+	DefaultKeyColumn     = sqlstore.DefaultKeyColumn     // "key"
+	DefaultStateColumn   = sqlstore.DefaultStateColumn   // "state"
+	DefaultExpiresColumn = sqlstore.DefaultExpiresColumn // "expires_at"
 )
 
 // Limits of the table's columns.
@@ -91,47 +83,33 @@ func (e *IdentifierError) Error() string {
 	return fmt.Sprintf("mysqlstore: %s: %q is not an SQL identifier (letters, digits and _, not starting with a digit, 1 to 64 bytes)", e.Option, e.Name)
 }
 
-// identRE is an unquoted identifier of at most 64 bytes, MySQL's limit.
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+// dialect is MySQL's: identifiers of at most 64 bytes, and column names
+// that are case-insensitive.
+var dialect = sqlstore.Dialect{
+	Pkg:             "mysqlstore",
+	MaxIdent:        64,
+	FoldCase:        true,
+	Strategies:      2,
+	IdentifierError: func(option, name string) error { return &IdentifierError{Option: option, Name: name} },
+}
 
 // Option configures New.
 type Option func(*options)
 
-type options struct {
-	table, schema       string
-	qualified           bool   // table has a database
-	tableOpt            string // the name as given, for errors
-	key, state, expires string
-	strategy            Strategy
-	maxAttempts         int
-	stateCache          int
-	sweepEvery          time.Duration
-	sweepReport         func(deleted int64, err error)
-	sweepSet            bool // WithSweep was given
-}
+type options = sqlstore.Config
 
 // WithTable sets the table, "name" or "db.name"; the default is
 // "sluice_state" in the connection's database.
-func WithTable(name string) Option {
-	return func(o *options) {
-		o.schema, o.table, o.qualified = "", name, false
-		if s, t, ok := strings.Cut(name, "."); ok {
-			o.schema, o.table, o.qualified = s, t, true
-		}
-		o.tableOpt = name
-	}
-}
+func WithTable(name string) Option { return func(o *options) { o.SetTable(name) } }
 
 // WithColumns sets the names of the key, state and expiry columns; the
 // defaults are "key", "state" and "expires_at".
 func WithColumns(key, state, expires string) Option {
-	return func(o *options) { o.key, o.state, o.expires = key, state, expires }
+	return func(o *options) { o.Key, o.State, o.Expires = key, state, expires }
 }
 
 // WithStrategy sets the strategy; the default is SingleStatement.
-func WithStrategy(s Strategy) Option {
-	return func(o *options) { o.strategy = s }
-}
+func WithStrategy(s Strategy) Option { return func(o *options) { o.Strategy = sqlstore.Strategy(s) } }
 
 // WithStateCache sets for how many keys a SingleStatement store remembers
 // the state it last wrote or read (the default is DefaultStateCache; 0
@@ -140,9 +118,7 @@ func WithStrategy(s Strategy) Option {
 // two; a stale entry (another process wrote, or the state expired) only
 // costs a lost compare and a read, never a wrong decision. See
 // driver.WithStateCache. SelectForUpdate ignores it.
-func WithStateCache(entries int) Option {
-	return func(o *options) { o.stateCache = entries }
-}
+func WithStateCache(entries int) Option { return func(o *options) { o.StateCache = entries } }
 
 // WithMaxAttempts bounds the attempts of one update: with
 // SingleStatement, the conditional writes lost to other writers; with
@@ -150,9 +126,7 @@ func WithStateCache(entries int) Option {
 // row. Past it the update fails with driver.ErrConflict. The default, 0,
 // is no bound: the update retries until its context ends, so that
 // contention is never a failure (see driver.NewCASStore).
-func WithMaxAttempts(n int) Option {
-	return func(o *options) { o.maxAttempts = n }
-}
+func WithMaxAttempts(n int) Option { return func(o *options) { o.MaxAttempts = n } }
 
 // WithSweep makes the Store delete expired rows by itself: New starts a
 // goroutine that, every interval, calls DeleteExpired with batches of
@@ -169,7 +143,7 @@ func WithMaxAttempts(n int) Option {
 // may sweep one table; they may pick the same rows, which only one
 // deletes.
 func WithSweep(interval time.Duration, report func(deleted int64, err error)) Option {
-	return func(o *options) { o.sweepEvery, o.sweepReport, o.sweepSet = interval, report, true }
+	return func(o *options) { o.SweepEvery, o.SweepReport, o.SweepSet = interval, report, true }
 }
 
 // DB is the part of *sql.DB that a Store uses; *sql.Conn satisfies it too.
@@ -189,11 +163,9 @@ type DB interface {
 // multiple goroutines when its DB is (a *sql.DB is). With WithSweep it
 // runs a goroutine until Close.
 type Store struct {
-	db       DB
-	strategy Strategy
-	q        queries
-	s        driver.Store
-	sweeper  *sweep.Sweeper // nil without WithSweep
+	db   DB
+	q    queries
+	core *sqlstore.Store
 }
 
 var (
@@ -214,50 +186,12 @@ func New(db DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("mysqlstore: nil DB")
 	}
-	o := options{
-		table:      DefaultTable,
-		tableOpt:   DefaultTable,
-		key:        DefaultKeyColumn,
-		state:      DefaultStateColumn,
-		expires:    DefaultExpiresColumn,
-		stateCache: DefaultStateCache,
+	o, err := sqlstore.Configure(dialect, opts)
+	if err != nil {
+		return nil, err
 	}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if !identRE.MatchString(o.table) || (o.qualified && !identRE.MatchString(o.schema)) {
-		return nil, &IdentifierError{Option: "WithTable", Name: o.tableOpt}
-	}
-	for _, c := range []string{o.key, o.state, o.expires} {
-		if !identRE.MatchString(c) {
-			return nil, &IdentifierError{Option: "WithColumns", Name: c}
-		}
-	}
-	// MySQL column names are case-insensitive.
-	if strings.EqualFold(o.key, o.state) || strings.EqualFold(o.key, o.expires) || strings.EqualFold(o.state, o.expires) {
-		return nil, fmt.Errorf("mysqlstore: WithColumns: names must differ, got %q, %q, %q", o.key, o.state, o.expires)
-	}
-	if o.maxAttempts < 0 {
-		return nil, fmt.Errorf("mysqlstore: WithMaxAttempts: attempts must not be negative, got %d", o.maxAttempts)
-	}
-	if o.stateCache < 0 {
-		return nil, fmt.Errorf("mysqlstore: WithStateCache: entries must not be negative, got %d", o.stateCache)
-	}
-	if o.sweepSet && o.sweepEvery <= 0 {
-		return nil, fmt.Errorf("mysqlstore: WithSweep: interval must be positive, got %v", o.sweepEvery)
-	}
-	s := &Store{db: db, strategy: o.strategy, q: newQueries(o)}
-	switch o.strategy {
-	case SingleStatement:
-		s.s = driver.NewCASStore(casStore{s}, driver.WithMaxAttempts(o.maxAttempts), driver.WithStateCache(o.stateCache))
-	case SelectForUpdate:
-		s.s = driver.NewRowLockStore(rowLocker{s}, driver.WithMaxAttempts(o.maxAttempts))
-	default:
-		return nil, fmt.Errorf("mysqlstore: WithStrategy: unknown strategy %v", o.strategy)
-	}
-	if o.sweepSet {
-		s.sweeper = sweep.Start(o.sweepEvery, s.DeleteExpired, o.sweepReport)
-	}
+	s := &Store{db: db, q: newQueries(o)}
+	s.core = sqlstore.New(dialect, o, sqlstore.Blocks{CAS: casStore{s}, RowLocker: rowLocker{s}}, s.deleteKey, s.DeleteExpired)
 	return s, nil
 }
 
@@ -266,15 +200,10 @@ func New(db DB, opts ...Option) (*Store, error) {
 // again. It does not close the DB, which the caller owns, and does
 // nothing without WithSweep. It returns nil, and may be called more than
 // once.
-func (s *Store) Close() error {
-	if s.sweeper != nil {
-		s.sweeper.Close()
-	}
-	return nil
-}
+func (s *Store) Close() error { return s.core.Close() }
 
 // Strategy returns the store's strategy.
-func (s *Store) Strategy() Strategy { return s.strategy }
+func (s *Store) Strategy() Strategy { return Strategy(s.core.Strategy()) }
 
 // Update atomically reads key's state, calls fn and writes its result
 // when it changed, as driver.Store requires. Its errors wrap
@@ -283,29 +212,12 @@ func (s *Store) Strategy() Strategy { return s.strategy }
 // ctx.Err(). Any key is accepted: one shorter than MaxKeyLen bytes is
 // stored as it is, a longer one under driver.ShortKey, which errors name.
 func (s *Store) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
-	key = driver.ShortKey(key)
-	err := s.s.Update(ctx, key, fn)
-	if err == nil || isBareContextErr(err) {
-		return err
-	}
-	return fmt.Errorf("mysqlstore: update %s: %w", driver.QuoteKey(key), err)
+	return s.core.Update(ctx, key, fn)
 }
 
 // Delete removes key's state at once. Deleting a key without state is not
 // an error.
-func (s *Store) Delete(ctx context.Context, key string) error {
-	key = driver.ShortKey(key)
-	var err error
-	if d, ok := s.s.(driver.Deleter); ok {
-		err = d.Delete(ctx, key) // drops the state cache's entry too
-	} else {
-		err = s.deleteKey(ctx, key)
-	}
-	if err != nil {
-		return wrapErr("mysqlstore: delete "+driver.QuoteKey(key), err)
-	}
-	return nil
-}
+func (s *Store) Delete(ctx context.Context, key string) error { return s.core.Delete(ctx, key) }
 
 // deleteKey deletes key's row: one round trip.
 func (s *Store) deleteKey(ctx context.Context, key string) error {
@@ -353,12 +265,12 @@ func (s *Store) DeleteExpired(ctx context.Context, batch int) (deleted int64, er
 	}
 	tx, err := s.db.BeginTx(ctx, &txOptions)
 	if err != nil {
-		return 0, wrapErr("mysqlstore: delete expired", classify(ctx, err, false))
+		return 0, storeerr.Wrap("mysqlstore: delete expired", classify(ctx, err, false))
 	}
 	defer tx.Rollback()
 	keys, err := expiredKeys(ctx, tx, s.q.expiredKeys, batch)
 	if err != nil {
-		return 0, wrapErr("mysqlstore: delete expired", classify(ctx, err, false))
+		return 0, storeerr.Wrap("mysqlstore: delete expired", classify(ctx, err, false))
 	}
 	if len(keys) == 0 {
 		return 0, nil
@@ -367,10 +279,10 @@ func (s *Store) DeleteExpired(ctx context.Context, batch int) (deleted int64, er
 	del := s.q.deleteExpired + strings.Repeat(", ?", len(keys)-1) + ")"
 	res, err := tx.ExecContext(ctx, del, keys...)
 	if err != nil {
-		return 0, wrapErr("mysqlstore: delete expired", classify(ctx, err, false))
+		return 0, storeerr.Wrap("mysqlstore: delete expired", classify(ctx, err, false))
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, wrapErr("mysqlstore: delete expired", classify(ctx, err, true))
+		return 0, storeerr.Wrap("mysqlstore: delete expired", classify(ctx, err, true))
 	}
 	return res.RowsAffected()
 }
@@ -398,7 +310,7 @@ func expiredKeys(ctx context.Context, tx *sql.Tx, query string, batch int) ([]an
 // driver.ErrUnavailable, or is ctx.Err().
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.db.PingContext(ctx); err != nil {
-		return wrapErr("mysqlstore: ping", classify(ctx, err, false))
+		return storeerr.Wrap("mysqlstore: ping", classify(ctx, err, false))
 	}
 	return nil
 }
@@ -415,22 +327,9 @@ func (s *Store) DDL() string { return s.q.ddl }
 // It is safe to run at every start.
 func (s *Store) Migrate(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, s.q.ddl); err != nil {
-		return wrapErr("mysqlstore: migrate", classify(ctx, err, false))
+		return storeerr.Wrap("mysqlstore: migrate", classify(ctx, err, false))
 	}
 	return nil
-}
-
-// wrapErr prefixes err with what, unless err is a bare context error,
-// which is returned as is.
-func wrapErr(what string, err error) error {
-	if isBareContextErr(err) {
-		return err
-	}
-	return fmt.Errorf("%s: %w", what, err)
-}
-
-func isBareContextErr(err error) bool {
-	return err == context.Canceled || err == context.DeadlineExceeded
 }
 
 // MySQL error numbers after which a retry is safe once the transaction is
@@ -448,33 +347,23 @@ const (
 const errDupEntry = 1062 // ER_DUP_ENTRY
 
 // classify maps err, returned by a statement or a COMMIT, to the driver's
-// errors. write says whether the statement may have written state: a
-// Delete, or the COMMIT of a transaction that wrote. An error the server
-// reported (it rolled the statement back), an error before sending
-// (notSent) and the failure of anything but a write leave nothing
-// written.
+// errors (see storeerr.Classify). write says whether the statement may
+// have written state: a Delete, or the COMMIT of a transaction that
+// wrote. An error the server reported rolled the statement back.
 func classify(ctx context.Context, err error, write bool) error {
+	out := storeerr.NoAnswer
 	var me *mysql.MySQLError
-	if errors.As(err, &me) {
+	switch {
+	case errors.As(err, &me):
+		out = storeerr.Refused
 		switch me.Number {
 		case errLockWaitTimeout, errLockDeadlock, errCheckRead:
-			return fmt.Errorf("%w: %w", driver.ErrConflict, err)
+			out = storeerr.Conflict
 		}
-		if cerr := ctx.Err(); cerr != nil {
-			return cerr
-		}
-		return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
+	case notSent(err):
+		out = storeerr.NotSent
 	}
-	if write && !notSent(err) {
-		if cerr := ctx.Err(); cerr != nil {
-			return fmt.Errorf("%w: %w", driver.ErrIndeterminate, cerr)
-		}
-		return fmt.Errorf("%w: %w", driver.ErrIndeterminate, err)
-	}
-	if cerr := ctx.Err(); cerr != nil {
-		return cerr
-	}
-	return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
+	return storeerr.Classify(ctx, err, write, out)
 }
 
 // notSent reports whether err certainly happened before the statement
@@ -495,12 +384,12 @@ type queries struct {
 }
 
 func newQueries(o options) queries {
-	ident := func(s string) string { return "`" + s + "`" } // s matches identRE
-	table := ident(o.table)
-	if o.qualified {
-		table = ident(o.schema) + "." + table
+	ident := func(s string) string { return "`" + s + "`" } // s is an identifier (sqlstore.Configure)
+	table := ident(o.Table)
+	if o.Qualified {
+		table = ident(o.Schema) + "." + table
 	}
-	k, st, ex := ident(o.key), ident(o.state), ident(o.expires)
+	k, st, ex := ident(o.Key), ident(o.State), ident(o.Expires)
 	r := strings.NewReplacer(
 		"{{table}}", table, "{{key}}", k, "{{state}}", st, "{{expires}}", ex,
 	)
@@ -559,12 +448,4 @@ func ttlArg(ttl time.Duration) any {
 		us++
 	}
 	return us
-}
-
-// nilIfEmpty returns nil for an empty state: an empty row has none.
-func nilIfEmpty(b []byte) []byte {
-	if len(b) == 0 {
-		return nil
-	}
-	return b
 }

@@ -417,6 +417,9 @@ func TestInvalidOptions(t *testing.T) {
 	}
 	for _, opt := range []mysqlstore.Option{
 		mysqlstore.WithMaxAttempts(-1),
+		mysqlstore.WithStateCache(-1),
+		// The number of pgstore's AdvisoryLock, which MySQL has not.
+		mysqlstore.WithStrategy(mysqlstore.SelectForUpdate + 1),
 		mysqlstore.WithColumns("a", "A", "b"),
 		mysqlstore.WithSweep(0, nil),
 		mysqlstore.WithSweep(-time.Second, nil),

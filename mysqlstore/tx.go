@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/sqlstore"
 )
 
 // txOptions start every transaction. Under READ COMMITTED, InnoDB takes
@@ -56,7 +57,7 @@ func (t *rowTx) TryLockAndGet(ctx context.Context) (state []byte, found bool, er
 	if err != nil {
 		return nil, false, classify(ctx, err, false)
 	}
-	return nilIfEmpty(state), true, nil
+	return sqlstore.NilIfEmpty(state), true, nil
 }
 
 // TryInsertEmpty inserts an empty row unless the key has one: one round

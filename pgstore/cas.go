@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/internal/sqlstore"
 )
 
 // casStore is the driver.CAS of SingleStatement: one statement per call,
@@ -23,7 +25,7 @@ func (c casStore) Get(ctx context.Context, key string) ([]byte, error) {
 	if err != nil {
 		return nil, classify(ctx, err, false)
 	}
-	return nilIfEmpty(state), nil
+	return sqlstore.NilIfEmpty(state), nil
 }
 
 // CompareAndSwap writes next if key's state is still old, in one
@@ -36,10 +38,10 @@ func (c casStore) CompareAndSwap(ctx context.Context, key string, old, next []by
 	var args []any
 	sql := c.s.q.casInsert
 	if old == nil {
-		args = []any{[]byte(key), nonNil(next), ttlArg(ttl)}
+		args = []any{[]byte(key), sqlstore.NonNil(next), ttlArg(ttl)}
 	} else {
 		sql = c.s.q.casUpdate
-		args = []any{[]byte(key), nonNil(next), ttlArg(ttl), old}
+		args = []any{[]byte(key), sqlstore.NonNil(next), ttlArg(ttl), old}
 	}
 	tag, err := c.s.db.Exec(ctx, sql, args...)
 	if err != nil {

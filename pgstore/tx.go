@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/sqlstore"
 )
 
 // txOptions start every transaction. READ COMMITTED is explicit because
@@ -94,7 +95,7 @@ func (t rowTx) TryLockAndGet(ctx context.Context) (state []byte, found bool, err
 	if err != nil {
 		return nil, false, classify(ctx, err, false)
 	}
-	return nilIfEmpty(state), true, nil
+	return sqlstore.NilIfEmpty(state), true, nil
 }
 
 // TryInsertEmpty inserts an empty row: one round trip. Another
@@ -108,7 +109,7 @@ func (t rowTx) TryInsertEmpty(ctx context.Context) error {
 // Update writes the locked row: one round trip.
 func (t rowTx) Update(ctx context.Context, state []byte, ttl time.Duration) error {
 	t.wrote = true
-	return t.write(ctx, t.s.q.updateRow, t.key, nonNil(state), ttlArg(ttl))
+	return t.write(ctx, t.s.q.updateRow, t.key, sqlstore.NonNil(state), ttlArg(ttl))
 }
 
 // advisoryLocker is the driver.Locker of AdvisoryLock.
@@ -145,7 +146,7 @@ func (t advisoryTx) LockAndGet(ctx context.Context) ([]byte, error) {
 	if err := t.tx.SendBatch(ctx, &b).Close(); err != nil {
 		return nil, classify(ctx, err, false)
 	}
-	return nilIfEmpty(state), nil
+	return sqlstore.NilIfEmpty(state), nil
 }
 
 // Create writes the state of a key that had none: one round trip. It
@@ -158,18 +159,9 @@ func (t advisoryTx) Create(ctx context.Context, state []byte, ttl time.Duration)
 // concurrent DeleteExpired may have deleted the row once it expired.
 func (t advisoryTx) Update(ctx context.Context, state []byte, ttl time.Duration) error {
 	t.wrote = true
-	return t.write(ctx, t.s.q.upsert, t.key, nonNil(state), ttlArg(ttl))
+	return t.write(ctx, t.s.q.upsert, t.key, sqlstore.NonNil(state), ttlArg(ttl))
 }
 
 // Unlock does nothing: the transaction-level lock ends with the
 // transaction.
 func (t advisoryTx) Unlock(ctx context.Context) error { return nil }
-
-// nonNil returns b, or an empty slice for nil: the state column is NOT
-// NULL.
-func nonNil(b []byte) []byte {
-	if b == nil {
-		return []byte{}
-	}
-	return b
-}

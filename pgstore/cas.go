@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,15 +16,11 @@ type casStore struct{ s *Store }
 // Get returns key's state, nil when it has none: no row, an expired row
 // or an empty row. One round trip.
 func (c casStore) Get(ctx context.Context, key string) ([]byte, error) {
-	var state []byte
-	err := c.s.db.QueryRow(ctx, c.s.q.get, []byte(key)).Scan(&state)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
+	state, _, err := sqlstore.ReadState(c.s.db.QueryRow(ctx, c.s.q.get, []byte(key)), pgx.ErrNoRows)
 	if err != nil {
 		return nil, classify(ctx, err, false)
 	}
-	return sqlstore.NilIfEmpty(state), nil
+	return state, nil
 }
 
 // CompareAndSwap writes next if key's state is still old, in one

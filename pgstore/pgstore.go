@@ -160,12 +160,8 @@ type Store struct {
 }
 
 var (
-	_ driver.Store     = (*Store)(nil)
-	_ driver.Deleter   = (*Store)(nil)
-	_ driver.CAS       = casStore{}
-	_ driver.Deleter   = casStore{}
-	_ driver.RowLocker = rowLocker{}
-	_ driver.Locker    = advisoryLocker{}
+	_ driver.Store   = (*Store)(nil)
+	_ driver.Deleter = (*Store)(nil)
 )
 
 // New returns a Store on db, usually a *pgxpool.Pool. It does not touch

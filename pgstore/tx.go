@@ -88,14 +88,11 @@ type rowTx struct{ *txConn }
 // lock, and a locked row is read as its last committed version once the
 // lock is granted.
 func (t rowTx) TryLockAndGet(ctx context.Context) (state []byte, found bool, err error) {
-	err = t.tx.QueryRow(ctx, t.s.q.lockRow, t.key).Scan(&state)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, nil
-	}
+	state, found, err = sqlstore.ReadState(t.tx.QueryRow(ctx, t.s.q.lockRow, t.key), pgx.ErrNoRows)
 	if err != nil {
 		return nil, false, classify(ctx, err, false)
 	}
-	return sqlstore.NilIfEmpty(state), true, nil
+	return state, found, nil
 }
 
 // TryInsertEmpty inserts an empty row: one round trip. Another
@@ -136,17 +133,14 @@ func (t advisoryTx) LockAndGet(ctx context.Context) ([]byte, error) {
 	var state []byte
 	var b pgx.Batch
 	b.Queue(t.s.q.advisoryLock, t.s.q.lockID(t.key))
-	b.Queue(t.s.q.getLive, t.key).QueryRow(func(r pgx.Row) error {
-		err := r.Scan(&state)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
+	b.Queue(t.s.q.getLive, t.key).QueryRow(func(r pgx.Row) (err error) {
+		state, _, err = sqlstore.ReadState(r, pgx.ErrNoRows)
 		return err
 	})
 	if err := t.tx.SendBatch(ctx, &b).Close(); err != nil {
 		return nil, classify(ctx, err, false)
 	}
-	return sqlstore.NilIfEmpty(state), nil
+	return state, nil
 }
 
 // Create writes the state of a key that had none: one round trip. It

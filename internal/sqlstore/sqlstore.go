@@ -8,6 +8,7 @@ package sqlstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -149,7 +150,10 @@ func (d Dialect) ident(s string) bool {
 
 // Blocks are a store's building blocks, one for each strategy it has.
 type Blocks struct {
-	CAS       driver.CAS // must be a driver.Deleter too
+	CAS interface {
+		driver.CAS
+		driver.Deleter // so that Delete drops the state cache's entry
+	}
 	RowLocker driver.RowLocker
 	Locker    driver.Locker // nil where the database has no advisory lock
 }
@@ -223,6 +227,25 @@ func (s *Store) Close() error {
 		s.sweeper.Close()
 	}
 	return nil
+}
+
+// Row is a row a query returned: a *sql.Row, or a pgx.Row.
+type Row interface{ Scan(dest ...any) error }
+
+// ReadState scans the state column of row. found is false when there is
+// no row, which the client reports as noRows (sql.ErrNoRows,
+// pgx.ErrNoRows); an empty state, the row of a key's first update under
+// SelectForUpdate, is no state. Another error is the client's, for the
+// store to classify.
+func ReadState(row Row, noRows error) (state []byte, found bool, err error) {
+	err = row.Scan(&state)
+	if errors.Is(err, noRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return NilIfEmpty(state), true, nil
 }
 
 // NilIfEmpty returns nil for an empty state: an empty row has none.

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -98,5 +99,45 @@ func TestName(t *testing.T) {
 		if got := Name(tt.s, tt.n); got != tt.want {
 			t.Errorf("Name(%d, %d) = %q, want %q", int(tt.s), tt.n, got, tt.want)
 		}
+	}
+}
+
+// row is a Row that scans state, or fails with err.
+type row struct {
+	state []byte
+	err   error
+}
+
+func (r row) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	*dest[0].(*[]byte) = r.state
+	return nil
+}
+
+func TestReadState(t *testing.T) {
+	errNoRows := errors.New("no rows")
+	errBroken := errors.New("broken")
+	tests := []struct {
+		name      string
+		row       row
+		wantState []byte
+		wantFound bool
+		wantErr   error
+	}{
+		{"no row", row{err: errNoRows}, nil, false, nil},
+		{"wrapped no row", row{err: fmt.Errorf("scan: %w", errNoRows)}, nil, false, nil},
+		{"empty row", row{state: []byte{}}, nil, true, nil},
+		{"state", row{state: []byte("s")}, []byte("s"), true, nil},
+		{"failure", row{err: errBroken}, nil, false, errBroken},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			state, found, err := ReadState(tt.row, errNoRows)
+			if (state == nil) != (tt.wantState == nil) || string(state) != string(tt.wantState) || found != tt.wantFound || err != tt.wantErr {
+				t.Errorf("ReadState = %q, %v, %v; want %q, %v, %v", state, found, err, tt.wantState, tt.wantFound, tt.wantErr)
+			}
+		})
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/sleep"
 )
 
 // Clock is a bucket's time source.
@@ -83,16 +85,7 @@ func TimerSleeper() Sleeper { return timerSleeper{} }
 
 type timerSleeper struct{}
 
-func (timerSleeper) Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (timerSleeper) Sleep(ctx context.Context, d time.Duration) error { return sleep.For(ctx, d) }
 
 // FakeClock is a Clock and a Sleeper for tests: time moves only when told
 // to, and a Sleep moves it forward by the duration slept instead of waiting.

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/sluicehq/sluice/internal/sleep"
 	"github.com/sluicehq/sluice/internal/storeerr"
 )
 
@@ -98,12 +99,8 @@ func (s *Store) waitActive(ctx context.Context) error {
 		case out.Table.TableStatus != types.TableStatusCreating:
 			return fmt.Errorf("table is %s, want ACTIVE", out.Table.TableStatus)
 		}
-		t := time.NewTimer(tablePoll)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := sleep.For(ctx, tablePoll); err != nil {
+			return err
 		}
 	}
 }

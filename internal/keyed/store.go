@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"time"
 
 	"github.com/sluicehq/sluice/driver"
@@ -15,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
 	"github.com/sluicehq/sluice/internal/record"
+	"github.com/sluicehq/sluice/internal/sleep"
 )
 
 // Clock is the time source of the engine: nanoseconds.
@@ -129,7 +129,7 @@ func (s *Store) run(ctx context.Context, key string, b *batch.Batch[op]) error {
 	}
 	err := s.store.Update(sctx, key, fn)
 	for losses := 1; errors.Is(err, driver.ErrConflict); losses++ {
-		if werr := backoff(sctx, losses); werr != nil {
+		if werr := sleep.Backoff(sctx, conflictBase, losses, conflictMost); werr != nil {
 			break
 		}
 		err = s.store.Update(sctx, key, fn)
@@ -144,23 +144,15 @@ func (s *Store) run(ctx context.Context, key string, b *batch.Batch[op]) error {
 	return err
 }
 
-// backoff waits a random time before the attempt after the given number
-// of lost races, longer as they add up (full jitter, at most 10ms), or
-// returns ctx's error when it ends first.
-func backoff(ctx context.Context, losses int) error {
-	ceiling := 10 * time.Millisecond
-	if losses < 10 {
-		ceiling = min(ceiling, 50*time.Microsecond<<losses)
-	}
-	t := time.NewTimer(rand.N(ceiling) + 1)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// The backoff between the Updates of a batch that lost to a conflict:
+// full jitter below conflictBase·2^losses, at most conflictMost. Unlike a
+// lost compare-and-swap, which the driver's CAS block retries at once a
+// few times, a conflict is a transaction the database rolled back (a
+// deadlock, a lock wait timeout), so the first retry already waits.
+const (
+	conflictBase = 50 * time.Microsecond
+	conflictMost = 10 * time.Millisecond
+)
 
 // Consume decides whether n tokens may pass for key, taking them if so.
 func (s *Store) Consume(ctx context.Context, key string, c record.Codec, n int64) (policy.Result, error) {

@@ -38,93 +38,62 @@ var mariadbOptions = []string{
 // Start-up is bounded by ctx and by one minute. If mariadbd or
 // mariadb-install-db is not installed, the error is a *MissingError.
 func StartMariaDB(ctx context.Context) (dsn string, stop func() error, err error) {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	mariadbd, err := lookPath("mariadbd", "mariadb-server")
-	if err != nil {
-		return "", nil, err
-	}
-	installDB, err := lookPath("mariadb-install-db", "mariadb-server")
-	if err != nil {
-		return "", nil, err
-	}
-	dir, err := tempDir("mariadb")
-	if err != nil {
-		return "", nil, err
-	}
-	// mariadbd refuses to run as root unless told to.
-	var asRoot []string
-	if os.Geteuid() == 0 {
-		asRoot = []string{"--user=root"}
-	}
-	data := filepath.Join(dir, "data")
-	if err := runInstallDB(ctx, installDB, dir, data, asRoot); err != nil {
-		stopAll(dir)
-		return "", nil, err
-	}
-	p, port, err := startOnFreePort(ctx,
-		func(port int) (*process, error) {
-			args := append([]string{
-				"--no-defaults", // must come first
-				"--datadir=" + data,
-				"--socket=" + filepath.Join(dir, "sock"),
-				"--pid-file=" + filepath.Join(dir, "mariadbd.pid"),
-				"--tmpdir=" + dir,
-				"--port=" + strconv.Itoa(port),
-				"--bind-address=127.0.0.1",
-			}, asRoot...)
-			cmd := exec.Command(mariadbd, append(args, mariadbOptions...)...)
-			cmd.Dir = dir
-			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-			logPath := filepath.Join(dir, fmt.Sprintf("mariadbd-%d.log", port))
-			return launch(cmd, "mariadbd", addr, logPath, "ready for connections", nil, syscall.SIGKILL, syscall.SIGKILL)
-		},
-		func(ctx context.Context, addr string) error {
-			return mysqlRoot(ctx, addr, func(*mysqlConn) error { return nil })
-		})
-	if err == nil {
+	return startIn(ctx, "mariadb", func(ctx context.Context, dir string, own func(*process)) (string, error) {
+		mariadbd, err := lookPath("mariadbd", "mariadb-server")
+		if err != nil {
+			return "", err
+		}
+		installDB, err := lookPath("mariadb-install-db", "mariadb-server")
+		if err != nil {
+			return "", err
+		}
+		// mariadbd refuses to run as root unless told to.
+		var asRoot []string
+		if os.Geteuid() == 0 {
+			asRoot = []string{"--user=root"}
+		}
+		data := filepath.Join(dir, "data")
+		args := append([]string{
+			"--no-defaults", // must come first
+			"--datadir=" + data,
+			"--auth-root-authentication-method=normal",
+			"--skip-test-db",
+		}, asRoot...)
+		// It creates the system tables, with root@127.0.0.1 and
+		// root@localhost having an empty password.
+		if err := setUp(exec.CommandContext(ctx, installDB, append(args, mariadbOptions...)...), "mariadb-install-db", dir, nil); err != nil {
+			return "", err
+		}
+		srv := server{name: "mariadbd", ready: "ready for connections", stopSig: syscall.SIGKILL, deathSig: syscall.SIGKILL}
+		p, port, err := startOnFreePort(ctx,
+			func(port int) (*process, error) {
+				args := append([]string{
+					"--no-defaults", // must come first
+					"--datadir=" + data,
+					"--socket=" + filepath.Join(dir, "sock"),
+					"--pid-file=" + filepath.Join(dir, "mariadbd.pid"),
+					"--tmpdir=" + dir,
+					"--port=" + strconv.Itoa(port),
+					"--bind-address=127.0.0.1",
+				}, asRoot...)
+				return srv.launch(exec.Command(mariadbd, append(args, mariadbOptions...)...), dir, port)
+			},
+			func(ctx context.Context, addr string) error {
+				return mysqlRoot(ctx, addr, func(*mysqlConn) error { return nil })
+			})
+		if err != nil {
+			return "", err
+		}
+		own(p)
 		// Only now is it sure that the server on the port is this one.
 		err = mysqlRoot(ctx, p.addr, func(c *mysqlConn) error {
 			return c.command(comQuery, "CREATE DATABASE sluice")
 		})
 		if err != nil {
-			err = fmt.Errorf("testserver: create database sluice: %w%s", err, p.logTail())
-			p.stop()
+			return "", fmt.Errorf("testserver: create database sluice: %w%s", err, p.logTail())
 		}
-	}
-	if err != nil {
-		stopAll(dir)
-		return "", nil, err
-	}
-	return fmt.Sprintf("root@tcp(127.0.0.1:%d)/sluice", port), func() error { return stopAll(dir, p.stop) }, nil
-}
-
-// runInstallDB creates the system tables in data, with root@127.0.0.1
-// and root@localhost having an empty password, and its log in dir.
-func runInstallDB(ctx context.Context, installDB, dir, data string, asRoot []string) error {
-	args := append([]string{
-		"--no-defaults", // must come first
-		"--datadir=" + data,
-		"--auth-root-authentication-method=normal",
-		"--skip-test-db",
-	}, asRoot...)
-	cmd := exec.CommandContext(ctx, installDB, append(args, mariadbOptions...)...)
-	cmd.Dir = dir
-	logPath := filepath.Join(dir, "install-db.log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		return fmt.Errorf("testserver: %w", err)
-	}
-	defer f.Close()
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = sysProcAttr(nil, syscall.SIGKILL)
-	if err := startCmd(cmd); err != nil {
-		return fmt.Errorf("testserver: start mariadb-install-db: %w", err)
-	}
-	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("testserver: mariadb-install-db: %w%s", err, logTail("mariadb-install-db", logPath))
-	}
-	return nil
+		return fmt.Sprintf("root@tcp(127.0.0.1:%d)/sluice", port), nil
+	})
 }
 
 // MySQL protocol commands.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -29,59 +28,50 @@ import (
 // As root, initdb and postgres run as the system user "postgres". If they
 // or that user are missing, the error is a *MissingError.
 func StartPostgres(ctx context.Context) (url string, stop func() error, err error) {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	initdb, postgres, err := lookPostgres()
-	if err != nil {
-		return "", nil, err
-	}
-	var as *runAs
-	if os.Geteuid() == 0 {
-		if as, err = postgresUser(); err != nil {
-			return "", nil, err
+	return startIn(ctx, "postgres", func(ctx context.Context, dir string, own func(*process)) (string, error) {
+		initdb, postgres, err := lookPostgres()
+		if err != nil {
+			return "", err
 		}
-	}
-	dir, err := tempDir("postgres")
-	if err != nil {
-		return "", nil, err
-	}
-	if as != nil {
-		if err := os.Chown(dir, int(as.uid), int(as.gid)); err != nil {
-			stopAll(dir)
-			return "", nil, fmt.Errorf("testserver: %w", err)
+		var as *runAs
+		if os.Geteuid() == 0 {
+			if as, err = postgresUser(); err != nil {
+				return "", err
+			}
+			if err := os.Chown(dir, int(as.uid), int(as.gid)); err != nil {
+				return "", fmt.Errorf("testserver: %w", err)
+			}
 		}
-	}
-	data := filepath.Join(dir, "data")
-	if err := runInitdb(ctx, initdb, dir, data, as); err != nil {
-		stopAll(dir)
-		return "", nil, err
-	}
-	p, port, err := startOnFreePort(ctx,
-		func(port int) (*process, error) {
-			cmd := exec.Command(postgres,
-				"-D", data,
-				"-k", dir,
-				"-p", strconv.Itoa(port),
-				"-c", "listen_addresses=127.0.0.1",
-				"-c", "fsync=off",
-				"-c", "full_page_writes=off",
-				"-c", "synchronous_commit=off",
-			)
-			cmd.Dir = dir
-			cmd.Env = postgresEnv()
-			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-			logPath := filepath.Join(dir, fmt.Sprintf("postgres-%d.log", port))
-			// SIGQUIT is the immediate shutdown: the postmaster stops
-			// its children, waits for them and frees its shared memory.
-			return launch(cmd, "postgres", addr, logPath, "database system is ready to accept connections", as, syscall.SIGQUIT, syscall.SIGQUIT)
-		},
-		startPostgresSession)
-	if err != nil {
-		stopAll(dir)
-		return "", nil, err
-	}
-	url = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	return url, func() error { return stopAll(dir, p.stop) }, nil
+		data := filepath.Join(dir, "data")
+		cmd := exec.CommandContext(ctx, initdb, "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C", "--no-sync")
+		cmd.Env = postgresEnv()
+		if err := setUp(cmd, "initdb", dir, as); err != nil {
+			return "", err
+		}
+		// SIGQUIT is the immediate shutdown: the postmaster stops its
+		// children, waits for them and frees its shared memory.
+		srv := server{name: "postgres", ready: "database system is ready to accept connections", as: as, stopSig: syscall.SIGQUIT, deathSig: syscall.SIGQUIT}
+		p, port, err := startOnFreePort(ctx,
+			func(port int) (*process, error) {
+				cmd := exec.Command(postgres,
+					"-D", data,
+					"-k", dir,
+					"-p", strconv.Itoa(port),
+					"-c", "listen_addresses=127.0.0.1",
+					"-c", "fsync=off",
+					"-c", "full_page_writes=off",
+					"-c", "synchronous_commit=off",
+				)
+				cmd.Env = postgresEnv()
+				return srv.launch(cmd, dir, port)
+			},
+			startPostgresSession)
+		if err != nil {
+			return "", err
+		}
+		own(p)
+		return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port), nil
+	})
 }
 
 // lookPostgres finds initdb and postgres in one directory, so they are of
@@ -125,35 +115,6 @@ func postgresEnv() []string {
 		}
 	}
 	return append(env, "LC_ALL=C")
-}
-
-// runInitdb creates the cluster in data, with its log in dir.
-func runInitdb(ctx context.Context, initdb, dir, data string, as *runAs) error {
-	cmd := exec.CommandContext(ctx, initdb,
-		"-D", data,
-		"-A", "trust",
-		"-U", "postgres",
-		"-E", "UTF8",
-		"--locale=C",
-		"--no-sync",
-	)
-	cmd.Dir = dir
-	cmd.Env = postgresEnv()
-	logPath := filepath.Join(dir, "initdb.log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		return fmt.Errorf("testserver: %w", err)
-	}
-	defer f.Close()
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = sysProcAttr(as, syscall.SIGKILL)
-	if err := startCmd(cmd); err != nil {
-		return fmt.Errorf("testserver: start initdb: %w", err)
-	}
-	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("testserver: initdb: %w%s", err, logTail("initdb", logPath))
-	}
-	return nil
 }
 
 // startPostgresSession opens a session as postgres on database postgres

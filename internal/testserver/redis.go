@@ -24,34 +24,24 @@ import (
 // directory. Start-up is bounded by ctx and by one minute. If
 // redis-server is not installed, the error is a *MissingError.
 func StartRedis(ctx context.Context) (url string, stop func() error, err error) {
-	url, p, dir, err := startRedisProcess(ctx)
-	if err != nil {
-		return "", nil, err
-	}
-	return url, func() error { return stopAll(dir, p.stop) }, nil
+	url, _, stop, err = startRedisProcess(ctx)
+	return url, stop, err
 }
 
-// startRedisProcess is StartRedis, returning the process and its
-// directory.
-func startRedisProcess(ctx context.Context) (url string, p *process, dir string, err error) {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	bin, err := lookPath("redis-server", "redis-server")
-	if err != nil {
-		return "", nil, "", err
-	}
-	dir, err = tempDir("redis")
-	if err != nil {
-		return "", nil, "", err
-	}
-	p, port, err := startOnFreePort(ctx,
-		func(port int) (*process, error) { return startRedis(bin, dir, port) },
-		pingRedis)
-	if err != nil {
-		stopAll(dir)
-		return "", nil, "", err
-	}
-	return fmt.Sprintf("redis://127.0.0.1:%d/0", port), p, dir, nil
+// startRedisProcess is StartRedis, returning the server's process too.
+func startRedisProcess(ctx context.Context) (url string, p *process, stop func() error, err error) {
+	url, stop, err = startIn(ctx, "redis", func(ctx context.Context, dir string, own func(*process)) (string, error) {
+		bin, err := lookPath("redis-server", "redis-server")
+		if err != nil {
+			return "", err
+		}
+		if p, _, err = startOnFreePort(ctx, func(port int) (*process, error) { return startRedis(bin, dir, port) }, pingRedis); err != nil {
+			return "", err
+		}
+		own(p)
+		return "redis://" + p.addr + "/0", nil
+	})
+	return url, p, stop, err
 }
 
 // StartRedisCluster starts three Redis servers in cluster mode on free
@@ -121,58 +111,40 @@ func StartRedisClusterWithReplicas(ctx context.Context) (c *ReplicatedCluster, s
 
 // startCluster starts three masters and, when nodeTimeout is not 0, a
 // replica of each with that cluster-node-timeout.
-func startCluster(ctx context.Context, nodeTimeout time.Duration) (c *ReplicatedCluster, stop func() error, err error) {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	bin, err := lookPath("redis-server", "redis-server")
-	if err != nil {
-		return nil, nil, err
-	}
-	dir, err := tempDir("redis-cluster")
-	if err != nil {
-		return nil, nil, err
-	}
-	nodes := 3
-	if nodeTimeout > 0 {
-		nodes = 6
-	}
-	var procs []*process
-	stopProcs := func() error {
-		stops := make([]func() error, len(procs))
+func startCluster(ctx context.Context, nodeTimeout time.Duration) (*ReplicatedCluster, func() error, error) {
+	return startIn(ctx, "redis-cluster", func(ctx context.Context, dir string, own func(*process)) (*ReplicatedCluster, error) {
+		bin, err := lookPath("redis-server", "redis-server")
+		if err != nil {
+			return nil, err
+		}
+		nodes := 3
+		if nodeTimeout > 0 {
+			nodes = 6
+		}
+		// The ports are found together so they differ; a node that loses
+		// its port or bus port to another process fails the try.
+		var procs []*process
+		for try := 0; ; try++ {
+			procs, err = startClusterNodes(ctx, bin, dir, nodes, nodeTimeout)
+			if err == nil || try == 2 || !addrInUse(err.Error()) {
+				break
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		c := &ReplicatedCluster{NodeTimeout: nodeTimeout, procs: make(map[string]*process, len(procs))}
 		for i, p := range procs {
-			stops[i] = p.stop
+			own(p)
+			if i < 3 {
+				c.Masters = append(c.Masters, p.addr)
+			} else {
+				c.Replicas = append(c.Replicas, p.addr)
+			}
+			c.procs[p.addr] = p
 		}
-		return stopAll(dir, stops...)
-	}
-	// The ports are found together so they differ; a node that loses
-	// its port or bus port to another process fails the try.
-	for try := 0; ; try++ {
-		err = startClusterNodes(ctx, bin, dir, nodes, nodeTimeout, &procs)
-		if err == nil || try == 2 || !addrInUse(err.Error()) {
-			break
-		}
-		for _, p := range procs {
-			p.stop()
-		}
-		procs = nil
-	}
-	if err == nil {
-		err = formCluster(ctx, procs[:3], procs[3:])
-	}
-	if err != nil {
-		stopProcs()
-		return nil, nil, err
-	}
-	c = &ReplicatedCluster{NodeTimeout: nodeTimeout, procs: make(map[string]*process, len(procs))}
-	for i, p := range procs {
-		if i < 3 {
-			c.Masters = append(c.Masters, p.addr)
-		} else {
-			c.Replicas = append(c.Replicas, p.addr)
-		}
-		c.procs[p.addr] = p
-	}
-	return c, stopProcs, nil
+		return c, formCluster(ctx, procs[:3], procs[3:])
+	})
 }
 
 // startRedis launches redis-server on port in dir with args added, with its
@@ -187,20 +159,24 @@ func startRedis(bin, dir string, port int, args ...string) (*process, error) {
 		"--daemonize", "no",
 		"--logfile", "",
 	}, args...)
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = dir
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	logPath := filepath.Join(dir, fmt.Sprintf("redis-%d.log", port))
-	return launch(cmd, "redis-server", addr, logPath, "Ready to accept connections", nil, syscall.SIGKILL, syscall.SIGKILL)
+	srv := server{name: "redis-server", ready: "Ready to accept connections", stopSig: syscall.SIGKILL, deathSig: syscall.SIGKILL}
+	return srv.launch(exec.Command(bin, args...), dir, port)
 }
 
-// startClusterNodes launches n cluster nodes, appending them to procs,
-// and waits until each answers PING. A nodeTimeout of 0 leaves Redis's
-// default cluster-node-timeout.
-func startClusterNodes(ctx context.Context, bin, dir string, n int, nodeTimeout time.Duration, procs *[]*process) error {
+// startClusterNodes launches n cluster nodes and waits until each answers
+// PING. A nodeTimeout of 0 leaves Redis's default cluster-node-timeout.
+// When one fails, it stops them all.
+func startClusterNodes(ctx context.Context, bin, dir string, n int, nodeTimeout time.Duration) (procs []*process, err error) {
+	defer func() {
+		if err != nil {
+			for _, p := range procs {
+				p.stop()
+			}
+		}
+	}()
 	ports, err := freePorts(n, true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, port := range ports {
 		args := []string{
@@ -214,17 +190,17 @@ func startClusterNodes(ctx context.Context, bin, dir string, n int, nodeTimeout 
 		}
 		p, err := startRedis(bin, dir, port, args...)
 		if err != nil {
-			return err
+			return procs, err
 		}
-		*procs = append(*procs, p)
+		procs = append(procs, p)
 	}
-	for _, p := range *procs {
+	for _, p := range procs {
 		addr := p.addr
 		if err := waitReady(ctx, p, func(ctx context.Context) error { return pingRedis(ctx, addr) }); err != nil {
-			return err
+			return procs, err
 		}
 	}
-	return nil
+	return procs, nil
 }
 
 // formCluster makes one cluster of the started nodes, much as redis-cli
@@ -241,7 +217,7 @@ func formCluster(ctx context.Context, masters, replicas []*process) error {
 		for s := lo; s < hi; s++ {
 			args = append(args, strconv.Itoa(s))
 		}
-		if err := redisCommands(ctx, p.addr,
+		if _, err := redisCommands(ctx, p.addr,
 			args,
 			[]string{"CLUSTER", "SET-CONFIG-EPOCH", strconv.Itoa(i + 1)},
 		); err != nil {
@@ -257,7 +233,7 @@ func formCluster(ctx context.Context, masters, replicas []*process) error {
 			host, port, _ := net.SplitHostPort(q.addr)
 			meets = append(meets, []string{"CLUSTER", "MEET", host, port})
 		}
-		if err := redisCommands(ctx, p.addr, meets...); err != nil {
+		if _, err := redisCommands(ctx, p.addr, meets...); err != nil {
 			return fmt.Errorf("testserver: create cluster: %w%s", err, p.logTail())
 		}
 	}
@@ -271,7 +247,7 @@ func formCluster(ctx context.Context, masters, replicas []*process) error {
 				return err
 			}
 			// Fails until the replica has heard of the master by gossip.
-			if err := redisCommands(ctx, r.addr, []string{"CLUSTER", "REPLICATE", id}); err != nil {
+			if _, err := redisCommands(ctx, r.addr, []string{"CLUSTER", "REPLICATE", id}); err != nil {
 				return err
 			}
 			want[r.addr] = id
@@ -382,19 +358,20 @@ func pingRedis(ctx context.Context, addr string) error {
 }
 
 // redisCommands sends each of cmds to the server at addr on one
-// connection and stops at the first error.
-func redisCommands(ctx context.Context, addr string, cmds ...[]string) error {
+// connection, stopping at the first error, and returns their replies.
+func redisCommands(ctx context.Context, addr string, cmds ...[]string) ([]any, error) {
 	c, err := dialRedis(ctx, addr)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer c.Close()
-	for _, cmd := range cmds {
-		if _, err := c.do(cmd...); err != nil {
-			return err
+	replies := make([]any, len(cmds))
+	for i, cmd := range cmds {
+		if replies[i], err = c.do(cmd...); err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	return replies, nil
 }
 
 // respConn is a connection speaking RESP2, enough of it for the commands
@@ -490,48 +467,37 @@ const SentinelMaster = "sluice"
 // removes their directory. Start-up is bounded by ctx and by one minute.
 // If redis-server is not installed, the error is a *MissingError.
 func StartRedisSentinel(ctx context.Context) (url string, stop func() error, err error) {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	bin, err := lookPath("redis-server", "redis-server")
-	if err != nil {
-		return "", nil, err
-	}
-	dir, err := tempDir("redis-sentinel")
-	if err != nil {
-		return "", nil, err
-	}
-	var stops []func() error
-	stop = func() error { return stopAll(dir, stops...) }
-	defer func() {
+	return startIn(ctx, "redis-sentinel", func(ctx context.Context, dir string, own func(*process)) (string, error) {
+		bin, err := lookPath("redis-server", "redis-server")
 		if err != nil {
-			stop()
+			return "", err
 		}
-	}()
-	master, mport, err := startOnFreePort(ctx,
-		// Without the delay, a replica syncs at once rather than 5s later.
-		func(port int) (*process, error) { return startRedis(bin, dir, port, "--repl-diskless-sync-delay", "0") },
-		pingRedis)
-	if err != nil {
-		return "", nil, err
-	}
-	stops = append(stops, master.stop)
-	replica, _, err := startOnFreePort(ctx,
-		func(port int) (*process, error) {
-			return startRedis(bin, dir, port, "--replicaof", "127.0.0.1", strconv.Itoa(mport))
-		},
-		replicaSynced)
-	if err != nil {
-		return "", nil, err
-	}
-	stops = append(stops, replica.stop)
-	sentinel, sport, err := startOnFreePort(ctx,
-		func(port int) (*process, error) { return startSentinel(bin, dir, port, master.addr) },
-		func(ctx context.Context, addr string) error { return sentinelKnows(ctx, addr, replica.addr) })
-	if err != nil {
-		return "", nil, err
-	}
-	stops = append(stops, sentinel.stop)
-	return fmt.Sprintf("redis+sentinel://127.0.0.1:%d/%s", sport, SentinelMaster), stop, nil
+		master, mport, err := startOnFreePort(ctx,
+			// Without the delay, a replica syncs at once rather than 5s later.
+			func(port int) (*process, error) { return startRedis(bin, dir, port, "--repl-diskless-sync-delay", "0") },
+			pingRedis)
+		if err != nil {
+			return "", err
+		}
+		own(master)
+		replica, _, err := startOnFreePort(ctx,
+			func(port int) (*process, error) {
+				return startRedis(bin, dir, port, "--replicaof", "127.0.0.1", strconv.Itoa(mport))
+			},
+			replicaSynced)
+		if err != nil {
+			return "", err
+		}
+		own(replica)
+		sentinel, sport, err := startOnFreePort(ctx,
+			func(port int) (*process, error) { return startSentinel(bin, dir, port, master.addr) },
+			func(ctx context.Context, addr string) error { return sentinelKnows(ctx, addr, replica.addr) })
+		if err != nil {
+			return "", err
+		}
+		own(sentinel)
+		return fmt.Sprintf("redis+sentinel://127.0.0.1:%d/%s", sport, SentinelMaster), nil
+	})
 }
 
 // replicaSynced reports an error unless the replica at addr is linked to
@@ -567,11 +533,8 @@ func startSentinel(bin, dir string, port int, masterAddr string) (*process, erro
 	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		return nil, fmt.Errorf("testserver: %w", err)
 	}
-	cmd := exec.Command(bin, conf, "--sentinel", "--daemonize", "no", "--logfile", "")
-	cmd.Dir = dir
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	logPath := filepath.Join(dir, fmt.Sprintf("sentinel-%d.log", port))
-	return launch(cmd, "redis-sentinel", addr, logPath, "+monitor master", nil, syscall.SIGKILL, syscall.SIGKILL)
+	srv := server{name: "redis-sentinel", ready: "+monitor master", stopSig: syscall.SIGKILL, deathSig: syscall.SIGKILL}
+	return srv.launch(exec.Command(bin, conf, "--sentinel", "--daemonize", "no", "--logfile", ""), dir, port)
 }
 
 // sentinelKnows reports an error unless the Sentinel at addr lists the

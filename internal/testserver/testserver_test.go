@@ -178,7 +178,7 @@ func TestRedisClusterWithReplicas(t *testing.T) {
 		}
 		// Slot 0, of the first master: "{a}" hashes to 15495, "{06S}" to 0.
 		const key = "{06S}k"
-		if err := redisCommands(t.Context(), c.Masters[0], []string{"SET", key, "v"}, []string{"WAIT", "1", "5000"}); err != nil {
+		if _, err := redisCommands(t.Context(), c.Masters[0], []string{"SET", key, "v"}, []string{"WAIT", "1", "5000"}); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Kill(c.Masters[0]); err != nil {
@@ -255,7 +255,7 @@ func TestRedisSentinel(t *testing.T) {
 			return net.JoinHostPort(hp[0].(string), hp[1].(string))
 		}
 		old := masterAddr()
-		if err := redisCommands(t.Context(), old, []string{"SET", "k", "v"}, []string{"WAIT", "1", "5000"}); err != nil {
+		if _, err := redisCommands(t.Context(), old, []string{"SET", "k", "v"}, []string{"WAIT", "1", "5000"}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.do("SENTINEL", "FAILOVER", SentinelMaster); err != nil {

@@ -89,7 +89,7 @@ var dialect = sqlstore.Dialect{
 	Pkg:             "mysqlstore",
 	MaxIdent:        64,
 	FoldCase:        true,
-	Strategies:      2,
+	Strategies:      int(SelectForUpdate) + 1,
 	IdentifierError: func(option, name string) error { return &IdentifierError{Option: option, Name: name} },
 }
 

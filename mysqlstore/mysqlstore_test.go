@@ -739,3 +739,17 @@ func TestIsolationLevels(t *testing.T) {
 		})
 	}
 }
+
+// TestStrategyString pins the names, which come from the numbers the
+// strategies share with pgstore's (internal/sqlstore).
+func TestStrategyString(t *testing.T) {
+	for st, want := range map[mysqlstore.Strategy]string{
+		mysqlstore.SingleStatement: "SingleStatement",
+		mysqlstore.SelectForUpdate: "SelectForUpdate",
+		mysqlstore.Strategy(2):     "Strategy(2)", // pgstore's AdvisoryLock
+	} {
+		if got := st.String(); got != want {
+			t.Errorf("Strategy(%d).String() = %q, want %q", int(st), got, want)
+		}
+	}
+}

@@ -76,7 +76,7 @@ func (e *IdentifierError) Error() string {
 var dialect = sqlstore.Dialect{
 	Pkg:             "pgstore",
 	MaxIdent:        63,
-	Strategies:      3,
+	Strategies:      int(AdvisoryLock) + 1,
 	IdentifierError: func(option, name string) error { return &IdentifierError{Option: option, Name: name} },
 }
 

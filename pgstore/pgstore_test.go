@@ -735,3 +735,19 @@ func TestTextKeyTableConverts(t *testing.T) {
 		t.Errorf("Update of a key with NUL on the converted table = %v", err)
 	}
 }
+
+// TestStrategyString pins the names, which come from the numbers the
+// strategies share with mysqlstore's (internal/sqlstore).
+func TestStrategyString(t *testing.T) {
+	for st, want := range map[pgstore.Strategy]string{
+		pgstore.SingleStatement: "SingleStatement",
+		pgstore.SelectForUpdate: "SelectForUpdate",
+		pgstore.AdvisoryLock:    "AdvisoryLock",
+		pgstore.Strategy(3):     "Strategy(3)",
+		pgstore.Strategy(-1):    "Strategy(-1)",
+	} {
+		if got := st.String(); got != want {
+			t.Errorf("Strategy(%d).String() = %q, want %q", int(st), got, want)
+		}
+	}
+}

@@ -174,14 +174,14 @@ func (s *storeKeys) reset(ctx context.Context, key string) error {
 }
 
 // failurePolicy is what a Limiter or KeyBucket with a store does when the
-// store fails: StoreFailure, told to the listener.
+// store fails: StoreFailure, told to the observer.
 type failurePolicy struct {
 	policy   StoreFailure
-	listener StoreListener // nil when there is none
+	observer Observer // nil when there is none
 }
 
 // failed applies the policy to err, a store call's error, and tells the
-// listener: it returns nil when the call is to run on the local fallback
+// observer: it returns nil when the call is to run on the local fallback
 // instead, and otherwise the error to return: a *storeFailure (open under
 // FailOpen), or ctx's error when the caller's context ended, which is not
 // a store failure.
@@ -189,9 +189,7 @@ func (f failurePolicy) failed(ctx context.Context, err error) error {
 	if isCallerDone(ctx, err) {
 		return ctx.Err()
 	}
-	if f.listener != nil {
-		f.listener.OnStoreFailure(err, f.policy)
-	}
+	tell(f.observer, Event{Kind: EventStoreFailure, Err: err, Failure: f.policy})
 	if f.policy == FailLocal {
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
+	"github.com/sluicehq/sluice/internal/sleep"
 )
 
 // BlockingBucket is the view of a Bucket whose calls wait for their tokens,
@@ -36,7 +37,7 @@ func (bb BlockingBucket) TryConsume(ctx context.Context, n int64, maxWait time.D
 	if n > 0 && maxWait > 0 && b.takeAtOnce(ctx, n) {
 		return true, nil
 	}
-	return blockingWait(ctx, "BlockingBucket.TryConsume", n, int64(maxWait), b.sleeper, b.listener, b.reserve)
+	return blockingWait(ctx, "BlockingBucket.TryConsume", n, int64(maxWait), b.observer, b.reserve)
 }
 
 // Consume takes n tokens, waiting as long as it takes for them. When ctx
@@ -49,7 +50,7 @@ func (bb BlockingBucket) Consume(ctx context.Context, n int64) error {
 	if n > 0 && b.takeAtOnce(ctx, n) {
 		return nil
 	}
-	_, err := blockingWait(ctx, "BlockingBucket.Consume", n, never, b.sleeper, b.listener, b.reserve)
+	_, err := blockingWait(ctx, "BlockingBucket.Consume", n, never, b.observer, b.reserve)
 	return err
 }
 
@@ -66,14 +67,14 @@ func (b *KeyBucket) Blocking() BlockingKeyBucket { return BlockingKeyBucket{b} }
 // the wait the tokens are given back and it returns ctx.Err().
 func (bb BlockingKeyBucket) TryConsume(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
 	b := bb.b
-	return blockingWait(ctx, "BlockingKeyBucket.TryConsume", n, int64(maxWait), b.sleeper, b.listener, b.reserve)
+	return blockingWait(ctx, "BlockingKeyBucket.TryConsume", n, int64(maxWait), b.observer, b.reserve)
 }
 
 // Consume takes n tokens, waiting as long as it takes, as
 // BlockingBucket.Consume.
 func (bb BlockingKeyBucket) Consume(ctx context.Context, n int64) error {
 	b := bb.b
-	_, err := blockingWait(ctx, "BlockingKeyBucket.Consume", n, never, b.sleeper, b.listener, b.reserve)
+	_, err := blockingWait(ctx, "BlockingKeyBucket.Consume", n, never, b.observer, b.reserve)
 	return err
 }
 
@@ -99,7 +100,7 @@ type reserveFunc func(ctx context.Context, op string, n, maxWait int64) (*Reserv
 // on: it reserves n tokens due within maxWait and ctx's deadline and
 // sleeps until they are due, giving them back when ctx ends first. Tokens
 // due later are a *MaxWaitError, and nothing is taken.
-func waitN(ctx context.Context, op string, n int64, maxWait time.Duration, sleeper Sleeper, l Listener, reserve reserveFunc) error {
+func waitN(ctx context.Context, op string, n int64, maxWait time.Duration, l Observer, reserve reserveFunc) error {
 	bound, byDeadline := waitBound(ctx, int64(maxWait))
 	r, err := reserve(ctx, op, n, bound)
 	if err != nil {
@@ -111,14 +112,14 @@ func waitN(ctx context.Context, op string, n int64, maxWait time.Duration, sleep
 		return &MaxWaitError{Tokens: n, Wait: time.Duration(wait), MaxWait: time.Duration(bound), Deadline: byDeadline && wait <= int64(maxWait)}
 	}
 	notify(l, true, n)
-	return r.sleep(ctx, sleeper, l)
+	return r.sleep(ctx, l)
 }
 
 // blockingWait is Bucket4j's blocking consumption on a bucket that reserve
 // reserves on: it reserves n tokens due within maxWait (and ctx's
 // deadline) and sleeps until they are due, giving them back when ctx ends
 // first. It reports whether it took them.
-func blockingWait(ctx context.Context, op string, n, maxWait int64, sleeper Sleeper, l Listener, reserve reserveFunc) (bool, error) {
+func blockingWait(ctx context.Context, op string, n, maxWait int64, l Observer, reserve reserveFunc) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -146,7 +147,7 @@ func blockingWait(ctx context.Context, op string, n, maxWait int64, sleeper Slee
 		return false, nil
 	}
 	notify(l, true, n)
-	if err := r.sleep(ctx, sleeper, l); err != nil {
+	if err := r.sleep(ctx, l); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -240,27 +241,21 @@ func (r *Reservation) cancelAt(now int64) {
 	})
 }
 
-// sleep waits for the tokens of an OK reservation and reports the wait to
-// l (nil: none). When ctx ends first, it gives the tokens back and returns
-// ctx's error.
-func (r *Reservation) sleep(ctx context.Context, sleeper Sleeper, l Listener) error {
+// sleep waits on the reservation's clock for the tokens of an OK
+// reservation and reports the wait to obs (nil: none). When ctx ends
+// first, it gives the tokens back and returns ctx's error.
+func (r *Reservation) sleep(ctx context.Context, obs Observer) error {
 	d := r.Delay()
 	if d == 0 {
 		return nil
 	}
-	if o, ok := l.(observed); ok {
-		o.obs.Observe(Event{Kind: EventWaiting, Tokens: r.tokens, Duration: d})
-	}
-	if err := sleeper.Sleep(ctx, d); err != nil {
+	tell(obs, Event{Kind: EventWaiting, Tokens: r.tokens, Duration: d})
+	if err := sleep.On(ctx, r.clock, d); err != nil {
 		r.Cancel()
-		if l != nil {
-			l.OnCancelled(r.tokens)
-		}
+		tell(obs, Event{Kind: EventCancelled, Tokens: r.tokens})
 		return err
 	}
-	if l != nil {
-		l.OnWaited(d)
-	}
+	tell(obs, Event{Kind: EventWaited, Duration: d})
 	return nil
 }
 
@@ -318,7 +313,7 @@ func (b *Bucket) ReserveN(n int64, maxWait time.Duration) (*Reservation, error) 
 	if err != nil {
 		return nil, err
 	}
-	notifyReserved(b.listener, r)
+	notifyReserved(b.observer, r)
 	return r, nil
 }
 
@@ -334,10 +329,10 @@ func (b *Bucket) WaitN(ctx context.Context, n int64, maxWait time.Duration) erro
 	if n > 0 && maxWait >= 0 && b.takeAtOnce(ctx, n) {
 		return nil
 	}
-	return waitN(ctx, "Bucket.WaitN", n, maxWait, b.sleeper, b.listener, b.reserve)
+	return waitN(ctx, "Bucket.WaitN", n, maxWait, b.observer, b.reserve)
 }
 
-// reserve is ReserveN without the listener.
+// reserve is ReserveN without the observer.
 func (b *Bucket) reserve(_ context.Context, op string, n, maxWait int64) (*Reservation, error) {
 	now := b.clock.Now()
 	b.mu.Lock()
@@ -360,7 +355,7 @@ func (b *Bucket) reserve(_ context.Context, op string, n, maxWait int64) (*Reser
 
 // takeAtOnce is a blocking call's path for n tokens that are there at
 // once: it takes them as a reservation of no wait would, and tells the
-// listener as the call would. Such tokens need no reservation, as there is
+// observer as the call would. Such tokens need no reservation, as there is
 // nothing to sleep and nothing to give back, so nothing to allocate, as in
 // x/time/rate's Wait. It takes nothing when ctx has ended, which the
 // reservation's path reports; the caller checks its arguments' bounds.
@@ -368,7 +363,7 @@ func (b *Bucket) takeAtOnce(ctx context.Context, n int64) bool {
 	if ctx.Err() != nil || !b.take(n) {
 		return false
 	}
-	notify(b.listener, true, n)
+	notify(b.observer, true, n)
 	return true
 }
 
@@ -397,14 +392,14 @@ func (b *Bucket) undo(rc *bucketReceipt, now int64) {
 	b.mu.Unlock()
 }
 
-// notifyReserved tells l, which may be nil, of the reservation r.
-func notifyReserved(l Listener, r *Reservation) {
-	if l == nil {
+// notifyReserved tells obs, which may be nil, of the reservation r.
+func notifyReserved(obs Observer, r *Reservation) {
+	if obs == nil {
 		return
 	}
-	notify(l, r.ok, r.tokens)
+	notify(obs, r.ok, r.tokens)
 	if d := r.Delay(); r.ok && d > 0 {
-		l.OnDelayed(d)
+		obs.Observe(Event{Kind: EventDelayed, Duration: d})
 	}
 }
 

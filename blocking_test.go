@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // TestBlockingTryConsume: the FakeClock is the sleeper, so a wait moves the
 // clock by exactly the time slept. Simple(10, 1s) refills one token per
 // 100ms; a caller reserves its tokens (going negative) and then sleeps.
 func TestBlockingTryConsume(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)})
 	steps := []struct {
 		n       int64
@@ -58,7 +59,7 @@ func TestBlockingMoreThanCapacity(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			b := newBucket(t, clock, []sluice.Bandwidth{tt.bw})
 			if ok, err := b.Blocking().TryConsume(t.Context(), 1000, time.Hour); !ok || err != nil {
 				t.Errorf("TryConsume(1000, 1h) = %v, %v, want true", ok, err)
@@ -72,9 +73,9 @@ func TestBlockingMoreThanCapacity(t *testing.T) {
 }
 
 func TestBlockingConsume(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
-	var l sluice.CountingListener
-	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)}, sluice.WithListener(&l))
+	clock := sluicetest.NewFakeClock(t0)
+	var l sluicetest.Counter
+	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)}, sluice.WithObserver(&l))
 	steps := []struct {
 		n     int64
 		slept time.Duration
@@ -99,9 +100,12 @@ func TestBlockingConsume(t *testing.T) {
 	}
 }
 
-// parkingSleeper reports each wait on parked and then blocks until its
-// context is done, as a timer would for a long wait.
-type parkingSleeper struct{ parked chan time.Duration }
+// parkingSleeper is a clock that reports each wait on parked and then
+// blocks until its context is done, as a timer would for a long wait.
+type parkingSleeper struct {
+	sluice.Clock
+	parked chan time.Duration
+}
 
 func (s parkingSleeper) Sleep(ctx context.Context, d time.Duration) error {
 	s.parked <- d
@@ -127,11 +131,11 @@ func TestBlockingCancel(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
-			sleeper := parkingSleeper{parked: make(chan time.Duration)}
-			var l sluice.CountingListener
+			clock := sluicetest.NewFakeClock(t0)
+			sleeper := parkingSleeper{Clock: clock, parked: make(chan time.Duration)}
+			var l sluicetest.Counter
 			b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(4)}},
-				sluice.WithClock(clock), sluice.WithSleeper(sleeper), sluice.WithListener(&l))
+				sluice.WithClock(sleeper), sluice.WithObserver(&l))
 			if err != nil {
 				t.Fatalf("NewBucket: %v", err)
 			}
@@ -178,9 +182,9 @@ func TestBlockingContextAlreadyDone(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
-			var l sluice.CountingListener
-			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(4)}, sluice.WithListener(&l))
+			clock := sluicetest.NewFakeClock(t0)
+			var l sluicetest.Counter
+			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(4)}, sluice.WithObserver(&l))
 			before := stateOf(t, b)
 			ctx, cancel := context.WithCancel(t.Context())
 			cancel()
@@ -199,7 +203,7 @@ func TestBlockingContextAlreadyDone(t *testing.T) {
 }
 
 func TestReserve(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)})
 	steps := []struct {
 		n       int64
@@ -245,7 +249,7 @@ func TestReservationCancel(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)})
 			r, err := b.ReserveN(5, time.Second)
 			if err != nil || r.Delay() != 500*ms {
@@ -264,7 +268,7 @@ func TestReservationCancel(t *testing.T) {
 // TestReservationCancelWithoutDelay: tokens that were there at once are due
 // at once: Cancel at that instant gives them back, later it does not.
 func TestReservationCancelWithoutDelay(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)})
 	r, err := b.ReserveN(3, time.Second)
 	if err != nil || r.Delay() != 0 {
@@ -284,7 +288,7 @@ func TestReservationCancelWithoutDelay(t *testing.T) {
 // x/time/rate does), so that the later one's tokens are not handed out
 // twice.
 func TestReservationCancelAfterLater(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)})
 	first, _ := b.ReserveN(5, time.Second)  // due at 500ms
 	second, _ := b.ReserveN(2, time.Second) // due at 700ms
@@ -316,9 +320,9 @@ func TestReserveRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
-			var l sluice.CountingListener
-			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)}, sluice.WithListener(&l))
+			clock := sluicetest.NewFakeClock(t0)
+			var l sluicetest.Counter
+			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)}, sluice.WithObserver(&l))
 			before := stateOf(t, b)
 			r, err := b.ReserveN(tt.n, tt.maxWait)
 			if err != nil || r.OK() {
@@ -339,7 +343,7 @@ func TestReserveRefused(t *testing.T) {
 
 // TestReserveMaxWaitBoundary: a wait equal to maxWait is granted.
 func TestReserveMaxWaitBoundary(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)})
 	r, err := b.ReserveN(5, 500*ms)
 	if err != nil || r.Delay() != 500*ms {

@@ -15,18 +15,18 @@ import (
 	"github.com/sluicehq/sluice/driver"
 )
 
-// circuitLog is a StoreListener that records the circuit's states.
+// circuitLog is an Observer that records the circuit's states.
 type circuitLog struct {
-	sluice.NopListener
 	mu     sync.Mutex
 	states []sluice.CircuitState
 }
 
-func (l *circuitLog) OnStoreFailure(error, sluice.StoreFailure) {}
-
-func (l *circuitLog) OnCircuit(s sluice.CircuitState) {
+func (l *circuitLog) Observe(e sluice.Event) {
+	if e.Kind != sluice.EventCircuit {
+		return
+	}
 	l.mu.Lock()
-	l.states = append(l.states, s)
+	l.states = append(l.states, e.Circuit)
 	l.mu.Unlock()
 }
 
@@ -42,7 +42,7 @@ func (l *circuitLog) get() []sluice.CircuitState {
 func TestCircuitBreaker(t *testing.T) {
 	ctx := context.Background()
 	store, log := newMapStore(), new(circuitLog)
-	l, err := sluice.NewLimiter(sluice.FixedWindow(100, time.Hour), sluice.WithStore(store), sluice.WithListener(log),
+	l, err := sluice.NewLimiter(sluice.FixedWindow(100, time.Hour), sluice.WithStore(store), sluice.WithObserver(log),
 		sluice.WithStoreFailure(sluice.FailOpen))
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func TestCircuitBreaker(t *testing.T) {
 func TestCircuitProbeFails(t *testing.T) {
 	ctx := context.Background()
 	store, log := newMapStore(), new(circuitLog)
-	l, _ := sluice.NewLimiter(sluice.FixedWindow(100, time.Hour), sluice.WithStore(store), sluice.WithListener(log),
+	l, _ := sluice.NewLimiter(sluice.FixedWindow(100, time.Hour), sluice.WithStore(store), sluice.WithObserver(log),
 		sluice.WithStoreFailure(sluice.FailOpen), sluice.WithCircuitBreaker(2))
 	store.setFail(fmt.Errorf("test: %w", driver.ErrUnavailable))
 	deadline := time.Now().Add(5 * time.Second)
@@ -167,7 +167,7 @@ func TestStoreTimeoutEndToEnd(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, failure := range []sluice.StoreFailure{sluice.FailClosed, sluice.FailOpen, sluice.FailLocal} {
 				store, log := new(blockingStore), new(circuitLog)
-				l, _ := sluice.NewLimiter(sluice.FixedWindow(10, time.Hour), sluice.WithStore(store), sluice.WithListener(log),
+				l, _ := sluice.NewLimiter(sluice.FixedWindow(10, time.Hour), sluice.WithStore(store), sluice.WithObserver(log),
 					sluice.WithStoreTimeout(timeout), sluice.WithStoreFailure(failure), sluice.WithCircuitBreaker(tt.breaker))
 				lat := latencies(t, l, callers, tt.keys)
 				p50, p99, maxLat := quantile(lat, .5), quantile(lat, .99), lat[len(lat)-1]
@@ -306,7 +306,7 @@ func (s *partitionedStore) Update(ctx context.Context, key string, fn driver.Upd
 func TestCircuitPerPartition(t *testing.T) {
 	ctx := context.Background()
 	store, log := &partitionedStore{mapStore: newMapStore()}, new(circuitLog)
-	l, err := sluice.NewLimiter(sluice.FixedWindow(1000, time.Hour), sluice.WithStore(store), sluice.WithListener(log))
+	l, err := sluice.NewLimiter(sluice.FixedWindow(1000, time.Hour), sluice.WithStore(store), sluice.WithObserver(log))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,8 +23,7 @@ const Never = time.Duration(math.MaxInt64)
 // Bucket is not usable.
 type Bucket struct {
 	clock    Clock
-	sleeper  Sleeper
-	listener Listener // nil when there is none
+	observer Observer // nil when there is none
 
 	mu      sync.Mutex
 	cfg     *tokenbucket.Config
@@ -42,11 +41,11 @@ func NewBucket(cfg BucketConfig, opts ...BucketOption) (*Bucket, error) {
 		return nil, err
 	}
 	o := bucketOptions(opts)
-	clock, sleeper, err := bucketClocks(c, &o)
+	clock, err := bucketClock(c, &o)
 	if err != nil {
 		return nil, err
 	}
-	b := &Bucket{clock: clock, sleeper: sleeper, listener: o.listener, cfg: c, limit: quotaOf(c)}
+	b := &Bucket{clock: clock, observer: o.observer, cfg: c, limit: quotaOf(c)}
 	b.state = tokenbucket.New(c, b.clock.Now())
 	b.scratch = make(tokenbucket.State, len(b.state))
 	return b, nil
@@ -75,22 +74,18 @@ func replacement(cfg BucketConfig, strategy Inheritance, clock Clock) (*tokenbuc
 	return c, checkClock(c, clock)
 }
 
-// bucketClocks returns the clock and sleeper of a bucket of cfg: o's, or
-// the defaults (a monotonic clock, a wall clock for aligned refill, and
-// timers). It returns the *ConfigError of aligned refill on a clock that
-// is not a wall clock.
-func bucketClocks(cfg *tokenbucket.Config, o *options) (Clock, Sleeper, error) {
-	clock, sleeper := o.clock, o.sleeper
+// bucketClock returns the clock of a bucket of cfg: o's, or the default
+// (a monotonic clock, a wall clock for aligned refill). It returns the
+// *ConfigError of aligned refill on a clock that is not a wall clock.
+func bucketClock(cfg *tokenbucket.Config, o *options) (Clock, error) {
+	clock := o.clock
 	if clock == nil {
 		clock = MonotonicClock()
 		if hasAligned(cfg) {
 			clock = WallClock()
 		}
 	}
-	if sleeper == nil {
-		sleeper = TimerSleeper()
-	}
-	return clock, sleeper, checkClock(cfg, clock)
+	return clock, checkClock(cfg, clock)
 }
 
 func checkClock(cfg *tokenbucket.Config, c Clock) error {
@@ -144,18 +139,6 @@ func argError(op string, res tokenbucket.Result, req tokenbucket.Request) error 
 		arg = "limit"
 	}
 	return &ArgumentError{Op: op, Arg: arg, Value: req.Tokens, Want: "must be positive"}
-}
-
-// notify tells l, which may be nil, whether n tokens were consumed.
-func notify(l Listener, consumed bool, n int64) {
-	if l == nil {
-		return
-	}
-	if consumed {
-		l.OnConsumed(n)
-	} else {
-		l.OnRejected(n)
-	}
 }
 
 // Allow is shorthand for AllowN(1), which cannot fail.
@@ -216,7 +199,7 @@ func (b *Bucket) decide(op string, n int64, peek bool, snap *Snapshot) (Result, 
 		return Result{}, argError(op, res, req)
 	}
 	if !peek {
-		notify(b.listener, res.Consumed, n)
+		notify(b.observer, res.Consumed, n)
 	}
 	return bucketResult(res, limit), nil
 }
@@ -268,8 +251,8 @@ func (b *Bucket) tryConsume(op string, now, n int64) (bool, error) {
 	b.mu.Lock()
 	ok := tokenbucket.TryConsume(b.cfg, b.state, b.scratch, now, n)
 	b.mu.Unlock()
-	if b.listener != nil {
-		notify(b.listener, ok, n)
+	if b.observer != nil {
+		notify(b.observer, ok, n)
 	}
 	return ok, nil
 }
@@ -295,8 +278,8 @@ func (b *Bucket) tryConsumeUpTo(op string, limit int64, snap *Snapshot) (int64, 
 	if res.Code != tokenbucket.OK {
 		return 0, argError(op, res, req)
 	}
-	if res.Value > 0 && b.listener != nil {
-		b.listener.OnConsumed(res.Value)
+	if res.Value > 0 {
+		notify(b.observer, true, res.Value)
 	}
 	return res.Value, nil
 }
@@ -315,7 +298,7 @@ func (b *Bucket) consumeIgnoringRateLimits(op string, n int64, snap *Snapshot) (
 	if res.Code != tokenbucket.OK {
 		return 0, argError(op, res, req)
 	}
-	notify(b.listener, true, n)
+	notify(b.observer, true, n)
 	return time.Duration(res.Value), nil
 }
 

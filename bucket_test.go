@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // op is one call on a bucket, named as it reads in a failure message.
@@ -60,7 +61,7 @@ type step struct {
 	avail int64
 }
 
-func runSteps(t *testing.T, clock *sluice.FakeClock, b *sluice.Bucket, steps []step) {
+func runSteps(t *testing.T, clock *sluicetest.FakeClock, b *sluice.Bucket, steps []step) {
 	t.Helper()
 	for i, s := range steps {
 		clock.Set(t0 + int64(s.at))
@@ -170,7 +171,7 @@ func TestBucketTimelines(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			runSteps(t, clock, newBucket(t, clock, tt.bws), tt.steps)
 		})
 	}
@@ -180,7 +181,7 @@ func TestBucketTimelines(t *testing.T) {
 // After the first burst the minute bandwidth gains 100/60 a second, so 11
 // bursts of 10 fit in 11 seconds (100 - 8⅓k ≥ 10 for k ≤ 10).
 func TestMultipleBandwidths(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(100, time.Minute), sluice.Simple(10, time.Second)})
 	checkAvailable(t, b, 10)
 	for k := range 12 {
@@ -201,7 +202,7 @@ func TestMultipleBandwidths(t *testing.T) {
 }
 
 func TestTryConsumeAt(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)})
 	steps := []struct {
 		at   time.Duration
@@ -245,7 +246,7 @@ func TestTryConsumeAtOutOfRange(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)})
 			if ok, err := b.TryConsume(10); !ok || err != nil {
 				t.Fatalf("TryConsume(10) = %v, %v, want true", ok, err)
@@ -310,9 +311,9 @@ func TestArgumentErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
-			var l sluice.CountingListener
-			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(7)}, sluice.WithListener(&l))
+			clock := sluicetest.NewFakeClock(t0)
+			var l sluicetest.Counter
+			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(7)}, sluice.WithObserver(&l))
 			clock.Advance(50 * ms) // 7.5 tokens: the half token must survive too
 			before := stateOf(t, b)
 
@@ -396,9 +397,9 @@ func TestListener(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
-			var l sluice.CountingListener
-			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)}, sluice.WithListener(&l))
+			clock := sluicetest.NewFakeClock(t0)
+			var l sluicetest.Counter
+			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)}, sluice.WithObserver(&l))
 			tt.call(b)
 			if got := countsOf(&l); got != tt.want {
 				t.Errorf("listener saw %+v, want %+v", got, tt.want)
@@ -407,32 +408,12 @@ func TestListener(t *testing.T) {
 	}
 }
 
-// TestNopListener: embedding NopListener implements the rest.
-func TestNopListener(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
-	l := &rejections{}
-	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(1, time.Second)}, sluice.WithListener(l))
-	b.TryConsume(1)
-	b.TryConsume(1)
-	b.Blocking().Consume(t.Context(), 1)
-	if l.n != 1 {
-		t.Errorf("OnRejected called %d times, want 1", l.n)
-	}
-}
-
-type rejections struct {
-	sluice.NopListener
-	n int
-}
-
-func (r *rejections) OnRejected(int64) { r.n++ }
-
 // TestConcurrentTryConsume: with the clock stopped, goroutines racing on one
 // bucket get exactly its tokens, whichever methods they call.
 func TestConcurrentTryConsume(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
-	var l sluice.CountingListener
-	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(1000, time.Hour), sluice.Simple(5000, time.Minute)}, sluice.WithListener(&l))
+	clock := sluicetest.NewFakeClock(t0)
+	var l sluicetest.Counter
+	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(1000, time.Hour), sluice.Simple(5000, time.Minute)}, sluice.WithObserver(&l))
 	calls := []func() (bool, error){
 		func() (bool, error) { return b.TryConsume(1) },
 		func() (bool, error) { return b.Allow().Allowed, nil },
@@ -474,7 +455,7 @@ func TestConcurrentTryConsume(t *testing.T) {
 		t.Errorf("admitted %d tokens, want 1000", total)
 	}
 	checkAvailable(t, b, 0)
-	if got := (counts{consumed: l.Consumed(), rejected: l.Rejected()}); got != (counts{consumed: 1000, rejected: wantRejected}) {
+	if got := countsOf(&l); got != (counts{consumed: 1000, rejected: wantRejected}) {
 		t.Errorf("listener saw %+v, want consumed 1000, rejected %d", got, wantRejected)
 	}
 }
@@ -496,7 +477,7 @@ func TestReplaceConfiguration(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.strategy.String(), func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(3, 5).WithInitialTokens(0)})
 			clock.Advance(3)
 			if err := b.ReplaceConfiguration(next, tt.strategy); err != nil {
@@ -525,7 +506,7 @@ func TestReplaceConfigurationErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Hour).WithInitialTokens(4)})
 			clock.Advance(time.Second)
 			before := stateOf(t, b)
@@ -567,7 +548,7 @@ func TestReplaceConfigurationAlignedNeedsWallClock(t *testing.T) {
 // refill exactly at FirstRefill (IntervallyAlignedRefillSpecification).
 func TestAlignedRefillOnFakeClock(t *testing.T) {
 	first := time.Unix(1_700_000_400, 0)
-	clock := sluice.NewFakeClock(first.UnixNano() - int64(40*time.Second))
+	clock := sluicetest.NewFakeClock(first.UnixNano() - int64(40*time.Second))
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Capacity(400, sluice.IntervallyAlignedAdaptive(100, time.Minute, first))})
 	// 400-100 + 40s·100/60s = 366.
 	checkAvailable(t, b, 366)
@@ -591,7 +572,7 @@ func TestAlignedRefillOnFakeClock(t *testing.T) {
 // it the number of bandwidths) while other goroutines use the bucket is
 // safe; run with -race.
 func TestConcurrentReplaceConfiguration(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	one := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(100, time.Second)}}
 	two := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(100, time.Second), sluice.Simple(1000, time.Minute).WithID("m")}}
 	b := newBucket(t, clock, one.Bandwidths)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // TestPolicyAloneAndInCompound runs every policy alone and inside a
@@ -26,7 +27,7 @@ func TestPolicyAloneAndInCompound(t *testing.T) {
 		}
 		for _, where := range []string{"memory", "store"} {
 			t.Run(where+"/"+p.String(), func(t *testing.T) {
-				clock := sluice.NewFakeClock(limiterStart)
+				clock := sluicetest.NewFakeClock(limiterStart)
 				newLimiter := func(p sluice.Policy) *sluice.Limiter {
 					opts := []sluice.LimiterOption{sluice.WithClock(clock)}
 					if where == "store" {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 func TestConfigValidation(t *testing.T) {
@@ -83,7 +84,7 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func newBucketErr(cfg sluice.BucketConfig) error {
-	_, err := sluice.NewBucket(cfg, sluice.WithClock(sluice.NewFakeClock(t0)))
+	_, err := sluice.NewBucket(cfg, sluice.WithClock(sluicetest.NewFakeClock(t0)))
 	return err
 }
 
@@ -171,7 +172,7 @@ func TestAlignedNeedsWallClock(t *testing.T) {
 		{"nil clock keeps the default", []sluice.BucketOption{sluice.WithClock(nil)}},
 		{"wall clock", []sluice.BucketOption{sluice.WithClock(sluice.WallClock())}},
 		{"wall clock in milliseconds", []sluice.BucketOption{sluice.WithClock(sluice.Millis(sluice.WallClock()))}},
-		{"fake clock", []sluice.BucketOption{sluice.WithClock(sluice.NewFakeClock(t0))}},
+		{"fake clock", []sluice.BucketOption{sluice.WithClock(sluicetest.NewFakeClock(t0))}},
 	}
 	for _, tt := range wall {
 		t.Run(tt.name, func(t *testing.T) {
@@ -195,7 +196,7 @@ func TestConfigurationRoundTrip(t *testing.T) {
 		sluice.Capacity(7, sluice.IntervallyAlignedAdaptive(7, time.Hour, time.Unix(1_700_000_000, 0))).WithID("c"),
 		sluice.Capacity(7, sluice.IntervallyAligned(3, time.Hour, time.Unix(0, 5))).WithInitialTokens(0).WithID("d"),
 	}}
-	b := newBucket(t, sluice.NewFakeClock(t0), cfg.Bandwidths)
+	b := newBucket(t, sluicetest.NewFakeClock(t0), cfg.Bandwidths)
 	got := b.Configuration()
 	if !reflect.DeepEqual(got, cfg) {
 		t.Errorf("Configuration() = %+v, want %+v", got, cfg)
@@ -217,7 +218,7 @@ func TestConfigurationRoundTrip(t *testing.T) {
 // TestConfigIsCopied: changing the Config after NewBucket changes nothing.
 func TestConfigIsCopied(t *testing.T) {
 	bws := []sluice.Bandwidth{sluice.Simple(10, time.Second)}
-	b := newBucket(t, sluice.NewFakeClock(t0), bws)
+	b := newBucket(t, sluicetest.NewFakeClock(t0), bws)
 	bws[0] = sluice.Simple(1, time.Second)
 	checkAvailable(t, b, 10)
 }

@@ -74,8 +74,9 @@
 //
 // Every decision is integer arithmetic on nanoseconds from a [Clock]:
 // [MonotonicClock] by default, [WallClock] for aligned refill, [Millis] for
-// millisecond resolution, and [FakeClock] for tests, which also serves as a
-// [Sleeper] so blocking calls run instantly.
+// millisecond resolution. A Clock with a Sleep method is also what waits
+// sleep on: package sluicetest's FakeClock advances itself instead of
+// waiting, so that blocking calls in tests run instantly.
 //
 // # Differences from Bucket4j
 //

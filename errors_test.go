@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // TestErrorMessages: errors read as a person would write them: durations
@@ -62,7 +63,7 @@ func TestStoreErrorQuotesKeyShort(t *testing.T) {
 func TestArgumentErrorOps(t *testing.T) {
 	ctx := context.Background()
 	l, _ := sluice.NewLimiter(sluice.FixedWindow(5, time.Second))
-	kb := keyBuckets(t, sluice.NewFakeClock(t0))["memory"]
+	kb := keyBuckets(t, sluicetest.NewFakeClock(t0))["memory"]
 	tests := []struct {
 		op   string
 		call func() error

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // A rolling deploy: the old configuration (version 1) and the new one
@@ -16,7 +17,7 @@ import (
 func ExampleWithConfigVersion() {
 	ctx := context.Background()
 	store := memstore.New()
-	clock := sluice.NewFakeClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	clock := sluicetest.NewFakeClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	old, _ := sluice.NewLimiter(sluice.TokenBucket(100, 100, time.Hour),
 		sluice.WithStore(store), sluice.WithClock(clock), sluice.WithConfigVersion(1))
 	cur, _ := sluice.NewLimiter(sluice.TokenBucket(200, 200, time.Hour),

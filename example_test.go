@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // The examples run on a FakeClock so that their output is fixed; a real
 // bucket leaves out WithClock and WithSleeper.
 
 func ExampleNewBucket() {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(10, time.Second), // 10 a second, one every 100ms
 	}}, sluice.WithClock(clock))
@@ -39,7 +40,7 @@ func ExampleNewBucket() {
 
 // A probe has what rate-limit headers need.
 func ExampleBucket_AllowN() {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(2, time.Minute),
 	}}, sluice.WithClock(clock))
@@ -69,10 +70,10 @@ func ExampleBucket_AllowN() {
 // A FakeClock serves as the sleeper too: blocking calls move it forward
 // instead of waiting.
 func ExampleBucket_Blocking() {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(5, time.Second), // one every 200ms
-	}}, sluice.WithClock(clock), sluice.WithSleeper(clock))
+	}}, sluice.WithClock(clock))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func ExampleBucket_Blocking() {
 }
 
 func ExampleBucket_ReplaceConfiguration() {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(100, time.Minute),
 	}}, sluice.WithClock(clock))
@@ -135,7 +136,7 @@ func ExampleBucket_ReplaceConfiguration() {
 
 // Several bandwidths: a call takes from all of them or from none.
 func Example_multipleBandwidths() {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(1000, time.Minute).WithID("per-minute"),
 		sluice.Capacity(50, sluice.Greedy(50, time.Second)).WithID("burst"),

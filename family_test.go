@@ -8,17 +8,18 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // keyBuckets returns a KeyBucket of a bucket of 10 tokens refilled 10 a
 // second on clock: an in-memory Limiter's key, a stored Limiter's key, and
 // a store bucket's.
-func keyBuckets(t *testing.T, clock *sluice.FakeClock) map[string]*sluice.KeyBucket {
+func keyBuckets(t *testing.T, clock *sluicetest.FakeClock) map[string]*sluice.KeyBucket {
 	t.Helper()
 	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second)}}
 	out := map[string]*sluice.KeyBucket{}
 	for _, where := range []string{"memory", "limiter store"} {
-		opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithSleeper(clock)}
+		opts := []sluice.LimiterOption{sluice.WithClock(clock)}
 		if where != "memory" {
 			opts = append(opts, sluice.WithStore(newMapStore()))
 		}
@@ -30,7 +31,7 @@ func keyBuckets(t *testing.T, clock *sluice.FakeClock) map[string]*sluice.KeyBuc
 			t.Fatal(err)
 		}
 	}
-	b, err := sluice.NewStoreBucket(newMapStore(), "k", cfg, sluice.WithClock(clock), sluice.WithSleeper(clock))
+	b, err := sluice.NewStoreBucket(newMapStore(), "k", cfg, sluice.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func keyBuckets(t *testing.T, clock *sluice.FakeClock) map[string]*sluice.KeyBuc
 func TestFamilyShorthands(t *testing.T) {
 	ctx := context.Background()
 	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(3, time.Second)}}
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	x := newBucket(t, clock, cfg.Bandwidths)
 	xn := newBucket(t, clock, cfg.Bandwidths)
 	for i := range 5 {
@@ -95,7 +96,7 @@ func TestFamilyShorthands(t *testing.T) {
 // time sees the bucket as it was.
 func TestPeekTakesNothing(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)})
 	b.AllowN(10)
 	clock.Advance(500 * ms)
@@ -108,7 +109,7 @@ func TestPeekTakesNothing(t *testing.T) {
 	if allow, _ := b.AllowN(3); allow != peek {
 		t.Errorf("AllowN(3) = %+v after PeekN(3) = %+v, want the same", allow, peek)
 	}
-	for where, kb := range keyBuckets(t, sluice.NewFakeClock(t0)) {
+	for where, kb := range keyBuckets(t, sluicetest.NewFakeClock(t0)) {
 		kb.AllowN(ctx, 4)
 		for range 3 {
 			if r, err := kb.PeekN(ctx, 6); err != nil || !r.Allowed || r.Remaining != 0 {
@@ -125,7 +126,7 @@ func TestPeekTakesNothing(t *testing.T) {
 // Bucket's, wherever its state lives.
 func TestKeyBucketViews(t *testing.T) {
 	ctx := context.Background()
-	for where, kb := range keyBuckets(t, sluice.NewFakeClock(t0)) {
+	for where, kb := range keyBuckets(t, sluicetest.NewFakeClock(t0)) {
 		t.Run(where, func(t *testing.T) {
 			v, err := kb.Verbose().AllowN(ctx, 7)
 			if err != nil || !v.Value.Allowed || v.Value.Remaining != 3 || v.Snapshot.AvailableTokens != 3 || v.Snapshot.TimeToFullRefill != 700*ms {
@@ -154,7 +155,7 @@ func TestKeyBucketViews(t *testing.T) {
 // maxWait are waited for, later ones are a *MaxWaitError at once.
 func TestWaitN(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)})
 	b.AllowN(10)
 	var mw *sluice.MaxWaitError
@@ -164,7 +165,7 @@ func TestWaitN(t *testing.T) {
 	if err := b.WaitN(ctx, 5, 500*ms); err != nil || clock.Slept() != 500*ms {
 		t.Errorf("WaitN(5, 500ms) = %v after sleeping %v, want nil after 500ms", err, clock.Slept())
 	}
-	for where, kb := range keyBuckets(t, sluice.NewFakeClock(t0)) {
+	for where, kb := range keyBuckets(t, sluicetest.NewFakeClock(t0)) {
 		kb.AllowN(ctx, 10)
 		if err := kb.WaitN(ctx, 5, 400*ms); !errors.As(err, &mw) {
 			t.Errorf("%s: WaitN(5, 400ms) = %v, want a *MaxWaitError", where, err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // t0 is the fake clock's start in most tests: a Unix time in nanoseconds.
@@ -14,9 +15,9 @@ const t0 = int64(1_700_000_000) * int64(time.Second)
 const ms = time.Millisecond
 
 // newBucket returns a bucket of bws on clock, which is also its sleeper.
-func newBucket(t *testing.T, clock *sluice.FakeClock, bws []sluice.Bandwidth, opts ...sluice.BucketOption) *sluice.Bucket {
+func newBucket(t *testing.T, clock *sluicetest.FakeClock, bws []sluice.Bandwidth, opts ...sluice.BucketOption) *sluice.Bucket {
 	t.Helper()
-	opts = append([]sluice.BucketOption{sluice.WithClock(clock), sluice.WithSleeper(clock)}, opts...)
+	opts = append([]sluice.BucketOption{sluice.WithClock(clock)}, opts...)
 	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: bws}, opts...)
 	if err != nil {
 		t.Fatalf("NewBucket: %v", err)
@@ -53,12 +54,13 @@ func checkAvailable(t *testing.T, b *sluice.Bucket, want int64) {
 	}
 }
 
-// counts is what a CountingListener has seen.
+// counts is what a sluicetest.Counter has seen.
 type counts struct {
 	consumed, rejected, cancelled int64
 	waited, delayed               time.Duration
 }
 
-func countsOf(l *sluice.CountingListener) counts {
-	return counts{consumed: l.Consumed(), rejected: l.Rejected(), cancelled: l.Cancelled(), waited: l.Waited(), delayed: l.Delayed()}
+func countsOf(c *sluicetest.Counter) counts {
+	return counts{consumed: c.Tokens(sluice.EventAllowed), rejected: c.Tokens(sluice.EventRejected), cancelled: c.Tokens(sluice.EventCancelled),
+		waited: c.Duration(sluice.EventWaited), delayed: c.Duration(sluice.EventDelayed)}
 }

@@ -31,8 +31,7 @@ import (
 type KeyBucket struct {
 	key      string
 	clock    Clock
-	sleeper  Sleeper
-	listener Listener
+	observer Observer
 	backend  bucketBackend
 }
 
@@ -42,8 +41,7 @@ type KeyBucket struct {
 // the bucket's refill counts from then. A key that has state
 // keeps the configuration stored with it, migrated to cfg (with the
 // WithInheritance strategy) when cfg changed since it was written.
-// WithStoreTimeout, WithStoreFailure, WithClock, WithSleeper and
-// WithListener apply.
+// WithStoreTimeout, WithStoreFailure, WithClock and WithObserver apply.
 func NewStoreBucket(s driver.Store, key string, cfg BucketConfig, opts ...StoreBucketOption) (*KeyBucket, error) {
 	o := storeBucketOptions(opts)
 	o.store = s
@@ -56,7 +54,7 @@ func NewStoreBucket(s driver.Store, key string, cfg BucketConfig, opts ...StoreB
 	if err != nil {
 		return nil, err
 	}
-	clock, sleeper, err := bucketClocks(c, &o)
+	clock, err := bucketClock(c, &o)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +68,7 @@ func NewStoreBucket(s driver.Store, key string, cfg BucketConfig, opts ...StoreB
 	local := sync.OnceValue(func() bucketBackend {
 		return memBuckets{buckets: keyed.NewTable[tokenbucket.State](tokenbucket.NewMulti(c), 0).Buckets(), clock: clock}
 	})
-	return &KeyBucket{key: key, clock: clock, sleeper: sleeper, listener: o.listener, backend: &bucketFailover{
+	return &KeyBucket{key: key, clock: clock, observer: o.observer, backend: &bucketFailover{
 		failurePolicy: setup.fail,
 		store:         storeBuckets{store: setup.store, codec: codec},
 		local:         func(context.Context) (bucketBackend, error) { return local(), nil },
@@ -150,7 +148,7 @@ func (b *KeyBucket) decide(ctx context.Context, op string, n int64, peek bool, s
 		return Result{}, argError(op, res, req)
 	}
 	if !peek {
-		notify(b.listener, res.Consumed, n)
+		notify(b.observer, res.Consumed, n)
 	}
 	return bucketResult(res, limit), nil
 }
@@ -192,8 +190,8 @@ func (b *KeyBucket) tryConsumeUpTo(ctx context.Context, op string, limit int64, 
 	if err != nil {
 		return 0, err
 	}
-	if res.Value > 0 && b.listener != nil {
-		b.listener.OnConsumed(res.Value)
+	if res.Value > 0 {
+		notify(b.observer, true, res.Value)
 	}
 	return res.Value, nil
 }
@@ -209,7 +207,7 @@ func (b *KeyBucket) consumeIgnoringRateLimits(ctx context.Context, op string, n 
 	if err != nil {
 		return 0, err
 	}
-	notify(b.listener, true, n)
+	notify(b.observer, true, n)
 	return time.Duration(res.Value), nil
 }
 
@@ -291,7 +289,7 @@ func (b *KeyBucket) ReserveN(ctx context.Context, n int64, maxWait time.Duration
 	if err != nil {
 		return nil, err
 	}
-	notifyReserved(b.listener, r)
+	notifyReserved(b.observer, r)
 	return r, nil
 }
 
@@ -303,10 +301,10 @@ func (b *KeyBucket) Wait(ctx context.Context, maxWait time.Duration) error {
 // WaitN reserves n tokens within maxWait and sleeps until they are due, as
 // Limiter.WaitN.
 func (b *KeyBucket) WaitN(ctx context.Context, n int64, maxWait time.Duration) error {
-	return waitN(ctx, "KeyBucket.WaitN", n, maxWait, b.sleeper, b.listener, b.reserve)
+	return waitN(ctx, "KeyBucket.WaitN", n, maxWait, b.observer, b.reserve)
 }
 
-// reserve is ReserveN without the listener.
+// reserve is ReserveN without the observer.
 func (b *KeyBucket) reserve(ctx context.Context, op string, n, maxWait int64) (*Reservation, error) {
 	var (
 		res policy.Result

@@ -26,8 +26,7 @@ import (
 // key. LazyBuckets is safe for simultaneous use by multiple goroutines.
 type LazyBuckets struct {
 	clock    Clock
-	sleeper  Sleeper
-	listener Listener
+	observer Observer
 	supply   func(ctx context.Context, key string) (BucketConfig, error)
 	opts     record.BucketOptions
 	none     *record.Bucket // the codec of a key whose state carries its configuration
@@ -55,7 +54,7 @@ const maxSuppliedCodecs = 16
 // that has state; its error is returned as the call's, wrapped. The
 // clock is WallClock unless WithClock says otherwise, so that supplied
 // configurations may refill intervally aligned. The StoreOptions,
-// WithClock, WithSleeper and WithListener apply to every bucket.
+// WithClock and WithObserver apply to every bucket.
 func NewLazyBuckets(s driver.Store, supply func(ctx context.Context, key string) (BucketConfig, error), opts ...StoreBucketOption) (*LazyBuckets, error) {
 	if s == nil {
 		return nil, nilArgument("NewLazyBuckets", "store")
@@ -65,12 +64,9 @@ func NewLazyBuckets(s driver.Store, supply func(ctx context.Context, key string)
 	}
 	o := storeBucketOptions(opts)
 	o.store = s
-	p := &LazyBuckets{clock: o.clock, sleeper: o.sleeper, listener: o.listener, supply: supply}
+	p := &LazyBuckets{clock: o.clock, observer: o.observer, supply: supply}
 	if p.clock == nil {
 		p.clock = WallClock() // the configurations are not known yet: aligned refill must work
-	}
-	if p.sleeper == nil {
-		p.sleeper = TimerSleeper()
 	}
 	setup, err := newStoreSetup(&o, p.clock)
 	if err != nil {
@@ -95,7 +91,7 @@ func NewLazyBuckets(s driver.Store, supply func(ctx context.Context, key string)
 // Bucket returns key's bucket. Its configuration is supplied at the first
 // call that finds the key without state.
 func (p *LazyBuckets) Bucket(key string) *KeyBucket {
-	return &KeyBucket{key: key, clock: p.clock, sleeper: p.sleeper, listener: p.listener, backend: p.backend}
+	return &KeyBucket{key: key, clock: p.clock, observer: p.observer, backend: p.backend}
 }
 
 // configure calls supply for key and returns the codec of its

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // TestLazyBuckets: each key gets the configuration its supplier gives,
@@ -18,7 +19,7 @@ import (
 // stored one.
 func TestLazyBuckets(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	var mu sync.Mutex
 	supplied := map[string]int{}
 	supply := func(_ context.Context, key string) (sluice.BucketConfig, error) {

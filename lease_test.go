@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 func TestWithLeaseArguments(t *testing.T) {
@@ -71,7 +72,7 @@ func TestLeaseRoundTrips(t *testing.T) {
 		sluice.GCRA(1000, 1, time.Hour),
 	} {
 		t.Run(string(p.Kind()), func(t *testing.T) {
-			clock := sluice.NewFakeClock(limiterStart)
+			clock := sluicetest.NewFakeClock(limiterStart)
 			st := newMapStore()
 			l, err := sluice.NewLimiter(p, sluice.WithClock(clock), sluice.WithStore(st),
 				sluice.WithLease(sluice.Lease{Min: 99, Max: 99, TTL: time.Second}))
@@ -102,7 +103,7 @@ func TestLeaseRoundTrips(t *testing.T) {
 // from this process until that has passed.
 func TestLeaseRefusal(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(limiterStart)
+	clock := sluicetest.NewFakeClock(limiterStart)
 	st := newMapStore()
 	l, err := sluice.NewLimiter(sluice.FixedWindow(10, time.Minute), sluice.WithClock(clock), sluice.WithStore(st),
 		sluice.WithLease(sluice.Lease{Min: 4, Max: 4, TTL: time.Hour}))
@@ -145,7 +146,7 @@ func TestLeaseRefusal(t *testing.T) {
 // window: tokens leased in one window are never spent in the next.
 func TestLeaseWindowBound(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(limiterStart)
+	clock := sluicetest.NewFakeClock(limiterStart)
 	st := newMapStore()
 	opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithStore(st),
 		sluice.WithLease(sluice.Lease{Min: 50, Max: 50, TTL: time.Hour})}
@@ -185,7 +186,7 @@ func TestLeaseWindowBound(t *testing.T) {
 // and loses them when its lease expires.
 func TestLeaseIdleProcess(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(limiterStart)
+	clock := sluicetest.NewFakeClock(limiterStart)
 	st := newMapStore()
 	const max = 20
 	opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithStore(st),
@@ -276,7 +277,7 @@ func TestLeaseConcurrent(t *testing.T) {
 // held are not lost to it.
 func TestLeaseStoreFailure(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(limiterStart)
+	clock := sluicetest.NewFakeClock(limiterStart)
 	st := newMapStore()
 	l, err := sluice.NewLimiter(sluice.TokenBucket(100, 1, time.Hour), sluice.WithClock(clock), sluice.WithStore(st),
 		sluice.WithStoreFailure(sluice.FailClosed), sluice.WithCircuitBreaker(-1),

@@ -23,8 +23,7 @@ import (
 type Limiter struct {
 	policy   Policy
 	clock    Clock
-	sleeper  Sleeper
-	listener Listener
+	observer Observer
 	// keys holds the state in memory; with a store, it is the fallback of
 	// FailLocal.
 	keys keyed.Keys
@@ -41,11 +40,11 @@ type Limiter struct {
 }
 
 // NewLimiter returns a limiter that applies p to each key, in memory or,
-// with WithStore, in a store. WithClock and WithSleeper apply to its
-// decisions and waits, WithListener to its decisions and those of the
-// buckets that Bucket returns (and, when it is a StoreListener, to store
-// failures), and the StoreOptions to its store: without WithStore they are
-// an *ArgumentError. It returns the *ConfigError of an invalid policy.
+// with WithStore, in a store. WithClock applies to its decisions and
+// waits, WithObserver to its decisions, store calls and those of the
+// buckets that Bucket returns, and the StoreOptions to its store: without
+// WithStore they are an *ArgumentError. It returns the *ConfigError of an
+// invalid policy.
 func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 	if p == nil {
 		return nil, nilArgument("NewLimiter", "policy")
@@ -61,12 +60,9 @@ func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 	if err := o.lease.check(p); err != nil {
 		return nil, err
 	}
-	l := &Limiter{policy: p, clock: o.clock, sleeper: o.sleeper, listener: o.listener, keys: keys, quota: keys.Quota()}
+	l := &Limiter{policy: p, clock: o.clock, observer: o.observer, keys: keys, quota: keys.Quota()}
 	if l.clock == nil {
 		l.clock = MonotonicClock()
-	}
-	if l.sleeper == nil {
-		l.sleeper = TimerSleeper()
 	}
 	if o.policyFor != nil { // a policy per key (plans.go)
 		if o.lease != nil { // a lease is of one policy's state
@@ -168,7 +164,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 	}
 	code, allowed, remaining, retryAfter, resetAfter, limit := m.decide(key, 1)
 	if code == policy.OK {
-		notify(l.listener, allowed, 1)
+		notify(l.observer, allowed, 1)
 		return Result{Allowed: allowed, Remaining: remaining, RetryAfter: time.Duration(retryAfter),
 			ResetAfter: time.Duration(resetAfter), Limit: limit}, nil
 	}
@@ -194,7 +190,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 		// decision on 1k keys.
 		code, allowed, remaining, retryAfter, resetAfter, limit := m.decide(key, n)
 		if code == policy.OK {
-			notify(l.listener, allowed, n)
+			notify(l.observer, allowed, n)
 			return Result{Allowed: allowed, Remaining: remaining, RetryAfter: time.Duration(retryAfter),
 				ResetAfter: time.Duration(resetAfter), Limit: limit}, nil
 		}
@@ -210,13 +206,13 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 }
 
 // allowed is the end of AllowN on the backend's result r for n tokens:
-// the argument error, or the listener told and the result.
+// the argument error, or the observer told and the result.
 func (l *Limiter) allowed(r policy.Result, n int64) (Result, error) {
 	if r.Code != policy.OK {
 		return Result{}, limiterError("Limiter.AllowN", r, n, 0, l.quota)
 	}
-	if l.listener != nil {
-		notify(l.listener, r.Allowed, n)
+	if l.observer != nil {
+		notify(l.observer, r.Allowed, n)
 	}
 	return resultOf(r), nil
 }
@@ -265,11 +261,11 @@ func (l *Limiter) ReserveN(ctx context.Context, key string, n int64, maxWait tim
 	if err != nil {
 		return nil, err
 	}
-	notifyReserved(l.listener, r)
+	notifyReserved(l.observer, r)
 	return r, nil
 }
 
-// reserve is ReserveN without the listener.
+// reserve is ReserveN without the observer.
 func (l *Limiter) reserve(ctx context.Context, op, key string, n, maxWait int64) (*Reservation, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -300,10 +296,10 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64, maxWait time.D
 	// Tokens there now need no reservation: nothing to sleep and nothing
 	// to give back, so nothing to allocate, as x/time/rate's Wait.
 	if m := l.mem; m != nil && n > 0 && maxWait >= 0 && ctx.Err() == nil && m.take(key, n) {
-		notify(l.listener, true, n)
+		notify(l.observer, true, n)
 		return nil
 	}
-	return waitN(ctx, "Limiter.WaitN", n, maxWait, l.sleeper, l.listener, func(ctx context.Context, op string, n, maxWait int64) (*Reservation, error) {
+	return waitN(ctx, "Limiter.WaitN", n, maxWait, l.observer, func(ctx context.Context, op string, n, maxWait int64) (*Reservation, error) {
 		return l.reserve(ctx, op, key, n, maxWait)
 	})
 }
@@ -323,14 +319,14 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 // Limiter, a key without state is a new bucket at the time of each call,
 // and only a call that changes it (takes or adds tokens) stores it: reads
 // (Verbose().AvailableTokens, AvailableTokens, PeekN, a refused AllowN)
-// store nothing. Its clock, sleeper, listener and store options are the
+// store nothing. Its clock, observer and store options are the
 // limiter's. For other policies it returns an error matching
 // errors.ErrUnsupported.
 func (l *Limiter) Bucket(key string) (*KeyBucket, error) {
 	if l.buckets == nil {
 		return nil, fmt.Errorf("sluice: Limiter.Bucket: policy %s is not a token bucket: %w", l.policy, errors.ErrUnsupported)
 	}
-	return &KeyBucket{key: key, clock: l.clock, sleeper: l.sleeper, listener: l.listener, backend: l.buckets}, nil
+	return &KeyBucket{key: key, clock: l.clock, observer: l.observer, backend: l.buckets}, nil
 }
 
 // Len is the number of keys whose state is held in memory, including

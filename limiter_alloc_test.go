@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // TestLimiterAllocs: a key's first decision allocates at most once,
@@ -41,7 +42,7 @@ func TestLimiterAllocs(t *testing.T) {
 	ctx := context.Background()
 	for _, tt := range tests {
 		t.Run(tt.p.String(), func(t *testing.T) {
-			l, err := sluice.NewLimiter(tt.p, sluice.WithClock(sluice.NewFakeClock(limiterStart)))
+			l, err := sluice.NewLimiter(tt.p, sluice.WithClock(sluicetest.NewFakeClock(limiterStart)))
 			if err != nil {
 				t.Fatal(err)
 			}

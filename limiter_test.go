@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 const limiterStart = 1_700_000_000_000_000_000
@@ -22,7 +23,7 @@ type limiterStep struct {
 
 func runLimiterSteps(t *testing.T, p sluice.Policy, steps []limiterStep) {
 	t.Helper()
-	clock := sluice.NewFakeClock(limiterStart)
+	clock := sluicetest.NewFakeClock(limiterStart)
 	l, err := sluice.NewLimiter(p, sluice.WithClock(clock))
 	if err != nil {
 		t.Fatalf("NewLimiter(%v): %v", p, err)
@@ -110,7 +111,7 @@ func TestLimiterPolicies(t *testing.T) {
 }
 
 func TestLimiterKeysAreIndependent(t *testing.T) {
-	l, err := sluice.NewLimiter(sluice.FixedWindow(1, time.Minute), sluice.WithClock(sluice.NewFakeClock(limiterStart)))
+	l, err := sluice.NewLimiter(sluice.FixedWindow(1, time.Minute), sluice.WithClock(sluicetest.NewFakeClock(limiterStart)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,8 +231,8 @@ func TestLimiterConfigErrors(t *testing.T) {
 
 func TestLimiterReserve(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(limiterStart)
-	l, err := sluice.NewLimiter(sluice.FixedWindow(2, 10*time.Second), sluice.WithClock(clock), sluice.WithSleeper(clock))
+	clock := sluicetest.NewFakeClock(limiterStart)
+	l, err := sluice.NewLimiter(sluice.FixedWindow(2, 10*time.Second), sluice.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +264,7 @@ func TestLimiterReserve(t *testing.T) {
 // TestLimiterConcurrentExact checks that many goroutines on one key are
 // admitted exactly the limit, on a fixed clock.
 func TestLimiterConcurrentExact(t *testing.T) {
-	clock := sluice.NewFakeClock(limiterStart)
+	clock := sluicetest.NewFakeClock(limiterStart)
 	for _, p := range []sluice.Policy{sluice.FixedWindow(500, time.Minute), sluice.TokenBucket(500, 1, time.Minute), sluice.LeakyBucket(500, 1, time.Minute)} {
 		l, err := sluice.NewLimiter(p, sluice.WithClock(clock))
 		if err != nil {
@@ -292,7 +293,7 @@ func TestLimiterConcurrentExact(t *testing.T) {
 
 func TestLimiterForgetsExpiredKeys(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(limiterStart)
+	clock := sluicetest.NewFakeClock(limiterStart)
 	l, err := sluice.NewLimiter(sluice.FixedWindow(1, time.Second), sluice.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
@@ -323,8 +324,8 @@ func TestLimiterBucket(t *testing.T) {
 
 func testLimiterBucket(t *testing.T, store bool) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(limiterStart)
-	opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithSleeper(clock)}
+	clock := sluicetest.NewFakeClock(limiterStart)
+	opts := []sluice.LimiterOption{sluice.WithClock(clock)}
 	if store {
 		opts = append(opts, sluice.WithStore(newMapStore()))
 	}
@@ -425,7 +426,7 @@ func TestLimiterMaxKeysExact(t *testing.T) {
 // Bucket4j; were it not kept, every retry would find a new bucket with the
 // same too few tokens.
 func TestLimiterInitialTokensBelowRequest(t *testing.T) {
-	clock := sluice.NewFakeClock(1_700_000_000_000_000_000)
+	clock := sluicetest.NewFakeClock(1_700_000_000_000_000_000)
 	for _, p := range []sluice.Policy{
 		sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 			sluice.Capacity(4, sluice.Greedy(1, time.Second)).WithInitialTokens(1)}}),
@@ -460,9 +461,9 @@ func TestLimiterListener(t *testing.T) {
 	ctx := context.Background()
 	for _, where := range []string{"memory", "store"} {
 		t.Run(where, func(t *testing.T) {
-			clock := sluice.NewFakeClock(limiterStart)
-			var l sluice.CountingListener
-			opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithSleeper(clock), sluice.WithListener(&l)}
+			clock := sluicetest.NewFakeClock(limiterStart)
+			var l sluicetest.Counter
+			opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithObserver(&l)}
 			if where == "store" {
 				opts = append(opts, sluice.WithStore(newMapStore()))
 			}

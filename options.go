@@ -28,8 +28,8 @@ type StoreBucketOption interface{ applyStoreBucket(*options) }
 // WithMaxKeys or WithLease.
 type LimiterOption interface{ applyLimiter(*options) }
 
-// Option configures any constructor: WithClock, WithSleeper,
-// WithListener and WithObserver. The zero Option does nothing.
+// Option configures any constructor: WithClock and WithObserver. The zero
+// Option does nothing.
 type Option struct{ set func(*options) }
 
 func (f Option) apply(o *options) {
@@ -73,9 +73,7 @@ func (f limiterOption) applyLimiter(o *options) { f(o) }
 
 type options struct {
 	clock    Clock
-	sleeper  Sleeper
-	listener Listener
-	observer Observer // folded into listener by observe
+	observer Observer
 
 	// for a Limiter
 	store   driver.Store
@@ -103,7 +101,6 @@ func bucketOptions(opts []BucketOption) options {
 			opt.applyBucket(&o)
 		}
 	}
-	o.observe()
 	return o
 }
 
@@ -114,7 +111,6 @@ func storeBucketOptions(opts []StoreBucketOption) options {
 			opt.applyStoreBucket(&o)
 		}
 	}
-	o.observe()
 	return o
 }
 
@@ -125,25 +121,13 @@ func limiterOptions(opts []LimiterOption) options {
 			opt.applyLimiter(&o)
 		}
 	}
-	o.observe()
 	return o
 }
 
-// WithClock sets the clock of decisions. The default is MonotonicClock,
-// or WallClock for a bucket with aligned refill or a lazily configured
-// one. nil keeps the default.
+// WithClock sets the clock of decisions, and of waits when it sleeps (see
+// Clock). The default is MonotonicClock, or WallClock for a bucket with
+// aligned refill or a lazily configured one. nil keeps the default.
 func WithClock(c Clock) Option { return Option{func(o *options) { o.clock = c }} }
-
-// WithSleeper sets how blocking calls wait. The default is TimerSleeper;
-// tests pass a *FakeClock. nil keeps the default.
-func WithSleeper(s Sleeper) Option { return Option{func(o *options) { o.sleeper = s }} }
-
-// WithListener sets a listener told of consumption, rejection and waits:
-// a Bucket's and a KeyBucket's calls, and a Limiter's decisions (AllowN,
-// ReserveN, WaitN and the buckets of Limiter.Bucket). A StoreListener is
-// also told of store failures and of the circuit breaker. The default is
-// none; nil keeps it.
-func WithListener(l Listener) Option { return Option{func(o *options) { o.listener = l }} }
 
 // WithStore keeps a Limiter's state in s instead of this process's
 // memory, so that every process using s shares the limits.
@@ -198,11 +182,11 @@ func WithInheritance(t Inheritance) StoreOption {
 //
 // The breaker is the limiter's own, not shared with other limiters on
 // the same store: each detects an outage after its own n failures, and
-// reports its state changes to its StoreListener. On a store of
+// reports its state changes to its Observer as EventCircuit. On a store of
 // partitions that fail on their own (a driver.Partitioner, as redisstore
 // with a Redis Cluster is: one partition per master), the limiter keeps a
 // breaker per partition, so a master that fails opens the circuit of its
-// own keys only; the listener is told the state of them all: open while
+// own keys only; the observer is told the state of them all: open while
 // any partition's circuit is open.
 func WithCircuitBreaker(n int) StoreOption {
 	return StoreOption{"WithCircuitBreaker", func(o *options) { o.circuitFailures = n }}

@@ -96,7 +96,7 @@ type cachedPlan struct {
 	expires int64
 }
 
-// newPlanLimiter makes l, whose clock and sleeper are set, decide with a
+// newPlanLimiter makes l, whose clock is set, decide with a
 // policy per key as o's WithPolicyFor says.
 func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 	k := &planKeys{resolve: o.policyFor, def: l.policy, clock: l.clock, ttl: int64(o.policyCacheTTL), max: o.policyCacheKeys,

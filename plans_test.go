@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // TestPolicyForInMemory: an in-memory Limiter with a policy per key
@@ -14,7 +15,7 @@ import (
 // the inheritance, and returns the resolver's errors.
 func TestPolicyForInMemory(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(limiterStart)
+	clock := sluicetest.NewFakeClock(limiterStart)
 	free, paid := sluice.TokenBucket(4, 4, time.Hour), sluice.TokenBucket(40, 40, time.Hour)
 	plan := map[string]sluice.Policy{"paid": paid, "window": sluice.FixedWindow(2, time.Hour)}
 	errDown := errors.New("plans db down")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // TestMemoryReplaceConfiguration: an in-memory Limiter's key replaced
@@ -22,7 +23,7 @@ func TestMemoryReplaceConfiguration(t *testing.T) {
 		t.Run(strategy.String(), func(t *testing.T) {
 			var got [2][]sluice.Result
 			for i, store := range []bool{false, true} {
-				clock := sluice.NewFakeClock(limiterStart)
+				clock := sluicetest.NewFakeClock(limiterStart)
 				opts := []sluice.LimiterOption{sluice.WithClock(clock)}
 				if store {
 					opts = append(opts, sluice.WithStore(newMapStore()))
@@ -78,7 +79,7 @@ func TestMemoryReplaceConfiguration(t *testing.T) {
 // its record expires.
 func TestMemoryReplacedKeyExpires(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(limiterStart)
+	clock := sluicetest.NewFakeClock(limiterStart)
 	l, _ := sluice.NewLimiter(sluice.TokenBucket(10, 10, time.Second), sluice.WithClock(clock))
 	b, _ := l.Bucket("k")
 	narrow := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(2, time.Second)}}

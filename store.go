@@ -25,7 +25,7 @@ const (
 	// nothing it knows of. It is the default.
 	FailClosed StoreFailure = iota
 	// FailOpen lets the request through, as if the limit were not there,
-	// and reports it to the listener. Result.Remaining is then 0.
+	// and reports it to the observer. Result.Remaining is then 0.
 	FailOpen
 	// FailLocal decides on an in-memory limiter of the same policy in this
 	// process, which holds each key's state from its first failure on, as
@@ -75,20 +75,6 @@ func (e *StoreError) Error() string {
 // Unwrap returns the store's error.
 func (e *StoreError) Unwrap() error { return e.Err }
 
-// StoreListener is a Listener that is also told of store failures and of
-// what the limiter did about them. A Limiter tells its listener (see
-// WithListener) when it implements StoreListener.
-type StoreListener interface {
-	Listener
-	// OnStoreFailure reports a failed store call and the policy applied.
-	OnStoreFailure(err error, f StoreFailure)
-	// OnCircuit reports that the limiter's circuit breaker moved to state
-	// s (see WithCircuitBreaker). It is called in the order of the
-	// changes, with the breaker locked: it must return quickly and not
-	// call the limiter.
-	OnCircuit(s CircuitState)
-}
-
 // storeSetup is what a Limiter or KeyBucket with a store is built of:
 // the engine over o.store, and the failure policy in front of it.
 type storeSetup struct {
@@ -116,11 +102,10 @@ func newStoreSetup(o *options, clock Clock) (storeSetup, error) {
 		return storeSetup{}, &ConfigError{Rule: RuleUnknownStoreFailure, Bandwidth: -1, Field: "store failure", Value: o.storeFailure.String(),
 			Msg: "must be FailClosed, FailOpen or FailLocal"}
 	}
-	fail := failurePolicy{policy: o.storeFailure}
+	fail := failurePolicy{policy: o.storeFailure, observer: o.observer}
 	var notify func(breaker.State)
-	if l, ok := o.listener.(StoreListener); ok {
-		fail.listener = l
-		notify = func(s breaker.State) { l.OnCircuit(circuitStates[s]) }
+	if obs := o.observer; obs != nil {
+		notify = func(s breaker.State) { obs.Observe(Event{Kind: EventCircuit, Circuit: circuitStates[s]}) }
 	}
 	threshold := o.circuitFailures
 	if threshold == 0 {
@@ -131,7 +116,7 @@ func newStoreSetup(o *options, clock Clock) (storeSetup, error) {
 		partition = p.Partition
 	}
 	st := keyed.NewStore(observedStore(o.store, o.observer), clock, timeout, breaker.NewSet(threshold, notify, partition))
-	return storeSetup{store: st, fail: fail, inherit: tokenbucket.Strategy(inherit), order: configOrder(o.configVersion)}, nil
+	return storeSetup{store: st, fail: fail, inherit: tokenbucket.Strategy(inherit), order: configOrder(o.configVersion, o.observer)}, nil
 }
 
 // isCallerDone reports whether err is the caller's own context ending,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // storePolicies are the policies the store tests run, one of each kind.
@@ -39,7 +40,7 @@ func TestStoreLimiterMatchesMemory(t *testing.T) {
 	ctx := context.Background()
 	for _, p := range storePolicies() {
 		t.Run(p.String(), func(t *testing.T) {
-			clock := sluice.NewFakeClock(limiterStart)
+			clock := sluicetest.NewFakeClock(limiterStart)
 			mem, err := sluice.NewLimiter(p, sluice.WithClock(clock))
 			if err != nil {
 				t.Fatal(err)
@@ -113,7 +114,7 @@ func TestStoreMigration(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(limiterStart)
+			clock := sluicetest.NewFakeClock(limiterStart)
 			store := newMapStore()
 			before, err := sluice.NewLimiter(tt.before, sluice.WithClock(clock), sluice.WithStore(store))
 			if err != nil {
@@ -138,7 +139,7 @@ func TestStoreMigration(t *testing.T) {
 // alone keeps its configuration under its limiter's unchanged policy.
 func TestStoreBucketReplaceSticks(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(limiterStart)
+	clock := sluicetest.NewFakeClock(limiterStart)
 	p := sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Hour)}})
 	l, err := sluice.NewLimiter(p, sluice.WithClock(clock), sluice.WithStore(newMapStore()))
 	if err != nil {
@@ -161,8 +162,8 @@ func TestStoreFailurePolicies(t *testing.T) {
 	ctx := context.Background()
 	storeDown := fmt.Errorf("test: %w: connection refused", driver.ErrUnavailable)
 	t.Run("closed", func(t *testing.T) {
-		store, counts := newMapStore(), new(sluice.CountingListener)
-		l, _ := sluice.NewLimiter(sluice.FixedWindow(2, time.Second), sluice.WithStore(store), sluice.WithListener(counts))
+		store, counts := newMapStore(), new(sluicetest.Counter)
+		l, _ := sluice.NewLimiter(sluice.FixedWindow(2, time.Second), sluice.WithStore(store), sluice.WithObserver(counts))
 		store.setFail(storeDown)
 		_, err := l.Allow(ctx, "k")
 		var se *sluice.StoreError
@@ -174,8 +175,8 @@ func TestStoreFailurePolicies(t *testing.T) {
 		}
 	})
 	t.Run("open", func(t *testing.T) {
-		store, counts := newMapStore(), new(sluice.CountingListener)
-		l, _ := sluice.NewLimiter(sluice.FixedWindow(2, time.Second), sluice.WithStore(store), sluice.WithListener(counts),
+		store, counts := newMapStore(), new(sluicetest.Counter)
+		l, _ := sluice.NewLimiter(sluice.FixedWindow(2, time.Second), sluice.WithStore(store), sluice.WithObserver(counts),
 			sluice.WithStoreFailure(sluice.FailOpen))
 		store.setFail(storeDown)
 		for range 5 {
@@ -188,11 +189,11 @@ func TestStoreFailurePolicies(t *testing.T) {
 		}
 	})
 	t.Run("local", func(t *testing.T) {
-		store, counts := newMapStore(), new(sluice.CountingListener)
-		clock := sluice.NewFakeClock(limiterStart)
+		store, counts := newMapStore(), new(sluicetest.Counter)
+		clock := sluicetest.NewFakeClock(limiterStart)
 		// Without the breaker, the first call after the store is back
 		// goes to it (TestCircuitBreaker tests the breaker).
-		l, _ := sluice.NewLimiter(sluice.FixedWindow(2, time.Second), sluice.WithStore(store), sluice.WithListener(counts),
+		l, _ := sluice.NewLimiter(sluice.FixedWindow(2, time.Second), sluice.WithStore(store), sluice.WithObserver(counts),
 			sluice.WithStoreFailure(sluice.FailLocal), sluice.WithClock(clock), sluice.WithCircuitBreaker(-1))
 		store.setFail(storeDown)
 		var allowed int

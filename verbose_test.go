@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // TestVerbose runs the verbose calls on two bandwidths, 100 a minute and 10
@@ -17,7 +18,7 @@ func TestVerbose(t *testing.T) {
 		sluice.Simple(100, time.Minute).WithID("minute"),
 		sluice.Simple(10, time.Second).WithID("second"),
 	}}
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, cfg.Bandwidths)
 	v := b.Verbose()
 	steps := []struct {
@@ -90,7 +91,7 @@ func TestVerbose(t *testing.T) {
 }
 
 func TestVerboseReplaceConfiguration(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(100, time.Minute).WithInitialTokens(40)})
 	next := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(200, time.Minute)}}
 	clock.Advance(time.Second)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // doomSleeper is a fake clock's sleeper on which a sleep of a context
@@ -16,7 +17,7 @@ import (
 // went away would, and the others advance the clock. It records every
 // sleep asked for.
 type doomSleeper struct {
-	*sluice.FakeClock
+	*sluicetest.FakeClock
 	slept []time.Duration
 }
 
@@ -58,8 +59,8 @@ func TestWaitGivesTokensBack(t *testing.T) {
 	for _, p := range reservingPolicies() {
 		for _, where := range []string{"memory", "store"} {
 			t.Run(where+"/"+p.String(), func(t *testing.T) {
-				sl := &doomSleeper{FakeClock: sluice.NewFakeClock(t0)}
-				opts := []sluice.LimiterOption{sluice.WithClock(sl), sluice.WithSleeper(sl)}
+				sl := &doomSleeper{FakeClock: sluicetest.NewFakeClock(t0)}
+				opts := []sluice.LimiterOption{sluice.WithClock(sl)}
 				if where == "store" {
 					opts = append(opts, sluice.WithStore(newMapStore()))
 				}
@@ -91,15 +92,15 @@ func TestWaitGivesTokensBack(t *testing.T) {
 func TestWaitPastDeadline(t *testing.T) {
 	// A token an hour: the deadline, a minute away, comes first.
 	hourly := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Capacity(1, sluice.Intervally(1, time.Hour))}}
-	newStoreBucket := func(t *testing.T, clock *sluice.FakeClock) *sluice.KeyBucket {
-		b, err := sluice.NewStoreBucket(newMapStore(), "k", hourly, sluice.WithClock(clock), sluice.WithSleeper(clock))
+	newStoreBucket := func(t *testing.T, clock *sluicetest.FakeClock) *sluice.KeyBucket {
+		b, err := sluice.NewStoreBucket(newMapStore(), "k", hourly, sluice.WithClock(clock))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return b
 	}
-	newLimiterBucket := func(t *testing.T, clock *sluice.FakeClock) *sluice.KeyBucket {
-		l, err := sluice.NewLimiter(sluice.BucketPolicy(hourly), sluice.WithClock(clock), sluice.WithSleeper(clock))
+	newLimiterBucket := func(t *testing.T, clock *sluicetest.FakeClock) *sluice.KeyBucket {
+		l, err := sluice.NewLimiter(sluice.BucketPolicy(hourly), sluice.WithClock(clock))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,10 +115,10 @@ func TestWaitPastDeadline(t *testing.T) {
 		// run empties the limiter, then makes the blocking call; left
 		// reports what the limiter has after it: 0 tokens, or a RetryAfter
 		// of 1h, when it took nothing.
-		run func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (left func() int64, err error)
+		run func(t *testing.T, ctx context.Context, clock *sluicetest.FakeClock) (left func() int64, err error)
 	}{
-		{"Limiter.Wait", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
-			l, err := sluice.NewLimiter(sluice.BucketPolicy(hourly), sluice.WithClock(clock), sluice.WithSleeper(clock))
+		{"Limiter.Wait", func(t *testing.T, ctx context.Context, clock *sluicetest.FakeClock) (func() int64, error) {
+			l, err := sluice.NewLimiter(sluice.BucketPolicy(hourly), sluice.WithClock(clock))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -127,16 +128,16 @@ func TestWaitPastDeadline(t *testing.T) {
 				return int64(r.RetryAfter - time.Hour)
 			}, l.WaitN(ctx, "k", 1, sluice.Never)
 		}},
-		{"BlockingBucket.Consume", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
-			b, err := sluice.NewBucket(hourly, sluice.WithClock(clock), sluice.WithSleeper(clock))
+		{"BlockingBucket.Consume", func(t *testing.T, ctx context.Context, clock *sluicetest.FakeClock) (func() int64, error) {
+			b, err := sluice.NewBucket(hourly, sluice.WithClock(clock))
 			if err != nil {
 				t.Fatal(err)
 			}
 			b.TryConsume(1)
 			return b.AvailableTokens, b.Blocking().Consume(ctx, 1)
 		}},
-		{"BlockingBucket.TryConsume", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
-			b, err := sluice.NewBucket(hourly, sluice.WithClock(clock), sluice.WithSleeper(clock))
+		{"BlockingBucket.TryConsume", func(t *testing.T, ctx context.Context, clock *sluicetest.FakeClock) (func() int64, error) {
+			b, err := sluice.NewBucket(hourly, sluice.WithClock(clock))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -144,12 +145,12 @@ func TestWaitPastDeadline(t *testing.T) {
 			_, err = b.Blocking().TryConsume(ctx, 1, 2*time.Hour)
 			return b.AvailableTokens, err
 		}},
-		{"BlockingKeyBucket.Consume in memory", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
+		{"BlockingKeyBucket.Consume in memory", func(t *testing.T, ctx context.Context, clock *sluicetest.FakeClock) (func() int64, error) {
 			b := newLimiterBucket(t, clock)
 			b.Allow(context.Background())
 			return func() int64 { n, _ := b.AvailableTokens(context.Background()); return n }, b.Blocking().Consume(ctx, 1)
 		}},
-		{"BlockingKeyBucket.TryConsume on a store", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
+		{"BlockingKeyBucket.TryConsume on a store", func(t *testing.T, ctx context.Context, clock *sluicetest.FakeClock) (func() int64, error) {
 			b := newStoreBucket(t, clock)
 			b.Allow(context.Background())
 			_, err := b.Blocking().TryConsume(ctx, 1, 2*time.Hour)
@@ -158,7 +159,7 @@ func TestWaitPastDeadline(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			left, err := tt.run(t, ctx, clock)
@@ -192,7 +193,7 @@ func TestReservationCancelEveryPath(t *testing.T) {
 		reserve func() (*sluice.Reservation, error)
 		look    func() string
 	}
-	limiterPath := func(t *testing.T, clock *sluice.FakeClock, opts ...sluice.LimiterOption) path {
+	limiterPath := func(t *testing.T, clock *sluicetest.FakeClock, opts ...sluice.LimiterOption) path {
 		l, err := sluice.NewLimiter(sluice.LeakyBucket(2, 1, time.Second), append(opts, sluice.WithClock(clock))...)
 		if err != nil {
 			t.Fatal(err)
@@ -210,8 +211,8 @@ func TestReservationCancelEveryPath(t *testing.T) {
 			func() string { n, err := b.AvailableTokens(ctx); return fmt.Sprint(n, err) },
 		}
 	}
-	paths := map[string]func(t *testing.T, clock *sluice.FakeClock) path{
-		"Bucket": func(t *testing.T, clock *sluice.FakeClock) path {
+	paths := map[string]func(t *testing.T, clock *sluicetest.FakeClock) path{
+		"Bucket": func(t *testing.T, clock *sluicetest.FakeClock) path {
 			b := newBucket(t, clock, cfg.Bandwidths)
 			b.TryConsume(1)
 			return path{
@@ -219,11 +220,11 @@ func TestReservationCancelEveryPath(t *testing.T) {
 				func() string { return fmt.Sprint(b.AvailableTokens()) },
 			}
 		},
-		"Limiter in memory": func(t *testing.T, clock *sluice.FakeClock) path { return limiterPath(t, clock) },
-		"Limiter on a store": func(t *testing.T, clock *sluice.FakeClock) path {
+		"Limiter in memory": func(t *testing.T, clock *sluicetest.FakeClock) path { return limiterPath(t, clock) },
+		"Limiter on a store": func(t *testing.T, clock *sluicetest.FakeClock) path {
 			return limiterPath(t, clock, sluice.WithStore(newMapStore()))
 		},
-		"KeyBucket in memory": func(t *testing.T, clock *sluice.FakeClock) path {
+		"KeyBucket in memory": func(t *testing.T, clock *sluicetest.FakeClock) path {
 			l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), sluice.WithClock(clock))
 			if err != nil {
 				t.Fatal(err)
@@ -234,7 +235,7 @@ func TestReservationCancelEveryPath(t *testing.T) {
 			}
 			return keyBucketPath(b)
 		},
-		"KeyBucket on a store": func(t *testing.T, clock *sluice.FakeClock) path {
+		"KeyBucket on a store": func(t *testing.T, clock *sluicetest.FakeClock) path {
 			b, err := sluice.NewStoreBucket(newMapStore(), "k", cfg, sluice.WithClock(clock))
 			if err != nil {
 				t.Fatal(err)
@@ -244,7 +245,7 @@ func TestReservationCancelEveryPath(t *testing.T) {
 	}
 	for name, newPath := range paths {
 		t.Run(name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			p := newPath(t, clock)
 			before := p.look()
 			r, err := p.reserve()
@@ -267,7 +268,7 @@ func TestReservationCancelEveryPath(t *testing.T) {
 // the key once the store is back.
 func TestCancelWhereTaken(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	store := newMapStore()
 	l, err := sluice.NewLimiter(sluice.TokenBucket(3, 1, time.Second), sluice.WithStore(store),
 		sluice.WithStoreFailure(sluice.FailLocal), sluice.WithClock(clock))
@@ -303,8 +304,8 @@ func TestWaitAsReservation(t *testing.T) {
 		reserve func(n int64, maxWait time.Duration) (*sluice.Reservation, error)
 		peek    func() sluice.Result
 	}
-	limiter := func(t *testing.T, p sluice.Policy, c *sluice.FakeClock) waiter {
-		l, err := sluice.NewLimiter(p, sluice.WithClock(c), sluice.WithSleeper(c))
+	limiter := func(t *testing.T, p sluice.Policy, c *sluicetest.FakeClock) waiter {
+		l, err := sluice.NewLimiter(p, sluice.WithClock(c))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -315,15 +316,15 @@ func TestWaitAsReservation(t *testing.T) {
 			func() sluice.Result { r, _ := l.Peek(ctx, "k"); return r },
 		}
 	}
-	newBucket := func(t *testing.T, c *sluice.FakeClock) *sluice.Bucket {
+	newBucket := func(t *testing.T, c *sluicetest.FakeClock) *sluice.Bucket {
 		b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
-			sluice.Simple(2, time.Second), sluice.Simple(5, time.Minute)}}, sluice.WithClock(c), sluice.WithSleeper(c))
+			sluice.Simple(2, time.Second), sluice.Simple(5, time.Minute)}}, sluice.WithClock(c))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return b
 	}
-	bucket := func(t *testing.T, c *sluice.FakeClock) waiter {
+	bucket := func(t *testing.T, c *sluicetest.FakeClock) waiter {
 		b, ctx := newBucket(t, c), context.Background()
 		return waiter{
 			func(n int64, d time.Duration) error { return b.WaitN(ctx, n, d) },
@@ -333,11 +334,11 @@ func TestWaitAsReservation(t *testing.T) {
 	}
 	type pair struct {
 		name string
-		make func(*testing.T, *sluice.FakeClock) waiter
+		make func(*testing.T, *sluicetest.FakeClock) waiter
 	}
 	// A BlockingBucket's TryConsume, whose maxWait must be positive: both
 	// twins wait 1ns more, and a false is the reservation that is not OK.
-	blocking := func(t *testing.T, c *sluice.FakeClock) waiter {
+	blocking := func(t *testing.T, c *sluicetest.FakeClock) waiter {
 		b, ctx := newBucket(t, c), context.Background()
 		return waiter{
 			func(n int64, d time.Duration) error {
@@ -353,11 +354,11 @@ func TestWaitAsReservation(t *testing.T) {
 	}
 	pairs := []pair{{"bucket", bucket}, {"blocking", blocking}}
 	for _, p := range reservingPolicies() {
-		pairs = append(pairs, pair{p.String(), func(t *testing.T, c *sluice.FakeClock) waiter { return limiter(t, p, c) }})
+		pairs = append(pairs, pair{p.String(), func(t *testing.T, c *sluicetest.FakeClock) waiter { return limiter(t, p, c) }})
 	}
 	for _, pp := range pairs {
 		t.Run(pp.name, func(t *testing.T) {
-			ca, cb := sluice.NewFakeClock(t0), sluice.NewFakeClock(t0)
+			ca, cb := sluicetest.NewFakeClock(t0), sluicetest.NewFakeClock(t0)
 			a, b := pp.make(t, ca), pp.make(t, cb)
 			waited := 0
 			for i := range 200 {

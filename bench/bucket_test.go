@@ -12,6 +12,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // The two regimes, configured identically for every implementation.
@@ -182,7 +183,7 @@ func BenchmarkAllowAt(b *testing.B) {
 					name = "impl=sluice3bw"
 				}
 				b.Run(name, func(b *testing.B) {
-					bk := newSluice(b, r.rejected, n, sluice.WithClock(sluice.NewFakeClock(t0.UnixNano())))
+					bk := newSluice(b, r.rejected, n, sluice.WithClock(sluicetest.NewFakeClock(t0.UnixNano())))
 					b.ReportAllocs()
 					allowed := 0
 					t := t0

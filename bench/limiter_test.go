@@ -18,6 +18,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // Keyed limiters: one limiter holding a state per key, as an HTTP middleware
@@ -99,7 +100,7 @@ func sluiceKeyed(name string, p sluice.Policy) keyed {
 		tb.Helper()
 		var opts []sluice.LimiterOption
 		if frozen {
-			opts = append(opts, sluice.WithClock(sluice.NewFakeClock(t0.UnixNano())))
+			opts = append(opts, sluice.WithClock(sluicetest.NewFakeClock(t0.UnixNano())))
 		}
 		l, err := sluice.NewLimiter(p, opts...)
 		if err != nil {

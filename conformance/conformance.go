@@ -34,7 +34,7 @@ type Bucket interface {
 }
 
 // BlockingBucket is a Bucket whose calls can wait for their tokens, sleeping
-// on the sleeper its Target was given. A case with a blocking step is
+// on the clock its Target was given (see sluice.Clock). A case with a blocking step is
 // skipped, never passed, for a Bucket that does not implement it.
 type BlockingBucket interface {
 	Bucket
@@ -67,9 +67,10 @@ type Target interface {
 	// Name identifies the target in reports, e.g. "local".
 	Name() string
 	// NewBucket returns a new bucket with the configuration cfg, created
-	// now by clock; blocking calls wait on sleeper. It returns the
-	// *sluice.ConfigError of an invalid cfg.
-	NewBucket(ctx context.Context, cfg sluice.BucketConfig, clock sluice.Clock, sleeper sluice.Sleeper) (Bucket, error)
+	// now by clock, which blocking calls also sleep on (a fake clock that
+	// records its sleeps). It returns the *sluice.ConfigError of an
+	// invalid cfg.
+	NewBucket(ctx context.Context, cfg sluice.BucketConfig, clock sluice.Clock) (Bucket, error)
 }
 
 // LimiterTarget is a Target that builds keyed limiters, for the cases of
@@ -77,10 +78,10 @@ type Target interface {
 // compatibility policies).
 type LimiterTarget interface {
 	Target
-	// NewLimiter returns a new limiter applying p, on clock; blocking
-	// calls wait on sleeper. It returns the *sluice.ConfigError of an
-	// invalid p.
-	NewLimiter(ctx context.Context, p sluice.Policy, clock sluice.Clock, sleeper sluice.Sleeper) (Limiter, error)
+	// NewLimiter returns a new limiter applying p, on clock, which
+	// blocking calls also sleep on. It returns the *sluice.ConfigError of
+	// an invalid p.
+	NewLimiter(ctx context.Context, p sluice.Policy, clock sluice.Clock) (Limiter, error)
 }
 
 // CompatTarget is a Target that runs the compatibility policies:
@@ -112,18 +113,18 @@ var (
 // Name returns "local".
 func (Local) Name() string { return "local" }
 
-// NewBucket returns a *sluice.Bucket with cfg, clock and sleeper.
-func (Local) NewBucket(_ context.Context, cfg sluice.BucketConfig, clock sluice.Clock, sleeper sluice.Sleeper) (Bucket, error) {
-	b, err := sluice.NewBucket(cfg, sluice.WithClock(clock), sluice.WithSleeper(sleeper))
+// NewBucket returns a *sluice.Bucket with cfg and clock.
+func (Local) NewBucket(_ context.Context, cfg sluice.BucketConfig, clock sluice.Clock) (Bucket, error) {
+	b, err := sluice.NewBucket(cfg, sluice.WithClock(clock))
 	if err != nil {
 		return nil, err
 	}
 	return localBucket{b}, nil
 }
 
-// NewLimiter returns a *sluice.Limiter applying p, with clock and sleeper.
-func (Local) NewLimiter(_ context.Context, p sluice.Policy, clock sluice.Clock, sleeper sluice.Sleeper) (Limiter, error) {
-	l, err := sluice.NewLimiter(p, sluice.WithClock(clock), sluice.WithSleeper(sleeper))
+// NewLimiter returns a *sluice.Limiter applying p, with clock.
+func (Local) NewLimiter(_ context.Context, p sluice.Policy, clock sluice.Clock) (Limiter, error) {
+	l, err := sluice.NewLimiter(p, sluice.WithClock(clock))
 	if err != nil {
 		return nil, err
 	}

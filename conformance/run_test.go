@@ -413,8 +413,8 @@ type bucketsOnly struct{}
 
 func (bucketsOnly) Name() string { return "buckets-only" }
 
-func (bucketsOnly) NewBucket(ctx context.Context, cfg sluice.BucketConfig, c sluice.Clock, s sluice.Sleeper) (conformance.Bucket, error) {
-	return conformance.Local{}.NewBucket(ctx, cfg, c, s)
+func (bucketsOnly) NewBucket(ctx context.Context, cfg sluice.BucketConfig, c sluice.Clock) (conformance.Bucket, error) {
+	return conformance.Local{}.NewBucket(ctx, cfg, c)
 }
 
 // keyedOnly is a LimiterTarget that is not a CompatTarget, as a store's
@@ -423,8 +423,8 @@ type keyedOnly struct{ bucketsOnly }
 
 func (keyedOnly) Name() string { return "keyed-only" }
 
-func (keyedOnly) NewLimiter(ctx context.Context, p sluice.Policy, c sluice.Clock, s sluice.Sleeper) (conformance.Limiter, error) {
-	return conformance.Local{}.NewLimiter(ctx, p, c, s)
+func (keyedOnly) NewLimiter(ctx context.Context, p sluice.Policy, c sluice.Clock) (conformance.Limiter, error) {
+	return conformance.Local{}.NewLimiter(ctx, p, c)
 }
 
 func TestRunSkipsLimiterCasesOfTargetsWithout(t *testing.T) {
@@ -510,8 +510,8 @@ type noBlocking struct{ conformance.Local }
 
 func (noBlocking) Name() string { return "no-blocking" }
 
-func (t noBlocking) NewBucket(ctx context.Context, cfg sluice.BucketConfig, c sluice.Clock, s sluice.Sleeper) (conformance.Bucket, error) {
-	b, err := t.Local.NewBucket(ctx, cfg, c, s)
+func (t noBlocking) NewBucket(ctx context.Context, cfg sluice.BucketConfig, c sluice.Clock) (conformance.Bucket, error) {
+	b, err := t.Local.NewBucket(ctx, cfg, c)
 	return struct{ conformance.Bucket }{b}, err
 }
 
@@ -539,8 +539,8 @@ type panickingBucket struct{ conformance.Bucket }
 
 func (panickingBucket) AvailableTokens(context.Context) (int64, error) { panic("boom") }
 
-func (t panicking) NewBucket(ctx context.Context, cfg sluice.BucketConfig, c sluice.Clock, s sluice.Sleeper) (conformance.Bucket, error) {
-	b, err := t.Local.NewBucket(ctx, cfg, c, s)
+func (t panicking) NewBucket(ctx context.Context, cfg sluice.BucketConfig, c sluice.Clock) (conformance.Bucket, error) {
+	b, err := t.Local.NewBucket(ctx, cfg, c)
 	return panickingBucket{b}, err
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/resilience"
+	"github.com/sluicehq/sluice/sluicetest"
 	"github.com/sluicehq/sluice/smooth"
 )
 
@@ -32,7 +33,7 @@ type step struct {
 // env is what a case's steps act on: the clock, and the one subject the
 // case built (the other fields are nil).
 type env struct {
-	clock     *sluice.FakeClock
+	clock     *sluicetest.FakeClock
 	bucket    Bucket
 	blocking  BlockingBucket // bucket, when it implements BlockingBucket
 	limiter   Limiter

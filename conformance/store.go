@@ -33,8 +33,8 @@ func (s Store) Name() string {
 }
 
 // NewBucket returns sluice.NewStoreBucket on a new key.
-func (s Store) NewBucket(ctx context.Context, cfg sluice.BucketConfig, clock sluice.Clock, sleeper sluice.Sleeper) (Bucket, error) {
-	opts := []sluice.StoreBucketOption{sluice.WithClock(clock), sluice.WithSleeper(sleeper)}
+func (s Store) NewBucket(ctx context.Context, cfg sluice.BucketConfig, clock sluice.Clock) (Bucket, error) {
+	opts := []sluice.StoreBucketOption{sluice.WithClock(clock)}
 	for _, o := range s.Options {
 		opts = append(opts, o)
 	}
@@ -52,8 +52,8 @@ func (s Store) NewBucket(ctx context.Context, cfg sluice.BucketConfig, clock slu
 
 // NewLimiter returns a sluice.Limiter on s.Store whose keys are prefixed
 // by a prefix of its own.
-func (s Store) NewLimiter(_ context.Context, p sluice.Policy, clock sluice.Clock, sleeper sluice.Sleeper) (Limiter, error) {
-	opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithSleeper(sleeper), sluice.WithStore(s.Store)}
+func (s Store) NewLimiter(_ context.Context, p sluice.Policy, clock sluice.Clock) (Limiter, error) {
+	opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithStore(s.Store)}
 	for _, o := range s.Options {
 		opts = append(opts, o)
 	}

@@ -37,7 +37,7 @@ func (b *bucketSubject) build(ctx context.Context, target Target, e *env) (strin
 	if b.millis {
 		clock = sluice.Millis(e.clock)
 	}
-	bk, err := target.NewBucket(ctx, b.config, clock, e.clock)
+	bk, err := target.NewBucket(ctx, b.config, clock)
 	if err != nil {
 		return "", err
 	}
@@ -61,7 +61,7 @@ func (l *limiterSubject) build(ctx context.Context, target Target, e *env) (stri
 	if !ok {
 		return fmt.Sprintf("target %s has no keyed limiters", target.Name()), nil
 	}
-	lim, err := lt.NewLimiter(ctx, l.policy, e.clock, e.clock)
+	lim, err := lt.NewLimiter(ctx, l.policy, e.clock)
 	e.limiter = lim
 	return "", err
 }
@@ -97,7 +97,7 @@ func (r *rateLimiterSubject) build(ctx context.Context, target Target, e *env) (
 	if ct == nil {
 		return skip, nil
 	}
-	rl, err := ct.NewRateLimiter(ctx, r.cfg, resilience.WithClock(e.clock), resilience.WithSleeper(e.clock))
+	rl, err := ct.NewRateLimiter(ctx, r.cfg, resilience.WithClock(e.clock))
 	e.rate = rl
 	return "", err
 }
@@ -138,7 +138,7 @@ func (s *smoothSubject) build(ctx context.Context, target Target, e *env) (strin
 	if ct == nil {
 		return skip, nil
 	}
-	opts := []smooth.Option{smooth.WithClock(e.clock), smooth.WithSleeper(e.clock)}
+	opts := []smooth.Option{smooth.WithClock(e.clock)}
 	var (
 		rl  *smooth.RateLimiter
 		err error

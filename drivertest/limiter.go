@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // VectorsEnv names an environment variable with more vector directories
@@ -179,7 +180,7 @@ func testLimiterMatchesMemory(t *testing.T, e *env) {
 		sluice.Compound(sluice.FixedWindow(8, time.Second), sluice.LeakyBucket(5, 1, 200*time.Millisecond)),
 	} {
 		t.Run(p.String(), func(t *testing.T) {
-			clock := sluice.NewFakeClock(1_700_000_000_000_000_000)
+			clock := sluicetest.NewFakeClock(1_700_000_000_000_000_000)
 			mem, err := sluice.NewLimiter(p, sluice.WithClock(clock))
 			if err != nil {
 				t.Fatal(err)
@@ -359,9 +360,9 @@ func testFaults(t *testing.T, e *env) {
 	for _, failure := range []sluice.StoreFailure{sluice.FailClosed, sluice.FailOpen, sluice.FailLocal} {
 		t.Run(failure.String(), func(t *testing.T) {
 			fs := &faultyStore{Store: e.store, every: 5}
-			counts := new(sluice.CountingListener)
+			counts := new(sluicetest.Counter)
 			l, err := sluice.NewLimiter(sluice.FixedWindow(40, time.Hour), sluice.WithStore(fs),
-				sluice.WithStoreFailure(failure), sluice.WithListener(counts), sluice.WithStoreTimeout(50*time.Millisecond))
+				sluice.WithStoreFailure(failure), sluice.WithObserver(counts), sluice.WithStoreTimeout(50*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}

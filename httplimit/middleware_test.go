@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // t0 is the fake clocks' start: a Unix time in nanoseconds.
@@ -102,7 +103,7 @@ func TestHeadersMatchResult(t *testing.T) {
 		{sluice.NoLimit(), "-"},
 	} {
 		t.Run(tt.p.String(), func(t *testing.T) {
-			clock, twinClock := sluice.NewFakeClock(t0), sluice.NewFakeClock(t0)
+			clock, twinClock := sluicetest.NewFakeClock(t0), sluicetest.NewFakeClock(t0)
 			l := newLimiter(t, tt.p, sluice.WithClock(clock), sluice.WithStore(memstore.New()))
 			twin := newLimiter(t, tt.p, sluice.WithClock(twinClock))
 			key, err := httplimit.ClientIP()
@@ -164,7 +165,7 @@ func TestRetryAfterRoundsUp(t *testing.T) {
 		{"problem", true, "application/problem+json"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			l := newLimiter(t, sluice.FixedWindow(1, 2*time.Second), sluice.WithClock(clock))
 			h := newMiddleware(t, []httplimit.Limit{{Name: "per-user", Limiter: l, Key: httplimit.Header("X-User")}},
 				httplimit.WithProblemDetails(tt.problem)).Handler(ok)
@@ -252,7 +253,7 @@ func TestRetryAfterNever(t *testing.T) {
 }
 
 func TestCost(t *testing.T) {
-	l := newLimiter(t, sluice.FixedWindow(10, time.Minute), sluice.WithClock(sluice.NewFakeClock(t0)))
+	l := newLimiter(t, sluice.FixedWindow(10, time.Minute), sluice.WithClock(sluicetest.NewFakeClock(t0)))
 	cost := func(r *http.Request) (int64, error) { return strconv.ParseInt(r.Header.Get("X-Cost"), 10, 64) }
 	h := newMiddleware(t, []httplimit.Limit{{Name: "api", Limiter: l, Key: httplimit.Method, Cost: cost}}).Handler(ok)
 	for i, tt := range []struct {
@@ -274,7 +275,7 @@ func TestCost(t *testing.T) {
 // TestSeveralLimits: a request that one limit rejects takes nothing from
 // the others, and the headers state every limit.
 func TestSeveralLimits(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	perIP := newLimiter(t, sluice.FixedWindow(5, time.Minute), sluice.WithClock(clock))
 	perUser := newLimiter(t, sluice.FixedWindow(2, time.Minute), sluice.WithClock(clock))
 	ip, err := httplimit.ClientIP()
@@ -353,7 +354,7 @@ func TestNameEscaped(t *testing.T) {
 // TestManyLimits: more limits than the decisions kept on the stack, with
 // names long enough that the fields outgrow their stack buffers.
 func TestManyLimits(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	var ls []httplimit.Limit
 	var policy, limit []string
 	for i := range 6 {
@@ -377,7 +378,7 @@ func TestManyLimits(t *testing.T) {
 // TestHeadersIndependent: the fields share one string and one slice, so
 // a handler that adds to one of them must not change another.
 func TestHeadersIndependent(t *testing.T) {
-	l := newLimiter(t, sluice.FixedWindow(5, time.Minute), sluice.WithClock(sluice.NewFakeClock(t0)))
+	l := newLimiter(t, sluice.FixedWindow(5, time.Minute), sluice.WithClock(sluicetest.NewFakeClock(t0)))
 	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Add("Ratelimit-Policy", "extra")
 		w.Header().Add("X-Ratelimit-Limit", "extra")

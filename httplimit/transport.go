@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/reqkey"
+	"github.com/sluicehq/sluice/internal/sleep"
 )
 
 // Transport is an http.RoundTripper for calling a provider that limits its
@@ -131,7 +132,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			closeBody(req)
 			return nil, &WaitError{Key: key, Wait: wait, MaxWait: bound, Err: ErrHeldBack}
 		}
-		if err := t.o.sleeper.Sleep(ctx, wait); err != nil {
+		if err := sleep.On(ctx, t.o.clock, wait); err != nil {
 			closeBody(req)
 			return nil, &WaitError{Key: key, MaxWait: bound, Err: err}
 		}

@@ -17,24 +17,24 @@ import (
 	"github.com/sluicehq/sluice/internal/testserver"
 )
 
-// failureClock is a StoreListener that notes the store failures the
-// limiter met and when the last one was.
+// failureClock is an Observer that notes the store failures the limiter
+// met and when the last one was.
 type failureClock struct {
-	sluice.NopListener
 	mu       sync.Mutex
 	failures int
 	last     time.Time
 	lastErr  error
 }
 
-func (l *failureClock) OnStoreFailure(err error, _ sluice.StoreFailure) {
+func (l *failureClock) Observe(e sluice.Event) {
+	if e.Kind != sluice.EventStoreFailure {
+		return
+	}
 	l.mu.Lock()
 	l.failures++
-	l.last, l.lastErr = time.Now(), err
+	l.last, l.lastErr = time.Now(), e.Err
 	l.mu.Unlock()
 }
-
-func (l *failureClock) OnCircuit(sluice.CircuitState) {}
 
 func (l *failureClock) get() (n int, last time.Time, err error) {
 	l.mu.Lock()
@@ -106,7 +106,7 @@ func runFailover(t *testing.T, cluster *testserver.ReplicatedCluster, store driv
 	)
 	listener := new(failureClock)
 	l, err := sluice.NewLimiter(sluice.GCRA(burst, rate, time.Second), sluice.WithStore(store),
-		sluice.WithStoreFailure(failure), sluice.WithListener(listener))
+		sluice.WithStoreFailure(failure), sluice.WithObserver(listener))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,17 +20,14 @@ import (
 	"github.com/sluicehq/sluice/redisstore"
 )
 
-// closedAt is a StoreListener that notes when the circuit last closed.
+// closedAt is an Observer that notes when the circuit last closed.
 type closedAt struct {
-	sluice.NopListener
 	mu     sync.Mutex
 	closed time.Time
 }
 
-func (l *closedAt) OnStoreFailure(error, sluice.StoreFailure) {}
-
-func (l *closedAt) OnCircuit(s sluice.CircuitState) {
-	if s == sluice.CircuitClosed {
+func (l *closedAt) Observe(e sluice.Event) {
+	if e.Kind == sluice.EventCircuit && e.Circuit == sluice.CircuitClosed {
 		l.mu.Lock()
 		l.closed = time.Now()
 		l.mu.Unlock()
@@ -66,7 +63,7 @@ func TestOutageLatency(t *testing.T) {
 			store := newStore(t, client)
 			listener := new(closedAt)
 			l, err := sluice.NewLimiter(sluice.TokenBucket(1_000_000, 1, time.Hour), sluice.WithStore(store),
-				sluice.WithStoreTimeout(timeout), sluice.WithStoreFailure(failure), sluice.WithListener(listener))
+				sluice.WithStoreTimeout(timeout), sluice.WithStoreFailure(failure), sluice.WithObserver(listener))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 const t0 = int64(1_750_000_000) * int64(time.Second)
@@ -42,7 +43,7 @@ func TestRollingDeploy(t *testing.T) {
 			for _, tt := range tests {
 				t.Run(tt.name, func(t *testing.T) {
 					s := st.open(t)
-					clock := sluice.NewFakeClock(t0)
+					clock := sluicetest.NewFakeClock(t0)
 					newLimiter := func(p sluice.Policy, v uint64) *sluice.Limiter {
 						l, err := sluice.NewLimiter(p, sluice.WithStore(s), sluice.WithClock(clock),
 							sluice.WithInheritance(tt.inherit), sluice.WithConfigVersion(v))
@@ -91,7 +92,7 @@ func TestRollingDeployKindChange(t *testing.T) {
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			s := st.open(t)
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			old, err := sluice.NewLimiter(sluice.FixedWindow(100, time.Hour), sluice.WithStore(s), sluice.WithClock(clock), sluice.WithConfigVersion(1))
 			if err != nil {
 				t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // TestLazyBucketsOnStores: two processes' LazyBuckets share a store; each
@@ -26,7 +27,7 @@ func TestLazyBucketsOnStores(t *testing.T) {
 				}
 				return sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(limit, time.Hour)}}, nil
 			}
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			var procs [2]*sluice.LazyBuckets
 			for i := range procs {
 				p, err := sluice.NewLazyBuckets(s, supply, sluice.WithClock(clock))

@@ -37,3 +37,18 @@ func Ceiling(base time.Duration, shift int, most time.Duration) time.Duration {
 	}
 	return most
 }
+
+// Sleeper is the optional method of a clock that sleeps on its own time,
+// as sluice.Clock's doc describes: a fake clock advances itself instead
+// of waiting.
+type Sleeper interface {
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// On waits d on clock: by its Sleep when it is a Sleeper, else as For.
+func On(ctx context.Context, clock any, d time.Duration) error {
+	if s, ok := clock.(Sleeper); ok {
+		return s.Sleep(ctx, d)
+	}
+	return For(ctx, d)
+}

@@ -49,3 +49,28 @@ func TestForReturnsNilAfterTheWait(t *testing.T) {
 		t.Errorf("Backoff(1ns) = %v, want nil", err)
 	}
 }
+
+// fakeSleeper is a clock whose Sleep records d and returns at once.
+type fakeSleeper struct{ slept *time.Duration }
+
+func (f fakeSleeper) Sleep(_ context.Context, d time.Duration) error {
+	*f.slept += d
+	return nil
+}
+
+// TestOn: a clock that sleeps is slept on; another sleeps on a timer,
+// which a done context ends at once.
+func TestOn(t *testing.T) {
+	var slept time.Duration
+	if err := On(t.Context(), fakeSleeper{&slept}, time.Hour); err != nil || slept != time.Hour {
+		t.Errorf("On(sleeper, 1h) = %v and slept %v, want nil and 1h", err, slept)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := On(ctx, struct{}{}, time.Hour); err != context.Canceled {
+		t.Errorf("On(no sleeper, done ctx, 1h) = %v, want context.Canceled", err)
+	}
+	if err := On(t.Context(), struct{}{}, 0); err != nil {
+		t.Errorf("On(no sleeper, 0) = %v, want nil", err)
+	}
+}

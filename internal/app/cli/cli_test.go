@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // runCLI runs the command line args and returns its stdout, its stderr and
@@ -242,9 +242,9 @@ func TestDurationFlags(t *testing.T) {
 }
 
 func TestDemoThrottlesABurst(t *testing.T) {
-	clock := sluice.NewFakeClock(1_700_000_000_000_000_000)
+	clock := sluicetest.NewFakeClock(1_700_000_000_000_000_000)
 	var out bytes.Buffer
-	if err := demo(t.Context(), &out, clock, clock, 20, 100*time.Millisecond); err != nil {
+	if err := demo(t.Context(), &out, clock, 20, 100*time.Millisecond); err != nil {
 		t.Fatalf("demo = %v", err)
 	}
 	// 5 tokens plus one every 200ms against one request every 100ms: the
@@ -289,10 +289,10 @@ func TestDemoRealTime(t *testing.T) {
 }
 
 func TestDemoCancelled(t *testing.T) {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if err := demo(ctx, new(bytes.Buffer), clock, clock, 3, time.Second); !errors.Is(err, context.Canceled) {
+	if err := demo(ctx, new(bytes.Buffer), clock, 3, time.Second); !errors.Is(err, context.Canceled) {
 		t.Errorf("demo with a cancelled context = %v, want context.Canceled", err)
 	}
 }

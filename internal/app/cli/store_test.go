@@ -285,7 +285,7 @@ func TestConformanceStoreTimeout(t *testing.T) {
 		}
 		st := target.(conformance.Store)
 		st.Store = slow{st.Store, delay}
-		l, err := st.NewLimiter(t.Context(), sluice.FixedWindow(1, time.Hour), sluice.WallClock(), nil)
+		l, err := st.NewLimiter(t.Context(), sluice.FixedWindow(1, time.Hour), sluice.WallClock())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,6 +30,7 @@ import (
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
 	"github.com/sluicehq/sluice/internal/testserver"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
@@ -66,7 +67,7 @@ envoy:
 // fixture is a Service on a real gRPC server on a loopback port, with a
 // client from go-control-plane's generated stubs.
 type fixture struct {
-	clock    *sluice.FakeClock
+	clock    *sluicetest.FakeClock
 	client   rlsv3.RateLimitServiceClient
 	svc      *envoyrls.Service
 	limiters map[string]*sluice.Limiter
@@ -83,7 +84,7 @@ func (f *fixture) wall() time.Time { return time.Unix(0, f.clock.Now()) }
 // serves them.
 func newFixture(t *testing.T, doc string, policies map[string]sluice.Policy, set *envoyrls.Settings, opts ...envoyrls.Option) *fixture {
 	t.Helper()
-	f := &fixture{clock: sluice.NewFakeClock(start)}
+	f := &fixture{clock: sluicetest.NewFakeClock(start)}
 	d, limiters := f.config(t, doc, policies, set)
 	f.limiters = limiters
 	opts = append([]envoyrls.Option{envoyrls.WithObserver(f.observe), envoyrls.WithClock(f.wall)}, opts...)
@@ -985,7 +986,7 @@ func TestMalformedRequest(t *testing.T) {
 		intercepted.Add(1)
 		return h(ctx, req)
 	}))
-	f := &fixture{clock: sluice.NewFakeClock(start)}
+	f := &fixture{clock: sluicetest.NewFakeClock(start)}
 	d, limiters := f.config(t, "envoy:\n  - domain: d\n    descriptors:\n      - {key: k, limiter: l}\n",
 		map[string]sluice.Policy{"l": sluice.FixedWindow(5, time.Minute)}, nil)
 	envoyrls.New(d, lookup(limiters), envoyrls.WithClock(f.wall)).Register(g)

@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/internal/app/simulate"
 	"github.com/sluicehq/sluice/internal/app/storeurl"
 	"github.com/sluicehq/sluice/internal/metricnames"
+	"github.com/sluicehq/sluice/internal/sleep"
 )
 
 // The bounds of API requests.
@@ -587,7 +588,7 @@ func (s *Server) wait(ctx context.Context, l *limiter, key string, n int64, maxW
 	}
 	if d := r.Delay(); d > 0 {
 		s.metrics.waiting.Inc()
-		err := s.sleeper.Sleep(ctx, d)
+		err := sleep.On(ctx, s.clock, d)
 		s.metrics.waiting.Dec()
 		if err != nil {
 			r.Cancel()

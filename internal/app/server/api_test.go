@@ -30,15 +30,15 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/testserver"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 
 // fakeTime is a sluice clock and a wall clock for the stats, moved by
 // hand.
-type fakeTime struct{ *sluice.FakeClock }
+type fakeTime struct{ *sluicetest.FakeClock }
 
 func (f fakeTime) now() time.Time { return time.Unix(0, f.Now()) }
 
@@ -50,7 +50,7 @@ func testServer(t *testing.T, yaml string) (*Server, fakeTime) {
 	if err != nil {
 		t.Fatalf("LoadConfig = %v", err)
 	}
-	clock := fakeTime{sluice.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())}
+	clock := fakeTime{sluicetest.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())}
 	s, err := New(t.Context(), cfg, withClock(clock, clock.now))
 	if err != nil {
 		t.Fatalf("New = %v", err)

@@ -15,10 +15,10 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/app/conffile"
 	"github.com/sluicehq/sluice/internal/testserver"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // within runs f and fails the test if it has not returned after a
@@ -97,7 +97,7 @@ func TestRuntimeDirectoryBadFiles(t *testing.T) {
 
 			// At a reload.
 			var log testserver.Buffer
-			clock := fakeTime{sluice.NewFakeClock(time.Unix(1000000, 0).UnixNano())}
+			clock := fakeTime{sluicetest.NewFakeClock(time.Unix(1000000, 0).UnixNano())}
 			s, err := New(t.Context(), cfg, withClock(clock, clock.now), WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
 			mustDo(t, err)
 			client := serveGRPC(t, s)

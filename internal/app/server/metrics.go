@@ -143,10 +143,9 @@ func (m *metrics) forget(limiter string) {
 // failureLabel names a store failure policy as the config writes it.
 func failureLabel(f sluice.StoreFailure) string { return metricnames.FailureLabel(f) }
 
-// failureListener counts a limiter's store failures, in the metrics and
+// failureObserver counts a limiter's store failures, in the metrics and
 // in its health window (stats), and keeps its circuit's state.
-type failureListener struct {
-	sluice.NopListener
+type failureObserver struct {
 	limiter string
 	m       *metrics
 	stats   *stats
@@ -155,13 +154,20 @@ type failureListener struct {
 	window  time.Duration // the health window
 }
 
-func (l failureListener) OnStoreFailure(_ error, f sluice.StoreFailure) {
-	l.m.storeFailures.WithLabelValues(l.limiter, failureLabel(f)).Inc()
-	l.stats.storeFailure(l.now(), l.window)
+// Observe counts a store failure, and sets the limiter's circuit gauge
+// and state when its circuit moves.
+func (l failureObserver) Observe(e sluice.Event) {
+	switch e.Kind {
+	case sluice.EventStoreFailure:
+		l.m.storeFailures.WithLabelValues(l.limiter, failureLabel(e.Failure)).Inc()
+		l.stats.storeFailure(l.now(), l.window)
+	case sluice.EventCircuit:
+		l.setCircuit(e.Circuit)
+	}
 }
 
-// OnCircuit sets the limiter's circuit gauge and state.
-func (l failureListener) OnCircuit(s sluice.CircuitState) {
+// setCircuit sets the limiter's circuit gauge and state.
+func (l failureObserver) setCircuit(s sluice.CircuitState) {
 	open := s != sluice.CircuitClosed
 	l.circuit.Store(open)
 	v := 0.0

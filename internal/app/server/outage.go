@@ -2,23 +2,31 @@ package server
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/app/outage"
 )
 
-// outageListener is a limiter's failureListener that also counts its
+// outageObserver is a limiter's failureObserver that also counts its
 // store failures in the server's outage log, which writes a few lines an
-// outage rather than one a decision.
-type outageListener struct {
-	failureListener
+// outage rather than one a decision, and logs a conflict of configuration
+// versions (which the limiter tells once).
+type outageObserver struct {
+	failureObserver
 	outage *outage.Log
+	log    *slog.Logger
 }
 
-func (l outageListener) OnStoreFailure(err error, f sluice.StoreFailure) {
-	l.failureListener.OnStoreFailure(err, f)
-	l.outage.Failure("limiter "+l.limiter, err)
+func (l outageObserver) Observe(e sluice.Event) {
+	l.failureObserver.Observe(e)
+	switch e.Kind {
+	case sluice.EventStoreFailure:
+		l.outage.Failure("limiter "+l.limiter, e.Err)
+	case sluice.EventVersionConflict:
+		l.log.Warn(e.Err.Error(), "limiter", l.limiter)
+	}
 }
 
 // answered is the server's store as its limiters, Envoy's counters and

@@ -13,9 +13,9 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/testserver"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // breakable is a store that fails every call while broken is set, as an
@@ -56,7 +56,7 @@ envoy:
 	}
 	var broken atomic.Bool
 	var log testserver.Buffer
-	clock := fakeTime{sluice.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())}
+	clock := fakeTime{sluicetest.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())}
 	s, err := New(t.Context(), cfg, withClock(clock, clock.now), WithLogger(slog.New(slog.NewTextHandler(&log, nil))),
 		withStoreWrapper(func(st driver.Store) driver.Store { return breakable{st, &broken} }))
 	if err != nil {

@@ -51,8 +51,7 @@ import (
 type Server struct {
 	log     *slog.Logger
 	store   *storeurl.Store
-	clock   sluice.Clock
-	sleeper sluice.Sleeper // how consume waits for max_wait_ms
+	clock   sluice.Clock // consume waits for max_wait_ms on it (sleep.On)
 	now     func() time.Time
 	started time.Time
 	metrics *metrics
@@ -191,15 +190,10 @@ type route struct {
 	h       http.Handler
 }
 
-// withClock sets the clocks, for tests; a clock that is also a Sleeper
-// (a fake clock) is the sleeper too.
+// withClock sets the clocks, for tests; a clock that sleeps (a fake
+// clock) is what consume sleeps on too.
 func withClock(c sluice.Clock, now func() time.Time) Option {
-	return func(s *Server) {
-		s.clock, s.now = c, now
-		if sl, ok := c.(sluice.Sleeper); ok {
-			s.sleeper = sl
-		}
-	}
+	return func(s *Server) { s.clock, s.now = c, now }
 }
 
 // withStoreWrapper wraps the store under the limiters in w, for tests
@@ -218,7 +212,6 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 	s := &Server{
 		log:          slog.New(slog.DiscardHandler),
 		clock:        sluice.MonotonicClock(),
-		sleeper:      sluice.TimerSleeper(),
 		now:          time.Now,
 		metrics:      newMetrics(),
 		hot:          newHotKeys(),
@@ -388,8 +381,8 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 			sluice.WithStoreFailure(cfg.StoreFailure),
 			sluice.WithInheritance(cfg.Inheritance),
 			sluice.WithMaxKeys(fallbackKeys), // fail_local's keys in this process
-			sluice.WithListener(outageListener{failureListener{limiter: name, m: s.metrics, stats: lim.stats, circuit: lim.circuit,
-				now: s.now, window: cfg.HealthWindow}, s.outage})}, extra...)...)
+			sluice.WithObserver(outageObserver{failureObserver{limiter: name, m: s.metrics, stats: lim.stats, circuit: lim.circuit,
+				now: s.now, window: cfg.HealthWindow}, s.outage, s.log})}, extra...)...)
 		if err != nil {
 			return &config.Error{Path: "limiters." + name, Line: line, Column: col, Msg: err.Error(), Err: err}
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/testserver"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
@@ -282,9 +283,9 @@ func TestServerKilled(t *testing.T) {
 			if err := store.Check(ctx); err != nil {
 				t.Fatal(err)
 			}
-			counts := new(sluice.CountingListener)
+			counts := new(sluicetest.Counter)
 			local, err := sluice.NewLimiter(sluice.FixedWindow(30, time.Hour), sluice.WithStore(store),
-				sluice.WithStoreFailure(sluice.FailLocal), sluice.WithListener(counts), sluice.WithStoreTimeout(300*time.Millisecond))
+				sluice.WithStoreFailure(sluice.FailLocal), sluice.WithObserver(counts), sluice.WithStoreTimeout(300*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}

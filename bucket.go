@@ -63,8 +63,8 @@ func checkStrategy(field string, t Inheritance) error {
 
 // replacement validates the arguments of ReplaceConfiguration on a bucket
 // running on clock and returns the compiled configuration.
-func replacement(cfg BucketConfig, strategy Inheritance, clock Clock) (*tokenbucket.Config, error) {
-	if err := checkStrategy("strategy", strategy); err != nil {
+func replacement(cfg BucketConfig, inherit Inheritance, clock Clock) (*tokenbucket.Config, error) {
+	if err := checkStrategy("inherit", inherit); err != nil {
 		return nil, err
 	}
 	c, err := cfg.compile()
@@ -103,7 +103,7 @@ func checkClock(cfg *tokenbucket.Config, c Clock) error {
 
 // apply runs req at now under the lock and stores the new state if the
 // operation changed it. With snap it also takes a snapshot of the state
-// after the operation.
+// after the operation, for Snapshot.
 func (b *Bucket) apply(now int64, req tokenbucket.Request, snap *Snapshot) tokenbucket.Result {
 	b.mu.Lock()
 	copy(b.scratch, b.state)
@@ -154,7 +154,7 @@ func (b *Bucket) Allow() Result {
 // rate-limit headers. It is Bucket4j's tryConsumeAndReturnRemaining. It
 // returns an *ArgumentError for n ≤ 0.
 func (b *Bucket) AllowN(n int64) (Result, error) {
-	return b.decide("Bucket.AllowN", n, false, nil)
+	return b.decide("Bucket.AllowN", n, false)
 }
 
 // Peek is shorthand for PeekN(1), which cannot fail.
@@ -168,12 +168,12 @@ func (b *Bucket) Peek() Result {
 // there now: Remaining+n when Allowed, Remaining otherwise. It returns an
 // *ArgumentError for n ≤ 0.
 func (b *Bucket) PeekN(n int64) (Result, error) {
-	return b.decide("Bucket.PeekN", n, true, nil)
+	return b.decide("Bucket.PeekN", n, true)
 }
 
 // decide runs AllowN, or PeekN with peek, at the clock's time under the
-// lock, with a snapshot of the bucket after it when snap is not nil.
-func (b *Bucket) decide(op string, n int64, peek bool, snap *Snapshot) (Result, error) {
+// lock.
+func (b *Bucket) decide(op string, n int64, peek bool) (Result, error) {
 	now := b.clock.Now()
 	req := tokenbucket.Request{Op: tokenbucket.OpTryConsumeAndReturnRemaining, Tokens: n}
 	b.mu.Lock()
@@ -185,13 +185,6 @@ func (b *Bucket) decide(op string, n int64, peek bool, snap *Snapshot) (Result, 
 	}
 	if changed {
 		b.state, b.scratch = b.scratch, b.state
-	}
-	if snap != nil {
-		after := b.scratch
-		if changed {
-			after = b.state
-		}
-		snap.fill(b.cfg, after, now)
 	}
 	limit := b.limit
 	b.mu.Unlock()
@@ -260,7 +253,7 @@ func (b *Bucket) tryConsume(op string, now, n int64) (bool, error) {
 // TryConsumeAsMuchAsPossible takes every available token and returns how
 // many it took (0 when the bucket is empty or overdrawn).
 func (b *Bucket) TryConsumeAsMuchAsPossible() int64 {
-	n, _ := b.tryConsumeUpTo("Bucket.TryConsumeAsMuchAsPossible", math.MaxInt64, nil)
+	n, _ := b.tryConsumeUpTo("Bucket.TryConsumeAsMuchAsPossible", math.MaxInt64)
 	return n
 }
 
@@ -269,12 +262,12 @@ func (b *Bucket) TryConsumeAsMuchAsPossible() int64 {
 // tryConsumeAsMuchAsPossible(limit). It returns an *ArgumentError for
 // limit ≤ 0.
 func (b *Bucket) TryConsumeUpTo(limit int64) (int64, error) {
-	return b.tryConsumeUpTo("Bucket.TryConsumeUpTo", limit, nil)
+	return b.tryConsumeUpTo("Bucket.TryConsumeUpTo", limit)
 }
 
-func (b *Bucket) tryConsumeUpTo(op string, limit int64, snap *Snapshot) (int64, error) {
+func (b *Bucket) tryConsumeUpTo(op string, limit int64) (int64, error) {
 	req := tokenbucket.Request{Op: tokenbucket.OpConsumeAsMuchAsPossible, Tokens: limit}
-	res := b.apply(b.clock.Now(), req, snap)
+	res := b.apply(b.clock.Now(), req, nil)
 	if res.Code != tokenbucket.OK {
 		return 0, argError(op, res, req)
 	}
@@ -289,14 +282,10 @@ func (b *Bucket) tryConsumeUpTo(op string, limit int64, snap *Snapshot) (int64, 
 // wait for them (0 when they were there). It returns an *ArgumentError for
 // n ≤ 0 or when that wait overflows, and then takes nothing.
 func (b *Bucket) ConsumeIgnoringRateLimits(n int64) (time.Duration, error) {
-	return b.consumeIgnoringRateLimits("Bucket.ConsumeIgnoringRateLimits", n, nil)
-}
-
-func (b *Bucket) consumeIgnoringRateLimits(op string, n int64, snap *Snapshot) (time.Duration, error) {
 	req := tokenbucket.Request{Op: tokenbucket.OpConsumeIgnoringRateLimits, Tokens: n}
-	res := b.apply(b.clock.Now(), req, snap)
+	res := b.apply(b.clock.Now(), req, nil)
 	if res.Code != tokenbucket.OK {
-		return 0, argError(op, res, req)
+		return 0, argError("Bucket.ConsumeIgnoringRateLimits", res, req)
 	}
 	notify(b.observer, true, n)
 	return time.Duration(res.Value), nil
@@ -306,19 +295,19 @@ func (b *Bucket) consumeIgnoringRateLimits(op string, n int64, snap *Snapshot) (
 // bandwidth above capacity is brought down to it. Use it to give back tokens
 // taken for work that then failed. It returns an *ArgumentError for n ≤ 0.
 func (b *Bucket) AddTokens(n int64) error {
-	return b.add(tokenbucket.OpAddTokens, "Bucket.AddTokens", n, nil)
+	return b.add(tokenbucket.OpAddTokens, "Bucket.AddTokens", n)
 }
 
 // ForceAddTokens adds n tokens to every bandwidth even past its capacity.
 // While above capacity a bandwidth refills nothing, but keeps the surplus.
 // It returns an *ArgumentError for n ≤ 0.
 func (b *Bucket) ForceAddTokens(n int64) error {
-	return b.add(tokenbucket.OpForceAddTokens, "Bucket.ForceAddTokens", n, nil)
+	return b.add(tokenbucket.OpForceAddTokens, "Bucket.ForceAddTokens", n)
 }
 
-func (b *Bucket) add(op tokenbucket.Op, name string, n int64, snap *Snapshot) error {
+func (b *Bucket) add(op tokenbucket.Op, name string, n int64) error {
 	req := tokenbucket.Request{Op: op, Tokens: n}
-	return argError(name, b.apply(b.clock.Now(), req, snap), req)
+	return argError(name, b.apply(b.clock.Now(), req, nil), req)
 }
 
 // Reset fills every bandwidth to its capacity.
@@ -332,15 +321,17 @@ func (b *Bucket) AvailableTokens() int64 {
 	return b.apply(b.clock.Now(), tokenbucket.Request{Op: tokenbucket.OpAvailable}, nil).Value
 }
 
-// Configuration returns the bucket's current configuration.
-func (b *Bucket) Configuration() BucketConfig {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return configOf(b.cfg)
+// Snapshot returns the state of the bucket now, for diagnostics (Bucket4j's
+// verbose results): its configuration, the tokens of each bandwidth and
+// the time until it is full. It takes nothing.
+func (b *Bucket) Snapshot() Snapshot {
+	var s Snapshot
+	b.apply(b.clock.Now(), tokenbucket.Request{Op: tokenbucket.OpAvailable}, &s)
+	return s
 }
 
 // ReplaceConfiguration switches the bucket to cfg, carrying its tokens over
-// by strategy.
+// by inherit.
 //
 // Bandwidths are matched by ID, as in Bucket4j: a new bandwidth takes over
 // from the old one with the same ID, and a bandwidth without an ID from the
@@ -350,23 +341,16 @@ func (b *Bucket) Configuration() BucketConfig {
 // its partly refilled token when both are greedy.
 //
 // It returns a *ConfigError, and changes nothing, when cfg is invalid.
-func (b *Bucket) ReplaceConfiguration(cfg BucketConfig, strategy Inheritance) error {
-	return b.replace(cfg, strategy, nil)
-}
-
-func (b *Bucket) replace(cfg BucketConfig, strategy Inheritance, snap *Snapshot) error {
-	c, err := replacement(cfg, strategy, b.clock)
+func (b *Bucket) ReplaceConfiguration(cfg BucketConfig, inherit Inheritance) error {
+	c, err := replacement(cfg, inherit, b.clock)
 	if err != nil {
 		return err
 	}
 	now := b.clock.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.state = tokenbucket.Replace(b.cfg, b.state, now, c, tokenbucket.Strategy(strategy))
+	b.state = tokenbucket.Replace(b.cfg, b.state, now, c, tokenbucket.Strategy(inherit))
 	b.scratch = make(tokenbucket.State, len(b.state))
 	b.cfg, b.limit = c, quotaOf(c)
-	if snap != nil {
-		snap.fill(b.cfg, b.state, now)
-	}
 	return nil
 }

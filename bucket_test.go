@@ -196,7 +196,7 @@ func TestMultipleBandwidths(t *testing.T) {
 	if want := (sluice.Result{Remaining: 8, RetryAfter: time.Second, ResetAfter: 55 * time.Second, Limit: 10}); p != want || err != nil {
 		t.Errorf("AllowN(10) = %+v, %v, want %+v", p, err, want)
 	}
-	if s := b.Verbose().AvailableTokens().Snapshot; !reflect.DeepEqual(s.Bandwidths, []int64{8, 10}) {
+	if s := b.Snapshot(); !reflect.DeepEqual(s.Bandwidths, []int64{8, 10}) {
 		t.Errorf("Bandwidths = %v, want [8 10]", s.Bandwidths)
 	}
 }
@@ -295,19 +295,6 @@ func TestArgumentErrors(t *testing.T) {
 			sluice.ArgumentError{Op: "BlockingBucket.Consume", Arg: "tokens", Value: int64(math.MaxInt64)}},
 		{"ReserveN(0)", func(b *sluice.Bucket) error { _, err := b.ReserveN(0, time.Second); return err }, sluice.ArgumentError{Op: "Bucket.ReserveN", Arg: "tokens", Value: int64(0)}},
 		{"ReserveN negative max wait", func(b *sluice.Bucket) error { _, err := b.ReserveN(1, -1); return err }, sluice.ArgumentError{Op: "Bucket.ReserveN", Arg: "maxWait", Value: time.Duration(-1)}},
-		{"Verbose AllowN(-1)", func(b *sluice.Bucket) error { _, err := b.Verbose().AllowN(-1); return err },
-			sluice.ArgumentError{Op: "VerboseBucket.AllowN", Arg: "tokens", Value: int64(-1)}},
-		{"Verbose PeekN(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().PeekN(0); return err },
-			sluice.ArgumentError{Op: "VerboseBucket.PeekN", Arg: "tokens", Value: int64(0)}},
-		{"Verbose TryConsumeUpTo(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().TryConsumeUpTo(0); return err },
-			sluice.ArgumentError{Op: "VerboseBucket.TryConsumeUpTo", Arg: "limit", Value: int64(0)}},
-		{"Verbose ConsumeIgnoringRateLimits overflow", func(b *sluice.Bucket) error {
-			_, err := b.Verbose().ConsumeIgnoringRateLimits(math.MaxInt64)
-			return err
-		}, sluice.ArgumentError{Op: "VerboseBucket.ConsumeIgnoringRateLimits", Arg: "tokens", Value: int64(math.MaxInt64)}},
-		{"Verbose AddTokens(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().AddTokens(0); return err }, sluice.ArgumentError{Op: "VerboseBucket.AddTokens", Arg: "tokens", Value: int64(0)}},
-		{"Verbose ForceAddTokens(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().ForceAddTokens(0); return err },
-			sluice.ArgumentError{Op: "VerboseBucket.ForceAddTokens", Arg: "tokens", Value: int64(0)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -368,9 +355,7 @@ func TestListener(t *testing.T) {
 			b.Reset()
 			b.AvailableTokens()
 			b.ReplaceConfiguration(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(5, time.Second)}}, sluice.InheritAsIs)
-			b.Verbose().AvailableTokens()
-			b.Verbose().Reset()
-			b.Verbose().AddTokens(1)
+			b.Snapshot()
 		}, counts{}},
 		{"blocking after a wait", func(b *sluice.Bucket) { empty(b); b.Blocking().TryConsume(ctx, 3, time.Second) }, counts{consumed: 13, waited: 300 * ms}},
 		{"blocking rejected", func(b *sluice.Bucket) { empty(b); b.Blocking().TryConsume(ctx, 3, 100*ms) }, counts{consumed: 10, rejected: 3}},
@@ -385,15 +370,6 @@ func TestListener(t *testing.T) {
 			r, _ := b.ReserveN(4, time.Second)
 			r.Cancel()
 		}, counts{consumed: 14, delayed: 400 * ms}},
-		{"verbose", func(b *sluice.Bucket) {
-			b.Verbose().AllowN(3)
-			b.Verbose().AllowN(30)
-			b.Verbose().AllowN(2)
-			b.Verbose().TryConsumeUpTo(1)
-			b.Verbose().PeekN(1)
-			b.Verbose().ConsumeIgnoringRateLimits(10)
-			b.Verbose().TryConsumeUpTo(5)
-		}, counts{consumed: 16, rejected: 30}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -417,7 +393,7 @@ func TestConcurrentTryConsume(t *testing.T) {
 	calls := []func() (bool, error){
 		func() (bool, error) { return b.TryConsume(1) },
 		func() (bool, error) { return b.Allow().Allowed, nil },
-		func() (bool, error) { v, err := b.Verbose().AllowN(1); return v.Value.Allowed, err },
+		func() (bool, error) { r, err := b.ReserveN(1, 0); return r.OK(), err },
 		func() (bool, error) { p, err := b.AllowN(1); return p.Allowed, err },
 		func() (bool, error) { n, err := b.TryConsumeUpTo(1); return n == 1, err },
 		func() (bool, error) { return b.TryConsumeAt(time.Unix(0, t0), 1) },
@@ -515,9 +491,6 @@ func TestReplaceConfigurationErrors(t *testing.T) {
 			if !errors.As(err, &ce) || ce.Rule != tt.rule || !errors.Is(err, sluice.ErrInvalidConfig) {
 				t.Errorf("ReplaceConfiguration() = %v, want a *ConfigError with rule %q", err, tt.rule)
 			}
-			if _, verr := b.Verbose().ReplaceConfiguration(tt.cfg, tt.strategy); !errors.As(verr, &ce) || ce.Rule != tt.rule {
-				t.Errorf("Verbose().ReplaceConfiguration() = %v, want a *ConfigError with rule %q", verr, tt.rule)
-			}
 			checkUnchanged(t, b, before)
 		})
 	}
@@ -538,7 +511,7 @@ func TestReplaceConfigurationAlignedNeedsWallClock(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Rule != sluice.RuleAlignedNeedsWallClock || ce.Bandwidth != 0 {
 		t.Errorf("ReplaceConfiguration() = %v, want a *ConfigError with rule %q", err, sluice.RuleAlignedNeedsWallClock)
 	}
-	if got := b.Configuration(); !reflect.DeepEqual(got, cfg) {
+	if got := b.Snapshot().Config; !reflect.DeepEqual(got, cfg) {
 		t.Errorf("Configuration() = %+v, want %+v", got, cfg)
 	}
 	checkAvailable(t, b, 10)
@@ -581,9 +554,9 @@ func TestConcurrentReplaceConfiguration(t *testing.T) {
 		wg.Go(func() {
 			for range 200 {
 				b.TryConsume(1)
-				b.Verbose().AllowN(1)
+				b.AllowN(1)
 				b.AvailableTokens()
-				b.Configuration()
+				b.Snapshot()
 			}
 		})
 	}

@@ -197,12 +197,12 @@ func TestConfigurationRoundTrip(t *testing.T) {
 		sluice.Capacity(7, sluice.IntervallyAligned(3, time.Hour, time.Unix(0, 5))).WithInitialTokens(0).WithID("d"),
 	}}
 	b := newBucket(t, sluicetest.NewFakeClock(t0), cfg.Bandwidths)
-	got := b.Configuration()
+	got := b.Snapshot().Config
 	if !reflect.DeepEqual(got, cfg) {
 		t.Errorf("Configuration() = %+v, want %+v", got, cfg)
 	}
 	got.Bandwidths[0] = sluice.Simple(1, time.Second)
-	if again := b.Configuration(); !reflect.DeepEqual(again, cfg) {
+	if again := b.Snapshot().Config; !reflect.DeepEqual(again, cfg) {
 		t.Errorf("Configuration() after changing a returned copy = %+v, want %+v", again, cfg)
 	}
 
@@ -210,7 +210,7 @@ func TestConfigurationRoundTrip(t *testing.T) {
 	if err := b.ReplaceConfiguration(next, sluice.InheritAsIs); err != nil {
 		t.Fatalf("ReplaceConfiguration() = %v", err)
 	}
-	if got := b.Configuration(); !reflect.DeepEqual(got, next) {
+	if got := b.Snapshot().Config; !reflect.DeepEqual(got, next) {
 		t.Errorf("Configuration() after ReplaceConfiguration = %+v, want %+v", got, next)
 	}
 }

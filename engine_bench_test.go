@@ -166,7 +166,11 @@ func BenchmarkEngineKeyBucket(b *testing.B) {
 	ctx := context.Background()
 	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Capacity(1000, sluice.Greedy(1e9, time.Second))}}
 	clock := sluicetest.NewFakeClock(t0)
-	kb, err := sluice.NewStoreBucket(memstore.New(), "k", cfg, sluice.WithClock(clock))
+	l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), sluice.WithStore(memstore.New()), sluice.WithClock(clock))
+	if err != nil {
+		b.Fatal(err)
+	}
+	kb, err := l.Bucket("k")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -79,7 +79,6 @@ func TestArgumentErrorOps(t *testing.T) {
 		{"KeyBucket.TryConsumeUpTo", func() error { _, err := kb.TryConsumeUpTo(ctx, 0); return err }},
 		{"KeyBucket.AddTokens", func() error { return kb.AddTokens(ctx, 0) }},
 		{"BlockingKeyBucket.TryConsume", func() error { _, err := kb.Blocking().TryConsume(ctx, 1, 0); return err }},
-		{"VerboseKeyBucket.AllowN", func() error { _, err := kb.Verbose().AllowN(ctx, 0); return err }},
 		{"NewLimiter", func() error { _, err := sluice.NewLimiter(sluice.NoLimit(), sluice.WithMaxKeys(-1)); return err }},
 	}
 	for _, tt := range tests {
@@ -121,7 +120,7 @@ func TestTokensAboveLimitQuotesTheKeysLimit(t *testing.T) {
 			t.Errorf("got %v, want tokens above the limit %s", err, limit)
 		}
 	}
-	l, _ := sluice.NewLimiter(sluice.TokenBucket(10, 1, time.Second))
+	l, _ := sluice.NewLimiter(sluice.TokenBucket(10, 1, time.Second), sluice.WithStore(newMapStore()))
 	b, err := l.Bucket("k")
 	if err != nil {
 		t.Fatal(err)

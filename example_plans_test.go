@@ -60,28 +60,3 @@ func ExampleWithPolicyFor() {
 	// paid:acme 1000 999
 	// bob 10 9
 }
-
-// Buckets configured per key, by a supplier that runs only for a key
-// without state.
-func ExampleNewLazyBuckets() {
-	ctx := context.Background()
-	calls := 0
-	buckets, err := sluice.NewLazyBuckets(memstore.New(), func(_ context.Context, key string) (sluice.BucketConfig, error) {
-		calls++
-		return sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(int64(len(key))*10, time.Hour)}}, nil
-	})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	for range 3 {
-		r, _ := buckets.Bucket("acme").Allow(ctx)
-		fmt.Println(r.Limit, r.Remaining)
-	}
-	fmt.Println("supplied", calls, "time(s)")
-	// Output:
-	// 40 39
-	// 40 38
-	// 40 37
-	// supplied 1 time(s)
-}

@@ -147,8 +147,8 @@ func Example_multipleBandwidths() {
 
 	fmt.Println("first burst:", b.TryConsumeAsMuchAsPossible())
 	clock.Advance(time.Second)
-	v := b.Verbose().AvailableTokens()
-	fmt.Println("a second later:", v.Value, v.Snapshot.Bandwidths)
+	s := b.Snapshot()
+	fmt.Println("a second later:", s.AvailableTokens, s.Bandwidths)
 	// Output:
 	// first burst: 50
 	// a second later: 50 [966 50]

@@ -13,15 +13,18 @@ import (
 
 // keyBuckets returns a KeyBucket of a bucket of 10 tokens refilled 10 a
 // second on clock: an in-memory Limiter's key, a stored Limiter's key, and
-// a store bucket's.
+// the key of a stored Limiter with a policy per key.
 func keyBuckets(t *testing.T, clock *sluicetest.FakeClock) map[string]*sluice.KeyBucket {
 	t.Helper()
 	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second)}}
 	out := map[string]*sluice.KeyBucket{}
-	for _, where := range []string{"memory", "limiter store"} {
+	for _, where := range []string{"memory", "limiter store", "policy per key"} {
 		opts := []sluice.LimiterOption{sluice.WithClock(clock)}
 		if where != "memory" {
 			opts = append(opts, sluice.WithStore(newMapStore()))
+		}
+		if where == "policy per key" {
+			opts = append(opts, sluice.WithPolicyFor(func(context.Context, string) (sluice.Policy, error) { return nil, nil }))
 		}
 		l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), opts...)
 		if err != nil {
@@ -31,11 +34,6 @@ func keyBuckets(t *testing.T, clock *sluicetest.FakeClock) map[string]*sluice.Ke
 			t.Fatal(err)
 		}
 	}
-	b, err := sluice.NewStoreBucket(newMapStore(), "k", cfg, sluice.WithClock(clock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out["store bucket"] = b
 	return out
 }
 
@@ -122,15 +120,16 @@ func TestPeekTakesNothing(t *testing.T) {
 	}
 }
 
-// TestKeyBucketViews: a KeyBucket's Blocking and Verbose views behave as a
-// Bucket's, wherever its state lives.
+// TestKeyBucketViews: a KeyBucket's blocking calls and snapshots behave as
+// a Bucket's, wherever its state lives.
 func TestKeyBucketViews(t *testing.T) {
 	ctx := context.Background()
 	for where, kb := range keyBuckets(t, sluicetest.NewFakeClock(t0)) {
 		t.Run(where, func(t *testing.T) {
-			v, err := kb.Verbose().AllowN(ctx, 7)
-			if err != nil || !v.Value.Allowed || v.Value.Remaining != 3 || v.Snapshot.AvailableTokens != 3 || v.Snapshot.TimeToFullRefill != 700*ms {
-				t.Errorf("Verbose().AllowN(7) = %+v, %v, want allowed, 3 left, full in 700ms", v, err)
+			r, err := kb.AllowN(ctx, 7)
+			s, serr := kb.Snapshot(ctx)
+			if err != nil || serr != nil || !r.Allowed || r.Remaining != 3 || s.AvailableTokens != 3 || s.TimeToFullRefill != 700*ms {
+				t.Errorf("AllowN(7), Snapshot() = %+v, %v, %+v, %v; want allowed, 3 left, full in 700ms", r, err, s, serr)
 			}
 			if ok, err := kb.Blocking().TryConsume(ctx, 5, time.Second); err != nil || !ok {
 				t.Errorf("Blocking().TryConsume(5, 1s) = %v, %v, want true after a wait", ok, err)
@@ -138,14 +137,19 @@ func TestKeyBucketViews(t *testing.T) {
 			if err := kb.Blocking().Consume(ctx, 1); err != nil {
 				t.Errorf("Blocking().Consume(1) = %v", err)
 			}
-			a, err := kb.Verbose().AvailableTokens(ctx)
-			if err != nil || a.Value != a.Snapshot.AvailableTokens || len(a.Snapshot.Bandwidths) != 1 {
-				t.Errorf("Verbose().AvailableTokens() = %+v, %v", a, err)
+			n, err := kb.AvailableTokens(ctx)
+			a, serr := kb.Snapshot(ctx)
+			if err != nil || serr != nil || n != a.AvailableTokens || len(a.Bandwidths) != 1 {
+				t.Errorf("AvailableTokens(), Snapshot() = %d, %v, %+v, %v", n, err, a, serr)
+			}
+			if where == "memory" {
+				return // an in-memory key follows its limiter's policy (TestInMemoryReplaceConfiguration)
 			}
 			cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(100, time.Second)}}
-			s, err := kb.Verbose().ReplaceConfiguration(ctx, cfg, sluice.InheritAdditive)
-			if err != nil || s.Config.Bandwidths[0].Capacity() != 100 || s.AvailableTokens != a.Value+90 {
-				t.Errorf("Verbose().ReplaceConfiguration(100, additive) = %+v, %v, want capacity 100 and %d tokens", s, err, a.Value+90)
+			err = kb.ReplaceConfiguration(ctx, cfg, sluice.InheritAdditive)
+			s, serr = kb.Snapshot(ctx)
+			if err != nil || serr != nil || s.Config.Bandwidths[0].Capacity() != 100 || s.AvailableTokens != n+90 {
+				t.Errorf("ReplaceConfiguration(100, additive), Snapshot() = %v, %+v, %v; want capacity 100 and %d tokens", err, s, serr, n+90)
 			}
 		})
 	}

@@ -36,7 +36,7 @@ type state struct {
 
 func stateOf(t *testing.T, b *sluice.Bucket) state {
 	t.Helper()
-	s := b.Verbose().AvailableTokens().Snapshot
+	s := b.Snapshot()
 	return state{bandwidths: s.Bandwidths, toFull: s.TimeToFullRefill, cfg: s.Config}
 }
 

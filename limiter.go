@@ -34,9 +34,9 @@ type Limiter struct {
 	// backend interface.
 	mem   *memKeys
 	quota int64
-	// buckets is the bucketBackend of Bucket, nil when the policy is not
-	// a token bucket.
-	buckets bucketBackend
+	// buckets and inspect are the bucketBackends of Bucket (see KeyBucket),
+	// nil when the policy is not a token bucket.
+	buckets, inspect bucketBackend
 }
 
 // NewLimiter returns a limiter that applies p to each key, in memory or,
@@ -64,6 +64,9 @@ func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 	if l.clock == nil {
 		l.clock = MonotonicClock()
 	}
+	if err := checkWallClock(p, l.clock); err != nil {
+		return nil, err
+	}
 	if o.policyFor != nil { // a policy per key (plans.go)
 		if o.lease != nil { // a lease is of one policy's state
 			return nil, &ArgumentError{Op: "NewLimiter", Arg: "WithLease", Want: "does not combine with WithPolicyFor", kind: ErrLeaseNotSupported}
@@ -72,18 +75,15 @@ func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 	}
 	local := newMemKeys(keys, l.clock)
 	l.backend = local
-	var localBuckets bucketBackend
+	var localBuckets, localInspect bucketBackend
 	if b := keys.Buckets(); b != nil {
-		localBuckets = memBuckets{buckets: b, clock: l.clock}
-		l.buckets = localBuckets
+		localBuckets = memBuckets{buckets: b, clock: l.clock, create: true}
+		localInspect = memBuckets{buckets: b, clock: l.clock}
+		l.buckets, l.inspect = localBuckets, localInspect
 	}
 	if o.store == nil {
 		if o.storeOption != "" {
 			return nil, &ArgumentError{Op: "NewLimiter", Arg: o.storeOption, Want: "applies only to a limiter with WithStore"}
-		}
-		if localBuckets != nil { // its keys' buckets may be replaced (replaced.go)
-			local.replaced = newReplacedKeys(p, l.clock, o.maxKeys)
-			l.buckets = memBuckets{buckets: keys.Buckets(), clock: l.clock, mem: local}
 		}
 		l.mem = local
 		return l, nil
@@ -92,7 +92,7 @@ func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	codec, err := storeCodec(p, setup.inherit, setup.order)
+	codec, err := storeCodec(p, setup.inherit, setup.order, false)
 	if err != nil {
 		return nil, err
 	}
@@ -102,17 +102,33 @@ func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 	}
 	l.backend = &failover{failurePolicy: setup.fail, store: stored, local: local, quota: l.quota}
 	if bc, ok := codec.(*record.Bucket); ok && localBuckets != nil {
-		l.buckets = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: bc},
-			local: func(context.Context) (bucketBackend, error) { return localBuckets, nil }}
+		creating, _ := storeCodec(p, setup.inherit, setup.order, true)
+		l.buckets = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: creating.(*record.Bucket)},
+			local: localBuckets}
+		l.inspect = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: bc}, local: localInspect}
 	}
 	return l, nil
 }
 
+// checkWallClock returns the *ConfigError of a policy that refills on a
+// wall-clock grid (intervally aligned) on a clock that is not a wall
+// clock.
+func checkWallClock(p Policy, clock Clock) error {
+	if !p.wallClock() || clock.IsWallClock() {
+		return nil
+	}
+	return &ConfigError{Rule: RuleAlignedNeedsWallClock, Bandwidth: -1,
+		Msg: "intervally aligned refill needs a wall clock: a keyed limiter has one only with WithClock(WallClock())"}
+}
+
 // storeCodec returns the record codec of p: a bucket's for token-bucket
 // policies, whose records carry their configuration, else a machine's.
-func storeCodec(p Policy, inherit tokenbucket.Strategy, order record.Order) (record.Codec, error) {
+// A bucket's codec with create stores a key's new bucket at its first
+// call even when the call changed nothing (a KeyBucket's calls, as
+// Bucket4j's proxy).
+func storeCodec(p Policy, inherit tokenbucket.Strategy, order record.Order, create bool) (record.Codec, error) {
 	if cfg, strict, ok := p.tokenBucket(); ok {
-		return record.NewBucket(cfg, record.BucketOptions{Strict: strict, Inherit: inherit, Compile: compileStored, Order: order}), nil
+		return record.NewBucket(cfg, record.BucketOptions{Strict: strict, Inherit: inherit, Compile: compileStored, Order: order, CreateOnRead: create}), nil
 	}
 	e, err := p.erased()
 	if err != nil {
@@ -314,19 +330,17 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 
 // Bucket returns the token bucket of key, for a limiter whose policy is a
 // token bucket (TokenBucket, LeakyBucket, BucketPolicy): the whole Bucket
-// API (decisions, blocking calls, reservations, diagnostics) acting on the
-// key's state in the limiter's memory or store. As for any key of a
-// Limiter, a key without state is a new bucket at the time of each call,
-// and only a call that changes it (takes or adds tokens) stores it: reads
-// (Verbose().AvailableTokens, AvailableTokens, PeekN, a refused AllowN)
-// store nothing. Its clock, observer and store options are the
-// limiter's. For other policies it returns an error matching
-// errors.ErrUnsupported.
+// API (decisions, waits, reservations, snapshots) acting on the key's
+// state in the limiter's memory or store, as Bucket4j's proxy does; its
+// first call creates the key's state (see KeyBucket). It is the one way to
+// a stored token bucket: NewLimiter(BucketPolicy(cfg), WithStore(s)), then
+// Bucket(key). Its clock, observer and store options are the limiter's.
+// For other policies it returns an error matching errors.ErrUnsupported.
 func (l *Limiter) Bucket(key string) (*KeyBucket, error) {
 	if l.buckets == nil {
 		return nil, fmt.Errorf("sluice: Limiter.Bucket: policy %s is not a token bucket: %w", l.policy, errors.ErrUnsupported)
 	}
-	return &KeyBucket{key: key, clock: l.clock, observer: l.observer, backend: l.buckets}, nil
+	return &KeyBucket{key: key, clock: l.clock, observer: l.observer, backend: l.buckets, inspect: l.inspect}, nil
 }
 
 // Len is the number of keys whose state is held in memory, including

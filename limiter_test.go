@@ -159,8 +159,6 @@ func TestLimiterArgumentErrors(t *testing.T) {
 // TestNilArguments: a nil required argument is an *ArgumentError matching
 // ErrNilArgument, not a configuration rule.
 func TestNilArguments(t *testing.T) {
-	supply := func(context.Context) (sluice.BucketConfig, error) { return sluice.BucketConfig{}, nil }
-	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(1, time.Second)}}
 	tests := []struct {
 		name, op, arg string
 		call          func() error
@@ -168,15 +166,6 @@ func TestNilArguments(t *testing.T) {
 		{"NewLimiter(nil)", "NewLimiter", "policy", func() error { _, err := sluice.NewLimiter(nil); return err }},
 		{"Compound(nil)", "Compound", "members[1]", func() error {
 			_, err := sluice.NewLimiter(sluice.Compound(sluice.NoLimit(), nil))
-			return err
-		}},
-		{"NewStoreBucket(nil)", "NewStoreBucket", "store", func() error { _, err := sluice.NewStoreBucket(nil, "k", cfg); return err }},
-		{"NewLazyStoreBucket(nil store)", "NewLazyStoreBucket", "store", func() error {
-			_, err := sluice.NewLazyStoreBucket(nil, "k", supply)
-			return err
-		}},
-		{"NewLazyStoreBucket(nil supply)", "NewLazyStoreBucket", "supply", func() error {
-			_, err := sluice.NewLazyStoreBucket(newMapStore(), "k", nil)
 			return err
 		}},
 	}
@@ -324,6 +313,10 @@ func TestLimiterBucket(t *testing.T) {
 
 func testLimiterBucket(t *testing.T, store bool) {
 	ctx := context.Background()
+	fw, _ := sluice.NewLimiter(sluice.FixedWindow(1, time.Second))
+	if _, err := fw.Bucket("k"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Bucket on a fixed window = %v, want ErrUnsupported", err)
+	}
 	clock := sluicetest.NewFakeClock(limiterStart)
 	opts := []sluice.LimiterOption{sluice.WithClock(clock)}
 	if store {
@@ -358,6 +351,14 @@ func testLimiterBucket(t *testing.T, store bool) {
 		t.Errorf("Allow(bob) = %+v, want an independent key", r)
 	}
 	err = b.ReplaceConfiguration(ctx, sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(1, time.Second)}}, sluice.InheritAsIs)
+	if !store {
+		// An in-memory key follows its limiter's policy: its own
+		// configuration is WithPolicyFor's.
+		if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "WithPolicyFor") {
+			t.Errorf("ReplaceConfiguration on an in-memory key = %v, want ErrUnsupported pointing to WithPolicyFor", err)
+		}
+		return
+	}
 	if err != nil {
 		t.Errorf("ReplaceConfiguration on the key's bucket = %v", err)
 	}
@@ -366,10 +367,6 @@ func testLimiterBucket(t *testing.T, store bool) {
 	}
 	if r, _ := l.Allow(ctx, "bob"); r.Limit != 10 {
 		t.Errorf("Allow(bob) after alice's ReplaceConfiguration = %+v, want the limiter's limit 10", r)
-	}
-	fw, _ := sluice.NewLimiter(sluice.FixedWindow(1, time.Second))
-	if _, err := fw.Bucket("k"); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("Bucket on a fixed window = %v, want ErrUnsupported", err)
 	}
 }
 
@@ -499,5 +496,95 @@ func TestStoreOptionsNeedAStore(t *testing.T) {
 		if _, err := sluice.NewLimiter(sluice.FixedWindow(1, time.Second), opt, sluice.WithStore(newMapStore())); err != nil {
 			t.Errorf("NewLimiter with %s and a store = %v", ae.Arg, err)
 		}
+	}
+}
+
+// TestKeyBucketCreatesAtFirstCall: as Bucket4j's proxy, a KeyBucket's
+// first call creates the key's state, even one that only reads, so that
+// an intervally refill and initial tokens count from then; Snapshot and
+// the Limiter's own reads create nothing. In memory as in a store.
+func TestKeyBucketCreatesAtFirstCall(t *testing.T) {
+	ctx := context.Background()
+	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Capacity(10, sluice.Intervally(10, time.Minute)).WithInitialTokens(2)}}
+	for _, store := range []bool{false, true} {
+		t.Run(fmt.Sprintf("store=%v", store), func(t *testing.T) {
+			clock := sluicetest.NewFakeClock(limiterStart)
+			opts := []sluice.LimiterOption{sluice.WithClock(clock)}
+			if store {
+				opts = append(opts, sluice.WithStore(newMapStore()))
+			}
+			l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := l.Bucket("k")
+			if s, err := b.Snapshot(ctx); err != nil || s.AvailableTokens != 2 {
+				t.Fatalf("Snapshot() of a new key = %+v, %v, want 2 tokens", s, err)
+			}
+			if _, err := l.Peek(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+			clock.Advance(30 * time.Second)
+			// Neither created the key: it is still new, and reading it
+			// through the bucket creates it now.
+			if n, err := b.AvailableTokens(ctx); err != nil || n != 2 {
+				t.Fatalf("AvailableTokens() at 30s = %d, %v, want 2", n, err)
+			}
+			// Its refill counts from 30s: the bucket is full a minute after
+			// that, not a minute after a later call.
+			clock.Advance(45 * time.Second)
+			if s, err := b.Snapshot(ctx); err != nil || s.AvailableTokens != 2 || s.TimeToFullRefill != 15*time.Second {
+				t.Errorf("Snapshot() 45s after the first call = %+v, %v, want 2 tokens, full in 15s", s, err)
+			}
+		})
+	}
+}
+
+// TestAlignedBucketPolicy: a keyed limiter given a wall clock takes a
+// bucket of aligned refill and decides as a Bucket of it would; on its
+// default clock, which is not one, it is a *ConfigError.
+func TestAlignedBucketPolicy(t *testing.T) {
+	ctx := context.Background()
+	first := time.Unix(0, limiterStart).Add(30 * time.Minute)
+	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Capacity(60, sluice.IntervallyAlignedAdaptive(60, time.Hour, first))}}
+	var ce *sluice.ConfigError
+	if _, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), sluice.WithClock(sluice.MonotonicClock())); !errors.As(err, &ce) || ce.Rule != sluice.RuleAlignedNeedsWallClock {
+		t.Errorf("NewLimiter(aligned, monotonic clock) = %v, want a %s error", err, sluice.RuleAlignedNeedsWallClock)
+	}
+	compound := sluice.Compound(sluice.FixedWindow(5, time.Second), sluice.BucketPolicy(cfg))
+	if _, err := sluice.NewLimiter(compound, sluice.WithClock(sluice.MonotonicClock())); !errors.As(err, &ce) || ce.Rule != sluice.RuleAlignedNeedsWallClock {
+		t.Errorf("NewLimiter(compound of aligned, monotonic clock) = %v, want a %s error", err, sluice.RuleAlignedNeedsWallClock)
+	}
+	if _, err := sluice.NewLimiter(sluice.BucketPolicy(cfg)); !errors.As(err, &ce) || ce.Rule != sluice.RuleAlignedNeedsWallClock {
+		t.Errorf("NewLimiter(aligned) on its default clock = %v, want a %s error", err, sluice.RuleAlignedNeedsWallClock)
+	}
+	if _, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), sluice.WithClock(sluice.WallClock())); err != nil {
+		t.Errorf("NewLimiter(aligned, WallClock) = %v", err)
+	}
+	for _, store := range []bool{false, true} {
+		t.Run(fmt.Sprintf("store=%v", store), func(t *testing.T) {
+			clock := sluicetest.NewFakeClock(limiterStart)
+			opts := []sluice.LimiterOption{sluice.WithClock(clock)}
+			if store {
+				opts = append(opts, sluice.WithStore(newMapStore()))
+			}
+			l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := sluice.NewBucket(cfg, sluice.WithClock(clock))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Half an hour before the first refill: half the tokens, then
+			// the whole hour's at the grid point.
+			for _, step := range []time.Duration{0, 10 * time.Minute, 20 * time.Minute, time.Minute} {
+				clock.Advance(step)
+				got, err := l.AllowN(ctx, "k", 10)
+				if want, _ := b.AllowN(10); err != nil || got != want {
+					t.Errorf("after %v: Limiter.AllowN(10) = %+v, %v; Bucket.AllowN(10) = %+v", step, got, err, want)
+				}
+			}
+		})
 	}
 }

@@ -183,7 +183,7 @@ var _ driver.Store = memstore.New()
 func TestObserverStoreBucket(t *testing.T) {
 	ctx := context.Background()
 	rec := &recorder{}
-	b, err := sluice.NewStoreBucket(memstore.New(), "k", sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
+	b, err := newStoreBucket(memstore.New(), "k", sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Capacity(1, sluice.Greedy(1, time.Minute)),
 	}}, sluice.WithObserver(rec))
 	if err != nil {

@@ -104,16 +104,6 @@ func bucketOptions(opts []BucketOption) options {
 	return o
 }
 
-func storeBucketOptions(opts []StoreBucketOption) options {
-	var o options
-	for _, opt := range opts {
-		if opt != nil {
-			opt.applyStoreBucket(&o)
-		}
-	}
-	return o
-}
-
 func limiterOptions(opts []LimiterOption) options {
 	var o options
 	for _, opt := range opts {

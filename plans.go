@@ -85,10 +85,11 @@ type planKeys struct {
 }
 
 // plan is a policy's backends: the keys, and their buckets when the
-// policy is a token bucket (else nil).
+// policy is a token bucket (else nil), as a KeyBucket's calls and
+// Snapshot see them.
 type plan struct {
-	keys    backend
-	buckets bucketBackend
+	keys             backend
+	buckets, inspect bucketBackend
 }
 
 type cachedPlan struct {
@@ -114,15 +115,20 @@ func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 		if o.storeOption != "" && o.storeOption != "WithInheritance" {
 			return nil, &ArgumentError{Op: "NewLimiter", Arg: o.storeOption, Want: "applies only to a limiter with WithStore"}
 		}
+		inherit := tokenbucket.Strategy(inheritanceOf(o))
 		k.build = func(p Policy) (*plan, error) {
-			codec, err := storeCodec(p, tokenbucket.Strategy(inheritanceOf(o)), memOrder)
+			if err := checkWallClock(p, l.clock); err != nil {
+				return nil, err
+			}
+			codec, err := storeCodec(p, inherit, memOrder, false)
 			if err != nil {
 				return nil, err
 			}
 			m := &memRecords{recs: mem, codec: codec, clock: l.clock}
 			pl := &plan{keys: m}
-			if _, ok := codec.(*record.Bucket); ok {
-				pl.buckets = memRecordBuckets{m}
+			if bc, ok := codec.(*record.Bucket); ok {
+				creating, _ := storeCodec(p, inherit, memOrder, true)
+				pl.buckets, pl.inspect = memRecordBuckets{m, creating.(*record.Bucket)}, memRecordBuckets{m, bc}
 			}
 			return pl, nil
 		}
@@ -134,11 +140,14 @@ func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 		order := setup.order
 		order.PerKey = true
 		k.build = func(p Policy) (*plan, error) {
-			codec, err := storeCodec(p, setup.inherit, order)
+			if err := checkWallClock(p, l.clock); err != nil {
+				return nil, err
+			}
+			codec, err := storeCodec(p, setup.inherit, order, false)
 			if err != nil {
 				return nil, err
 			}
-			local, err := storeCodec(p, setup.inherit, memOrder)
+			local, err := storeCodec(p, setup.inherit, memOrder, false)
 			if err != nil {
 				return nil, err
 			}
@@ -150,9 +159,12 @@ func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 			pl := &plan{keys: &failover{failurePolicy: setup.fail, store: &storeKeys{store: setup.store, codec: codec, clock: l.clock},
 				local: m, quota: e.Quota()}}
 			if bc, ok := codec.(*record.Bucket); ok {
-				localBuckets := memRecordBuckets{m}
-				pl.buckets = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: bc},
-					local: func(context.Context) (bucketBackend, error) { return localBuckets, nil }}
+				creating, _ := storeCodec(p, setup.inherit, order, true)
+				localCreating, _ := storeCodec(p, setup.inherit, memOrder, true)
+				pl.buckets = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: creating.(*record.Bucket)},
+					local: memRecordBuckets{m, localCreating.(*record.Bucket)}}
+				pl.inspect = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: bc},
+					local: memRecordBuckets{m, local.(*record.Bucket)}}
 			}
 			return pl, nil
 		}
@@ -161,7 +173,7 @@ func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 	if k.any, err = k.build(l.policy); err != nil {
 		return nil, err
 	}
-	l.backend, l.buckets = k, planBuckets{k}
+	l.backend, l.buckets, l.inspect = k, planBuckets{k: k}, planBuckets{k: k, inspect: true}
 	l.keys = recordLen{Keys: l.keys, recs: mem}
 	return l, nil
 }
@@ -264,8 +276,12 @@ func (k *planKeys) reset(ctx context.Context, key string) error {
 }
 
 // planBuckets is the bucketBackend of a limiter with a policy per key:
-// the buckets of the keys whose policy is a token bucket.
-type planBuckets struct{ k *planKeys }
+// the buckets of the keys whose policy is a token bucket, as a KeyBucket's
+// calls see them, or its Snapshot with inspect.
+type planBuckets struct {
+	k       *planKeys
+	inspect bool
+}
 
 // bucketsOf returns the buckets of key's policy, or an error matching
 // errors.ErrUnsupported when it is not a token bucket.
@@ -276,6 +292,9 @@ func (b planBuckets) bucketsOf(ctx context.Context, key string) (bucketBackend, 
 	}
 	if pl.buckets == nil {
 		return nil, fmt.Errorf("sluice: KeyBucket of key %s: its policy is not a token bucket: %w", driver.QuoteKey(key), errors.ErrUnsupported)
+	}
+	if b.inspect {
+		return pl.inspect, nil
 	}
 	return pl.buckets, nil
 }
@@ -288,18 +307,10 @@ func (b planBuckets) update(ctx context.Context, key string, f bucketFunc) (buck
 	return bb.update(ctx, key, f)
 }
 
-func (b planBuckets) configuration(ctx context.Context, key string) (*tokenbucket.Config, error) {
-	bb, err := b.bucketsOf(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	return bb.configuration(ctx, key)
-}
-
-func (b planBuckets) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy, seen bucketSeen) error {
+func (b planBuckets) replace(ctx context.Context, key string, cfg *tokenbucket.Config, inherit tokenbucket.Strategy) error {
 	bb, err := b.bucketsOf(ctx, key)
 	if err != nil {
 		return err
 	}
-	return bb.replace(ctx, key, cfg, strategy, seen)
+	return bb.replace(ctx, key, cfg, inherit)
 }

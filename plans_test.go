@@ -49,8 +49,8 @@ func TestPolicyForInMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg, err := b.Configuration(ctx); err != nil || cfg.Bandwidths[0].Capacity() != 40 {
-		t.Errorf("Bucket(free).Configuration() = %+v, %v; want its plan's capacity 40", cfg, err)
+	if s, err := b.Snapshot(ctx); err != nil || s.Config.Bandwidths[0].Capacity() != 40 {
+		t.Errorf("Bucket(free).Snapshot().Config = %+v, %v; want its plan's capacity 40", s.Config, err)
 	}
 	w, _ := l.Bucket("window")
 	if _, err := w.Allow(ctx); !errors.Is(err, errors.ErrUnsupported) {

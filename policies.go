@@ -53,6 +53,9 @@ type Policy interface {
 	// whether asking for more than its capacity is an argument error; ok
 	// is false for other policies and invalid ones.
 	tokenBucket() (cfg *tokenbucket.Config, strict, ok bool)
+	// wallClock reports whether the policy refills on a wall-clock grid
+	// (a bucket's intervally aligned refill), which needs a wall clock.
+	wallClock() bool
 }
 
 // Kind is the kind of a Policy: the name config files and the conformance
@@ -83,10 +86,13 @@ type machinePolicy[S any, M policy.Machine[S]] struct {
 	// packed, when set, builds the in-memory keys over a smaller form of
 	// S that holds every state of m: fewer bytes per key.
 	packed func(maxKeys int) keyed.Keys
+	// aligned is set when m refills on a wall-clock grid.
+	aligned bool
 }
 
-func (p machinePolicy[S, M]) String() string { return p.name }
-func (p machinePolicy[S, M]) Kind() Kind     { return p.kind }
+func (p machinePolicy[S, M]) String() string  { return p.name }
+func (p machinePolicy[S, M]) wallClock() bool { return p.aligned }
+func (p machinePolicy[S, M]) Kind() Kind      { return p.kind }
 
 func (p machinePolicy[S, M]) Window() time.Duration {
 	if p.err != nil {
@@ -288,6 +294,9 @@ func Compound(members ...Policy) Policy {
 	if p.err != nil {
 		return p
 	}
+	for _, m := range members {
+		p.aligned = p.aligned || m.wallClock()
+	}
 	return compactCompound(p)
 }
 
@@ -330,7 +339,7 @@ func wordCompound[A any, P compound.Array[A]](p machinePolicy[compound.State, co
 	if !ok {
 		return p
 	}
-	return machinePolicy[compound.WordState[A], compound.Words[A, P]]{kind: p.kind, name: p.name, m: w}
+	return machinePolicy[compound.WordState[A], compound.Words[A, P]]{kind: p.kind, name: p.name, m: w, aligned: p.aligned}
 }
 
 // NoLimit lets everything through; Remaining and Limit are math.MaxInt64.
@@ -414,18 +423,16 @@ func bucketName(cfg BucketConfig) string {
 
 // BucketPolicy applies a whole Bucket4j configuration, one or more
 // bandwidths, to each key. For one bandwidth prefer TokenBucket or
-// LeakyBucket, whose state per key is smaller.
+// LeakyBucket, whose state per key is smaller. Intervally aligned refill
+// needs a wall clock, which a Limiter has only when given one
+// (WithClock(WallClock())): its default, MonotonicClock, is not one.
 func BucketPolicy(cfg BucketConfig) Policy {
 	p := machinePolicy[tokenbucket.State, tokenbucket.Multi]{kind: KindBucket, name: bucketName(cfg)}
 	c, err := cfg.compile()
-	if err == nil && hasAligned(c) {
-		err = &ConfigError{Rule: RuleAlignedNeedsWallClock, Bandwidth: -1,
-			Msg: "intervally aligned refill is not available to keyed limiters, whose buckets start at each key's first use"}
-	}
 	if err != nil {
 		p.err = err
 		return p
 	}
-	p.m = tokenbucket.NewMulti(c)
+	p.m, p.aligned = tokenbucket.NewMulti(c), hasAligned(c)
 	return p
 }

@@ -152,9 +152,9 @@ func TestStoreBucketReplaceSticks(t *testing.T) {
 	if r, err := l.AllowN(ctx, "vip", 50); err != nil || !r.Allowed || r.Remaining != 50 {
 		t.Errorf("AllowN(50) on the replaced key = %+v, %v, want allowed with 50 left", r, err)
 	}
-	cfg, err := b.Configuration(ctx)
-	if err != nil || len(cfg.Bandwidths) != 1 || cfg.Bandwidths[0].Capacity() != 100 {
-		t.Errorf("Configuration = %+v, %v, want capacity 100", cfg, err)
+	snap, err := b.Snapshot(ctx)
+	if cfg := snap.Config; err != nil || len(cfg.Bandwidths) != 1 || cfg.Bandwidths[0].Capacity() != 100 {
+		t.Errorf("Snapshot().Config = %+v, %v, want capacity 100", cfg, err)
 	}
 }
 
@@ -225,7 +225,7 @@ func TestStoreFailurePolicies(t *testing.T) {
 	})
 	t.Run("bucket local", func(t *testing.T) {
 		store := newMapStore()
-		b, err := sluice.NewStoreBucket(store, "k", sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(2, time.Hour)}},
+		b, err := newStoreBucket(store, "k", sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(2, time.Hour)}},
 			sluice.WithStoreFailure(sluice.FailLocal))
 		if err != nil {
 			t.Fatal(err)
@@ -316,65 +316,4 @@ func TestStoreCoalescing(t *testing.T) {
 		t.Errorf("%d store updates for %d calls: coalescing did not batch them", n, callers*each)
 	}
 	t.Logf("%d calls took %d store updates", callers*each, store.count())
-}
-
-func TestLazyStoreBucket(t *testing.T) {
-	ctx := context.Background()
-	store := newMapStore()
-	var supplied atomic.Int32
-	supply := func(context.Context) (sluice.BucketConfig, error) {
-		supplied.Add(1)
-		return sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(5, time.Hour)}}, nil
-	}
-	for i := range 3 {
-		b, err := sluice.NewLazyStoreBucket(store, "lazy", supply)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r, err := b.Allow(ctx); err != nil || !r.Allowed {
-			t.Fatalf("Allow %d = %+v, %v", i, r, err)
-		}
-	}
-	if got := supplied.Load(); got != 1 {
-		t.Errorf("the configuration was supplied %d times, want once (only for the key without state)", got)
-	}
-	b, _ := sluice.NewLazyStoreBucket(store, "lazy", supply)
-	if n, err := b.AvailableTokens(ctx); err != nil || n != 2 {
-		t.Errorf("AvailableTokens = %d, %v, want 2", n, err)
-	}
-	failing := func(context.Context) (sluice.BucketConfig, error) {
-		return sluice.BucketConfig{}, errors.New("db down")
-	}
-	b, _ = sluice.NewLazyStoreBucket(store, "other", failing)
-	if _, err := b.Allow(ctx); err == nil {
-		t.Error("Allow with a failing supplier succeeded")
-	}
-}
-
-// TestLazyStoreBucketFailLocal: a lazily configured bucket whose store is
-// down before it ever got its configuration falls back to a local bucket
-// of the supplied configuration, as FailLocal says, rather than letting
-// every request through.
-func TestLazyStoreBucketFailLocal(t *testing.T) {
-	ctx := context.Background()
-	store := newMapStore()
-	store.setFail(fmt.Errorf("test: %w: connection refused", driver.ErrUnavailable))
-	supply := func(context.Context) (sluice.BucketConfig, error) {
-		return sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(2, time.Hour)}}, nil
-	}
-	b, err := sluice.NewLazyStoreBucket(store, "k", supply, sluice.WithStoreFailure(sluice.FailLocal))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []bool
-	for range 3 {
-		r, err := b.Allow(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, r.Allowed)
-	}
-	if fmt.Sprint(got) != "[true true false]" {
-		t.Errorf("Allow ×3 on the local fallback = %v, want a bucket of 2", got)
-	}
 }

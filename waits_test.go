@@ -93,7 +93,7 @@ func TestWaitPastDeadline(t *testing.T) {
 	// A token an hour: the deadline, a minute away, comes first.
 	hourly := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Capacity(1, sluice.Intervally(1, time.Hour))}}
 	newStoreBucket := func(t *testing.T, clock *sluicetest.FakeClock) *sluice.KeyBucket {
-		b, err := sluice.NewStoreBucket(newMapStore(), "k", hourly, sluice.WithClock(clock))
+		b, err := newStoreBucket(newMapStore(), "k", hourly, sluice.WithClock(clock))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,7 +236,7 @@ func TestReservationCancelEveryPath(t *testing.T) {
 			return keyBucketPath(b)
 		},
 		"KeyBucket on a store": func(t *testing.T, clock *sluicetest.FakeClock) path {
-			b, err := sluice.NewStoreBucket(newMapStore(), "k", cfg, sluice.WithClock(clock))
+			b, err := newStoreBucket(newMapStore(), "k", cfg, sluice.WithClock(clock))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -55,10 +55,9 @@ type Limiter struct {
 	// Name is the key under limiters.
 	Name string
 	// Policy is the limiter's policy, ready for sluice.NewLimiter, which
-	// accepts every policy Load returns but one: a bucket with
-	// intervally_aligned refill. Keyed limiters start each key's bucket at
-	// its first use and cannot refill on a wall-clock grid, so such a
-	// bucket is for sluice.NewBucket only; see Bucket.
+	// accepts every policy Load returns, a bucket with intervally_aligned
+	// refill only on a wall clock (sluice.WithClock(sluice.WallClock())):
+	// a keyed limiter's default clock is not one. See also Bucket.
 	Policy sluice.Policy
 	// Bucket is the configuration of a bucket policy, for a single
 	// sluice.NewBucket (for instance with intervally_aligned refill, which

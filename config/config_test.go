@@ -215,7 +215,7 @@ func TestLoadedPoliciesBuild(t *testing.T) {
 	if err != nil {
 		t.Fatalf("NewBucket: %v", err)
 	}
-	bws := b.Configuration().Bandwidths
+	bws := b.Snapshot().Config.Bandwidths
 	if len(bws) != 2 || bws[0].ID() != "hour" || bws[0].Capacity() != 3600 || bws[0].Refill().Period() != time.Hour {
 		t.Errorf("Configuration() = %+v", bws)
 	}

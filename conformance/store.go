@@ -32,18 +32,24 @@ func (s Store) Name() string {
 	return s.TargetName
 }
 
-// NewBucket returns sluice.NewStoreBucket on a new key.
+// NewBucket returns the bucket of a new key of a sluice.Limiter of
+// sluice.BucketPolicy(cfg) on s.Store.
 func (s Store) NewBucket(ctx context.Context, cfg sluice.BucketConfig, clock sluice.Clock) (Bucket, error) {
-	opts := []sluice.StoreBucketOption{sluice.WithClock(clock)}
+	opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithStore(s.Store)}
 	for _, o := range s.Options {
 		opts = append(opts, o)
 	}
-	b, err := sluice.NewStoreBucket(s.Store, newKey(), cfg, opts...)
+	l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), opts...)
 	if err != nil {
 		return nil, err
 	}
-	// A stored bucket is created by its first call; the vectors' bucket
-	// exists from the case's start, as a local bucket does.
+	b, err := l.Bucket(newKey())
+	if err != nil {
+		return nil, err
+	}
+	// A key's bucket is created by its first call, as Bucket4j's proxy
+	// does; the vectors' bucket exists from the case's start, as a local
+	// bucket does.
 	if _, err := b.AvailableTokens(ctx); err != nil {
 		return nil, err
 	}

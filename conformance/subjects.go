@@ -3,10 +3,12 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/policyspec"
 	"github.com/sluicehq/sluice/resilience"
+	"github.com/sluicehq/sluice/sluicetest"
 	"github.com/sluicehq/sluice/smooth"
 )
 
@@ -61,10 +63,22 @@ func (l *limiterSubject) build(ctx context.Context, target Target, e *env) (stri
 	if !ok {
 		return fmt.Sprintf("target %s has no keyed limiters", target.Name()), nil
 	}
-	lim, err := lt.NewLimiter(ctx, l.policy, e.clock)
+	lim, err := lt.NewLimiter(ctx, l.policy, keyedClock{e.clock})
 	e.limiter = lim
 	return "", err
 }
+
+// keyedClock is the case's fake clock as a keyed limiter runs on it: not
+// a wall clock, as a Limiter's default (sluice.MonotonicClock) is not one,
+// so that a keyed limiter refuses aligned refill, which needs a wall
+// clock ("keyed limiters have no wall clock"), while a bucket case's
+// bucket, on the fake wall clock, takes it. It reads and sleeps on the
+// fake clock.
+type keyedClock struct{ c *sluicetest.FakeClock }
+
+func (k keyedClock) Now() int64                                       { return k.c.Now() }
+func (keyedClock) IsWallClock() bool                                  { return false }
+func (k keyedClock) Sleep(ctx context.Context, d time.Duration) error { return k.c.Sleep(ctx, d) }
 
 // invalidLimiter is a LIMITER that the decoder of limiter descriptions
 // refused (a token_bucket without rate), in a case that wants a

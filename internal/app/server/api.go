@@ -677,7 +677,7 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	out := Inspection{Limiter: l.name, Key: q.Key, Policy: l.policyOf(q.Key).String(), Result: newResult(peek)}
 	if b, err := l.l.Bucket(q.Key); err == nil {
-		v, err := b.Verbose().AvailableTokens(r.Context())
+		snap, err := b.Snapshot(r.Context())
 		if errors.Is(err, errors.ErrUnsupported) { // the key's own policy is not a token bucket (overrides)
 			writeJSON(w, http.StatusOK, out)
 			return nil
@@ -685,7 +685,6 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) *apiError {
 		if err != nil {
 			return s.limiterError(r, err)
 		}
-		snap := v.Snapshot
 		bs := &BucketState{AvailableTokens: snap.AvailableTokens, TimeToFullRefillMS: millis(snap.TimeToFullRefill)}
 		for i, bw := range snap.Config.Bandwidths {
 			bs.Bandwidths = append(bs.Bandwidths, Bandwidth{ID: bw.ID(), Capacity: bw.Capacity(), Tokens: snap.Bandwidths[i]})

@@ -33,14 +33,18 @@ type Bucket struct {
 }
 
 // NewBucket returns a bucket with the configuration cfg, created now by its
-// clock. It returns a *ConfigError when cfg breaks a rule, including aligned
-// refill on a clock that is not a wall clock.
-func NewBucket(cfg BucketConfig, opts ...BucketOption) (*Bucket, error) {
+// clock. WithClock and WithObserver apply; the other options are an
+// *ArgumentError. It returns a *ConfigError when cfg breaks a rule,
+// including aligned refill on a clock that is not a wall clock.
+func NewBucket(cfg BucketConfig, opts ...Option) (*Bucket, error) {
+	o, err := bucketOptions(opts)
+	if err != nil {
+		return nil, err
+	}
 	c, err := cfg.compile()
 	if err != nil {
 		return nil, err
 	}
-	o := bucketOptions(opts)
 	clock, err := bucketClock(c, &o)
 	if err != nil {
 		return nil, err

@@ -29,7 +29,7 @@ func TestPolicyAloneAndInCompound(t *testing.T) {
 			t.Run(where+"/"+p.String(), func(t *testing.T) {
 				clock := sluicetest.NewFakeClock(limiterStart)
 				newLimiter := func(p sluice.Policy) *sluice.Limiter {
-					opts := []sluice.LimiterOption{sluice.WithClock(clock)}
+					opts := []sluice.Option{sluice.WithClock(clock)}
 					if where == "store" {
 						opts = append(opts, sluice.WithStore(newMapStore())) // one each: they use the same key
 					}

@@ -166,13 +166,13 @@ func TestAlignedNeedsWallClock(t *testing.T) {
 
 	wall := []struct {
 		name string
-		opts []sluice.BucketOption
+		opts []sluice.Option
 	}{
 		{"default clock", nil},
-		{"nil clock keeps the default", []sluice.BucketOption{sluice.WithClock(nil)}},
-		{"wall clock", []sluice.BucketOption{sluice.WithClock(sluice.WallClock())}},
-		{"wall clock in milliseconds", []sluice.BucketOption{sluice.WithClock(sluice.Millis(sluice.WallClock()))}},
-		{"fake clock", []sluice.BucketOption{sluice.WithClock(sluicetest.NewFakeClock(t0))}},
+		{"nil clock keeps the default", []sluice.Option{sluice.WithClock(nil)}},
+		{"wall clock", []sluice.Option{sluice.WithClock(sluice.WallClock())}},
+		{"wall clock in milliseconds", []sluice.Option{sluice.WithClock(sluice.Millis(sluice.WallClock()))}},
+		{"fake clock", []sluice.Option{sluice.WithClock(sluicetest.NewFakeClock(t0))}},
 	}
 	for _, tt := range wall {
 		t.Run(tt.name, func(t *testing.T) {

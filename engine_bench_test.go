@@ -75,7 +75,7 @@ func engineLimiter(b *testing.B, bucket, store bool) *sluice.Limiter {
 	if bucket {
 		p = sluice.TokenBucket(100, 100, time.Minute)
 	}
-	opts := []sluice.LimiterOption{sluice.WithClock(sluicetest.NewFakeClock(t0))}
+	opts := []sluice.Option{sluice.WithClock(sluicetest.NewFakeClock(t0))}
 	if store {
 		opts = append(opts, sluice.WithStore(memstore.New()))
 	}

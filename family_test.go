@@ -19,7 +19,7 @@ func keyBuckets(t *testing.T, clock *sluicetest.FakeClock) map[string]*sluice.Ke
 	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second)}}
 	out := map[string]*sluice.KeyBucket{}
 	for _, where := range []string{"memory", "limiter store", "policy per key"} {
-		opts := []sluice.LimiterOption{sluice.WithClock(clock)}
+		opts := []sluice.Option{sluice.WithClock(clock)}
 		if where != "memory" {
 			opts = append(opts, sluice.WithStore(newMapStore()))
 		}

@@ -15,9 +15,9 @@ const t0 = int64(1_700_000_000) * int64(time.Second)
 const ms = time.Millisecond
 
 // newBucket returns a bucket of bws on clock, which is also its sleeper.
-func newBucket(t *testing.T, clock *sluicetest.FakeClock, bws []sluice.Bandwidth, opts ...sluice.BucketOption) *sluice.Bucket {
+func newBucket(t *testing.T, clock *sluicetest.FakeClock, bws []sluice.Bandwidth, opts ...sluice.Option) *sluice.Bucket {
 	t.Helper()
-	opts = append([]sluice.BucketOption{sluice.WithClock(clock)}, opts...)
+	opts = append([]sluice.Option{sluice.WithClock(clock)}, opts...)
 	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: bws}, opts...)
 	if err != nil {
 		t.Fatalf("NewBucket: %v", err)

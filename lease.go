@@ -57,13 +57,12 @@ type Lease struct {
 // the store's answer for the tokens the lease could not cover, with its
 // exact RetryAfter.
 //
-// NewLimiter checks l and the policy with or without a store, and
-// returns an *ArgumentError for values out of bounds, or matching
-// ErrLeaseNotSupported for a policy that cannot be leased; without
-// WithStore the limiter is in memory, already local, and l changes
-// nothing.
-func WithLease(l Lease) LimiterOption {
-	return limiterOption(func(o *options) { o.lease = &l })
+// It applies only to a limiter with WithStore (in memory a limiter is
+// already local). NewLimiter returns an *ArgumentError for values out of
+// bounds, or matching ErrLeaseNotSupported for a policy that cannot be
+// leased.
+func WithLease(l Lease) Option {
+	return Option{"WithLease", storeOnly, func(o *options) { o.lease = &l }}
 }
 
 // check returns the *ArgumentError of l for p, or nil.

@@ -42,14 +42,21 @@ type Limiter struct {
 // NewLimiter returns a limiter that applies p to each key, in memory or,
 // with WithStore, in a store. WithClock applies to its decisions and
 // waits, WithObserver to its decisions, store calls and those of the
-// buckets that Bucket returns, and the StoreOptions to its store: without
-// WithStore they are an *ArgumentError. It returns the *ConfigError of an
-// invalid policy.
-func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
+// buckets that Bucket returns, and the options of a store or of a policy
+// per key to those: without WithStore (or WithPolicyFor) they are an
+// *ArgumentError (see Option). It returns the *ConfigError of an invalid
+// policy.
+func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	if p == nil {
 		return nil, nilArgument("NewLimiter", "policy")
 	}
-	o := limiterOptions(opts)
+	o, err := limiterOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if o.storeIsNil {
+		return nil, nilArgument("NewLimiter", "WithStore")
+	}
 	keys, err := p.build(o.maxKeys)
 	if err != nil {
 		return nil, err
@@ -82,9 +89,6 @@ func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 		l.buckets, l.inspect = localBuckets, localInspect
 	}
 	if o.store == nil {
-		if o.storeOption != "" {
-			return nil, &ArgumentError{Op: "NewLimiter", Arg: o.storeOption, Want: "applies only to a limiter with WithStore"}
-		}
 		l.mem = local
 		return l, nil
 	}

@@ -19,11 +19,11 @@ func TestLimiterAllowInMemory(t *testing.T) {
 	ln := new(sluicetest.Counter)
 	for _, tc := range []struct {
 		name string
-		opts []sluice.LimiterOption
+		opts []sluice.Option
 	}{
 		{"monotonic", nil},
-		{"fake clock", []sluice.LimiterOption{sluice.WithClock(sluicetest.NewFakeClock(1e18))}},
-		{"observer", []sluice.LimiterOption{sluice.WithObserver(ln)}},
+		{"fake clock", []sluice.Option{sluice.WithClock(sluicetest.NewFakeClock(1e18))}},
+		{"observer", []sluice.Option{sluice.WithObserver(ln)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := sluice.NewLimiter(sluice.FixedWindow(3, time.Hour), tc.opts...)

@@ -318,7 +318,7 @@ func testLimiterBucket(t *testing.T, store bool) {
 		t.Errorf("Bucket on a fixed window = %v, want ErrUnsupported", err)
 	}
 	clock := sluicetest.NewFakeClock(limiterStart)
-	opts := []sluice.LimiterOption{sluice.WithClock(clock)}
+	opts := []sluice.Option{sluice.WithClock(clock)}
 	if store {
 		opts = append(opts, sluice.WithStore(newMapStore()))
 	}
@@ -431,7 +431,7 @@ func TestLimiterInitialTokensBelowRequest(t *testing.T) {
 			sluice.Capacity(4, sluice.Greedy(1, time.Second)).WithInitialTokens(1), sluice.Simple(100, time.Hour)}}),
 	} {
 		for _, where := range []string{"in memory", "on a store"} {
-			opts := []sluice.LimiterOption{sluice.WithClock(clock)}
+			opts := []sluice.Option{sluice.WithClock(clock)}
 			if where == "on a store" {
 				opts = append(opts, sluice.WithStore(newMapStore()))
 			}
@@ -460,7 +460,7 @@ func TestLimiterListener(t *testing.T) {
 		t.Run(where, func(t *testing.T) {
 			clock := sluicetest.NewFakeClock(limiterStart)
 			var l sluicetest.Counter
-			opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithObserver(&l)}
+			opts := []sluice.Option{sluice.WithClock(clock), sluice.WithObserver(&l)}
 			if where == "store" {
 				opts = append(opts, sluice.WithStore(newMapStore()))
 			}
@@ -484,7 +484,7 @@ func TestLimiterListener(t *testing.T) {
 // TestStoreOptionsNeedAStore: a StoreOption given to a Limiter without a
 // store is refused, not ignored.
 func TestStoreOptionsNeedAStore(t *testing.T) {
-	for _, opt := range []sluice.StoreOption{
+	for _, opt := range []sluice.Option{
 		sluice.WithStoreTimeout(time.Second), sluice.WithStoreFailure(sluice.FailOpen),
 		sluice.WithCircuitBreaker(3), sluice.WithInheritance(sluice.InheritNone),
 	} {
@@ -509,7 +509,7 @@ func TestKeyBucketCreatesAtFirstCall(t *testing.T) {
 	for _, store := range []bool{false, true} {
 		t.Run(fmt.Sprintf("store=%v", store), func(t *testing.T) {
 			clock := sluicetest.NewFakeClock(limiterStart)
-			opts := []sluice.LimiterOption{sluice.WithClock(clock)}
+			opts := []sluice.Option{sluice.WithClock(clock)}
 			if store {
 				opts = append(opts, sluice.WithStore(newMapStore()))
 			}
@@ -564,7 +564,7 @@ func TestAlignedBucketPolicy(t *testing.T) {
 	for _, store := range []bool{false, true} {
 		t.Run(fmt.Sprintf("store=%v", store), func(t *testing.T) {
 			clock := sluicetest.NewFakeClock(limiterStart)
-			opts := []sluice.LimiterOption{sluice.WithClock(clock)}
+			opts := []sluice.Option{sluice.WithClock(clock)}
 			if store {
 				opts = append(opts, sluice.WithStore(newMapStore()))
 			}

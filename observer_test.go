@@ -167,11 +167,11 @@ func (nopObserver) Observe(sluice.Event) {}
 func BenchmarkObserver(b *testing.B) {
 	cases := []struct {
 		name string
-		opts []sluice.LimiterOption
+		opts []sluice.Option
 	}{
 		{"observer=none", nil},
-		{"observer=nop", []sluice.LimiterOption{sluice.WithObserver(nopObserver{})}},
-		{"observer=nop+listener", []sluice.LimiterOption{sluice.WithObserver(nopObserver{}), sluice.WithObserver(&sluicetest.Counter{})}},
+		{"observer=nop", []sluice.Option{sluice.WithObserver(nopObserver{})}},
+		{"observer=nop+listener", []sluice.Option{sluice.WithObserver(nopObserver{}), sluice.WithObserver(&sluicetest.Counter{})}},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) { observertest.BenchAllow(b, c.opts...) })
@@ -206,7 +206,7 @@ func TestObserverPolicyFor(t *testing.T) {
 	}
 	for _, stored := range []bool{false, true} {
 		rec := &recorder{}
-		opts := []sluice.LimiterOption{sluice.WithPolicyFor(plan), sluice.WithObserver(rec)}
+		opts := []sluice.Option{sluice.WithPolicyFor(plan), sluice.WithObserver(rec)}
 		if stored {
 			opts = append(opts, sluice.WithStore(memstore.New()))
 		}

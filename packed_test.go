@@ -30,7 +30,7 @@ func TestPackedKeys(t *testing.T) {
 	} {
 		t.Run(tt.packed.String(), func(t *testing.T) {
 			clock := sluicetest.NewFakeClock(t0)
-			opts := []sluice.LimiterOption{sluice.WithClock(clock)}
+			opts := []sluice.Option{sluice.WithClock(clock)}
 			packed, err := sluice.NewLimiter(tt.packed, opts...)
 			if err != nil {
 				t.Fatal(err)

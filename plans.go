@@ -42,8 +42,8 @@ type PolicyFunc func(ctx context.Context, key string) (Policy, error)
 // one version, the last policy resolved for a key wins, so two processes
 // whose caches disagree after a plan change move the key back and forth
 // until the older cache entry expires.
-func WithPolicyFor(f PolicyFunc) LimiterOption {
-	return limiterOption(func(o *options) { o.policyFor = f })
+func WithPolicyFor(f PolicyFunc) Option {
+	return Option{"WithPolicyFor", limiterOnly, func(o *options) { o.policyFor = f }}
 }
 
 // The defaults of WithPolicyCache.
@@ -57,8 +57,8 @@ const (
 // its key's next call), each resolved again after ttl on the limiter's
 // clock. keys ≤ 0 and ttl ≤ 0 keep the defaults, DefaultPolicyCacheKeys
 // and DefaultPolicyCacheTTL.
-func WithPolicyCache(keys int, ttl time.Duration) LimiterOption {
-	return limiterOption(func(o *options) { o.policyCacheKeys, o.policyCacheTTL = keys, ttl })
+func WithPolicyCache(keys int, ttl time.Duration) Option {
+	return Option{"WithPolicyCache", plansOnly, func(o *options) { o.policyCacheKeys, o.policyCacheTTL = keys, ttl }}
 }
 
 // maxPlans bounds the distinct policies whose backends a limiter keeps
@@ -111,10 +111,6 @@ func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 	mem := keyed.NewMapStore(l.clock, o.maxKeys)
 	memOrder := record.Order{PerKey: true}
 	if o.store == nil {
-		// WithInheritance applies in memory too: a key's policy changes.
-		if o.storeOption != "" && o.storeOption != "WithInheritance" {
-			return nil, &ArgumentError{Op: "NewLimiter", Arg: o.storeOption, Want: "applies only to a limiter with WithStore"}
-		}
 		inherit := tokenbucket.Strategy(inheritanceOf(o))
 		k.build = func(p Policy) (*plan, error) {
 			if err := checkWallClock(p, l.clock); err != nil {

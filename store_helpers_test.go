@@ -65,8 +65,8 @@ var _ = time.Second
 
 // newStoreBucket is the token bucket of cfg for key in s: a stored
 // Limiter's bucket, the one way to it.
-func newStoreBucket(s driver.Store, key string, cfg sluice.BucketConfig, opts ...sluice.LimiterOption) (*sluice.KeyBucket, error) {
-	l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), append([]sluice.LimiterOption{sluice.WithStore(s)}, opts...)...)
+func newStoreBucket(s driver.Store, key string, cfg sluice.BucketConfig, opts ...sluice.Option) (*sluice.KeyBucket, error) {
+	l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), append([]sluice.Option{sluice.WithStore(s)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -28,8 +28,8 @@ import (
 // wins, as before versions existed, which is right for one process or a
 // deploy that stops every process first. Raise the version with every
 // change of limits; see docs/plans.md.
-func WithConfigVersion(v uint64) StoreOption {
-	return StoreOption{"WithConfigVersion", func(o *options) { o.configVersion = v }}
+func WithConfigVersion(v uint64) Option {
+	return Option{"WithConfigVersion", storeOnly, func(o *options) { o.configVersion = v }}
 }
 
 // configOrder is the record order of version v, whose first conflict is

@@ -60,7 +60,7 @@ func TestWaitGivesTokensBack(t *testing.T) {
 		for _, where := range []string{"memory", "store"} {
 			t.Run(where+"/"+p.String(), func(t *testing.T) {
 				sl := &doomSleeper{FakeClock: sluicetest.NewFakeClock(t0)}
-				opts := []sluice.LimiterOption{sluice.WithClock(sl)}
+				opts := []sluice.Option{sluice.WithClock(sl)}
 				if where == "store" {
 					opts = append(opts, sluice.WithStore(newMapStore()))
 				}
@@ -193,7 +193,7 @@ func TestReservationCancelEveryPath(t *testing.T) {
 		reserve func() (*sluice.Reservation, error)
 		look    func() string
 	}
-	limiterPath := func(t *testing.T, clock *sluicetest.FakeClock, opts ...sluice.LimiterOption) path {
+	limiterPath := func(t *testing.T, clock *sluicetest.FakeClock, opts ...sluice.Option) path {
 		l, err := sluice.NewLimiter(sluice.LeakyBucket(2, 1, time.Second), append(opts, sluice.WithClock(clock))...)
 		if err != nil {
 			t.Fatal(err)

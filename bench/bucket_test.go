@@ -75,7 +75,7 @@ func sluiceConfig(b testing.TB, rejected bool, bandwidths int) sluice.BucketConf
 	return sluice.BucketConfig{Bandwidths: bws[:bandwidths]}
 }
 
-func newSluice(b testing.TB, rejected bool, bandwidths int, opts ...sluice.BucketOption) *sluice.Bucket {
+func newSluice(b testing.TB, rejected bool, bandwidths int, opts ...sluice.Option) *sluice.Bucket {
 	b.Helper()
 	bk, err := sluice.NewBucket(sluiceConfig(b, rejected, bandwidths), opts...)
 	if err != nil {

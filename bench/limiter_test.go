@@ -98,7 +98,7 @@ type keyed struct {
 func sluiceKeyed(name string, p sluice.Policy) keyed {
 	return keyed{"sluice-" + name, func(tb testing.TB, frozen bool) (func(string) (bool, error), func()) {
 		tb.Helper()
-		var opts []sluice.LimiterOption
+		var opts []sluice.Option
 		if frozen {
 			opts = append(opts, sluice.WithClock(sluicetest.NewFakeClock(t0.UnixNano())))
 		}

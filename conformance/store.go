@@ -19,7 +19,7 @@ type Store struct {
 	// Store keeps the state.
 	Store driver.Store
 	// Options are added to every bucket and limiter, e.g. a store timeout.
-	Options []sluice.StoreOption
+	Options []sluice.Option
 }
 
 var _ LimiterTarget = Store{}
@@ -35,10 +35,7 @@ func (s Store) Name() string {
 // NewBucket returns the bucket of a new key of a sluice.Limiter of
 // sluice.BucketPolicy(cfg) on s.Store.
 func (s Store) NewBucket(ctx context.Context, cfg sluice.BucketConfig, clock sluice.Clock) (Bucket, error) {
-	opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithStore(s.Store)}
-	for _, o := range s.Options {
-		opts = append(opts, o)
-	}
+	opts := append([]sluice.Option{sluice.WithClock(clock), sluice.WithStore(s.Store)}, s.Options...)
 	l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), opts...)
 	if err != nil {
 		return nil, err
@@ -59,10 +56,7 @@ func (s Store) NewBucket(ctx context.Context, cfg sluice.BucketConfig, clock slu
 // NewLimiter returns a sluice.Limiter on s.Store whose keys are prefixed
 // by a prefix of its own.
 func (s Store) NewLimiter(_ context.Context, p sluice.Policy, clock sluice.Clock) (Limiter, error) {
-	opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithStore(s.Store)}
-	for _, o := range s.Options {
-		opts = append(opts, o)
-	}
+	opts := append([]sluice.Option{sluice.WithClock(clock), sluice.WithStore(s.Store)}, s.Options...)
 	l, err := sluice.NewLimiter(p, opts...)
 	if err != nil {
 		return nil, err

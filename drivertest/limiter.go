@@ -63,7 +63,7 @@ func testVectors(t *testing.T, e *env) {
 		}
 	}
 	conformance.RunT(t, conformance.Store{TargetName: "store", Store: fakeTimeStore(e.store),
-		Options: []sluice.StoreOption{sluice.WithStoreTimeout(slowStore)}}, paths...)
+		Options: []sluice.Option{sluice.WithStoreTimeout(slowStore)}}, paths...)
 }
 
 // fakeTimeStore returns s with an hour added to every TTL written. The

@@ -39,7 +39,7 @@ const (
 	watchMethod = "/grpc.health.v1.Health/Watch"
 )
 
-func newLimiter(t *testing.T, p sluice.Policy, opts ...sluice.LimiterOption) *sluice.Limiter {
+func newLimiter(t *testing.T, p sluice.Policy, opts ...sluice.Option) *sluice.Limiter {
 	t.Helper()
 	l, err := sluice.NewLimiter(p, opts...)
 	if err != nil {

@@ -28,7 +28,7 @@ const t0 = int64(1_700_000_000) * int64(time.Second)
 
 var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
 
-func newLimiter(t *testing.T, p sluice.Policy, opts ...sluice.LimiterOption) *sluice.Limiter {
+func newLimiter(t *testing.T, p sluice.Policy, opts ...sluice.Option) *sluice.Limiter {
 	t.Helper()
 	l, err := sluice.NewLimiter(p, opts...)
 	if err != nil {

@@ -45,7 +45,7 @@ func BenchmarkLeaseRoundTrips(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer store.Close()
-				opts := []sluice.LimiterOption{sluice.WithStore(store)}
+				opts := []sluice.Option{sluice.WithStore(store)}
 				if leased {
 					opts = append(opts, sluice.WithLease(sluice.Lease{Min: 10, Max: 1000, TTL: time.Second}))
 				}

@@ -83,7 +83,7 @@ func Drive(t *testing.T, observer func(name string) sluice.Observer, register fu
 // observer, say) on one key of a token bucket that never runs dry, on a
 // fake clock, so that the benchmarks of the observers and of none measure
 // the same decisions.
-func BenchAllow(b *testing.B, opts ...sluice.LimiterOption) {
+func BenchAllow(b *testing.B, opts ...sluice.Option) {
 	clock := sluicetest.NewFakeClock(T0)
 	l, err := sluice.NewLimiter(sluice.TokenBucket(1000, 1e9, time.Second), append(opts, sluice.WithClock(clock))...)
 	if err != nil {

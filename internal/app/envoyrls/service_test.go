@@ -95,7 +95,7 @@ func newFixture(t *testing.T, doc string, policies map[string]sluice.Policy, set
 
 // config decodes doc with set and makes the limiters of policies, with
 // opts, on f's clock.
-func (f *fixture) config(t testing.TB, doc string, policies map[string]sluice.Policy, set *envoyrls.Settings, opts ...sluice.LimiterOption) (*envoyrls.Domains, map[string]*sluice.Limiter) {
+func (f *fixture) config(t testing.TB, doc string, policies map[string]sluice.Policy, set *envoyrls.Settings, opts ...sluice.Option) (*envoyrls.Domains, map[string]*sluice.Limiter) {
 	t.Helper()
 	var root yaml.Node
 	if err := yaml.Unmarshal([]byte(doc), &root); err != nil {
@@ -115,7 +115,7 @@ func (f *fixture) config(t testing.TB, doc string, policies map[string]sluice.Po
 	}
 	limiters := make(map[string]*sluice.Limiter)
 	for name, p := range policies {
-		l, err := sluice.NewLimiter(p, append([]sluice.LimiterOption{sluice.WithClock(f.clock)}, opts...)...)
+		l, err := sluice.NewLimiter(p, append([]sluice.Option{sluice.WithClock(f.clock)}, opts...)...)
 		if err != nil {
 			t.Fatalf("NewLimiter(%s): %v", name, err)
 		}

@@ -368,13 +368,13 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 		}
 	}
 	fallbackKeys := cfg.fallbackKeys(len(cfg.Limiters.Order))
-	add := func(name string, p sluice.Policy, line, col int, extra ...sluice.LimiterOption) error {
+	add := func(name string, p sluice.Policy, line, col int, extra ...sluice.Option) error {
 		lim := &limiter{name: name, policy: p, limit: limitOf(p), stats: new(stats), circuit: new(atomic.Bool)}
 		if o, ok := old.limiter(name); ok && o.policy.String() == p.String() {
 			lim.stats = o.stats
 		}
 		var err error
-		lim.l, err = sluice.NewLimiter(p, append([]sluice.LimiterOption{
+		lim.l, err = sluice.NewLimiter(p, append([]sluice.Option{
 			sluice.WithStore(newLimiterStore(s.base, name, s.metrics)),
 			sluice.WithClock(s.clock),
 			sluice.WithStoreTimeout(cfg.StoreTimeout),

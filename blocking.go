@@ -12,79 +12,13 @@ import (
 	"github.com/sluicehq/sluice/internal/sleep"
 )
 
-// BlockingBucket is the view of a Bucket whose calls wait for their tokens,
-// Bucket4j's BlockingBucket. Waiting is fair: a call reserves its tokens
-// first (overdrawing the bucket) and then sleeps, so later callers queue
-// behind it instead of racing it.
-type BlockingBucket struct{ b *Bucket }
-
-// Blocking returns the blocking view of b.
-func (b *Bucket) Blocking() BlockingBucket { return BlockingBucket{b} }
-
-// TryConsume takes n tokens, waiting for them if they will be there within
-// maxWait, and reports whether it took them. When they would take longer it
-// returns false at once, takes nothing and does not wait.
-//
-// When ctx has a deadline sooner than the wait, it returns a *MaxWaitError
-// (matching ErrMaxWaitExceeded and context.DeadlineExceeded) at once and
-// takes nothing, as x/time/rate's WaitN does. When ctx ends during the
-// wait, the tokens are given back (Reservation.Cancel) and ctx.Err() is
-// returned. It returns an *ArgumentError for n ≤ 0 or maxWait ≤ 0
-// (Bucket4j's rule), and with maxWait == Never when the wait would
-// overflow.
-func (bb BlockingBucket) TryConsume(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
-	b := bb.b
-	if n > 0 && maxWait > 0 && b.takeAtOnce(ctx, n) {
-		return true, nil
-	}
-	return blockingWait(ctx, "BlockingBucket.TryConsume", n, int64(maxWait), b.observer, b.reserve)
-}
-
-// Consume takes n tokens, waiting as long as it takes for them. When ctx
-// has a deadline sooner than the wait, it returns a *MaxWaitError at once
-// and takes nothing; when ctx ends during the wait, the tokens are given
-// back and ctx.Err() is returned. It returns an *ArgumentError for n ≤ 0 or
-// when the wait would overflow.
-func (bb BlockingBucket) Consume(ctx context.Context, n int64) error {
-	b := bb.b
-	if n > 0 && b.takeAtOnce(ctx, n) {
-		return nil
-	}
-	_, err := blockingWait(ctx, "BlockingBucket.Consume", n, never, b.observer, b.reserve)
-	return err
-}
-
-// BlockingKeyBucket is the view of a KeyBucket whose calls wait for their
-// tokens, as BlockingBucket is of a Bucket.
-type BlockingKeyBucket struct{ b *KeyBucket }
-
-// Blocking returns the blocking view of b.
-func (b *KeyBucket) Blocking() BlockingKeyBucket { return BlockingKeyBucket{b} }
-
-// TryConsume takes n tokens, waiting for them if they will be there within
-// maxWait, as BlockingBucket.TryConsume: a ctx whose deadline is sooner
-// than the wait fails at once and takes nothing, and when ctx ends during
-// the wait the tokens are given back and it returns ctx.Err().
-func (bb BlockingKeyBucket) TryConsume(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
-	b := bb.b
-	return blockingWait(ctx, "BlockingKeyBucket.TryConsume", n, int64(maxWait), b.observer, b.reserve)
-}
-
-// Consume takes n tokens, waiting as long as it takes, as
-// BlockingBucket.Consume.
-func (bb BlockingKeyBucket) Consume(ctx context.Context, n int64) error {
-	b := bb.b
-	_, err := blockingWait(ctx, "BlockingKeyBucket.Consume", n, never, b.observer, b.reserve)
-	return err
-}
-
 // waitBound is how long a call may wait under ctx: maxWait, or the time
 // left until ctx's deadline when that is sooner (byDeadline). A wait past
 // the deadline would be cut short, its tokens taken for nothing, so it is
 // refused at once instead.
 func waitBound(ctx context.Context, maxWait int64) (bound int64, byDeadline bool) {
 	dl, ok := ctx.Deadline()
-	if !ok || maxWait < 0 {
+	if !ok {
 		return maxWait, false
 	}
 	if left := int64(time.Until(dl)); left < maxWait {
@@ -96,61 +30,39 @@ func waitBound(ctx context.Context, maxWait int64) (bound int64, byDeadline bool
 // reserveFunc reserves n tokens within maxWait, for the call op.
 type reserveFunc func(ctx context.Context, op string, n, maxWait int64) (*Reservation, error)
 
-// waitN is x/time/rate's WaitN on a bucket or key that reserve reserves
-// on: it reserves n tokens due within maxWait and ctx's deadline and
-// sleeps until they are due, giving them back when ctx ends first. Tokens
-// due later are a *MaxWaitError, and nothing is taken.
-func waitN(ctx context.Context, op string, n int64, maxWait time.Duration, l Observer, reserve reserveFunc) error {
+// waitN is WaitN on a bucket or key that reserve reserves on, under the
+// one rule of Bucket.WaitN, KeyBucket.WaitN and Limiter.WaitN (Bucket4j's
+// blocking tryConsume): it reserves n tokens due within maxWait (> 0;
+// Never: no bound) and ctx's deadline, and sleeps on the reservation's
+// clock until they are due, giving them back when ctx ends first. Tokens
+// due later are a *MaxWaitError at once, and nothing is taken; tokens
+// that can never be had with no bound (maxWait Never) are an
+// *ArgumentError, since that wait would never end.
+func waitN(ctx context.Context, op string, n int64, maxWait time.Duration, obs Observer, reserve reserveFunc) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	switch {
+	case n <= 0:
+		return &ArgumentError{Op: op, Arg: "tokens", Value: n, Want: "must be positive"}
+	case maxWait <= 0:
+		return &ArgumentError{Op: op, Arg: "maxWait", Value: maxWait, Want: "must be positive (Never for no bound)"}
+	}
 	bound, byDeadline := waitBound(ctx, int64(maxWait))
 	r, err := reserve(ctx, op, n, bound)
 	if err != nil {
 		return err
 	}
 	if !r.OK() {
-		notify(l, false, n)
 		wait := int64(r.res.RetryAfter)
+		if wait == never && maxWait == Never {
+			return &ArgumentError{Op: op, Arg: "tokens", Value: n, Want: "can never be had: their wait overflows int64 nanoseconds"}
+		}
+		notify(obs, false, n)
 		return &MaxWaitError{Tokens: n, Wait: time.Duration(wait), MaxWait: time.Duration(bound), Deadline: byDeadline && wait <= int64(maxWait)}
 	}
-	notify(l, true, n)
-	return r.sleep(ctx, l)
-}
-
-// blockingWait is Bucket4j's blocking consumption on a bucket that reserve
-// reserves on: it reserves n tokens due within maxWait (and ctx's
-// deadline) and sleeps until they are due, giving them back when ctx ends
-// first. It reports whether it took them.
-func blockingWait(ctx context.Context, op string, n, maxWait int64, l Observer, reserve reserveFunc) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	switch {
-	case n <= 0:
-		return false, &ArgumentError{Op: op, Arg: "tokens", Value: n, Want: "must be positive"}
-	case maxWait <= 0:
-		return false, &ArgumentError{Op: op, Arg: "maxWait", Value: time.Duration(maxWait), Want: "must be positive"}
-	}
-	bound, byDeadline := waitBound(ctx, maxWait)
-	r, err := reserve(ctx, op, n, bound)
-	if err != nil {
-		return false, err
-	}
-	if !r.OK() {
-		wait := int64(r.res.RetryAfter)
-		switch {
-		case wait == never && maxWait == never:
-			return false, &ArgumentError{Op: op, Arg: "tokens", Value: n,
-				Want: "can never be had: their wait overflows int64 nanoseconds"}
-		case byDeadline && wait <= maxWait:
-			return false, &MaxWaitError{Tokens: n, Wait: time.Duration(wait), MaxWait: time.Duration(bound), Deadline: true}
-		}
-		notify(l, false, n)
-		return false, nil
-	}
-	notify(l, true, n)
-	if err := r.sleep(ctx, l); err != nil {
-		return false, err
-	}
-	return true, nil
+	notify(obs, true, n)
+	return r.sleep(ctx, obs)
 }
 
 // Reservation is a decision on n tokens that may be due later, as
@@ -163,7 +75,11 @@ func blockingWait(ctx context.Context, op string, n, maxWait int64, l Observer, 
 // Bucket.ReserveN, KeyBucket.ReserveN and Limiter.ReserveN return one,
 // under one rule: maxWait ≥ 0 bounds the delay (0: only tokens that are
 // there now; Never: no bound), and a wait beyond it is a Reservation that
-// is not OK, not an error.
+// is not OK, not an error. Unlike WaitN's, a maxWait of 0 is valid here:
+// a reservation only now is a decision that sleeps on nothing, which a
+// caller that schedules its own work may want, and Bucket4j's reserve and
+// the vectors ask for it; WaitN, Bucket4j's blocking tryConsume, refuses
+// it as Bucket4j does.
 //
 // A Reservation is safe for simultaneous use by multiple goroutines.
 type Reservation struct {
@@ -322,11 +238,13 @@ func (b *Bucket) Wait(ctx context.Context, maxWait time.Duration) error {
 	return b.WaitN(ctx, 1, maxWait)
 }
 
-// WaitN reserves n tokens within maxWait and sleeps until they are due, as
-// Limiter.WaitN does: tokens that would take longer are a *MaxWaitError at
-// once, and nothing is taken.
+// WaitN takes n tokens, waiting for them if they will be there within
+// maxWait: Bucket4j's blocking tryConsume(n, maxWait), under the rule
+// Limiter.WaitN states. Waiting is fair: the call reserves its tokens
+// first (overdrawing the bucket) and then sleeps, so later callers queue
+// behind it instead of racing it.
 func (b *Bucket) WaitN(ctx context.Context, n int64, maxWait time.Duration) error {
-	if n > 0 && maxWait >= 0 && b.takeAtOnce(ctx, n) {
+	if n > 0 && maxWait > 0 && b.takeAtOnce(ctx, n) {
 		return nil
 	}
 	return waitN(ctx, "Bucket.WaitN", n, maxWait, b.observer, b.reserve)

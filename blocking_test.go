@@ -34,7 +34,7 @@ func TestBlockingTryConsume(t *testing.T) {
 	}
 	for _, s := range steps {
 		before := clock.Slept()
-		got, err := b.Blocking().TryConsume(t.Context(), s.n, s.maxWait)
+		got, err := block(b).TryConsume(t.Context(), s.n, s.maxWait)
 		if got != s.want || err != nil {
 			t.Errorf("TryConsume(%d, %v) = %v, %v, want %v", s.n, s.maxWait, got, err, s.want)
 		}
@@ -61,7 +61,7 @@ func TestBlockingMoreThanCapacity(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := sluicetest.NewFakeClock(t0)
 			b := newBucket(t, clock, []sluice.Bandwidth{tt.bw})
-			if ok, err := b.Blocking().TryConsume(t.Context(), 1000, time.Hour); !ok || err != nil {
+			if ok, err := block(b).TryConsume(t.Context(), 1000, time.Hour); !ok || err != nil {
 				t.Errorf("TryConsume(1000, 1h) = %v, %v, want true", ok, err)
 			}
 			if clock.Slept() != tt.slept {
@@ -87,7 +87,7 @@ func TestBlockingConsume(t *testing.T) {
 	}
 	for _, s := range steps {
 		before := clock.Slept()
-		if err := b.Blocking().Consume(t.Context(), s.n); err != nil {
+		if err := block(b).Consume(t.Context(), s.n); err != nil {
 			t.Errorf("Consume(%d) = %v, want nil", s.n, err)
 		}
 		if slept := clock.Slept() - before; slept != s.slept {
@@ -118,16 +118,16 @@ func (s parkingSleeper) Sleep(ctx context.Context, d time.Duration) error {
 func TestBlockingCancel(t *testing.T) {
 	tests := []struct {
 		name string
-		call func(ctx context.Context, bb sluice.BlockingBucket) error
+		call func(ctx context.Context, bb blocking) error
 	}{
-		{"TryConsume", func(ctx context.Context, bb sluice.BlockingBucket) error {
+		{"TryConsume", func(ctx context.Context, bb blocking) error {
 			ok, err := bb.TryConsume(ctx, 6, time.Minute)
 			if ok {
 				return errors.New("TryConsume reported true")
 			}
 			return err
 		}},
-		{"Consume", func(ctx context.Context, bb sluice.BlockingBucket) error { return bb.Consume(ctx, 6) }},
+		{"Consume", func(ctx context.Context, bb blocking) error { return bb.Consume(ctx, 6) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -144,7 +144,7 @@ func TestBlockingCancel(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			done := make(chan error)
-			go func() { done <- tt.call(ctx, b.Blocking()) }()
+			go func() { done <- tt.call(ctx, block(b)) }()
 			if d := <-sleeper.parked; d != 200*ms {
 				t.Errorf("waiting %v, want 200ms", d)
 			}
@@ -167,18 +167,18 @@ func TestBlockingCancel(t *testing.T) {
 func TestBlockingContextAlreadyDone(t *testing.T) {
 	tests := []struct {
 		name string
-		call func(ctx context.Context, bb sluice.BlockingBucket) error
+		call func(ctx context.Context, bb blocking) error
 	}{
-		{"TryConsume available", func(ctx context.Context, bb sluice.BlockingBucket) error {
+		{"TryConsume available", func(ctx context.Context, bb blocking) error {
 			_, err := bb.TryConsume(ctx, 1, time.Second)
 			return err
 		}},
-		{"TryConsume with a wait", func(ctx context.Context, bb sluice.BlockingBucket) error {
+		{"TryConsume with a wait", func(ctx context.Context, bb blocking) error {
 			_, err := bb.TryConsume(ctx, 8, time.Second)
 			return err
 		}},
-		{"Consume available", func(ctx context.Context, bb sluice.BlockingBucket) error { return bb.Consume(ctx, 1) }},
-		{"Consume with a wait", func(ctx context.Context, bb sluice.BlockingBucket) error { return bb.Consume(ctx, 8) }},
+		{"Consume available", func(ctx context.Context, bb blocking) error { return bb.Consume(ctx, 1) }},
+		{"Consume with a wait", func(ctx context.Context, bb blocking) error { return bb.Consume(ctx, 8) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -188,7 +188,7 @@ func TestBlockingContextAlreadyDone(t *testing.T) {
 			before := stateOf(t, b)
 			ctx, cancel := context.WithCancel(t.Context())
 			cancel()
-			if err := tt.call(ctx, b.Blocking()); err != context.Canceled {
+			if err := tt.call(ctx, block(b)); err != context.Canceled {
 				t.Errorf("%s = %v, want context.Canceled", tt.name, err)
 			}
 			checkUnchanged(t, b, before)

@@ -19,7 +19,8 @@
 // Every call of the X/XN families (Allow/AllowN, Peek/PeekN,
 // Reserve/ReserveN, Wait/WaitN) is on [Bucket], [KeyBucket] and [Limiter]
 // alike, X being shorthand for XN with one token, and AllowN and PeekN
-// return one [Result]. Bucket4j's operations are there too
+// return one [Result]. [Bucket.Snapshot] and [KeyBucket.Snapshot] show a
+// bucket's state, for diagnostics. Bucket4j's operations are there too
 // ([Bucket.TryConsumeUpTo], [Bucket.ConsumeIgnoringRateLimits],
 // [Bucket.AddTokens], ...), and [Bucket.TryConsume] is the boolean hot
 // path that allocates nothing.
@@ -30,15 +31,16 @@
 //
 // # Waiting
 //
-// [Bucket.Blocking] returns a view whose calls wait for their tokens and
-// honour a context, as Bucket4j's; [Bucket.WaitN] and [Limiter.WaitN] wait
-// as x/time/rate's WaitN; [Bucket.ReserveN], [KeyBucket.ReserveN] and
-// [Limiter.ReserveN] hand out a [Reservation] for callers who schedule work
-// themselves, as x/time/rate's ReserveN does. Both reserve fairly: tokens
-// are taken first and the caller then waits, so later callers queue
-// behind. A wait that ends without its caller going ahead gives its tokens
-// back ([Reservation.Cancel]), and one that would outlast its context's
-// deadline fails at once and takes nothing.
+// [Bucket.WaitN], [KeyBucket.WaitN] and [Limiter.WaitN] wait for their
+// tokens as Bucket4j's blocking tryConsume(n, maxWait) does, under one rule
+// (see [Limiter.WaitN]): a positive maxWait, [Never] for no bound, and a
+// wait that would be longer, or outlast the context's deadline, is a
+// [*MaxWaitError] at once that takes nothing. [Bucket.ReserveN],
+// [KeyBucket.ReserveN] and [Limiter.ReserveN] hand out a [Reservation] for
+// callers who schedule work themselves, as x/time/rate's ReserveN does.
+// Both reserve fairly: tokens are taken first and the caller then waits,
+// so later callers queue behind. A wait that ends without its caller going
+// ahead gives its tokens back ([Reservation.Cancel]).
 //
 // # Keyed limiters
 //

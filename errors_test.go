@@ -78,7 +78,7 @@ func TestArgumentErrorOps(t *testing.T) {
 		{"KeyBucket.WaitN", func() error { return kb.WaitN(ctx, 0, time.Second) }},
 		{"KeyBucket.TryConsumeUpTo", func() error { _, err := kb.TryConsumeUpTo(ctx, 0); return err }},
 		{"KeyBucket.AddTokens", func() error { return kb.AddTokens(ctx, 0) }},
-		{"BlockingKeyBucket.TryConsume", func() error { _, err := kb.Blocking().TryConsume(ctx, 1, 0); return err }},
+		{"KeyBucket.WaitN", func() error { return kb.WaitN(ctx, 1, 0) }},
 		{"NewLimiter", func() error { _, err := sluice.NewLimiter(sluice.NoLimit(), sluice.WithMaxKeys(-1)); return err }},
 	}
 	for _, tt := range tests {

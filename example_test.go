@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -67,9 +68,10 @@ func ExampleBucket_AllowN() {
 	// 429 Too Many Requests, Retry-After: 30
 }
 
-// A FakeClock serves as the sleeper too: blocking calls move it forward
-// instead of waiting.
-func ExampleBucket_Blocking() {
+// WaitN waits for tokens, here on a fake clock that moves forward instead
+// of waiting; a wait longer than maxWait is a *MaxWaitError at once, and
+// takes nothing.
+func ExampleBucket_WaitN() {
 	clock := sluicetest.NewFakeClock(0)
 	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(5, time.Second), // one every 200ms
@@ -79,23 +81,23 @@ func ExampleBucket_Blocking() {
 	}
 	ctx := context.Background()
 
-	if err := b.Blocking().Consume(ctx, 5); err != nil {
+	if err := b.WaitN(ctx, 5, sluice.Never); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("slept:", clock.Slept())
 
-	if err := b.Blocking().Consume(ctx, 2); err != nil {
+	if err := b.WaitN(ctx, 2, time.Second); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("slept:", clock.Slept())
 
 	// 5 more would take 1s: more than we are willing to wait.
-	ok, err := b.Blocking().TryConsume(ctx, 5, 500*time.Millisecond)
-	fmt.Println("took 5:", ok, err, "slept:", clock.Slept())
+	err = b.WaitN(ctx, 5, 500*time.Millisecond)
+	fmt.Println(errors.Is(err, sluice.ErrMaxWaitExceeded), "slept:", clock.Slept())
 	// Output:
 	// slept: 0s
 	// slept: 400ms
-	// took 5: false <nil> slept: 400ms
+	// true slept: 400ms
 }
 
 func ExampleBucket_ReplaceConfiguration() {

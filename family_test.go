@@ -131,10 +131,10 @@ func TestKeyBucketViews(t *testing.T) {
 			if err != nil || serr != nil || !r.Allowed || r.Remaining != 3 || s.AvailableTokens != 3 || s.TimeToFullRefill != 700*ms {
 				t.Errorf("AllowN(7), Snapshot() = %+v, %v, %+v, %v; want allowed, 3 left, full in 700ms", r, err, s, serr)
 			}
-			if ok, err := kb.Blocking().TryConsume(ctx, 5, time.Second); err != nil || !ok {
+			if ok, err := block(kb).TryConsume(ctx, 5, time.Second); err != nil || !ok {
 				t.Errorf("Blocking().TryConsume(5, 1s) = %v, %v, want true after a wait", ok, err)
 			}
-			if err := kb.Blocking().Consume(ctx, 1); err != nil {
+			if err := block(kb).Consume(ctx, 1); err != nil {
 				t.Errorf("Blocking().Consume(1) = %v", err)
 			}
 			n, err := kb.AvailableTokens(ctx)

@@ -1,6 +1,8 @@
 package sluice_test
 
 import (
+	"context"
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -64,3 +66,26 @@ func countsOf(c *sluicetest.Counter) counts {
 	return counts{consumed: c.Tokens(sluice.EventAllowed), rejected: c.Tokens(sluice.EventRejected), cancelled: c.Tokens(sluice.EventCancelled),
 		waited: c.Duration(sluice.EventWaited), delayed: c.Duration(sluice.EventDelayed)}
 }
+
+// blocking is Bucket4j's blocking calls on WaitN, as the conformance
+// runner maps them: TryConsume is a WaitN whose *MaxWaitError is a
+// refusal, Consume a WaitN of no bound.
+type blocking struct{ w waiter }
+
+// waiter is what has WaitN: a Bucket, a KeyBucket.
+type waiter interface {
+	WaitN(ctx context.Context, n int64, maxWait time.Duration) error
+}
+
+func block(w waiter) blocking { return blocking{w} }
+
+func (b blocking) TryConsume(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
+	err := b.w.WaitN(ctx, n, maxWait)
+	var mw *sluice.MaxWaitError
+	if errors.As(err, &mw) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (b blocking) Consume(ctx context.Context, n int64) error { return b.w.WaitN(ctx, n, sluice.Never) }

@@ -239,8 +239,8 @@ func (b *KeyBucket) Wait(ctx context.Context, maxWait time.Duration) error {
 	return b.WaitN(ctx, 1, maxWait)
 }
 
-// WaitN reserves n tokens within maxWait and sleeps until they are due, as
-// Limiter.WaitN.
+// WaitN takes n tokens, waiting for them if they will be there within
+// maxWait, under the rule Limiter.WaitN states.
 func (b *KeyBucket) WaitN(ctx context.Context, n int64, maxWait time.Duration) error {
 	return waitN(ctx, "KeyBucket.WaitN", n, maxWait, b.observer, b.reserve)
 }

@@ -305,17 +305,34 @@ func (l *Limiter) Wait(ctx context.Context, key string, maxWait time.Duration) e
 	return l.WaitN(ctx, key, 1, maxWait)
 }
 
-// WaitN reserves n tokens for key within maxWait, as ReserveN, and sleeps
-// until they are due. When they would take longer than maxWait, or ctx has
-// a deadline sooner than their wait, it returns a *MaxWaitError at once
-// (ErrMaxWaitExceeded; with the deadline, context.DeadlineExceeded too)
-// and takes nothing, as x/time/rate's WaitN does. When ctx ends during
-// the sleep, it gives the tokens back (Reservation.Cancel) and returns
-// ctx.Err().
+// WaitN takes n tokens for key, waiting for them if they will be there
+// within maxWait, as Bucket4j's blocking tryConsume(n, maxWait) does. One
+// rule holds for Bucket.WaitN, KeyBucket.WaitN and Limiter.WaitN:
+//
+//   - maxWait must be positive; Never waits as long as it takes. n must be
+//     positive. Either out of bounds is an *ArgumentError.
+//   - Tokens there now are taken at once. Tokens due within maxWait are
+//     reserved (taken ahead, so later callers queue behind) and the call
+//     sleeps until they are due, on the clock when it sleeps (see Clock).
+//   - Tokens due later than maxWait, or than ctx's deadline, are a
+//     *MaxWaitError at once (ErrMaxWaitExceeded; with the deadline,
+//     context.DeadlineExceeded too), and nothing is taken.
+//   - Tokens that can never be had (more than a capacity) are a
+//     *MaxWaitError whose Wait is Never, but with maxWait Never an
+//     *ArgumentError: that wait would never end.
+//   - When ctx ends during the sleep, the tokens are given back
+//     (Reservation.Cancel) and it returns ctx.Err().
+//
+// It shares x/time/rate's name, for the same idea (wait for tokens, then
+// go ahead), but not its signature: x/time/rate's WaitN(ctx, n) has no
+// maxWait (only ctx's deadline bounds it) and refuses n above the burst
+// at once, where this one takes a maxWait, refuses 0 and negative ones,
+// and reports a wait too long as a *MaxWaitError. ReserveN is the
+// non-blocking form, whose maxWait may be 0.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64, maxWait time.Duration) error {
 	// Tokens there now need no reservation: nothing to sleep and nothing
 	// to give back, so nothing to allocate, as x/time/rate's Wait.
-	if m := l.mem; m != nil && n > 0 && maxWait >= 0 && ctx.Err() == nil && m.take(key, n) {
+	if m := l.mem; m != nil && n > 0 && maxWait > 0 && ctx.Err() == nil && m.take(key, n) {
 		notify(l.observer, true, n)
 		return nil
 	}

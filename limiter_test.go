@@ -341,7 +341,7 @@ func testLimiterBucket(t *testing.T, store bool) {
 	if r, _ := l.AllowN(ctx, "alice", 3); !r.Allowed || r.Remaining != 0 {
 		t.Errorf("AllowN(3) after the bucket took 7 = %+v, want allowed with 0 left", r)
 	}
-	if ok, err := b.Blocking().TryConsume(ctx, 5, 2*time.Second); err != nil || !ok {
+	if ok, err := block(b).TryConsume(ctx, 5, 2*time.Second); err != nil || !ok {
 		t.Errorf("Blocking().TryConsume(5, 2s) = %v, %v, want true", ok, err)
 	}
 	if got := clock.Slept(); got != time.Second {

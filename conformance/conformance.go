@@ -34,12 +34,15 @@ type Bucket interface {
 }
 
 // BlockingBucket is a Bucket whose calls can wait for their tokens, sleeping
-// on the clock its Target was given (see sluice.Clock). A case with a blocking step is
-// skipped, never passed, for a Bucket that does not implement it.
+// on the clock its Target was given (see sluice.Clock): WaitN, as
+// sluice.Bucket.WaitN. The vectors' blocking operations are Bucket4j's
+// blocking tryConsume, which WaitN is: blocking_try_consume is WaitN
+// (a *sluice.MaxWaitError is consumed: false) and blocking_consume is
+// WaitN with sluice.Never. A case with a blocking step is skipped, never
+// passed, for a Bucket that does not implement it.
 type BlockingBucket interface {
 	Bucket
-	BlockingTryConsume(ctx context.Context, tokens int64, maxWait time.Duration) (bool, error)
-	BlockingConsume(ctx context.Context, tokens int64) error
+	WaitN(ctx context.Context, tokens int64, maxWait time.Duration) error
 }
 
 // Limiter is the keyed limiter under test: the operations of
@@ -185,10 +188,6 @@ func (l localBucket) ReplaceConfiguration(_ context.Context, cfg sluice.BucketCo
 	return l.b.ReplaceConfiguration(cfg, s)
 }
 
-func (l localBucket) BlockingTryConsume(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
-	return l.b.Blocking().TryConsume(ctx, n, maxWait)
-}
-
-func (l localBucket) BlockingConsume(ctx context.Context, n int64) error {
-	return l.b.Blocking().Consume(ctx, n)
+func (l localBucket) WaitN(ctx context.Context, n int64, maxWait time.Duration) error {
+	return l.b.WaitN(ctx, n, maxWait)
 }

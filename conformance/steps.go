@@ -254,7 +254,7 @@ var bucketOps = opTable{of: "a bucket", ops: map[string]opSpec{
 		blocking: true,
 		bind: withTokens(func(ctx context.Context, e *env, n int64) ([]any, error) {
 			before := e.clock.Slept()
-			err := e.blocking.BlockingConsume(ctx, n)
+			err := e.blocking.WaitN(ctx, n, sluice.Never)
 			return []any{int64(e.clock.Slept() - before)}, err
 		}),
 	},
@@ -339,8 +339,12 @@ func bindBlockingTryConsume(d *stepDoc) (call, error) {
 	n, maxWait := int64(*d.Tokens), time.Duration(*d.MaxWait)
 	return func(ctx context.Context, e *env) ([]any, error) {
 		before := e.clock.Slept()
-		ok, err := e.blocking.BlockingTryConsume(ctx, n, maxWait)
-		return []any{ok, int64(e.clock.Slept() - before)}, err
+		err := e.blocking.WaitN(ctx, n, maxWait)
+		var mw *sluice.MaxWaitError
+		if errors.As(err, &mw) { // Bucket4j's tryConsume(n, maxWait) returns false
+			return []any{false, int64(e.clock.Slept() - before)}, nil
+		}
+		return []any{err == nil, int64(e.clock.Slept() - before)}, err
 	}, nil
 }
 

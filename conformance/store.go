@@ -87,9 +87,8 @@ func (p prefixed) ReserveN(ctx context.Context, key string, n int64, maxWait tim
 
 func (p prefixed) Reset(ctx context.Context, key string) error { return p.l.Reset(ctx, p.prefix+key) }
 
-// storeBucket adds TryConsume and the blocking calls' names of
-// BlockingBucket to a *sluice.KeyBucket, which has every other method
-// already.
+// storeBucket adds TryConsume to a *sluice.KeyBucket, which has every
+// other method of BlockingBucket already.
 type storeBucket struct{ *sluice.KeyBucket }
 
 var _ BlockingBucket = storeBucket{}
@@ -98,12 +97,4 @@ var _ BlockingBucket = storeBucket{}
 func (b storeBucket) TryConsume(ctx context.Context, n int64) (bool, error) {
 	r, err := b.AllowN(ctx, n)
 	return r.Allowed, err
-}
-
-func (b storeBucket) BlockingTryConsume(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
-	return b.Blocking().TryConsume(ctx, n, maxWait)
-}
-
-func (b storeBucket) BlockingConsume(ctx context.Context, n int64) error {
-	return b.Blocking().Consume(ctx, n)
 }

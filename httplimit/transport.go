@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -138,7 +139,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		maxWait -= wait
 	}
-	if err := t.limiter.Wait(ctx, key, maxWait); err != nil {
+	if err := t.wait(ctx, key, maxWait); err != nil {
 		closeBody(req)
 		var mw *sluice.MaxWaitError
 		switch {
@@ -158,6 +159,24 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.hold(key, policy.SatAdd(now, int64(d)))
 	}
 	return resp, nil
+}
+
+// wait waits for key's token within maxWait: the limiter's Wait, or, for
+// a maxWait of 0 (which Wait refuses: its maxWait must be positive), a
+// reservation of the token only if it is there now, refused as Wait
+// refuses a wait too long.
+func (t *Transport) wait(ctx context.Context, key string, maxWait time.Duration) error {
+	if maxWait > 0 {
+		return t.limiter.Wait(ctx, key, maxWait)
+	}
+	r, err := t.limiter.Reserve(ctx, key, 0)
+	switch {
+	case err != nil:
+		return err
+	case !r.OK():
+		return &sluice.MaxWaitError{Tokens: 1, Wait: r.Result().RetryAfter}
+	}
+	return nil
 }
 
 func closeBody(req *http.Request) {

@@ -136,7 +136,7 @@ type failurePolicy struct {
 
 // failed applies the policy to err, a store call's error, and tells the
 // observer: it returns nil when the call is to run on the local fallback
-// instead, and otherwise the error to return: a *storeFailure (open under
+// instead, and otherwise the error to return: a *StoreError (open under
 // FailOpen), or ctx's error when the caller's context ended, which is not
 // a store failure.
 func (f failurePolicy) failed(ctx context.Context, err error) error {
@@ -147,7 +147,7 @@ func (f failurePolicy) failed(ctx context.Context, err error) error {
 	if f.policy == FailLocal {
 		return nil
 	}
-	return &storeFailure{err: err, open: f.policy == FailOpen}
+	return &StoreError{Err: err, open: f.policy == FailOpen}
 }
 
 // needsStore marks err, the error of a call that only the store can
@@ -157,17 +157,17 @@ func needsStore(ctx context.Context, err error) error {
 	if err == nil || isCallerDone(ctx, err) {
 		return err
 	}
-	return &storeFailure{err: err}
+	return &StoreError{Err: err}
 }
 
 // failover is a Limiter's store behind its failure policy: local is the
-// in-memory fallback of FailLocal, and quota the Limit of a result under
+// in-memory fallback of FailLocal, and limit the Limit of a result under
 // FailOpen.
 type failover struct {
 	failurePolicy
 	store backend
 	local backend
-	quota int64
+	limit int64
 }
 
 // onStore runs call on the store, and applies the failure policy when the
@@ -187,7 +187,7 @@ func onStore[T any](ctx context.Context, f *failover, call func(backend) (T, err
 	return zero, err
 }
 
-func (f *failover) openResult() policy.Result { return policy.Result{Allowed: true, Limit: f.quota} }
+func (f *failover) openResult() policy.Result { return policy.Result{Allowed: true, Limit: f.limit} }
 
 func (f *failover) consume(ctx context.Context, key string, n int64) (policy.Result, error) {
 	return onStore(ctx, f, func(b backend) (policy.Result, error) { return b.consume(ctx, key, n) }, f.openResult)
@@ -232,7 +232,7 @@ type bucketFunc = func(cfg *tokenbucket.Config, st tokenbucket.State, now int64)
 type bucketBackend interface {
 	// update runs f on key's bucket and returns where it ran, for the
 	// call that gives a reservation back (a bucket whose store failed
-	// under FailOpen ran nowhere: nil, with an open *storeFailure).
+	// under FailOpen ran nowhere: nil, with an open *StoreError).
 	update(ctx context.Context, key string, f bucketFunc) (ran bucketBackend, err error)
 	// replace switches key's bucket to cfg.
 	replace(ctx context.Context, key string, cfg *tokenbucket.Config, inherit tokenbucket.Strategy) error

@@ -2,7 +2,6 @@ package sluice
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -125,14 +124,6 @@ func (r *Reservation) Delay() time.Duration { return r.delay }
 // bucket) has left when the tokens are due, the moment the caller goes
 // ahead; ResetAfter counts from the reservation; Limit is the policy's.
 func (r *Reservation) Result() Result { return r.res }
-
-// String describes the reservation, for logs and tests.
-func (r *Reservation) String() string {
-	if !r.ok {
-		return fmt.Sprintf("reservation of %d tokens refused: %+v", r.tokens, r.res)
-	}
-	return fmt.Sprintf("reservation of %d tokens due in %v: %+v", r.tokens, r.delay, r.res)
-}
 
 // Cancel is shorthand for CancelAt at the time of the reservation's clock.
 func (r *Reservation) Cancel() { r.cancelAt(r.clock.Now()) }
@@ -259,7 +250,7 @@ func (b *Bucket) reserve(_ context.Context, op string, n, maxWait int64) (*Reser
 	if changed {
 		b.state, b.scratch = b.scratch, b.state
 	}
-	limit := quotaOf(b.cfg)
+	limit := limitOf(b.cfg)
 	b.mu.Unlock()
 	if res.Code != policy.OK {
 		return nil, limiterError(op, res, n, maxWait, limit)
@@ -321,8 +312,9 @@ func notifyReserved(obs Observer, r *Reservation) {
 	}
 }
 
-// quotaOf is the smallest capacity of cfg, a bucket's Result.Limit.
-func quotaOf(cfg *tokenbucket.Config) int64 {
+// limitOf is the smallest capacity of cfg, a bucket's Result.Limit (the
+// machine calls it its Quota).
+func limitOf(cfg *tokenbucket.Config) int64 {
 	return tokenbucket.NewMulti(cfg).Quota()
 }
 

@@ -96,7 +96,7 @@ func TestBlockingConsume(t *testing.T) {
 		checkAvailable(t, b, 0)
 	}
 	if got, want := countsOf(&l), (counts{consumed: 1014, waited: 100*time.Second + 400*ms}); got != want {
-		t.Errorf("listener saw %+v, want %+v", got, want)
+		t.Errorf("observer saw %+v, want %+v", got, want)
 	}
 }
 
@@ -156,7 +156,7 @@ func TestBlockingCancel(t *testing.T) {
 			}
 			checkUnchanged(t, b, before)
 			if got, want := countsOf(&l), (counts{consumed: 6, cancelled: 6}); got != want {
-				t.Errorf("listener saw %+v, want %+v", got, want)
+				t.Errorf("observer saw %+v, want %+v", got, want)
 			}
 		})
 	}
@@ -193,7 +193,7 @@ func TestBlockingContextAlreadyDone(t *testing.T) {
 			}
 			checkUnchanged(t, b, before)
 			if got := countsOf(&l); got != (counts{}) {
-				t.Errorf("listener saw %+v, want nothing", got)
+				t.Errorf("observer saw %+v, want nothing", got)
 			}
 			if clock.Slept() != 0 {
 				t.Errorf("slept %v, want 0", clock.Slept())
@@ -335,7 +335,7 @@ func TestReserveRefused(t *testing.T) {
 			r.Cancel()
 			checkUnchanged(t, b, before)
 			if got := countsOf(&l); got != (counts{rejected: tt.n}) {
-				t.Errorf("listener saw %+v, want %d rejected", got, tt.n)
+				t.Errorf("observer saw %+v, want %d rejected", got, tt.n)
 			}
 		})
 	}

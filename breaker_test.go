@@ -36,7 +36,7 @@ func (l *circuitLog) get() []sluice.CircuitState {
 	return slices.Clone(l.states)
 }
 
-// TestCircuitBreaker: after DefaultCircuitFailures failed calls the store
+// TestCircuitBreaker: after defaultCircuitFailures failed calls the store
 // is not asked, and the fallback answers; a probe after the open interval
 // finds the store back and closes the circuit, well within a second.
 func TestCircuitBreaker(t *testing.T) {
@@ -52,20 +52,20 @@ func TestCircuitBreaker(t *testing.T) {
 	}
 	store.setFail(fmt.Errorf("test: %w: connection refused", driver.ErrUnavailable))
 	before := store.calls()
-	for range sluice.DefaultCircuitFailures + 20 {
+	for range defaultCircuitFailures + 20 {
 		if r, err := l.Allow(ctx, "k"); err != nil || !r.Allowed {
 			t.Fatalf("Allow failing open = %+v, %v", r, err)
 		}
 	}
-	if got := store.calls() - before; got != sluice.DefaultCircuitFailures {
-		t.Errorf("the store was asked %d times, want %d: the circuit should open after that many failures", got, sluice.DefaultCircuitFailures)
+	if got := store.calls() - before; got != defaultCircuitFailures {
+		t.Errorf("the store was asked %d times, want %d: the circuit should open after that many failures", got, defaultCircuitFailures)
 	}
 	if got := log.get(); !slices.Equal(got, []sluice.CircuitState{sluice.CircuitOpen}) {
 		t.Errorf("circuit states %v, want [open]", got)
 	}
 	// Closed: the error says so, and matches ErrUnavailable.
 	closed, _ := sluice.NewLimiter(sluice.FixedWindow(100, time.Hour), sluice.WithStore(store))
-	for range sluice.DefaultCircuitFailures {
+	for range defaultCircuitFailures {
 		_, _ = closed.Allow(ctx, "k")
 	}
 	if _, err := closed.Allow(ctx, "k"); !errors.Is(err, sluice.ErrCircuitOpen) || !errors.Is(err, driver.ErrUnavailable) {
@@ -180,15 +180,15 @@ func TestStoreTimeoutEndToEnd(t *testing.T) {
 					t.Errorf("%v: slowest call took %v, want about the store timeout %v", failure, maxLat, timeout)
 				}
 				// With the breaker, the calls are answered at once once the
-				// circuit is open. It opens after DefaultCircuitFailures
+				// circuit is open. It opens after defaultCircuitFailures
 				// failed store calls; on one key, the round's calls went to
 				// the store in as few batches, so more rounds may be needed.
 				if tt.breaker == 0 {
-					for i := 0; len(log.get()) == 0 && i < sluice.DefaultCircuitFailures; i++ {
+					for i := 0; len(log.get()) == 0 && i < defaultCircuitFailures; i++ {
 						latencies(t, l, callers, tt.keys)
 					}
 					if len(log.get()) == 0 {
-						t.Fatalf("%v: the circuit did not open after %d rounds of failed calls", failure, sluice.DefaultCircuitFailures+1)
+						t.Fatalf("%v: the circuit did not open after %d rounds of failed calls", failure, defaultCircuitFailures+1)
 					}
 					lat = latencies(t, l, callers, tt.keys)
 					t.Logf("%v, circuit open: p50 %v, p99 %v", failure, quantile(lat, .5), quantile(lat, .99))
@@ -322,8 +322,8 @@ func TestCircuitPerPartition(t *testing.T) {
 	if failedB != 0 {
 		t.Errorf("%d of %d calls of a healthy partition's key failed, want none", failedB, rounds)
 	}
-	if got := store.calls[0].Load(); got != sluice.DefaultCircuitFailures {
-		t.Errorf("the failing partition was asked %d times, want %d: its circuit should open after that many failures", got, sluice.DefaultCircuitFailures)
+	if got := store.calls[0].Load(); got != defaultCircuitFailures {
+		t.Errorf("the failing partition was asked %d times, want %d: its circuit should open after that many failures", got, defaultCircuitFailures)
 	}
 	if got := store.calls[1].Load(); got != rounds {
 		t.Errorf("the healthy partition was asked %d times, want all %d", got, rounds)
@@ -335,3 +335,6 @@ func TestCircuitPerPartition(t *testing.T) {
 		t.Errorf("Allow(b-key) = %+v, %v; want %d remaining: every call counted", r, err, 1000-rounds-1)
 	}
 }
+
+// defaultCircuitFailures is WithCircuitBreaker's documented default.
+const defaultCircuitFailures = 5

@@ -49,26 +49,26 @@ func NewBucket(cfg BucketConfig, opts ...Option) (*Bucket, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Bucket{clock: clock, observer: o.observer, cfg: c, limit: quotaOf(c)}
+	b := &Bucket{clock: clock, observer: o.observer, cfg: c, limit: limitOf(c)}
 	b.state = tokenbucket.New(c, b.clock.Now())
 	b.scratch = make(tokenbucket.State, len(b.state))
 	return b, nil
 }
 
-// checkStrategy returns the *ConfigError of a token inheritance strategy
-// that is none of the four, given as field.
-func checkStrategy(field string, t Inheritance) error {
+// checkInheritance returns the *ArgumentError of op's argument arg, a
+// token inheritance that is none of the four.
+func checkInheritance(op, arg string, t Inheritance) error {
 	if t < InheritProportionally || t > InheritAdditive {
-		return &ConfigError{Rule: RuleUnknownStrategy, Bandwidth: -1, Field: field, Value: t.String(),
-			Msg: "must be InheritProportionally, InheritAsIs, InheritNone or InheritAdditive"}
+		return &ArgumentError{Op: op, Arg: arg, Value: t,
+			Want: "must be InheritProportionally, InheritAsIs, InheritReset or InheritAdditive"}
 	}
 	return nil
 }
 
-// replacement validates the arguments of ReplaceConfiguration on a bucket
-// running on clock and returns the compiled configuration.
-func replacement(cfg BucketConfig, inherit Inheritance, clock Clock) (*tokenbucket.Config, error) {
-	if err := checkStrategy("inherit", inherit); err != nil {
+// replacement validates the arguments of op, a ReplaceConfiguration on a
+// bucket running on clock, and returns the compiled configuration.
+func replacement(op string, cfg BucketConfig, inherit Inheritance, clock Clock) (*tokenbucket.Config, error) {
+	if err := checkInheritance(op, "inherit", inherit); err != nil {
 		return nil, err
 	}
 	c, err := cfg.compile()
@@ -344,9 +344,10 @@ func (b *Bucket) Snapshot() Snapshot {
 // as in a new bucket. A matched bandwidth keeps its last refill time, and
 // its partly refilled token when both are greedy.
 //
-// It returns a *ConfigError, and changes nothing, when cfg is invalid.
+// It returns a *ConfigError when cfg is invalid and an *ArgumentError for
+// an inherit that is none of the four, and then changes nothing.
 func (b *Bucket) ReplaceConfiguration(cfg BucketConfig, inherit Inheritance) error {
-	c, err := replacement(cfg, inherit, b.clock)
+	c, err := replacement("Bucket.ReplaceConfiguration", cfg, inherit, b.clock)
 	if err != nil {
 		return err
 	}
@@ -355,6 +356,6 @@ func (b *Bucket) ReplaceConfiguration(cfg BucketConfig, inherit Inheritance) err
 	defer b.mu.Unlock()
 	b.state = tokenbucket.Replace(b.cfg, b.state, now, c, tokenbucket.Strategy(inherit))
 	b.scratch = make(tokenbucket.State, len(b.state))
-	b.cfg, b.limit = c, quotaOf(c)
+	b.cfg, b.limit = c, limitOf(c)
 	return nil
 }

@@ -320,7 +320,7 @@ func TestArgumentErrors(t *testing.T) {
 			}
 			checkUnchanged(t, b, before)
 			if got := countsOf(&l); got != (counts{}) {
-				t.Errorf("listener saw %+v, want nothing", got)
+				t.Errorf("observer saw %+v, want nothing", got)
 			}
 			if clock.Slept() != 0 {
 				t.Errorf("slept %v, want 0", clock.Slept())
@@ -378,7 +378,7 @@ func TestListener(t *testing.T) {
 			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)}, sluice.WithObserver(&l))
 			tt.call(b)
 			if got := countsOf(&l); got != tt.want {
-				t.Errorf("listener saw %+v, want %+v", got, tt.want)
+				t.Errorf("observer saw %+v, want %+v", got, tt.want)
 			}
 		})
 	}
@@ -432,7 +432,7 @@ func TestConcurrentTryConsume(t *testing.T) {
 	}
 	checkAvailable(t, b, 0)
 	if got := countsOf(&l); got != (counts{consumed: 1000, rejected: wantRejected}) {
-		t.Errorf("listener saw %+v, want consumed 1000, rejected %d", got, wantRejected)
+		t.Errorf("observer saw %+v, want consumed 1000, rejected %d", got, wantRejected)
 	}
 }
 
@@ -449,7 +449,7 @@ func TestReplaceConfiguration(t *testing.T) {
 		{sluice.InheritAsIs, 1, 4, 2},
 		{sluice.InheritAdditive, 58, 4, 59},
 		{sluice.InheritProportionally, 36, 17, 37},
-		{sluice.InheritNone, 60, 1000, 60},
+		{sluice.InheritReset, 60, 1000, 60},
 	}
 	for _, tt := range tests {
 		t.Run(tt.strategy.String(), func(t *testing.T) {
@@ -473,12 +473,12 @@ func TestReplaceConfigurationErrors(t *testing.T) {
 		name     string
 		cfg      sluice.BucketConfig
 		strategy sluice.Inheritance
-		rule     sluice.Rule
+		rule     sluice.Rule // "" for an *ArgumentError of the inheritance
 	}{
 		{"invalid configuration", sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(0, time.Second)}}, sluice.InheritAsIs, sluice.RuleNonPositiveCapacity},
-		{"no bandwidths", sluice.BucketConfig{}, sluice.InheritNone, sluice.RuleNoLimits},
-		{"zero strategy", good, 0, sluice.RuleUnknownStrategy},
-		{"strategy past the last", good, sluice.InheritAdditive + 1, sluice.RuleUnknownStrategy},
+		{"no bandwidths", sluice.BucketConfig{}, sluice.InheritReset, sluice.RuleNoLimits},
+		{"zero inheritance", good, 0, ""},
+		{"inheritance past the last", good, sluice.InheritAdditive + 1, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -488,7 +488,11 @@ func TestReplaceConfigurationErrors(t *testing.T) {
 			before := stateOf(t, b)
 			err := b.ReplaceConfiguration(tt.cfg, tt.strategy)
 			var ce *sluice.ConfigError
-			if !errors.As(err, &ce) || ce.Rule != tt.rule || !errors.Is(err, sluice.ErrInvalidConfig) {
+			var ae *sluice.ArgumentError
+			switch {
+			case tt.rule == "" && (!errors.As(err, &ae) || ae.Op != "Bucket.ReplaceConfiguration" || ae.Arg != "inherit"):
+				t.Errorf("ReplaceConfiguration() = %v, want an *ArgumentError of inherit", err)
+			case tt.rule != "" && (!errors.As(err, &ce) || ce.Rule != tt.rule || !errors.Is(err, sluice.ErrInvalidConfig)):
 				t.Errorf("ReplaceConfiguration() = %v, want a *ConfigError with rule %q", err, tt.rule)
 			}
 			checkUnchanged(t, b, before)

@@ -47,7 +47,7 @@ func TestPolicyAloneAndInCompound(t *testing.T) {
 					if rng.IntN(4) == 0 {
 						ra, ea := alone.ReserveN(ctx, "k", n, 700*time.Millisecond)
 						rb, eb := inside.ReserveN(ctx, "k", n, 700*time.Millisecond)
-						if errors.Is(ea, sluice.ErrReserveNotSupported) && errors.Is(eb, sluice.ErrReserveNotSupported) {
+						if errors.Is(ea, errors.ErrUnsupported) && errors.Is(eb, errors.ErrUnsupported) {
 							continue
 						}
 						a, b = reservationOf(ra, ea), reservationOf(rb, eb)

@@ -58,7 +58,7 @@ func TestConfigValidation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := sluice.BucketConfig{Bandwidths: tt.bws}
-			for _, err := range []error{cfg.Validate(), newBucketErr(cfg)} {
+			for _, err := range []error{bucketPolicyErr(cfg), newBucketErr(cfg)} {
 				var ce *sluice.ConfigError
 				if !errors.As(err, &ce) {
 					t.Fatalf("error = %v (%T), want a *sluice.ConfigError", err, err)
@@ -102,8 +102,8 @@ func TestConfigErrorMessages(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := tt.cfg.Validate(); err == nil || err.Error() != tt.want {
-				t.Errorf("Validate() = %v, want %q", err, tt.want)
+			if err := bucketPolicyErr(tt.cfg); err == nil || err.Error() != tt.want {
+				t.Errorf("NewLimiter(BucketPolicy) = %v, want %q", err, tt.want)
 			}
 		})
 	}
@@ -127,8 +127,8 @@ func TestConfigValid(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := sluice.BucketConfig{Bandwidths: tt.bws}
-			if err := cfg.Validate(); err != nil {
-				t.Errorf("Validate() = %v, want nil", err)
+			if err := bucketPolicyErr(cfg); err != nil {
+				t.Errorf("NewLimiter(BucketPolicy) = %v, want nil", err)
 			}
 			if err := newBucketErr(cfg); err != nil {
 				t.Errorf("NewBucket() = %v, want nil", err)
@@ -249,7 +249,7 @@ func TestInheritanceString(t *testing.T) {
 	}{
 		{sluice.InheritProportionally, "proportionally"},
 		{sluice.InheritAsIs, "as_is"},
-		{sluice.InheritNone, "reset"},
+		{sluice.InheritReset, "reset"},
 		{sluice.InheritAdditive, "additive"},
 		{0, "Inheritance(0)"},
 		{9, "Inheritance(9)"},
@@ -259,4 +259,11 @@ func TestInheritanceString(t *testing.T) {
 			t.Errorf("Inheritance(%d).String() = %q, want %q", uint8(tt.s), got, tt.want)
 		}
 	}
+}
+
+// bucketPolicyErr is the error of a keyed limiter of cfg on a wall clock,
+// the other constructor that validates a bucket's configuration.
+func bucketPolicyErr(cfg sluice.BucketConfig) error {
+	_, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), sluice.WithClock(sluice.WallClock()))
+	return err
 }

@@ -10,9 +10,8 @@ import (
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
-// The keyed examples run on a FakeClock, which is also their Sleeper, so
-// that their output is fixed; a real limiter leaves out WithClock and
-// WithSleeper. docs/policies.md quotes their numbers.
+// The keyed examples run on a FakeClock, which their waits also sleep on, so
+// that their output is fixed; a real limiter leaves out WithClock. docs/policies.md quotes their numbers.
 
 // An aligned fixed window opens on the clock's grid: the first hit at
 // 12:00:40 finds the window 12:00:00 to 12:01:00 open, with 20s left, and

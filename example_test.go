@@ -12,7 +12,7 @@ import (
 )
 
 // The examples run on a FakeClock so that their output is fixed; a real
-// bucket leaves out WithClock and WithSleeper.
+// bucket leaves out WithClock.
 
 func ExampleNewBucket() {
 	clock := sluicetest.NewFakeClock(0)

@@ -56,8 +56,8 @@ func TestFamilyShorthands(t *testing.T) {
 	}
 	r, _ := x.Reserve(time.Second)
 	rn, _ := xn.ReserveN(1, time.Second)
-	if r.String() != rn.String() {
-		t.Errorf("Bucket: Reserve = %v, ReserveN(1) = %v", r, rn)
+	if !sameReservation(r, rn) {
+		t.Errorf("Bucket: Reserve = %+v, ReserveN(1) = %+v", r, rn)
 	}
 	if err, errN := x.Wait(ctx, time.Second), xn.WaitN(ctx, 1, time.Second); err != nil || errN != nil {
 		t.Errorf("Bucket: Wait = %v, WaitN(1) = %v", err, errN)
@@ -132,10 +132,10 @@ func TestKeyBucketViews(t *testing.T) {
 				t.Errorf("AllowN(7), Snapshot() = %+v, %v, %+v, %v; want allowed, 3 left, full in 700ms", r, err, s, serr)
 			}
 			if ok, err := block(kb).TryConsume(ctx, 5, time.Second); err != nil || !ok {
-				t.Errorf("Blocking().TryConsume(5, 1s) = %v, %v, want true after a wait", ok, err)
+				t.Errorf("blocking TryConsume(5, 1s) = %v, %v, want true after a wait", ok, err)
 			}
 			if err := block(kb).Consume(ctx, 1); err != nil {
-				t.Errorf("Blocking().Consume(1) = %v", err)
+				t.Errorf("blocking Consume(1) = %v", err)
 			}
 			n, err := kb.AvailableTokens(ctx)
 			a, serr := kb.Snapshot(ctx)
@@ -178,4 +178,9 @@ func TestWaitN(t *testing.T) {
 			t.Errorf("%s: WaitN(5, 500ms) = %v", where, err)
 		}
 	}
+}
+
+// sameReservation reports whether a and b decided alike.
+func sameReservation(a, b *sluice.Reservation) bool {
+	return a.OK() == b.OK() && a.Tokens() == b.Tokens() && a.Delay() == b.Delay() && a.Result() == b.Result()
 }

@@ -54,7 +54,7 @@ func (b *KeyBucket) run(ctx context.Context, req tokenbucket.Request, peek bool)
 	_, err = b.update(ctx, func(cfg *tokenbucket.Config, st tokenbucket.State, now int64) bool {
 		var changed bool
 		res, changed = tokenbucket.Apply(cfg, st, now, req)
-		limit = quotaOf(cfg)
+		limit = limitOf(cfg)
 		if peek {
 			giveBack(st, res, req.Tokens)
 			changed = false
@@ -93,9 +93,6 @@ func (b *KeyBucket) decide(ctx context.Context, op string, n int64, peek bool) (
 	}
 	return bucketResult(res, limit), nil
 }
-
-// Key is the bucket's key.
-func (b *KeyBucket) Key() string { return b.key }
 
 // Allow is shorthand for AllowN(ctx, 1).
 func (b *KeyBucket) Allow(ctx context.Context) (Result, error) { return b.AllowN(ctx, 1) }
@@ -208,7 +205,7 @@ func (b *KeyBucket) ReplaceConfiguration(ctx context.Context, cfg BucketConfig, 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c, err := replacement(cfg, inherit, b.clock)
+	c, err := replacement("KeyBucket.ReplaceConfiguration", cfg, inherit, b.clock)
 	if err != nil {
 		return err
 	}

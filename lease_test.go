@@ -26,10 +26,10 @@ func TestWithLeaseArguments(t *testing.T) {
 		{"min 0", sluice.GCRA(10, 10, time.Second), sluice.Lease{Min: 0, Max: 10, TTL: time.Second}, sluice.ErrInvalidArgument},
 		{"max below min", sluice.GCRA(10, 10, time.Second), sluice.Lease{Min: 5, Max: 4, TTL: time.Second}, sluice.ErrInvalidArgument},
 		{"ttl 0", sluice.GCRA(10, 10, time.Second), sluice.Lease{Min: 1, Max: 4}, sluice.ErrInvalidArgument},
-		{"sliding log", sluice.SlidingLog(10, time.Second), good, sluice.ErrLeaseNotSupported},
-		{"sliding window", sluice.SlidingWindow(10, time.Second), good, sluice.ErrLeaseNotSupported},
-		{"shaper", sluice.Shaper(10, time.Second, 3), good, sluice.ErrLeaseNotSupported},
-		{"compound", sluice.Compound(sluice.FixedWindow(8, time.Second)), good, sluice.ErrLeaseNotSupported},
+		{"sliding log", sluice.SlidingLog(10, time.Second), good, errors.ErrUnsupported},
+		{"sliding window", sluice.SlidingWindow(10, time.Second), good, errors.ErrUnsupported},
+		{"shaper", sluice.Shaper(10, time.Second, 3), good, errors.ErrUnsupported},
+		{"compound", sluice.Compound(sluice.FixedWindow(8, time.Second)), good, errors.ErrUnsupported},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -44,8 +44,8 @@ func TestWithLeaseArguments(t *testing.T) {
 	perKey := sluice.WithPolicyFor(func(context.Context, string) (sluice.Policy, error) { return sluice.GCRA(10, 10, time.Second), nil })
 	_, err := sluice.NewLimiter(sluice.GCRA(10, 10, time.Second), sluice.WithLease(good), sluice.WithStore(newMapStore()), perKey)
 	var ae *sluice.ArgumentError
-	if !errors.Is(err, sluice.ErrLeaseNotSupported) || !errors.As(err, &ae) || ae.Arg != "WithLease" {
-		t.Errorf("NewLimiter(WithLease, WithPolicyFor) = %v, want an *ArgumentError for WithLease matching ErrLeaseNotSupported", err)
+	if !errors.Is(err, errors.ErrUnsupported) || !errors.As(err, &ae) || ae.Arg != "WithLease" {
+		t.Errorf("NewLimiter(WithLease, WithPolicyFor) = %v, want an *ArgumentError for WithLease matching errors.ErrUnsupported", err)
 	}
 	for _, p := range []sluice.Policy{
 		sluice.FixedWindow(10, time.Second), sluice.TokenBucket(10, 1, time.Second), sluice.LeakyBucket(10, 1, time.Second),
@@ -66,7 +66,7 @@ func TestLeaseRoundTrips(t *testing.T) {
 		sluice.TokenBucket(1000, 1, time.Hour),
 		sluice.GCRA(1000, 1, time.Hour),
 	} {
-		t.Run(string(p.Kind()), func(t *testing.T) {
+		t.Run(p.Kind(), func(t *testing.T) {
 			clock := sluicetest.NewFakeClock(limiterStart)
 			st := newMapStore()
 			l, err := sluice.NewLimiter(p, sluice.WithClock(clock), sluice.WithStore(st),
@@ -232,7 +232,7 @@ func TestLeaseConcurrent(t *testing.T) {
 			sluice.Simple(limit, time.Hour), sluice.Simple(2*limit, 2*time.Hour),
 		}}),
 	} {
-		t.Run(string(p.Kind()), func(t *testing.T) {
+		t.Run(p.Kind(), func(t *testing.T) {
 			st := memstore.New()
 			var admitted, failed atomic.Int64
 			var wg sync.WaitGroup

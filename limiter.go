@@ -32,7 +32,10 @@ type Limiter struct {
 	// mem is backend when it is the keys in memory (no store, one
 	// policy): Allow and AllowN decide on it directly, without the
 	// backend interface.
-	mem   *memKeys
+	mem *memKeys
+	// quota is the policy's Result.Limit, quoted by the argument errors
+	// of tokens above it. (It is to be named limit, as Result.Limit, once
+	// Allow and AllowN, which read it, are rewritten as one.)
 	quota int64
 	// buckets and inspect are the bucketBackends of Bucket (see KeyBucket),
 	// nil when the policy is not a token bucket.
@@ -76,7 +79,7 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	}
 	if o.policyFor != nil { // a policy per key (plans.go)
 		if o.lease != nil { // a lease is of one policy's state
-			return nil, &ArgumentError{Op: "NewLimiter", Arg: "WithLease", Want: "does not combine with WithPolicyFor", kind: ErrLeaseNotSupported}
+			return nil, &ArgumentError{Op: "NewLimiter", Arg: "WithLease", Want: "does not combine with WithPolicyFor", kind: errors.ErrUnsupported}
 		}
 		return newPlanLimiter(l, &o)
 	}
@@ -96,17 +99,17 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	codec, err := storeCodec(p, setup.inherit, setup.order, false)
+	codec, err := recordCodec(p, setup.inherit, setup.version, false)
 	if err != nil {
 		return nil, err
 	}
 	var stored backend = &storeKeys{store: setup.store, codec: codec, clock: l.clock}
 	if o.lease != nil {
-		stored = newLeasedKeys(stored.(*storeKeys), o.lease.config(), p.Kind() == KindFixedWindow)
+		stored = newLeasedKeys(stored.(*storeKeys), o.lease.config(), p.leasing() == leasesToWindowEnd)
 	}
-	l.backend = &failover{failurePolicy: setup.fail, store: stored, local: local, quota: l.quota}
+	l.backend = &failover{failurePolicy: setup.fail, store: stored, local: local, limit: l.quota}
 	if bc, ok := codec.(*record.Bucket); ok && localBuckets != nil {
-		creating, _ := storeCodec(p, setup.inherit, setup.order, true)
+		creating, _ := recordCodec(p, setup.inherit, setup.version, true)
 		l.buckets = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: creating.(*record.Bucket)},
 			local: localBuckets}
 		l.inspect = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: bc}, local: localInspect}
@@ -125,20 +128,20 @@ func checkWallClock(p Policy, clock Clock) error {
 		Msg: "intervally aligned refill needs a wall clock: a keyed limiter has one only with WithClock(WallClock())"}
 }
 
-// storeCodec returns the record codec of p: a bucket's for token-bucket
+// recordCodec returns the record codec of p: a bucket's for token-bucket
 // policies, whose records carry their configuration, else a machine's.
 // A bucket's codec with create stores a key's new bucket at its first
 // call even when the call changed nothing (a KeyBucket's calls, as
 // Bucket4j's proxy).
-func storeCodec(p Policy, inherit tokenbucket.Strategy, order record.Order, create bool) (record.Codec, error) {
+func recordCodec(p Policy, inherit tokenbucket.Strategy, version record.ConfigVersion, create bool) (record.Codec, error) {
 	if cfg, strict, ok := p.tokenBucket(); ok {
-		return record.NewBucket(cfg, record.BucketOptions{Strict: strict, Inherit: inherit, Compile: compileStored, Order: order, CreateOnRead: create}), nil
+		return record.NewBucket(cfg, record.BucketOptions{Strict: strict, Inherit: inherit, Compile: compileStored, ConfigVersion: version, CreateOnRead: create}), nil
 	}
 	e, err := p.erased()
 	if err != nil {
 		return nil, err
 	}
-	return record.NewOrderedMachine(p.String(), e, inherit, order), nil
+	return record.NewVersionedMachine(p.String(), e, inherit, version), nil
 }
 
 // compileStored validates and compiles a configuration read from a
@@ -164,7 +167,7 @@ func limiterError(op string, r policy.Result, n, maxWait, limit int64) error {
 	case policy.NonPositiveMaxWait:
 		return &ArgumentError{Op: op, Arg: "maxWait", Value: time.Duration(maxWait), Want: "must not be negative"}
 	case policy.ReserveNotSupported:
-		return fmt.Errorf("%w: %s", ErrReserveNotSupported, op)
+		return fmt.Errorf("sluice: %s: the policy cannot reserve: %w", op, errors.ErrUnsupported)
 	}
 	return &ArgumentError{Op: op, Arg: "tokens", Value: n, Want: "must be positive"}
 }
@@ -270,8 +273,9 @@ func (l *Limiter) Reserve(ctx context.Context, key string, maxWait time.Duration
 // back with Cancel. Tokens that would take longer are a reservation that
 // is not OK, which took nothing; its Result says how long they would take.
 // It returns an *ArgumentError for n ≤ 0, maxWait < 0, or n above the
-// limit where the policy forbids that, and ErrReserveNotSupported for the
-// policies that cannot reserve (sliding window, sliding log).
+// limit where the policy forbids that, and an error matching
+// errors.ErrUnsupported for the policies that cannot reserve (sliding
+// window, sliding log).
 //
 // Cancel gives the tokens back where they were taken: the store, or the
 // in-memory fallback of FailLocal. A reservation that a failing store let

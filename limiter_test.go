@@ -157,7 +157,7 @@ func TestLimiterArgumentErrors(t *testing.T) {
 }
 
 // TestNilArguments: a nil required argument is an *ArgumentError matching
-// ErrNilArgument, not a configuration rule.
+// ErrInvalidArgument, not a configuration rule.
 func TestNilArguments(t *testing.T) {
 	tests := []struct {
 		name, op, arg string
@@ -174,8 +174,8 @@ func TestNilArguments(t *testing.T) {
 			err := tt.call()
 			var ae *sluice.ArgumentError
 			if !errors.As(err, &ae) || ae.Op != tt.op || ae.Arg != tt.arg || ae.Value != nil ||
-				!errors.Is(err, sluice.ErrNilArgument) || !errors.Is(err, sluice.ErrInvalidArgument) {
-				t.Errorf("%s = %#v, want an *ArgumentError of %s's %s matching ErrNilArgument", tt.name, err, tt.op, tt.arg)
+				!errors.Is(err, sluice.ErrInvalidArgument) {
+				t.Errorf("%s = %#v, want an *ArgumentError of %s's %s", tt.name, err, tt.op, tt.arg)
 			}
 			if want := "sluice: " + tt.op + ": " + tt.arg + " must not be nil"; err.Error() != want {
 				t.Errorf("Error() = %q, want %q", err, want)
@@ -342,7 +342,7 @@ func testLimiterBucket(t *testing.T, store bool) {
 		t.Errorf("AllowN(3) after the bucket took 7 = %+v, want allowed with 0 left", r)
 	}
 	if ok, err := block(b).TryConsume(ctx, 5, 2*time.Second); err != nil || !ok {
-		t.Errorf("Blocking().TryConsume(5, 2s) = %v, %v, want true", ok, err)
+		t.Errorf("blocking TryConsume(5, 2s) = %v, %v, want true", ok, err)
 	}
 	if got := clock.Slept(); got != time.Second {
 		t.Errorf("slept %v, want 1s (the next refill of 5)", got)
@@ -475,18 +475,18 @@ func TestLimiterListener(t *testing.T) {
 			lim.WaitN(ctx, "k", 1, 2*time.Second)  // due in 1s more
 			want := counts{consumed: 5, rejected: 2, waited: 2 * time.Second, delayed: time.Second}
 			if got := countsOf(&l); got != want {
-				t.Errorf("listener saw %+v, want %+v", got, want)
+				t.Errorf("observer saw %+v, want %+v", got, want)
 			}
 		})
 	}
 }
 
-// TestStoreOptionsNeedAStore: a StoreOption given to a Limiter without a
-// store is refused, not ignored.
+// TestStoreOptionsNeedAStore: a store's option given to a Limiter without
+// a store is refused, not ignored.
 func TestStoreOptionsNeedAStore(t *testing.T) {
 	for _, opt := range []sluice.Option{
 		sluice.WithStoreTimeout(time.Second), sluice.WithStoreFailure(sluice.FailOpen),
-		sluice.WithCircuitBreaker(3), sluice.WithInheritance(sluice.InheritNone),
+		sluice.WithCircuitBreaker(3), sluice.WithInheritance(sluice.InheritReset),
 	} {
 		_, err := sluice.NewLimiter(sluice.FixedWindow(1, time.Second), opt)
 		var ae *sluice.ArgumentError

@@ -161,7 +161,7 @@ type nopObserver struct{}
 func (nopObserver) Observe(sluice.Event) {}
 
 // BenchmarkObserver is the cost of the hook on an in-memory Limiter's
-// AllowN: none, an observer that does nothing, and a listener with it.
+// AllowN: none, an observer that does nothing, and sluicetest's Counter.
 //
 //	go test -run '^$' -bench Observer -count 10 .
 func BenchmarkObserver(b *testing.B) {
@@ -171,7 +171,7 @@ func BenchmarkObserver(b *testing.B) {
 	}{
 		{"observer=none", nil},
 		{"observer=nop", []sluice.Option{sluice.WithObserver(nopObserver{})}},
-		{"observer=nop+listener", []sluice.Option{sluice.WithObserver(nopObserver{}), sluice.WithObserver(&sluicetest.Counter{})}},
+		{"observer=counter", []sluice.Option{sluice.WithObserver(&sluicetest.Counter{})}},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) { observertest.BenchAllow(b, c.opts...) })

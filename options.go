@@ -154,7 +154,7 @@ func WithStoreFailure(f StoreFailure) Option {
 // WithInheritance sets how a key's stored state is carried over when the
 // configured policy changed since it was written (detected by the
 // fingerprint stored with it). For token-bucket policies it is the token
-// inheritance of ReplaceConfiguration; for other policies InheritNone
+// inheritance of ReplaceConfiguration; for other policies InheritReset
 // drops the old state and any other strategy keeps it when the new policy
 // can read it (same kind of policy). The default is InheritProportionally.
 func WithInheritance(t Inheritance) Option {
@@ -167,7 +167,7 @@ func WithInheritance(t Inheritance) Option {
 // FailOpen, FailLocal) at once instead of after a store timeout. The
 // circuit then stays open 50ms, and after each failed probe twice as
 // long, at most 500ms; a probe that succeeds closes it. The default, and
-// n = 0, is DefaultCircuitFailures; n < 0 turns the breaker off.
+// n = 0, is 5; n < 0 turns the breaker off.
 //
 // The breaker is the limiter's own, not shared with other limiters on
 // the same store: each detects an outage after its own n failures, and

@@ -67,7 +67,26 @@ func TestOptionScopes(t *testing.T) {
 			}
 		})
 	}
-	if _, err := sluice.NewLimiter(p, sluice.WithStore(nil)); !errors.Is(err, sluice.ErrNilArgument) {
-		t.Errorf("NewLimiter(WithStore(nil)) = %v, want a nil argument", err)
+	// An option's value out of its bounds is an *ArgumentError of the
+	// option, in memory as in a store.
+	for name, opts := range map[string][]sluice.Option{
+		"WithInheritance":  {sluice.WithInheritance(sluice.InheritAdditive + 1), sluice.WithStore(newMapStore())},
+		"WithStoreFailure": {sluice.WithStoreFailure(sluice.FailLocal + 1), sluice.WithStore(newMapStore())},
+	} {
+		for _, extra := range [][]sluice.Option{nil, {policyFor}} {
+			_, err := sluice.NewLimiter(p, append(opts, extra...)...)
+			var ae *sluice.ArgumentError
+			if !errors.As(err, &ae) || ae.Arg != name {
+				t.Errorf("NewLimiter(%s out of bounds) = %v, want an *ArgumentError of %s", name, err, name)
+			}
+		}
+	}
+	_, err := sluice.NewLimiter(p, sluice.WithInheritance(sluice.InheritAdditive+1), policyFor)
+	if ae := (*sluice.ArgumentError)(nil); !errors.As(err, &ae) || ae.Arg != "WithInheritance" {
+		t.Errorf("NewLimiter(WithInheritance out of bounds, WithPolicyFor) in memory = %v, want an *ArgumentError of WithInheritance", err)
+	}
+	var ae *sluice.ArgumentError
+	if _, err := sluice.NewLimiter(p, sluice.WithStore(nil)); !errors.As(err, &ae) || ae.Arg != "WithStore" || ae.Want != "must not be nil" {
+		t.Errorf("NewLimiter(WithStore(nil)) = %v, want an *ArgumentError of WithStore, nil", err)
 	}
 }

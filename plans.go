@@ -48,15 +48,15 @@ func WithPolicyFor(f PolicyFunc) Option {
 
 // The defaults of WithPolicyCache.
 const (
-	DefaultPolicyCacheKeys = 10_000
-	DefaultPolicyCacheTTL  = time.Minute
+	defaultPolicyCacheKeys = 10_000
+	defaultPolicyCacheTTL  = time.Minute
 )
 
 // WithPolicyCache bounds the cache of WithPolicyFor: at most keys keys'
 // policies (past them an arbitrary entry is dropped, resolved again at
 // its key's next call), each resolved again after ttl on the limiter's
-// clock. keys ≤ 0 and ttl ≤ 0 keep the defaults, DefaultPolicyCacheKeys
-// and DefaultPolicyCacheTTL.
+// clock. keys ≤ 0 and ttl ≤ 0 keep the defaults, 10,000 keys and a
+// minute.
 func WithPolicyCache(keys int, ttl time.Duration) Option {
 	return Option{"WithPolicyCache", plansOnly, func(o *options) { o.policyCacheKeys, o.policyCacheTTL = keys, ttl }}
 }
@@ -103,27 +103,30 @@ func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 	k := &planKeys{resolve: o.policyFor, def: l.policy, clock: l.clock, ttl: int64(o.policyCacheTTL), max: o.policyCacheKeys,
 		keys: make(map[string]cachedPlan), plans: make(map[string]*plan)}
 	if k.ttl <= 0 {
-		k.ttl = int64(DefaultPolicyCacheTTL)
+		k.ttl = int64(defaultPolicyCacheTTL)
 	}
 	if k.max <= 0 {
-		k.max = DefaultPolicyCacheKeys
+		k.max = defaultPolicyCacheKeys
 	}
 	mem := keyed.NewMapStore(l.clock, o.maxKeys)
-	memOrder := record.Order{PerKey: true}
+	memVersion := record.ConfigVersion{PerKey: true}
 	if o.store == nil {
+		if err := checkInheritance("NewLimiter", "WithInheritance", inheritanceOf(o)); err != nil {
+			return nil, err
+		}
 		inherit := tokenbucket.Strategy(inheritanceOf(o))
 		k.build = func(p Policy) (*plan, error) {
 			if err := checkWallClock(p, l.clock); err != nil {
 				return nil, err
 			}
-			codec, err := storeCodec(p, inherit, memOrder, false)
+			codec, err := recordCodec(p, inherit, memVersion, false)
 			if err != nil {
 				return nil, err
 			}
 			m := &memRecords{recs: mem, codec: codec, clock: l.clock}
 			pl := &plan{keys: m}
 			if bc, ok := codec.(*record.Bucket); ok {
-				creating, _ := storeCodec(p, inherit, memOrder, true)
+				creating, _ := recordCodec(p, inherit, memVersion, true)
 				pl.buckets, pl.inspect = memRecordBuckets{m, creating.(*record.Bucket)}, memRecordBuckets{m, bc}
 			}
 			return pl, nil
@@ -133,17 +136,17 @@ func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 		if err != nil {
 			return nil, err
 		}
-		order := setup.order
-		order.PerKey = true
+		version := setup.version
+		version.PerKey = true
 		k.build = func(p Policy) (*plan, error) {
 			if err := checkWallClock(p, l.clock); err != nil {
 				return nil, err
 			}
-			codec, err := storeCodec(p, setup.inherit, order, false)
+			codec, err := recordCodec(p, setup.inherit, version, false)
 			if err != nil {
 				return nil, err
 			}
-			local, err := storeCodec(p, setup.inherit, memOrder, false)
+			local, err := recordCodec(p, setup.inherit, memVersion, false)
 			if err != nil {
 				return nil, err
 			}
@@ -153,10 +156,10 @@ func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 			}
 			m := &memRecords{recs: mem, codec: local, clock: l.clock}
 			pl := &plan{keys: &failover{failurePolicy: setup.fail, store: &storeKeys{store: setup.store, codec: codec, clock: l.clock},
-				local: m, quota: e.Quota()}}
+				local: m, limit: e.Quota()}}
 			if bc, ok := codec.(*record.Bucket); ok {
-				creating, _ := storeCodec(p, setup.inherit, order, true)
-				localCreating, _ := storeCodec(p, setup.inherit, memOrder, true)
+				creating, _ := recordCodec(p, setup.inherit, version, true)
+				localCreating, _ := recordCodec(p, setup.inherit, memVersion, true)
 				pl.buckets = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: creating.(*record.Bucket)},
 					local: memRecordBuckets{m, localCreating.(*record.Bucket)}}
 				pl.inspect = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: bc},

@@ -63,7 +63,7 @@ func TestStoreLimiterMatchesMemory(t *testing.T) {
 				case 1:
 					da, ea := mem.ReserveN(ctx, key, n, 300*time.Millisecond)
 					db, eb := st.ReserveN(ctx, key, n, 300*time.Millisecond)
-					a, b = fmt.Sprint(da, ea), fmt.Sprint(db, eb)
+					a, b = describeReservation(da, ea), describeReservation(db, eb)
 					if ea == nil && eb == nil {
 						held = append(held, [2]*sluice.Reservation{da, db})
 					}
@@ -106,10 +106,10 @@ func TestStoreMigration(t *testing.T) {
 	}{
 		{"bucket proportionally", sluice.TokenBucket(10, 1, time.Hour), sluice.TokenBucket(20, 1, time.Hour), sluice.InheritProportionally, 7},
 		{"bucket as is", sluice.TokenBucket(10, 1, time.Hour), sluice.TokenBucket(20, 1, time.Hour), sluice.InheritAsIs, 3},
-		{"bucket reset", sluice.TokenBucket(10, 1, time.Hour), sluice.TokenBucket(20, 1, time.Hour), sluice.InheritNone, 19},
+		{"bucket reset", sluice.TokenBucket(10, 1, time.Hour), sluice.TokenBucket(20, 1, time.Hour), sluice.InheritReset, 19},
 		{"bucket additive", sluice.TokenBucket(10, 1, time.Hour), sluice.TokenBucket(20, 1, time.Hour), sluice.InheritAdditive, 13},
 		{"window kept", sluice.FixedWindow(10, time.Hour), sluice.FixedWindow(20, time.Hour), sluice.InheritAsIs, 13},
-		{"window reset", sluice.FixedWindow(10, time.Hour), sluice.FixedWindow(20, time.Hour), sluice.InheritNone, 19},
+		{"window reset", sluice.FixedWindow(10, time.Hour), sluice.FixedWindow(20, time.Hour), sluice.InheritReset, 19},
 		{"other policy starts afresh", sluice.FixedWindow(10, time.Hour), sluice.SlidingWindow(20, time.Hour), sluice.InheritAsIs, 19},
 	}
 	for _, tt := range tests {
@@ -171,7 +171,7 @@ func TestStoreFailurePolicies(t *testing.T) {
 			t.Errorf("Allow on a failed store = %v, want a *StoreError matching ErrUnavailable", err)
 		}
 		if got := counts.StoreFailures(sluice.FailClosed); got != 1 {
-			t.Errorf("listener saw %d closed failures, want 1", got)
+			t.Errorf("observer saw %d closed failures, want 1", got)
 		}
 	})
 	t.Run("open", func(t *testing.T) {
@@ -185,7 +185,7 @@ func TestStoreFailurePolicies(t *testing.T) {
 			}
 		}
 		if got := counts.StoreFailures(sluice.FailOpen); got != 5 {
-			t.Errorf("listener saw %d open failures, want 5", got)
+			t.Errorf("observer saw %d open failures, want 5", got)
 		}
 	})
 	t.Run("local", func(t *testing.T) {
@@ -316,4 +316,13 @@ func TestStoreCoalescing(t *testing.T) {
 		t.Errorf("%d store updates for %d calls: coalescing did not batch them", n, callers*each)
 	}
 	t.Logf("%d calls took %d store updates", callers*each, store.count())
+}
+
+// describeReservation is what a reservation decided, or its error, for
+// comparing two.
+func describeReservation(r *sluice.Reservation, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("ok %v, %d tokens, delay %v, %+v", r.OK(), r.Tokens(), r.Delay(), r.Result())
 }

@@ -32,14 +32,14 @@ func WithConfigVersion(v uint64) Option {
 	return Option{"WithConfigVersion", storeOnly, func(o *options) { o.configVersion = v }}
 }
 
-// configOrder is the record order of version v, whose first conflict is
-// told to obs (nil: none).
-func configOrder(v uint64, obs Observer) record.Order {
+// configVersion is the record codecs' ConfigVersion of version v, whose
+// first conflict is told to obs (nil: none).
+func configVersion(v uint64, obs Observer) record.ConfigVersion {
 	if v == 0 {
-		return record.Order{}
+		return record.ConfigVersion{}
 	}
 	var told atomic.Bool
-	return record.Order{Version: v, Conflict: func(stored uint64) {
+	return record.ConfigVersion{Version: v, Conflict: func(stored uint64) {
 		if obs != nil && told.CompareAndSwap(false, true) {
 			obs.Observe(Event{Kind: EventVersionConflict, Err: fmt.Errorf(
 				"sluice: a key's stored configuration (fingerprint %016x) has version %d, as this one, but differs: the stored one is kept; give each configuration its own version",

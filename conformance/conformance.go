@@ -49,7 +49,7 @@ type BlockingBucket interface {
 // *sluice.Limiter that the vectors use, each taking a context first so
 // that limiters keeping their keys in a store can implement it. Errors are
 // returned as sluice returns them (an *sluice.ArgumentError for a bad
-// argument, sluice.ErrReserveNotSupported); any other error fails the
+// argument, errors.ErrUnsupported); any other error fails the
 // step. A case runs every step on one key.
 type Limiter interface {
 	AllowN(ctx context.Context, key string, n int64) (sluice.Result, error)

@@ -263,7 +263,7 @@ func TestRunLimiterSteps(t *testing.T) {
 		{"reserve over max_wait", threePer10s, `{"op": "consume", "tokens": 3}, {"op": "reserve", "tokens": 1, "max_wait": "9s", "want_error": "max_wait_exceeded"}`, 0, "", "", ""},
 		{"reserve not supported", slidingWindow, `{"op": "reserve", "tokens": 1, "want_error": "reserve_not_supported"}`, 0, "", "", ""},
 		{"reserve not supported unexpected", slidingWindow, `{"op": "reserve", "tokens": 1, "want": {"wait": 0}}`, 0,
-			`{"wait": 0}`, "error reserve_not_supported (sluice: policy does not support reservations: Limiter.ReserveN)", ""},
+			`{"wait": 0}`, "error reserve_not_supported (sluice: Limiter.ReserveN: the policy cannot reserve: unsupported operation)", ""},
 		{"invalid argument", threePer10s, `{"op": "consume", "tokens": 4, "want_error": "invalid_argument"}`, 0, "", "", ""},
 		{"invalid_interval is a deliberate difference", `{"policy": "sliding_window", "limit": 3, "interval": "500ms"}`,
 			`{"advance": "1s"}, {"op": "consume", "want_error": "invalid_interval"}`, 1,

@@ -83,7 +83,7 @@ func errorCode(err error) string {
 		return "invalid_argument"
 	case errors.Is(err, sluice.ErrMaxWaitExceeded):
 		return "max_wait_exceeded"
-	case errors.Is(err, sluice.ErrReserveNotSupported):
+	case errors.Is(err, errors.ErrUnsupported):
 		return "reserve_not_supported"
 	}
 	return ""
@@ -302,7 +302,7 @@ func bindConsumeAsMuchAsPossible(d *stepDoc) (call, error) {
 var strategies = map[string]sluice.Inheritance{
 	"proportionally": sluice.InheritProportionally,
 	"as_is":          sluice.InheritAsIs,
-	"reset":          sluice.InheritNone,
+	"reset":          sluice.InheritReset,
 	"additive":       sluice.InheritAdditive,
 }
 

@@ -204,7 +204,7 @@ func testLimiterMatchesMemory(t *testing.T, e *env) {
 				case 1:
 					da, ea := mem.ReserveN(e.ctx, k, n, 300*time.Millisecond)
 					db, eb := st.ReserveN(e.ctx, k, n, 300*time.Millisecond)
-					a, b = fmt.Sprint(da, ea), fmt.Sprint(db, eb)
+					a, b = describeReservation(da, ea), describeReservation(db, eb)
 					if ea == nil && eb == nil {
 						held = append(held, [2]*sluice.Reservation{da, db})
 					}
@@ -412,4 +412,13 @@ func testFaults(t *testing.T, e *env) {
 			}
 		})
 	}
+}
+
+// describeReservation is what a reservation decided, or its error, for
+// comparing two.
+func describeReservation(r *sluice.Reservation, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("ok %v, %d tokens, delay %v, %+v", r.OK(), r.Tokens(), r.Delay(), r.Result())
 }

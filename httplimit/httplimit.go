@@ -56,7 +56,7 @@ func (e *ConfigError) Error() string {
 }
 
 // Unwrap returns the sentinel error the bound is about, such as
-// sluice.ErrReserveNotSupported, or nil.
+// errors.ErrUnsupported, or nil.
 func (e *ConfigError) Unwrap() error { return e.err }
 
 // Middleware limits the requests to a handler by one or more Limits. Make

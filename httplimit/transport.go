@@ -61,20 +61,20 @@ var _ http.RoundTripper = (*Transport)(nil)
 
 // NewTransport returns a transport that takes one token from l, under the
 // request's key, before each request. WithBase, WithKey, WithMaxWait,
-// WithClock and WithSleeper apply. l's policy must support reservations,
+// WithClock applies. l's policy must support reservations,
 // since a request waits for its token with l.Wait: not SlidingWindow or
 // SlidingLog, nor a Compound with either among its members. It returns a
 // *ConfigError for a nil limiter, for one whose policy cannot reserve
-// (matching sluice.ErrReserveNotSupported), and for a bad option. A key
+// (matching errors.ErrUnsupported), and for a bad option. A key
 // whose policy comes from sluice.WithPolicyFor is not checked here: one
-// that cannot reserve fails its requests with ErrReserveNotSupported.
+// that cannot reserve fails its requests with an error matching errors.ErrUnsupported.
 func NewTransport(l *sluice.Limiter, opts ...Option) (*Transport, error) {
 	if l == nil {
 		return nil, &ConfigError{Field: "limiter", Value: "nil", Want: "is required"}
 	}
 	if r, ok := l.Policy().(interface{ Reserves() bool }); ok && !r.Reserves() {
 		return nil, &ConfigError{Field: "limiter", Value: l.Policy().String(),
-			Want: "needs a policy that can reserve, to wait for its token", err: sluice.ErrReserveNotSupported}
+			Want: "needs a policy that can reserve, to wait for its token", err: errors.ErrUnsupported}
 	}
 	o, err := newOptions(opts)
 	if err != nil {

@@ -294,7 +294,7 @@ func TestNewTransportErrors(t *testing.T) {
 // once. A policy that cannot reserve is refused when the Transport is made,
 // by what its machine can do: a sliding window and a sliding log, and a
 // compound with either among its members. NewTransport accepted them, and
-// then every request on a store failed with ErrReserveNotSupported.
+// then every request on a store failed with an error matching errors.ErrUnsupported.
 func TestNewTransportNeedsReservations(t *testing.T) {
 	for _, tt := range []struct {
 		p    sluice.Policy
@@ -316,8 +316,8 @@ func TestNewTransportNeedsReservations(t *testing.T) {
 		tr, err := httplimit.NewTransport(l)
 		if !tt.want {
 			var ce *httplimit.ConfigError
-			if !errors.As(err, &ce) || ce.Field != "limiter" || !errors.Is(err, sluice.ErrReserveNotSupported) {
-				t.Errorf("NewTransport(%v) = %v, want a *ConfigError of limiter matching ErrReserveNotSupported", tt.p, err)
+			if !errors.As(err, &ce) || ce.Field != "limiter" || !errors.Is(err, errors.ErrUnsupported) {
+				t.Errorf("NewTransport(%v) = %v, want a *ConfigError of limiter matching errors.ErrUnsupported", tt.p, err)
 			}
 			continue
 		}

@@ -104,9 +104,9 @@ func runFailover(t *testing.T, cluster *testserver.ReplicatedCluster, store driv
 		patience    = 60 * time.Second // after the kill, for the promotion and then for the recovery
 		bound       = 5 * time.Second  // the issue's
 	)
-	listener := new(failureClock)
+	observer := new(failureClock)
 	l, err := sluice.NewLimiter(sluice.GCRA(burst, rate, time.Second), sluice.WithStore(store),
-		sluice.WithStoreFailure(failure), sluice.WithObserver(listener))
+		sluice.WithStoreFailure(failure), sluice.WithObserver(observer))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func runFailover(t *testing.T, cluster *testserver.ReplicatedCluster, store driv
 	}()
 	time.Sleep(time.Second) // every key in the store, the script loaded
 
-	if n, _, err := listener.get(); n != 0 {
+	if n, _, err := observer.get(); n != 0 {
 		t.Fatalf("%d store failures before the kill, the last %v", n, err)
 	}
 	ping := func() error {
@@ -177,7 +177,7 @@ func runFailover(t *testing.T, cluster *testserver.ReplicatedCluster, store driv
 	}
 	t.Logf("killed master %s; replica %s promoted %v later", victim, heir, promoted.Sub(killed).Round(time.Millisecond))
 	for {
-		n, last, lastErr := listener.get()
+		n, last, lastErr := observer.get()
 		if last.Before(promoted) {
 			last = promoted
 		}
@@ -194,7 +194,7 @@ func runFailover(t *testing.T, cluster *testserver.ReplicatedCluster, store driv
 	wg.Wait()
 	elapsed := time.Since(start)
 
-	n, last, lastErr := listener.get()
+	n, last, lastErr := observer.get()
 	recovery := max(last.Sub(promoted), 0)
 	t.Logf("%v: %d calls, %d store failures, the last %v after the promotion: %v", failure, calls.Load(), n, recovery.Round(time.Millisecond), lastErr)
 	if n == 0 {

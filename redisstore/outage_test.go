@@ -61,9 +61,9 @@ func TestOutageLatency(t *testing.T) {
 			client := redis.NewClient(opt)
 			t.Cleanup(func() { client.Close() })
 			store := newStore(t, client)
-			listener := new(closedAt)
+			observer := new(closedAt)
 			l, err := sluice.NewLimiter(sluice.TokenBucket(1_000_000, 1, time.Hour), sluice.WithStore(store),
-				sluice.WithStoreTimeout(timeout), sluice.WithStoreFailure(failure), sluice.WithObserver(listener))
+				sluice.WithStoreTimeout(timeout), sluice.WithStoreFailure(failure), sluice.WithObserver(observer))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,11 +111,11 @@ func TestOutageLatency(t *testing.T) {
 			freeze(false)
 			frozen = false
 			thawed := time.Now()
-			for listener.get().Before(thawed) && time.Since(thawed) < 5*time.Second {
+			for observer.get().Before(thawed) && time.Since(thawed) < 5*time.Second {
 				_, _ = l.Allow(context.Background(), key(1))
 				time.Sleep(2 * time.Millisecond)
 			}
-			recovered := listener.get().Sub(thawed)
+			recovered := observer.get().Sub(thawed)
 			t.Logf("%v: circuit closed %v after Redis thawed", failure, recovered.Round(time.Millisecond))
 			if recovered < 0 || recovered > time.Second {
 				t.Errorf("circuit closed %v after the store came back, want within a second", recovered)

@@ -32,11 +32,11 @@ func TestRollingDeploy(t *testing.T) {
 		{"bucket proportionally", sluice.TokenBucket(100, 1, time.Hour), sluice.TokenBucket(200, 1, time.Hour), sluice.InheritProportionally, true, 180, 200},
 		{"bucket as is", sluice.TokenBucket(100, 1, time.Hour), sluice.TokenBucket(200, 1, time.Hour), sluice.InheritAsIs, true, 90, 200},
 		{"bucket additive", sluice.TokenBucket(100, 1, time.Hour), sluice.TokenBucket(200, 1, time.Hour), sluice.InheritAdditive, true, 190, 200},
-		{"bucket none", sluice.TokenBucket(100, 1, time.Hour), sluice.TokenBucket(200, 1, time.Hour), sluice.InheritNone, true, 200, 200},
+		{"bucket none", sluice.TokenBucket(100, 1, time.Hour), sluice.TokenBucket(200, 1, time.Hour), sluice.InheritReset, true, 200, 200},
 		// A window's record does not carry its configuration: the old
 		// process counts on the stored window under its own limit.
 		{"window kept", sluice.FixedWindow(100, time.Hour), sluice.FixedWindow(200, time.Hour), sluice.InheritAsIs, false, 190, 100},
-		{"window reset", sluice.FixedWindow(100, time.Hour), sluice.FixedWindow(200, time.Hour), sluice.InheritNone, false, 200, 100},
+		{"window reset", sluice.FixedWindow(100, time.Hour), sluice.FixedWindow(200, time.Hour), sluice.InheritReset, false, 200, 100},
 	}
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {

@@ -110,7 +110,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // WithOutageLog counts the store failures of rate_limit descriptors in
 // o, which logs an outage as a few lines, rather than a line each. The
 // default is a Log of the service's logger and clock. A sluice limiter's
-// failures are its listener's to report (sluice.WithListener).
+// failures are its observer's to report (sluice.WithObserver).
 func WithOutageLog(o *outage.Log) Option { return func(opts *options) { opts.outage = o } }
 
 // WithStore keeps the windows of rate_limit descriptors in s. The default
@@ -818,7 +818,7 @@ var envoyUnits = []struct {
 // describe, when its window is a whole number of seconds: the longest unit
 // that divides it, and how many of it.
 func unitOf(p sluice.Policy) unit {
-	if spec, ok := policyspec.Lookup(string(p.Kind())); !ok || !spec.CountsPerWindow {
+	if spec, ok := policyspec.Lookup(p.Kind()); !ok || !spec.CountsPerWindow {
 		return unit{}
 	}
 	d := p.Window()

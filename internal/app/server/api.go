@@ -484,7 +484,7 @@ func aboveLimit(l *limiter, n int64, res Result, err error) error {
 func callerError(err error) bool {
 	var argErr *sluice.ArgumentError
 	var above *tokensAboveLimit
-	return errors.As(err, &above) || errors.As(err, &argErr) || errors.Is(err, sluice.ErrReserveNotSupported)
+	return errors.As(err, &above) || errors.As(err, &argErr) || errors.Is(err, errors.ErrUnsupported)
 }
 
 // limiterError turns an error of a limiter call into an API error.
@@ -497,12 +497,12 @@ func (s *Server) limiterError(r *http.Request, err error) *apiError {
 		return errorf(http.StatusBadRequest, codeAboveLimit, "%v", err)
 	case errors.As(err, &argErr):
 		return errorf(http.StatusBadRequest, codeInvalidRequest, "%v", err)
-	case errors.Is(err, sluice.ErrReserveNotSupported):
+	case errors.Is(err, errors.ErrUnsupported):
 		return errorf(http.StatusBadRequest, codeUnsupported, "the limiter's policy cannot wait for tokens: %v", err)
 	case errors.As(err, &storeErr):
 		// The store's own message names the key, as the StoreError does,
 		// and may quote the store's reply: the answer says what kind of
-		// failure it was, and the outage log (the limiter's listener)
+		// failure it was, and the outage log (the limiter's observer)
 		// what failed and why, once an outage rather than once a request.
 		return errorf(http.StatusServiceUnavailable, codeStoreUnavailable, "the store failed: %s (the server's log has the details)", storeFailure(err))
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

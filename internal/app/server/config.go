@@ -428,7 +428,7 @@ func (c *Config) serverFields() fields {
 		"store_failure": enum(&c.StoreFailure, map[string]sluice.StoreFailure{
 			"fail_closed": sluice.FailClosed, "fail_open": sluice.FailOpen, "fail_local": sluice.FailLocal}),
 		"inheritance": enum(&c.Inheritance, map[string]sluice.Inheritance{
-			"proportionally": sluice.InheritProportionally, "as_is": sluice.InheritAsIs, "reset": sluice.InheritNone, "additive": sluice.InheritAdditive}),
+			"proportionally": sluice.InheritProportionally, "as_is": sluice.InheritAsIs, "reset": sluice.InheritReset, "additive": sluice.InheritAdditive}),
 		"auth": func(path string, n *yaml.Node) error {
 			return decodeMapping(path, n, fields{
 				"tokens":                           tokenList(&c.Tokens),

@@ -10,7 +10,7 @@ import (
 )
 
 func versioned(capacity int64, v uint64, conflict func(uint64)) *Bucket {
-	return bucket(capacity, BucketOptions{Inherit: tokenbucket.Proportionally, Order: Order{Version: v, Conflict: conflict}})
+	return bucket(capacity, BucketOptions{Inherit: tokenbucket.Proportionally, ConfigVersion: ConfigVersion{Version: v, Conflict: conflict}})
 }
 
 // TestBucketOrder: during a rolling deploy, a key migrates once to the
@@ -81,7 +81,7 @@ func TestBucketOrderConflict(t *testing.T) {
 func TestMachineOrder(t *testing.T) {
 	mk := func(limit int64, v uint64) *Machine {
 		m := fixedwindow.Config{Limit: limit, Interval: int64(time.Minute)}
-		return NewOrderedMachine("fixed_window("+string(rune('0'+limit))+")", policy.Erase[fixedwindow.State](m), tokenbucket.ResetStrategy, Order{Version: v})
+		return NewVersionedMachine("fixed_window("+string(rune('0'+limit))+")", policy.Erase[fixedwindow.State](m), tokenbucket.ResetStrategy, ConfigVersion{Version: v})
 	}
 	old, cur := mk(5, 1), mk(8, 2)
 	_, rec := consume(t, old, nil, 3)
@@ -97,7 +97,7 @@ func TestMachineOrder(t *testing.T) {
 		t.Errorf("newer Consume(1) = %+v, want no second reset: 5 of 8 left", res)
 	}
 	next, _ := old.Reset(rec)
-	if h, _, err := readHeader(next, kindMachine); err != nil || h.origin != cur.fp || h.order != 2 {
+	if h, _, err := readHeader(next, kindMachine); err != nil || h.origin != cur.fp || h.version != 2 {
 		t.Errorf("older Reset wrote header %+v, %v; want the newer configuration's", h, err)
 	}
 }
@@ -107,7 +107,7 @@ func TestMachineOrder(t *testing.T) {
 // over the newer record it cannot read.
 func TestOrderForeignKind(t *testing.T) {
 	m := fixedwindow.Config{Limit: 5, Interval: int64(time.Minute)}
-	oldWindow := NewOrderedMachine("fixed_window(5)", policy.Erase[fixedwindow.State](m), tokenbucket.Proportionally, Order{Version: 1})
+	oldWindow := NewVersionedMachine("fixed_window(5)", policy.Erase[fixedwindow.State](m), tokenbucket.Proportionally, ConfigVersion{Version: 1})
 	newBucket := versioned(10, 2, nil)
 	_, rec := consume(t, oldWindow, nil, 2)
 	res, rec := consume(t, newBucket, rec, 3)
@@ -121,7 +121,7 @@ func TestOrderForeignKind(t *testing.T) {
 		t.Errorf("older window's Reserve wrote % x over the newer bucket's record", next)
 	}
 	// And the other way round: an older bucket, a newer window.
-	newWindow := NewOrderedMachine("fixed_window(5)", policy.Erase[fixedwindow.State](m), tokenbucket.Proportionally, Order{Version: 3})
+	newWindow := NewVersionedMachine("fixed_window(5)", policy.Erase[fixedwindow.State](m), tokenbucket.Proportionally, ConfigVersion{Version: 3})
 	_, wrec := consume(t, newWindow, rec, 1)
 	oldBucket := versioned(10, 2, nil)
 	if _, next, changed := oldBucket.Consume(wrec, t0, 1); changed {

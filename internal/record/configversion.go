@@ -1,6 +1,6 @@
 package record
 
-// Order puts configurations in the order a rolling deploy goes: a record
+// ConfigVersion puts configurations in the order a rolling deploy goes: a record
 // written by a configuration of a higher Version is never migrated back
 // by one of a lower Version, so that while old and new processes share a
 // store a key migrates once, to the new configuration, instead of bouncing
@@ -32,7 +32,7 @@ package record
 //     higher version, so that the key still migrates at most once, and
 //     Conflict is called: whichever process wrote first keeps its
 //     configuration for the key until a higher version comes.
-type Order struct {
+type ConfigVersion struct {
 	// Version is the configuration's version; 0 is unversioned.
 	Version uint64
 	// Conflict, when not nil, is called with the stored fingerprint each
@@ -49,7 +49,7 @@ type Order struct {
 // foreign reports whether rec is a record of another kind than kind
 // whose configuration wins against o's (keeps): the codec of kind cannot
 // read it and must not write over it.
-func (o Order) foreign(rec []byte, kind byte) bool {
+func (o ConfigVersion) foreign(rec []byte, kind byte) bool {
 	if len(rec) < headerLen || rec[1] == kind {
 		return false
 	}
@@ -60,11 +60,11 @@ func (o Order) foreign(rec []byte, kind byte) bool {
 // keeps reports whether a record of header h, written by another
 // configuration than the codec's, keeps its configuration against the
 // codec's of order o.
-func (o Order) keeps(h header) bool {
+func (o ConfigVersion) keeps(h header) bool {
 	switch {
-	case h.order > o.Version:
+	case h.version > o.Version:
 		return true
-	case h.order < o.Version || o.Version == 0 || o.PerKey:
+	case h.version < o.Version || o.Version == 0 || o.PerKey:
 		return false
 	}
 	if o.Conflict != nil {

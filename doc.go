@@ -56,8 +56,9 @@
 // spaces requests), [GCRA], [BucketPolicy] (a whole Bucket4j
 // configuration), [Compound] (all must allow) and [NoLimit]. Each is a pure
 // state machine in exact integer arithmetic; docs/policies.md compares
-// them. For token-bucket policies, [Limiter.Bucket] hands out a key's state
-// as a [Bucket].
+// them. For token-bucket policies, [Limiter.Bucket] hands out a key's
+// bucket as a [KeyBucket], Bucket4j's proxy: with [WithStore] it is the
+// one way to a stored bucket.
 //
 // With [WithStore] every process using the store shares the limits, at a
 // store round trip per decision (per batch on a hot key). [WithLease]
@@ -70,7 +71,15 @@
 // of every decision, wait and store call as an [Event]; packages
 // sluiceprom and sluiceotel turn the events into sluice serve's Prometheus
 // and OpenTelemetry metrics (docs/observability.md). Without one a
-// decision costs a nil check.
+// decision costs a nil check. It is the library's one hook, and the
+// library never logs: what it would log is an event too
+// ([EventVersionConflict]).
+//
+// # Options
+//
+// One [Option] type configures [NewBucket] and [NewLimiter]; each refuses
+// an option that does not apply to it (a store's option without
+// [WithStore], say) with an [*ArgumentError] naming it.
 //
 // # Time
 //

@@ -13,6 +13,7 @@ import (
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/testserver"
 	"github.com/sluicehq/sluice/sluicetest"
@@ -160,5 +161,18 @@ limiters:
 		if n := l.Len(); n > 100 {
 			t.Errorf("limiter %s holds %d keys in memory, want at most 300/3 = 100", name, n)
 		}
+	}
+}
+
+// TestVersionConflictLogged: a limiter's version conflict, which the
+// library tells its observer rather than logs, is logged by the server
+// with the limiter's name.
+func TestVersionConflictLogged(t *testing.T) {
+	var logged strings.Builder
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	obs := outageObserver{failureObserver: failureObserver{limiter: "api"}, log: log}
+	obs.Observe(sluice.Event{Kind: sluice.EventVersionConflict, Err: errors.New("sluice: a key's stored configuration has version 3")})
+	if out := logged.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "version 3") || !strings.Contains(out, "limiter=api") {
+		t.Errorf("log = %q, want a warning naming the limiter and the version", out)
 	}
 }

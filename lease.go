@@ -57,7 +57,7 @@ type Lease struct {
 // whose state a lease can debit by many tokens at once; a sliding window,
 // a sliding log, a shaper, a compound and NoLimit cannot.
 func WithLease(l Lease) Option {
-	return Option{"WithLease", storeOnly, func(o *options) { o.lease = &l }}
+	return Option{name: "WithLease", scope: storeOnly, set: func(o *options) { o.lease = &l }}
 }
 
 // check returns the *ArgumentError of l for p, or nil.

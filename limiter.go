@@ -57,9 +57,6 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.storeIsNil {
-		return nil, nilArgument("NewLimiter", "WithStore")
-	}
 	keys, err := p.build(o.maxKeys)
 	if err != nil {
 		return nil, err

@@ -139,7 +139,7 @@ type Event struct {
 // Bucket returns). The default is none, which costs a nil check per
 // decision; nil keeps it.
 func WithObserver(obs Observer) Option {
-	return Option{"WithObserver", anyConstructor, func(o *options) { o.observer = obs }}
+	return Option{name: "WithObserver", scope: anyConstructor, set: func(o *options) { o.observer = obs }}
 }
 
 // notify tells obs, which may be nil, whether n tokens were taken.

@@ -26,6 +26,9 @@ type Option struct {
 	name  string // the With function, for errors
 	scope scope
 	set   func(*options)
+	// nilValue is set by an option whose value may not be nil (WithStore,
+	// WithPolicyFor) when it is.
+	nilValue bool
 }
 
 // scope is what an Option applies to.
@@ -69,6 +72,8 @@ func limiterOptions(opts []Option) (options, error) {
 		var want string
 		switch {
 		case opt.set == nil:
+		case opt.nilValue:
+			return o, nilArgument("NewLimiter", opt.name)
 		case opt.scope == storeOnly && o.store == nil:
 			want = "applies only to a limiter with WithStore"
 		case opt.scope == storeOrPlans && o.store == nil && o.policyFor == nil:
@@ -103,21 +108,20 @@ type options struct {
 	policyFor       PolicyFunc
 	policyCacheKeys int
 	policyCacheTTL  time.Duration
-	storeIsNil      bool // WithStore(nil)
 }
 
 // WithClock sets the clock of a Bucket's or a Limiter's decisions, and of
 // their waits when it sleeps (see Clock). The default is MonotonicClock,
 // or WallClock for a Bucket with aligned refill. nil keeps the default.
 func WithClock(c Clock) Option {
-	return Option{"WithClock", anyConstructor, func(o *options) { o.clock = c }}
+	return Option{name: "WithClock", scope: anyConstructor, set: func(o *options) { o.clock = c }}
 }
 
 // WithStore keeps a Limiter's state in s instead of this process's
 // memory, so that every process using s shares the limits. s must not be
 // nil.
 func WithStore(s driver.Store) Option {
-	return Option{"WithStore", limiterOnly, func(o *options) { o.store, o.storeIsNil = s, s == nil }}
+	return Option{name: "WithStore", scope: limiterOnly, set: func(o *options) { o.store = s }, nilValue: s == nil}
 }
 
 // WithMaxKeys bounds the keys an in-memory Limiter (and the local fallback
@@ -129,7 +133,7 @@ func WithStore(s driver.Store) Option {
 // never holds more than n keys, and holds n once every shard has filled.
 // The default, 0, is no bound beyond expiry.
 func WithMaxKeys(n int) Option {
-	return Option{"WithMaxKeys", limiterOnly, func(o *options) { o.maxKeys = n }}
+	return Option{name: "WithMaxKeys", scope: limiterOnly, set: func(o *options) { o.maxKeys = n }}
 }
 
 // WithStoreTimeout bounds each call to the store, end to end: the time it
@@ -138,7 +142,7 @@ func WithMaxKeys(n int) Option {
 // store timeout and gets the failure policy's answer. The default is
 // DefaultStoreTimeout. A zero or negative d keeps the default.
 func WithStoreTimeout(d time.Duration) Option {
-	return Option{"WithStoreTimeout", storeOnly, func(o *options) {
+	return Option{name: "WithStoreTimeout", scope: storeOnly, set: func(o *options) {
 		if d > 0 {
 			o.storeTimeout = d
 		}
@@ -148,7 +152,7 @@ func WithStoreTimeout(d time.Duration) Option {
 // WithStoreFailure sets what a Limiter or KeyBucket does when its store
 // fails; the default is FailClosed.
 func WithStoreFailure(f StoreFailure) Option {
-	return Option{"WithStoreFailure", storeOnly, func(o *options) { o.storeFailure = f }}
+	return Option{name: "WithStoreFailure", scope: storeOnly, set: func(o *options) { o.storeFailure = f }}
 }
 
 // WithInheritance sets how a key's stored state is carried over when the
@@ -158,7 +162,7 @@ func WithStoreFailure(f StoreFailure) Option {
 // drops the old state and any other strategy keeps it when the new policy
 // can read it (same kind of policy). The default is InheritProportionally.
 func WithInheritance(t Inheritance) Option {
-	return Option{"WithInheritance", storeOrPlans, func(o *options) { o.inheritance = t }}
+	return Option{name: "WithInheritance", scope: storeOrPlans, set: func(o *options) { o.inheritance = t }}
 }
 
 // WithCircuitBreaker sets after how many consecutive failed store calls a
@@ -178,5 +182,5 @@ func WithInheritance(t Inheritance) Option {
 // own keys only; the observer is told the state of them all: open while
 // any partition's circuit is open.
 func WithCircuitBreaker(n int) Option {
-	return Option{"WithCircuitBreaker", storeOnly, func(o *options) { o.circuitFailures = n }}
+	return Option{name: "WithCircuitBreaker", scope: storeOnly, set: func(o *options) { o.circuitFailures = n }}
 }

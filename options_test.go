@@ -85,8 +85,10 @@ func TestOptionScopes(t *testing.T) {
 	if ae := (*sluice.ArgumentError)(nil); !errors.As(err, &ae) || ae.Arg != "WithInheritance" {
 		t.Errorf("NewLimiter(WithInheritance out of bounds, WithPolicyFor) in memory = %v, want an *ArgumentError of WithInheritance", err)
 	}
-	var ae *sluice.ArgumentError
-	if _, err := sluice.NewLimiter(p, sluice.WithStore(nil)); !errors.As(err, &ae) || ae.Arg != "WithStore" || ae.Want != "must not be nil" {
-		t.Errorf("NewLimiter(WithStore(nil)) = %v, want an *ArgumentError of WithStore, nil", err)
+	for name, opt := range map[string]sluice.Option{"WithStore": sluice.WithStore(nil), "WithPolicyFor": sluice.WithPolicyFor(nil)} {
+		var ae *sluice.ArgumentError
+		if _, err := sluice.NewLimiter(p, opt); !errors.As(err, &ae) || ae.Arg != name || ae.Want != "must not be nil" {
+			t.Errorf("NewLimiter(%s(nil)) = %v, want an *ArgumentError of %s, nil", name, err, name)
+		}
 	}
 }

@@ -41,9 +41,9 @@ type PolicyFunc func(ctx context.Context, key string) (Policy, error)
 // keeps that process's policy, as for any limiter; between processes of
 // one version, the last policy resolved for a key wins, so two processes
 // whose caches disagree after a plan change move the key back and forth
-// until the older cache entry expires.
+// until the older cache entry expires. f must not be nil.
 func WithPolicyFor(f PolicyFunc) Option {
-	return Option{"WithPolicyFor", limiterOnly, func(o *options) { o.policyFor = f }}
+	return Option{name: "WithPolicyFor", scope: limiterOnly, set: func(o *options) { o.policyFor = f }, nilValue: f == nil}
 }
 
 // The defaults of WithPolicyCache.
@@ -58,7 +58,7 @@ const (
 // clock. keys ≤ 0 and ttl ≤ 0 keep the defaults, 10,000 keys and a
 // minute.
 func WithPolicyCache(keys int, ttl time.Duration) Option {
-	return Option{"WithPolicyCache", plansOnly, func(o *options) { o.policyCacheKeys, o.policyCacheTTL = keys, ttl }}
+	return Option{name: "WithPolicyCache", scope: plansOnly, set: func(o *options) { o.policyCacheKeys, o.policyCacheTTL = keys, ttl }}
 }
 
 // maxPlans bounds the distinct policies whose backends a limiter keeps

@@ -29,7 +29,7 @@ import (
 // deploy that stops every process first. Raise the version with every
 // change of limits; see docs/plans.md.
 func WithConfigVersion(v uint64) Option {
-	return Option{"WithConfigVersion", storeOnly, func(o *options) { o.configVersion = v }}
+	return Option{name: "WithConfigVersion", scope: storeOnly, set: func(o *options) { o.configVersion = v }}
 }
 
 // configVersion is the record codecs' ConfigVersion of version v, whose

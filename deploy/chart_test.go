@@ -172,14 +172,18 @@ func stripComments(doc []byte) []byte {
 }
 
 // valuesFiles are the chart's documented sets of values: the defaults
-// ("") and each file of its ci/ directory.
+// (""), each file of its ci/ directory, and the examples'.
 func valuesFiles(t *testing.T) []string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(chart, "ci", "*.yaml"))
-	if err != nil || len(files) == 0 {
+	ci, err := filepath.Glob(filepath.Join(chart, "ci", "*.yaml"))
+	if err != nil || len(ci) == 0 {
 		t.Fatalf("no values files in %s/ci: %v", chart, err)
 	}
-	return append([]string{""}, files...)
+	examples, err := filepath.Glob(filepath.Join("examples", "*", "values.yaml"))
+	if err != nil || len(examples) == 0 {
+		t.Fatalf("no values files in examples/*: %v", err)
+	}
+	return append(append([]string{""}, ci...), examples...)
 }
 
 // TestChart renders the chart with each documented set of values, decodes
@@ -191,7 +195,7 @@ func TestChart(t *testing.T) {
 		name := "defaults"
 		args := []string{"template", "sluice", chart, "--namespace", "sluice"}
 		if values != "" {
-			name, args = filepath.Base(values), append(args, "--values", values)
+			name, args = values, append(args, "--values", values)
 		}
 		t.Run(name, func(t *testing.T) {
 			check(t, decode(t, name, helm(t, args...)))

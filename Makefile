@@ -20,3 +20,12 @@ image:
 # deploy/kubernetes/sluice.yaml from the Helm chart (docs/kubernetes.md).
 manifests:
 	cd deploy && go test -count=1 -run '^TestManifests$$' -update .
+
+# A fast check for contributors: gofmt, and the tests of both modules that
+# need no server (go test -short skips those that start Redis, PostgreSQL,
+# MariaDB, dynalite, Chromium or the image), with results cached between
+# runs. make test, which CI runs, still runs everything.
+check:
+	@test -z "$$(gofmt -l .)" || { echo "not gofmt'ed:"; gofmt -l .; exit 1; }
+	go test -short -p 4 ./...
+	cd deploy && go test -short ./...

@@ -38,7 +38,7 @@ const (
 // helm runs the Helm of deploy/go.mod's tool directive, the pinned version.
 func helm(t *testing.T, args ...string) []byte {
 	t.Helper()
-	cmd := exec.Command("go", append([]string{"tool", "helm"}, args...)...)
+	cmd := exec.Command(helmBinary(t), args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -44,10 +44,7 @@ func TestKubernetesDocs(t *testing.T) {
 	if len(cmds) == 0 {
 		t.Fatal("no commands in docs/kubernetes.md")
 	}
-	bin := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, "helm"), "helm.sh/helm/v3/cmd/helm").CombinedOutput(); err != nil {
-		t.Fatalf("go build helm: %v\n%s", err, out)
-	}
+	helmPath := helmBinary(t)
 	makefile := readFile(t, "../Makefile")
 	checked := map[string]bool{manifests: true} // the files decoded by TestManifests and the example tests
 	for _, f := range []string{"examples/istio/ratelimit-config.yaml", "examples/istio/envoyfilter.yaml", "examples/envoy-gateway/envoypatchpolicy.yaml"} {
@@ -70,7 +67,7 @@ func TestKubernetesDocs(t *testing.T) {
 				t.Errorf("%q: helm %s is not a command the test knows", line, args[1])
 				continue
 			}
-			cmd := exec.Command(filepath.Join(bin, "helm"), args...)
+			cmd := exec.Command(helmPath, args...)
 			cmd.Dir = ".."
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Errorf("%q (as helm %s): %v\n%s", line, strings.Join(args, " "), err, out)

@@ -163,6 +163,9 @@ func TestIstioExample(t *testing.T) {
 	if values.ExistingRatelimitConfigMap != cm.Name {
 		t.Errorf("values.yaml mounts ConfigMap %q, want %q", values.ExistingRatelimitConfigMap, cm.Name)
 	}
+	if testing.Short() {
+		t.Skip("-short (make check): the rest runs sluice serve; make test runs it")
+	}
 	// As the chart mounts and names them (TestChart checks the chart).
 	runtime := t.TempDir()
 	files := filepath.Join(runtime, "ratelimit", "config")
@@ -247,6 +250,9 @@ func TestEnvoyGatewayExample(t *testing.T) {
 	if cluster == "" || filter == nil {
 		t.Fatal("the policy does not add both the cluster and the filter")
 	}
+	if testing.Short() {
+		t.Skip("-short (make check): the rest runs sluice serve; make test runs it")
+	}
 	var values struct {
 		Config string `json:"config"`
 	}
@@ -317,23 +323,42 @@ func serveExample(t *testing.T, config string, env ...string) string {
 // binDir.
 func sluiceBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, "sluice"), "./cmd/sluice")
-		cmd.Dir = ".."
+	return sluiceBuild.get(t, "..", "./cmd/sluice", "sluice")
+}
+
+// helmBinary builds the Helm of deploy/go.mod's tool directive once per
+// test binary, into binDir: go tool helm would check that it is up to
+// date at each of the tests' many runs.
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	return helmBuild.get(t, ".", "helm.sh/helm/v3/cmd/helm", "helm")
+}
+
+// build is a command built once per test binary.
+type build struct {
+	once sync.Once
+	err  error
+}
+
+func (b *build) get(t *testing.T, dir, pkg, name string) string {
+	t.Helper()
+	path := filepath.Join(binDir, name)
+	b.once.Do(func() {
+		cmd := exec.Command("go", "build", "-o", path, pkg)
+		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/sluice: %w\n%s", err, out)
+			b.err = fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return filepath.Join(binDir, "sluice")
+	return path
 }
 
 var (
-	binDir    string
-	buildOnce sync.Once
-	buildErr  error
+	binDir                 string
+	sluiceBuild, helmBuild build
 )
 
 func TestMain(m *testing.M) {

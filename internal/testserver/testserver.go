@@ -384,9 +384,20 @@ func fail(tb testing.TB, err error) {
 	tb.Fatal(err)
 }
 
+// skipShort skips tb under go test -short, which make check uses to run
+// only the tests that need no server; make test, which CI runs, never
+// passes -short.
+func skipShort(tb testing.TB, kind string) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skipf("testserver: -short (make check) skips the tests that need %s; make test runs them", kind)
+	}
+}
+
 // forTest starts a server for tb with start and stops it in tb.Cleanup.
 func forTest[T any](tb testing.TB, kind string, start func(context.Context) (T, func() error, error)) T {
 	tb.Helper()
+	skipShort(tb, kind)
 	ctx, cancel := context.WithTimeout(tb.Context(), startTimeout)
 	defer cancel()
 	t0 := time.Now()
@@ -537,6 +548,7 @@ type shared[T any] struct {
 // skipping or failing tb as Redis does if it could not start.
 func (s *shared[T]) get(tb testing.TB, kind string, start func(context.Context) (T, func() error, error)) T {
 	tb.Helper()
+	skipShort(tb, kind)
 	if !mainRunning.Load() {
 		tb.Fatalf("testserver: a shared %s needs TestMain to call testserver.Main", kind)
 	}

@@ -326,12 +326,26 @@ func sluiceBinary(t *testing.T) string {
 	return sluiceBuild.get(t, "..", "./cmd/sluice", "sluice")
 }
 
-// helmBinary builds the Helm of deploy/go.mod's tool directive once per
-// test binary, into binDir: go tool helm would check that it is up to
-// date at each of the tests' many runs.
+// helmBinary is the Helm of deploy/go.mod's tool directive, which go
+// tool builds and caches: found once per test binary, as go tool helm
+// would check that it is up to date at each of the tests' many runs.
 func helmBinary(t *testing.T) string {
 	t.Helper()
-	return helmBuild.get(t, ".", "helm.sh/helm/v3/cmd/helm", "helm")
+	helmOnce.Do(func() {
+		if out, err := exec.Command("go", "tool", "helm", "version", "--short").CombinedOutput(); err != nil {
+			helmErr = fmt.Errorf("go tool helm: %w\n%s", err, out)
+			return
+		}
+		out, err := exec.Command("go", "tool", "-n", "helm").Output()
+		helmPath = strings.TrimSpace(string(out))
+		if fi, serr := os.Stat(helmPath); err != nil || serr != nil || fi.Mode()&0o111 == 0 {
+			helmErr = fmt.Errorf("go tool -n helm = %q, %v: want the cached helm binary", out, err)
+		}
+	})
+	if helmErr != nil {
+		t.Fatal(helmErr)
+	}
+	return helmPath
 }
 
 // build is a command built once per test binary.
@@ -357,8 +371,12 @@ func (b *build) get(t *testing.T, dir, pkg, name string) string {
 }
 
 var (
-	binDir                 string
-	sluiceBuild, helmBuild build
+	binDir      string
+	sluiceBuild build
+
+	helmOnce sync.Once
+	helmPath string
+	helmErr  error
 )
 
 func TestMain(m *testing.M) {

@@ -327,7 +327,7 @@ func TestVersion(t *testing.T) {
 		{"Go's stamp wins over -ldflags", info("(devel)", goVCS), stamp{"fedcba", "", ""},
 			"sluice " + devVersion + "+0123456789ab.dirty\nrevision " + rev + " 2026-11-24T09:00:00Z (modified)\ngo1.26.8 linux/amd64\n"},
 		{"a clone without a stamp", info("(devel)", settings()), stamp{},
-			"sluice " + devVersion + "\nrevision unknown: built without VCS information (-buildvcs=false, a git worktree, or not in a git clone; make build stamps it)\ngo1.26.8 linux/amd64\n"},
+			"sluice " + devVersion + "\nrevision unknown: built without VCS information (-buildvcs=false, a git worktree, or not in a git clone; make image's build stamps it)\ngo1.26.8 linux/amd64\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -15,8 +15,8 @@ import (
 // following release's, with -dev (docs/deploy.md, "Releases").
 const devVersion = "v0.1.0-dev"
 
-// The build's VCS stamp, set with -ldflags -X by scripts/build.sh (make
-// build, make image) where Go does not stamp it: under -buildvcs=false,
+// The build's VCS stamp, set with -ldflags -X by deploy/image/build.sh
+// (make image) where Go does not stamp it: under -buildvcs=false,
 // in a git worktree, or from a tarball. Go's own stamp (vcs.revision,
 // vcs.time, vcs.modified), when there, wins.
 var (
@@ -91,7 +91,7 @@ func describe(info *debug.BuildInfo, ld stamp) string {
 		}
 		out += "\n"
 	} else if module == "" || module == "(devel)" {
-		out += "revision unknown: built without VCS information (-buildvcs=false, a git worktree, or not in a git clone; make build stamps it)\n"
+		out += "revision unknown: built without VCS information (-buildvcs=false, a git worktree, or not in a git clone; make image's build stamps it)\n"
 	}
 	return out + goVersion + " " + settings["GOOS"] + "/" + settings["GOARCH"] + "\n"
 }

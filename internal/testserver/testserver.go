@@ -432,7 +432,7 @@ func PausableRedis(tb testing.TB) (url string, pause func(frozen bool)) {
 	tb.Helper()
 	var p *process
 	url = forTest(tb, "redis", func(ctx context.Context) (string, func() error, error) {
-		u, proc, stop, err := startRedisProcess(ctx)
+		u, proc, stop, err := startRedisProcess(ctx, nil)
 		if err != nil {
 			return "", nil, err
 		}
@@ -474,6 +474,31 @@ func RedisClusterWithReplicas(tb testing.TB) *ReplicatedCluster {
 func RedisSentinel(tb testing.TB) string {
 	tb.Helper()
 	return forTest(tb, "redis sentinel", StartRedisSentinel)
+}
+
+// SecureRedis is Redis, with the server secured as sec says (see
+// StartSecureRedis).
+func SecureRedis(tb testing.TB, sec Secure) string {
+	tb.Helper()
+	return forTest(tb, "secure redis", func(ctx context.Context) (string, func() error, error) { return StartSecureRedis(ctx, sec) })
+}
+
+// SecureRedisCluster is RedisCluster, with the nodes secured as sec says
+// (see StartSecureRedisCluster).
+func SecureRedisCluster(tb testing.TB, sec Secure) []string {
+	tb.Helper()
+	return forTest(tb, "secure redis cluster", func(ctx context.Context) ([]string, func() error, error) {
+		return StartSecureRedisCluster(ctx, sec)
+	})
+}
+
+// SecureRedisSentinel is RedisSentinel, with the servers secured as sec
+// says (see StartSecureRedisSentinel).
+func SecureRedisSentinel(tb testing.TB, sec Secure) string {
+	tb.Helper()
+	return forTest(tb, "secure redis sentinel", func(ctx context.Context) (string, func() error, error) {
+		return StartSecureRedisSentinel(ctx, sec)
+	})
 }
 
 // Postgres starts a PostgreSQL server for tb, stops it when tb ends and

@@ -108,3 +108,14 @@ func (s *Secure) sentinelConf(port int) string {
 	}
 	return b.String()
 }
+
+// SecureSQL says how StartSecurePostgres and StartSecureMariaDB secure
+// the server they start: it serves TLS with TLS's server certificate, and
+// has a user User, with Password, who owns a database of the same name
+// and may log in only over TLS, with a client certificate that TLS's CA
+// signed. User and Password must be SQL identifiers' and strings'
+// characters only: letters, digits, underscores.
+type SecureSQL struct {
+	TLS            *Certs
+	User, Password string
+}

@@ -511,6 +511,20 @@ func Postgres(tb testing.TB) string {
 	return forTest(tb, "postgres", StartPostgres)
 }
 
+// SecurePostgres is Postgres, with the server secured as sec says (see
+// StartSecurePostgres).
+func SecurePostgres(tb testing.TB, sec SecureSQL) string {
+	tb.Helper()
+	return forTest(tb, "secure postgres", func(ctx context.Context) (string, func() error, error) { return StartSecurePostgres(ctx, sec) })
+}
+
+// SecureMariaDB is MariaDB, with the server secured as sec says (see
+// StartSecureMariaDB).
+func SecureMariaDB(tb testing.TB, sec SecureSQL) string {
+	tb.Helper()
+	return forTest(tb, "secure mariadb", func(ctx context.Context) (string, func() error, error) { return StartSecureMariaDB(ctx, sec) })
+}
+
 // MariaDB starts a MariaDB server with an empty database "sluice" for tb,
 // stops it when tb ends and returns a DSN for github.com/go-sql-driver/mysql,
 // "root@tcp(127.0.0.1:PORT)/sluice". The test is skipped if MariaDB is not

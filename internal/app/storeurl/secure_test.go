@@ -379,3 +379,95 @@ func TestSecretRead(t *testing.T) {
 		}
 	}
 }
+
+// TestSecureSQL runs the store suite on PostgreSQL and MariaDB servers
+// that let sluice's user in only over TLS, with a client certificate of
+// the test's CA and the password, which the URL names by file: pgx's
+// sslmode=verify-full with sslrootcert, sslcert and sslkey, and
+// mysql://'s tls_ca_file, tls_cert_file and tls_key_file. A URL without
+// the client certificate, or that trusts another CA, is refused.
+func TestSecureSQL(t *testing.T) {
+	dir := t.TempDir()
+	certs, err := testserver.NewCerts(dir, "sluice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := testserver.NewCerts(t.TempDir(), "sluice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pwFile := filepath.Join(dir, "password")
+	writeFile(t, pwFile, "sql_secret\n")
+	sec := testserver.SecureSQL{TLS: certs, User: "sluice", Password: "sql_secret"}
+	pg := url.Values{"sslmode": {"verify-full"}, "sslrootcert": {certs.CA}, "sslcert": {certs.ClientCert}, "sslkey": {certs.ClientKey},
+		"password_file": {pwFile}}
+	my := url.Values{"tls_ca_file": {certs.CA}, "tls_cert_file": {certs.ClientCert}, "tls_key_file": {certs.ClientKey},
+		"password_file": {pwFile}}
+	without := func(q url.Values, params ...string) string {
+		q2 := url.Values{}
+		for k, v := range q {
+			q2[k] = v
+		}
+		for _, p := range params {
+			q2.Del(p)
+		}
+		return q2.Encode()
+	}
+	with := func(q url.Values, k, v string) string {
+		q2 := url.Values{}
+		for k, v := range q {
+			q2[k] = v
+		}
+		q2.Set(k, v)
+		return q2.Encode()
+	}
+	tests := []struct {
+		name  string
+		start func(testing.TB, testserver.SecureSQL) string
+		q     url.Values
+		// refused are queries the server or the client refuses, with a
+		// word of the error.
+		refused map[string]string
+	}{
+		{"postgres", testserver.SecurePostgres, pg, map[string]string{
+			"no client certificate": without(pg, "sslcert", "sslkey") + "&connect_timeout=10",
+			"another CA":            with(pg, "sslrootcert", other.CA),
+			"in the clear":          with(pg, "sslmode", "disable"),
+		}},
+		{"mariadb", testserver.SecureMariaDB, my, map[string]string{
+			"no client certificate": without(my, "tls_cert_file", "tls_key_file"),
+			"another CA":            with(my, "tls_ca_file", other.CA),
+			"in the clear":          without(my, "tls_ca_file", "tls_cert_file", "tls_key_file"),
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base := tt.start(t, sec)
+			st := openChecked(t, base+"?"+tt.q.Encode())
+			drivertest.RunConformanceTests(t, drivertest.HarnessFunc(func(context.Context, *testing.T) (driver.Store, error) {
+				return st.Store, nil
+			}))
+			for name, q := range tt.refused {
+				t.Run(name, func(t *testing.T) {
+					ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+					defer cancel()
+					s, err := Open(ctx, base+"?"+q)
+					if err != nil {
+						t.Fatalf("Open = %v", err)
+					}
+					defer s.Close()
+					err = s.Check(ctx)
+					if err == nil {
+						t.Fatalf("Check(%s?%s) = nil, want a refusal", base, q)
+					}
+					if errors.Is(err, ErrUnreachable) {
+						t.Errorf("Check(%s?%s) = %v, matches ErrUnreachable, want a refusal", base, q, err)
+					}
+					if strings.Contains(err.Error(), "sql_secret") {
+						t.Errorf("Check = %q shows the password", err)
+					}
+				})
+			}
+		})
+	}
+}

@@ -336,6 +336,26 @@ func check(t *testing.T, o *objects) {
 		}
 	}
 
+	// The store's Secret: mounted read-only as a directory (no subPath,
+	// above), which the kubelet updates, and the Secret of the variables
+	// that come from a Secret.
+	secret := ""
+	if v, ok := volumes["store-secret"]; ok {
+		if v.Secret == nil || v.Secret.SecretName == "" {
+			t.Errorf("store-secret volume = %+v, want a Secret", v)
+		} else {
+			secret = v.Secret.SecretName
+		}
+		if m := mounts["store-secret"]; m.MountPath == "" || !m.ReadOnly {
+			t.Errorf("store-secret mount = %+v, want a directory, read-only", m)
+		}
+	}
+	for _, e := range c.Env {
+		if r := e.ValueFrom; r != nil && r.SecretKeyRef != nil && r.SecretKeyRef.Name != secret {
+			t.Errorf("variable %s comes from Secret %s, want the store's Secret %q", e.Name, r.SecretKeyRef.Name, secret)
+		}
+	}
+
 	// Services: one for HTTP, one for gRPC, both selecting the pods.
 	byPort := map[string]*corev1.Service{}
 	for _, s := range o.services {

@@ -22,7 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/testserver"
 )
 
-// sluiceACL is the ACL of sluice's Redis user that docs/stores.md gives:
+// sluiceACL is the ACL of sluice's Redis user that docs/deploy.md gives:
 // its keys only, and the commands redisstore sends (EVALSHA runs the
 // compare-and-swap script, whose GET and SET the ACL checks too; SCRIPT
 // LOAD after NOSCRIPT; DEL; PING and, on a cluster, CLUSTER INFO for
@@ -31,7 +31,7 @@ import (
 const sluiceACL = "~sluice:* resetchannels -@all +get +set +del +evalsha +script|load +ping +cluster|info +cluster|slots +command"
 
 // sentinelACL is the ACL of sluice's user on a Sentinel that
-// docs/stores.md gives: what go-redis asks a Sentinel (the master's
+// docs/deploy.md gives: what go-redis asks a Sentinel (the master's
 // address, the other Sentinels), and the channels where a Sentinel
 // announces a failover.
 const sentinelACL = "resetchannels &+switch-master &+replica-reconf-done -@all +ping +sentinel|get-master-addr-by-name +sentinel|sentinels +subscribe"
@@ -469,5 +469,19 @@ func TestSecureSQL(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// TestDocumentedACL: the ACLs that docs/deploy.md gives operators are
+// those TestSecureRedis proves enough.
+func TestDocumentedACL(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, acl := range []string{sluiceACL, sentinelACL} {
+		if want := "user sluice on >PASSWORD " + acl + "\n"; !strings.Contains(string(doc), want) {
+			t.Errorf("docs/deploy.md does not give the ACL the tests use: %q", want)
+		}
 	}
 }

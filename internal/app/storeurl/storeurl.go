@@ -106,8 +106,9 @@ func (s *Store) Close() error {
 // store did not answer (refused or timed out connections, a server still
 // starting), which a later Check may get past; any other error is one the
 // store answered with (an unknown database, a wrong password, a database
-// index out of range, no right to create the table), which waiting will
-// not cure.
+// index out of range, no right to create the table, a client certificate
+// refused), or a certificate or secret that sluice could not use, which
+// waiting will not cure.
 func (s *Store) Check(ctx context.Context) error {
 	if s.check == nil {
 		return nil

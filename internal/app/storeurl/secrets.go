@@ -28,7 +28,9 @@ import (
 // and again for each new connection, so that a rotated Secret takes
 // effect without a restart; connections already open keep the password
 // they logged in with. TLS files (tls_ca_file, tls_cert_file,
-// tls_key_file) are read the same way.
+// tls_key_file, and PostgreSQL's sslrootcert, sslcert, sslkey) are read
+// the same way. The one exception is a Sentinel's password, which
+// go-redis takes once, when the store opens.
 
 // ErrSecretTwice is matched by the *SecretError of a URL that gives one
 // password two ways: inline (user:password@, or PostgreSQL's password=

@@ -280,8 +280,9 @@ func want() string {
 	return "a URL starting with " + strings.Join(s, ", ")
 }
 
-// passwordParams are the query parameters that hold a password: pgx's.
-var passwordParams = []string{"password", "sslpassword"}
+// passwordParams are the query parameters that hold a password: pgx's,
+// and the one a URL refused for it might hold by mistake.
+var passwordParams = []string{"password", "sslpassword", "sentinel_password"}
 
 // Redact returns rawURL for messages: as written when it holds no
 // password, else with each password (its user's, and those of password

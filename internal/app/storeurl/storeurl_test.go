@@ -351,6 +351,7 @@ func TestRedact(t *testing.T) {
 		"postgres://u:hunter2@h/db?pass%77ord=hunter2&sslpassword=x": "postgres://u:xxxxx@h/db?password=xxxxx&sslpassword=xxxxx",
 		"postgres://u@h:port/db?password=hunter2":                    "(unparsable URL)",
 		"mysql://u@h/db?password_env=MYSQL_PASSWORD":                 "mysql://u@h/db?password_env=MYSQL_PASSWORD",
+		"redis+sentinel://h:26379/m?sentinel_password=hunter2":       "redis+sentinel://h:26379/m?sentinel_password=xxxxx",
 	} {
 		if got := Redact(raw); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", raw, got, want)

@@ -36,9 +36,6 @@ type backend interface {
 type memKeys struct {
 	keys  keyed.Keys
 	clock Clock
-	// mono is set when clock is the default MonotonicClock, which now
-	// reads without the Clock interface's dynamic call.
-	mono bool
 	// replaced holds the keys whose bucket was replaced (replaced.go):
 	// nil but for an in-memory token-bucket limiter.
 	replaced *replacedKeys
@@ -46,24 +43,21 @@ type memKeys struct {
 
 // newMemKeys returns keys in memory on clock.
 func newMemKeys(keys keyed.Keys, clock Clock) *memKeys {
-	return &memKeys{keys: keys, clock: clock, mono: clock == Clock(monotonic)}
+	return &memKeys{keys: keys, clock: clock}
 }
 
-// now reads the clock: MonotonicClock by a direct call, whose body the
-// compiler inlines here, other clocks through the interface.
-func (m *memKeys) now() int64 {
-	if m.mono {
-		return monotonic.Now()
+// take takes n tokens for key if they are there now, as a reservation of
+// no wait; false leaves the call to reserve, a key whose bucket was
+// replaced included (see consume for the race with a replacement).
+func (m *memKeys) take(key string, n int64) bool {
+	if m.replaced.has(key) {
+		return false
 	}
-	return m.clock.Now()
+	return m.keys.Take(key, m.clock.Now(), n) && !m.replaced.has(key)
 }
 
-// undecided is the code of memKeys.decide for a key it leaves to
-// consume: one whose bucket was replaced. It is none of policy's codes.
-const undecided policy.Code = 255
-
-// decide is consume's decision on a key whose bucket was not replaced,
-// as Keys.Decide's results; for the others it returns undecided.
+// consume decides on key in memory, or on its record when its bucket was
+// replaced.
 //
 // A call that finds key in memory and decides there may race the key's
 // first ReplaceConfiguration, which copies the key's bucket into a
@@ -74,39 +68,12 @@ const undecided policy.Code = 255
 // record and decides again there. One that decided before the copy may
 // count twice, in the copy and again: a rejection too many in that
 // instant, never an admission too many.
-func (m *memKeys) decide(key string, n int64) (code policy.Code, allowed bool, remaining, retryAfter, resetAfter, limit int64) {
-	if m.replaced.has(key) {
-		return undecided, false, 0, 0, 0, 0
-	}
-	var now int64 // m.now(), written out: that call would not be inlined
-	if m.mono {
-		now = monotonic.Now()
-	} else {
-		now = m.clock.Now()
-	}
-	code, allowed, remaining, retryAfter, resetAfter, limit = m.keys.Decide(key, now, n)
-	if m.replaced.has(key) { // replaced meanwhile: see above
-		return undecided, false, 0, 0, 0, 0
-	}
-	return code, allowed, remaining, retryAfter, resetAfter, limit
-}
-
-// take takes n tokens for key if they are there now, as a reservation of
-// no wait; false leaves the call to reserve, a key whose bucket was
-// replaced included (see decide for the race with a replacement).
-func (m *memKeys) take(key string, n int64) bool {
-	if m.replaced.has(key) {
-		return false
-	}
-	return m.keys.Take(key, m.now(), n) && !m.replaced.has(key)
-}
-
 func (m *memKeys) consume(ctx context.Context, key string, n int64) (policy.Result, error) {
 	if m.replaced.has(key) {
 		return m.replaced.consume(ctx, key, n)
 	}
-	res := m.keys.Consume(key, m.now(), n)
-	if m.replaced.has(key) { // replaced meanwhile: see decide
+	res := m.keys.Consume(key, m.clock.Now(), n)
+	if m.replaced.has(key) { // replaced meanwhile: see above
 		return m.replaced.consume(ctx, key, n)
 	}
 	return res, nil
@@ -116,16 +83,16 @@ func (m *memKeys) peek(ctx context.Context, key string, n int64) (policy.Result,
 	if m.replaced.has(key) {
 		return m.replaced.peek(ctx, key, n)
 	}
-	return m.keys.Peek(key, m.now(), n), nil
+	return m.keys.Peek(key, m.clock.Now(), n), nil
 }
 
 func (m *memKeys) reserve(ctx context.Context, key string, n, maxWait int64) (policy.Result, int64, func(int64), error) {
 	if m.replaced.has(key) {
 		return m.replaced.reserve(ctx, key, n, maxWait)
 	}
-	now := m.now()
+	now := m.clock.Now()
 	res, rc := m.keys.Reserve(key, now, n, maxWait)
-	if m.replaced.has(key) { // replaced meanwhile: see decide
+	if m.replaced.has(key) { // replaced meanwhile: see consume
 		if rc != nil {
 			m.keys.Cancel(key, now, rc)
 		}
@@ -311,7 +278,7 @@ func (m memBuckets) update(ctx context.Context, key string, f bucketFunc) (bucke
 	m.buckets.WithBucket(key, now, func(cfg *tokenbucket.Config, st tokenbucket.State) bool {
 		return f(cfg, st, now)
 	})
-	if m.mem != nil && m.mem.replaced.has(key) { // replaced meanwhile: see memKeys.decide; f's last run counts
+	if m.mem != nil && m.mem.replaced.has(key) { // replaced meanwhile: see memKeys.consume; f's last run counts
 		_, err := memRecordBuckets{m.mem.replaced.mem}.update(ctx, key, f)
 		return m, err
 	}

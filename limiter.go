@@ -31,8 +31,8 @@ type Limiter struct {
 	// backend decides: keys, or the store behind its failure policy.
 	backend backend
 	// mem is backend when it is the keys in memory (no store, one
-	// policy): Allow and AllowN decide on it directly, without the
-	// backend interface.
+	// policy): WaitN takes tokens that are there from it without a
+	// reservation.
 	mem   *memKeys
 	quota int64
 	// buckets is the bucketBackend of Bucket, nil when the policy is not
@@ -155,27 +155,7 @@ func limiterError(op string, r policy.Result, n, maxWait, limit int64) error {
 
 // Allow is shorthand for AllowN(ctx, key, 1).
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
-	// AllowN's in-memory path is repeated here rather than called: a call
-	// that returns a Result (5 fields, which the compiler keeps in
-	// memory) copies it whole, and the CPU cannot forward that copy from
-	// the stores that filled it, a stall of about 5 ns.
-	m := l.mem
-	if m == nil {
-		return l.AllowN(ctx, key, 1)
-	}
-	if err := ctx.Err(); err != nil {
-		return Result{}, err
-	}
-	code, allowed, remaining, retryAfter, resetAfter, limit := m.decide(key, 1)
-	if code == policy.OK {
-		notify(l.listener, allowed, 1)
-		return Result{Allowed: allowed, Remaining: remaining, RetryAfter: time.Duration(retryAfter),
-			ResetAfter: time.Duration(resetAfter), Limit: limit}, nil
-	}
-	if code == undecided {
-		return l.AllowN(ctx, key, 1)
-	}
-	return Result{}, limiterError("Limiter.AllowN", policy.Result{Code: code, Limit: limit}, 1, 0, l.quota)
+	return l.AllowN(ctx, key, 1)
 }
 
 // AllowN decides whether n tokens may pass for key now, taking them if so.
@@ -187,37 +167,14 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	if m := l.mem; m != nil {
-		// In memory, a decision cannot fail: it needs neither the
-		// backend interface nor its error, and its result comes back
-		// in registers (Keys.Decide): together about 30 ns of CPU a
-		// decision on 1k keys.
-		code, allowed, remaining, retryAfter, resetAfter, limit := m.decide(key, n)
-		if code == policy.OK {
-			notify(l.listener, allowed, n)
-			return Result{Allowed: allowed, Remaining: remaining, RetryAfter: time.Duration(retryAfter),
-				ResetAfter: time.Duration(resetAfter), Limit: limit}, nil
-		}
-		if code != undecided {
-			return Result{}, limiterError("Limiter.AllowN", policy.Result{Code: code, Limit: limit}, n, 0, l.quota)
-		}
-	}
 	r, err := l.backend.consume(ctx, key, n)
 	if err != nil {
 		return Result{}, storeError("Limiter.AllowN", key, err)
 	}
-	return l.allowed(r, n)
-}
-
-// allowed is the end of AllowN on the backend's result r for n tokens:
-// the argument error, or the listener told and the result.
-func (l *Limiter) allowed(r policy.Result, n int64) (Result, error) {
 	if r.Code != policy.OK {
 		return Result{}, limiterError("Limiter.AllowN", r, n, 0, l.quota)
 	}
-	if l.listener != nil {
-		notify(l.listener, r.Allowed, n)
-	}
+	notify(l.listener, r.Allowed, n)
 	return resultOf(r), nil
 }
 

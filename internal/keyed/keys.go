@@ -20,10 +20,6 @@ type Keys interface {
 	// Consume decides whether n tokens may pass for key at now, taking
 	// them if so.
 	Consume(key string, now, n int64) policy.Result
-	// Decide is Consume with the result's fields as results, which the
-	// caller gets in registers: a policy.Result, of more than 4 fields,
-	// is copied through memory at each call that returns it.
-	Decide(key string, now, n int64) (code policy.Code, allowed bool, remaining, retryAfter, resetAfter, limit int64)
 	// Peek answers as Consume would, taking nothing.
 	Peek(key string, now, n int64) policy.Result
 	// Reserve takes n tokens for key within maxWait; a granted

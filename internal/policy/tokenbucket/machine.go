@@ -36,18 +36,23 @@ func (m Single) Consume(s *BandwidthState, exists bool, now, n int64) (policy.Re
 	if code := m.check(n); code != policy.OK {
 		return m.refusal(code), false
 	}
-	st := m.load(s, exists, now)
-	if !TryConsume(m.cfg, st, nil, now, n) {
-		Refill(m.cfg, st, now) // to describe the refilled state
-		res := result(m.cfg, st, now, false, n)
-		if keepNew(m.cfg, st, exists) {
-			*s = st[0]
-			return res, true
-		}
-		return res, false
+	bw := &m.cfg.Bandwidths[0]
+	var b BandwidthState
+	if exists {
+		b = *s
+	} else {
+		b = initial(bw, now)
 	}
-	*s = st[0]
-	return result(m.cfg, st, now, true, n), true
+	refill(m.cfg, 0, &b, now)
+	allowed := n <= b.Size
+	if allowed {
+		b.Size -= n
+	}
+	changed := allowed || keepNew(m.cfg, State{b}, exists)
+	if changed {
+		*s = b
+	}
+	return result1(bw, &b, now, allowed, n), changed
 }
 
 // keepNew reports whether a refused request on a new key keeps the bucket
@@ -317,8 +322,6 @@ func result(cfg *Config, st State, now int64, allowed bool, n int64) policy.Resu
 }
 
 // result1 is result for one bandwidth, without the folds over several.
-// It builds the result whole at the return: fields set after a literal
-// make the caller's copy stall on the stores.
 func result1(bw *Bandwidth, s *BandwidthState, now int64, allowed bool, n int64) policy.Result {
 	var retryAfter int64
 	if !allowed {

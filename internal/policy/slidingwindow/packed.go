@@ -57,39 +57,13 @@ func store(p *PackedState, s *State) {
 	*p = v
 }
 
-// Consume is Config.Consume on a packed state, written out rather than
-// calling it: a call would return its Result through this frame, a copy
-// that stalls on the stores just made (see keyed.Keys.Decide), and
-// Consume is the call a keyed limiter makes on every decision. TestPacked
-// holds the two to the same answers.
 func (m Packed) Consume(p *PackedState, exists bool, now, n int64) (policy.Result, bool) {
-	c := m.c
-	if n <= 0 {
-		return policy.Result{Code: policy.NonPositiveTokens}, false
-	}
 	s := m.unpack(p, exists)
-	next := s
-	c.roll(&next, exists, now)
-	count := c.count(&next, now)
-	if n > c.Limit-count {
-		// The result is built whole at the return: fields set after a
-		// literal make the caller's copy stall on the stores.
-		retryAfter, resetAfter := c.refusedTimes(&s, &next, exists, now, n)
-		return policy.Result{
-			Remaining:  max(c.Limit-count, 0),
-			RetryAfter: retryAfter,
-			ResetAfter: resetAfter,
-			Limit:      c.Limit,
-		}, false
+	res, changed := m.c.Consume(&s, exists, now, n)
+	if changed {
+		store(p, &s)
 	}
-	next.Hits += n
-	store(p, &next)
-	return policy.Result{
-		Allowed:    true,
-		Remaining:  c.Limit - count - n,
-		ResetAfter: c.resetAfter(&next, now),
-		Limit:      c.Limit,
-	}, true
+	return res, changed
 }
 
 func (m Packed) Reserve(p *PackedState, exists bool, now, n, maxWait int64) (policy.Result, bool) {

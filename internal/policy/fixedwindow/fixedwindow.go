@@ -153,23 +153,12 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 	}
 	next := *s
 	c.roll(&next, exists, now)
-	// The results are written out rather than made by result: a call
-	// returns its Result through memory, and the copy stalls on the stores
-	// that filled it (see keyed.Keys.Decide), on the call a keyed limiter
-	// makes every time.
 	if j := c.window(&next, n); j > 0 {
-		retryAfter := c.until(&next, j, now)
-		resetAfter := retryAfter // a full window's rejection: both at its end
-		if w := c.windowsOf(next.Hits); w != j {
-			resetAfter = c.until(&next, w, now)
-		}
-		return policy.Result{Remaining: max(c.Limit-next.Hits, 0), RetryAfter: retryAfter,
-			ResetAfter: resetAfter, Limit: c.Limit}, false
+		return c.result(&next, now, false, c.until(&next, j, now)), false
 	}
 	next.Hits += n
 	*s = next
-	return policy.Result{Allowed: true, Remaining: max(c.Limit-next.Hits, 0),
-		ResetAfter: c.until(&next, c.windowsOf(next.Hits), now), Limit: c.Limit}, true
+	return c.result(s, now, true, 0), true
 }
 
 // window is the first window (0 = current) with room for n more tokens:

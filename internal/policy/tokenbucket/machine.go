@@ -33,10 +33,10 @@ func (m Single) load(s *BandwidthState, exists bool, now int64) State {
 
 // Consume takes n tokens if they are there, as TryConsumeAndReturnRemaining.
 func (m Single) Consume(s *BandwidthState, exists bool, now, n int64) (policy.Result, bool) {
-	if code := m.check(n); code != policy.OK {
-		return m.refusal(code), false
-	}
 	bw := &m.cfg.Bandwidths[0]
+	if code := policy.CheckTokens(n, bw.Capacity, m.strict); code != policy.OK {
+		return policy.Refusal(code, bw.Capacity), false
+	}
 	var b BandwidthState
 	if exists {
 		b = *s
@@ -85,11 +85,12 @@ func (m Single) Peek(s *BandwidthState, exists bool, now, n int64) policy.Result
 // More than the capacity is refused (RetryAfter Never), as Consume refuses
 // it.
 func (m Single) Reserve(s *BandwidthState, exists bool, now, n, maxWait int64) (policy.Result, bool) {
-	if code := m.check(n); code != policy.OK {
-		return m.refusal(code), false
+	capacity := m.cfg.Bandwidths[0].Capacity
+	if code := policy.CheckTokens(n, capacity, m.strict); code != policy.OK {
+		return policy.Refusal(code, capacity), false
 	}
 	st := m.load(s, exists, now)
-	if n > m.cfg.Bandwidths[0].Capacity {
+	if n > capacity {
 		// A meter cannot hold more than its size, now or later.
 		Refill(m.cfg, st, now)
 		res := result(m.cfg, st, now, false, n)
@@ -128,26 +129,6 @@ func (m Single) Quota() int64 { return m.cfg.Bandwidths[0].Capacity }
 
 // Window is the time the bandwidth takes to refill from empty.
 func (m Single) Window() int64 { return m.cfg.Window() }
-
-// refusal is the result of an argument error: for tokens above the limit,
-// it says which limit.
-func (m Single) refusal(code policy.Code) policy.Result {
-	res := policy.Result{Code: code}
-	if code == policy.TokensAboveLimit {
-		res.Limit = m.cfg.Bandwidths[0].Capacity
-	}
-	return res
-}
-
-func (m Single) check(n int64) policy.Code {
-	switch {
-	case n <= 0:
-		return policy.NonPositiveTokens
-	case m.strict && n > m.cfg.Bandwidths[0].Capacity:
-		return policy.TokensAboveLimit
-	}
-	return policy.OK
-}
 
 // AppendState appends the encoding of *s to dst.
 func (m Single) AppendState(dst []byte, s *BandwidthState) []byte {

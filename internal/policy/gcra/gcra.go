@@ -252,19 +252,14 @@ func (c Config) Window() int64 { return policy.TimeToEarn(c.Limit, c.Rate, c.Per
 
 // AppendState appends the encoding of *s to dst.
 func (c Config) AppendState(dst []byte, s *State) []byte {
-	dst = policy.AppendHeader(dst, policy.TagGCRA)
-	return policy.AppendInt(policy.AppendInt(dst, s.TAT), s.Frac)
+	return policy.AppendInts(dst, policy.TagGCRA, s.TAT, s.Frac)
 }
 
 // DecodeState decodes a state written by AppendState. A negative Frac is
 // an error matching policy.ErrBadState.
 func (c Config) DecodeState(src []byte, s *State) error {
-	rest, err := policy.ReadHeader(src, policy.TagGCRA)
-	if err != nil {
-		return err
-	}
 	var st State
-	if err := policy.ReadInts(rest, &st.TAT, &st.Frac); err != nil {
+	if err := policy.DecodeInts(src, policy.TagGCRA, &st.TAT, &st.Frac); err != nil {
 		return err
 	}
 	if st.Frac < 0 {

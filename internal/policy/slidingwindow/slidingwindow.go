@@ -240,21 +240,14 @@ func (c Config) Window() int64 { return c.Interval }
 
 // AppendState appends the encoding of *s to dst.
 func (c Config) AppendState(dst []byte, s *State) []byte {
-	dst = policy.AppendHeader(dst, policy.TagSlidingWindow)
-	dst = policy.AppendInt(dst, s.Start)
-	dst = policy.AppendInt(dst, s.Prev)
-	return policy.AppendInt(dst, s.Hits)
+	return policy.AppendInts(dst, policy.TagSlidingWindow, s.Start, s.Prev, s.Hits)
 }
 
 // DecodeState decodes a state written by AppendState. Negative hit counts
 // are an error matching policy.ErrBadState.
 func (c Config) DecodeState(src []byte, s *State) error {
-	rest, err := policy.ReadHeader(src, policy.TagSlidingWindow)
-	if err != nil {
-		return err
-	}
 	var st State
-	if err := policy.ReadInts(rest, &st.Start, &st.Prev, &st.Hits); err != nil {
+	if err := policy.DecodeInts(src, policy.TagSlidingWindow, &st.Start, &st.Prev, &st.Hits); err != nil {
 		return err
 	}
 	if st.Prev < 0 || st.Hits < 0 {

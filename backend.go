@@ -48,7 +48,7 @@ func newMemKeys(keys keyed.Keys, clock Clock) *memKeys {
 
 // take takes n tokens for key if they are there now, as a reservation of
 // no wait; false leaves the call to reserve, a key whose bucket was
-// replaced included (see consume for the race with a replacement).
+// replaced included (see decide for the race with a replacement).
 func (m *memKeys) take(key string, n int64) bool {
 	if m.replaced.has(key) {
 		return false
@@ -56,8 +56,12 @@ func (m *memKeys) take(key string, n int64) bool {
 	return m.keys.Take(key, m.clock.Now(), n) && !m.replaced.has(key)
 }
 
-// consume decides on key in memory, or on its record when its bucket was
-// replaced.
+// undecided is the code of memKeys.decide for a key it leaves to the
+// record of its replaced bucket. It is none of policy's codes.
+const undecided policy.Code = 255
+
+// decide decides on key in memory, as Keys.Decide, or returns undecided
+// for a key whose bucket was replaced.
 //
 // A call that finds key in memory and decides there may race the key's
 // first ReplaceConfiguration, which copies the key's bucket into a
@@ -68,15 +72,23 @@ func (m *memKeys) take(key string, n int64) bool {
 // record and decides again there. One that decided before the copy may
 // count twice, in the copy and again: a rejection too many in that
 // instant, never an admission too many.
-func (m *memKeys) consume(ctx context.Context, key string, n int64) (policy.Result, error) {
+func (m *memKeys) decide(key string, n int64) (code policy.Code, allowed bool, remaining, retryAfter, resetAfter, limit int64) {
 	if m.replaced.has(key) {
-		return m.replaced.consume(ctx, key, n)
+		return undecided, false, 0, 0, 0, 0
 	}
-	res := m.keys.Consume(key, m.clock.Now(), n)
+	code, allowed, remaining, retryAfter, resetAfter, limit = m.keys.Decide(key, m.clock.Now(), n)
 	if m.replaced.has(key) { // replaced meanwhile: see above
+		return undecided, false, 0, 0, 0, 0
+	}
+	return code, allowed, remaining, retryAfter, resetAfter, limit
+}
+
+func (m *memKeys) consume(ctx context.Context, key string, n int64) (policy.Result, error) {
+	code, allowed, remaining, retryAfter, resetAfter, limit := m.decide(key, n)
+	if code == undecided {
 		return m.replaced.consume(ctx, key, n)
 	}
-	return res, nil
+	return policy.Result{Code: code, Allowed: allowed, Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter, Limit: limit}, nil
 }
 
 func (m *memKeys) peek(ctx context.Context, key string, n int64) (policy.Result, error) {
@@ -92,7 +104,7 @@ func (m *memKeys) reserve(ctx context.Context, key string, n, maxWait int64) (po
 	}
 	now := m.clock.Now()
 	res, rc := m.keys.Reserve(key, now, n, maxWait)
-	if m.replaced.has(key) { // replaced meanwhile: see consume
+	if m.replaced.has(key) { // replaced meanwhile: see decide
 		if rc != nil {
 			m.keys.Cancel(key, now, rc)
 		}
@@ -278,7 +290,7 @@ func (m memBuckets) update(ctx context.Context, key string, f bucketFunc) (bucke
 	m.buckets.WithBucket(key, now, func(cfg *tokenbucket.Config, st tokenbucket.State) bool {
 		return f(cfg, st, now)
 	})
-	if m.mem != nil && m.mem.replaced.has(key) { // replaced meanwhile: see memKeys.consume; f's last run counts
+	if m.mem != nil && m.mem.replaced.has(key) { // replaced meanwhile: see memKeys.decide; f's last run counts
 		_, err := memRecordBuckets{m.mem.replaced.mem}.update(ctx, key, f)
 		return m, err
 	}

@@ -9,9 +9,10 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// TestLimiterAllowInMemory runs Allow and AllowN on an in-memory limiter,
-// on the default clock and on another, with and without a listener: they
-// decide as one limiter, report argument errors, and tell the listener.
+// TestLimiterAllowInMemory runs Allow and AllowN on the in-memory path
+// that decides without the backend (limiter.go), on the default clock and
+// on another, with and without a listener: they decide as one limiter,
+// report argument errors, and tell the listener.
 func TestLimiterAllowInMemory(t *testing.T) {
 	ctx := context.Background()
 	ln := &fastListener{}

@@ -24,7 +24,7 @@ import (
 // Until the first replacement, no call looks here but for two atomic
 // loads. A call that runs on the key in memory at the very time of its
 // first replacement looks again once it has decided, and decides again
-// on the record if the key moved meanwhile (see memKeys.consume), so that
+// on the record if the key moved meanwhile (see memKeys.decide), so that
 // no decision goes uncounted.
 type replacedKeys struct {
 	policy  Policy

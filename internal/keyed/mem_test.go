@@ -91,6 +91,11 @@ func (k *Mem[S, M]) save(sh *memShard[S], key string, present bool, now int64) {
 	sh.m[key] = sh.cur
 }
 
+func (k *Mem[S, M]) Decide(key string, now, n int64) (policy.Code, bool, int64, int64, int64, int64) {
+	r := k.Consume(key, now, n)
+	return r.Code, r.Allowed, r.Remaining, r.RetryAfter, r.ResetAfter, r.Limit
+}
+
 func (k *Mem[S, M]) Consume(key string, now, n int64) policy.Result {
 	sh := k.shard(key)
 	sh.mu.Lock()

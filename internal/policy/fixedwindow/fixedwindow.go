@@ -138,8 +138,13 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 	// the CPU (see keyed.Keys.Decide); kept for speed, a tenth of a
 	// decision on 1k keys.
 	if j := c.window(&next, n); j > 0 {
-		return policy.Result{Remaining: max(c.Limit-next.Hits, 0), RetryAfter: c.until(&next, j, now),
-			ResetAfter: c.until(&next, c.windowsOf(next.Hits), now), Limit: c.Limit}, false
+		retryAfter := c.until(&next, j, now)
+		resetAfter := retryAfter // a full window's rejection: both at its end
+		if w := c.windowsOf(next.Hits); w != j {
+			resetAfter = c.until(&next, w, now)
+		}
+		return policy.Result{Remaining: max(c.Limit-next.Hits, 0), RetryAfter: retryAfter,
+			ResetAfter: resetAfter, Limit: c.Limit}, false
 	}
 	next.Hits += n
 	*s = next

@@ -46,16 +46,6 @@ func newMemKeys(keys keyed.Keys, clock Clock) *memKeys {
 	return &memKeys{keys: keys, clock: clock}
 }
 
-// take takes n tokens for key if they are there now, as a reservation of
-// no wait; false leaves the call to reserve, a key whose bucket was
-// replaced included (see decide for the race with a replacement).
-func (m *memKeys) take(key string, n int64) bool {
-	if m.replaced.has(key) {
-		return false
-	}
-	return m.keys.Take(key, m.clock.Now(), n) && !m.replaced.has(key)
-}
-
 // undecided is the code of memKeys.decide for a key it leaves to the
 // record of its replaced bucket. It is none of policy's codes.
 const undecided policy.Code = 255
@@ -81,6 +71,16 @@ func (m *memKeys) decide(key string, n int64) (code policy.Code, allowed bool, r
 		return undecided, false, 0, 0, 0, 0
 	}
 	return code, allowed, remaining, retryAfter, resetAfter, limit
+}
+
+// take takes n tokens for key if they are there now, as a reservation of
+// no wait; false leaves the call to reserve, a key whose bucket was
+// replaced included (see decide for the race with a replacement).
+func (m *memKeys) take(key string, n int64) bool {
+	if m.replaced.has(key) {
+		return false
+	}
+	return m.keys.Take(key, m.clock.Now(), n) && !m.replaced.has(key)
 }
 
 func (m *memKeys) consume(ctx context.Context, key string, n int64) (policy.Result, error) {

@@ -21,15 +21,21 @@ func (recorder) Helper() {}
 
 func (recorder) Fatalf(format string, args ...any) { panic(fatal(fmt.Sprintf(format, args...))) }
 
-// failure runs the suite on m and returns its first failure, "" if none.
-func failure[S any](m policy.Machine[S]) (msg string) {
+// caught runs f, which fails through a recorder, and returns its first
+// failure, "" if none.
+func caught(f func()) (msg string) {
 	defer func() {
 		if f, ok := recover().(fatal); ok {
 			msg = string(f)
 		}
 	}()
-	run(recorder{}, m, 1)
+	f()
 	return ""
+}
+
+// failure runs the suite on m and returns its first failure, "" if none.
+func failure[S any](m policy.Machine[S]) string {
+	return caught(func() { run(recorder{}, m, 1) })
 }
 
 var fw = fixedwindow.Config{Limit: 3, Interval: 10}
@@ -130,14 +136,8 @@ func TestCatches(t *testing.T) {
 
 // stepsFailure runs steps on m from base 100 and returns their first
 // failure, "" if none.
-func stepsFailure[S any](m policy.Machine[S], steps []Step) (msg string) {
-	defer func() {
-		if f, ok := recover().(fatal); ok {
-			msg = string(f)
-		}
-	}()
-	Steps(recorder{}, m, new(S), false, 100, steps)
-	return ""
+func stepsFailure[S any](m policy.Machine[S], steps []Step) string {
+	return caught(func() { Steps(recorder{}, m, new(S), false, 100, steps) })
 }
 
 // silent takes its tokens but reports no change.

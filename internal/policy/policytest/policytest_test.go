@@ -106,17 +106,20 @@ func (m generous) Reserve(s *fixedwindow.State, exists bool, now, n, maxWait int
 	return res, changed
 }
 
+// mutant is a broken machine and what its failure must say.
+type mutant struct {
+	name string
+	m    policy.Machine[fixedwindow.State]
+	want string
+}
+
 // TestCatches: the suite passes a sound machine and fails each broken one
 // with the property it breaks.
 func TestCatches(t *testing.T) {
 	if msg := failure(fw); msg != "" {
 		t.Fatalf("a sound fixed window fails: %s", msg)
 	}
-	tests := []struct {
-		name string
-		m    policy.Machine[fixedwindow.State]
-		want string
-	}{
+	tests := []mutant{
 		{"accepts a trailing byte", trailing{base{fw}}, "want an error matching ErrBadState"},
 		{"retry too early", early{base{fw}}, "but then Peek"},
 		{"peek takes", peeking{base{fw}}, "Peek"},
@@ -176,11 +179,7 @@ func TestStepsCatch(t *testing.T) {
 	if msg := stepsFailure(fw, wrong); !strings.Contains(msg, "step 2: Consume(2, maxWait 0) at base+1 =") {
 		t.Errorf("a wrong RetryAfter: failure = %q", msg)
 	}
-	for _, tt := range []struct {
-		name string
-		m    policy.Machine[fixedwindow.State]
-		want string
-	}{
+	for _, tt := range []mutant{
 		{"peek takes", peeking{base{fw}}, "step 0: Peek(2) at base+0 changed the state"},
 		{"change not reported", silent{base{fw}}, "step 0: Consume(2) at base+0 changed = false, want true"},
 		{"refusal counted", counting{base{fw}}, "step 2: Consume(2) at base+1 reported no change but changed the state"},

@@ -201,8 +201,8 @@ func TestRedisClusterWithReplicas(t *testing.T) {
 			return fmt.Sprint(r[0])
 		}
 		t0 := time.Now()
-		for role() != "master" {
-			if time.Since(t0) > 30*time.Second {
+		for deadline := t0.Add(30 * time.Second); role() != "master"; {
+			if time.Now().After(deadline) {
 				t.Fatalf("replica %s not promoted 30s after its master was killed", c.Replicas[0])
 			}
 			time.Sleep(20 * time.Millisecond)

@@ -248,9 +248,11 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-// TestServerKilled stops a store's server in the middle of a run: calls
-// keep returning within the store timeout, with the configured failure
-// policy, and nothing panics.
+// TestServerKilled stops a store's server in the middle of a run: every
+// call still returns, with the configured failure policy's answer, each
+// counted as a store failure, and nothing panics. That each returns within
+// the store timeout is the limiter's deadline, which the root package's
+// tests and redisstore's TestOutageLatency check.
 func TestServerKilled(t *testing.T) {
 	awsEnv(t)
 	starts := map[string]func(context.Context) (string, func() error, error){
@@ -314,16 +316,12 @@ func TestServerKilled(t *testing.T) {
 			stopped = true
 			allowed := 0
 			for i := range 40 {
-				start := time.Now()
 				r, err := local.Allow(ctx, "k")
 				if err != nil {
 					t.Fatalf("call %d after the kill, failing to local = %v", i, err)
 				}
 				if r.Allowed {
 					allowed++
-				}
-				if d := time.Since(start); d > 5*time.Second {
-					t.Errorf("call %d took %v, past the store timeout", i, d)
 				}
 			}
 			// The local fallback starts the key afresh: 30 of its 40 calls

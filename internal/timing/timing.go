@@ -15,7 +15,9 @@
 package timing
 
 import (
+	"context"
 	"os"
+	"sync"
 	"testing"
 	"time"
 )
@@ -39,5 +41,46 @@ func AtMost(t testing.TB, what string, got, bound time.Duration) {
 		t.Errorf("%s: %v, want at most %v", what, got, bound)
 	default:
 		t.Logf("%s: %v, over %v; not asserted without %s=1", what, got, bound, Env)
+	}
+}
+
+// Expiring returns a context whose deadline passes when expire is called:
+// its Err is then context.DeadlineExceeded, as a context.WithTimeout's once
+// its time is up. It ends earlier only with parent, with parent's error.
+// A test uses it to end a call by its deadline at the point it chooses
+// (say, once the database shows the call waiting for a lock), where a real
+// timeout could pass before the call got there on a slow machine.
+func Expiring(parent context.Context) (ctx context.Context, expire func()) {
+	e := &expiring{Context: parent, done: make(chan struct{})}
+	var once sync.Once
+	end := func(err error) {
+		once.Do(func() {
+			e.err = err
+			close(e.done)
+		})
+	}
+	stop := context.AfterFunc(parent, func() { end(parent.Err()) })
+	return e, func() {
+		stop()
+		end(context.DeadlineExceeded)
+	}
+}
+
+// expiring is the context of Expiring. err is written once, before done
+// is closed, and read only after.
+type expiring struct {
+	context.Context
+	done chan struct{}
+	err  error
+}
+
+func (e *expiring) Done() <-chan struct{} { return e.done }
+
+func (e *expiring) Err() error {
+	select {
+	case <-e.done:
+		return e.err
+	default:
+		return nil
 	}
 }

@@ -674,7 +674,7 @@ func TestDrainTimeout(t *testing.T) {
 		resp.Body.Close()
 		waited <- answer{code: resp.StatusCode, body: string(b)}
 	}()
-	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(s.metrics.waiting) == 0; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); testutil.ToFloat64(s.metrics.waiting) == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) { // the second caller should be waiting for its token
 			t.Fatal("no caller is waiting")
 		}

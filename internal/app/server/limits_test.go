@@ -99,8 +99,8 @@ func TestStalledBodyClosed(t *testing.T) {
 	header := dial(t, s.addr)
 	fmt.Fprint(header, "POST /api/v1/consume HTTP/1.1\r\nHost: x\r\nContent-Le")
 	for name, c := range map[string]net.Conn{"stalled body": body, "stalled headers": header} {
-		if closed, got := closedWithin(c, 10*time.Second); !closed {
-			t.Errorf("%s: still open after 10s with a read timeout of 1s (got %q)", name, got)
+		if closed, got := closedWithin(c, 30*time.Second); !closed { // a deadline, not a bound
+			t.Errorf("%s: still open after 30s with a read timeout of 1s (got %q)", name, got)
 		}
 	}
 }
@@ -115,8 +115,8 @@ func TestIdleClosed(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("GET /healthz = %v, %v", resp, err)
 	}
-	if closed, _ := closedWithin(c, 10*time.Second); !closed {
-		t.Error("an idle connection is still open after 10s with an idle timeout of 500ms")
+	if closed, _ := closedWithin(c, 30*time.Second); !closed { // a deadline, not a bound
+		t.Error("an idle connection is still open after 30s with an idle timeout of 500ms")
 	}
 }
 

@@ -35,58 +35,34 @@ type backend interface {
 type memKeys struct {
 	keys  keyed.Keys
 	clock Clock
-	// mono is set when clock is the default MonotonicClock, which now
-	// reads without the Clock interface's dynamic call.
-	mono bool
 }
 
 // newMemKeys returns keys in memory on clock.
 func newMemKeys(keys keyed.Keys, clock Clock) *memKeys {
-	return &memKeys{keys: keys, clock: clock, mono: clock == Clock(monotonic)}
+	return &memKeys{keys: keys, clock: clock}
 }
 
-// now reads the clock: MonotonicClock by a direct call, whose body the
-// compiler inlines here, other clocks through the interface.
-func (m *memKeys) now() int64 {
-	if m.mono {
-		return monotonic.Now()
-	}
-	return m.clock.Now()
-}
-
-// undecided was the code of memKeys.decide for a key it left to consume,
-// one whose bucket an in-memory ReplaceConfiguration had replaced. Such
-// keys are gone and decide no longer returns it; the checks for it in
-// Limiter.Allow and AllowN go with their rewrite (one body for both).
-const undecided policy.Code = 255
-
-// decide is consume's decision on key, as Keys.Decide's results.
+// decide decides on key in memory, as Keys.Decide.
 func (m *memKeys) decide(key string, n int64) (code policy.Code, allowed bool, remaining, retryAfter, resetAfter, limit int64) {
-	var now int64 // m.now(), written out: that call would not be inlined
-	if m.mono {
-		now = monotonic.Now()
-	} else {
-		now = m.clock.Now()
-	}
-	return m.keys.Decide(key, now, n)
+	return m.keys.Decide(key, m.clock.Now(), n)
 }
 
 // take takes n tokens for key if they are there now, as a reservation of
 // no wait; false leaves the call to reserve.
 func (m *memKeys) take(key string, n int64) bool {
-	return m.keys.Take(key, m.now(), n)
+	return m.keys.Take(key, m.clock.Now(), n)
 }
 
 func (m *memKeys) consume(_ context.Context, key string, n int64) (policy.Result, error) {
-	return m.keys.Consume(key, m.now(), n), nil
+	return m.keys.Consume(key, m.clock.Now(), n), nil
 }
 
 func (m *memKeys) peek(_ context.Context, key string, n int64) (policy.Result, error) {
-	return m.keys.Peek(key, m.now(), n), nil
+	return m.keys.Peek(key, m.clock.Now(), n), nil
 }
 
 func (m *memKeys) reserve(_ context.Context, key string, n, maxWait int64) (policy.Result, int64, func(int64), error) {
-	now := m.now()
+	now := m.clock.Now()
 	res, rc := m.keys.Reserve(key, now, n, maxWait)
 	if rc == nil {
 		return res, now, nil, nil

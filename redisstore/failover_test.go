@@ -161,8 +161,8 @@ func runFailover(t *testing.T, cluster *testserver.ReplicatedCluster, store driv
 	// be served, and readiness must say so.
 	pingErr := ping()
 	var promoted time.Time
-	for promoted.IsZero() {
-		if time.Since(killed) > patience {
+	for deadline := killed.Add(patience); promoted.IsZero(); {
+		if time.Now().After(deadline) {
 			t.Fatalf("replica %s not promoted %v after its master %s was killed", heir, patience, victim)
 		}
 		if r, err := role.Do(context.Background(), "ROLE").Slice(); err == nil && len(r) > 0 && r[0] == "master" {
@@ -176,19 +176,18 @@ func runFailover(t *testing.T, cluster *testserver.ReplicatedCluster, store driv
 		t.Logf("Ping right after the kill: %v", pingErr)
 	}
 	t.Logf("killed master %s; replica %s promoted %v later", victim, heir, promoted.Sub(killed).Round(time.Millisecond))
-	for {
+	for deadline := promoted.Add(patience); ; time.Sleep(50 * time.Millisecond) {
 		n, last, lastErr := observer.get()
 		if last.Before(promoted) {
 			last = promoted
 		}
-		if time.Since(last) >= quiet {
+		if !time.Now().Before(last.Add(quiet)) {
 			break
 		}
-		if time.Since(promoted) > patience {
+		if time.Now().After(deadline) {
 			t.Errorf("store failures still %v after the promotion (%d failures, the last: %v)", patience, n, lastErr)
 			break
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	stop.Store(true)
 	wg.Wait()
@@ -200,6 +199,12 @@ func runFailover(t *testing.T, cluster *testserver.ReplicatedCluster, store driv
 	if n == 0 {
 		t.Errorf("no store failure at all: the kill did not reach the limiter's keys")
 	}
+	// The one bound on real time here, the issue's, kept because the
+	// issue asks for it: recovery took 0.18-0.64 s in 8 runs
+	// (docs/stores.md) and 0.51-0.82 s under -race on a loaded 2-CPU
+	// machine, since the store reloads the slot map every 250 ms while
+	// the cluster is in trouble and the breaker probes at least every
+	// 500 ms; the 5 s leave a margin of 6 or more.
 	if recovery > bound {
 		t.Errorf("decisions failed until %v after the promotion, want at most %v", recovery.Round(time.Millisecond), bound)
 	}

@@ -135,6 +135,30 @@ func CheckReserve(n, maxWait int64) Code {
 	return OK
 }
 
+// CheckTokens is the argument check of a request for n tokens of a
+// policy whose limit is limit: n ≤ 0 is an error, and so is n above the
+// limit where the policy is strict about it. It returns OK when n is
+// valid.
+func CheckTokens(n, limit int64, strict bool) Code {
+	switch {
+	case n <= 0:
+		return NonPositiveTokens
+	case strict && n > limit:
+		return TokensAboveLimit
+	}
+	return OK
+}
+
+// Refusal is the result of the argument error code of a policy whose limit
+// is limit: for tokens above the limit, it says which limit.
+func Refusal(code Code, limit int64) Result {
+	res := Result{Code: code}
+	if code == TokensAboveLimit {
+		res.Limit = limit
+	}
+	return res
+}
+
 // Receipt is what a granted reservation did to a key, kept by the caller
 // so that it can give the tokens back (Undo) when it will not use them.
 // States are encoded as the machine's AppendState writes them.

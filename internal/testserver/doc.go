@@ -22,6 +22,11 @@
 //     instead of a testing.TB and return a stop function, for callers
 //     that manage the lifetime themselves.
 //
+// [SecureRedis], [SecureRedisCluster] and [SecureRedisSentinel] (and
+// their Start… forms) start Redis servers secured as a [Secure] says:
+// TLS only, with client certificates, made by [NewCerts] with a CA of the
+// test's own; a password for the default user; ACL users.
+//
 // A test that wants a go-redis client of the shared Redis gets it from
 // the subpackage testredis.
 //

@@ -38,6 +38,20 @@ var mariadbOptions = []string{
 // Start-up is bounded by ctx and by one minute. If mariadbd or
 // mariadb-install-db is not installed, the error is a *MissingError.
 func StartMariaDB(ctx context.Context) (dsn string, stop func() error, err error) {
+	return startMariaDB(ctx, nil)
+}
+
+// StartSecureMariaDB is StartMariaDB with the server secured as sec says:
+// it serves TLS, and sec.User may log in only over TLS, with sec.Password
+// and a client certificate (REQUIRE X509), while testserver logs in as
+// root in the clear. It returns the sluice store URL of sec.User's
+// database, "mysql://USER@127.0.0.1:PORT/USER", without TLS parameters.
+func StartSecureMariaDB(ctx context.Context, sec SecureSQL) (url string, stop func() error, err error) {
+	return startMariaDB(ctx, &sec)
+}
+
+// startMariaDB is StartMariaDB, secured as sec says unless it is nil.
+func startMariaDB(ctx context.Context, sec *SecureSQL) (dsn string, stop func() error, err error) {
 	return startIn(ctx, "mariadb", func(ctx context.Context, dir string, own func(*process)) (string, error) {
 		mariadbd, err := lookPath("mariadbd", "mariadb-server")
 		if err != nil {
@@ -76,6 +90,9 @@ func StartMariaDB(ctx context.Context) (dsn string, stop func() error, err error
 					"--port=" + strconv.Itoa(port),
 					"--bind-address=127.0.0.1",
 				}, asRoot...)
+				if sec != nil {
+					args = append(args, "--ssl-ca="+sec.TLS.CA, "--ssl-cert="+sec.TLS.ServerCert, "--ssl-key="+sec.TLS.ServerKey)
+				}
 				return srv.launch(exec.Command(mariadbd, append(args, mariadbOptions...)...), dir, port)
 			},
 			func(ctx context.Context, addr string) error {
@@ -91,6 +108,24 @@ func StartMariaDB(ctx context.Context) (dsn string, stop func() error, err error
 		})
 		if err != nil {
 			return "", fmt.Errorf("testserver: create database sluice: %w%s", err, p.logTail())
+		}
+		if sec != nil {
+			err = mysqlRoot(ctx, p.addr, func(c *mysqlConn) error {
+				for _, q := range []string{
+					fmt.Sprintf("CREATE USER '%s'@'127.0.0.1' IDENTIFIED BY '%s' REQUIRE X509", sec.User, sec.Password),
+					fmt.Sprintf("CREATE DATABASE IF NOT EXISTS %s", sec.User),
+					fmt.Sprintf("GRANT ALL ON %[1]s.* TO '%[1]s'@'127.0.0.1'", sec.User),
+				} {
+					if err := c.command(comQuery, q); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return "", fmt.Errorf("testserver: create user %s: %w%s", sec.User, err, p.logTail())
+			}
+			return fmt.Sprintf("mysql://%[1]s@127.0.0.1:%[2]d/%[1]s", sec.User, port), nil
 		}
 		return fmt.Sprintf("root@tcp(127.0.0.1:%d)/sluice", port), nil
 	})

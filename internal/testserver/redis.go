@@ -3,6 +3,7 @@ package testserver
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -24,22 +25,34 @@ import (
 // directory. Start-up is bounded by ctx and by one minute. If
 // redis-server is not installed, the error is a *MissingError.
 func StartRedis(ctx context.Context) (url string, stop func() error, err error) {
-	url, _, stop, err = startRedisProcess(ctx)
+	url, _, stop, err = startRedisProcess(ctx, nil)
 	return url, stop, err
 }
 
-// startRedisProcess is StartRedis, returning the server's process too.
-func startRedisProcess(ctx context.Context) (url string, p *process, stop func() error, err error) {
+// StartSecureRedis is StartRedis with the server secured as sec says. The
+// URL starts with rediss:// when sec.TLS is set.
+func StartSecureRedis(ctx context.Context, sec Secure) (url string, stop func() error, err error) {
+	url, _, stop, err = startRedisProcess(ctx, &sec)
+	return url, stop, err
+}
+
+// startRedisProcess is StartRedis, secured as sec says unless it is nil,
+// returning the server's process too.
+func startRedisProcess(ctx context.Context, sec *Secure) (url string, p *process, stop func() error, err error) {
 	url, stop, err = startIn(ctx, "redis", func(ctx context.Context, dir string, own func(*process)) (string, error) {
 		bin, err := lookPath("redis-server", "redis-server")
 		if err != nil {
 			return "", err
 		}
-		if p, _, err = startOnFreePort(ctx, func(port int) (*process, error) { return startRedis(bin, dir, port) }, pingRedis); err != nil {
+		a, err := sec.access()
+		if err != nil {
+			return "", err
+		}
+		if p, _, err = startOnFreePort(ctx, func(port int) (*process, error) { return startRedis(bin, dir, port, sec) }, a.ping); err != nil {
 			return "", err
 		}
 		own(p)
-		return "redis://" + p.addr + "/0", nil
+		return sec.scheme("redis") + p.addr + "/0", nil
 	})
 	return url, p, stop, err
 }
@@ -53,7 +66,18 @@ func startRedisProcess(ctx context.Context) (url string, p *process, stop func()
 // Start-up is bounded by ctx and by one minute. If redis-server is not
 // installed, the error is a *MissingError.
 func StartRedisCluster(ctx context.Context) (addrs []string, stop func() error, err error) {
-	c, stop, err := startCluster(ctx, 0)
+	c, stop, err := startCluster(ctx, 0, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c.Masters, stop, nil
+}
+
+// StartSecureRedisCluster is StartRedisCluster with the nodes secured as
+// sec says: with sec.TLS, the addresses are those of the nodes' TLS ports
+// and the cluster bus runs over TLS.
+func StartSecureRedisCluster(ctx context.Context, sec Secure) (addrs []string, stop func() error, err error) {
+	c, stop, err := startCluster(ctx, 0, &sec)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -106,14 +130,19 @@ const clusterNodeTimeout = time.Second
 // their directory. Start-up is bounded by ctx and by one minute. If
 // redis-server is not installed, the error is a *MissingError.
 func StartRedisClusterWithReplicas(ctx context.Context) (c *ReplicatedCluster, stop func() error, err error) {
-	return startCluster(ctx, clusterNodeTimeout)
+	return startCluster(ctx, clusterNodeTimeout, nil)
 }
 
 // startCluster starts three masters and, when nodeTimeout is not 0, a
-// replica of each with that cluster-node-timeout.
-func startCluster(ctx context.Context, nodeTimeout time.Duration) (*ReplicatedCluster, func() error, error) {
+// replica of each with that cluster-node-timeout, secured as sec says
+// unless it is nil.
+func startCluster(ctx context.Context, nodeTimeout time.Duration, sec *Secure) (*ReplicatedCluster, func() error, error) {
 	return startIn(ctx, "redis-cluster", func(ctx context.Context, dir string, own func(*process)) (*ReplicatedCluster, error) {
 		bin, err := lookPath("redis-server", "redis-server")
+		if err != nil {
+			return nil, err
+		}
+		a, err := sec.access()
 		if err != nil {
 			return nil, err
 		}
@@ -125,7 +154,7 @@ func startCluster(ctx context.Context, nodeTimeout time.Duration) (*ReplicatedCl
 		// its port or bus port to another process fails the try.
 		var procs []*process
 		for try := 0; ; try++ {
-			procs, err = startClusterNodes(ctx, bin, dir, nodes, nodeTimeout)
+			procs, err = startClusterNodes(ctx, bin, dir, nodes, nodeTimeout, sec, a)
 			if err == nil || try == 2 || !addrInUse(err.Error()) {
 				break
 			}
@@ -143,22 +172,22 @@ func startCluster(ctx context.Context, nodeTimeout time.Duration) (*ReplicatedCl
 			}
 			c.procs[p.addr] = p
 		}
-		return c, formCluster(ctx, procs[:3], procs[3:])
+		return c, a.formCluster(ctx, procs[:3], procs[3:])
 	})
 }
 
-// startRedis launches redis-server on port in dir with args added, with its
-// log in dir. It does not wait for it.
-func startRedis(bin, dir string, port int, args ...string) (*process, error) {
-	args = append([]string{
-		"--port", strconv.Itoa(port),
+// startRedis launches redis-server on port in dir, secured as sec says
+// unless it is nil, with args added, with its log in dir. It does not wait
+// for it.
+func startRedis(bin, dir string, port int, sec *Secure, args ...string) (*process, error) {
+	args = append(append(sec.args(port),
 		"--bind", "127.0.0.1",
 		"--dir", dir,
 		"--save", "",
 		"--appendonly", "no",
 		"--daemonize", "no",
 		"--logfile", "",
-	}, args...)
+	), args...)
 	srv := server{name: "redis-server", ready: "Ready to accept connections", stopSig: syscall.SIGKILL, deathSig: syscall.SIGKILL}
 	return srv.launch(exec.Command(bin, args...), dir, port)
 }
@@ -166,7 +195,7 @@ func startRedis(bin, dir string, port int, args ...string) (*process, error) {
 // startClusterNodes launches n cluster nodes and waits until each answers
 // PING. A nodeTimeout of 0 leaves Redis's default cluster-node-timeout.
 // When one fails, it stops them all.
-func startClusterNodes(ctx context.Context, bin, dir string, n int, nodeTimeout time.Duration) (procs []*process, err error) {
+func startClusterNodes(ctx context.Context, bin, dir string, n int, nodeTimeout time.Duration, sec *Secure, a *redisAccess) (procs []*process, err error) {
 	defer func() {
 		if err != nil {
 			for _, p := range procs {
@@ -188,7 +217,7 @@ func startClusterNodes(ctx context.Context, bin, dir string, n int, nodeTimeout 
 		if nodeTimeout > 0 {
 			args = append(args, "--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10))
 		}
-		p, err := startRedis(bin, dir, port, args...)
+		p, err := startRedis(bin, dir, port, sec, args...)
 		if err != nil {
 			return procs, err
 		}
@@ -196,7 +225,7 @@ func startClusterNodes(ctx context.Context, bin, dir string, n int, nodeTimeout 
 	}
 	for _, p := range procs {
 		addr := p.addr
-		if err := waitReady(ctx, p, func(ctx context.Context) error { return pingRedis(ctx, addr) }); err != nil {
+		if err := waitReady(ctx, p, func(ctx context.Context) error { return a.ping(ctx, addr) }); err != nil {
 			return procs, err
 		}
 	}
@@ -209,7 +238,7 @@ func startClusterNodes(ctx context.Context, bin, dir string, n int, nodeTimeout 
 // replicates masters[i]. It then waits until every node knows every slot,
 // which takes about two seconds (a master reports cluster_state:ok no
 // sooner than 2s after it started), and every replica is in sync.
-func formCluster(ctx context.Context, masters, replicas []*process) error {
+func (a *redisAccess) formCluster(ctx context.Context, masters, replicas []*process) error {
 	const slots = 16384
 	for i, p := range masters {
 		lo, hi := i*slots/len(masters), (i+1)*slots/len(masters)
@@ -217,7 +246,7 @@ func formCluster(ctx context.Context, masters, replicas []*process) error {
 		for s := lo; s < hi; s++ {
 			args = append(args, strconv.Itoa(s))
 		}
-		if _, err := redisCommands(ctx, p.addr,
+		if _, err := a.commands(ctx, p.addr,
 			args,
 			[]string{"CLUSTER", "SET-CONFIG-EPOCH", strconv.Itoa(i + 1)},
 		); err != nil {
@@ -233,7 +262,7 @@ func formCluster(ctx context.Context, masters, replicas []*process) error {
 			host, port, _ := net.SplitHostPort(q.addr)
 			meets = append(meets, []string{"CLUSTER", "MEET", host, port})
 		}
-		if _, err := redisCommands(ctx, p.addr, meets...); err != nil {
+		if _, err := a.commands(ctx, p.addr, meets...); err != nil {
 			return fmt.Errorf("testserver: create cluster: %w%s", err, p.logTail())
 		}
 	}
@@ -242,12 +271,12 @@ func formCluster(ctx context.Context, masters, replicas []*process) error {
 	for i, r := range replicas {
 		m := masters[i]
 		err := waitReady(ctx, r, func(ctx context.Context) error {
-			id, err := nodeID(ctx, m.addr)
+			id, err := a.nodeID(ctx, m.addr)
 			if err != nil {
 				return err
 			}
 			// Fails until the replica has heard of the master by gossip.
-			if _, err := redisCommands(ctx, r.addr, []string{"CLUSTER", "REPLICATE", id}); err != nil {
+			if _, err := a.commands(ctx, r.addr, []string{"CLUSTER", "REPLICATE", id}); err != nil {
 				return err
 			}
 			want[r.addr] = id
@@ -259,11 +288,11 @@ func formCluster(ctx context.Context, masters, replicas []*process) error {
 	}
 	for _, p := range procs {
 		err := waitReady(ctx, p, func(ctx context.Context) error {
-			if err := clusterReady(ctx, p.addr, procs, want); err != nil {
+			if err := a.clusterReady(ctx, p.addr, procs, want); err != nil {
 				return err
 			}
 			if _, ok := want[p.addr]; ok {
-				return replicaSynced(ctx, p.addr)
+				return a.replicaSynced(ctx, p.addr)
 			}
 			return nil
 		})
@@ -280,8 +309,8 @@ func formCluster(ctx context.Context, masters, replicas []*process) error {
 }
 
 // nodeID returns the cluster node ID of the node at addr.
-func nodeID(ctx context.Context, addr string) (string, error) {
-	c, err := dialRedis(ctx, addr)
+func (a *redisAccess) nodeID(ctx context.Context, addr string) (string, error) {
+	c, err := a.dial(ctx, addr)
 	if err != nil {
 		return "", err
 	}
@@ -301,8 +330,8 @@ func nodeID(ctx context.Context, addr string) (string, error) {
 // cluster_state:ok and lists every node of procs at its address, each
 // replica of replicas (address → its master's ID) as a replica of that
 // master.
-func clusterReady(ctx context.Context, addr string, procs []*process, replicas map[string]string) error {
-	c, err := dialRedis(ctx, addr)
+func (a *redisAccess) clusterReady(ctx context.Context, addr string, procs []*process, replicas map[string]string) error {
+	c, err := a.dial(ctx, addr)
 	if err != nil {
 		return err
 	}
@@ -339,10 +368,10 @@ func clusterReady(ctx context.Context, addr string, procs []*process, replicas m
 	return nil
 }
 
-// pingRedis reports an error unless the server at addr answers PING with
+// ping reports an error unless the server at addr answers PING with
 // PONG.
-func pingRedis(ctx context.Context, addr string) error {
-	c, err := dialRedis(ctx, addr)
+func (a *redisAccess) ping(ctx context.Context, addr string) error {
+	c, err := a.dial(ctx, addr)
 	if err != nil {
 		return err
 	}
@@ -357,10 +386,10 @@ func pingRedis(ctx context.Context, addr string) error {
 	return nil
 }
 
-// redisCommands sends each of cmds to the server at addr on one
-// connection, stopping at the first error, and returns their replies.
-func redisCommands(ctx context.Context, addr string, cmds ...[]string) ([]any, error) {
-	c, err := dialRedis(ctx, addr)
+// commands sends each of cmds to the server at addr on one connection,
+// stopping at the first error, and returns their replies.
+func (a *redisAccess) commands(ctx context.Context, addr string, cmds ...[]string) ([]any, error) {
+	c, err := a.dial(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -381,12 +410,34 @@ type respConn struct {
 	r    *bufio.Reader
 }
 
-func dialRedis(ctx context.Context, addr string) (*respConn, error) {
+// dial connects to the server at addr as a says: a nil a connects in
+// the clear, without logging in.
+func (a *redisAccess) dial(ctx context.Context, addr string) (*respConn, error) {
 	c, err := dial(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
-	return &respConn{conn: c, r: bufio.NewReader(c)}, nil
+	if a == nil {
+		return &respConn{conn: c, r: bufio.NewReader(c)}, nil
+	}
+	if a.tls != nil {
+		cfg := a.tls.Clone()
+		cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		tc := tls.Client(c, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
+		}
+		c = tc
+	}
+	rc := &respConn{conn: c, r: bufio.NewReader(c)}
+	if a.password != "" {
+		if _, err := rc.do("AUTH", a.password); err != nil {
+			rc.Close()
+			return nil, err
+		}
+	}
+	return rc, nil
 }
 
 func (c *respConn) Close() error { return c.conn.Close() }
@@ -467,43 +518,63 @@ const SentinelMaster = "sluice"
 // removes their directory. Start-up is bounded by ctx and by one minute.
 // If redis-server is not installed, the error is a *MissingError.
 func StartRedisSentinel(ctx context.Context) (url string, stop func() error, err error) {
+	return startSentinels(ctx, nil)
+}
+
+// StartSecureRedisSentinel is StartRedisSentinel with the master, the
+// replica and the Sentinel secured as sec says: with sec.TLS, the URL
+// starts with rediss+sentinel:// and the Sentinel speaks TLS to its
+// clients and to the servers it watches.
+func StartSecureRedisSentinel(ctx context.Context, sec Secure) (url string, stop func() error, err error) {
+	return startSentinels(ctx, &sec)
+}
+
+// startSentinels is StartRedisSentinel, secured as sec says unless it is
+// nil.
+func startSentinels(ctx context.Context, sec *Secure) (url string, stop func() error, err error) {
 	return startIn(ctx, "redis-sentinel", func(ctx context.Context, dir string, own func(*process)) (string, error) {
 		bin, err := lookPath("redis-server", "redis-server")
 		if err != nil {
 			return "", err
 		}
+		a, err := sec.access()
+		if err != nil {
+			return "", err
+		}
 		master, mport, err := startOnFreePort(ctx,
 			// Without the delay, a replica syncs at once rather than 5s later.
-			func(port int) (*process, error) { return startRedis(bin, dir, port, "--repl-diskless-sync-delay", "0") },
-			pingRedis)
+			func(port int) (*process, error) {
+				return startRedis(bin, dir, port, sec, "--repl-diskless-sync-delay", "0")
+			},
+			a.ping)
 		if err != nil {
 			return "", err
 		}
 		own(master)
 		replica, _, err := startOnFreePort(ctx,
 			func(port int) (*process, error) {
-				return startRedis(bin, dir, port, "--replicaof", "127.0.0.1", strconv.Itoa(mport))
+				return startRedis(bin, dir, port, sec, "--replicaof", "127.0.0.1", strconv.Itoa(mport))
 			},
-			replicaSynced)
+			a.replicaSynced)
 		if err != nil {
 			return "", err
 		}
 		own(replica)
 		sentinel, sport, err := startOnFreePort(ctx,
-			func(port int) (*process, error) { return startSentinel(bin, dir, port, master.addr) },
-			func(ctx context.Context, addr string) error { return sentinelKnows(ctx, addr, replica.addr) })
+			func(port int) (*process, error) { return startSentinel(bin, dir, port, master.addr, sec) },
+			func(ctx context.Context, addr string) error { return a.sentinelKnows(ctx, addr, replica.addr) })
 		if err != nil {
 			return "", err
 		}
 		own(sentinel)
-		return fmt.Sprintf("redis+sentinel://127.0.0.1:%d/%s", sport, SentinelMaster), nil
+		return fmt.Sprintf("%s127.0.0.1:%d/%s", sec.scheme("redis+sentinel"), sport, SentinelMaster), nil
 	})
 }
 
 // replicaSynced reports an error unless the replica at addr is linked to
 // its master and done with the first sync.
-func replicaSynced(ctx context.Context, addr string) error {
-	c, err := dialRedis(ctx, addr)
+func (a *redisAccess) replicaSynced(ctx context.Context, addr string) error {
+	c, err := a.dial(ctx, addr)
 	if err != nil {
 		return err
 	}
@@ -520,16 +591,20 @@ func replicaSynced(ctx context.Context, addr string) error {
 }
 
 // startSentinel launches a Sentinel on port that watches the master at
-// masterAddr. It does not wait for it.
-func startSentinel(bin, dir string, port int, masterAddr string) (*process, error) {
+// masterAddr, secured as sec says unless it is nil. It does not wait for
+// it.
+func startSentinel(bin, dir string, port int, masterAddr string, sec *Secure) (*process, error) {
 	host, mport, _ := net.SplitHostPort(masterAddr)
 	// A Sentinel rewrites its config file, so each has its own.
 	conf := filepath.Join(dir, fmt.Sprintf("sentinel-%d.conf", port))
-	text := fmt.Sprintf("port %[1]d\nbind 127.0.0.1\ndir %[2]s\n"+
-		"sentinel monitor %[3]s %[4]s %[5]s 1\n"+
-		"sentinel down-after-milliseconds %[3]s 1000\n"+
-		"sentinel failover-timeout %[3]s 5000\n",
-		port, dir, SentinelMaster, host, mport)
+	text := sec.sentinelConf(port) + fmt.Sprintf("bind 127.0.0.1\ndir %[1]s\n"+
+		"sentinel monitor %[2]s %[3]s %[4]s 1\n"+
+		"sentinel down-after-milliseconds %[2]s 1000\n"+
+		"sentinel failover-timeout %[2]s 5000\n",
+		dir, SentinelMaster, host, mport)
+	if sec != nil && sec.Password != "" {
+		text += fmt.Sprintf("sentinel auth-pass %s %s\n", SentinelMaster, sec.Password)
+	}
 	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		return nil, fmt.Errorf("testserver: %w", err)
 	}
@@ -541,8 +616,8 @@ func startSentinel(bin, dir string, port int, masterAddr string) (*process, erro
 // replica at replicaAddr for SentinelMaster as one it could promote: up,
 // linked to its master and recently heard from, since a Sentinel refuses
 // a failover to a replica it has no fresh INFO of.
-func sentinelKnows(ctx context.Context, addr, replicaAddr string) error {
-	c, err := dialRedis(ctx, addr)
+func (a *redisAccess) sentinelKnows(ctx context.Context, addr, replicaAddr string) error {
+	c, err := a.dial(ctx, addr)
 	if err != nil {
 		return err
 	}

@@ -384,9 +384,20 @@ func fail(tb testing.TB, err error) {
 	tb.Fatal(err)
 }
 
+// skipShort skips tb under go test -short, which make check uses to run
+// only the tests that need no server; make test, which CI runs, never
+// passes -short.
+func skipShort(tb testing.TB, kind string) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skipf("testserver: -short (make check) skips the tests that need %s; make test runs them", kind)
+	}
+}
+
 // forTest starts a server for tb with start and stops it in tb.Cleanup.
 func forTest[T any](tb testing.TB, kind string, start func(context.Context) (T, func() error, error)) T {
 	tb.Helper()
+	skipShort(tb, kind)
 	ctx, cancel := context.WithTimeout(tb.Context(), startTimeout)
 	defer cancel()
 	t0 := time.Now()
@@ -421,7 +432,7 @@ func PausableRedis(tb testing.TB) (url string, pause func(frozen bool)) {
 	tb.Helper()
 	var p *process
 	url = forTest(tb, "redis", func(ctx context.Context) (string, func() error, error) {
-		u, proc, stop, err := startRedisProcess(ctx)
+		u, proc, stop, err := startRedisProcess(ctx, nil)
 		if err != nil {
 			return "", nil, err
 		}
@@ -465,6 +476,31 @@ func RedisSentinel(tb testing.TB) string {
 	return forTest(tb, "redis sentinel", StartRedisSentinel)
 }
 
+// SecureRedis is Redis, with the server secured as sec says (see
+// StartSecureRedis).
+func SecureRedis(tb testing.TB, sec Secure) string {
+	tb.Helper()
+	return forTest(tb, "secure redis", func(ctx context.Context) (string, func() error, error) { return StartSecureRedis(ctx, sec) })
+}
+
+// SecureRedisCluster is RedisCluster, with the nodes secured as sec says
+// (see StartSecureRedisCluster).
+func SecureRedisCluster(tb testing.TB, sec Secure) []string {
+	tb.Helper()
+	return forTest(tb, "secure redis cluster", func(ctx context.Context) ([]string, func() error, error) {
+		return StartSecureRedisCluster(ctx, sec)
+	})
+}
+
+// SecureRedisSentinel is RedisSentinel, with the servers secured as sec
+// says (see StartSecureRedisSentinel).
+func SecureRedisSentinel(tb testing.TB, sec Secure) string {
+	tb.Helper()
+	return forTest(tb, "secure redis sentinel", func(ctx context.Context) (string, func() error, error) {
+		return StartSecureRedisSentinel(ctx, sec)
+	})
+}
+
 // Postgres starts a PostgreSQL server for tb, stops it when tb ends and
 // returns its URL,
 // "postgres://postgres@127.0.0.1:PORT/postgres?sslmode=disable". The test
@@ -473,6 +509,20 @@ func RedisSentinel(tb testing.TB) string {
 func Postgres(tb testing.TB) string {
 	tb.Helper()
 	return forTest(tb, "postgres", StartPostgres)
+}
+
+// SecurePostgres is Postgres, with the server secured as sec says (see
+// StartSecurePostgres).
+func SecurePostgres(tb testing.TB, sec SecureSQL) string {
+	tb.Helper()
+	return forTest(tb, "secure postgres", func(ctx context.Context) (string, func() error, error) { return StartSecurePostgres(ctx, sec) })
+}
+
+// SecureMariaDB is MariaDB, with the server secured as sec says (see
+// StartSecureMariaDB).
+func SecureMariaDB(tb testing.TB, sec SecureSQL) string {
+	tb.Helper()
+	return forTest(tb, "secure mariadb", func(ctx context.Context) (string, func() error, error) { return StartSecureMariaDB(ctx, sec) })
 }
 
 // MariaDB starts a MariaDB server with an empty database "sluice" for tb,
@@ -537,6 +587,7 @@ type shared[T any] struct {
 // skipping or failing tb as Redis does if it could not start.
 func (s *shared[T]) get(tb testing.TB, kind string, start func(context.Context) (T, func() error, error)) T {
 	tb.Helper()
+	skipShort(tb, kind)
 	if !mainRunning.Load() {
 		tb.Fatalf("testserver: a shared %s needs TestMain to call testserver.Main", kind)
 	}

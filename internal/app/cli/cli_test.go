@@ -298,15 +298,56 @@ func TestDemoCancelled(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	info := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/sluicehq/sluice", Version: "v0.4.0"},
-		Settings: []debug.BuildSetting{{Key: "GOOS", Value: "linux"}, {Key: "GOARCH", Value: "amd64"},
-			{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.time", Value: "2026-11-24T09:00:00Z"}, {Key: "vcs.modified", Value: "true"}}}
-	want := "sluice v0.4.0\nrevision 0123abcd 2026-11-24T09:00:00Z (modified)\ngo1.26.8 linux/amd64\n"
-	if got := version(info); got != want {
-		t.Errorf("version = %q, want %q", got, want)
+	settings := func(kv ...string) []debug.BuildSetting {
+		out := []debug.BuildSetting{{Key: "GOOS", Value: "linux"}, {Key: "GOARCH", Value: "amd64"}}
+		for i := 0; i < len(kv); i += 2 {
+			out = append(out, debug.BuildSetting{Key: kv[i], Value: kv[i+1]})
+		}
+		return out
+	}
+	info := func(version string, s []debug.BuildSetting) *debug.BuildInfo {
+		return &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/sluicehq/sluice", Version: version}, Settings: s}
+	}
+	const rev = "0123456789abcdef0123456789abcdef01234567"
+	goVCS := settings("vcs.revision", rev, "vcs.time", "2026-11-24T09:00:00Z", "vcs.modified", "true")
+	tests := []struct {
+		name string
+		info *debug.BuildInfo
+		ld   stamp
+		want string
+	}{
+		{"go install @version", info("v0.1.0", settings()), stamp{},
+			"sluice v0.1.0\ngo1.26.8 linux/amd64\n"},
+		{"go install @latest before a tag", info("v0.0.0-20261124090000-0123456789ab", settings()), stamp{},
+			"sluice v0.0.0-20261124090000-0123456789ab\ngo1.26.8 linux/amd64\n"},
+		{"a clone, Go's VCS stamp", info("v0.0.0-20261124090000-0123456789ab+dirty", goVCS), stamp{},
+			"sluice " + devVersion + "+0123456789ab.dirty\nrevision " + rev + " 2026-11-24T09:00:00Z (modified)\ngo1.26.8 linux/amd64\n"},
+		{"a clone, -ldflags stamp", info("(devel)", settings()), stamp{rev, "2026-11-24T09:00:00Z", "false"},
+			"sluice " + devVersion + "+0123456789ab\nrevision " + rev + " 2026-11-24T09:00:00Z\ngo1.26.8 linux/amd64\n"},
+		{"Go's stamp wins over -ldflags", info("(devel)", goVCS), stamp{"fedcba", "", ""},
+			"sluice " + devVersion + "+0123456789ab.dirty\nrevision " + rev + " 2026-11-24T09:00:00Z (modified)\ngo1.26.8 linux/amd64\n"},
+		{"a clone without a stamp", info("(devel)", settings()), stamp{},
+			"sluice " + devVersion + "\nrevision unknown: built without VCS information (-buildvcs=false, a git worktree, or not in a git clone; make image's build stamps it)\ngo1.26.8 linux/amd64\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := describe(tt.info, tt.ld); got != tt.want {
+				t.Errorf("describe = %q, want %q", got, tt.want)
+			}
+		})
 	}
 	out, _, err := runCLI(t, "version")
-	if err != nil || !strings.HasPrefix(out, "sluice ") || !strings.Contains(out, runtime.Version()) {
-		t.Errorf("sluice version = %q, %v; want the version and %s", out, err, runtime.Version())
+	if err != nil || !semver.MatchString(strings.TrimPrefix(strings.SplitN(out, "\n", 2)[0], "sluice ")) || !strings.Contains(out, runtime.Version()) {
+		t.Errorf("sluice version = %q, %v; want a semantic version and %s", out, err, runtime.Version())
+	}
+}
+
+// semver is a semantic version with Go's leading v (semver.org's grammar,
+// simplified: any pre-release and build identifiers of its characters).
+var semver = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$`)
+
+func TestDevVersionIsSemantic(t *testing.T) {
+	if !semver.MatchString(devVersion) || !strings.HasSuffix(devVersion, "-dev") {
+		t.Errorf("devVersion = %q, want a semantic version ending in -dev", devVersion)
 	}
 }

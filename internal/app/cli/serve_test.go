@@ -50,7 +50,7 @@ func TestServe(t *testing.T) {
 	}()
 
 	var addr string
-	for deadline := time.Now().Add(10 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("serve printed %q, want the HTTP address", stdout.String())
 		}

@@ -262,36 +262,53 @@ func TestConformanceStoreLeavesNothing(t *testing.T) {
 	}
 }
 
-// slow is a store that answers each update after delay.
-type slow struct {
+// deadlineOf is a store that notes the deadline of each Update's context
+// (the zero Time for none) on got.
+type deadlineOf struct {
 	driver.Store
-	delay time.Duration
+	got chan time.Time
 }
 
-func (s slow) Update(ctx context.Context, key string, f driver.UpdateFunc) error {
-	time.Sleep(s.delay)
+func (s deadlineOf) Update(ctx context.Context, key string, f driver.UpdateFunc) error {
+	d, _ := ctx.Deadline()
+	select {
+	case s.got <- d:
+	default: // only the first is checked
+	}
 	return s.Store.Update(ctx, key, f)
 }
 
 // TestConformanceStoreTimeout: conformance --store bounds each store call
-// by --store-timeout: a store answering after 1.2s fails a call at the
-// default 1s and not at 10s.
+// by --store-timeout: the store is given it as the call's deadline, from
+// a time within the call. (Before, a store answering after 1.2 s had to
+// fail at 1 s and pass at 10 s, a bet on how slow the machine was.)
 func TestConformanceStoreTimeout(t *testing.T) {
-	const delay = sluice.DefaultStoreTimeout + 200*time.Millisecond
 	for _, timeout := range []time.Duration{sluice.DefaultStoreTimeout, 10 * time.Second} {
 		target, release, err := targetFor(t.Context(), "mem://", timeout, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
 		st := target.(conformance.Store)
-		st.Store = slow{st.Store, delay}
+		store := deadlineOf{st.Store, make(chan time.Time, 1)}
+		st.Store = store
 		l, err := st.NewLimiter(t.Context(), sluice.FixedWindow(1, time.Hour), sluice.WallClock())
 		if err != nil {
 			t.Fatal(err)
 		}
+		before := time.Now()
 		r, err := l.AllowN(t.Context(), "k", 1)
-		if want := timeout > delay; (err == nil && r.Allowed) != want {
-			t.Errorf("--store-timeout %v, a store answering after %v: AllowN = %+v, %v; want allowed %v", timeout, delay, r, err, want)
+		after := time.Now()
+		if err != nil || !r.Allowed {
+			t.Errorf("--store-timeout %v: AllowN = %+v, %v; want allowed", timeout, r, err)
+		}
+		select {
+		case got := <-store.got:
+			if got.Before(before.Add(timeout)) || got.After(after.Add(timeout)) {
+				t.Errorf("--store-timeout %v: the store's deadline is %v from the call's start, want %v from a time within the call (which took %v)",
+					timeout, got.Sub(before), timeout, after.Sub(before))
+			}
+		default:
+			t.Errorf("--store-timeout %v: the store was not asked", timeout)
 		}
 		release()
 	}

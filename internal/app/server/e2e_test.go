@@ -335,9 +335,9 @@ func TestE2EReload(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
+		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s did not happen within 10s\nstderr:\n%s", what, p.stderr)
+				t.Fatalf("%s did not happen within 30s\nstderr:\n%s", what, p.stderr)
 			}
 		}
 	}

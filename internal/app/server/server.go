@@ -18,7 +18,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"runtime"
 	"strings"
@@ -928,17 +927,8 @@ func (s *Server) Close() error {
 	return s.closeErr
 }
 
-// redact is a store URL without its password.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	switch {
-	case err != nil:
-		return "(unparsable URL)"
-	case u.User == nil:
-		return raw
-	}
-	return u.Redacted()
-}
+// redact is a store URL without its passwords.
+func redact(raw string) string { return storeurl.Redact(raw) }
 
 // Policy returns the policy of the limiter called name in the current
 // configuration, for handlers added with WithHandler (such as a

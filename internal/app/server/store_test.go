@@ -97,12 +97,16 @@ func TestStoreDown(t *testing.T) {
 			if n := testutil.ToFloat64(s.metrics.circuitOpen.WithLabelValues("three")); n != 1 {
 				t.Errorf("sluice_store_circuit_open{limiter=three} = %v after 5 store failures, want 1", n)
 			}
-			// Shutdown closes the store promptly even though it is down:
-			// the client does not retry on its own (storeurl).
-			start := time.Now()
-			s.Close()
-			if d := time.Since(start); d > 2*time.Second {
-				t.Errorf("closing a store whose server is down took %v", d)
+			// Shutdown closes the store even though it is down: the
+			// client does not retry on its own (storeurl). What this
+			// catches is a hang, so it waits with a generous deadline,
+			// not a bound: closing takes microseconds.
+			closed := make(chan struct{})
+			go func() { s.Close(); close(closed) }()
+			select {
+			case <-closed:
+			case <-time.After(30 * time.Second):
+				t.Errorf("closing a store whose server is down did not return within 30s")
 			}
 		})
 	}

@@ -34,7 +34,7 @@ func TestOpenBadURLs(t *testing.T) {
 		{"mem://localhost", []string{"mem:// takes no host"}},
 		{"mem://?max_keys=10", []string{"mem:// takes no host, path or parameters"}},
 		{"redis://127.0.0.1:1/0?frobnicate=1", []string{"bad Redis URL", "frobnicate"}},
-		{"redis+cluster://127.0.0.1:1,127.0.0.1:2?max_retries=3", []string{`unknown parameter "max_retries"`, "take none"}},
+		{"redis+cluster://127.0.0.1:1,127.0.0.1:2?max_retries=3", []string{`unknown parameter "max_retries"`, "take password_file, password_env"}},
 		{"redis+cluster://127.0.0.1:1/3", []string{"database 0 only"}},
 		{"redis+sentinel://127.0.0.1:1", []string{"must name the master"}},
 		{"redis+sentinel://127.0.0.1:1/m?db=2", []string{`unknown parameter "db"`}},
@@ -53,8 +53,12 @@ func TestOpenBadURLs(t *testing.T) {
 		{"mysql://127.0.0.1:1/db?sweep_interval=-1m", []string{"sweep_interval", "at least 1s"}},
 		{"redis://127.0.0.1:1/0?db=1;x=2", []string{"bad query"}},
 		{"mysql://127.0.0.1:1/db?strategy=advisory_lock", []string{`unknown strategy "advisory_lock"`, "single_statement or select_for_update"}},
-		{"mysql://root@127.0.0.1:1/db?tls=true", []string{`unknown parameter "tls"`, "strategy, table"}},
+		{"mysql://root@127.0.0.1:1/db?tls=skip-verify", []string{"parameter tls: want true", `"skip-verify"`}},
+		{"mysql://root@127.0.0.1:1/db?ssl=true", []string{`unknown parameter "ssl"`, "strategy, table", "tls_ca_file"}},
 		{"mysql://root:hunter2@127.0.0.1:1/db?x=1", []string{"root:xxxxx@"}},
+		// pgx takes the password as a parameter too.
+		{"postgres://u@127.0.0.1:1/db?password=hunter2&strategy=x", []string{"password=xxxxx&strategy=x", `unknown strategy "x"`}},
+		{"postgres://u@127.0.0.1:1/db?sslpassword=hunter2&stratgy=x", []string{"sslpassword=xxxxx&stratgy=x", `unknown parameter "stratgy"`}},
 		{"redis://user:hunter2@host:port/x", []string{"(unparsable)"}},
 		{"dynamodb://sluice_state?region=us-east-1", []string{"takes no host or path", "?table="}},
 		{"dynamodb://?region=us-east-1&consistent=1", []string{`unknown parameter "consistent"`, "endpoint, region, table"}},
@@ -245,9 +249,11 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-// TestServerKilled stops a store's server in the middle of a run: calls
-// keep returning within the store timeout, with the configured failure
-// policy, and nothing panics.
+// TestServerKilled stops a store's server in the middle of a run: every
+// call still returns, with the configured failure policy's answer, each
+// counted as a store failure, and nothing panics. That each returns within
+// the store timeout is the limiter's deadline, which the root package's
+// tests and redisstore's TestOutageLatency check.
 func TestServerKilled(t *testing.T) {
 	awsEnv(t)
 	starts := map[string]func(context.Context) (string, func() error, error){
@@ -311,16 +317,12 @@ func TestServerKilled(t *testing.T) {
 			stopped = true
 			allowed := 0
 			for i := range 40 {
-				start := time.Now()
 				r, err := local.Allow(ctx, "k")
 				if err != nil {
 					t.Fatalf("call %d after the kill, failing to local = %v", i, err)
 				}
 				if r.Allowed {
 					allowed++
-				}
-				if d := time.Since(start); d > 5*time.Second {
-					t.Errorf("call %d took %v, past the store timeout", i, d)
 				}
 			}
 			// The local fallback starts the key afresh: 30 of its 40 calls
@@ -334,5 +336,24 @@ func TestServerKilled(t *testing.T) {
 				t.Errorf("failing closed after the kill = %v, want a *StoreError of an unavailable store", err)
 			}
 		})
+	}
+}
+
+// TestRedact: a URL shown in messages, /api and the live page keeps
+// everything but its passwords, wherever the URL holds them.
+func TestRedact(t *testing.T) {
+	for raw, want := range map[string]string{
+		"redis://127.0.0.1:6379/0":                                   "redis://127.0.0.1:6379/0",
+		"redis://u:hunter2@h:6379/0":                                 "redis://u:xxxxx@h:6379/0",
+		"rediss://u@h:6379/0?password_file=/run/secrets/redis":       "rediss://u@h:6379/0?password_file=/run/secrets/redis",
+		"postgres://u@h/db?sslmode=verify-full&password=hunter2":     "postgres://u@h/db?sslmode=verify-full&password=xxxxx",
+		"postgres://u:hunter2@h/db?pass%77ord=hunter2&sslpassword=x": "postgres://u:xxxxx@h/db?password=xxxxx&sslpassword=xxxxx",
+		"postgres://u@h:port/db?password=hunter2":                    "(unparsable URL)",
+		"mysql://u@h/db?password_env=MYSQL_PASSWORD":                 "mysql://u@h/db?password_env=MYSQL_PASSWORD",
+		"redis+sentinel://h:26379/m?sentinel_password=hunter2":       "redis+sentinel://h:26379/m?sentinel_password=xxxxx",
+	} {
+		if got := Redact(raw); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", raw, got, want)
+		}
 	}
 }

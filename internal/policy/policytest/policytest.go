@@ -28,7 +28,8 @@
 //     call after them on the states each left.
 //
 // The per-policy tests keep what is particular to a policy: its worked
-// examples, its model, its encoding byte by byte.
+// examples, its model, its encoding byte by byte. The worked examples are
+// tables of Steps, which Steps runs with the checks every example needs.
 package policytest
 
 import (

@@ -14,9 +14,8 @@ import (
 
 // A Limiter decides on a backend: its keys in memory (memKeys), in a
 // store (storeKeys), or in a store behind the failure policy (failover).
-// A KeyBucket runs on a bucketBackend of the same three kinds, plus the
-// lazily configured store bucket (lazyBuckets). The failure policy is
-// applied in one place for both, failurePolicy.
+// A KeyBucket runs on a bucketBackend of the same three kinds. The
+// failure policy is applied in one place for both, failurePolicy.
 //
 // A backend's errors are the caller's context ending and store failures;
 // an argument out of bounds is a policy result's Code.
@@ -36,111 +35,42 @@ type backend interface {
 type memKeys struct {
 	keys  keyed.Keys
 	clock Clock
-	// mono is set when clock is the default MonotonicClock, which now
-	// reads without the Clock interface's dynamic call.
-	mono bool
-	// replaced holds the keys whose bucket was replaced (replaced.go):
-	// nil but for an in-memory token-bucket limiter.
-	replaced *replacedKeys
 }
 
 // newMemKeys returns keys in memory on clock.
 func newMemKeys(keys keyed.Keys, clock Clock) *memKeys {
-	return &memKeys{keys: keys, clock: clock, mono: clock == Clock(monotonic)}
+	return &memKeys{keys: keys, clock: clock}
 }
 
-// now reads the clock: MonotonicClock by a direct call, whose body the
-// compiler inlines here, other clocks through the interface.
-func (m *memKeys) now() int64 {
-	if m.mono {
-		return monotonic.Now()
-	}
-	return m.clock.Now()
-}
-
-// undecided is the code of memKeys.decide for a key it leaves to
-// consume: one whose bucket was replaced. It is none of policy's codes.
-const undecided policy.Code = 255
-
-// decide is consume's decision on a key whose bucket was not replaced,
-// as Keys.Decide's results; for the others it returns undecided.
-//
-// A call that finds key in memory and decides there may race the key's
-// first ReplaceConfiguration, which copies the key's bucket into a
-// record: decided after the copy, the call would not count in the
-// record. So each such call looks again once it has decided: the copy
-// and the record's appearing are one step under the record store's lock,
-// which has() waits for, so a call that decided after the copy finds the
-// record and decides again there. One that decided before the copy may
-// count twice, in the copy and again: a rejection too many in that
-// instant, never an admission too many.
+// decide decides on key in memory, as Keys.Decide.
 func (m *memKeys) decide(key string, n int64) (code policy.Code, allowed bool, remaining, retryAfter, resetAfter, limit int64) {
-	if m.replaced.has(key) {
-		return undecided, false, 0, 0, 0, 0
-	}
-	var now int64 // m.now(), written out: that call would not be inlined
-	if m.mono {
-		now = monotonic.Now()
-	} else {
-		now = m.clock.Now()
-	}
-	code, allowed, remaining, retryAfter, resetAfter, limit = m.keys.Decide(key, now, n)
-	if m.replaced.has(key) { // replaced meanwhile: see above
-		return undecided, false, 0, 0, 0, 0
-	}
-	return code, allowed, remaining, retryAfter, resetAfter, limit
+	return m.keys.Decide(key, m.clock.Now(), n)
 }
 
 // take takes n tokens for key if they are there now, as a reservation of
-// no wait; false leaves the call to reserve, a key whose bucket was
-// replaced included (see decide for the race with a replacement).
+// no wait; false leaves the call to reserve.
 func (m *memKeys) take(key string, n int64) bool {
-	if m.replaced.has(key) {
-		return false
-	}
-	return m.keys.Take(key, m.now(), n) && !m.replaced.has(key)
+	return m.keys.Take(key, m.clock.Now(), n)
 }
 
-func (m *memKeys) consume(ctx context.Context, key string, n int64) (policy.Result, error) {
-	if m.replaced.has(key) {
-		return m.replaced.consume(ctx, key, n)
-	}
-	res := m.keys.Consume(key, m.now(), n)
-	if m.replaced.has(key) { // replaced meanwhile: see decide
-		return m.replaced.consume(ctx, key, n)
-	}
-	return res, nil
+func (m *memKeys) consume(_ context.Context, key string, n int64) (policy.Result, error) {
+	return m.keys.Consume(key, m.clock.Now(), n), nil
 }
 
-func (m *memKeys) peek(ctx context.Context, key string, n int64) (policy.Result, error) {
-	if m.replaced.has(key) {
-		return m.replaced.peek(ctx, key, n)
-	}
-	return m.keys.Peek(key, m.now(), n), nil
+func (m *memKeys) peek(_ context.Context, key string, n int64) (policy.Result, error) {
+	return m.keys.Peek(key, m.clock.Now(), n), nil
 }
 
-func (m *memKeys) reserve(ctx context.Context, key string, n, maxWait int64) (policy.Result, int64, func(int64), error) {
-	if m.replaced.has(key) {
-		return m.replaced.reserve(ctx, key, n, maxWait)
-	}
-	now := m.now()
+func (m *memKeys) reserve(_ context.Context, key string, n, maxWait int64) (policy.Result, int64, func(int64), error) {
+	now := m.clock.Now()
 	res, rc := m.keys.Reserve(key, now, n, maxWait)
-	if m.replaced.has(key) { // replaced meanwhile: see decide
-		if rc != nil {
-			m.keys.Cancel(key, now, rc)
-		}
-		return m.replaced.reserve(ctx, key, n, maxWait)
-	}
 	if rc == nil {
 		return res, now, nil, nil
 	}
 	return res, rc.At, func(now int64) { m.keys.Cancel(key, now, rc) }, nil
 }
 
-func (m *memKeys) reset(ctx context.Context, key string) error {
-	if m.replaced.has(key) {
-		_ = m.replaced.recs.Delete(ctx, key)
-	}
+func (m *memKeys) reset(_ context.Context, key string) error {
 	m.keys.Reset(key)
 	return nil
 }
@@ -174,48 +104,46 @@ func (s *storeKeys) reset(ctx context.Context, key string) error {
 }
 
 // failurePolicy is what a Limiter or KeyBucket with a store does when the
-// store fails: StoreFailure, told to the listener.
+// store fails: StoreFailure, told to the observer.
 type failurePolicy struct {
 	policy   StoreFailure
-	listener StoreListener // nil when there is none
+	observer Observer // nil when there is none
 }
 
 // failed applies the policy to err, a store call's error, and tells the
-// listener: it returns nil when the call is to run on the local fallback
-// instead, and otherwise the error to return: a *storeFailure (open under
+// observer: it returns nil when the call is to run on the local fallback
+// instead, and otherwise the error to return: a *StoreError (open under
 // FailOpen), or ctx's error when the caller's context ended, which is not
 // a store failure.
 func (f failurePolicy) failed(ctx context.Context, err error) error {
 	if isCallerDone(ctx, err) {
 		return ctx.Err()
 	}
-	if f.listener != nil {
-		f.listener.OnStoreFailure(err, f.policy)
-	}
+	tell(f.observer, Event{Kind: EventStoreFailure, Err: err, Failure: f.policy})
 	if f.policy == FailLocal {
 		return nil
 	}
-	return &storeFailure{err: err, open: f.policy == FailOpen}
+	return &StoreError{Err: err, open: f.policy == FailOpen}
 }
 
 // needsStore marks err, the error of a call that only the store can
-// answer (a reset, a configuration), as a store failure whatever the
-// policy; the caller's context ending is returned as it is.
+// answer (a reset, a replaced configuration), as a store failure whatever
+// the policy; the caller's context ending is returned as it is.
 func needsStore(ctx context.Context, err error) error {
-	if err == nil || isCallerDone(ctx, err) || errors.Is(err, keyed.ErrNoConfig) {
+	if err == nil || isCallerDone(ctx, err) {
 		return err
 	}
-	return &storeFailure{err: err}
+	return &StoreError{Err: err}
 }
 
 // failover is a Limiter's store behind its failure policy: local is the
-// in-memory fallback of FailLocal, and quota the Limit of a result under
+// in-memory fallback of FailLocal, and limit the Limit of a result under
 // FailOpen.
 type failover struct {
 	failurePolicy
 	store backend
 	local backend
-	quota int64
+	limit int64
 }
 
 // onStore runs call on the store, and applies the failure policy when the
@@ -235,7 +163,7 @@ func onStore[T any](ctx context.Context, f *failover, call func(backend) (T, err
 	return zero, err
 }
 
-func (f *failover) openResult() policy.Result { return policy.Result{Allowed: true, Limit: f.quota} }
+func (f *failover) openResult() policy.Result { return policy.Result{Allowed: true, Limit: f.limit} }
 
 func (f *failover) consume(ctx context.Context, key string, n int64) (policy.Result, error) {
 	return onStore(ctx, f, func(b backend) (policy.Result, error) { return b.consume(ctx, key, n) }, f.openResult)
@@ -276,60 +204,36 @@ func (f *failover) reset(ctx context.Context, key string) error {
 // stored. It may run more than once (a store retries); the last run counts.
 type bucketFunc = func(cfg *tokenbucket.Config, st tokenbucket.State, now int64) (changed bool)
 
-// bucketSeen is shown a key's bucket after a call, for a snapshot.
-type bucketSeen = func(cfg *tokenbucket.Config, st tokenbucket.State, now int64)
-
 // bucketBackend is where a KeyBucket's state lives.
 type bucketBackend interface {
 	// update runs f on key's bucket and returns where it ran, for the
 	// call that gives a reservation back (a bucket whose store failed
-	// under FailOpen ran nowhere: nil, with an open *storeFailure).
+	// under FailOpen ran nowhere: nil, with an open *StoreError).
 	update(ctx context.Context, key string, f bucketFunc) (ran bucketBackend, err error)
-	// configuration is the configuration in force for key.
-	configuration(ctx context.Context, key string) (*tokenbucket.Config, error)
-	// replace switches key's bucket to cfg, and shows seen (when not nil)
-	// the bucket it leaves.
-	replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy, seen bucketSeen) error
+	// replace switches key's bucket to cfg.
+	replace(ctx context.Context, key string, cfg *tokenbucket.Config, inherit tokenbucket.Strategy) error
 }
 
 // memBuckets is a bucketBackend in memory: an in-memory Limiter's keys,
-// or a local fallback.
+// or a local fallback. With create, a call stores the key's bucket even
+// when it changed nothing, so that a KeyBucket's first call creates it.
 type memBuckets struct {
 	buckets keyed.Buckets
 	clock   Clock
-	// mem, when not nil, is the in-memory Limiter's keys, whose buckets
-	// may be replaced; nil for a local fallback, which cannot.
-	mem *memKeys
+	create  bool
 }
 
-func (m memBuckets) update(ctx context.Context, key string, f bucketFunc) (bucketBackend, error) {
-	if m.mem != nil && m.mem.replaced.has(key) {
-		_, err := memRecordBuckets{m.mem.replaced.mem}.update(ctx, key, f)
-		return m, err
-	}
+func (m memBuckets) update(_ context.Context, key string, f bucketFunc) (bucketBackend, error) {
 	now := m.clock.Now()
 	m.buckets.WithBucket(key, now, func(cfg *tokenbucket.Config, st tokenbucket.State) bool {
-		return f(cfg, st, now)
+		return f(cfg, st, now) || m.create
 	})
-	if m.mem != nil && m.mem.replaced.has(key) { // replaced meanwhile: see memKeys.decide; f's last run counts
-		_, err := memRecordBuckets{m.mem.replaced.mem}.update(ctx, key, f)
-		return m, err
-	}
 	return m, nil
 }
 
-func (m memBuckets) configuration(ctx context.Context, key string) (*tokenbucket.Config, error) {
-	if m.mem != nil && m.mem.replaced.has(key) {
-		return memRecordBuckets{m.mem.replaced.mem}.configuration(ctx, key)
-	}
-	return m.buckets.Config(), nil
-}
-
-func (m memBuckets) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy, seen bucketSeen) error {
-	if m.mem != nil && m.mem.replaced != nil {
-		return m.mem.replaced.replace(ctx, m.mem.keys, key, cfg, strategy, seen)
-	}
-	return fmt.Errorf("sluice: KeyBucket.ReplaceConfiguration of key %s: the bucket follows its in-memory Limiter's policy: %w", driver.QuoteKey(key), errors.ErrUnsupported)
+func (m memBuckets) replace(_ context.Context, key string, _ *tokenbucket.Config, _ tokenbucket.Strategy) error {
+	return fmt.Errorf("sluice: KeyBucket.ReplaceConfiguration of key %s: an in-memory Limiter's keys follow its policy; give a key its own configuration with WithPolicyFor: %w",
+		driver.QuoteKey(key), errors.ErrUnsupported)
 }
 
 // storeBuckets is a bucketBackend in a store, as records of codec.
@@ -342,46 +246,31 @@ func (s storeBuckets) update(ctx context.Context, key string, f bucketFunc) (buc
 	return s, s.store.UpdateBucket(ctx, key, s.codec, f)
 }
 
-func (s storeBuckets) configuration(ctx context.Context, key string) (*tokenbucket.Config, error) {
-	return s.store.Configuration(ctx, key, s.codec)
+func (s storeBuckets) replace(ctx context.Context, key string, cfg *tokenbucket.Config, inherit tokenbucket.Strategy) error {
+	return s.store.ReplaceBucket(ctx, key, s.codec, cfg, inherit, nil)
 }
 
-func (s storeBuckets) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy, seen bucketSeen) error {
-	return s.store.ReplaceBucket(ctx, key, s.codec, cfg, strategy, seen)
-}
-
-// bucketFailover is a KeyBucket's store behind its failure policy. local
-// returns the in-memory fallback of FailLocal for a key: a lazily
-// configured bucket builds it once it has its configuration.
+// bucketFailover is a KeyBucket's store behind its failure policy; local
+// is the in-memory fallback of FailLocal.
 type bucketFailover struct {
 	failurePolicy
 	store bucketBackend
-	local func(ctx context.Context) (bucketBackend, error)
+	local bucketBackend
 }
 
 func (f *bucketFailover) update(ctx context.Context, key string, fn bucketFunc) (bucketBackend, error) {
 	ran, err := f.store.update(ctx, key, fn)
-	if err == nil || errors.Is(err, keyed.ErrNoConfig) {
-		return ran, err
+	if err == nil {
+		return ran, nil
 	}
-	ferr := f.failed(ctx, err)
-	if ferr != nil {
+	if ferr := f.failed(ctx, err); ferr != nil {
 		return nil, ferr
 	}
-	local, lerr := f.local(ctx)
-	if lerr != nil { // no fallback to decide on: the store's failure stands
-		return nil, &storeFailure{err: err}
-	}
-	return local.update(ctx, key, fn)
+	return f.local.update(ctx, key, fn)
 }
 
-// configuration and replace need the store: they fail as it does,
-// whatever the policy.
-func (f *bucketFailover) configuration(ctx context.Context, key string) (*tokenbucket.Config, error) {
-	cfg, err := f.store.configuration(ctx, key)
-	return cfg, needsStore(ctx, err)
-}
-
-func (f *bucketFailover) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy, seen bucketSeen) error {
-	return needsStore(ctx, f.store.replace(ctx, key, cfg, strategy, seen))
+// replace needs the store: it fails as the store does, whatever the
+// policy.
+func (f *bucketFailover) replace(ctx context.Context, key string, cfg *tokenbucket.Config, inherit tokenbucket.Strategy) error {
+	return needsStore(ctx, f.store.replace(ctx, key, cfg, inherit))
 }

@@ -2,80 +2,14 @@ package sluice
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
+	"github.com/sluicehq/sluice/internal/sleep"
 )
-
-// BlockingBucket is the view of a Bucket whose calls wait for their tokens,
-// Bucket4j's BlockingBucket. Waiting is fair: a call reserves its tokens
-// first (overdrawing the bucket) and then sleeps, so later callers queue
-// behind it instead of racing it.
-type BlockingBucket struct{ b *Bucket }
-
-// Blocking returns the blocking view of b.
-func (b *Bucket) Blocking() BlockingBucket { return BlockingBucket{b} }
-
-// TryConsume takes n tokens, waiting for them if they will be there within
-// maxWait, and reports whether it took them. When they would take longer it
-// returns false at once, takes nothing and does not wait.
-//
-// When ctx has a deadline sooner than the wait, it returns a *MaxWaitError
-// (matching ErrMaxWaitExceeded and context.DeadlineExceeded) at once and
-// takes nothing, as x/time/rate's WaitN does. When ctx ends during the
-// wait, the tokens are given back (Reservation.Cancel) and ctx.Err() is
-// returned. It returns an *ArgumentError for n ≤ 0 or maxWait ≤ 0
-// (Bucket4j's rule), and with maxWait == Never when the wait would
-// overflow.
-func (bb BlockingBucket) TryConsume(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
-	b := bb.b
-	if n > 0 && maxWait > 0 && b.takeAtOnce(ctx, n) {
-		return true, nil
-	}
-	return blockingWait(ctx, "BlockingBucket.TryConsume", n, int64(maxWait), b.sleeper, b.listener, b.reserve)
-}
-
-// Consume takes n tokens, waiting as long as it takes for them. When ctx
-// has a deadline sooner than the wait, it returns a *MaxWaitError at once
-// and takes nothing; when ctx ends during the wait, the tokens are given
-// back and ctx.Err() is returned. It returns an *ArgumentError for n ≤ 0 or
-// when the wait would overflow.
-func (bb BlockingBucket) Consume(ctx context.Context, n int64) error {
-	b := bb.b
-	if n > 0 && b.takeAtOnce(ctx, n) {
-		return nil
-	}
-	_, err := blockingWait(ctx, "BlockingBucket.Consume", n, never, b.sleeper, b.listener, b.reserve)
-	return err
-}
-
-// BlockingKeyBucket is the view of a KeyBucket whose calls wait for their
-// tokens, as BlockingBucket is of a Bucket.
-type BlockingKeyBucket struct{ b *KeyBucket }
-
-// Blocking returns the blocking view of b.
-func (b *KeyBucket) Blocking() BlockingKeyBucket { return BlockingKeyBucket{b} }
-
-// TryConsume takes n tokens, waiting for them if they will be there within
-// maxWait, as BlockingBucket.TryConsume: a ctx whose deadline is sooner
-// than the wait fails at once and takes nothing, and when ctx ends during
-// the wait the tokens are given back and it returns ctx.Err().
-func (bb BlockingKeyBucket) TryConsume(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
-	b := bb.b
-	return blockingWait(ctx, "BlockingKeyBucket.TryConsume", n, int64(maxWait), b.sleeper, b.listener, b.reserve)
-}
-
-// Consume takes n tokens, waiting as long as it takes, as
-// BlockingBucket.Consume.
-func (bb BlockingKeyBucket) Consume(ctx context.Context, n int64) error {
-	b := bb.b
-	_, err := blockingWait(ctx, "BlockingKeyBucket.Consume", n, never, b.sleeper, b.listener, b.reserve)
-	return err
-}
 
 // waitBound is how long a call may wait under ctx: maxWait, or the time
 // left until ctx's deadline when that is sooner (byDeadline). A wait past
@@ -83,7 +17,7 @@ func (bb BlockingKeyBucket) Consume(ctx context.Context, n int64) error {
 // refused at once instead.
 func waitBound(ctx context.Context, maxWait int64) (bound int64, byDeadline bool) {
 	dl, ok := ctx.Deadline()
-	if !ok || maxWait < 0 {
+	if !ok {
 		return maxWait, false
 	}
 	if left := int64(time.Until(dl)); left < maxWait {
@@ -95,61 +29,39 @@ func waitBound(ctx context.Context, maxWait int64) (bound int64, byDeadline bool
 // reserveFunc reserves n tokens within maxWait, for the call op.
 type reserveFunc func(ctx context.Context, op string, n, maxWait int64) (*Reservation, error)
 
-// waitN is x/time/rate's WaitN on a bucket or key that reserve reserves
-// on: it reserves n tokens due within maxWait and ctx's deadline and
-// sleeps until they are due, giving them back when ctx ends first. Tokens
-// due later are a *MaxWaitError, and nothing is taken.
-func waitN(ctx context.Context, op string, n int64, maxWait time.Duration, sleeper Sleeper, l Listener, reserve reserveFunc) error {
+// waitN is WaitN on a bucket or key that reserve reserves on, under the
+// one rule of Bucket.WaitN, KeyBucket.WaitN and Limiter.WaitN (Bucket4j's
+// blocking tryConsume): it reserves n tokens due within maxWait (> 0;
+// Never: no bound) and ctx's deadline, and sleeps on the reservation's
+// clock until they are due, giving them back when ctx ends first. Tokens
+// due later are a *MaxWaitError at once, and nothing is taken; tokens
+// that can never be had with no bound (maxWait Never) are an
+// *ArgumentError, since that wait would never end.
+func waitN(ctx context.Context, op string, n int64, maxWait time.Duration, obs Observer, reserve reserveFunc) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	switch {
+	case n <= 0:
+		return &ArgumentError{Op: op, Arg: "tokens", Value: n, Want: "must be positive"}
+	case maxWait <= 0:
+		return &ArgumentError{Op: op, Arg: "maxWait", Value: maxWait, Want: "must be positive (Never for no bound)"}
+	}
 	bound, byDeadline := waitBound(ctx, int64(maxWait))
 	r, err := reserve(ctx, op, n, bound)
 	if err != nil {
 		return err
 	}
 	if !r.OK() {
-		notify(l, false, n)
 		wait := int64(r.res.RetryAfter)
+		if wait == never && maxWait == Never {
+			return &ArgumentError{Op: op, Arg: "tokens", Value: n, Want: "can never be had: their wait overflows int64 nanoseconds"}
+		}
+		notify(obs, false, n)
 		return &MaxWaitError{Tokens: n, Wait: time.Duration(wait), MaxWait: time.Duration(bound), Deadline: byDeadline && wait <= int64(maxWait)}
 	}
-	notify(l, true, n)
-	return r.sleep(ctx, sleeper, l)
-}
-
-// blockingWait is Bucket4j's blocking consumption on a bucket that reserve
-// reserves on: it reserves n tokens due within maxWait (and ctx's
-// deadline) and sleeps until they are due, giving them back when ctx ends
-// first. It reports whether it took them.
-func blockingWait(ctx context.Context, op string, n, maxWait int64, sleeper Sleeper, l Listener, reserve reserveFunc) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	switch {
-	case n <= 0:
-		return false, &ArgumentError{Op: op, Arg: "tokens", Value: n, Want: "must be positive"}
-	case maxWait <= 0:
-		return false, &ArgumentError{Op: op, Arg: "maxWait", Value: time.Duration(maxWait), Want: "must be positive"}
-	}
-	bound, byDeadline := waitBound(ctx, maxWait)
-	r, err := reserve(ctx, op, n, bound)
-	if err != nil {
-		return false, err
-	}
-	if !r.OK() {
-		wait := int64(r.res.RetryAfter)
-		switch {
-		case wait == never && maxWait == never:
-			return false, &ArgumentError{Op: op, Arg: "tokens", Value: n,
-				Want: "can never be had: their wait overflows int64 nanoseconds"}
-		case byDeadline && wait <= maxWait:
-			return false, &MaxWaitError{Tokens: n, Wait: time.Duration(wait), MaxWait: time.Duration(bound), Deadline: true}
-		}
-		notify(l, false, n)
-		return false, nil
-	}
-	notify(l, true, n)
-	if err := r.sleep(ctx, sleeper, l); err != nil {
-		return false, err
-	}
-	return true, nil
+	notify(obs, true, n)
+	return r.sleep(ctx, obs)
 }
 
 // Reservation is a decision on n tokens that may be due later, as
@@ -162,7 +74,11 @@ func blockingWait(ctx context.Context, op string, n, maxWait int64, sleeper Slee
 // Bucket.ReserveN, KeyBucket.ReserveN and Limiter.ReserveN return one,
 // under one rule: maxWait ≥ 0 bounds the delay (0: only tokens that are
 // there now; Never: no bound), and a wait beyond it is a Reservation that
-// is not OK, not an error.
+// is not OK, not an error. Unlike WaitN's, a maxWait of 0 is valid here:
+// a reservation only now is a decision that sleeps on nothing, which a
+// caller that schedules its own work may want, and Bucket4j's reserve and
+// the vectors ask for it; WaitN, Bucket4j's blocking tryConsume, refuses
+// it as Bucket4j does.
 //
 // A Reservation is safe for simultaneous use by multiple goroutines.
 type Reservation struct {
@@ -209,14 +125,6 @@ func (r *Reservation) Delay() time.Duration { return r.delay }
 // ahead; ResetAfter counts from the reservation; Limit is the policy's.
 func (r *Reservation) Result() Result { return r.res }
 
-// String describes the reservation, for logs and tests.
-func (r *Reservation) String() string {
-	if !r.ok {
-		return fmt.Sprintf("reservation of %d tokens refused: %+v", r.tokens, r.res)
-	}
-	return fmt.Sprintf("reservation of %d tokens due in %v: %+v", r.tokens, r.delay, r.res)
-}
-
 // Cancel is shorthand for CancelAt at the time of the reservation's clock.
 func (r *Reservation) Cancel() { r.cancelAt(r.clock.Now()) }
 
@@ -240,27 +148,21 @@ func (r *Reservation) cancelAt(now int64) {
 	})
 }
 
-// sleep waits for the tokens of an OK reservation and reports the wait to
-// l (nil: none). When ctx ends first, it gives the tokens back and returns
-// ctx's error.
-func (r *Reservation) sleep(ctx context.Context, sleeper Sleeper, l Listener) error {
+// sleep waits on the reservation's clock for the tokens of an OK
+// reservation and reports the wait to obs (nil: none). When ctx ends
+// first, it gives the tokens back and returns ctx's error.
+func (r *Reservation) sleep(ctx context.Context, obs Observer) error {
 	d := r.Delay()
 	if d == 0 {
 		return nil
 	}
-	if o, ok := l.(observed); ok {
-		o.obs.Observe(Event{Kind: EventWaiting, Tokens: r.tokens, Duration: d})
-	}
-	if err := sleeper.Sleep(ctx, d); err != nil {
+	tell(obs, Event{Kind: EventWaiting, Tokens: r.tokens, Duration: d})
+	if err := sleep.On(ctx, r.clock, d); err != nil {
 		r.Cancel()
-		if l != nil {
-			l.OnCancelled(r.tokens)
-		}
+		tell(obs, Event{Kind: EventCancelled, Tokens: r.tokens})
 		return err
 	}
-	if l != nil {
-		l.OnWaited(d)
-	}
+	tell(obs, Event{Kind: EventWaited, Duration: d})
 	return nil
 }
 
@@ -318,7 +220,7 @@ func (b *Bucket) ReserveN(n int64, maxWait time.Duration) (*Reservation, error) 
 	if err != nil {
 		return nil, err
 	}
-	notifyReserved(b.listener, r)
+	notifyReserved(b.observer, r)
 	return r, nil
 }
 
@@ -327,17 +229,19 @@ func (b *Bucket) Wait(ctx context.Context, maxWait time.Duration) error {
 	return b.WaitN(ctx, 1, maxWait)
 }
 
-// WaitN reserves n tokens within maxWait and sleeps until they are due, as
-// Limiter.WaitN does: tokens that would take longer are a *MaxWaitError at
-// once, and nothing is taken.
+// WaitN takes n tokens, waiting for them if they will be there within
+// maxWait: Bucket4j's blocking tryConsume(n, maxWait), under the rule
+// Limiter.WaitN states. Waiting is fair: the call reserves its tokens
+// first (overdrawing the bucket) and then sleeps, so later callers queue
+// behind it instead of racing it.
 func (b *Bucket) WaitN(ctx context.Context, n int64, maxWait time.Duration) error {
-	if n > 0 && maxWait >= 0 && b.takeAtOnce(ctx, n) {
+	if n > 0 && maxWait > 0 && b.takeAtOnce(ctx, n) {
 		return nil
 	}
-	return waitN(ctx, "Bucket.WaitN", n, maxWait, b.sleeper, b.listener, b.reserve)
+	return waitN(ctx, "Bucket.WaitN", n, maxWait, b.observer, b.reserve)
 }
 
-// reserve is ReserveN without the listener.
+// reserve is ReserveN without the observer.
 func (b *Bucket) reserve(_ context.Context, op string, n, maxWait int64) (*Reservation, error) {
 	now := b.clock.Now()
 	b.mu.Lock()
@@ -346,7 +250,7 @@ func (b *Bucket) reserve(_ context.Context, op string, n, maxWait int64) (*Reser
 	if changed {
 		b.state, b.scratch = b.scratch, b.state
 	}
-	limit := quotaOf(b.cfg)
+	limit := limitOf(b.cfg)
 	b.mu.Unlock()
 	if res.Code != policy.OK {
 		return nil, limiterError(op, res, n, maxWait, limit)
@@ -360,7 +264,7 @@ func (b *Bucket) reserve(_ context.Context, op string, n, maxWait int64) (*Reser
 
 // takeAtOnce is a blocking call's path for n tokens that are there at
 // once: it takes them as a reservation of no wait would, and tells the
-// listener as the call would. Such tokens need no reservation, as there is
+// observer as the call would. Such tokens need no reservation, as there is
 // nothing to sleep and nothing to give back, so nothing to allocate, as in
 // x/time/rate's Wait. It takes nothing when ctx has ended, which the
 // reservation's path reports; the caller checks its arguments' bounds.
@@ -368,7 +272,7 @@ func (b *Bucket) takeAtOnce(ctx context.Context, n int64) bool {
 	if ctx.Err() != nil || !b.take(n) {
 		return false
 	}
-	notify(b.listener, true, n)
+	notify(b.observer, true, n)
 	return true
 }
 
@@ -397,19 +301,20 @@ func (b *Bucket) undo(rc *bucketReceipt, now int64) {
 	b.mu.Unlock()
 }
 
-// notifyReserved tells l, which may be nil, of the reservation r.
-func notifyReserved(l Listener, r *Reservation) {
-	if l == nil {
+// notifyReserved tells obs, which may be nil, of the reservation r.
+func notifyReserved(obs Observer, r *Reservation) {
+	if obs == nil {
 		return
 	}
-	notify(l, r.ok, r.tokens)
+	notify(obs, r.ok, r.tokens)
 	if d := r.Delay(); r.ok && d > 0 {
-		l.OnDelayed(d)
+		obs.Observe(Event{Kind: EventDelayed, Duration: d})
 	}
 }
 
-// quotaOf is the smallest capacity of cfg, a bucket's Result.Limit.
-func quotaOf(cfg *tokenbucket.Config) int64 {
+// limitOf is the smallest capacity of cfg, a bucket's Result.Limit (the
+// machine calls it its Quota).
+func limitOf(cfg *tokenbucket.Config) int64 {
 	return tokenbucket.NewMulti(cfg).Quota()
 }
 

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // TestBlockingTryConsume: the FakeClock is the sleeper, so a wait moves the
 // clock by exactly the time slept. Simple(10, 1s) refills one token per
 // 100ms; a caller reserves its tokens (going negative) and then sleeps.
 func TestBlockingTryConsume(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)})
 	steps := []struct {
 		n       int64
@@ -33,7 +34,7 @@ func TestBlockingTryConsume(t *testing.T) {
 	}
 	for _, s := range steps {
 		before := clock.Slept()
-		got, err := b.Blocking().TryConsume(t.Context(), s.n, s.maxWait)
+		got, err := block(b).TryConsume(t.Context(), s.n, s.maxWait)
 		if got != s.want || err != nil {
 			t.Errorf("TryConsume(%d, %v) = %v, %v, want %v", s.n, s.maxWait, got, err, s.want)
 		}
@@ -58,9 +59,9 @@ func TestBlockingMoreThanCapacity(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			b := newBucket(t, clock, []sluice.Bandwidth{tt.bw})
-			if ok, err := b.Blocking().TryConsume(t.Context(), 1000, time.Hour); !ok || err != nil {
+			if ok, err := block(b).TryConsume(t.Context(), 1000, time.Hour); !ok || err != nil {
 				t.Errorf("TryConsume(1000, 1h) = %v, %v, want true", ok, err)
 			}
 			if clock.Slept() != tt.slept {
@@ -72,9 +73,9 @@ func TestBlockingMoreThanCapacity(t *testing.T) {
 }
 
 func TestBlockingConsume(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
-	var l sluice.CountingListener
-	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)}, sluice.WithListener(&l))
+	clock := sluicetest.NewFakeClock(t0)
+	var l sluicetest.Counter
+	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)}, sluice.WithObserver(&l))
 	steps := []struct {
 		n     int64
 		slept time.Duration
@@ -86,7 +87,7 @@ func TestBlockingConsume(t *testing.T) {
 	}
 	for _, s := range steps {
 		before := clock.Slept()
-		if err := b.Blocking().Consume(t.Context(), s.n); err != nil {
+		if err := block(b).Consume(t.Context(), s.n); err != nil {
 			t.Errorf("Consume(%d) = %v, want nil", s.n, err)
 		}
 		if slept := clock.Slept() - before; slept != s.slept {
@@ -95,13 +96,16 @@ func TestBlockingConsume(t *testing.T) {
 		checkAvailable(t, b, 0)
 	}
 	if got, want := countsOf(&l), (counts{consumed: 1014, waited: 100*time.Second + 400*ms}); got != want {
-		t.Errorf("listener saw %+v, want %+v", got, want)
+		t.Errorf("observer saw %+v, want %+v", got, want)
 	}
 }
 
-// parkingSleeper reports each wait on parked and then blocks until its
-// context is done, as a timer would for a long wait.
-type parkingSleeper struct{ parked chan time.Duration }
+// parkingSleeper is a clock that reports each wait on parked and then
+// blocks until its context is done, as a timer would for a long wait.
+type parkingSleeper struct {
+	sluice.Clock
+	parked chan time.Duration
+}
 
 func (s parkingSleeper) Sleep(ctx context.Context, d time.Duration) error {
 	s.parked <- d
@@ -114,24 +118,24 @@ func (s parkingSleeper) Sleep(ctx context.Context, d time.Duration) error {
 func TestBlockingCancel(t *testing.T) {
 	tests := []struct {
 		name string
-		call func(ctx context.Context, bb sluice.BlockingBucket) error
+		call func(ctx context.Context, bb blocking) error
 	}{
-		{"TryConsume", func(ctx context.Context, bb sluice.BlockingBucket) error {
+		{"TryConsume", func(ctx context.Context, bb blocking) error {
 			ok, err := bb.TryConsume(ctx, 6, time.Minute)
 			if ok {
 				return errors.New("TryConsume reported true")
 			}
 			return err
 		}},
-		{"Consume", func(ctx context.Context, bb sluice.BlockingBucket) error { return bb.Consume(ctx, 6) }},
+		{"Consume", func(ctx context.Context, bb blocking) error { return bb.Consume(ctx, 6) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
-			sleeper := parkingSleeper{parked: make(chan time.Duration)}
-			var l sluice.CountingListener
+			clock := sluicetest.NewFakeClock(t0)
+			sleeper := parkingSleeper{Clock: clock, parked: make(chan time.Duration)}
+			var l sluicetest.Counter
 			b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(4)}},
-				sluice.WithClock(clock), sluice.WithSleeper(sleeper), sluice.WithListener(&l))
+				sluice.WithClock(sleeper), sluice.WithObserver(&l))
 			if err != nil {
 				t.Fatalf("NewBucket: %v", err)
 			}
@@ -140,7 +144,7 @@ func TestBlockingCancel(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			done := make(chan error)
-			go func() { done <- tt.call(ctx, b.Blocking()) }()
+			go func() { done <- tt.call(ctx, block(b)) }()
 			if d := <-sleeper.parked; d != 200*ms {
 				t.Errorf("waiting %v, want 200ms", d)
 			}
@@ -152,7 +156,7 @@ func TestBlockingCancel(t *testing.T) {
 			}
 			checkUnchanged(t, b, before)
 			if got, want := countsOf(&l), (counts{consumed: 6, cancelled: 6}); got != want {
-				t.Errorf("listener saw %+v, want %+v", got, want)
+				t.Errorf("observer saw %+v, want %+v", got, want)
 			}
 		})
 	}
@@ -163,33 +167,33 @@ func TestBlockingCancel(t *testing.T) {
 func TestBlockingContextAlreadyDone(t *testing.T) {
 	tests := []struct {
 		name string
-		call func(ctx context.Context, bb sluice.BlockingBucket) error
+		call func(ctx context.Context, bb blocking) error
 	}{
-		{"TryConsume available", func(ctx context.Context, bb sluice.BlockingBucket) error {
+		{"TryConsume available", func(ctx context.Context, bb blocking) error {
 			_, err := bb.TryConsume(ctx, 1, time.Second)
 			return err
 		}},
-		{"TryConsume with a wait", func(ctx context.Context, bb sluice.BlockingBucket) error {
+		{"TryConsume with a wait", func(ctx context.Context, bb blocking) error {
 			_, err := bb.TryConsume(ctx, 8, time.Second)
 			return err
 		}},
-		{"Consume available", func(ctx context.Context, bb sluice.BlockingBucket) error { return bb.Consume(ctx, 1) }},
-		{"Consume with a wait", func(ctx context.Context, bb sluice.BlockingBucket) error { return bb.Consume(ctx, 8) }},
+		{"Consume available", func(ctx context.Context, bb blocking) error { return bb.Consume(ctx, 1) }},
+		{"Consume with a wait", func(ctx context.Context, bb blocking) error { return bb.Consume(ctx, 8) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
-			var l sluice.CountingListener
-			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(4)}, sluice.WithListener(&l))
+			clock := sluicetest.NewFakeClock(t0)
+			var l sluicetest.Counter
+			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(4)}, sluice.WithObserver(&l))
 			before := stateOf(t, b)
 			ctx, cancel := context.WithCancel(t.Context())
 			cancel()
-			if err := tt.call(ctx, b.Blocking()); err != context.Canceled {
+			if err := tt.call(ctx, block(b)); err != context.Canceled {
 				t.Errorf("%s = %v, want context.Canceled", tt.name, err)
 			}
 			checkUnchanged(t, b, before)
 			if got := countsOf(&l); got != (counts{}) {
-				t.Errorf("listener saw %+v, want nothing", got)
+				t.Errorf("observer saw %+v, want nothing", got)
 			}
 			if clock.Slept() != 0 {
 				t.Errorf("slept %v, want 0", clock.Slept())
@@ -199,7 +203,7 @@ func TestBlockingContextAlreadyDone(t *testing.T) {
 }
 
 func TestReserve(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)})
 	steps := []struct {
 		n       int64
@@ -245,7 +249,7 @@ func TestReservationCancel(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)})
 			r, err := b.ReserveN(5, time.Second)
 			if err != nil || r.Delay() != 500*ms {
@@ -264,7 +268,7 @@ func TestReservationCancel(t *testing.T) {
 // TestReservationCancelWithoutDelay: tokens that were there at once are due
 // at once: Cancel at that instant gives them back, later it does not.
 func TestReservationCancelWithoutDelay(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)})
 	r, err := b.ReserveN(3, time.Second)
 	if err != nil || r.Delay() != 0 {
@@ -284,7 +288,7 @@ func TestReservationCancelWithoutDelay(t *testing.T) {
 // x/time/rate does), so that the later one's tokens are not handed out
 // twice.
 func TestReservationCancelAfterLater(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)})
 	first, _ := b.ReserveN(5, time.Second)  // due at 500ms
 	second, _ := b.ReserveN(2, time.Second) // due at 700ms
@@ -316,9 +320,9 @@ func TestReserveRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
-			var l sluice.CountingListener
-			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)}, sluice.WithListener(&l))
+			clock := sluicetest.NewFakeClock(t0)
+			var l sluicetest.Counter
+			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)}, sluice.WithObserver(&l))
 			before := stateOf(t, b)
 			r, err := b.ReserveN(tt.n, tt.maxWait)
 			if err != nil || r.OK() {
@@ -331,7 +335,7 @@ func TestReserveRefused(t *testing.T) {
 			r.Cancel()
 			checkUnchanged(t, b, before)
 			if got := countsOf(&l); got != (counts{rejected: tt.n}) {
-				t.Errorf("listener saw %+v, want %d rejected", got, tt.n)
+				t.Errorf("observer saw %+v, want %d rejected", got, tt.n)
 			}
 		})
 	}
@@ -339,7 +343,7 @@ func TestReserveRefused(t *testing.T) {
 
 // TestReserveMaxWaitBoundary: a wait equal to maxWait is granted.
 func TestReserveMaxWaitBoundary(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)})
 	r, err := b.ReserveN(5, 500*ms)
 	if err != nil || r.Delay() != 500*ms {

@@ -49,6 +49,6 @@ func (s CircuitState) String() string {
 	return fmt.Sprintf("CircuitState(%d)", uint8(s))
 }
 
-// DefaultCircuitFailures is how many store calls in a row must fail before
+// defaultCircuitFailures is how many store calls in a row must fail before
 // a Limiter opens its circuit, unless WithCircuitBreaker says otherwise.
-const DefaultCircuitFailures = 5
+const defaultCircuitFailures = 5

@@ -15,18 +15,18 @@ import (
 	"github.com/sluicehq/sluice/driver"
 )
 
-// circuitLog is a StoreListener that records the circuit's states.
+// circuitLog is an Observer that records the circuit's states.
 type circuitLog struct {
-	sluice.NopListener
 	mu     sync.Mutex
 	states []sluice.CircuitState
 }
 
-func (l *circuitLog) OnStoreFailure(error, sluice.StoreFailure) {}
-
-func (l *circuitLog) OnCircuit(s sluice.CircuitState) {
+func (l *circuitLog) Observe(e sluice.Event) {
+	if e.Kind != sluice.EventCircuit {
+		return
+	}
 	l.mu.Lock()
-	l.states = append(l.states, s)
+	l.states = append(l.states, e.Circuit)
 	l.mu.Unlock()
 }
 
@@ -36,13 +36,13 @@ func (l *circuitLog) get() []sluice.CircuitState {
 	return slices.Clone(l.states)
 }
 
-// TestCircuitBreaker: after DefaultCircuitFailures failed calls the store
+// TestCircuitBreaker: after defaultCircuitFailures failed calls the store
 // is not asked, and the fallback answers; a probe after the open interval
 // finds the store back and closes the circuit, well within a second.
 func TestCircuitBreaker(t *testing.T) {
 	ctx := context.Background()
 	store, log := newMapStore(), new(circuitLog)
-	l, err := sluice.NewLimiter(sluice.FixedWindow(100, time.Hour), sluice.WithStore(store), sluice.WithListener(log),
+	l, err := sluice.NewLimiter(sluice.FixedWindow(100, time.Hour), sluice.WithStore(store), sluice.WithObserver(log),
 		sluice.WithStoreFailure(sluice.FailOpen))
 	if err != nil {
 		t.Fatal(err)
@@ -52,20 +52,20 @@ func TestCircuitBreaker(t *testing.T) {
 	}
 	store.setFail(fmt.Errorf("test: %w: connection refused", driver.ErrUnavailable))
 	before := store.calls()
-	for range sluice.DefaultCircuitFailures + 20 {
+	for range defaultCircuitFailures + 20 {
 		if r, err := l.Allow(ctx, "k"); err != nil || !r.Allowed {
 			t.Fatalf("Allow failing open = %+v, %v", r, err)
 		}
 	}
-	if got := store.calls() - before; got != sluice.DefaultCircuitFailures {
-		t.Errorf("the store was asked %d times, want %d: the circuit should open after that many failures", got, sluice.DefaultCircuitFailures)
+	if got := store.calls() - before; got != defaultCircuitFailures {
+		t.Errorf("the store was asked %d times, want %d: the circuit should open after that many failures", got, defaultCircuitFailures)
 	}
 	if got := log.get(); !slices.Equal(got, []sluice.CircuitState{sluice.CircuitOpen}) {
 		t.Errorf("circuit states %v, want [open]", got)
 	}
 	// Closed: the error says so, and matches ErrUnavailable.
 	closed, _ := sluice.NewLimiter(sluice.FixedWindow(100, time.Hour), sluice.WithStore(store))
-	for range sluice.DefaultCircuitFailures {
+	for range defaultCircuitFailures {
 		_, _ = closed.Allow(ctx, "k")
 	}
 	if _, err := closed.Allow(ctx, "k"); !errors.Is(err, sluice.ErrCircuitOpen) || !errors.Is(err, driver.ErrUnavailable) {
@@ -100,7 +100,7 @@ func TestCircuitBreaker(t *testing.T) {
 func TestCircuitProbeFails(t *testing.T) {
 	ctx := context.Background()
 	store, log := newMapStore(), new(circuitLog)
-	l, _ := sluice.NewLimiter(sluice.FixedWindow(100, time.Hour), sluice.WithStore(store), sluice.WithListener(log),
+	l, _ := sluice.NewLimiter(sluice.FixedWindow(100, time.Hour), sluice.WithStore(store), sluice.WithObserver(log),
 		sluice.WithStoreFailure(sluice.FailOpen), sluice.WithCircuitBreaker(2))
 	store.setFail(fmt.Errorf("test: %w", driver.ErrUnavailable))
 	deadline := time.Now().Add(5 * time.Second)
@@ -167,7 +167,7 @@ func TestStoreTimeoutEndToEnd(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, failure := range []sluice.StoreFailure{sluice.FailClosed, sluice.FailOpen, sluice.FailLocal} {
 				store, log := new(blockingStore), new(circuitLog)
-				l, _ := sluice.NewLimiter(sluice.FixedWindow(10, time.Hour), sluice.WithStore(store), sluice.WithListener(log),
+				l, _ := sluice.NewLimiter(sluice.FixedWindow(10, time.Hour), sluice.WithStore(store), sluice.WithObserver(log),
 					sluice.WithStoreTimeout(timeout), sluice.WithStoreFailure(failure), sluice.WithCircuitBreaker(tt.breaker))
 				lat := latencies(t, l, callers, tt.keys)
 				p50, p99, maxLat := quantile(lat, .5), quantile(lat, .99), lat[len(lat)-1]
@@ -180,15 +180,15 @@ func TestStoreTimeoutEndToEnd(t *testing.T) {
 					t.Errorf("%v: slowest call took %v, want about the store timeout %v", failure, maxLat, timeout)
 				}
 				// With the breaker, the calls are answered at once once the
-				// circuit is open. It opens after DefaultCircuitFailures
+				// circuit is open. It opens after defaultCircuitFailures
 				// failed store calls; on one key, the round's calls went to
 				// the store in as few batches, so more rounds may be needed.
 				if tt.breaker == 0 {
-					for i := 0; len(log.get()) == 0 && i < sluice.DefaultCircuitFailures; i++ {
+					for i := 0; len(log.get()) == 0 && i < defaultCircuitFailures; i++ {
 						latencies(t, l, callers, tt.keys)
 					}
 					if len(log.get()) == 0 {
-						t.Fatalf("%v: the circuit did not open after %d rounds of failed calls", failure, sluice.DefaultCircuitFailures+1)
+						t.Fatalf("%v: the circuit did not open after %d rounds of failed calls", failure, defaultCircuitFailures+1)
 					}
 					lat = latencies(t, l, callers, tt.keys)
 					t.Logf("%v, circuit open: p50 %v, p99 %v", failure, quantile(lat, .5), quantile(lat, .99))
@@ -272,3 +272,69 @@ func TestStoreConflictRetried(t *testing.T) {
 	}
 	t.Logf("50 calls, 40 lost races, %d successful updates", store.count())
 }
+
+// partitionedStore is a mapStore of two partitions, a key's being its
+// first byte, of which one fails while down is set.
+type partitionedStore struct {
+	*mapStore
+	down  atomic.Bool // partition "a" fails
+	calls [2]atomic.Int64
+}
+
+func (s *partitionedStore) Partition(key string) string { return key[:1] }
+
+func (s *partitionedStore) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
+	if key[0] == 'a' {
+		s.calls[0].Add(1)
+		if s.down.Load() {
+			return fmt.Errorf("test: %w: master of a refuses connections", driver.ErrUnavailable)
+		}
+	} else {
+		s.calls[1].Add(1)
+	}
+	return s.mapStore.Update(ctx, key, fn)
+}
+
+// TestCircuitPerPartition: on a store of partitions (driver.Partitioner:
+// a Redis Cluster's masters), a partition that fails opens the circuit
+// of its own keys only: their calls are answered at once, while the
+// other partition's still go to the store and are decided exactly. The
+// listener learns that a circuit is open. With one circuit for the
+// store, the failing keys' calls and the others' took turns to open and
+// close it, and while it was open every key got the failure policy's
+// answer.
+func TestCircuitPerPartition(t *testing.T) {
+	ctx := context.Background()
+	store, log := &partitionedStore{mapStore: newMapStore()}, new(circuitLog)
+	l, err := sluice.NewLimiter(sluice.FixedWindow(1000, time.Hour), sluice.WithStore(store), sluice.WithObserver(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.down.Store(true)
+	const rounds = 100
+	var failedB int
+	for range rounds {
+		_, _ = l.Allow(ctx, "a-key")
+		if _, err := l.Allow(ctx, "b-key"); err != nil {
+			failedB++
+		}
+	}
+	if failedB != 0 {
+		t.Errorf("%d of %d calls of a healthy partition's key failed, want none", failedB, rounds)
+	}
+	if got := store.calls[0].Load(); got != defaultCircuitFailures {
+		t.Errorf("the failing partition was asked %d times, want %d: its circuit should open after that many failures", got, defaultCircuitFailures)
+	}
+	if got := store.calls[1].Load(); got != rounds {
+		t.Errorf("the healthy partition was asked %d times, want all %d", got, rounds)
+	}
+	if got := log.get(); !slices.Equal(got, []sluice.CircuitState{sluice.CircuitOpen}) {
+		t.Errorf("circuit states %v, want [open]", got)
+	}
+	if r, err := l.Allow(ctx, "b-key"); err != nil || r.Remaining != 1000-rounds-1 {
+		t.Errorf("Allow(b-key) = %+v, %v; want %d remaining: every call counted", r, err, 1000-rounds-1)
+	}
+}
+
+// defaultCircuitFailures is WithCircuitBreaker's documented default.
+const defaultCircuitFailures = 5

@@ -23,8 +23,7 @@ const Never = time.Duration(math.MaxInt64)
 // Bucket is not usable.
 type Bucket struct {
 	clock    Clock
-	sleeper  Sleeper
-	listener Listener // nil when there is none
+	observer Observer // nil when there is none
 
 	mu      sync.Mutex
 	cfg     *tokenbucket.Config
@@ -34,38 +33,42 @@ type Bucket struct {
 }
 
 // NewBucket returns a bucket with the configuration cfg, created now by its
-// clock. It returns a *ConfigError when cfg breaks a rule, including aligned
-// refill on a clock that is not a wall clock.
-func NewBucket(cfg BucketConfig, opts ...BucketOption) (*Bucket, error) {
+// clock. WithClock and WithObserver apply; the other options are an
+// *ArgumentError. It returns a *ConfigError when cfg breaks a rule,
+// including aligned refill on a clock that is not a wall clock.
+func NewBucket(cfg BucketConfig, opts ...Option) (*Bucket, error) {
+	o, err := bucketOptions(opts)
+	if err != nil {
+		return nil, err
+	}
 	c, err := cfg.compile()
 	if err != nil {
 		return nil, err
 	}
-	o := bucketOptions(opts)
-	clock, sleeper, err := bucketClocks(c, &o)
+	clock, err := bucketClock(c, &o)
 	if err != nil {
 		return nil, err
 	}
-	b := &Bucket{clock: clock, sleeper: sleeper, listener: o.listener, cfg: c, limit: quotaOf(c)}
+	b := &Bucket{clock: clock, observer: o.observer, cfg: c, limit: limitOf(c)}
 	b.state = tokenbucket.New(c, b.clock.Now())
 	b.scratch = make(tokenbucket.State, len(b.state))
 	return b, nil
 }
 
-// checkStrategy returns the *ConfigError of a token inheritance strategy
-// that is none of the four, given as field.
-func checkStrategy(field string, t Inheritance) error {
+// checkInheritance returns the *ArgumentError of op's argument arg, a
+// token inheritance that is none of the four.
+func checkInheritance(op, arg string, t Inheritance) error {
 	if t < InheritProportionally || t > InheritAdditive {
-		return &ConfigError{Rule: RuleUnknownStrategy, Bandwidth: -1, Field: field, Value: t.String(),
-			Msg: "must be InheritProportionally, InheritAsIs, InheritNone or InheritAdditive"}
+		return &ArgumentError{Op: op, Arg: arg, Value: t,
+			Want: "must be InheritProportionally, InheritAsIs, InheritReset or InheritAdditive"}
 	}
 	return nil
 }
 
-// replacement validates the arguments of ReplaceConfiguration on a bucket
-// running on clock and returns the compiled configuration.
-func replacement(cfg BucketConfig, strategy Inheritance, clock Clock) (*tokenbucket.Config, error) {
-	if err := checkStrategy("strategy", strategy); err != nil {
+// replacement validates the arguments of op, a ReplaceConfiguration on a
+// bucket running on clock, and returns the compiled configuration.
+func replacement(op string, cfg BucketConfig, inherit Inheritance, clock Clock) (*tokenbucket.Config, error) {
+	if err := checkInheritance(op, "inherit", inherit); err != nil {
 		return nil, err
 	}
 	c, err := cfg.compile()
@@ -75,22 +78,18 @@ func replacement(cfg BucketConfig, strategy Inheritance, clock Clock) (*tokenbuc
 	return c, checkClock(c, clock)
 }
 
-// bucketClocks returns the clock and sleeper of a bucket of cfg: o's, or
-// the defaults (a monotonic clock, a wall clock for aligned refill, and
-// timers). It returns the *ConfigError of aligned refill on a clock that
-// is not a wall clock.
-func bucketClocks(cfg *tokenbucket.Config, o *options) (Clock, Sleeper, error) {
-	clock, sleeper := o.clock, o.sleeper
+// bucketClock returns the clock of a bucket of cfg: o's, or the default
+// (a monotonic clock, a wall clock for aligned refill). It returns the
+// *ConfigError of aligned refill on a clock that is not a wall clock.
+func bucketClock(cfg *tokenbucket.Config, o *options) (Clock, error) {
+	clock := o.clock
 	if clock == nil {
 		clock = MonotonicClock()
 		if hasAligned(cfg) {
 			clock = WallClock()
 		}
 	}
-	if sleeper == nil {
-		sleeper = TimerSleeper()
-	}
-	return clock, sleeper, checkClock(cfg, clock)
+	return clock, checkClock(cfg, clock)
 }
 
 func checkClock(cfg *tokenbucket.Config, c Clock) error {
@@ -108,7 +107,7 @@ func checkClock(cfg *tokenbucket.Config, c Clock) error {
 
 // apply runs req at now under the lock and stores the new state if the
 // operation changed it. With snap it also takes a snapshot of the state
-// after the operation.
+// after the operation, for Snapshot.
 func (b *Bucket) apply(now int64, req tokenbucket.Request, snap *Snapshot) tokenbucket.Result {
 	b.mu.Lock()
 	copy(b.scratch, b.state)
@@ -146,18 +145,6 @@ func argError(op string, res tokenbucket.Result, req tokenbucket.Request) error 
 	return &ArgumentError{Op: op, Arg: arg, Value: req.Tokens, Want: "must be positive"}
 }
 
-// notify tells l, which may be nil, whether n tokens were consumed.
-func notify(l Listener, consumed bool, n int64) {
-	if l == nil {
-		return
-	}
-	if consumed {
-		l.OnConsumed(n)
-	} else {
-		l.OnRejected(n)
-	}
-}
-
 // Allow is shorthand for AllowN(1), which cannot fail.
 func (b *Bucket) Allow() Result {
 	r, _ := b.AllowN(1)
@@ -171,7 +158,7 @@ func (b *Bucket) Allow() Result {
 // rate-limit headers. It is Bucket4j's tryConsumeAndReturnRemaining. It
 // returns an *ArgumentError for n ≤ 0.
 func (b *Bucket) AllowN(n int64) (Result, error) {
-	return b.decide("Bucket.AllowN", n, false, nil)
+	return b.decide("Bucket.AllowN", n, false)
 }
 
 // Peek is shorthand for PeekN(1), which cannot fail.
@@ -185,12 +172,12 @@ func (b *Bucket) Peek() Result {
 // there now: Remaining+n when Allowed, Remaining otherwise. It returns an
 // *ArgumentError for n ≤ 0.
 func (b *Bucket) PeekN(n int64) (Result, error) {
-	return b.decide("Bucket.PeekN", n, true, nil)
+	return b.decide("Bucket.PeekN", n, true)
 }
 
 // decide runs AllowN, or PeekN with peek, at the clock's time under the
-// lock, with a snapshot of the bucket after it when snap is not nil.
-func (b *Bucket) decide(op string, n int64, peek bool, snap *Snapshot) (Result, error) {
+// lock.
+func (b *Bucket) decide(op string, n int64, peek bool) (Result, error) {
 	now := b.clock.Now()
 	req := tokenbucket.Request{Op: tokenbucket.OpTryConsumeAndReturnRemaining, Tokens: n}
 	b.mu.Lock()
@@ -203,20 +190,13 @@ func (b *Bucket) decide(op string, n int64, peek bool, snap *Snapshot) (Result, 
 	if changed {
 		b.state, b.scratch = b.scratch, b.state
 	}
-	if snap != nil {
-		after := b.scratch
-		if changed {
-			after = b.state
-		}
-		snap.fill(b.cfg, after, now)
-	}
 	limit := b.limit
 	b.mu.Unlock()
 	if res.Code != tokenbucket.OK {
 		return Result{}, argError(op, res, req)
 	}
 	if !peek {
-		notify(b.listener, res.Consumed, n)
+		notify(b.observer, res.Consumed, n)
 	}
 	return bucketResult(res, limit), nil
 }
@@ -268,8 +248,8 @@ func (b *Bucket) tryConsume(op string, now, n int64) (bool, error) {
 	b.mu.Lock()
 	ok := tokenbucket.TryConsume(b.cfg, b.state, b.scratch, now, n)
 	b.mu.Unlock()
-	if b.listener != nil {
-		notify(b.listener, ok, n)
+	if b.observer != nil {
+		notify(b.observer, ok, n)
 	}
 	return ok, nil
 }
@@ -277,7 +257,7 @@ func (b *Bucket) tryConsume(op string, now, n int64) (bool, error) {
 // TryConsumeAsMuchAsPossible takes every available token and returns how
 // many it took (0 when the bucket is empty or overdrawn).
 func (b *Bucket) TryConsumeAsMuchAsPossible() int64 {
-	n, _ := b.tryConsumeUpTo("Bucket.TryConsumeAsMuchAsPossible", math.MaxInt64, nil)
+	n, _ := b.tryConsumeUpTo("Bucket.TryConsumeAsMuchAsPossible", math.MaxInt64)
 	return n
 }
 
@@ -286,17 +266,17 @@ func (b *Bucket) TryConsumeAsMuchAsPossible() int64 {
 // tryConsumeAsMuchAsPossible(limit). It returns an *ArgumentError for
 // limit ≤ 0.
 func (b *Bucket) TryConsumeUpTo(limit int64) (int64, error) {
-	return b.tryConsumeUpTo("Bucket.TryConsumeUpTo", limit, nil)
+	return b.tryConsumeUpTo("Bucket.TryConsumeUpTo", limit)
 }
 
-func (b *Bucket) tryConsumeUpTo(op string, limit int64, snap *Snapshot) (int64, error) {
+func (b *Bucket) tryConsumeUpTo(op string, limit int64) (int64, error) {
 	req := tokenbucket.Request{Op: tokenbucket.OpConsumeAsMuchAsPossible, Tokens: limit}
-	res := b.apply(b.clock.Now(), req, snap)
+	res := b.apply(b.clock.Now(), req, nil)
 	if res.Code != tokenbucket.OK {
 		return 0, argError(op, res, req)
 	}
-	if res.Value > 0 && b.listener != nil {
-		b.listener.OnConsumed(res.Value)
+	if res.Value > 0 {
+		notify(b.observer, true, res.Value)
 	}
 	return res.Value, nil
 }
@@ -306,16 +286,12 @@ func (b *Bucket) tryConsumeUpTo(op string, limit int64, snap *Snapshot) (int64, 
 // wait for them (0 when they were there). It returns an *ArgumentError for
 // n ≤ 0 or when that wait overflows, and then takes nothing.
 func (b *Bucket) ConsumeIgnoringRateLimits(n int64) (time.Duration, error) {
-	return b.consumeIgnoringRateLimits("Bucket.ConsumeIgnoringRateLimits", n, nil)
-}
-
-func (b *Bucket) consumeIgnoringRateLimits(op string, n int64, snap *Snapshot) (time.Duration, error) {
 	req := tokenbucket.Request{Op: tokenbucket.OpConsumeIgnoringRateLimits, Tokens: n}
-	res := b.apply(b.clock.Now(), req, snap)
+	res := b.apply(b.clock.Now(), req, nil)
 	if res.Code != tokenbucket.OK {
-		return 0, argError(op, res, req)
+		return 0, argError("Bucket.ConsumeIgnoringRateLimits", res, req)
 	}
-	notify(b.listener, true, n)
+	notify(b.observer, true, n)
 	return time.Duration(res.Value), nil
 }
 
@@ -323,19 +299,19 @@ func (b *Bucket) consumeIgnoringRateLimits(op string, n int64, snap *Snapshot) (
 // bandwidth above capacity is brought down to it. Use it to give back tokens
 // taken for work that then failed. It returns an *ArgumentError for n ≤ 0.
 func (b *Bucket) AddTokens(n int64) error {
-	return b.add(tokenbucket.OpAddTokens, "Bucket.AddTokens", n, nil)
+	return b.add(tokenbucket.OpAddTokens, "Bucket.AddTokens", n)
 }
 
 // ForceAddTokens adds n tokens to every bandwidth even past its capacity.
 // While above capacity a bandwidth refills nothing, but keeps the surplus.
 // It returns an *ArgumentError for n ≤ 0.
 func (b *Bucket) ForceAddTokens(n int64) error {
-	return b.add(tokenbucket.OpForceAddTokens, "Bucket.ForceAddTokens", n, nil)
+	return b.add(tokenbucket.OpForceAddTokens, "Bucket.ForceAddTokens", n)
 }
 
-func (b *Bucket) add(op tokenbucket.Op, name string, n int64, snap *Snapshot) error {
+func (b *Bucket) add(op tokenbucket.Op, name string, n int64) error {
 	req := tokenbucket.Request{Op: op, Tokens: n}
-	return argError(name, b.apply(b.clock.Now(), req, snap), req)
+	return argError(name, b.apply(b.clock.Now(), req, nil), req)
 }
 
 // Reset fills every bandwidth to its capacity.
@@ -349,15 +325,17 @@ func (b *Bucket) AvailableTokens() int64 {
 	return b.apply(b.clock.Now(), tokenbucket.Request{Op: tokenbucket.OpAvailable}, nil).Value
 }
 
-// Configuration returns the bucket's current configuration.
-func (b *Bucket) Configuration() BucketConfig {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return configOf(b.cfg)
+// Snapshot returns the state of the bucket now, for diagnostics (Bucket4j's
+// verbose results): its configuration, the tokens of each bandwidth and
+// the time until it is full. It takes nothing.
+func (b *Bucket) Snapshot() Snapshot {
+	var s Snapshot
+	b.apply(b.clock.Now(), tokenbucket.Request{Op: tokenbucket.OpAvailable}, &s)
+	return s
 }
 
 // ReplaceConfiguration switches the bucket to cfg, carrying its tokens over
-// by strategy.
+// by inherit.
 //
 // Bandwidths are matched by ID, as in Bucket4j: a new bandwidth takes over
 // from the old one with the same ID, and a bandwidth without an ID from the
@@ -366,24 +344,18 @@ func (b *Bucket) Configuration() BucketConfig {
 // as in a new bucket. A matched bandwidth keeps its last refill time, and
 // its partly refilled token when both are greedy.
 //
-// It returns a *ConfigError, and changes nothing, when cfg is invalid.
-func (b *Bucket) ReplaceConfiguration(cfg BucketConfig, strategy Inheritance) error {
-	return b.replace(cfg, strategy, nil)
-}
-
-func (b *Bucket) replace(cfg BucketConfig, strategy Inheritance, snap *Snapshot) error {
-	c, err := replacement(cfg, strategy, b.clock)
+// It returns a *ConfigError when cfg is invalid and an *ArgumentError for
+// an inherit that is none of the four, and then changes nothing.
+func (b *Bucket) ReplaceConfiguration(cfg BucketConfig, inherit Inheritance) error {
+	c, err := replacement("Bucket.ReplaceConfiguration", cfg, inherit, b.clock)
 	if err != nil {
 		return err
 	}
 	now := b.clock.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.state = tokenbucket.Replace(b.cfg, b.state, now, c, tokenbucket.Strategy(strategy))
+	b.state = tokenbucket.Replace(b.cfg, b.state, now, c, tokenbucket.Strategy(inherit))
 	b.scratch = make(tokenbucket.State, len(b.state))
-	b.cfg, b.limit = c, quotaOf(c)
-	if snap != nil {
-		snap.fill(b.cfg, b.state, now)
-	}
+	b.cfg, b.limit = c, limitOf(c)
 	return nil
 }

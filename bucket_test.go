@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // op is one call on a bucket, named as it reads in a failure message.
@@ -60,7 +61,7 @@ type step struct {
 	avail int64
 }
 
-func runSteps(t *testing.T, clock *sluice.FakeClock, b *sluice.Bucket, steps []step) {
+func runSteps(t *testing.T, clock *sluicetest.FakeClock, b *sluice.Bucket, steps []step) {
 	t.Helper()
 	for i, s := range steps {
 		clock.Set(t0 + int64(s.at))
@@ -170,7 +171,7 @@ func TestBucketTimelines(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			runSteps(t, clock, newBucket(t, clock, tt.bws), tt.steps)
 		})
 	}
@@ -180,7 +181,7 @@ func TestBucketTimelines(t *testing.T) {
 // After the first burst the minute bandwidth gains 100/60 a second, so 11
 // bursts of 10 fit in 11 seconds (100 - 8⅓k ≥ 10 for k ≤ 10).
 func TestMultipleBandwidths(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(100, time.Minute), sluice.Simple(10, time.Second)})
 	checkAvailable(t, b, 10)
 	for k := range 12 {
@@ -195,13 +196,13 @@ func TestMultipleBandwidths(t *testing.T) {
 	if want := (sluice.Result{Remaining: 8, RetryAfter: time.Second, ResetAfter: 55 * time.Second, Limit: 10}); p != want || err != nil {
 		t.Errorf("AllowN(10) = %+v, %v, want %+v", p, err, want)
 	}
-	if s := b.Verbose().AvailableTokens().Snapshot; !reflect.DeepEqual(s.Bandwidths, []int64{8, 10}) {
+	if s := b.Snapshot(); !reflect.DeepEqual(s.Bandwidths, []int64{8, 10}) {
 		t.Errorf("Bandwidths = %v, want [8 10]", s.Bandwidths)
 	}
 }
 
 func TestTryConsumeAt(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)})
 	steps := []struct {
 		at   time.Duration
@@ -245,7 +246,7 @@ func TestTryConsumeAtOutOfRange(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)})
 			if ok, err := b.TryConsume(10); !ok || err != nil {
 				t.Fatalf("TryConsume(10) = %v, %v, want true", ok, err)
@@ -283,36 +284,23 @@ func TestArgumentErrors(t *testing.T) {
 			sluice.ArgumentError{Op: "Bucket.ConsumeIgnoringRateLimits", Arg: "tokens", Value: int64(math.MaxInt64)}},
 		{"AddTokens(0)", func(b *sluice.Bucket) error { return b.AddTokens(0) }, sluice.ArgumentError{Op: "Bucket.AddTokens", Arg: "tokens", Value: int64(0)}},
 		{"ForceAddTokens(-1)", func(b *sluice.Bucket) error { return b.ForceAddTokens(-1) }, sluice.ArgumentError{Op: "Bucket.ForceAddTokens", Arg: "tokens", Value: int64(-1)}},
-		{"Blocking TryConsume tokens", func(b *sluice.Bucket) error { _, err := b.Blocking().TryConsume(ctx, 0, time.Second); return err },
-			sluice.ArgumentError{Op: "BlockingBucket.TryConsume", Arg: "tokens", Value: int64(0)}},
-		{"Blocking TryConsume zero max wait", func(b *sluice.Bucket) error { _, err := b.Blocking().TryConsume(ctx, 1, 0); return err },
-			sluice.ArgumentError{Op: "BlockingBucket.TryConsume", Arg: "maxWait", Value: time.Duration(0)}},
-		{"Blocking TryConsume negative max wait", func(b *sluice.Bucket) error { _, err := b.Blocking().TryConsume(ctx, 100, -1); return err },
-			sluice.ArgumentError{Op: "BlockingBucket.TryConsume", Arg: "maxWait", Value: time.Duration(-1)}},
-		{"Blocking Consume(0)", func(b *sluice.Bucket) error { return b.Blocking().Consume(ctx, 0) }, sluice.ArgumentError{Op: "BlockingBucket.Consume", Arg: "tokens", Value: int64(0)}},
-		{"Blocking Consume overflow", func(b *sluice.Bucket) error { return b.Blocking().Consume(ctx, math.MaxInt64) },
-			sluice.ArgumentError{Op: "BlockingBucket.Consume", Arg: "tokens", Value: int64(math.MaxInt64)}},
+		{"Blocking TryConsume tokens", func(b *sluice.Bucket) error { _, err := block(b).TryConsume(ctx, 0, time.Second); return err },
+			sluice.ArgumentError{Op: "Bucket.WaitN", Arg: "tokens", Value: int64(0)}},
+		{"Blocking TryConsume zero max wait", func(b *sluice.Bucket) error { _, err := block(b).TryConsume(ctx, 1, 0); return err },
+			sluice.ArgumentError{Op: "Bucket.WaitN", Arg: "maxWait", Value: time.Duration(0)}},
+		{"Blocking TryConsume negative max wait", func(b *sluice.Bucket) error { _, err := block(b).TryConsume(ctx, 100, -1); return err },
+			sluice.ArgumentError{Op: "Bucket.WaitN", Arg: "maxWait", Value: time.Duration(-1)}},
+		{"Blocking Consume(0)", func(b *sluice.Bucket) error { return block(b).Consume(ctx, 0) }, sluice.ArgumentError{Op: "Bucket.WaitN", Arg: "tokens", Value: int64(0)}},
+		{"Blocking Consume overflow", func(b *sluice.Bucket) error { return block(b).Consume(ctx, math.MaxInt64) },
+			sluice.ArgumentError{Op: "Bucket.WaitN", Arg: "tokens", Value: int64(math.MaxInt64)}},
 		{"ReserveN(0)", func(b *sluice.Bucket) error { _, err := b.ReserveN(0, time.Second); return err }, sluice.ArgumentError{Op: "Bucket.ReserveN", Arg: "tokens", Value: int64(0)}},
 		{"ReserveN negative max wait", func(b *sluice.Bucket) error { _, err := b.ReserveN(1, -1); return err }, sluice.ArgumentError{Op: "Bucket.ReserveN", Arg: "maxWait", Value: time.Duration(-1)}},
-		{"Verbose AllowN(-1)", func(b *sluice.Bucket) error { _, err := b.Verbose().AllowN(-1); return err },
-			sluice.ArgumentError{Op: "VerboseBucket.AllowN", Arg: "tokens", Value: int64(-1)}},
-		{"Verbose PeekN(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().PeekN(0); return err },
-			sluice.ArgumentError{Op: "VerboseBucket.PeekN", Arg: "tokens", Value: int64(0)}},
-		{"Verbose TryConsumeUpTo(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().TryConsumeUpTo(0); return err },
-			sluice.ArgumentError{Op: "VerboseBucket.TryConsumeUpTo", Arg: "limit", Value: int64(0)}},
-		{"Verbose ConsumeIgnoringRateLimits overflow", func(b *sluice.Bucket) error {
-			_, err := b.Verbose().ConsumeIgnoringRateLimits(math.MaxInt64)
-			return err
-		}, sluice.ArgumentError{Op: "VerboseBucket.ConsumeIgnoringRateLimits", Arg: "tokens", Value: int64(math.MaxInt64)}},
-		{"Verbose AddTokens(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().AddTokens(0); return err }, sluice.ArgumentError{Op: "VerboseBucket.AddTokens", Arg: "tokens", Value: int64(0)}},
-		{"Verbose ForceAddTokens(0)", func(b *sluice.Bucket) error { _, err := b.Verbose().ForceAddTokens(0); return err },
-			sluice.ArgumentError{Op: "VerboseBucket.ForceAddTokens", Arg: "tokens", Value: int64(0)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
-			var l sluice.CountingListener
-			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(7)}, sluice.WithListener(&l))
+			clock := sluicetest.NewFakeClock(t0)
+			var l sluicetest.Counter
+			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(7)}, sluice.WithObserver(&l))
 			clock.Advance(50 * ms) // 7.5 tokens: the half token must survive too
 			before := stateOf(t, b)
 
@@ -332,7 +320,7 @@ func TestArgumentErrors(t *testing.T) {
 			}
 			checkUnchanged(t, b, before)
 			if got := countsOf(&l); got != (counts{}) {
-				t.Errorf("listener saw %+v, want nothing", got)
+				t.Errorf("observer saw %+v, want nothing", got)
 			}
 			if clock.Slept() != 0 {
 				t.Errorf("slept %v, want 0", clock.Slept())
@@ -367,15 +355,13 @@ func TestListener(t *testing.T) {
 			b.Reset()
 			b.AvailableTokens()
 			b.ReplaceConfiguration(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(5, time.Second)}}, sluice.InheritAsIs)
-			b.Verbose().AvailableTokens()
-			b.Verbose().Reset()
-			b.Verbose().AddTokens(1)
+			b.Snapshot()
 		}, counts{}},
-		{"blocking after a wait", func(b *sluice.Bucket) { empty(b); b.Blocking().TryConsume(ctx, 3, time.Second) }, counts{consumed: 13, waited: 300 * ms}},
-		{"blocking rejected", func(b *sluice.Bucket) { empty(b); b.Blocking().TryConsume(ctx, 3, 100*ms) }, counts{consumed: 10, rejected: 3}},
-		{"blocking rejected, never", func(b *sluice.Bucket) { b.Blocking().TryConsume(ctx, math.MaxInt64, time.Hour) }, counts{rejected: math.MaxInt64}},
-		{"blocking consume", func(b *sluice.Bucket) { empty(b); b.Blocking().Consume(ctx, 2) }, counts{consumed: 12, waited: 200 * ms}},
-		{"blocking without a wait", func(b *sluice.Bucket) { b.Blocking().Consume(ctx, 2) }, counts{consumed: 2}},
+		{"blocking after a wait", func(b *sluice.Bucket) { empty(b); block(b).TryConsume(ctx, 3, time.Second) }, counts{consumed: 13, waited: 300 * ms}},
+		{"blocking rejected", func(b *sluice.Bucket) { empty(b); block(b).TryConsume(ctx, 3, 100*ms) }, counts{consumed: 10, rejected: 3}},
+		{"blocking rejected, never", func(b *sluice.Bucket) { block(b).TryConsume(ctx, math.MaxInt64, time.Hour) }, counts{rejected: math.MaxInt64}},
+		{"blocking consume", func(b *sluice.Bucket) { empty(b); block(b).Consume(ctx, 2) }, counts{consumed: 12, waited: 200 * ms}},
+		{"blocking without a wait", func(b *sluice.Bucket) { block(b).Consume(ctx, 2) }, counts{consumed: 2}},
 		{"reserve with a delay", func(b *sluice.Bucket) { empty(b); b.ReserveN(4, time.Second) }, counts{consumed: 14, delayed: 400 * ms}},
 		{"reserve now", func(b *sluice.Bucket) { b.ReserveN(4, time.Second) }, counts{consumed: 4}},
 		{"reserve rejected", func(b *sluice.Bucket) { empty(b); b.ReserveN(4, 100*ms) }, counts{consumed: 10, rejected: 4}},
@@ -384,59 +370,30 @@ func TestListener(t *testing.T) {
 			r, _ := b.ReserveN(4, time.Second)
 			r.Cancel()
 		}, counts{consumed: 14, delayed: 400 * ms}},
-		{"verbose", func(b *sluice.Bucket) {
-			b.Verbose().AllowN(3)
-			b.Verbose().AllowN(30)
-			b.Verbose().AllowN(2)
-			b.Verbose().TryConsumeUpTo(1)
-			b.Verbose().PeekN(1)
-			b.Verbose().ConsumeIgnoringRateLimits(10)
-			b.Verbose().TryConsumeUpTo(5)
-		}, counts{consumed: 16, rejected: 30}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
-			var l sluice.CountingListener
-			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)}, sluice.WithListener(&l))
+			clock := sluicetest.NewFakeClock(t0)
+			var l sluicetest.Counter
+			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)}, sluice.WithObserver(&l))
 			tt.call(b)
 			if got := countsOf(&l); got != tt.want {
-				t.Errorf("listener saw %+v, want %+v", got, tt.want)
+				t.Errorf("observer saw %+v, want %+v", got, tt.want)
 			}
 		})
 	}
 }
 
-// TestNopListener: embedding NopListener implements the rest.
-func TestNopListener(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
-	l := &rejections{}
-	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(1, time.Second)}, sluice.WithListener(l))
-	b.TryConsume(1)
-	b.TryConsume(1)
-	b.Blocking().Consume(t.Context(), 1)
-	if l.n != 1 {
-		t.Errorf("OnRejected called %d times, want 1", l.n)
-	}
-}
-
-type rejections struct {
-	sluice.NopListener
-	n int
-}
-
-func (r *rejections) OnRejected(int64) { r.n++ }
-
 // TestConcurrentTryConsume: with the clock stopped, goroutines racing on one
 // bucket get exactly its tokens, whichever methods they call.
 func TestConcurrentTryConsume(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
-	var l sluice.CountingListener
-	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(1000, time.Hour), sluice.Simple(5000, time.Minute)}, sluice.WithListener(&l))
+	clock := sluicetest.NewFakeClock(t0)
+	var l sluicetest.Counter
+	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(1000, time.Hour), sluice.Simple(5000, time.Minute)}, sluice.WithObserver(&l))
 	calls := []func() (bool, error){
 		func() (bool, error) { return b.TryConsume(1) },
 		func() (bool, error) { return b.Allow().Allowed, nil },
-		func() (bool, error) { v, err := b.Verbose().AllowN(1); return v.Value.Allowed, err },
+		func() (bool, error) { r, err := b.ReserveN(1, 0); return r.OK(), err },
 		func() (bool, error) { p, err := b.AllowN(1); return p.Allowed, err },
 		func() (bool, error) { n, err := b.TryConsumeUpTo(1); return n == 1, err },
 		func() (bool, error) { return b.TryConsumeAt(time.Unix(0, t0), 1) },
@@ -474,8 +431,8 @@ func TestConcurrentTryConsume(t *testing.T) {
 		t.Errorf("admitted %d tokens, want 1000", total)
 	}
 	checkAvailable(t, b, 0)
-	if got := (counts{consumed: l.Consumed(), rejected: l.Rejected()}); got != (counts{consumed: 1000, rejected: wantRejected}) {
-		t.Errorf("listener saw %+v, want consumed 1000, rejected %d", got, wantRejected)
+	if got := countsOf(&l); got != (counts{consumed: 1000, rejected: wantRejected}) {
+		t.Errorf("observer saw %+v, want consumed 1000, rejected %d", got, wantRejected)
 	}
 }
 
@@ -492,11 +449,11 @@ func TestReplaceConfiguration(t *testing.T) {
 		{sluice.InheritAsIs, 1, 4, 2},
 		{sluice.InheritAdditive, 58, 4, 59},
 		{sluice.InheritProportionally, 36, 17, 37},
-		{sluice.InheritNone, 60, 1000, 60},
+		{sluice.InheritReset, 60, 1000, 60},
 	}
 	for _, tt := range tests {
 		t.Run(tt.strategy.String(), func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(3, 5).WithInitialTokens(0)})
 			clock.Advance(3)
 			if err := b.ReplaceConfiguration(next, tt.strategy); err != nil {
@@ -516,26 +473,27 @@ func TestReplaceConfigurationErrors(t *testing.T) {
 		name     string
 		cfg      sluice.BucketConfig
 		strategy sluice.Inheritance
-		rule     sluice.Rule
+		rule     sluice.Rule // "" for an *ArgumentError of the inheritance
 	}{
 		{"invalid configuration", sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(0, time.Second)}}, sluice.InheritAsIs, sluice.RuleNonPositiveCapacity},
-		{"no bandwidths", sluice.BucketConfig{}, sluice.InheritNone, sluice.RuleNoLimits},
-		{"zero strategy", good, 0, sluice.RuleUnknownStrategy},
-		{"strategy past the last", good, sluice.InheritAdditive + 1, sluice.RuleUnknownStrategy},
+		{"no bandwidths", sluice.BucketConfig{}, sluice.InheritReset, sluice.RuleNoLimits},
+		{"zero inheritance", good, 0, ""},
+		{"inheritance past the last", good, sluice.InheritAdditive + 1, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Hour).WithInitialTokens(4)})
 			clock.Advance(time.Second)
 			before := stateOf(t, b)
 			err := b.ReplaceConfiguration(tt.cfg, tt.strategy)
 			var ce *sluice.ConfigError
-			if !errors.As(err, &ce) || ce.Rule != tt.rule || !errors.Is(err, sluice.ErrInvalidConfig) {
+			var ae *sluice.ArgumentError
+			switch {
+			case tt.rule == "" && (!errors.As(err, &ae) || ae.Op != "Bucket.ReplaceConfiguration" || ae.Arg != "inherit"):
+				t.Errorf("ReplaceConfiguration() = %v, want an *ArgumentError of inherit", err)
+			case tt.rule != "" && (!errors.As(err, &ce) || ce.Rule != tt.rule || !errors.Is(err, sluice.ErrInvalidConfig)):
 				t.Errorf("ReplaceConfiguration() = %v, want a *ConfigError with rule %q", err, tt.rule)
-			}
-			if _, verr := b.Verbose().ReplaceConfiguration(tt.cfg, tt.strategy); !errors.As(verr, &ce) || ce.Rule != tt.rule {
-				t.Errorf("Verbose().ReplaceConfiguration() = %v, want a *ConfigError with rule %q", verr, tt.rule)
 			}
 			checkUnchanged(t, b, before)
 		})
@@ -557,7 +515,7 @@ func TestReplaceConfigurationAlignedNeedsWallClock(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Rule != sluice.RuleAlignedNeedsWallClock || ce.Bandwidth != 0 {
 		t.Errorf("ReplaceConfiguration() = %v, want a *ConfigError with rule %q", err, sluice.RuleAlignedNeedsWallClock)
 	}
-	if got := b.Configuration(); !reflect.DeepEqual(got, cfg) {
+	if got := b.Snapshot().Config; !reflect.DeepEqual(got, cfg) {
 		t.Errorf("Configuration() = %+v, want %+v", got, cfg)
 	}
 	checkAvailable(t, b, 10)
@@ -567,7 +525,7 @@ func TestReplaceConfigurationAlignedNeedsWallClock(t *testing.T) {
 // refill exactly at FirstRefill (IntervallyAlignedRefillSpecification).
 func TestAlignedRefillOnFakeClock(t *testing.T) {
 	first := time.Unix(1_700_000_400, 0)
-	clock := sluice.NewFakeClock(first.UnixNano() - int64(40*time.Second))
+	clock := sluicetest.NewFakeClock(first.UnixNano() - int64(40*time.Second))
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Capacity(400, sluice.IntervallyAlignedAdaptive(100, time.Minute, first))})
 	// 400-100 + 40s·100/60s = 366.
 	checkAvailable(t, b, 366)
@@ -591,7 +549,7 @@ func TestAlignedRefillOnFakeClock(t *testing.T) {
 // it the number of bandwidths) while other goroutines use the bucket is
 // safe; run with -race.
 func TestConcurrentReplaceConfiguration(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	one := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(100, time.Second)}}
 	two := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(100, time.Second), sluice.Simple(1000, time.Minute).WithID("m")}}
 	b := newBucket(t, clock, one.Bandwidths)
@@ -600,9 +558,9 @@ func TestConcurrentReplaceConfiguration(t *testing.T) {
 		wg.Go(func() {
 			for range 200 {
 				b.TryConsume(1)
-				b.Verbose().AllowN(1)
+				b.AllowN(1)
 				b.AvailableTokens()
-				b.Configuration()
+				b.Snapshot()
 			}
 		})
 	}

@@ -3,15 +3,25 @@ package sluice
 import (
 	"context"
 	"math"
-	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/sleep"
 )
 
-// Clock is a bucket's time source.
+// Clock is the time source of a Bucket, KeyBucket or Limiter (WithClock).
 //
 // Now returns nanoseconds. Only differences between readings matter, except
 // for aligned refill, whose grid is fixed in Unix time: that needs a clock
 // whose IsWallClock is true, counting from the Unix epoch.
+//
+// A clock that also has the method
+//
+//	Sleep(ctx context.Context, d time.Duration) error
+//
+// is what the calls that wait (Wait, WaitN) sleep on: its Sleep returns
+// after d of its own time, or earlier with ctx.Err() when ctx is done. A
+// fake clock (sluicetest.FakeClock) advances itself by d, so that waits in
+// tests take no real time. A clock without Sleep is slept on a timer.
 //
 // A Clock must be safe for concurrent use.
 type Clock interface {
@@ -70,82 +80,5 @@ func (m millisClock) Now() int64 {
 
 func (m millisClock) IsWallClock() bool { return m.c.IsWallClock() }
 
-// Sleeper waits on behalf of blocking calls.
-//
-// Sleep returns after d, or earlier with ctx.Err() when ctx is done. It must
-// be safe for concurrent use.
-type Sleeper interface {
-	Sleep(ctx context.Context, d time.Duration) error
-}
-
-// TimerSleeper returns the default Sleeper, which waits on a time.Timer.
-func TimerSleeper() Sleeper { return timerSleeper{} }
-
-type timerSleeper struct{}
-
-func (timerSleeper) Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// FakeClock is a Clock and a Sleeper for tests: time moves only when told
-// to, and a Sleep moves it forward by the duration slept instead of waiting.
-// It is a wall clock, so aligned refill works on it. FakeClock is safe for
-// concurrent use.
-type FakeClock struct {
-	mu    sync.Mutex
-	now   int64
-	slept time.Duration
-}
-
-// NewFakeClock returns a fake clock that reads start nanoseconds.
-func NewFakeClock(start int64) *FakeClock { return &FakeClock{now: start} }
-
-// Now returns the clock's reading.
-func (c *FakeClock) Now() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// IsWallClock reports true.
-func (c *FakeClock) IsWallClock() bool { return true }
-
-// Set sets the reading to t nanoseconds; it may go backwards.
-func (c *FakeClock) Set(t int64) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}
-
-// Advance moves the clock forward by d (backwards if d is negative).
-func (c *FakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now += int64(d)
-	c.mu.Unlock()
-}
-
-// Sleep advances the clock by d and records it, unless ctx is already done.
-func (c *FakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	c.now += int64(d)
-	c.slept += d
-	c.mu.Unlock()
-	return nil
-}
-
-// Slept is the total of every Sleep so far.
-func (c *FakeClock) Slept() time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.slept
-}
+// Sleep sleeps on c, as c would be slept on (see Clock).
+func (m millisClock) Sleep(ctx context.Context, d time.Duration) error { return sleep.On(ctx, m.c, d) }

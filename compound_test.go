@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // TestPolicyAloneAndInCompound runs every policy alone and inside a
@@ -26,9 +27,9 @@ func TestPolicyAloneAndInCompound(t *testing.T) {
 		}
 		for _, where := range []string{"memory", "store"} {
 			t.Run(where+"/"+p.String(), func(t *testing.T) {
-				clock := sluice.NewFakeClock(limiterStart)
+				clock := sluicetest.NewFakeClock(limiterStart)
 				newLimiter := func(p sluice.Policy) *sluice.Limiter {
-					opts := []sluice.LimiterOption{sluice.WithClock(clock)}
+					opts := []sluice.Option{sluice.WithClock(clock)}
 					if where == "store" {
 						opts = append(opts, sluice.WithStore(newMapStore())) // one each: they use the same key
 					}
@@ -46,7 +47,7 @@ func TestPolicyAloneAndInCompound(t *testing.T) {
 					if rng.IntN(4) == 0 {
 						ra, ea := alone.ReserveN(ctx, "k", n, 700*time.Millisecond)
 						rb, eb := inside.ReserveN(ctx, "k", n, 700*time.Millisecond)
-						if errors.Is(ea, sluice.ErrReserveNotSupported) && errors.Is(eb, sluice.ErrReserveNotSupported) {
+						if errors.Is(ea, errors.ErrUnsupported) && errors.Is(eb, errors.ErrUnsupported) {
 							continue
 						}
 						a, b = reservationOf(ra, ea), reservationOf(rb, eb)

@@ -156,17 +156,11 @@ func (b Bandwidth) InitialTokens() (int64, bool) { return b.initial, b.hasInitia
 // ID is the bandwidth's ID, or "".
 func (b Bandwidth) ID() string { return b.id }
 
-// BucketConfig is a bucket's configuration: one or more bandwidths. NewBucket and
-// ReplaceConfiguration validate it; Validate does so alone.
+// BucketConfig is a bucket's configuration: one or more bandwidths.
+// NewBucket, BucketPolicy (through NewLimiter) and ReplaceConfiguration
+// validate it, returning a *ConfigError for the first rule it breaks.
 type BucketConfig struct {
 	Bandwidths []Bandwidth
-}
-
-// Validate checks every rule of the configuration and returns a *ConfigError
-// for the first one broken.
-func (c BucketConfig) Validate() error {
-	_, err := c.compile()
-	return err
 }
 
 // compile validates c and returns the internal form, which shares nothing
@@ -294,8 +288,8 @@ const (
 	InheritProportionally Inheritance = Inheritance(tokenbucket.Proportionally)
 	// InheritAsIs keeps the token count, cut down to the new capacity.
 	InheritAsIs Inheritance = Inheritance(tokenbucket.AsIs)
-	// InheritNone starts afresh, as a new bucket with the new configuration.
-	InheritNone Inheritance = Inheritance(tokenbucket.ResetStrategy)
+	// InheritReset starts afresh, as a new bucket with the new configuration.
+	InheritReset Inheritance = Inheritance(tokenbucket.ResetStrategy)
 	// InheritAdditive adds the capacity gained: 80 of 200 become 180 of 300. A
 	// capacity that shrinks is handled as InheritAsIs.
 	InheritAdditive Inheritance = Inheritance(tokenbucket.Additive)
@@ -307,7 +301,7 @@ func (s Inheritance) String() string {
 		return "proportionally"
 	case InheritAsIs:
 		return "as_is"
-	case InheritNone:
+	case InheritReset:
 		return "reset"
 	case InheritAdditive:
 		return "additive"

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 func TestConfigValidation(t *testing.T) {
@@ -57,7 +58,7 @@ func TestConfigValidation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := sluice.BucketConfig{Bandwidths: tt.bws}
-			for _, err := range []error{cfg.Validate(), newBucketErr(cfg)} {
+			for _, err := range []error{bucketPolicyErr(cfg), newBucketErr(cfg)} {
 				var ce *sluice.ConfigError
 				if !errors.As(err, &ce) {
 					t.Fatalf("error = %v (%T), want a *sluice.ConfigError", err, err)
@@ -83,7 +84,7 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func newBucketErr(cfg sluice.BucketConfig) error {
-	_, err := sluice.NewBucket(cfg, sluice.WithClock(sluice.NewFakeClock(t0)))
+	_, err := sluice.NewBucket(cfg, sluice.WithClock(sluicetest.NewFakeClock(t0)))
 	return err
 }
 
@@ -101,8 +102,8 @@ func TestConfigErrorMessages(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := tt.cfg.Validate(); err == nil || err.Error() != tt.want {
-				t.Errorf("Validate() = %v, want %q", err, tt.want)
+			if err := bucketPolicyErr(tt.cfg); err == nil || err.Error() != tt.want {
+				t.Errorf("NewLimiter(BucketPolicy) = %v, want %q", err, tt.want)
 			}
 		})
 	}
@@ -126,8 +127,8 @@ func TestConfigValid(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := sluice.BucketConfig{Bandwidths: tt.bws}
-			if err := cfg.Validate(); err != nil {
-				t.Errorf("Validate() = %v, want nil", err)
+			if err := bucketPolicyErr(cfg); err != nil {
+				t.Errorf("NewLimiter(BucketPolicy) = %v, want nil", err)
 			}
 			if err := newBucketErr(cfg); err != nil {
 				t.Errorf("NewBucket() = %v, want nil", err)
@@ -165,13 +166,13 @@ func TestAlignedNeedsWallClock(t *testing.T) {
 
 	wall := []struct {
 		name string
-		opts []sluice.BucketOption
+		opts []sluice.Option
 	}{
 		{"default clock", nil},
-		{"nil clock keeps the default", []sluice.BucketOption{sluice.WithClock(nil)}},
-		{"wall clock", []sluice.BucketOption{sluice.WithClock(sluice.WallClock())}},
-		{"wall clock in milliseconds", []sluice.BucketOption{sluice.WithClock(sluice.Millis(sluice.WallClock()))}},
-		{"fake clock", []sluice.BucketOption{sluice.WithClock(sluice.NewFakeClock(t0))}},
+		{"nil clock keeps the default", []sluice.Option{sluice.WithClock(nil)}},
+		{"wall clock", []sluice.Option{sluice.WithClock(sluice.WallClock())}},
+		{"wall clock in milliseconds", []sluice.Option{sluice.WithClock(sluice.Millis(sluice.WallClock()))}},
+		{"fake clock", []sluice.Option{sluice.WithClock(sluicetest.NewFakeClock(t0))}},
 	}
 	for _, tt := range wall {
 		t.Run(tt.name, func(t *testing.T) {
@@ -195,13 +196,13 @@ func TestConfigurationRoundTrip(t *testing.T) {
 		sluice.Capacity(7, sluice.IntervallyAlignedAdaptive(7, time.Hour, time.Unix(1_700_000_000, 0))).WithID("c"),
 		sluice.Capacity(7, sluice.IntervallyAligned(3, time.Hour, time.Unix(0, 5))).WithInitialTokens(0).WithID("d"),
 	}}
-	b := newBucket(t, sluice.NewFakeClock(t0), cfg.Bandwidths)
-	got := b.Configuration()
+	b := newBucket(t, sluicetest.NewFakeClock(t0), cfg.Bandwidths)
+	got := b.Snapshot().Config
 	if !reflect.DeepEqual(got, cfg) {
 		t.Errorf("Configuration() = %+v, want %+v", got, cfg)
 	}
 	got.Bandwidths[0] = sluice.Simple(1, time.Second)
-	if again := b.Configuration(); !reflect.DeepEqual(again, cfg) {
+	if again := b.Snapshot().Config; !reflect.DeepEqual(again, cfg) {
 		t.Errorf("Configuration() after changing a returned copy = %+v, want %+v", again, cfg)
 	}
 
@@ -209,7 +210,7 @@ func TestConfigurationRoundTrip(t *testing.T) {
 	if err := b.ReplaceConfiguration(next, sluice.InheritAsIs); err != nil {
 		t.Fatalf("ReplaceConfiguration() = %v", err)
 	}
-	if got := b.Configuration(); !reflect.DeepEqual(got, next) {
+	if got := b.Snapshot().Config; !reflect.DeepEqual(got, next) {
 		t.Errorf("Configuration() after ReplaceConfiguration = %+v, want %+v", got, next)
 	}
 }
@@ -217,7 +218,7 @@ func TestConfigurationRoundTrip(t *testing.T) {
 // TestConfigIsCopied: changing the Config after NewBucket changes nothing.
 func TestConfigIsCopied(t *testing.T) {
 	bws := []sluice.Bandwidth{sluice.Simple(10, time.Second)}
-	b := newBucket(t, sluice.NewFakeClock(t0), bws)
+	b := newBucket(t, sluicetest.NewFakeClock(t0), bws)
 	bws[0] = sluice.Simple(1, time.Second)
 	checkAvailable(t, b, 10)
 }
@@ -248,7 +249,7 @@ func TestInheritanceString(t *testing.T) {
 	}{
 		{sluice.InheritProportionally, "proportionally"},
 		{sluice.InheritAsIs, "as_is"},
-		{sluice.InheritNone, "reset"},
+		{sluice.InheritReset, "reset"},
 		{sluice.InheritAdditive, "additive"},
 		{0, "Inheritance(0)"},
 		{9, "Inheritance(9)"},
@@ -258,4 +259,11 @@ func TestInheritanceString(t *testing.T) {
 			t.Errorf("Inheritance(%d).String() = %q, want %q", uint8(tt.s), got, tt.want)
 		}
 	}
+}
+
+// bucketPolicyErr is the error of a keyed limiter of cfg on a wall clock,
+// the other constructor that validates a bucket's configuration.
+func bucketPolicyErr(cfg sluice.BucketConfig) error {
+	_, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), sluice.WithClock(sluice.WallClock()))
+	return err
 }

@@ -19,7 +19,8 @@
 // Every call of the X/XN families (Allow/AllowN, Peek/PeekN,
 // Reserve/ReserveN, Wait/WaitN) is on [Bucket], [KeyBucket] and [Limiter]
 // alike, X being shorthand for XN with one token, and AllowN and PeekN
-// return one [Result]. Bucket4j's operations are there too
+// return one [Result]. [Bucket.Snapshot] and [KeyBucket.Snapshot] show a
+// bucket's state, for diagnostics. Bucket4j's operations are there too
 // ([Bucket.TryConsumeUpTo], [Bucket.ConsumeIgnoringRateLimits],
 // [Bucket.AddTokens], ...), and [Bucket.TryConsume] is the boolean hot
 // path that allocates nothing.
@@ -30,15 +31,16 @@
 //
 // # Waiting
 //
-// [Bucket.Blocking] returns a view whose calls wait for their tokens and
-// honour a context, as Bucket4j's; [Bucket.WaitN] and [Limiter.WaitN] wait
-// as x/time/rate's WaitN; [Bucket.ReserveN], [KeyBucket.ReserveN] and
-// [Limiter.ReserveN] hand out a [Reservation] for callers who schedule work
-// themselves, as x/time/rate's ReserveN does. Both reserve fairly: tokens
-// are taken first and the caller then waits, so later callers queue
-// behind. A wait that ends without its caller going ahead gives its tokens
-// back ([Reservation.Cancel]), and one that would outlast its context's
-// deadline fails at once and takes nothing.
+// [Bucket.WaitN], [KeyBucket.WaitN] and [Limiter.WaitN] wait for their
+// tokens as Bucket4j's blocking tryConsume(n, maxWait) does, under one rule
+// (see [Limiter.WaitN]): a positive maxWait, [Never] for no bound, and a
+// wait that would be longer, or outlast the context's deadline, is a
+// [*MaxWaitError] at once that takes nothing. [Bucket.ReserveN],
+// [KeyBucket.ReserveN] and [Limiter.ReserveN] hand out a [Reservation] for
+// callers who schedule work themselves, as x/time/rate's ReserveN does.
+// Both reserve fairly: tokens are taken first and the caller then waits,
+// so later callers queue behind. A wait that ends without its caller going
+// ahead gives its tokens back ([Reservation.Cancel]).
 //
 // # Keyed limiters
 //
@@ -54,8 +56,9 @@
 // spaces requests), [GCRA], [BucketPolicy] (a whole Bucket4j
 // configuration), [Compound] (all must allow) and [NoLimit]. Each is a pure
 // state machine in exact integer arithmetic; docs/policies.md compares
-// them. For token-bucket policies, [Limiter.Bucket] hands out a key's state
-// as a [Bucket].
+// them. For token-bucket policies, [Limiter.Bucket] hands out a key's
+// bucket as a [KeyBucket], Bucket4j's proxy: with [WithStore] it is the
+// one way to a stored bucket.
 //
 // With [WithStore] every process using the store shares the limits, at a
 // store round trip per decision (per batch on a hot key). [WithLease]
@@ -68,14 +71,23 @@
 // of every decision, wait and store call as an [Event]; packages
 // sluiceprom and sluiceotel turn the events into sluice serve's Prometheus
 // and OpenTelemetry metrics (docs/observability.md). Without one a
-// decision costs a nil check.
+// decision costs a nil check. It is the library's one hook, and the
+// library never logs: what it would log is an event too
+// ([EventVersionConflict]).
+//
+// # Options
+//
+// One [Option] type configures [NewBucket] and [NewLimiter]; each refuses
+// an option that does not apply to it (a store's option without
+// [WithStore], say) with an [*ArgumentError] naming it.
 //
 // # Time
 //
 // Every decision is integer arithmetic on nanoseconds from a [Clock]:
 // [MonotonicClock] by default, [WallClock] for aligned refill, [Millis] for
-// millisecond resolution, and [FakeClock] for tests, which also serves as a
-// [Sleeper] so blocking calls run instantly.
+// millisecond resolution. A Clock with a Sleep method is also what waits
+// sleep on: package sluicetest's FakeClock advances itself instead of
+// waiting, so that blocking calls in tests run instantly.
 //
 // # Differences from Bucket4j
 //

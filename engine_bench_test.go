@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // The engine's paths that the bench module's side-by-side benchmarks do
@@ -45,7 +46,7 @@ func BenchmarkEngineBucket(b *testing.B) {
 	}
 	for _, op := range ops {
 		b.Run(op.name, func(b *testing.B) {
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			bk, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 				sluice.Capacity(1000, sluice.Greedy(1e9, time.Second)),
 			}}, sluice.WithClock(clock))
@@ -74,7 +75,7 @@ func engineLimiter(b *testing.B, bucket, store bool) *sluice.Limiter {
 	if bucket {
 		p = sluice.TokenBucket(100, 100, time.Minute)
 	}
-	opts := []sluice.LimiterOption{sluice.WithClock(sluice.NewFakeClock(t0))}
+	opts := []sluice.Option{sluice.WithClock(sluicetest.NewFakeClock(t0))}
 	if store {
 		opts = append(opts, sluice.WithStore(memstore.New()))
 	}
@@ -164,8 +165,12 @@ func BenchmarkEngineLimiter(b *testing.B) {
 func BenchmarkEngineKeyBucket(b *testing.B) {
 	ctx := context.Background()
 	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Capacity(1000, sluice.Greedy(1e9, time.Second))}}
-	clock := sluice.NewFakeClock(t0)
-	kb, err := sluice.NewStoreBucket(memstore.New(), "k", cfg, sluice.WithClock(clock))
+	clock := sluicetest.NewFakeClock(t0)
+	l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), sluice.WithStore(memstore.New()), sluice.WithClock(clock))
+	if err != nil {
+		b.Fatal(err)
+	}
+	kb, err := l.Bucket("k")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,15 +12,9 @@ var (
 	ErrInvalidArgument = errors.New("sluice: invalid argument")
 	// ErrInvalidConfig is matched (errors.Is) by every *ConfigError.
 	ErrInvalidConfig = errors.New("sluice: invalid configuration")
-	// ErrReserveNotSupported is returned by Limiter.ReserveN and WaitN for a
-	// policy that cannot reserve tokens ahead, such as the sliding window.
-	ErrReserveNotSupported = errors.New("sluice: policy does not support reservations")
 	// ErrMaxWaitExceeded is matched by the *MaxWaitError of a wait that
 	// would be longer than allowed. Nothing was taken.
 	ErrMaxWaitExceeded = errors.New("sluice: max wait exceeded")
-	// ErrNilArgument is matched (errors.Is) by the *ArgumentError of a
-	// required argument that was nil: a policy, a store, a supplier.
-	ErrNilArgument = errors.New("sluice: nil argument")
 	// ErrTokensAboveLimit is matched by the *ArgumentError of a request
 	// for more tokens than the limit of a policy that refuses that as an
 	// argument error (FixedWindow, TokenBucket, and a Compound with one of
@@ -40,13 +34,14 @@ type ArgumentError struct {
 	Value any
 	Want  string // the bound it broke, e.g. "must be positive"
 	// kind, when not nil, is the sentinel the error matches besides
-	// ErrInvalidArgument: ErrNilArgument or ErrTokensAboveLimit.
+	// ErrInvalidArgument: ErrTokensAboveLimit, or errors.ErrUnsupported
+	// for an option that the policy cannot support (WithLease).
 	kind error
 }
 
 // nilArgument is the *ArgumentError of op's required argument arg, nil.
 func nilArgument(op, arg string) *ArgumentError {
-	return &ArgumentError{Op: op, Arg: arg, Want: "must not be nil", kind: ErrNilArgument}
+	return &ArgumentError{Op: op, Arg: arg, Want: "must not be nil"}
 }
 
 func (e *ArgumentError) Error() string {
@@ -56,8 +51,8 @@ func (e *ArgumentError) Error() string {
 	return fmt.Sprintf("sluice: %s: %s %s, got %v", e.Op, e.Arg, e.Want, e.Value)
 }
 
-// Is reports whether target is ErrInvalidArgument, or ErrNilArgument or
-// ErrTokensAboveLimit when the error is of that kind.
+// Is reports whether target is ErrInvalidArgument, or ErrTokensAboveLimit
+// or errors.ErrUnsupported when the error is of that kind.
 func (e *ArgumentError) Is(target error) bool {
 	return target == ErrInvalidArgument || e.kind != nil && target == e.kind
 }
@@ -67,7 +62,7 @@ func (e *ArgumentError) Is(target error) bool {
 type Rule string
 
 // The configuration rules: first those Bucket4j enforces on buckets, then
-// sluice's own for strategies and keyed policies.
+// sluice's own for keyed policies.
 const (
 	RuleNonPositiveCapacity     Rule = "non_positive_capacity"
 	RuleNonPositiveRefillTokens Rule = "non_positive_refill_tokens"
@@ -80,8 +75,6 @@ const (
 	RuleDuplicateID             Rule = "duplicate_id"                 // two bandwidths with one ID
 	RuleAlignedNeedsWallClock   Rule = "aligned_needs_wall_clock"     // aligned refill on a clock not counting from the epoch
 	RuleUnknownRefill           Rule = "unknown_refill"               // the zero Refill
-	RuleUnknownStrategy         Rule = "unknown_strategy"             // an Inheritance value that is none of the four
-	RuleUnknownStoreFailure     Rule = "unknown_store_failure"        // a StoreFailure value that is none of the three
 	RuleNonPositiveLimit        Rule = "non_positive_limit"           // a policy's limit
 	RuleNegativeMaxQueue        Rule = "negative_max_queue"           // a shaper's max_queue
 	RuleNoMembers               Rule = "no_members"                   // a compound policy without members

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // Two processes share a limit of 10 a minute through a store, each
@@ -18,7 +19,7 @@ import (
 func ExampleWithLease() {
 	ctx := context.Background()
 	store := memstore.New() // a Redis, PostgreSQL, ... store in production
-	clock := sluice.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	clock := sluicetest.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	newProcess := func() *sluice.Limiter {
 		l, err := sluice.NewLimiter(sluice.FixedWindow(10, time.Minute),
 			sluice.WithStore(store), sluice.WithClock(clock),

@@ -7,17 +7,17 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
-// The keyed examples run on a FakeClock, which is also their Sleeper, so
-// that their output is fixed; a real limiter leaves out WithClock and
-// WithSleeper. docs/policies.md quotes their numbers.
+// The keyed examples run on a FakeClock, which their waits also sleep on, so
+// that their output is fixed; a real limiter leaves out WithClock. docs/policies.md quotes their numbers.
 
 // An aligned fixed window opens on the clock's grid: the first hit at
 // 12:00:40 finds the window 12:00:00 to 12:01:00 open, with 20s left, and
 // every key's window turns over at 12:01:00.
 func ExampleAlignedFixedWindow() {
-	clock := sluice.NewFakeClock(time.Date(2026, 1, 1, 12, 0, 40, 0, time.UTC).UnixNano())
+	clock := sluicetest.NewFakeClock(time.Date(2026, 1, 1, 12, 0, 40, 0, time.UTC).UnixNano())
 	l, err := sluice.NewLimiter(sluice.AlignedFixedWindow(3, time.Minute), sluice.WithClock(clock))
 	if err != nil {
 		log.Fatal(err)
@@ -40,7 +40,7 @@ func ExampleAlignedFixedWindow() {
 // A fixed window lets up to twice its limit through around a boundary: the
 // window opened by the first hit ends at 1m, and a new one opens at once.
 func ExampleFixedWindow() {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	l, err := sluice.NewLimiter(sluice.FixedWindow(100, time.Minute), sluice.WithClock(clock))
 	if err != nil {
 		log.Fatal(err)
@@ -70,7 +70,7 @@ func ExampleFixedWindow() {
 // part of it still inside the last minute: the burst of ExampleFixedWindow
 // is stopped.
 func ExampleSlidingWindow() {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	l, err := sluice.NewLimiter(sluice.SlidingWindow(100, time.Minute), sluice.WithClock(clock))
 	if err != nil {
 		log.Fatal(err)
@@ -101,7 +101,7 @@ func ExampleSlidingWindow() {
 // The sliding log counts every request for exactly one interval after it:
 // no minute ever holds more than 100.
 func ExampleSlidingLog() {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	l, err := sluice.NewLimiter(sluice.SlidingLog(100, time.Minute), sluice.WithClock(clock))
 	if err != nil {
 		log.Fatal(err)
@@ -124,7 +124,7 @@ func ExampleSlidingLog() {
 // Symfony's token bucket, limit 5000 and rate 500 per 15 minutes: the whole
 // limit at once, then 500 every 15 minutes counted from the first use.
 func ExampleTokenBucket() {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	l, err := sluice.NewLimiter(sluice.TokenBucket(5000, 500, 15*time.Minute), sluice.WithClock(clock))
 	if err != nil {
 		log.Fatal(err)
@@ -154,7 +154,7 @@ func ExampleTokenBucket() {
 // The leaky bucket as a meter: 10 fill it, and it drains one every second,
 // continuously.
 func ExampleLeakyBucket() {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	l, err := sluice.NewLimiter(sluice.LeakyBucket(10, 1, time.Second), sluice.WithClock(clock))
 	if err != nil {
 		log.Fatal(err)
@@ -180,8 +180,8 @@ func ExampleLeakyBucket() {
 // The shaper spaces requests out, 2 a second: each reservation gets its own
 // departure time, and at most 2 wait behind the one that goes at once.
 func ExampleShaper() {
-	clock := sluice.NewFakeClock(0)
-	l, err := sluice.NewLimiter(sluice.Shaper(2, time.Second, 2), sluice.WithClock(clock), sluice.WithSleeper(clock))
+	clock := sluicetest.NewFakeClock(0)
+	l, err := sluice.NewLimiter(sluice.Shaper(2, time.Second, 2), sluice.WithClock(clock))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func ExampleShaper() {
 // GCRA as go-redis/redis_rate's PerSecond(10): bursts of 10, then one token
 // back every 100ms, from a single timestamp per key.
 func ExampleGCRA() {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	l, err := sluice.NewLimiter(sluice.GCRA(10, 10, time.Second), sluice.WithClock(clock))
 	if err != nil {
 		log.Fatal(err)
@@ -237,7 +237,7 @@ func ExampleGCRA() {
 // A compound of 5 a minute and 2 a second: a request passes only if both
 // let it, and one that either rejects takes nothing from the other.
 func ExampleCompound() {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	l, err := sluice.NewLimiter(sluice.Compound(
 		sluice.FixedWindow(5, time.Minute),
 		sluice.FixedWindow(2, time.Second),
@@ -286,7 +286,7 @@ func ExampleNoLimit() {
 // BucketPolicy applies Bucket4j bandwidths to each key: 20 a minute, in
 // bursts of at most 10. A request takes from both or from neither.
 func ExampleBucketPolicy() {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	l, err := sluice.NewLimiter(sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(20, time.Minute),                      // one every 3s
 		sluice.Capacity(10, sluice.Greedy(10, time.Second)), // one every 100ms
@@ -316,7 +316,7 @@ func ExampleBucketPolicy() {
 // Reservations run into debt: on a fixed window of 2 a minute, tokens that
 // do not fit go to the next windows, and the caller waits for them.
 func ExampleLimiter_Reserve() {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	l, err := sluice.NewLimiter(sluice.FixedWindow(2, time.Minute), sluice.WithClock(clock))
 	if err != nil {
 		log.Fatal(err)
@@ -350,7 +350,7 @@ func ExampleLimiter_Reserve() {
 // A caller that reserved tokens and then will not use them gives them
 // back: nothing was taken after it, so the key is as it was before.
 func ExampleReservation_Cancel() {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	l, err := sluice.NewLimiter(sluice.TokenBucket(2, 1, time.Second), sluice.WithClock(clock))
 	if err != nil {
 		log.Fatal(err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // A rolling deploy: the old configuration (version 1) and the new one
@@ -16,7 +17,7 @@ import (
 func ExampleWithConfigVersion() {
 	ctx := context.Background()
 	store := memstore.New()
-	clock := sluice.NewFakeClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	clock := sluicetest.NewFakeClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	old, _ := sluice.NewLimiter(sluice.TokenBucket(100, 100, time.Hour),
 		sluice.WithStore(store), sluice.WithClock(clock), sluice.WithConfigVersion(1))
 	cur, _ := sluice.NewLimiter(sluice.TokenBucket(200, 200, time.Hour),
@@ -58,29 +59,4 @@ func ExampleWithPolicyFor() {
 	// Output:
 	// paid:acme 1000 999
 	// bob 10 9
-}
-
-// Buckets configured per key, by a supplier that runs only for a key
-// without state.
-func ExampleNewLazyBuckets() {
-	ctx := context.Background()
-	calls := 0
-	buckets, err := sluice.NewLazyBuckets(memstore.New(), func(_ context.Context, key string) (sluice.BucketConfig, error) {
-		calls++
-		return sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(int64(len(key))*10, time.Hour)}}, nil
-	})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	for range 3 {
-		r, _ := buckets.Bucket("acme").Allow(ctx)
-		fmt.Println(r.Limit, r.Remaining)
-	}
-	fmt.Println("supplied", calls, "time(s)")
-	// Output:
-	// 40 39
-	// 40 38
-	// 40 37
-	// supplied 1 time(s)
 }

@@ -2,18 +2,20 @@ package sluice_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // The examples run on a FakeClock so that their output is fixed; a real
-// bucket leaves out WithClock and WithSleeper.
+// bucket leaves out WithClock.
 
 func ExampleNewBucket() {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(10, time.Second), // 10 a second, one every 100ms
 	}}, sluice.WithClock(clock))
@@ -39,7 +41,7 @@ func ExampleNewBucket() {
 
 // A probe has what rate-limit headers need.
 func ExampleBucket_AllowN() {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(2, time.Minute),
 	}}, sluice.WithClock(clock))
@@ -66,39 +68,40 @@ func ExampleBucket_AllowN() {
 	// 429 Too Many Requests, Retry-After: 30
 }
 
-// A FakeClock serves as the sleeper too: blocking calls move it forward
-// instead of waiting.
-func ExampleBucket_Blocking() {
-	clock := sluice.NewFakeClock(0)
+// WaitN waits for tokens, here on a fake clock that moves forward instead
+// of waiting; a wait longer than maxWait is a *MaxWaitError at once, and
+// takes nothing.
+func ExampleBucket_WaitN() {
+	clock := sluicetest.NewFakeClock(0)
 	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(5, time.Second), // one every 200ms
-	}}, sluice.WithClock(clock), sluice.WithSleeper(clock))
+	}}, sluice.WithClock(clock))
 	if err != nil {
 		log.Fatal(err)
 	}
 	ctx := context.Background()
 
-	if err := b.Blocking().Consume(ctx, 5); err != nil {
+	if err := b.WaitN(ctx, 5, sluice.Never); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("slept:", clock.Slept())
 
-	if err := b.Blocking().Consume(ctx, 2); err != nil {
+	if err := b.WaitN(ctx, 2, time.Second); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("slept:", clock.Slept())
 
 	// 5 more would take 1s: more than we are willing to wait.
-	ok, err := b.Blocking().TryConsume(ctx, 5, 500*time.Millisecond)
-	fmt.Println("took 5:", ok, err, "slept:", clock.Slept())
+	err = b.WaitN(ctx, 5, 500*time.Millisecond)
+	fmt.Println(errors.Is(err, sluice.ErrMaxWaitExceeded), "slept:", clock.Slept())
 	// Output:
 	// slept: 0s
 	// slept: 400ms
-	// took 5: false <nil> slept: 400ms
+	// true slept: 400ms
 }
 
 func ExampleBucket_ReplaceConfiguration() {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(100, time.Minute),
 	}}, sluice.WithClock(clock))
@@ -135,7 +138,7 @@ func ExampleBucket_ReplaceConfiguration() {
 
 // Several bandwidths: a call takes from all of them or from none.
 func Example_multipleBandwidths() {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 		sluice.Simple(1000, time.Minute).WithID("per-minute"),
 		sluice.Capacity(50, sluice.Greedy(50, time.Second)).WithID("burst"),
@@ -146,8 +149,8 @@ func Example_multipleBandwidths() {
 
 	fmt.Println("first burst:", b.TryConsumeAsMuchAsPossible())
 	clock.Advance(time.Second)
-	v := b.Verbose().AvailableTokens()
-	fmt.Println("a second later:", v.Value, v.Snapshot.Bandwidths)
+	s := b.Snapshot()
+	fmt.Println("a second later:", s.AvailableTokens, s.Bandwidths)
 	// Output:
 	// first burst: 50
 	// a second later: 50 [966 50]

@@ -8,19 +8,23 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // keyBuckets returns a KeyBucket of a bucket of 10 tokens refilled 10 a
 // second on clock: an in-memory Limiter's key, a stored Limiter's key, and
-// a store bucket's.
-func keyBuckets(t *testing.T, clock *sluice.FakeClock) map[string]*sluice.KeyBucket {
+// the key of a stored Limiter with a policy per key.
+func keyBuckets(t *testing.T, clock *sluicetest.FakeClock) map[string]*sluice.KeyBucket {
 	t.Helper()
 	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second)}}
 	out := map[string]*sluice.KeyBucket{}
-	for _, where := range []string{"memory", "limiter store"} {
-		opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithSleeper(clock)}
+	for _, where := range []string{"memory", "limiter store", "policy per key"} {
+		opts := []sluice.Option{sluice.WithClock(clock)}
 		if where != "memory" {
 			opts = append(opts, sluice.WithStore(newMapStore()))
+		}
+		if where == "policy per key" {
+			opts = append(opts, sluice.WithPolicyFor(func(context.Context, string) (sluice.Policy, error) { return nil, nil }))
 		}
 		l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), opts...)
 		if err != nil {
@@ -30,11 +34,6 @@ func keyBuckets(t *testing.T, clock *sluice.FakeClock) map[string]*sluice.KeyBuc
 			t.Fatal(err)
 		}
 	}
-	b, err := sluice.NewStoreBucket(newMapStore(), "k", cfg, sluice.WithClock(clock), sluice.WithSleeper(clock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out["store bucket"] = b
 	return out
 }
 
@@ -44,7 +43,7 @@ func keyBuckets(t *testing.T, clock *sluice.FakeClock) map[string]*sluice.KeyBuc
 func TestFamilyShorthands(t *testing.T) {
 	ctx := context.Background()
 	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(3, time.Second)}}
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	x := newBucket(t, clock, cfg.Bandwidths)
 	xn := newBucket(t, clock, cfg.Bandwidths)
 	for i := range 5 {
@@ -57,8 +56,8 @@ func TestFamilyShorthands(t *testing.T) {
 	}
 	r, _ := x.Reserve(time.Second)
 	rn, _ := xn.ReserveN(1, time.Second)
-	if r.String() != rn.String() {
-		t.Errorf("Bucket: Reserve = %v, ReserveN(1) = %v", r, rn)
+	if !sameReservation(r, rn) {
+		t.Errorf("Bucket: Reserve = %+v, ReserveN(1) = %+v", r, rn)
 	}
 	if err, errN := x.Wait(ctx, time.Second), xn.WaitN(ctx, 1, time.Second); err != nil || errN != nil {
 		t.Errorf("Bucket: Wait = %v, WaitN(1) = %v", err, errN)
@@ -95,7 +94,7 @@ func TestFamilyShorthands(t *testing.T) {
 // time sees the bucket as it was.
 func TestPeekTakesNothing(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)})
 	b.AllowN(10)
 	clock.Advance(500 * ms)
@@ -108,7 +107,7 @@ func TestPeekTakesNothing(t *testing.T) {
 	if allow, _ := b.AllowN(3); allow != peek {
 		t.Errorf("AllowN(3) = %+v after PeekN(3) = %+v, want the same", allow, peek)
 	}
-	for where, kb := range keyBuckets(t, sluice.NewFakeClock(t0)) {
+	for where, kb := range keyBuckets(t, sluicetest.NewFakeClock(t0)) {
 		kb.AllowN(ctx, 4)
 		for range 3 {
 			if r, err := kb.PeekN(ctx, 6); err != nil || !r.Allowed || r.Remaining != 0 {
@@ -121,30 +120,36 @@ func TestPeekTakesNothing(t *testing.T) {
 	}
 }
 
-// TestKeyBucketViews: a KeyBucket's Blocking and Verbose views behave as a
-// Bucket's, wherever its state lives.
+// TestKeyBucketViews: a KeyBucket's blocking calls and snapshots behave as
+// a Bucket's, wherever its state lives.
 func TestKeyBucketViews(t *testing.T) {
 	ctx := context.Background()
-	for where, kb := range keyBuckets(t, sluice.NewFakeClock(t0)) {
+	for where, kb := range keyBuckets(t, sluicetest.NewFakeClock(t0)) {
 		t.Run(where, func(t *testing.T) {
-			v, err := kb.Verbose().AllowN(ctx, 7)
-			if err != nil || !v.Value.Allowed || v.Value.Remaining != 3 || v.Snapshot.AvailableTokens != 3 || v.Snapshot.TimeToFullRefill != 700*ms {
-				t.Errorf("Verbose().AllowN(7) = %+v, %v, want allowed, 3 left, full in 700ms", v, err)
+			r, err := kb.AllowN(ctx, 7)
+			s, serr := kb.Snapshot(ctx)
+			if err != nil || serr != nil || !r.Allowed || r.Remaining != 3 || s.AvailableTokens != 3 || s.TimeToFullRefill != 700*ms {
+				t.Errorf("AllowN(7), Snapshot() = %+v, %v, %+v, %v; want allowed, 3 left, full in 700ms", r, err, s, serr)
 			}
-			if ok, err := kb.Blocking().TryConsume(ctx, 5, time.Second); err != nil || !ok {
-				t.Errorf("Blocking().TryConsume(5, 1s) = %v, %v, want true after a wait", ok, err)
+			if ok, err := block(kb).TryConsume(ctx, 5, time.Second); err != nil || !ok {
+				t.Errorf("blocking TryConsume(5, 1s) = %v, %v, want true after a wait", ok, err)
 			}
-			if err := kb.Blocking().Consume(ctx, 1); err != nil {
-				t.Errorf("Blocking().Consume(1) = %v", err)
+			if err := block(kb).Consume(ctx, 1); err != nil {
+				t.Errorf("blocking Consume(1) = %v", err)
 			}
-			a, err := kb.Verbose().AvailableTokens(ctx)
-			if err != nil || a.Value != a.Snapshot.AvailableTokens || len(a.Snapshot.Bandwidths) != 1 {
-				t.Errorf("Verbose().AvailableTokens() = %+v, %v", a, err)
+			n, err := kb.AvailableTokens(ctx)
+			a, serr := kb.Snapshot(ctx)
+			if err != nil || serr != nil || n != a.AvailableTokens || len(a.Bandwidths) != 1 {
+				t.Errorf("AvailableTokens(), Snapshot() = %d, %v, %+v, %v", n, err, a, serr)
+			}
+			if where == "memory" {
+				return // an in-memory key follows its limiter's policy (TestInMemoryReplaceConfiguration)
 			}
 			cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(100, time.Second)}}
-			s, err := kb.Verbose().ReplaceConfiguration(ctx, cfg, sluice.InheritAdditive)
-			if err != nil || s.Config.Bandwidths[0].Capacity() != 100 || s.AvailableTokens != a.Value+90 {
-				t.Errorf("Verbose().ReplaceConfiguration(100, additive) = %+v, %v, want capacity 100 and %d tokens", s, err, a.Value+90)
+			err = kb.ReplaceConfiguration(ctx, cfg, sluice.InheritAdditive)
+			s, serr = kb.Snapshot(ctx)
+			if err != nil || serr != nil || s.Config.Bandwidths[0].Capacity() != 100 || s.AvailableTokens != n+90 {
+				t.Errorf("ReplaceConfiguration(100, additive), Snapshot() = %v, %+v, %v; want capacity 100 and %d tokens", err, s, serr, n+90)
 			}
 		})
 	}
@@ -154,7 +159,7 @@ func TestKeyBucketViews(t *testing.T) {
 // maxWait are waited for, later ones are a *MaxWaitError at once.
 func TestWaitN(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	b := newBucket(t, clock, []sluice.Bandwidth{sluice.Simple(10, time.Second)})
 	b.AllowN(10)
 	var mw *sluice.MaxWaitError
@@ -164,7 +169,7 @@ func TestWaitN(t *testing.T) {
 	if err := b.WaitN(ctx, 5, 500*ms); err != nil || clock.Slept() != 500*ms {
 		t.Errorf("WaitN(5, 500ms) = %v after sleeping %v, want nil after 500ms", err, clock.Slept())
 	}
-	for where, kb := range keyBuckets(t, sluice.NewFakeClock(t0)) {
+	for where, kb := range keyBuckets(t, sluicetest.NewFakeClock(t0)) {
 		kb.AllowN(ctx, 10)
 		if err := kb.WaitN(ctx, 5, 400*ms); !errors.As(err, &mw) {
 			t.Errorf("%s: WaitN(5, 400ms) = %v, want a *MaxWaitError", where, err)
@@ -173,4 +178,9 @@ func TestWaitN(t *testing.T) {
 			t.Errorf("%s: WaitN(5, 500ms) = %v", where, err)
 		}
 	}
+}
+
+// sameReservation reports whether a and b decided alike.
+func sameReservation(a, b *sluice.Reservation) bool {
+	return a.OK() == b.OK() && a.Tokens() == b.Tokens() && a.Delay() == b.Delay() && a.Result() == b.Result()
 }

@@ -1,11 +1,14 @@
 package sluice_test
 
 import (
+	"context"
+	"errors"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // t0 is the fake clock's start in most tests: a Unix time in nanoseconds.
@@ -14,9 +17,9 @@ const t0 = int64(1_700_000_000) * int64(time.Second)
 const ms = time.Millisecond
 
 // newBucket returns a bucket of bws on clock, which is also its sleeper.
-func newBucket(t *testing.T, clock *sluice.FakeClock, bws []sluice.Bandwidth, opts ...sluice.BucketOption) *sluice.Bucket {
+func newBucket(t *testing.T, clock *sluicetest.FakeClock, bws []sluice.Bandwidth, opts ...sluice.Option) *sluice.Bucket {
 	t.Helper()
-	opts = append([]sluice.BucketOption{sluice.WithClock(clock), sluice.WithSleeper(clock)}, opts...)
+	opts = append([]sluice.Option{sluice.WithClock(clock)}, opts...)
 	b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: bws}, opts...)
 	if err != nil {
 		t.Fatalf("NewBucket: %v", err)
@@ -35,7 +38,7 @@ type state struct {
 
 func stateOf(t *testing.T, b *sluice.Bucket) state {
 	t.Helper()
-	s := b.Verbose().AvailableTokens().Snapshot
+	s := b.Snapshot()
 	return state{bandwidths: s.Bandwidths, toFull: s.TimeToFullRefill, cfg: s.Config}
 }
 
@@ -53,12 +56,36 @@ func checkAvailable(t *testing.T, b *sluice.Bucket, want int64) {
 	}
 }
 
-// counts is what a CountingListener has seen.
+// counts is what a sluicetest.Counter has seen.
 type counts struct {
 	consumed, rejected, cancelled int64
 	waited, delayed               time.Duration
 }
 
-func countsOf(l *sluice.CountingListener) counts {
-	return counts{consumed: l.Consumed(), rejected: l.Rejected(), cancelled: l.Cancelled(), waited: l.Waited(), delayed: l.Delayed()}
+func countsOf(c *sluicetest.Counter) counts {
+	return counts{consumed: c.Tokens(sluice.EventAllowed), rejected: c.Tokens(sluice.EventRejected), cancelled: c.Tokens(sluice.EventCancelled),
+		waited: c.Duration(sluice.EventWaited), delayed: c.Duration(sluice.EventDelayed)}
 }
+
+// blocking is Bucket4j's blocking calls on WaitN, as the conformance
+// runner maps them: TryConsume is a WaitN whose *MaxWaitError is a
+// refusal, Consume a WaitN of no bound.
+type blocking struct{ w waiter }
+
+// waiter is what has WaitN: a Bucket, a KeyBucket.
+type waiter interface {
+	WaitN(ctx context.Context, n int64, maxWait time.Duration) error
+}
+
+func block(w waiter) blocking { return blocking{w} }
+
+func (b blocking) TryConsume(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
+	err := b.w.WaitN(ctx, n, maxWait)
+	var mw *sluice.MaxWaitError
+	if errors.As(err, &mw) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (b blocking) Consume(ctx context.Context, n int64) error { return b.w.WaitN(ctx, n, sluice.Never) }

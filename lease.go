@@ -3,7 +3,6 @@ package sluice
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -12,13 +11,6 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/record"
 )
-
-// ErrLeaseNotSupported is matched by the *ArgumentError of WithLease on a
-// policy whose state cannot be leased: only a token bucket (TokenBucket,
-// LeakyBucket, BucketPolicy), GCRA and a fixed window can, the policies
-// whose state a lease can debit by many tokens at once. A sliding
-// window, a sliding log, a shaper, a compound and NoLimit cannot.
-var ErrLeaseNotSupported = errors.New("sluice: policy cannot be leased")
 
 // Lease configures quota leasing (WithLease): each process takes tokens
 // from a key's shared state in the store ahead of its requests, a lease
@@ -57,13 +49,15 @@ type Lease struct {
 // the store's answer for the tokens the lease could not cover, with its
 // exact RetryAfter.
 //
-// NewLimiter checks l and the policy with or without a store, and
-// returns an *ArgumentError for values out of bounds, or matching
-// ErrLeaseNotSupported for a policy that cannot be leased; without
-// WithStore the limiter is in memory, already local, and l changes
-// nothing.
-func WithLease(l Lease) LimiterOption {
-	return limiterOption(func(o *options) { o.lease = &l })
+// It applies only to a limiter with WithStore (in memory a limiter is
+// already local). NewLimiter returns an *ArgumentError for values out of
+// bounds, and one that also matches errors.ErrUnsupported for a policy
+// whose state cannot be leased: only a token bucket (TokenBucket,
+// LeakyBucket, BucketPolicy), GCRA and a fixed window can, the policies
+// whose state a lease can debit by many tokens at once; a sliding window,
+// a sliding log, a shaper, a compound and NoLimit cannot.
+func WithLease(l Lease) Option {
+	return Option{name: "WithLease", scope: storeOnly, set: func(o *options) { o.lease = &l }}
 }
 
 // check returns the *ArgumentError of l for p, or nil.
@@ -74,21 +68,15 @@ func (l *Lease) check(p Policy) error {
 	if err := l.config().Check(); err != nil {
 		return &ArgumentError{Op: "NewLimiter", Arg: "WithLease", Value: *l, Want: err.Error()}
 	}
-	switch p.Kind() {
-	case KindTokenBucket, KindLeakyBucket, KindBucket, KindGCRA, KindFixedWindow:
+	if p.leasing() != noLease {
 		return nil
 	}
 	return &ArgumentError{Op: "NewLimiter", Arg: "WithLease", Value: p.Kind(),
-		Want: "needs a token bucket, GCRA or fixed window policy", kind: ErrLeaseNotSupported}
+		Want: "needs a token bucket, GCRA or fixed window policy", kind: errors.ErrUnsupported}
 }
 
 func (l *Lease) config() lease.Config {
 	return lease.Config{Min: l.Min, Max: l.Max, TTL: int64(l.TTL)}
-}
-
-// String formats l as its fields, for errors.
-func (l Lease) String() string {
-	return fmt.Sprintf("Lease{Min: %d, Max: %d, TTL: %v}", l.Min, l.Max, l.TTL)
 }
 
 // leasedKeys is a Limiter's keys in a store, decided from leases: each

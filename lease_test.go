@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 func TestWithLeaseArguments(t *testing.T) {
@@ -25,22 +26,17 @@ func TestWithLeaseArguments(t *testing.T) {
 		{"min 0", sluice.GCRA(10, 10, time.Second), sluice.Lease{Min: 0, Max: 10, TTL: time.Second}, sluice.ErrInvalidArgument},
 		{"max below min", sluice.GCRA(10, 10, time.Second), sluice.Lease{Min: 5, Max: 4, TTL: time.Second}, sluice.ErrInvalidArgument},
 		{"ttl 0", sluice.GCRA(10, 10, time.Second), sluice.Lease{Min: 1, Max: 4}, sluice.ErrInvalidArgument},
-		{"sliding log", sluice.SlidingLog(10, time.Second), good, sluice.ErrLeaseNotSupported},
-		{"sliding window", sluice.SlidingWindow(10, time.Second), good, sluice.ErrLeaseNotSupported},
-		{"shaper", sluice.Shaper(10, time.Second, 3), good, sluice.ErrLeaseNotSupported},
-		{"compound", sluice.Compound(sluice.FixedWindow(8, time.Second)), good, sluice.ErrLeaseNotSupported},
+		{"sliding log", sluice.SlidingLog(10, time.Second), good, errors.ErrUnsupported},
+		{"sliding window", sluice.SlidingWindow(10, time.Second), good, errors.ErrUnsupported},
+		{"shaper", sluice.Shaper(10, time.Second, 3), good, errors.ErrUnsupported},
+		{"compound", sluice.Compound(sluice.FixedWindow(8, time.Second)), good, errors.ErrUnsupported},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, opts := range [][]sluice.LimiterOption{
-				{sluice.WithLease(tt.lease)},
-				{sluice.WithLease(tt.lease), sluice.WithStore(newMapStore())},
-			} {
-				_, err := sluice.NewLimiter(tt.p, opts...)
-				var ae *sluice.ArgumentError
-				if !errors.Is(err, tt.want) || !errors.As(err, &ae) || ae.Arg != "WithLease" {
-					t.Errorf("NewLimiter(%s, WithLease(%v)) = %v, want an *ArgumentError for WithLease matching %v", tt.p, tt.lease, err, tt.want)
-				}
+			_, err := sluice.NewLimiter(tt.p, sluice.WithLease(tt.lease), sluice.WithStore(newMapStore()))
+			var ae *sluice.ArgumentError
+			if !errors.Is(err, tt.want) || !errors.As(err, &ae) || ae.Arg != "WithLease" {
+				t.Errorf("NewLimiter(%s, WithLease(%v)) = %v, want an *ArgumentError for WithLease matching %v", tt.p, tt.lease, err, tt.want)
 			}
 		})
 	}
@@ -48,8 +44,8 @@ func TestWithLeaseArguments(t *testing.T) {
 	perKey := sluice.WithPolicyFor(func(context.Context, string) (sluice.Policy, error) { return sluice.GCRA(10, 10, time.Second), nil })
 	_, err := sluice.NewLimiter(sluice.GCRA(10, 10, time.Second), sluice.WithLease(good), sluice.WithStore(newMapStore()), perKey)
 	var ae *sluice.ArgumentError
-	if !errors.Is(err, sluice.ErrLeaseNotSupported) || !errors.As(err, &ae) || ae.Arg != "WithLease" {
-		t.Errorf("NewLimiter(WithLease, WithPolicyFor) = %v, want an *ArgumentError for WithLease matching ErrLeaseNotSupported", err)
+	if !errors.Is(err, errors.ErrUnsupported) || !errors.As(err, &ae) || ae.Arg != "WithLease" {
+		t.Errorf("NewLimiter(WithLease, WithPolicyFor) = %v, want an *ArgumentError for WithLease matching errors.ErrUnsupported", err)
 	}
 	for _, p := range []sluice.Policy{
 		sluice.FixedWindow(10, time.Second), sluice.TokenBucket(10, 1, time.Second), sluice.LeakyBucket(10, 1, time.Second),
@@ -70,8 +66,8 @@ func TestLeaseRoundTrips(t *testing.T) {
 		sluice.TokenBucket(1000, 1, time.Hour),
 		sluice.GCRA(1000, 1, time.Hour),
 	} {
-		t.Run(string(p.Kind()), func(t *testing.T) {
-			clock := sluice.NewFakeClock(limiterStart)
+		t.Run(p.Kind(), func(t *testing.T) {
+			clock := sluicetest.NewFakeClock(limiterStart)
 			st := newMapStore()
 			l, err := sluice.NewLimiter(p, sluice.WithClock(clock), sluice.WithStore(st),
 				sluice.WithLease(sluice.Lease{Min: 99, Max: 99, TTL: time.Second}))
@@ -102,7 +98,7 @@ func TestLeaseRoundTrips(t *testing.T) {
 // from this process until that has passed.
 func TestLeaseRefusal(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(limiterStart)
+	clock := sluicetest.NewFakeClock(limiterStart)
 	st := newMapStore()
 	l, err := sluice.NewLimiter(sluice.FixedWindow(10, time.Minute), sluice.WithClock(clock), sluice.WithStore(st),
 		sluice.WithLease(sluice.Lease{Min: 4, Max: 4, TTL: time.Hour}))
@@ -145,9 +141,9 @@ func TestLeaseRefusal(t *testing.T) {
 // window: tokens leased in one window are never spent in the next.
 func TestLeaseWindowBound(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(limiterStart)
+	clock := sluicetest.NewFakeClock(limiterStart)
 	st := newMapStore()
-	opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithStore(st),
+	opts := []sluice.Option{sluice.WithClock(clock), sluice.WithStore(st),
 		sluice.WithLease(sluice.Lease{Min: 50, Max: 50, TTL: time.Hour})}
 	a, err := sluice.NewLimiter(sluice.FixedWindow(100, time.Minute), opts...)
 	if err != nil {
@@ -185,10 +181,10 @@ func TestLeaseWindowBound(t *testing.T) {
 // and loses them when its lease expires.
 func TestLeaseIdleProcess(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(limiterStart)
+	clock := sluicetest.NewFakeClock(limiterStart)
 	st := newMapStore()
 	const max = 20
-	opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithStore(st),
+	opts := []sluice.Option{sluice.WithClock(clock), sluice.WithStore(st),
 		sluice.WithLease(sluice.Lease{Min: 5, Max: max, TTL: time.Second})}
 	p := sluice.TokenBucket(1000, 1, time.Hour) // no refill to speak of
 	a, _ := sluice.NewLimiter(p, opts...)
@@ -236,7 +232,7 @@ func TestLeaseConcurrent(t *testing.T) {
 			sluice.Simple(limit, time.Hour), sluice.Simple(2*limit, 2*time.Hour),
 		}}),
 	} {
-		t.Run(string(p.Kind()), func(t *testing.T) {
+		t.Run(p.Kind(), func(t *testing.T) {
 			st := memstore.New()
 			var admitted, failed atomic.Int64
 			var wg sync.WaitGroup
@@ -276,7 +272,7 @@ func TestLeaseConcurrent(t *testing.T) {
 // held are not lost to it.
 func TestLeaseStoreFailure(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(limiterStart)
+	clock := sluicetest.NewFakeClock(limiterStart)
 	st := newMapStore()
 	l, err := sluice.NewLimiter(sluice.TokenBucket(100, 1, time.Hour), sluice.WithClock(clock), sluice.WithStore(st),
 		sluice.WithStoreFailure(sluice.FailClosed), sluice.WithCircuitBreaker(-1),

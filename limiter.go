@@ -23,34 +23,39 @@ import (
 type Limiter struct {
 	policy   Policy
 	clock    Clock
-	sleeper  Sleeper
-	listener Listener
+	observer Observer
 	// keys holds the state in memory; with a store, it is the fallback of
 	// FailLocal.
 	keys keyed.Keys
 	// backend decides: keys, or the store behind its failure policy.
 	backend backend
 	// mem is backend when it is the keys in memory (no store, one
-	// policy): Allow and AllowN decide on it directly, without the
-	// backend interface.
-	mem   *memKeys
-	quota int64
-	// buckets is the bucketBackend of Bucket, nil when the policy is not
-	// a token bucket.
-	buckets bucketBackend
+	// policy): AllowN decides on it directly, and WaitN takes tokens that
+	// are there from it without a reservation.
+	mem *memKeys
+	// limit is the policy's Result.Limit, quoted by the argument errors
+	// of tokens above it.
+	limit int64
+	// buckets and inspect are the bucketBackends of Bucket (see KeyBucket),
+	// nil when the policy is not a token bucket.
+	buckets, inspect bucketBackend
 }
 
 // NewLimiter returns a limiter that applies p to each key, in memory or,
-// with WithStore, in a store. WithClock and WithSleeper apply to its
-// decisions and waits, WithListener to its decisions and those of the
-// buckets that Bucket returns (and, when it is a StoreListener, to store
-// failures), and the StoreOptions to its store: without WithStore they are
-// an *ArgumentError. It returns the *ConfigError of an invalid policy.
-func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
+// with WithStore, in a store. WithClock applies to its decisions and
+// waits, WithObserver to its decisions, store calls and those of the
+// buckets that Bucket returns, and the options of a store or of a policy
+// per key to those: without WithStore (or WithPolicyFor) they are an
+// *ArgumentError (see Option). It returns the *ConfigError of an invalid
+// policy.
+func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	if p == nil {
 		return nil, nilArgument("NewLimiter", "policy")
 	}
-	o := limiterOptions(opts)
+	o, err := limiterOptions(opts)
+	if err != nil {
+		return nil, err
+	}
 	keys, err := p.build(o.maxKeys)
 	if err != nil {
 		return nil, err
@@ -61,34 +66,28 @@ func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 	if err := o.lease.check(p); err != nil {
 		return nil, err
 	}
-	l := &Limiter{policy: p, clock: o.clock, sleeper: o.sleeper, listener: o.listener, keys: keys, quota: keys.Quota()}
+	l := &Limiter{policy: p, clock: o.clock, observer: o.observer, keys: keys, limit: keys.Quota()}
 	if l.clock == nil {
 		l.clock = MonotonicClock()
 	}
-	if l.sleeper == nil {
-		l.sleeper = TimerSleeper()
+	if err := checkWallClock(p, l.clock); err != nil {
+		return nil, err
 	}
 	if o.policyFor != nil { // a policy per key (plans.go)
 		if o.lease != nil { // a lease is of one policy's state
-			return nil, &ArgumentError{Op: "NewLimiter", Arg: "WithLease", Want: "does not combine with WithPolicyFor", kind: ErrLeaseNotSupported}
+			return nil, &ArgumentError{Op: "NewLimiter", Arg: "WithLease", Want: "does not combine with WithPolicyFor", kind: errors.ErrUnsupported}
 		}
 		return newPlanLimiter(l, &o)
 	}
 	local := newMemKeys(keys, l.clock)
 	l.backend = local
-	var localBuckets bucketBackend
+	var localBuckets, localInspect bucketBackend
 	if b := keys.Buckets(); b != nil {
-		localBuckets = memBuckets{buckets: b, clock: l.clock}
-		l.buckets = localBuckets
+		localBuckets = memBuckets{buckets: b, clock: l.clock, create: true}
+		localInspect = memBuckets{buckets: b, clock: l.clock}
+		l.buckets, l.inspect = localBuckets, localInspect
 	}
 	if o.store == nil {
-		if o.storeOption != "" {
-			return nil, &ArgumentError{Op: "NewLimiter", Arg: o.storeOption, Want: "applies only to a limiter with WithStore"}
-		}
-		if localBuckets != nil { // its keys' buckets may be replaced (replaced.go)
-			local.replaced = newReplacedKeys(p, l.clock, o.maxKeys)
-			l.buckets = memBuckets{buckets: keys.Buckets(), clock: l.clock, mem: local}
-		}
 		l.mem = local
 		return l, nil
 	}
@@ -96,33 +95,49 @@ func NewLimiter(p Policy, opts ...LimiterOption) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	codec, err := storeCodec(p, setup.inherit, setup.order)
+	codec, err := recordCodec(p, setup.inherit, setup.version, false)
 	if err != nil {
 		return nil, err
 	}
 	var stored backend = &storeKeys{store: setup.store, codec: codec, clock: l.clock}
 	if o.lease != nil {
-		stored = newLeasedKeys(stored.(*storeKeys), o.lease.config(), p.Kind() == KindFixedWindow)
+		stored = newLeasedKeys(stored.(*storeKeys), o.lease.config(), p.leasing() == leasesToWindowEnd)
 	}
-	l.backend = &failover{failurePolicy: setup.fail, store: stored, local: local, quota: l.quota}
+	l.backend = &failover{failurePolicy: setup.fail, store: stored, local: local, limit: l.limit}
 	if bc, ok := codec.(*record.Bucket); ok && localBuckets != nil {
-		l.buckets = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: bc},
-			local: func(context.Context) (bucketBackend, error) { return localBuckets, nil }}
+		creating, _ := recordCodec(p, setup.inherit, setup.version, true)
+		l.buckets = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: creating.(*record.Bucket)},
+			local: localBuckets}
+		l.inspect = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: bc}, local: localInspect}
 	}
 	return l, nil
 }
 
-// storeCodec returns the record codec of p: a bucket's for token-bucket
+// checkWallClock returns the *ConfigError of a policy that refills on a
+// wall-clock grid (intervally aligned) on a clock that is not a wall
+// clock.
+func checkWallClock(p Policy, clock Clock) error {
+	if !p.wallClock() || clock.IsWallClock() {
+		return nil
+	}
+	return &ConfigError{Rule: RuleAlignedNeedsWallClock, Bandwidth: -1,
+		Msg: "intervally aligned refill needs a wall clock: a keyed limiter has one only with WithClock(WallClock())"}
+}
+
+// recordCodec returns the record codec of p: a bucket's for token-bucket
 // policies, whose records carry their configuration, else a machine's.
-func storeCodec(p Policy, inherit tokenbucket.Strategy, order record.Order) (record.Codec, error) {
+// A bucket's codec with create stores a key's new bucket at its first
+// call even when the call changed nothing (a KeyBucket's calls, as
+// Bucket4j's proxy).
+func recordCodec(p Policy, inherit tokenbucket.Strategy, version record.ConfigVersion, create bool) (record.Codec, error) {
 	if cfg, strict, ok := p.tokenBucket(); ok {
-		return record.NewBucket(cfg, record.BucketOptions{Strict: strict, Inherit: inherit, Compile: compileStored, Order: order}), nil
+		return record.NewBucket(cfg, record.BucketOptions{Strict: strict, Inherit: inherit, Compile: compileStored, ConfigVersion: version, CreateOnRead: create}), nil
 	}
 	e, err := p.erased()
 	if err != nil {
 		return nil, err
 	}
-	return record.NewOrderedMachine(p.String(), e, inherit, order), nil
+	return record.NewVersionedMachine(p.String(), e, inherit, version), nil
 }
 
 // compileStored validates and compiles a configuration read from a
@@ -148,17 +163,16 @@ func limiterError(op string, r policy.Result, n, maxWait, limit int64) error {
 	case policy.NonPositiveMaxWait:
 		return &ArgumentError{Op: op, Arg: "maxWait", Value: time.Duration(maxWait), Want: "must not be negative"}
 	case policy.ReserveNotSupported:
-		return fmt.Errorf("%w: %s", ErrReserveNotSupported, op)
+		return fmt.Errorf("sluice: %s: the policy cannot reserve: %w", op, errors.ErrUnsupported)
 	}
 	return &ArgumentError{Op: op, Arg: "tokens", Value: n, Want: "must be positive"}
 }
 
 // Allow is shorthand for AllowN(ctx, key, 1).
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
-	// AllowN's in-memory path is repeated here rather than called: a call
-	// that returns a Result (5 fields, which the compiler keeps in
-	// memory) copies it whole, and the CPU cannot forward that copy from
-	// the stores that filled it, a stall of about 5 ns.
+	// AllowN's in-memory path is repeated here rather than called, which
+	// would copy its Result whole once more (see keyed.Keys.Decide): kept
+	// for speed, 7–12 % of a decision on 1k keys.
 	m := l.mem
 	if m == nil {
 		return l.AllowN(ctx, key, 1)
@@ -168,14 +182,11 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 	}
 	code, allowed, remaining, retryAfter, resetAfter, limit := m.decide(key, 1)
 	if code == policy.OK {
-		notify(l.listener, allowed, 1)
+		notify(l.observer, allowed, 1)
 		return Result{Allowed: allowed, Remaining: remaining, RetryAfter: time.Duration(retryAfter),
 			ResetAfter: time.Duration(resetAfter), Limit: limit}, nil
 	}
-	if code == undecided {
-		return l.AllowN(ctx, key, 1)
-	}
-	return Result{}, limiterError("Limiter.AllowN", policy.Result{Code: code, Limit: limit}, 1, 0, l.quota)
+	return Result{}, limiterError("Limiter.AllowN", policy.Result{Code: code, Limit: limit}, 1, 0, l.limit)
 }
 
 // AllowN decides whether n tokens may pass for key now, taking them if so.
@@ -188,36 +199,25 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 		return Result{}, err
 	}
 	if m := l.mem; m != nil {
-		// In memory, a decision cannot fail: it needs neither the
-		// backend interface nor its error, and its result comes back
-		// in registers (Keys.Decide): together about 30 ns of CPU a
-		// decision on 1k keys.
+		// In memory, the result comes back as Keys.Decide's scalars rather
+		// than through the backend as a policy.Result copied whole: kept
+		// for speed, a third of a decision on 1k keys (see keyed.Keys.Decide).
 		code, allowed, remaining, retryAfter, resetAfter, limit := m.decide(key, n)
 		if code == policy.OK {
-			notify(l.listener, allowed, n)
+			notify(l.observer, allowed, n)
 			return Result{Allowed: allowed, Remaining: remaining, RetryAfter: time.Duration(retryAfter),
 				ResetAfter: time.Duration(resetAfter), Limit: limit}, nil
 		}
-		if code != undecided {
-			return Result{}, limiterError("Limiter.AllowN", policy.Result{Code: code, Limit: limit}, n, 0, l.quota)
-		}
+		return Result{}, limiterError("Limiter.AllowN", policy.Result{Code: code, Limit: limit}, n, 0, l.limit)
 	}
 	r, err := l.backend.consume(ctx, key, n)
 	if err != nil {
 		return Result{}, storeError("Limiter.AllowN", key, err)
 	}
-	return l.allowed(r, n)
-}
-
-// allowed is the end of AllowN on the backend's result r for n tokens:
-// the argument error, or the listener told and the result.
-func (l *Limiter) allowed(r policy.Result, n int64) (Result, error) {
 	if r.Code != policy.OK {
-		return Result{}, limiterError("Limiter.AllowN", r, n, 0, l.quota)
+		return Result{}, limiterError("Limiter.AllowN", r, n, 0, l.limit)
 	}
-	if l.listener != nil {
-		notify(l.listener, r.Allowed, n)
-	}
+	notify(l.observer, r.Allowed, n)
 	return resultOf(r), nil
 }
 
@@ -237,7 +237,7 @@ func (l *Limiter) PeekN(ctx context.Context, key string, n int64) (Result, error
 		return Result{}, storeError("Limiter.PeekN", key, err)
 	}
 	if r.Code != policy.OK {
-		return Result{}, limiterError("Limiter.PeekN", r, n, 0, l.quota)
+		return Result{}, limiterError("Limiter.PeekN", r, n, 0, l.limit)
 	}
 	return resultOf(r), nil
 }
@@ -254,8 +254,9 @@ func (l *Limiter) Reserve(ctx context.Context, key string, maxWait time.Duration
 // back with Cancel. Tokens that would take longer are a reservation that
 // is not OK, which took nothing; its Result says how long they would take.
 // It returns an *ArgumentError for n ≤ 0, maxWait < 0, or n above the
-// limit where the policy forbids that, and ErrReserveNotSupported for the
-// policies that cannot reserve (sliding window, sliding log).
+// limit where the policy forbids that, and an error matching
+// errors.ErrUnsupported for the policies that cannot reserve (sliding
+// window, sliding log).
 //
 // Cancel gives the tokens back where they were taken: the store, or the
 // in-memory fallback of FailLocal. A reservation that a failing store let
@@ -265,11 +266,11 @@ func (l *Limiter) ReserveN(ctx context.Context, key string, n int64, maxWait tim
 	if err != nil {
 		return nil, err
 	}
-	notifyReserved(l.listener, r)
+	notifyReserved(l.observer, r)
 	return r, nil
 }
 
-// reserve is ReserveN without the listener.
+// reserve is ReserveN without the observer.
 func (l *Limiter) reserve(ctx context.Context, op, key string, n, maxWait int64) (*Reservation, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -279,7 +280,7 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, n, maxWait int64)
 		return nil, storeError(op, key, err)
 	}
 	if r.Code != policy.OK {
-		return nil, limiterError(op, r, n, maxWait, l.quota)
+		return nil, limiterError(op, r, n, maxWait, l.limit)
 	}
 	return newReservation(l.clock, at, n, r, undo), nil
 }
@@ -289,21 +290,38 @@ func (l *Limiter) Wait(ctx context.Context, key string, maxWait time.Duration) e
 	return l.WaitN(ctx, key, 1, maxWait)
 }
 
-// WaitN reserves n tokens for key within maxWait, as ReserveN, and sleeps
-// until they are due. When they would take longer than maxWait, or ctx has
-// a deadline sooner than their wait, it returns a *MaxWaitError at once
-// (ErrMaxWaitExceeded; with the deadline, context.DeadlineExceeded too)
-// and takes nothing, as x/time/rate's WaitN does. When ctx ends during
-// the sleep, it gives the tokens back (Reservation.Cancel) and returns
-// ctx.Err().
+// WaitN takes n tokens for key, waiting for them if they will be there
+// within maxWait, as Bucket4j's blocking tryConsume(n, maxWait) does. One
+// rule holds for Bucket.WaitN, KeyBucket.WaitN and Limiter.WaitN:
+//
+//   - maxWait must be positive; Never waits as long as it takes. n must be
+//     positive. Either out of bounds is an *ArgumentError.
+//   - Tokens there now are taken at once. Tokens due within maxWait are
+//     reserved (taken ahead, so later callers queue behind) and the call
+//     sleeps until they are due, on the clock when it sleeps (see Clock).
+//   - Tokens due later than maxWait, or than ctx's deadline, are a
+//     *MaxWaitError at once (ErrMaxWaitExceeded; with the deadline,
+//     context.DeadlineExceeded too), and nothing is taken.
+//   - Tokens that can never be had (more than a capacity) are a
+//     *MaxWaitError whose Wait is Never, but with maxWait Never an
+//     *ArgumentError: that wait would never end.
+//   - When ctx ends during the sleep, the tokens are given back
+//     (Reservation.Cancel) and it returns ctx.Err().
+//
+// It shares x/time/rate's name, for the same idea (wait for tokens, then
+// go ahead), but not its signature: x/time/rate's WaitN(ctx, n) has no
+// maxWait (only ctx's deadline bounds it) and refuses n above the burst
+// at once, where this one takes a maxWait, refuses 0 and negative ones,
+// and reports a wait too long as a *MaxWaitError. ReserveN is the
+// non-blocking form, whose maxWait may be 0.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64, maxWait time.Duration) error {
 	// Tokens there now need no reservation: nothing to sleep and nothing
 	// to give back, so nothing to allocate, as x/time/rate's Wait.
-	if m := l.mem; m != nil && n > 0 && maxWait >= 0 && ctx.Err() == nil && m.take(key, n) {
-		notify(l.listener, true, n)
+	if m := l.mem; m != nil && n > 0 && maxWait > 0 && ctx.Err() == nil && m.take(key, n) {
+		notify(l.observer, true, n)
 		return nil
 	}
-	return waitN(ctx, "Limiter.WaitN", n, maxWait, l.sleeper, l.listener, func(ctx context.Context, op string, n, maxWait int64) (*Reservation, error) {
+	return waitN(ctx, "Limiter.WaitN", n, maxWait, l.observer, func(ctx context.Context, op string, n, maxWait int64) (*Reservation, error) {
 		return l.reserve(ctx, op, key, n, maxWait)
 	})
 }
@@ -318,19 +336,17 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 
 // Bucket returns the token bucket of key, for a limiter whose policy is a
 // token bucket (TokenBucket, LeakyBucket, BucketPolicy): the whole Bucket
-// API (decisions, blocking calls, reservations, diagnostics) acting on the
-// key's state in the limiter's memory or store. As for any key of a
-// Limiter, a key without state is a new bucket at the time of each call,
-// and only a call that changes it (takes or adds tokens) stores it: reads
-// (Verbose().AvailableTokens, AvailableTokens, PeekN, a refused AllowN)
-// store nothing. Its clock, sleeper, listener and store options are the
-// limiter's. For other policies it returns an error matching
-// errors.ErrUnsupported.
+// API (decisions, waits, reservations, snapshots) acting on the key's
+// state in the limiter's memory or store, as Bucket4j's proxy does; its
+// first call creates the key's state (see KeyBucket). It is the one way to
+// a stored token bucket: NewLimiter(BucketPolicy(cfg), WithStore(s)), then
+// Bucket(key). Its clock, observer and store options are the limiter's.
+// For other policies it returns an error matching errors.ErrUnsupported.
 func (l *Limiter) Bucket(key string) (*KeyBucket, error) {
 	if l.buckets == nil {
 		return nil, fmt.Errorf("sluice: Limiter.Bucket: policy %s is not a token bucket: %w", l.policy, errors.ErrUnsupported)
 	}
-	return &KeyBucket{key: key, clock: l.clock, sleeper: l.sleeper, listener: l.listener, backend: l.buckets}, nil
+	return &KeyBucket{key: key, clock: l.clock, observer: l.observer, backend: l.buckets, inspect: l.inspect}, nil
 }
 
 // Len is the number of keys whose state is held in memory, including

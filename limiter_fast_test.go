@@ -7,22 +7,23 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // TestLimiterAllowInMemory runs Allow and AllowN on the in-memory path
 // that decides without the backend (limiter.go), on the default clock and
-// on another, with and without a listener: they decide as one limiter,
-// report argument errors, and tell the listener.
+// on another, with and without an observer: they decide as one limiter,
+// report argument errors, and tell the observer.
 func TestLimiterAllowInMemory(t *testing.T) {
 	ctx := context.Background()
-	ln := &fastListener{}
+	ln := new(sluicetest.Counter)
 	for _, tc := range []struct {
 		name string
-		opts []sluice.LimiterOption
+		opts []sluice.Option
 	}{
 		{"monotonic", nil},
-		{"fake clock", []sluice.LimiterOption{sluice.WithClock(sluice.NewFakeClock(1e18))}},
-		{"listener", []sluice.LimiterOption{sluice.WithListener(ln)}},
+		{"fake clock", []sluice.Option{sluice.WithClock(sluicetest.NewFakeClock(1e18))}},
+		{"observer", []sluice.Option{sluice.WithObserver(ln)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := sluice.NewLimiter(sluice.FixedWindow(3, time.Hour), tc.opts...)
@@ -55,21 +56,12 @@ func TestLimiterAllowInMemory(t *testing.T) {
 			if _, err := l.AllowN(ctx, "k", 0); !errors.As(err, &ae) {
 				t.Fatalf("AllowN(0): %v", err)
 			}
-			if tc.name == "listener" {
+			if tc.name == "observer" {
 				// Told of 2 calls that passed (3 tokens) and 1 refused.
-				if ln.consumed != 3 || ln.rejected != 1 {
-					t.Fatalf("listener: consumed %d, rejected %d; want 3, 1", ln.consumed, ln.rejected)
+				if got, want := countsOf(ln), (counts{consumed: 3, rejected: 1}); got != want {
+					t.Fatalf("observer saw %+v, want %+v", got, want)
 				}
 			}
 		})
 	}
 }
-
-// fastListener counts the tokens it is told of.
-type fastListener struct {
-	sluice.NopListener
-	consumed, rejected int64
-}
-
-func (f *fastListener) OnConsumed(n int64) { f.consumed += n }
-func (f *fastListener) OnRejected(n int64) { f.rejected += n }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 const limiterStart = 1_700_000_000_000_000_000
@@ -22,7 +23,7 @@ type limiterStep struct {
 
 func runLimiterSteps(t *testing.T, p sluice.Policy, steps []limiterStep) {
 	t.Helper()
-	clock := sluice.NewFakeClock(limiterStart)
+	clock := sluicetest.NewFakeClock(limiterStart)
 	l, err := sluice.NewLimiter(p, sluice.WithClock(clock))
 	if err != nil {
 		t.Fatalf("NewLimiter(%v): %v", p, err)
@@ -110,7 +111,7 @@ func TestLimiterPolicies(t *testing.T) {
 }
 
 func TestLimiterKeysAreIndependent(t *testing.T) {
-	l, err := sluice.NewLimiter(sluice.FixedWindow(1, time.Minute), sluice.WithClock(sluice.NewFakeClock(limiterStart)))
+	l, err := sluice.NewLimiter(sluice.FixedWindow(1, time.Minute), sluice.WithClock(sluicetest.NewFakeClock(limiterStart)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,10 +157,8 @@ func TestLimiterArgumentErrors(t *testing.T) {
 }
 
 // TestNilArguments: a nil required argument is an *ArgumentError matching
-// ErrNilArgument, not a configuration rule.
+// ErrInvalidArgument, not a configuration rule.
 func TestNilArguments(t *testing.T) {
-	supply := func(context.Context) (sluice.BucketConfig, error) { return sluice.BucketConfig{}, nil }
-	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(1, time.Second)}}
 	tests := []struct {
 		name, op, arg string
 		call          func() error
@@ -169,23 +168,14 @@ func TestNilArguments(t *testing.T) {
 			_, err := sluice.NewLimiter(sluice.Compound(sluice.NoLimit(), nil))
 			return err
 		}},
-		{"NewStoreBucket(nil)", "NewStoreBucket", "store", func() error { _, err := sluice.NewStoreBucket(nil, "k", cfg); return err }},
-		{"NewLazyStoreBucket(nil store)", "NewLazyStoreBucket", "store", func() error {
-			_, err := sluice.NewLazyStoreBucket(nil, "k", supply)
-			return err
-		}},
-		{"NewLazyStoreBucket(nil supply)", "NewLazyStoreBucket", "supply", func() error {
-			_, err := sluice.NewLazyStoreBucket(newMapStore(), "k", nil)
-			return err
-		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.call()
 			var ae *sluice.ArgumentError
 			if !errors.As(err, &ae) || ae.Op != tt.op || ae.Arg != tt.arg || ae.Value != nil ||
-				!errors.Is(err, sluice.ErrNilArgument) || !errors.Is(err, sluice.ErrInvalidArgument) {
-				t.Errorf("%s = %#v, want an *ArgumentError of %s's %s matching ErrNilArgument", tt.name, err, tt.op, tt.arg)
+				!errors.Is(err, sluice.ErrInvalidArgument) {
+				t.Errorf("%s = %#v, want an *ArgumentError of %s's %s", tt.name, err, tt.op, tt.arg)
 			}
 			if want := "sluice: " + tt.op + ": " + tt.arg + " must not be nil"; err.Error() != want {
 				t.Errorf("Error() = %q, want %q", err, want)
@@ -230,8 +220,8 @@ func TestLimiterConfigErrors(t *testing.T) {
 
 func TestLimiterReserve(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(limiterStart)
-	l, err := sluice.NewLimiter(sluice.FixedWindow(2, 10*time.Second), sluice.WithClock(clock), sluice.WithSleeper(clock))
+	clock := sluicetest.NewFakeClock(limiterStart)
+	l, err := sluice.NewLimiter(sluice.FixedWindow(2, 10*time.Second), sluice.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +253,7 @@ func TestLimiterReserve(t *testing.T) {
 // TestLimiterConcurrentExact checks that many goroutines on one key are
 // admitted exactly the limit, on a fixed clock.
 func TestLimiterConcurrentExact(t *testing.T) {
-	clock := sluice.NewFakeClock(limiterStart)
+	clock := sluicetest.NewFakeClock(limiterStart)
 	for _, p := range []sluice.Policy{sluice.FixedWindow(500, time.Minute), sluice.TokenBucket(500, 1, time.Minute), sluice.LeakyBucket(500, 1, time.Minute)} {
 		l, err := sluice.NewLimiter(p, sluice.WithClock(clock))
 		if err != nil {
@@ -292,7 +282,7 @@ func TestLimiterConcurrentExact(t *testing.T) {
 
 func TestLimiterForgetsExpiredKeys(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(limiterStart)
+	clock := sluicetest.NewFakeClock(limiterStart)
 	l, err := sluice.NewLimiter(sluice.FixedWindow(1, time.Second), sluice.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)
@@ -323,8 +313,12 @@ func TestLimiterBucket(t *testing.T) {
 
 func testLimiterBucket(t *testing.T, store bool) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(limiterStart)
-	opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithSleeper(clock)}
+	fw, _ := sluice.NewLimiter(sluice.FixedWindow(1, time.Second))
+	if _, err := fw.Bucket("k"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Bucket on a fixed window = %v, want ErrUnsupported", err)
+	}
+	clock := sluicetest.NewFakeClock(limiterStart)
+	opts := []sluice.Option{sluice.WithClock(clock)}
 	if store {
 		opts = append(opts, sluice.WithStore(newMapStore()))
 	}
@@ -347,8 +341,8 @@ func testLimiterBucket(t *testing.T, store bool) {
 	if r, _ := l.AllowN(ctx, "alice", 3); !r.Allowed || r.Remaining != 0 {
 		t.Errorf("AllowN(3) after the bucket took 7 = %+v, want allowed with 0 left", r)
 	}
-	if ok, err := b.Blocking().TryConsume(ctx, 5, 2*time.Second); err != nil || !ok {
-		t.Errorf("Blocking().TryConsume(5, 2s) = %v, %v, want true", ok, err)
+	if ok, err := block(b).TryConsume(ctx, 5, 2*time.Second); err != nil || !ok {
+		t.Errorf("blocking TryConsume(5, 2s) = %v, %v, want true", ok, err)
 	}
 	if got := clock.Slept(); got != time.Second {
 		t.Errorf("slept %v, want 1s (the next refill of 5)", got)
@@ -357,6 +351,14 @@ func testLimiterBucket(t *testing.T, store bool) {
 		t.Errorf("Allow(bob) = %+v, want an independent key", r)
 	}
 	err = b.ReplaceConfiguration(ctx, sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(1, time.Second)}}, sluice.InheritAsIs)
+	if !store {
+		// An in-memory key follows its limiter's policy: its own
+		// configuration is WithPolicyFor's.
+		if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "WithPolicyFor") {
+			t.Errorf("ReplaceConfiguration on an in-memory key = %v, want ErrUnsupported pointing to WithPolicyFor", err)
+		}
+		return
+	}
 	if err != nil {
 		t.Errorf("ReplaceConfiguration on the key's bucket = %v", err)
 	}
@@ -365,10 +367,6 @@ func testLimiterBucket(t *testing.T, store bool) {
 	}
 	if r, _ := l.Allow(ctx, "bob"); r.Limit != 10 {
 		t.Errorf("Allow(bob) after alice's ReplaceConfiguration = %+v, want the limiter's limit 10", r)
-	}
-	fw, _ := sluice.NewLimiter(sluice.FixedWindow(1, time.Second))
-	if _, err := fw.Bucket("k"); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("Bucket on a fixed window = %v, want ErrUnsupported", err)
 	}
 }
 
@@ -425,7 +423,7 @@ func TestLimiterMaxKeysExact(t *testing.T) {
 // Bucket4j; were it not kept, every retry would find a new bucket with the
 // same too few tokens.
 func TestLimiterInitialTokensBelowRequest(t *testing.T) {
-	clock := sluice.NewFakeClock(1_700_000_000_000_000_000)
+	clock := sluicetest.NewFakeClock(1_700_000_000_000_000_000)
 	for _, p := range []sluice.Policy{
 		sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
 			sluice.Capacity(4, sluice.Greedy(1, time.Second)).WithInitialTokens(1)}}),
@@ -433,7 +431,7 @@ func TestLimiterInitialTokensBelowRequest(t *testing.T) {
 			sluice.Capacity(4, sluice.Greedy(1, time.Second)).WithInitialTokens(1), sluice.Simple(100, time.Hour)}}),
 	} {
 		for _, where := range []string{"in memory", "on a store"} {
-			opts := []sluice.LimiterOption{sluice.WithClock(clock)}
+			opts := []sluice.Option{sluice.WithClock(clock)}
 			if where == "on a store" {
 				opts = append(opts, sluice.WithStore(newMapStore()))
 			}
@@ -460,9 +458,9 @@ func TestLimiterListener(t *testing.T) {
 	ctx := context.Background()
 	for _, where := range []string{"memory", "store"} {
 		t.Run(where, func(t *testing.T) {
-			clock := sluice.NewFakeClock(limiterStart)
-			var l sluice.CountingListener
-			opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithSleeper(clock), sluice.WithListener(&l)}
+			clock := sluicetest.NewFakeClock(limiterStart)
+			var l sluicetest.Counter
+			opts := []sluice.Option{sluice.WithClock(clock), sluice.WithObserver(&l)}
 			if where == "store" {
 				opts = append(opts, sluice.WithStore(newMapStore()))
 			}
@@ -477,18 +475,18 @@ func TestLimiterListener(t *testing.T) {
 			lim.WaitN(ctx, "k", 1, 2*time.Second)  // due in 1s more
 			want := counts{consumed: 5, rejected: 2, waited: 2 * time.Second, delayed: time.Second}
 			if got := countsOf(&l); got != want {
-				t.Errorf("listener saw %+v, want %+v", got, want)
+				t.Errorf("observer saw %+v, want %+v", got, want)
 			}
 		})
 	}
 }
 
-// TestStoreOptionsNeedAStore: a StoreOption given to a Limiter without a
-// store is refused, not ignored.
+// TestStoreOptionsNeedAStore: a store's option given to a Limiter without
+// a store is refused, not ignored.
 func TestStoreOptionsNeedAStore(t *testing.T) {
-	for _, opt := range []sluice.StoreOption{
+	for _, opt := range []sluice.Option{
 		sluice.WithStoreTimeout(time.Second), sluice.WithStoreFailure(sluice.FailOpen),
-		sluice.WithCircuitBreaker(3), sluice.WithInheritance(sluice.InheritNone),
+		sluice.WithCircuitBreaker(3), sluice.WithInheritance(sluice.InheritReset),
 	} {
 		_, err := sluice.NewLimiter(sluice.FixedWindow(1, time.Second), opt)
 		var ae *sluice.ArgumentError
@@ -498,5 +496,95 @@ func TestStoreOptionsNeedAStore(t *testing.T) {
 		if _, err := sluice.NewLimiter(sluice.FixedWindow(1, time.Second), opt, sluice.WithStore(newMapStore())); err != nil {
 			t.Errorf("NewLimiter with %s and a store = %v", ae.Arg, err)
 		}
+	}
+}
+
+// TestKeyBucketCreatesAtFirstCall: as Bucket4j's proxy, a KeyBucket's
+// first call creates the key's state, even one that only reads, so that
+// an intervally refill and initial tokens count from then; Snapshot and
+// the Limiter's own reads create nothing. In memory as in a store.
+func TestKeyBucketCreatesAtFirstCall(t *testing.T) {
+	ctx := context.Background()
+	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Capacity(10, sluice.Intervally(10, time.Minute)).WithInitialTokens(2)}}
+	for _, store := range []bool{false, true} {
+		t.Run(fmt.Sprintf("store=%v", store), func(t *testing.T) {
+			clock := sluicetest.NewFakeClock(limiterStart)
+			opts := []sluice.Option{sluice.WithClock(clock)}
+			if store {
+				opts = append(opts, sluice.WithStore(newMapStore()))
+			}
+			l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := l.Bucket("k")
+			if s, err := b.Snapshot(ctx); err != nil || s.AvailableTokens != 2 {
+				t.Fatalf("Snapshot() of a new key = %+v, %v, want 2 tokens", s, err)
+			}
+			if _, err := l.Peek(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+			clock.Advance(30 * time.Second)
+			// Neither created the key: it is still new, and reading it
+			// through the bucket creates it now.
+			if n, err := b.AvailableTokens(ctx); err != nil || n != 2 {
+				t.Fatalf("AvailableTokens() at 30s = %d, %v, want 2", n, err)
+			}
+			// Its refill counts from 30s: the bucket is full a minute after
+			// that, not a minute after a later call.
+			clock.Advance(45 * time.Second)
+			if s, err := b.Snapshot(ctx); err != nil || s.AvailableTokens != 2 || s.TimeToFullRefill != 15*time.Second {
+				t.Errorf("Snapshot() 45s after the first call = %+v, %v, want 2 tokens, full in 15s", s, err)
+			}
+		})
+	}
+}
+
+// TestAlignedBucketPolicy: a keyed limiter given a wall clock takes a
+// bucket of aligned refill and decides as a Bucket of it would; on its
+// default clock, which is not one, it is a *ConfigError.
+func TestAlignedBucketPolicy(t *testing.T) {
+	ctx := context.Background()
+	first := time.Unix(0, limiterStart).Add(30 * time.Minute)
+	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Capacity(60, sluice.IntervallyAlignedAdaptive(60, time.Hour, first))}}
+	var ce *sluice.ConfigError
+	if _, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), sluice.WithClock(sluice.MonotonicClock())); !errors.As(err, &ce) || ce.Rule != sluice.RuleAlignedNeedsWallClock {
+		t.Errorf("NewLimiter(aligned, monotonic clock) = %v, want a %s error", err, sluice.RuleAlignedNeedsWallClock)
+	}
+	compound := sluice.Compound(sluice.FixedWindow(5, time.Second), sluice.BucketPolicy(cfg))
+	if _, err := sluice.NewLimiter(compound, sluice.WithClock(sluice.MonotonicClock())); !errors.As(err, &ce) || ce.Rule != sluice.RuleAlignedNeedsWallClock {
+		t.Errorf("NewLimiter(compound of aligned, monotonic clock) = %v, want a %s error", err, sluice.RuleAlignedNeedsWallClock)
+	}
+	if _, err := sluice.NewLimiter(sluice.BucketPolicy(cfg)); !errors.As(err, &ce) || ce.Rule != sluice.RuleAlignedNeedsWallClock {
+		t.Errorf("NewLimiter(aligned) on its default clock = %v, want a %s error", err, sluice.RuleAlignedNeedsWallClock)
+	}
+	if _, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), sluice.WithClock(sluice.WallClock())); err != nil {
+		t.Errorf("NewLimiter(aligned, WallClock) = %v", err)
+	}
+	for _, store := range []bool{false, true} {
+		t.Run(fmt.Sprintf("store=%v", store), func(t *testing.T) {
+			clock := sluicetest.NewFakeClock(limiterStart)
+			opts := []sluice.Option{sluice.WithClock(clock)}
+			if store {
+				opts = append(opts, sluice.WithStore(newMapStore()))
+			}
+			l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := sluice.NewBucket(cfg, sluice.WithClock(clock))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Half an hour before the first refill: half the tokens, then
+			// the whole hour's at the grid point.
+			for _, step := range []time.Duration{0, 10 * time.Minute, 20 * time.Minute, time.Minute} {
+				clock.Advance(step)
+				got, err := l.AllowN(ctx, "k", 10)
+				if want, _ := b.AllowN(10); err != nil || got != want {
+					t.Errorf("after %v: Limiter.AllowN(10) = %+v, %v; Bucket.AllowN(10) = %+v", step, got, err, want)
+				}
+			}
+		})
 	}
 }

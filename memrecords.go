@@ -13,9 +13,9 @@ import (
 // memRecords is a backend of keys kept as records in this process's
 // memory (keyed.MapStore), decided by codec as a store's are but with no
 // engine between: no batching, deadline or breaker, which memory does not
-// need. An in-memory Limiter keeps so the keys whose configuration is not
-// its policy's: replaced buckets (replaced.go) and policies per key
-// (plans.go). It is a bucketBackend too when codec is a *record.Bucket.
+// need. An in-memory Limiter with a policy per key (plans.go) keeps its
+// keys so, each record carrying its own policy; memRecordBuckets serve
+// their buckets.
 type memRecords struct {
 	recs  *keyed.MapStore
 	codec record.Codec
@@ -74,50 +74,25 @@ func (m *memRecords) reserve(ctx context.Context, key string, n, maxWait int64) 
 
 func (m *memRecords) reset(ctx context.Context, key string) error { return m.recs.Delete(ctx, key) }
 
-// bucket is the codec as a bucket's; memRecords is a bucketBackend only
-// when it is one.
-func (m *memRecords) bucket() *record.Bucket { return m.codec.(*record.Bucket) }
-
-func (m *memRecords) updateBucket(ctx context.Context, key string, f bucketFunc) (bucketBackend, error) {
-	var noConfig bool
-	err := m.update(ctx, key, func(rec []byte, now int64) (next []byte, changed bool) {
-		next, changed, noConfig = m.bucket().Update(rec, now, f)
-		return next, changed
-	})
-	if err == nil && noConfig {
-		err = keyed.ErrNoConfig
-	}
-	return memRecordBuckets{m}, err
+// memRecordBuckets is a bucketBackend on m's records, decided by codec,
+// a bucket codec of the configuration of m's.
+type memRecordBuckets struct {
+	m     *memRecords
+	codec *record.Bucket
 }
 
-// memRecordBuckets is memRecords as a bucketBackend; its codec is a
-// *record.Bucket.
-type memRecordBuckets struct{ m *memRecords }
-
+// update runs f on key's bucket. The codec always has a configuration,
+// so a key without state is a new bucket of it.
 func (b memRecordBuckets) update(ctx context.Context, key string, f bucketFunc) (bucketBackend, error) {
-	return b.m.updateBucket(ctx, key, f)
-}
-
-func (b memRecordBuckets) configuration(ctx context.Context, key string) (*tokenbucket.Config, error) {
-	var cfg *tokenbucket.Config
-	err := b.m.update(ctx, key, func(rec []byte, now int64) ([]byte, bool) {
-		cfg = b.m.bucket().Configuration(rec, now)
-		return nil, false
-	})
-	if err == nil && cfg == nil {
-		err = keyed.ErrNoConfig
-	}
-	return cfg, err
-}
-
-func (b memRecordBuckets) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy, seen bucketSeen) error {
-	var noConfig bool
-	err := b.m.update(ctx, key, func(rec []byte, now int64) (next []byte, changed bool) {
-		next, changed, noConfig = b.m.bucket().Replace(rec, now, cfg, strategy, seen)
+	return b, b.m.update(ctx, key, func(rec []byte, now int64) (next []byte, changed bool) {
+		next, changed, _ = b.codec.Update(rec, now, f)
 		return next, changed
 	})
-	if err == nil && noConfig {
-		err = keyed.ErrNoConfig
-	}
-	return err
+}
+
+func (b memRecordBuckets) replace(ctx context.Context, key string, cfg *tokenbucket.Config, inherit tokenbucket.Strategy) error {
+	return b.m.update(ctx, key, func(rec []byte, now int64) (next []byte, changed bool) {
+		next, changed, _ = b.codec.Replace(rec, now, cfg, inherit, nil)
+		return next, changed
+	})
 }

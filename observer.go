@@ -9,26 +9,24 @@ import (
 )
 
 // Observer is told of everything a Limiter, Bucket or KeyBucket decides
-// and of every call it makes to its store, one Event at a time: the hook
-// for metrics (packages sluiceprom and sluiceotel), logs and traces. Set
-// it with WithObserver.
+// and of every call it makes to its store, one Event at a time: the one
+// hook for metrics (packages sluiceprom and sluiceotel), logs and traces,
+// and for what the library would otherwise log itself (the library never
+// logs). Set it with WithObserver.
 //
-// As for a Listener, reads (PeekN, AvailableTokens), added tokens, resets
-// and configuration changes are not decisions and are not reported as
-// such; the store calls they make are. Events carry no key: metrics must
-// not be labelled by key, whose values are unbounded.
+// Reads (PeekN, AvailableTokens, Snapshot), added tokens, resets and
+// configuration changes are not decisions and are not reported as such;
+// the store calls they make are. Events carry no key: metrics must not be
+// labelled by key, whose values are unbounded.
 //
 // Observe is called on the goroutine that made the call, after the
-// limiter's locks are released (except EventCircuit, see StoreListener's
-// OnCircuit), so it must be quick, must not block, and must be safe for
-// concurrent use.
+// limiter's locks are released (except EventCircuit, which is told in the
+// order of the breaker's changes, with the breaker locked: it must not
+// call the limiter), so it must be quick, must not block, and must be
+// safe for concurrent use.
 //
-// Observer is a separate hook from Listener, and not more methods on it,
-// for two reasons: a method added to an interface breaks every type that
-// implements it without embedding NopListener, while a field added to
-// Event breaks no one; and one call with one value carries what a metric
-// needs (the outcome, the tokens, the wait, the store's latency and
-// error) without a method per case. A limiter with both tells both.
+// An Observer has one method taking one Event, not a method per case, so
+// that a kind of event or a field added later breaks no implementation.
 type Observer interface {
 	Observe(e Event)
 }
@@ -72,6 +70,11 @@ const (
 	// its Tokens; EventWaited or EventCancelled follows when it wakes, so
 	// that the calls sleeping now can be counted.
 	EventWaiting
+	// EventVersionConflict is a key whose stored configuration has the
+	// version of the limiter's (WithConfigVersion) but differs from it:
+	// the stored one is kept, and Err says which it is. Two
+	// configurations must not share a version; a limiter tells it once.
+	EventVersionConflict
 )
 
 func (k EventKind) String() string {
@@ -94,6 +97,8 @@ func (k EventKind) String() string {
 		return "circuit"
 	case EventWaiting:
 		return "waiting"
+	case EventVersionConflict:
+		return "version conflict"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -120,7 +125,8 @@ type Event struct {
 	// StoreOpDelete.
 	Op string
 	// Err is the store's error of EventStoreCall (nil when the call
-	// succeeded) and of EventStoreFailure.
+	// succeeded) and of EventStoreFailure, and the conflict of
+	// EventVersionConflict.
 	Err error
 	// Failure is the policy applied on EventStoreFailure.
 	Failure StoreFailure
@@ -130,74 +136,28 @@ type Event struct {
 
 // WithObserver sets an observer told of every decision, wait and store
 // call of a Limiter, Bucket or KeyBucket (and of the buckets a Limiter's
-// Bucket returns), besides the listener of WithListener. The default is
-// none, which costs a nil check per decision; nil keeps it.
+// Bucket returns). The default is none, which costs a nil check per
+// decision; nil keeps it.
 func WithObserver(obs Observer) Option {
-	return Option{func(o *options) { o.observer = obs }}
+	return Option{name: "WithObserver", scope: anyConstructor, set: func(o *options) { o.observer = obs }}
 }
 
-// observe folds o.observer into o.listener, so that every place that tells
-// the listener tells the observer too.
-func (o *options) observe() {
-	if o.observer != nil {
-		o.listener = observed{next: o.listener, obs: o.observer}
+// notify tells obs, which may be nil, whether n tokens were taken.
+func notify(obs Observer, allowed bool, n int64) {
+	if obs == nil {
+		return
 	}
-}
-
-// observed is a StoreListener that turns the listener's calls into the
-// observer's events and passes them on to next, the user's listener (nil
-// when there is none).
-type observed struct {
-	next Listener
-	obs  Observer
-}
-
-func (l observed) OnConsumed(tokens int64) {
-	l.obs.Observe(Event{Kind: EventAllowed, Tokens: tokens})
-	if l.next != nil {
-		l.next.OnConsumed(tokens)
+	kind := EventRejected
+	if allowed {
+		kind = EventAllowed
 	}
+	obs.Observe(Event{Kind: kind, Tokens: n})
 }
 
-func (l observed) OnRejected(tokens int64) {
-	l.obs.Observe(Event{Kind: EventRejected, Tokens: tokens})
-	if l.next != nil {
-		l.next.OnRejected(tokens)
-	}
-}
-
-func (l observed) OnWaited(d time.Duration) {
-	l.obs.Observe(Event{Kind: EventWaited, Duration: d})
-	if l.next != nil {
-		l.next.OnWaited(d)
-	}
-}
-
-func (l observed) OnCancelled(tokens int64) {
-	l.obs.Observe(Event{Kind: EventCancelled, Tokens: tokens})
-	if l.next != nil {
-		l.next.OnCancelled(tokens)
-	}
-}
-
-func (l observed) OnDelayed(d time.Duration) {
-	l.obs.Observe(Event{Kind: EventDelayed, Duration: d})
-	if l.next != nil {
-		l.next.OnDelayed(d)
-	}
-}
-
-func (l observed) OnStoreFailure(err error, f StoreFailure) {
-	l.obs.Observe(Event{Kind: EventStoreFailure, Err: err, Failure: f})
-	if sl, ok := l.next.(StoreListener); ok {
-		sl.OnStoreFailure(err, f)
-	}
-}
-
-func (l observed) OnCircuit(s CircuitState) {
-	l.obs.Observe(Event{Kind: EventCircuit, Circuit: s})
-	if sl, ok := l.next.(StoreListener); ok {
-		sl.OnCircuit(s)
+// tell tells obs, which may be nil, of e.
+func tell(obs Observer, e Event) {
+	if obs != nil {
+		obs.Observe(e)
 	}
 }
 

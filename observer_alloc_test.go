@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // TestObserverNoAllocs: a decision allocates nothing for its observer.
 func TestObserverNoAllocs(t *testing.T) {
 	ctx := context.Background()
 	l, err := sluice.NewLimiter(sluice.TokenBucket(100, 10, time.Second),
-		sluice.WithClock(sluice.NewFakeClock(t0)), sluice.WithObserver(nopObserver{}))
+		sluice.WithClock(sluicetest.NewFakeClock(t0)), sluice.WithObserver(nopObserver{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,76 +6,91 @@ import (
 	"github.com/sluicehq/sluice/driver"
 )
 
-// Each constructor takes the options it honours, and the compiler refuses
-// the others:
+// Option configures NewBucket or NewLimiter. Each With function says what
+// it applies to:
 //
-//	NewBucket(cfg, ...BucketOption)                  Option
-//	NewStoreBucket(s, key, cfg, ...StoreBucketOption) Option, StoreOption
-//	NewLazyStoreBucket(s, key, f, ...StoreBucketOption)
-//	NewLimiter(p, ...LimiterOption)                  Option, StoreOption, WithStore, WithMaxKeys, WithLease
+//	WithClock, WithObserver          NewBucket and NewLimiter
+//	WithStore, WithMaxKeys,          NewLimiter
+//	WithPolicyFor
+//	WithStoreTimeout,                NewLimiter with WithStore
+//	WithStoreFailure,
+//	WithCircuitBreaker,
+//	WithConfigVersion, WithLease
+//	WithInheritance                  NewLimiter with WithStore or WithPolicyFor
+//	WithPolicyCache                  NewLimiter with WithPolicyFor
 //
-// A StoreOption given to NewLimiter without WithStore is refused with an
-// *ArgumentError.
+// A constructor refuses an option that does not apply to it with an
+// *ArgumentError naming the option (its Arg), rather than ignore it. The
+// zero Option does nothing.
+type Option struct {
+	name  string // the With function, for errors
+	scope scope
+	set   func(*options)
+	// nilValue is set by an option whose value may not be nil (WithStore,
+	// WithPolicyFor) when it is.
+	nilValue bool
+}
 
-// BucketOption configures NewBucket: an Option.
-type BucketOption interface{ applyBucket(*options) }
+// scope is what an Option applies to.
+type scope uint8
 
-// StoreBucketOption configures NewStoreBucket and NewLazyStoreBucket: an
-// Option or a StoreOption.
-type StoreBucketOption interface{ applyStoreBucket(*options) }
+const (
+	anyConstructor scope = iota // NewBucket and NewLimiter
+	limiterOnly                 // NewLimiter
+	storeOnly                   // NewLimiter with WithStore
+	storeOrPlans                // NewLimiter with WithStore or WithPolicyFor
+	plansOnly                   // NewLimiter with WithPolicyFor
+)
 
-// LimiterOption configures NewLimiter: an Option, a StoreOption, WithStore,
-// WithMaxKeys or WithLease.
-type LimiterOption interface{ applyLimiter(*options) }
-
-// Option configures any constructor: WithClock, WithSleeper,
-// WithListener and WithObserver. The zero Option does nothing.
-type Option struct{ set func(*options) }
-
-func (f Option) apply(o *options) {
-	if f.set != nil {
-		f.set(o)
+// bucketOptions applies opts for NewBucket, and returns the
+// *ArgumentError of the first that does not apply to it.
+func bucketOptions(opts []Option) (options, error) {
+	var o options
+	for _, opt := range opts {
+		if opt.set == nil {
+			continue
+		}
+		if opt.scope != anyConstructor {
+			return o, &ArgumentError{Op: "NewBucket", Arg: opt.name, Want: "applies only to NewLimiter"}
+		}
+		opt.set(&o)
 	}
+	return o, nil
 }
 
-func (f Option) applyBucket(o *options)      { f.apply(o) }
-func (f Option) applyStoreBucket(o *options) { f.apply(o) }
-func (f Option) applyLimiter(o *options)     { f.apply(o) }
-
-// StoreOption configures how a Limiter or a KeyBucket uses its store:
-// WithStoreTimeout, WithStoreFailure, WithCircuitBreaker and
-// WithInheritance. NewLimiter refuses one without WithStore. The zero
-// StoreOption does nothing.
-type StoreOption struct {
-	name string // the With function, for errors
-	set  func(*options)
-}
-
-func (f StoreOption) applyStoreBucket(o *options) {
-	if f.set != nil {
-		f.set(o)
-	}
-}
-
-func (f StoreOption) applyLimiter(o *options) {
-	if f.set != nil {
-		f.set(o)
-		if o.storeOption == "" {
-			o.storeOption = f.name
+// limiterOptions applies opts for NewLimiter, and returns the
+// *ArgumentError of the first whose condition (a store, a policy per key)
+// the others do not meet.
+func limiterOptions(opts []Option) (options, error) {
+	var o options
+	for _, opt := range opts {
+		if opt.set != nil {
+			opt.set(&o)
 		}
 	}
+	for _, opt := range opts {
+		var want string
+		switch {
+		case opt.set == nil:
+		case opt.nilValue:
+			return o, nilArgument("NewLimiter", opt.name)
+		case opt.scope == storeOnly && o.store == nil:
+			want = "applies only to a limiter with WithStore"
+		case opt.scope == storeOrPlans && o.store == nil && o.policyFor == nil:
+			want = "applies only to a limiter with WithStore or WithPolicyFor"
+		case opt.scope == plansOnly && o.policyFor == nil:
+			want = "applies only to a limiter with WithPolicyFor"
+		}
+		if want != "" {
+			return o, &ArgumentError{Op: "NewLimiter", Arg: opt.name, Want: want}
+		}
+	}
+	return o, nil
 }
-
-// limiterOption is an option of NewLimiter alone.
-type limiterOption func(*options)
-
-func (f limiterOption) applyLimiter(o *options) { f(o) }
 
 type options struct {
 	clock    Clock
-	sleeper  Sleeper
-	listener Listener
-	observer Observer // folded into listener by observe
+	observer Observer
 
 	// for a Limiter
 	store   driver.Store
@@ -93,61 +108,21 @@ type options struct {
 	policyFor       PolicyFunc
 	policyCacheKeys int
 	policyCacheTTL  time.Duration
-	storeOption     string // the first StoreOption given to NewLimiter, by name
 }
 
-func bucketOptions(opts []BucketOption) options {
-	var o options
-	for _, opt := range opts {
-		if opt != nil {
-			opt.applyBucket(&o)
-		}
-	}
-	o.observe()
-	return o
+// WithClock sets the clock of a Bucket's or a Limiter's decisions, and of
+// their waits when it sleeps (see Clock). The default is MonotonicClock,
+// or WallClock for a Bucket with aligned refill. nil keeps the default.
+func WithClock(c Clock) Option {
+	return Option{name: "WithClock", scope: anyConstructor, set: func(o *options) { o.clock = c }}
 }
-
-func storeBucketOptions(opts []StoreBucketOption) options {
-	var o options
-	for _, opt := range opts {
-		if opt != nil {
-			opt.applyStoreBucket(&o)
-		}
-	}
-	o.observe()
-	return o
-}
-
-func limiterOptions(opts []LimiterOption) options {
-	var o options
-	for _, opt := range opts {
-		if opt != nil {
-			opt.applyLimiter(&o)
-		}
-	}
-	o.observe()
-	return o
-}
-
-// WithClock sets the clock of decisions. The default is MonotonicClock,
-// or WallClock for a bucket with aligned refill or a lazily configured
-// one. nil keeps the default.
-func WithClock(c Clock) Option { return Option{func(o *options) { o.clock = c }} }
-
-// WithSleeper sets how blocking calls wait. The default is TimerSleeper;
-// tests pass a *FakeClock. nil keeps the default.
-func WithSleeper(s Sleeper) Option { return Option{func(o *options) { o.sleeper = s }} }
-
-// WithListener sets a listener told of consumption, rejection and waits:
-// a Bucket's and a KeyBucket's calls, and a Limiter's decisions (AllowN,
-// ReserveN, WaitN and the buckets of Limiter.Bucket). A StoreListener is
-// also told of store failures and of the circuit breaker. The default is
-// none; nil keeps it.
-func WithListener(l Listener) Option { return Option{func(o *options) { o.listener = l }} }
 
 // WithStore keeps a Limiter's state in s instead of this process's
-// memory, so that every process using s shares the limits.
-func WithStore(s driver.Store) LimiterOption { return limiterOption(func(o *options) { o.store = s }) }
+// memory, so that every process using s shares the limits. s must not be
+// nil.
+func WithStore(s driver.Store) Option {
+	return Option{name: "WithStore", scope: limiterOnly, set: func(o *options) { o.store = s }, nilValue: s == nil}
+}
 
 // WithMaxKeys bounds the keys an in-memory Limiter (and the local fallback
 // of one with a store) holds to n exactly: past it, a new key first drops
@@ -157,15 +132,17 @@ func WithStore(s driver.Store) LimiterOption { return limiterOption(func(o *opti
 // lock), and a shard may evict while others still have room: the limiter
 // never holds more than n keys, and holds n once every shard has filled.
 // The default, 0, is no bound beyond expiry.
-func WithMaxKeys(n int) LimiterOption { return limiterOption(func(o *options) { o.maxKeys = n }) }
+func WithMaxKeys(n int) Option {
+	return Option{name: "WithMaxKeys", scope: limiterOnly, set: func(o *options) { o.maxKeys = n }}
+}
 
 // WithStoreTimeout bounds each call to the store, end to end: the time it
 // waits behind the key's call in flight from this process is included, so
 // a call that does not have its answer d after it began fails with a
 // store timeout and gets the failure policy's answer. The default is
 // DefaultStoreTimeout. A zero or negative d keeps the default.
-func WithStoreTimeout(d time.Duration) StoreOption {
-	return StoreOption{"WithStoreTimeout", func(o *options) {
+func WithStoreTimeout(d time.Duration) Option {
+	return Option{name: "WithStoreTimeout", scope: storeOnly, set: func(o *options) {
 		if d > 0 {
 			o.storeTimeout = d
 		}
@@ -174,18 +151,18 @@ func WithStoreTimeout(d time.Duration) StoreOption {
 
 // WithStoreFailure sets what a Limiter or KeyBucket does when its store
 // fails; the default is FailClosed.
-func WithStoreFailure(f StoreFailure) StoreOption {
-	return StoreOption{"WithStoreFailure", func(o *options) { o.storeFailure = f }}
+func WithStoreFailure(f StoreFailure) Option {
+	return Option{name: "WithStoreFailure", scope: storeOnly, set: func(o *options) { o.storeFailure = f }}
 }
 
 // WithInheritance sets how a key's stored state is carried over when the
 // configured policy changed since it was written (detected by the
 // fingerprint stored with it). For token-bucket policies it is the token
-// inheritance of ReplaceConfiguration; for other policies InheritNone
+// inheritance of ReplaceConfiguration; for other policies InheritReset
 // drops the old state and any other strategy keeps it when the new policy
 // can read it (same kind of policy). The default is InheritProportionally.
-func WithInheritance(t Inheritance) StoreOption {
-	return StoreOption{"WithInheritance", func(o *options) { o.inheritance = t }}
+func WithInheritance(t Inheritance) Option {
+	return Option{name: "WithInheritance", scope: storeOrPlans, set: func(o *options) { o.inheritance = t }}
 }
 
 // WithCircuitBreaker sets after how many consecutive failed store calls a
@@ -194,11 +171,16 @@ func WithInheritance(t Inheritance) StoreOption {
 // FailOpen, FailLocal) at once instead of after a store timeout. The
 // circuit then stays open 50ms, and after each failed probe twice as
 // long, at most 500ms; a probe that succeeds closes it. The default, and
-// n = 0, is DefaultCircuitFailures; n < 0 turns the breaker off.
+// n = 0, is 5; n < 0 turns the breaker off.
 //
 // The breaker is the limiter's own, not shared with other limiters on
 // the same store: each detects an outage after its own n failures, and
-// reports its state changes to its StoreListener.
-func WithCircuitBreaker(n int) StoreOption {
-	return StoreOption{"WithCircuitBreaker", func(o *options) { o.circuitFailures = n }}
+// reports its state changes to its Observer as EventCircuit. On a store of
+// partitions that fail on their own (a driver.Partitioner, as redisstore
+// with a Redis Cluster is: one partition per master), the limiter keeps a
+// breaker per partition, so a master that fails opens the circuit of its
+// own keys only; the observer is told the state of them all: open while
+// any partition's circuit is open.
+func WithCircuitBreaker(n int) Option {
+	return Option{name: "WithCircuitBreaker", scope: storeOnly, set: func(o *options) { o.circuitFailures = n }}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // TestPackedKeys: the in-memory keys of a token bucket and a sliding
@@ -28,8 +29,8 @@ func TestPackedKeys(t *testing.T) {
 		{packed: sluice.SlidingWindow(10, time.Second), full: sluice.SlidingWindow(10, time.Second), store: true},
 	} {
 		t.Run(tt.packed.String(), func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
-			opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithSleeper(clock)}
+			clock := sluicetest.NewFakeClock(t0)
+			opts := []sluice.Option{sluice.WithClock(clock)}
 			packed, err := sluice.NewLimiter(tt.packed, opts...)
 			if err != nil {
 				t.Fatal(err)

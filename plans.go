@@ -41,24 +41,24 @@ type PolicyFunc func(ctx context.Context, key string) (Policy, error)
 // keeps that process's policy, as for any limiter; between processes of
 // one version, the last policy resolved for a key wins, so two processes
 // whose caches disagree after a plan change move the key back and forth
-// until the older cache entry expires.
-func WithPolicyFor(f PolicyFunc) LimiterOption {
-	return limiterOption(func(o *options) { o.policyFor = f })
+// until the older cache entry expires. f must not be nil.
+func WithPolicyFor(f PolicyFunc) Option {
+	return Option{name: "WithPolicyFor", scope: limiterOnly, set: func(o *options) { o.policyFor = f }, nilValue: f == nil}
 }
 
 // The defaults of WithPolicyCache.
 const (
-	DefaultPolicyCacheKeys = 10_000
-	DefaultPolicyCacheTTL  = time.Minute
+	defaultPolicyCacheKeys = 10_000
+	defaultPolicyCacheTTL  = time.Minute
 )
 
 // WithPolicyCache bounds the cache of WithPolicyFor: at most keys keys'
 // policies (past them an arbitrary entry is dropped, resolved again at
 // its key's next call), each resolved again after ttl on the limiter's
-// clock. keys ≤ 0 and ttl ≤ 0 keep the defaults, DefaultPolicyCacheKeys
-// and DefaultPolicyCacheTTL.
-func WithPolicyCache(keys int, ttl time.Duration) LimiterOption {
-	return limiterOption(func(o *options) { o.policyCacheKeys, o.policyCacheTTL = keys, ttl })
+// clock. keys ≤ 0 and ttl ≤ 0 keep the defaults, 10,000 keys and a
+// minute.
+func WithPolicyCache(keys int, ttl time.Duration) Option {
+	return Option{name: "WithPolicyCache", scope: plansOnly, set: func(o *options) { o.policyCacheKeys, o.policyCacheTTL = keys, ttl }}
 }
 
 // maxPlans bounds the distinct policies whose backends a limiter keeps
@@ -85,10 +85,11 @@ type planKeys struct {
 }
 
 // plan is a policy's backends: the keys, and their buckets when the
-// policy is a token bucket (else nil).
+// policy is a token bucket (else nil), as a KeyBucket's calls and
+// Snapshot see them.
 type plan struct {
-	keys    backend
-	buckets bucketBackend
+	keys             backend
+	buckets, inspect bucketBackend
 }
 
 type cachedPlan struct {
@@ -96,33 +97,37 @@ type cachedPlan struct {
 	expires int64
 }
 
-// newPlanLimiter makes l, whose clock and sleeper are set, decide with a
+// newPlanLimiter makes l, whose clock is set, decide with a
 // policy per key as o's WithPolicyFor says.
 func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 	k := &planKeys{resolve: o.policyFor, def: l.policy, clock: l.clock, ttl: int64(o.policyCacheTTL), max: o.policyCacheKeys,
 		keys: make(map[string]cachedPlan), plans: make(map[string]*plan)}
 	if k.ttl <= 0 {
-		k.ttl = int64(DefaultPolicyCacheTTL)
+		k.ttl = int64(defaultPolicyCacheTTL)
 	}
 	if k.max <= 0 {
-		k.max = DefaultPolicyCacheKeys
+		k.max = defaultPolicyCacheKeys
 	}
 	mem := keyed.NewMapStore(l.clock, o.maxKeys)
-	memOrder := record.Order{PerKey: true}
+	memVersion := record.ConfigVersion{PerKey: true}
 	if o.store == nil {
-		// WithInheritance applies in memory too: a key's policy changes.
-		if o.storeOption != "" && o.storeOption != "WithInheritance" {
-			return nil, &ArgumentError{Op: "NewLimiter", Arg: o.storeOption, Want: "applies only to a limiter with WithStore"}
+		if err := checkInheritance("NewLimiter", "WithInheritance", inheritanceOf(o)); err != nil {
+			return nil, err
 		}
+		inherit := tokenbucket.Strategy(inheritanceOf(o))
 		k.build = func(p Policy) (*plan, error) {
-			codec, err := storeCodec(p, tokenbucket.Strategy(inheritanceOf(o)), memOrder)
+			if err := checkWallClock(p, l.clock); err != nil {
+				return nil, err
+			}
+			codec, err := recordCodec(p, inherit, memVersion, false)
 			if err != nil {
 				return nil, err
 			}
 			m := &memRecords{recs: mem, codec: codec, clock: l.clock}
 			pl := &plan{keys: m}
-			if _, ok := codec.(*record.Bucket); ok {
-				pl.buckets = memRecordBuckets{m}
+			if bc, ok := codec.(*record.Bucket); ok {
+				creating, _ := recordCodec(p, inherit, memVersion, true)
+				pl.buckets, pl.inspect = memRecordBuckets{m, creating.(*record.Bucket)}, memRecordBuckets{m, bc}
 			}
 			return pl, nil
 		}
@@ -131,14 +136,17 @@ func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 		if err != nil {
 			return nil, err
 		}
-		order := setup.order
-		order.PerKey = true
+		version := setup.version
+		version.PerKey = true
 		k.build = func(p Policy) (*plan, error) {
-			codec, err := storeCodec(p, setup.inherit, order)
+			if err := checkWallClock(p, l.clock); err != nil {
+				return nil, err
+			}
+			codec, err := recordCodec(p, setup.inherit, version, false)
 			if err != nil {
 				return nil, err
 			}
-			local, err := storeCodec(p, setup.inherit, memOrder)
+			local, err := recordCodec(p, setup.inherit, memVersion, false)
 			if err != nil {
 				return nil, err
 			}
@@ -148,11 +156,14 @@ func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 			}
 			m := &memRecords{recs: mem, codec: local, clock: l.clock}
 			pl := &plan{keys: &failover{failurePolicy: setup.fail, store: &storeKeys{store: setup.store, codec: codec, clock: l.clock},
-				local: m, quota: e.Quota()}}
+				local: m, limit: e.Quota()}}
 			if bc, ok := codec.(*record.Bucket); ok {
-				localBuckets := memRecordBuckets{m}
-				pl.buckets = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: bc},
-					local: func(context.Context) (bucketBackend, error) { return localBuckets, nil }}
+				creating, _ := recordCodec(p, setup.inherit, version, true)
+				localCreating, _ := recordCodec(p, setup.inherit, memVersion, true)
+				pl.buckets = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: creating.(*record.Bucket)},
+					local: memRecordBuckets{m, localCreating.(*record.Bucket)}}
+				pl.inspect = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: bc},
+					local: memRecordBuckets{m, local.(*record.Bucket)}}
 			}
 			return pl, nil
 		}
@@ -161,7 +172,7 @@ func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 	if k.any, err = k.build(l.policy); err != nil {
 		return nil, err
 	}
-	l.backend, l.buckets = k, planBuckets{k}
+	l.backend, l.buckets, l.inspect = k, planBuckets{k: k}, planBuckets{k: k, inspect: true}
 	l.keys = recordLen{Keys: l.keys, recs: mem}
 	return l, nil
 }
@@ -264,8 +275,12 @@ func (k *planKeys) reset(ctx context.Context, key string) error {
 }
 
 // planBuckets is the bucketBackend of a limiter with a policy per key:
-// the buckets of the keys whose policy is a token bucket.
-type planBuckets struct{ k *planKeys }
+// the buckets of the keys whose policy is a token bucket, as a KeyBucket's
+// calls see them, or its Snapshot with inspect.
+type planBuckets struct {
+	k       *planKeys
+	inspect bool
+}
 
 // bucketsOf returns the buckets of key's policy, or an error matching
 // errors.ErrUnsupported when it is not a token bucket.
@@ -276,6 +291,9 @@ func (b planBuckets) bucketsOf(ctx context.Context, key string) (bucketBackend, 
 	}
 	if pl.buckets == nil {
 		return nil, fmt.Errorf("sluice: KeyBucket of key %s: its policy is not a token bucket: %w", driver.QuoteKey(key), errors.ErrUnsupported)
+	}
+	if b.inspect {
+		return pl.inspect, nil
 	}
 	return pl.buckets, nil
 }
@@ -288,18 +306,10 @@ func (b planBuckets) update(ctx context.Context, key string, f bucketFunc) (buck
 	return bb.update(ctx, key, f)
 }
 
-func (b planBuckets) configuration(ctx context.Context, key string) (*tokenbucket.Config, error) {
-	bb, err := b.bucketsOf(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	return bb.configuration(ctx, key)
-}
-
-func (b planBuckets) replace(ctx context.Context, key string, cfg *tokenbucket.Config, strategy tokenbucket.Strategy, seen bucketSeen) error {
+func (b planBuckets) replace(ctx context.Context, key string, cfg *tokenbucket.Config, inherit tokenbucket.Strategy) error {
 	bb, err := b.bucketsOf(ctx, key)
 	if err != nil {
 		return err
 	}
-	return bb.replace(ctx, key, cfg, strategy, seen)
+	return bb.replace(ctx, key, cfg, inherit)
 }

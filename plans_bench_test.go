@@ -27,10 +27,10 @@ func BenchmarkPolicyFor(b *testing.B) {
 	}
 	for _, tt := range []struct {
 		name string
-		opts []sluice.LimiterOption
+		opts []sluice.Option
 	}{
 		{"single", nil},
-		{"perKey", []sluice.LimiterOption{sluice.WithPolicyFor(planOf)}},
+		{"perKey", []sluice.Option{sluice.WithPolicyFor(planOf)}},
 	} {
 		l, err := sluice.NewLimiter(free, tt.opts...)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // TestPolicyForInMemory: an in-memory Limiter with a policy per key
@@ -14,7 +15,7 @@ import (
 // the inheritance, and returns the resolver's errors.
 func TestPolicyForInMemory(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(limiterStart)
+	clock := sluicetest.NewFakeClock(limiterStart)
 	free, paid := sluice.TokenBucket(4, 4, time.Hour), sluice.TokenBucket(40, 40, time.Hour)
 	plan := map[string]sluice.Policy{"paid": paid, "window": sluice.FixedWindow(2, time.Hour)}
 	errDown := errors.New("plans db down")
@@ -48,8 +49,8 @@ func TestPolicyForInMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg, err := b.Configuration(ctx); err != nil || cfg.Bandwidths[0].Capacity() != 40 {
-		t.Errorf("Bucket(free).Configuration() = %+v, %v; want its plan's capacity 40", cfg, err)
+	if s, err := b.Snapshot(ctx); err != nil || s.Config.Bandwidths[0].Capacity() != 40 {
+		t.Errorf("Bucket(free).Snapshot().Config = %+v, %v; want its plan's capacity 40", s.Config, err)
 	}
 	w, _ := l.Bucket("window")
 	if _, err := w.Allow(ctx); !errors.Is(err, errors.ErrUnsupported) {

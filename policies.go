@@ -26,9 +26,10 @@ type Policy interface {
 	// them: "fixed_window(limit=100, interval=1h0m0s)". It is for people:
 	// Kind and Window are the facts to branch on.
 	String() string
-	// Kind is the policy's kind, the name config files give it, whatever
-	// its parameters and whether or not they are valid.
-	Kind() Kind
+	// Kind is the policy's kind, the name config files give it
+	// ("fixed_window", "token_bucket", "bucket", ...), whatever its
+	// parameters and whether or not they are valid.
+	Kind() string
 	// Window is the length of time over which the policy's limit applies,
 	// so that Result.Limit per Window is its long-run rate: a window
 	// policy's interval; for a bucket, the time its bandwidth of smallest
@@ -53,40 +54,60 @@ type Policy interface {
 	// whether asking for more than its capacity is an argument error; ok
 	// is false for other policies and invalid ones.
 	tokenBucket() (cfg *tokenbucket.Config, strict, ok bool)
+	// wallClock reports whether the policy refills on a wall-clock grid
+	// (a bucket's intervally aligned refill), which needs a wall clock.
+	wallClock() bool
+	// leasing is what WithLease can do with the policy's state.
+	leasing() leasing
 }
 
-// Kind is the kind of a Policy: the name config files and the conformance
-// vectors give it ("fixed_window"), one per constructor but for
-// AlignedFixedWindow, a fixed_window with aligned: true.
-type Kind string
-
-// The kinds of the policies of this package.
+// The kinds of the policies of this package, as Policy.Kind names them:
+// the names config files and the conformance vectors give them, one per
+// constructor but for AlignedFixedWindow, a fixed_window with aligned:
+// true. internal/policyspec's table holds them for those formats.
 const (
-	KindFixedWindow   Kind = "fixed_window"   // FixedWindow, AlignedFixedWindow
-	KindSlidingWindow Kind = "sliding_window" // SlidingWindow
-	KindSlidingLog    Kind = "sliding_log"    // SlidingLog
-	KindTokenBucket   Kind = "token_bucket"   // TokenBucket
-	KindLeakyBucket   Kind = "leaky_bucket"   // LeakyBucket
-	KindGCRA          Kind = "gcra"           // GCRA
-	KindShaper        Kind = "shaper"         // Shaper
-	KindCompound      Kind = "compound"       // Compound
-	KindNoLimit       Kind = "no_limit"       // NoLimit
-	KindBucket        Kind = "bucket"         // BucketPolicy
+	kindFixedWindow   = "fixed_window"
+	kindSlidingWindow = "sliding_window"
+	kindSlidingLog    = "sliding_log"
+	kindTokenBucket   = "token_bucket"
+	kindLeakyBucket   = "leaky_bucket"
+	kindGCRA          = "gcra"
+	kindShaper        = "shaper"
+	kindCompound      = "compound"
+	kindNoLimit       = "no_limit"
+	kindBucket        = "bucket"
+)
+
+// leasing is what quota leasing can do with a policy's state (WithLease):
+// nothing, debit it by many tokens at once, or that and end a lease with
+// the policy's window (a fixed window's).
+type leasing uint8
+
+const (
+	noLease leasing = iota
+	leases
+	leasesToWindowEnd
 )
 
 // machinePolicy is a Policy backed by a policy.Machine.
 type machinePolicy[S any, M policy.Machine[S]] struct {
-	kind Kind
+	kind string
 	name string
 	m    M
 	err  error
 	// packed, when set, builds the in-memory keys over a smaller form of
 	// S that holds every state of m: fewer bytes per key.
 	packed func(maxKeys int) keyed.Keys
+	// aligned is set when m refills on a wall-clock grid.
+	aligned bool
+	// lease is what WithLease can do with m's state.
+	lease leasing
 }
 
-func (p machinePolicy[S, M]) String() string { return p.name }
-func (p machinePolicy[S, M]) Kind() Kind     { return p.kind }
+func (p machinePolicy[S, M]) String() string   { return p.name }
+func (p machinePolicy[S, M]) wallClock() bool  { return p.aligned }
+func (p machinePolicy[S, M]) Kind() string     { return p.kind }
+func (p machinePolicy[S, M]) leasing() leasing { return p.lease }
 
 func (p machinePolicy[S, M]) Window() time.Duration {
 	if p.err != nil {
@@ -112,6 +133,13 @@ func (p machinePolicy[S, M]) erased() (policy.Erased, error) {
 	return policy.Erase[S](p.m), nil
 }
 
+// Reserves reports whether the policy can reserve (Limiter.ReserveN,
+// WaitN, Wait): SlidingWindow and SlidingLog cannot, nor a Compound with
+// either among its members. It is not part of Policy, to keep the
+// package's API small: httplimit.NewTransport asks it through an interface
+// of its own, to refuse at once a limiter it could not wait on.
+func (p machinePolicy[S, M]) Reserves() bool { return p.err == nil && policy.Reserves[S](p.m) }
+
 // tokenBucket asks the machine: the token-bucket machines say what their
 // bucket is, whatever policy made them.
 func (p machinePolicy[S, M]) tokenBucket() (*tokenbucket.Config, bool, bool) {
@@ -125,13 +153,13 @@ func (p machinePolicy[S, M]) tokenBucket() (*tokenbucket.Config, bool, bool) {
 	return b.Config(), b.Strict(), true
 }
 
-func policyError(kind Kind, rule Rule, field, value, msg string) error {
-	return &ConfigError{Rule: rule, Bandwidth: -1, Field: string(kind) + "." + field, Value: value, Msg: msg}
+func policyError(kind string, rule Rule, field, value, msg string) error {
+	return &ConfigError{Rule: rule, Bandwidth: -1, Field: kind + "." + field, Value: value, Msg: msg}
 }
 
 // checkLimit validates the limit and the interval, named intervalField,
 // that every window policy has.
-func checkLimit(kind Kind, intervalField string, limit int64, interval time.Duration) error {
+func checkLimit(kind string, intervalField string, limit int64, interval time.Duration) error {
 	switch {
 	case limit <= 0:
 		return policyError(kind, RuleNonPositiveLimit, "limit", itoa(limit), "must be positive")
@@ -148,10 +176,10 @@ func checkLimit(kind Kind, intervalField string, limit int64, interval time.Dura
 // error. Reservations take tokens from later windows.
 func FixedWindow(limit int64, interval time.Duration) Policy {
 	return machinePolicy[fixedwindow.State, fixedwindow.Config]{
-		kind: KindFixedWindow,
-		name: fmt.Sprintf("%s(limit=%d, interval=%v)", KindFixedWindow, limit, interval),
+		kind: kindFixedWindow, lease: leasesToWindowEnd,
+		name: fmt.Sprintf("%s(limit=%d, interval=%v)", kindFixedWindow, limit, interval),
 		m:    fixedwindow.Config{Limit: limit, Interval: int64(interval)},
-		err:  checkLimit(KindFixedWindow, "interval", limit, interval),
+		err:  checkLimit(kindFixedWindow, "interval", limit, interval),
 	}
 }
 
@@ -163,10 +191,10 @@ func FixedWindow(limit int64, interval time.Duration) Policy {
 // grid is that of the clock's first reading of the system time.
 func AlignedFixedWindow(limit int64, interval time.Duration) Policy {
 	return machinePolicy[fixedwindow.State, fixedwindow.Config]{
-		kind: KindFixedWindow,
-		name: fmt.Sprintf("%s(limit=%d, interval=%v, aligned)", KindFixedWindow, limit, interval),
+		kind: kindFixedWindow, lease: leasesToWindowEnd,
+		name: fmt.Sprintf("%s(limit=%d, interval=%v, aligned)", kindFixedWindow, limit, interval),
 		m:    fixedwindow.Config{Limit: limit, Interval: int64(interval), Aligned: true},
-		err:  checkLimit(KindFixedWindow, "interval", limit, interval),
+		err:  checkLimit(kindFixedWindow, "interval", limit, interval),
 	}
 }
 
@@ -179,10 +207,10 @@ func AlignedFixedWindow(limit int64, interval time.Duration) Policy {
 // It cannot reserve.
 func SlidingWindow(limit int64, interval time.Duration) Policy {
 	p := machinePolicy[slidingwindow.State, slidingwindow.Config]{
-		kind: KindSlidingWindow,
-		name: fmt.Sprintf("%s(limit=%d, interval=%v)", KindSlidingWindow, limit, interval),
+		kind: kindSlidingWindow,
+		name: fmt.Sprintf("%s(limit=%d, interval=%v)", kindSlidingWindow, limit, interval),
 		m:    slidingwindow.Config{Limit: limit, Interval: int64(interval)},
-		err:  checkLimit(KindSlidingWindow, "interval", limit, interval),
+		err:  checkLimit(kindSlidingWindow, "interval", limit, interval),
 	}
 	if m, ok := p.m.Packed(); ok {
 		p.packed = func(maxKeys int) keyed.Keys { return keyed.NewTable[slidingwindow.PackedState](m, maxKeys) }
@@ -197,10 +225,10 @@ func SlidingWindow(limit int64, interval time.Duration) Policy {
 // reserve.
 func SlidingLog(limit int64, interval time.Duration) Policy {
 	return machinePolicy[slidinglog.State, slidinglog.Config]{
-		kind: KindSlidingLog,
-		name: fmt.Sprintf("%s(limit=%d, interval=%v)", KindSlidingLog, limit, interval),
+		kind: kindSlidingLog,
+		name: fmt.Sprintf("%s(limit=%d, interval=%v)", kindSlidingLog, limit, interval),
 		m:    slidinglog.Config{Limit: limit, Interval: int64(interval)},
-		err:  checkLimit(KindSlidingLog, "interval", limit, interval),
+		err:  checkLimit(kindSlidingLog, "interval", limit, interval),
 	}
 }
 
@@ -211,13 +239,13 @@ func SlidingLog(limit int64, interval time.Duration) Policy {
 // nanoseconds.
 func GCRA(limit, rate int64, period time.Duration) Policy {
 	p := machinePolicy[gcra.State, gcra.Config]{
-		kind: KindGCRA,
-		name: fmt.Sprintf("%s(limit=%d, rate=%d per %v)", KindGCRA, limit, rate, period),
+		kind: kindGCRA, lease: leases,
+		name: fmt.Sprintf("%s(limit=%d, rate=%d per %v)", kindGCRA, limit, rate, period),
 		m:    gcra.Config{Limit: limit, Rate: rate, Period: int64(period)},
-		err:  checkLimit(KindGCRA, "rate.interval", limit, period),
+		err:  checkLimit(kindGCRA, "rate.interval", limit, period),
 	}
 	if p.err == nil && rate <= 0 {
-		p.err = policyError(KindGCRA, RuleNonPositiveRefillTokens, "rate.amount", itoa(rate), "must be positive")
+		p.err = policyError(kindGCRA, RuleNonPositiveRefillTokens, "rate.amount", itoa(rate), "must be positive")
 	}
 	return p
 }
@@ -231,17 +259,17 @@ func GCRA(limit, rate int64, period time.Duration) Policy {
 // maxQueue 0 makes it a strict policer of the spacing.
 func Shaper(amount int64, interval time.Duration, maxQueue int64) Policy {
 	p := machinePolicy[shaper.State, shaper.Config]{
-		kind: KindShaper,
-		name: fmt.Sprintf("%s(rate=%d per %v, max_queue=%d)", KindShaper, amount, interval, maxQueue),
+		kind: kindShaper,
+		name: fmt.Sprintf("%s(rate=%d per %v, max_queue=%d)", kindShaper, amount, interval, maxQueue),
 		m:    shaper.Config{Amount: amount, Interval: int64(interval), MaxQueue: maxQueue},
 	}
 	switch {
 	case amount <= 0:
-		p.err = policyError(KindShaper, RuleNonPositiveRefillTokens, "rate.amount", itoa(amount), "must be positive")
+		p.err = policyError(kindShaper, RuleNonPositiveRefillTokens, "rate.amount", itoa(amount), "must be positive")
 	case interval <= 0:
-		p.err = policyError(KindShaper, RuleNonPositivePeriod, "rate.interval", interval.String(), "must be positive")
+		p.err = policyError(kindShaper, RuleNonPositivePeriod, "rate.interval", interval.String(), "must be positive")
 	case maxQueue < 0:
-		p.err = policyError(KindShaper, RuleNegativeMaxQueue, "max_queue", itoa(maxQueue), "must not be negative")
+		p.err = policyError(kindShaper, RuleNegativeMaxQueue, "max_queue", itoa(maxQueue), "must not be negative")
 	}
 	return p
 }
@@ -254,7 +282,7 @@ func Shaper(amount int64, interval time.Duration, maxQueue int64) Policy {
 // Reserve takes from every member within maxWait and waits for the
 // slowest; a member that cannot reserve makes the compound unable to.
 func Compound(members ...Policy) Policy {
-	p := machinePolicy[compound.State, compound.Config]{kind: KindCompound, name: string(KindCompound) + "("}
+	p := machinePolicy[compound.State, compound.Config]{kind: kindCompound, name: kindCompound + "("}
 	if len(members) == 0 {
 		p.err = &ConfigError{Rule: RuleNoMembers, Bandwidth: -1, Field: "compound.limiters", Value: "[]",
 			Msg: "must name at least one limiter"}
@@ -280,6 +308,9 @@ func Compound(members ...Policy) Policy {
 	p.name += ")"
 	if p.err != nil {
 		return p
+	}
+	for _, m := range members {
+		p.aligned = p.aligned || m.wallClock()
 	}
 	return compactCompound(p)
 }
@@ -323,13 +354,13 @@ func wordCompound[A any, P compound.Array[A]](p machinePolicy[compound.State, co
 	if !ok {
 		return p
 	}
-	return machinePolicy[compound.WordState[A], compound.Words[A, P]]{kind: p.kind, name: p.name, m: w}
+	return machinePolicy[compound.WordState[A], compound.Words[A, P]]{kind: p.kind, name: p.name, m: w, aligned: p.aligned}
 }
 
 // NoLimit lets everything through; Remaining and Limit are math.MaxInt64.
 // It keeps no state.
 func NoLimit() Policy {
-	return machinePolicy[nolimit.State, nolimit.Config]{kind: KindNoLimit, name: string(KindNoLimit)}
+	return machinePolicy[nolimit.State, nolimit.Config]{kind: kindNoLimit, name: kindNoLimit}
 }
 
 // TokenBucket is Symfony's token bucket: a bucket of limit tokens, full at a
@@ -337,7 +368,7 @@ func NoLimit() Policy {
 // (counted from the first use). Asking for more than limit at once is an
 // argument error. It is BucketPolicy with one Intervally bandwidth.
 func TokenBucket(limit, amount int64, interval time.Duration) Policy {
-	return singleBandwidth(KindTokenBucket, limit, Intervally(amount, interval), true)
+	return singleBandwidth(kindTokenBucket, limit, Intervally(amount, interval), true)
 }
 
 // LeakyBucket is the leaky bucket as a meter (policer): each accepted token
@@ -346,12 +377,12 @@ func TokenBucket(limit, amount int64, interval time.Duration) Policy {
 // the level. It is the same arithmetic as a token bucket with greedy
 // refill, whose tokens are the room left in the leaky bucket.
 func LeakyBucket(limit, amount int64, interval time.Duration) Policy {
-	return singleBandwidth(KindLeakyBucket, limit, Greedy(amount, interval), false)
+	return singleBandwidth(kindLeakyBucket, limit, Greedy(amount, interval), false)
 }
 
-func singleBandwidth(kind Kind, limit int64, refill Refill, strict bool) Policy {
+func singleBandwidth(kind string, limit int64, refill Refill, strict bool) Policy {
 	p := machinePolicy[tokenbucket.BandwidthState, tokenbucket.Single]{
-		kind: kind,
+		kind: kind, lease: leases,
 		name: fmt.Sprintf("%s(limit=%d, rate=%d per %v)", kind, limit, refill.tokens, refill.period),
 	}
 	cfg, err := BucketConfig{Bandwidths: []Bandwidth{Capacity(limit, refill)}}.compile()
@@ -368,7 +399,7 @@ func singleBandwidth(kind Kind, limit int64, refill Refill, strict bool) Policy 
 
 // policyConfigError renames the fields of a bandwidth's ConfigError into
 // the words of the policy that made the bandwidth.
-func policyConfigError(kind Kind, err error) error {
+func policyConfigError(kind string, err error) error {
 	ce, ok := err.(*ConfigError)
 	if !ok {
 		return err
@@ -385,7 +416,7 @@ func policyConfigError(kind Kind, err error) error {
 	case "refill":
 		out.Field = "rate"
 	}
-	out.Field = string(kind) + "." + out.Field
+	out.Field = kind + "." + out.Field
 	return &out
 }
 
@@ -394,7 +425,7 @@ func policyConfigError(kind Kind, err error) error {
 // keeps a limiter's statistics across a reload when its name is the same.
 func bucketName(cfg BucketConfig) string {
 	var b strings.Builder
-	b.WriteString(string(KindBucket) + "(")
+	b.WriteString(kindBucket + "(")
 	for i, bw := range cfg.Bandwidths {
 		if i > 0 {
 			b.WriteString(", ")
@@ -407,18 +438,16 @@ func bucketName(cfg BucketConfig) string {
 
 // BucketPolicy applies a whole Bucket4j configuration, one or more
 // bandwidths, to each key. For one bandwidth prefer TokenBucket or
-// LeakyBucket, whose state per key is smaller.
+// LeakyBucket, whose state per key is smaller. Intervally aligned refill
+// needs a wall clock, which a Limiter has only when given one
+// (WithClock(WallClock())): its default, MonotonicClock, is not one.
 func BucketPolicy(cfg BucketConfig) Policy {
-	p := machinePolicy[tokenbucket.State, tokenbucket.Multi]{kind: KindBucket, name: bucketName(cfg)}
+	p := machinePolicy[tokenbucket.State, tokenbucket.Multi]{kind: kindBucket, name: bucketName(cfg), lease: leases}
 	c, err := cfg.compile()
-	if err == nil && hasAligned(c) {
-		err = &ConfigError{Rule: RuleAlignedNeedsWallClock, Bandwidth: -1,
-			Msg: "intervally aligned refill is not available to keyed limiters, whose buckets start at each key's first use"}
-	}
 	if err != nil {
 		p.err = err
 		return p
 	}
-	p.m = tokenbucket.NewMulti(c)
+	p.m, p.aligned = tokenbucket.NewMulti(c), hasAligned(c)
 	return p
 }

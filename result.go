@@ -11,7 +11,10 @@ import (
 type Result struct {
 	// Allowed reports whether the request may pass; its tokens were taken.
 	Allowed bool
-	// Remaining is how many tokens a request could still take now.
+	// Remaining is how many tokens a request could still take now, after
+	// this decision: go-redis/redis_rate's Remaining and Bucket4j's
+	// remainingTokens, which is AvailableTokens (Bucket4j's
+	// getAvailableTokens) once the decision is made, never negative.
 	Remaining int64
 	// RetryAfter is how long until the same request could pass: 0 when
 	// allowed, Never when it never can. Use it for Retry-After.

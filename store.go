@@ -25,7 +25,7 @@ const (
 	// nothing it knows of. It is the default.
 	FailClosed StoreFailure = iota
 	// FailOpen lets the request through, as if the limit were not there,
-	// and reports it to the listener. Result.Remaining is then 0.
+	// and reports it to the observer. Result.Remaining is then 0.
 	FailOpen
 	// FailLocal decides on an in-memory limiter of the same policy in this
 	// process, which holds each key's state from its first failure on, as
@@ -64,6 +64,9 @@ type StoreError struct {
 	Key string
 	// Err is the store's error.
 	Err error
+	// open is set on the failure policy's way out under FailOpen (see
+	// failedOpen); storeError gives the caller a StoreError without it.
+	open bool
 }
 
 // Error names the key by its first driver.QuotedKeyLen bytes (and its
@@ -75,27 +78,13 @@ func (e *StoreError) Error() string {
 // Unwrap returns the store's error.
 func (e *StoreError) Unwrap() error { return e.Err }
 
-// StoreListener is a Listener that is also told of store failures and of
-// what the limiter did about them. A Limiter tells its listener (see
-// WithListener) when it implements StoreListener.
-type StoreListener interface {
-	Listener
-	// OnStoreFailure reports a failed store call and the policy applied.
-	OnStoreFailure(err error, f StoreFailure)
-	// OnCircuit reports that the limiter's circuit breaker moved to state
-	// s (see WithCircuitBreaker). It is called in the order of the
-	// changes, with the breaker locked: it must return quickly and not
-	// call the limiter.
-	OnCircuit(s CircuitState)
-}
-
 // storeSetup is what a Limiter or KeyBucket with a store is built of:
 // the engine over o.store, and the failure policy in front of it.
 type storeSetup struct {
 	store   *keyed.Store
 	fail    failurePolicy
 	inherit tokenbucket.Strategy
-	order   record.Order // WithConfigVersion's
+	version record.ConfigVersion // WithConfigVersion's
 }
 
 // newStoreSetup validates o's store options and builds the engine on
@@ -109,56 +98,52 @@ func newStoreSetup(o *options, clock Clock) (storeSetup, error) {
 	if inherit == 0 {
 		inherit = InheritProportionally
 	}
-	if err := checkStrategy("inheritance", inherit); err != nil {
+	if err := checkInheritance("NewLimiter", "WithInheritance", inherit); err != nil {
 		return storeSetup{}, err
 	}
 	if o.storeFailure > FailLocal {
-		return storeSetup{}, &ConfigError{Rule: RuleUnknownStoreFailure, Bandwidth: -1, Field: "store failure", Value: o.storeFailure.String(),
-			Msg: "must be FailClosed, FailOpen or FailLocal"}
+		return storeSetup{}, &ArgumentError{Op: "NewLimiter", Arg: "WithStoreFailure", Value: o.storeFailure,
+			Want: "must be FailClosed, FailOpen or FailLocal"}
 	}
-	fail := failurePolicy{policy: o.storeFailure}
+	fail := failurePolicy{policy: o.storeFailure, observer: o.observer}
 	var notify func(breaker.State)
-	if l, ok := o.listener.(StoreListener); ok {
-		fail.listener = l
-		notify = func(s breaker.State) { l.OnCircuit(circuitStates[s]) }
+	if obs := o.observer; obs != nil {
+		notify = func(s breaker.State) { obs.Observe(Event{Kind: EventCircuit, Circuit: circuitStates[s]}) }
 	}
 	threshold := o.circuitFailures
 	if threshold == 0 {
-		threshold = DefaultCircuitFailures
+		threshold = defaultCircuitFailures
 	}
-	st := keyed.NewStore(observedStore(o.store, o.observer), clock, timeout, breaker.New(threshold, notify))
-	return storeSetup{store: st, fail: fail, inherit: tokenbucket.Strategy(inherit), order: configOrder(o.configVersion)}, nil
+	var partition func(string) string
+	if p, ok := o.store.(driver.Partitioner); ok {
+		partition = p.Partition
+	}
+	st := keyed.NewStore(observedStore(o.store, o.observer), clock, timeout, breaker.NewSet(threshold, notify, partition))
+	return storeSetup{store: st, fail: fail, inherit: tokenbucket.Strategy(inherit), version: configVersion(o.configVersion, o.observer)}, nil
 }
 
 // isCallerDone reports whether err is the caller's own context ending,
 // which is not a store failure.
 func isCallerDone(ctx context.Context, err error) bool { return keyed.CallerDone(ctx, err) }
 
-// storeFailure marks an error as a store's failure, which the failure
-// policy did not answer otherwise: storeError makes it a *StoreError. open
-// is set under FailOpen, where the calls that decide whether tokens pass
-// let them through.
-type storeFailure struct {
-	err  error
-	open bool
-}
-
-func (e *storeFailure) Error() string { return e.err.Error() }
-func (e *storeFailure) Unwrap() error { return e.err }
-
-// failedOpen reports whether err is a store failure under FailOpen.
+// failedOpen reports whether err is a store failure under FailOpen, on
+// its way from the failure policy: the calls that decide whether tokens
+// pass let them through.
 func failedOpen(err error) bool {
-	var sf *storeFailure
-	return errors.As(err, &sf) && sf.open
+	var se *StoreError
+	return errors.As(err, &se) && se.Op == "" && se.open
 }
 
-// storeError is the error a call op on key returns for err: a *StoreError
-// for a store's failure, err itself otherwise (the caller's context
-// ending, a bad argument, a lazy bucket's supplier failing).
+// storeError is the error a call op on key returns for err: the
+// *StoreError of a store's failure, which the failure policy returns
+// without its Op (a StoreError with an Op is another call's, which a
+// policy function may return), with its Op and Key; err itself otherwise
+// (the caller's context ending, a bad argument, a policy function's
+// error).
 func storeError(op, key string, err error) error {
-	var sf *storeFailure
-	if errors.As(err, &sf) {
-		return &StoreError{Op: op, Key: key, Err: sf.err}
+	var se *StoreError
+	if errors.As(err, &se) && se.Op == "" {
+		return &StoreError{Op: op, Key: key, Err: se.Err}
 	}
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
 )
 
@@ -61,3 +62,13 @@ func (s *mapStore) calls() int {
 var _ driver.Store = (*mapStore)(nil)
 
 var _ = time.Second
+
+// newStoreBucket is the token bucket of cfg for key in s: a stored
+// Limiter's bucket, the one way to it.
+func newStoreBucket(s driver.Store, key string, cfg sluice.BucketConfig, opts ...sluice.Option) (*sluice.KeyBucket, error) {
+	l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), append([]sluice.Option{sluice.WithStore(s)}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	return l.Bucket(key)
+}

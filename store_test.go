@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // storePolicies are the policies the store tests run, one of each kind.
@@ -39,7 +40,7 @@ func TestStoreLimiterMatchesMemory(t *testing.T) {
 	ctx := context.Background()
 	for _, p := range storePolicies() {
 		t.Run(p.String(), func(t *testing.T) {
-			clock := sluice.NewFakeClock(limiterStart)
+			clock := sluicetest.NewFakeClock(limiterStart)
 			mem, err := sluice.NewLimiter(p, sluice.WithClock(clock))
 			if err != nil {
 				t.Fatal(err)
@@ -62,7 +63,7 @@ func TestStoreLimiterMatchesMemory(t *testing.T) {
 				case 1:
 					da, ea := mem.ReserveN(ctx, key, n, 300*time.Millisecond)
 					db, eb := st.ReserveN(ctx, key, n, 300*time.Millisecond)
-					a, b = fmt.Sprint(da, ea), fmt.Sprint(db, eb)
+					a, b = describeReservation(da, ea), describeReservation(db, eb)
 					if ea == nil && eb == nil {
 						held = append(held, [2]*sluice.Reservation{da, db})
 					}
@@ -105,15 +106,15 @@ func TestStoreMigration(t *testing.T) {
 	}{
 		{"bucket proportionally", sluice.TokenBucket(10, 1, time.Hour), sluice.TokenBucket(20, 1, time.Hour), sluice.InheritProportionally, 7},
 		{"bucket as is", sluice.TokenBucket(10, 1, time.Hour), sluice.TokenBucket(20, 1, time.Hour), sluice.InheritAsIs, 3},
-		{"bucket reset", sluice.TokenBucket(10, 1, time.Hour), sluice.TokenBucket(20, 1, time.Hour), sluice.InheritNone, 19},
+		{"bucket reset", sluice.TokenBucket(10, 1, time.Hour), sluice.TokenBucket(20, 1, time.Hour), sluice.InheritReset, 19},
 		{"bucket additive", sluice.TokenBucket(10, 1, time.Hour), sluice.TokenBucket(20, 1, time.Hour), sluice.InheritAdditive, 13},
 		{"window kept", sluice.FixedWindow(10, time.Hour), sluice.FixedWindow(20, time.Hour), sluice.InheritAsIs, 13},
-		{"window reset", sluice.FixedWindow(10, time.Hour), sluice.FixedWindow(20, time.Hour), sluice.InheritNone, 19},
+		{"window reset", sluice.FixedWindow(10, time.Hour), sluice.FixedWindow(20, time.Hour), sluice.InheritReset, 19},
 		{"other policy starts afresh", sluice.FixedWindow(10, time.Hour), sluice.SlidingWindow(20, time.Hour), sluice.InheritAsIs, 19},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(limiterStart)
+			clock := sluicetest.NewFakeClock(limiterStart)
 			store := newMapStore()
 			before, err := sluice.NewLimiter(tt.before, sluice.WithClock(clock), sluice.WithStore(store))
 			if err != nil {
@@ -138,7 +139,7 @@ func TestStoreMigration(t *testing.T) {
 // alone keeps its configuration under its limiter's unchanged policy.
 func TestStoreBucketReplaceSticks(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(limiterStart)
+	clock := sluicetest.NewFakeClock(limiterStart)
 	p := sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Hour)}})
 	l, err := sluice.NewLimiter(p, sluice.WithClock(clock), sluice.WithStore(newMapStore()))
 	if err != nil {
@@ -151,9 +152,9 @@ func TestStoreBucketReplaceSticks(t *testing.T) {
 	if r, err := l.AllowN(ctx, "vip", 50); err != nil || !r.Allowed || r.Remaining != 50 {
 		t.Errorf("AllowN(50) on the replaced key = %+v, %v, want allowed with 50 left", r, err)
 	}
-	cfg, err := b.Configuration(ctx)
-	if err != nil || len(cfg.Bandwidths) != 1 || cfg.Bandwidths[0].Capacity() != 100 {
-		t.Errorf("Configuration = %+v, %v, want capacity 100", cfg, err)
+	snap, err := b.Snapshot(ctx)
+	if cfg := snap.Config; err != nil || len(cfg.Bandwidths) != 1 || cfg.Bandwidths[0].Capacity() != 100 {
+		t.Errorf("Snapshot().Config = %+v, %v, want capacity 100", cfg, err)
 	}
 }
 
@@ -161,8 +162,8 @@ func TestStoreFailurePolicies(t *testing.T) {
 	ctx := context.Background()
 	storeDown := fmt.Errorf("test: %w: connection refused", driver.ErrUnavailable)
 	t.Run("closed", func(t *testing.T) {
-		store, counts := newMapStore(), new(sluice.CountingListener)
-		l, _ := sluice.NewLimiter(sluice.FixedWindow(2, time.Second), sluice.WithStore(store), sluice.WithListener(counts))
+		store, counts := newMapStore(), new(sluicetest.Counter)
+		l, _ := sluice.NewLimiter(sluice.FixedWindow(2, time.Second), sluice.WithStore(store), sluice.WithObserver(counts))
 		store.setFail(storeDown)
 		_, err := l.Allow(ctx, "k")
 		var se *sluice.StoreError
@@ -170,12 +171,12 @@ func TestStoreFailurePolicies(t *testing.T) {
 			t.Errorf("Allow on a failed store = %v, want a *StoreError matching ErrUnavailable", err)
 		}
 		if got := counts.StoreFailures(sluice.FailClosed); got != 1 {
-			t.Errorf("listener saw %d closed failures, want 1", got)
+			t.Errorf("observer saw %d closed failures, want 1", got)
 		}
 	})
 	t.Run("open", func(t *testing.T) {
-		store, counts := newMapStore(), new(sluice.CountingListener)
-		l, _ := sluice.NewLimiter(sluice.FixedWindow(2, time.Second), sluice.WithStore(store), sluice.WithListener(counts),
+		store, counts := newMapStore(), new(sluicetest.Counter)
+		l, _ := sluice.NewLimiter(sluice.FixedWindow(2, time.Second), sluice.WithStore(store), sluice.WithObserver(counts),
 			sluice.WithStoreFailure(sluice.FailOpen))
 		store.setFail(storeDown)
 		for range 5 {
@@ -184,15 +185,15 @@ func TestStoreFailurePolicies(t *testing.T) {
 			}
 		}
 		if got := counts.StoreFailures(sluice.FailOpen); got != 5 {
-			t.Errorf("listener saw %d open failures, want 5", got)
+			t.Errorf("observer saw %d open failures, want 5", got)
 		}
 	})
 	t.Run("local", func(t *testing.T) {
-		store, counts := newMapStore(), new(sluice.CountingListener)
-		clock := sluice.NewFakeClock(limiterStart)
+		store, counts := newMapStore(), new(sluicetest.Counter)
+		clock := sluicetest.NewFakeClock(limiterStart)
 		// Without the breaker, the first call after the store is back
 		// goes to it (TestCircuitBreaker tests the breaker).
-		l, _ := sluice.NewLimiter(sluice.FixedWindow(2, time.Second), sluice.WithStore(store), sluice.WithListener(counts),
+		l, _ := sluice.NewLimiter(sluice.FixedWindow(2, time.Second), sluice.WithStore(store), sluice.WithObserver(counts),
 			sluice.WithStoreFailure(sluice.FailLocal), sluice.WithClock(clock), sluice.WithCircuitBreaker(-1))
 		store.setFail(storeDown)
 		var allowed int
@@ -224,7 +225,7 @@ func TestStoreFailurePolicies(t *testing.T) {
 	})
 	t.Run("bucket local", func(t *testing.T) {
 		store := newMapStore()
-		b, err := sluice.NewStoreBucket(store, "k", sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(2, time.Hour)}},
+		b, err := newStoreBucket(store, "k", sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(2, time.Hour)}},
 			sluice.WithStoreFailure(sluice.FailLocal))
 		if err != nil {
 			t.Fatal(err)
@@ -317,63 +318,11 @@ func TestStoreCoalescing(t *testing.T) {
 	t.Logf("%d calls took %d store updates", callers*each, store.count())
 }
 
-func TestLazyStoreBucket(t *testing.T) {
-	ctx := context.Background()
-	store := newMapStore()
-	var supplied atomic.Int32
-	supply := func(context.Context) (sluice.BucketConfig, error) {
-		supplied.Add(1)
-		return sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(5, time.Hour)}}, nil
-	}
-	for i := range 3 {
-		b, err := sluice.NewLazyStoreBucket(store, "lazy", supply)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r, err := b.Allow(ctx); err != nil || !r.Allowed {
-			t.Fatalf("Allow %d = %+v, %v", i, r, err)
-		}
-	}
-	if got := supplied.Load(); got != 1 {
-		t.Errorf("the configuration was supplied %d times, want once (only for the key without state)", got)
-	}
-	b, _ := sluice.NewLazyStoreBucket(store, "lazy", supply)
-	if n, err := b.AvailableTokens(ctx); err != nil || n != 2 {
-		t.Errorf("AvailableTokens = %d, %v, want 2", n, err)
-	}
-	failing := func(context.Context) (sluice.BucketConfig, error) {
-		return sluice.BucketConfig{}, errors.New("db down")
-	}
-	b, _ = sluice.NewLazyStoreBucket(store, "other", failing)
-	if _, err := b.Allow(ctx); err == nil {
-		t.Error("Allow with a failing supplier succeeded")
-	}
-}
-
-// TestLazyStoreBucketFailLocal: a lazily configured bucket whose store is
-// down before it ever got its configuration falls back to a local bucket
-// of the supplied configuration, as FailLocal says, rather than letting
-// every request through.
-func TestLazyStoreBucketFailLocal(t *testing.T) {
-	ctx := context.Background()
-	store := newMapStore()
-	store.setFail(fmt.Errorf("test: %w: connection refused", driver.ErrUnavailable))
-	supply := func(context.Context) (sluice.BucketConfig, error) {
-		return sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(2, time.Hour)}}, nil
-	}
-	b, err := sluice.NewLazyStoreBucket(store, "k", supply, sluice.WithStoreFailure(sluice.FailLocal))
+// describeReservation is what a reservation decided, or its error, for
+// comparing two.
+func describeReservation(r *sluice.Reservation, err error) string {
 	if err != nil {
-		t.Fatal(err)
+		return err.Error()
 	}
-	var got []bool
-	for range 3 {
-		r, err := b.Allow(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, r.Allowed)
-	}
-	if fmt.Sprint(got) != "[true true false]" {
-		t.Errorf("Allow ×3 on the local fallback = %v, want a bucket of 2", got)
-	}
+	return fmt.Sprintf("ok %v, %d tokens, delay %v, %+v", r.OK(), r.Tokens(), r.Delay(), r.Result())
 }

@@ -2,7 +2,6 @@ package sluice
 
 import (
 	"fmt"
-	"log/slog"
 	"sync/atomic"
 
 	"github.com/sluicehq/sluice/internal/record"
@@ -22,28 +21,29 @@ import (
 //     writes its own configuration over it;
 //   - a key stored by another configuration of the same version keeps the
 //     stored one (the first writer wins, the key never bounces), and the
-//     limiter logs the conflict once with slog's default logger: two
+//     limiter tells its observer once (EventVersionConflict): two
 //     configurations must not share a version.
 //
 // The default, 0, is unversioned: the configuration of the call always
 // wins, as before versions existed, which is right for one process or a
 // deploy that stops every process first. Raise the version with every
 // change of limits; see docs/plans.md.
-func WithConfigVersion(v uint64) StoreOption {
-	return StoreOption{"WithConfigVersion", func(o *options) { o.configVersion = v }}
+func WithConfigVersion(v uint64) Option {
+	return Option{name: "WithConfigVersion", scope: storeOnly, set: func(o *options) { o.configVersion = v }}
 }
 
-// configOrder is the record order of version v, whose conflicts are
-// logged once.
-func configOrder(v uint64) record.Order {
+// configVersion is the record codecs' ConfigVersion of version v, whose
+// first conflict is told to obs (nil: none).
+func configVersion(v uint64, obs Observer) record.ConfigVersion {
 	if v == 0 {
-		return record.Order{}
+		return record.ConfigVersion{}
 	}
-	var logged atomic.Bool
-	return record.Order{Version: v, Conflict: func(stored uint64) {
-		if logged.CompareAndSwap(false, true) {
-			slog.Warn("sluice: a key's stored configuration has the version of this one but differs: the stored one is kept; give each configuration its own version",
-				"version", v, "stored_fingerprint", fmt.Sprintf("%016x", stored))
+	var told atomic.Bool
+	return record.ConfigVersion{Version: v, Conflict: func(stored uint64) {
+		if obs != nil && told.CompareAndSwap(false, true) {
+			obs.Observe(Event{Kind: EventVersionConflict, Err: fmt.Errorf(
+				"sluice: a key's stored configuration (fingerprint %016x) has version %d, as this one, but differs: the stored one is kept; give each configuration its own version",
+				stored, v)})
 		}
 	}}
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // doomSleeper is a fake clock's sleeper on which a sleep of a context
@@ -16,7 +18,7 @@ import (
 // went away would, and the others advance the clock. It records every
 // sleep asked for.
 type doomSleeper struct {
-	*sluice.FakeClock
+	*sluicetest.FakeClock
 	slept []time.Duration
 }
 
@@ -58,8 +60,8 @@ func TestWaitGivesTokensBack(t *testing.T) {
 	for _, p := range reservingPolicies() {
 		for _, where := range []string{"memory", "store"} {
 			t.Run(where+"/"+p.String(), func(t *testing.T) {
-				sl := &doomSleeper{FakeClock: sluice.NewFakeClock(t0)}
-				opts := []sluice.LimiterOption{sluice.WithClock(sl), sluice.WithSleeper(sl)}
+				sl := &doomSleeper{FakeClock: sluicetest.NewFakeClock(t0)}
+				opts := []sluice.Option{sluice.WithClock(sl)}
 				if where == "store" {
 					opts = append(opts, sluice.WithStore(newMapStore()))
 				}
@@ -91,15 +93,15 @@ func TestWaitGivesTokensBack(t *testing.T) {
 func TestWaitPastDeadline(t *testing.T) {
 	// A token an hour: the deadline, a minute away, comes first.
 	hourly := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Capacity(1, sluice.Intervally(1, time.Hour))}}
-	newStoreBucket := func(t *testing.T, clock *sluice.FakeClock) *sluice.KeyBucket {
-		b, err := sluice.NewStoreBucket(newMapStore(), "k", hourly, sluice.WithClock(clock), sluice.WithSleeper(clock))
+	newStoreBucket := func(t *testing.T, clock *sluicetest.FakeClock) *sluice.KeyBucket {
+		b, err := newStoreBucket(newMapStore(), "k", hourly, sluice.WithClock(clock))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return b
 	}
-	newLimiterBucket := func(t *testing.T, clock *sluice.FakeClock) *sluice.KeyBucket {
-		l, err := sluice.NewLimiter(sluice.BucketPolicy(hourly), sluice.WithClock(clock), sluice.WithSleeper(clock))
+	newLimiterBucket := func(t *testing.T, clock *sluicetest.FakeClock) *sluice.KeyBucket {
+		l, err := sluice.NewLimiter(sluice.BucketPolicy(hourly), sluice.WithClock(clock))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,10 +116,10 @@ func TestWaitPastDeadline(t *testing.T) {
 		// run empties the limiter, then makes the blocking call; left
 		// reports what the limiter has after it: 0 tokens, or a RetryAfter
 		// of 1h, when it took nothing.
-		run func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (left func() int64, err error)
+		run func(t *testing.T, ctx context.Context, clock *sluicetest.FakeClock) (left func() int64, err error)
 	}{
-		{"Limiter.Wait", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
-			l, err := sluice.NewLimiter(sluice.BucketPolicy(hourly), sluice.WithClock(clock), sluice.WithSleeper(clock))
+		{"Limiter.Wait", func(t *testing.T, ctx context.Context, clock *sluicetest.FakeClock) (func() int64, error) {
+			l, err := sluice.NewLimiter(sluice.BucketPolicy(hourly), sluice.WithClock(clock))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -127,38 +129,36 @@ func TestWaitPastDeadline(t *testing.T) {
 				return int64(r.RetryAfter - time.Hour)
 			}, l.WaitN(ctx, "k", 1, sluice.Never)
 		}},
-		{"BlockingBucket.Consume", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
-			b, err := sluice.NewBucket(hourly, sluice.WithClock(clock), sluice.WithSleeper(clock))
+		{"Bucket.WaitN, no bound", func(t *testing.T, ctx context.Context, clock *sluicetest.FakeClock) (func() int64, error) {
+			b, err := sluice.NewBucket(hourly, sluice.WithClock(clock))
 			if err != nil {
 				t.Fatal(err)
 			}
 			b.TryConsume(1)
-			return b.AvailableTokens, b.Blocking().Consume(ctx, 1)
+			return b.AvailableTokens, b.WaitN(ctx, 1, sluice.Never)
 		}},
-		{"BlockingBucket.TryConsume", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
-			b, err := sluice.NewBucket(hourly, sluice.WithClock(clock), sluice.WithSleeper(clock))
+		{"Bucket.WaitN within 2h", func(t *testing.T, ctx context.Context, clock *sluicetest.FakeClock) (func() int64, error) {
+			b, err := sluice.NewBucket(hourly, sluice.WithClock(clock))
 			if err != nil {
 				t.Fatal(err)
 			}
 			b.TryConsume(1)
-			_, err = b.Blocking().TryConsume(ctx, 1, 2*time.Hour)
-			return b.AvailableTokens, err
+			return b.AvailableTokens, b.WaitN(ctx, 1, 2*time.Hour)
 		}},
-		{"BlockingKeyBucket.Consume in memory", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
+		{"KeyBucket.WaitN in memory", func(t *testing.T, ctx context.Context, clock *sluicetest.FakeClock) (func() int64, error) {
 			b := newLimiterBucket(t, clock)
 			b.Allow(context.Background())
-			return func() int64 { n, _ := b.AvailableTokens(context.Background()); return n }, b.Blocking().Consume(ctx, 1)
+			return func() int64 { n, _ := b.AvailableTokens(context.Background()); return n }, b.WaitN(ctx, 1, sluice.Never)
 		}},
-		{"BlockingKeyBucket.TryConsume on a store", func(t *testing.T, ctx context.Context, clock *sluice.FakeClock) (func() int64, error) {
+		{"KeyBucket.WaitN on a store", func(t *testing.T, ctx context.Context, clock *sluicetest.FakeClock) (func() int64, error) {
 			b := newStoreBucket(t, clock)
 			b.Allow(context.Background())
-			_, err := b.Blocking().TryConsume(ctx, 1, 2*time.Hour)
-			return func() int64 { n, _ := b.AvailableTokens(context.Background()); return n }, err
+			return func() int64 { n, _ := b.AvailableTokens(context.Background()); return n }, b.WaitN(ctx, 1, 2*time.Hour)
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			left, err := tt.run(t, ctx, clock)
@@ -192,7 +192,7 @@ func TestReservationCancelEveryPath(t *testing.T) {
 		reserve func() (*sluice.Reservation, error)
 		look    func() string
 	}
-	limiterPath := func(t *testing.T, clock *sluice.FakeClock, opts ...sluice.LimiterOption) path {
+	limiterPath := func(t *testing.T, clock *sluicetest.FakeClock, opts ...sluice.Option) path {
 		l, err := sluice.NewLimiter(sluice.LeakyBucket(2, 1, time.Second), append(opts, sluice.WithClock(clock))...)
 		if err != nil {
 			t.Fatal(err)
@@ -210,8 +210,8 @@ func TestReservationCancelEveryPath(t *testing.T) {
 			func() string { n, err := b.AvailableTokens(ctx); return fmt.Sprint(n, err) },
 		}
 	}
-	paths := map[string]func(t *testing.T, clock *sluice.FakeClock) path{
-		"Bucket": func(t *testing.T, clock *sluice.FakeClock) path {
+	paths := map[string]func(t *testing.T, clock *sluicetest.FakeClock) path{
+		"Bucket": func(t *testing.T, clock *sluicetest.FakeClock) path {
 			b := newBucket(t, clock, cfg.Bandwidths)
 			b.TryConsume(1)
 			return path{
@@ -219,11 +219,11 @@ func TestReservationCancelEveryPath(t *testing.T) {
 				func() string { return fmt.Sprint(b.AvailableTokens()) },
 			}
 		},
-		"Limiter in memory": func(t *testing.T, clock *sluice.FakeClock) path { return limiterPath(t, clock) },
-		"Limiter on a store": func(t *testing.T, clock *sluice.FakeClock) path {
+		"Limiter in memory": func(t *testing.T, clock *sluicetest.FakeClock) path { return limiterPath(t, clock) },
+		"Limiter on a store": func(t *testing.T, clock *sluicetest.FakeClock) path {
 			return limiterPath(t, clock, sluice.WithStore(newMapStore()))
 		},
-		"KeyBucket in memory": func(t *testing.T, clock *sluice.FakeClock) path {
+		"KeyBucket in memory": func(t *testing.T, clock *sluicetest.FakeClock) path {
 			l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), sluice.WithClock(clock))
 			if err != nil {
 				t.Fatal(err)
@@ -234,8 +234,8 @@ func TestReservationCancelEveryPath(t *testing.T) {
 			}
 			return keyBucketPath(b)
 		},
-		"KeyBucket on a store": func(t *testing.T, clock *sluice.FakeClock) path {
-			b, err := sluice.NewStoreBucket(newMapStore(), "k", cfg, sluice.WithClock(clock))
+		"KeyBucket on a store": func(t *testing.T, clock *sluicetest.FakeClock) path {
+			b, err := newStoreBucket(newMapStore(), "k", cfg, sluice.WithClock(clock))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -244,7 +244,7 @@ func TestReservationCancelEveryPath(t *testing.T) {
 	}
 	for name, newPath := range paths {
 		t.Run(name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			p := newPath(t, clock)
 			before := p.look()
 			r, err := p.reserve()
@@ -267,7 +267,7 @@ func TestReservationCancelEveryPath(t *testing.T) {
 // the key once the store is back.
 func TestCancelWhereTaken(t *testing.T) {
 	ctx := context.Background()
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	store := newMapStore()
 	l, err := sluice.NewLimiter(sluice.TokenBucket(3, 1, time.Second), sluice.WithStore(store),
 		sluice.WithStoreFailure(sluice.FailLocal), sluice.WithClock(clock))
@@ -293,18 +293,18 @@ func TestCancelWhereTaken(t *testing.T) {
 
 // TestWaitAsReservation: Wait takes tokens that are there at once without
 // a reservation, and must decide as the reservation would: a Limiter's
-// WaitN, in memory, a Bucket's and a BlockingBucket's TryConsume, against
-// ReserveN and a sleep of its Delay on a twin, over a run of calls of 1 to
-// 3 tokens and waits of 0 to 1.5s, some more than the limit; the clocks
-// must agree after each call, and so must what a Peek finds.
+// WaitN, in memory, and a Bucket's, against ReserveN and a sleep of its
+// Delay on a twin, over a run of calls of 1 to 3 tokens and waits of 1ns
+// to 1.5s, some more than the limit; the clocks must agree after each
+// call, and so must what a Peek finds.
 func TestWaitAsReservation(t *testing.T) {
 	type waiter struct {
 		wait    func(n int64, maxWait time.Duration) error
 		reserve func(n int64, maxWait time.Duration) (*sluice.Reservation, error)
 		peek    func() sluice.Result
 	}
-	limiter := func(t *testing.T, p sluice.Policy, c *sluice.FakeClock) waiter {
-		l, err := sluice.NewLimiter(p, sluice.WithClock(c), sluice.WithSleeper(c))
+	limiter := func(t *testing.T, p sluice.Policy, c *sluicetest.FakeClock) waiter {
+		l, err := sluice.NewLimiter(p, sluice.WithClock(c))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -315,15 +315,15 @@ func TestWaitAsReservation(t *testing.T) {
 			func() sluice.Result { r, _ := l.Peek(ctx, "k"); return r },
 		}
 	}
-	newBucket := func(t *testing.T, c *sluice.FakeClock) *sluice.Bucket {
+	newBucket := func(t *testing.T, c *sluicetest.FakeClock) *sluice.Bucket {
 		b, err := sluice.NewBucket(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{
-			sluice.Simple(2, time.Second), sluice.Simple(5, time.Minute)}}, sluice.WithClock(c), sluice.WithSleeper(c))
+			sluice.Simple(2, time.Second), sluice.Simple(5, time.Minute)}}, sluice.WithClock(c))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return b
 	}
-	bucket := func(t *testing.T, c *sluice.FakeClock) waiter {
+	bucket := func(t *testing.T, c *sluicetest.FakeClock) waiter {
 		b, ctx := newBucket(t, c), context.Background()
 		return waiter{
 			func(n int64, d time.Duration) error { return b.WaitN(ctx, n, d) },
@@ -333,36 +333,20 @@ func TestWaitAsReservation(t *testing.T) {
 	}
 	type pair struct {
 		name string
-		make func(*testing.T, *sluice.FakeClock) waiter
+		make func(*testing.T, *sluicetest.FakeClock) waiter
 	}
-	// A BlockingBucket's TryConsume, whose maxWait must be positive: both
-	// twins wait 1ns more, and a false is the reservation that is not OK.
-	blocking := func(t *testing.T, c *sluice.FakeClock) waiter {
-		b, ctx := newBucket(t, c), context.Background()
-		return waiter{
-			func(n int64, d time.Duration) error {
-				ok, err := b.Blocking().TryConsume(ctx, n, d+1)
-				if err == nil && !ok {
-					err = sluice.ErrMaxWaitExceeded
-				}
-				return err
-			},
-			func(n int64, d time.Duration) (*sluice.Reservation, error) { return b.ReserveN(n, d+1) },
-			b.Peek,
-		}
-	}
-	pairs := []pair{{"bucket", bucket}, {"blocking", blocking}}
+	pairs := []pair{{"bucket", bucket}}
 	for _, p := range reservingPolicies() {
-		pairs = append(pairs, pair{p.String(), func(t *testing.T, c *sluice.FakeClock) waiter { return limiter(t, p, c) }})
+		pairs = append(pairs, pair{p.String(), func(t *testing.T, c *sluicetest.FakeClock) waiter { return limiter(t, p, c) }})
 	}
 	for _, pp := range pairs {
 		t.Run(pp.name, func(t *testing.T) {
-			ca, cb := sluice.NewFakeClock(t0), sluice.NewFakeClock(t0)
+			ca, cb := sluicetest.NewFakeClock(t0), sluicetest.NewFakeClock(t0)
 			a, b := pp.make(t, ca), pp.make(t, cb)
 			waited := 0
 			for i := range 200 {
 				n := int64(1 + i%3)
-				maxWait := time.Duration(i%4) * 500 * time.Millisecond
+				maxWait := time.Duration(i%4)*500*time.Millisecond + 1 // WaitN's must be positive
 				errA := a.wait(n, maxWait)
 				r, errB := b.reserve(n, maxWait)
 				if errB == nil && r.OK() {
@@ -389,6 +373,71 @@ func TestWaitAsReservation(t *testing.T) {
 			}
 			if waited == 0 {
 				t.Error("no call found its tokens there at once")
+			}
+		})
+	}
+}
+
+// TestWaitOneRule: Bucket.WaitN, KeyBucket.WaitN and Limiter.WaitN follow
+// one rule, Bucket4j's blocking tryConsume's: maxWait must be positive, a
+// wait beyond it is a *MaxWaitError that takes nothing, and a wait that
+// can never end with no bound is an *ArgumentError.
+func TestWaitOneRule(t *testing.T) {
+	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second).WithInitialTokens(0)}}
+	type subject struct {
+		wait  func(ctx context.Context, n int64, maxWait time.Duration) error
+		avail func() int64
+	}
+	subjects := map[string]func(t *testing.T, c *sluicetest.FakeClock) subject{
+		"Bucket": func(t *testing.T, c *sluicetest.FakeClock) subject {
+			b := newBucket(t, c, cfg.Bandwidths)
+			return subject{b.WaitN, b.AvailableTokens}
+		},
+		"KeyBucket": func(t *testing.T, c *sluicetest.FakeClock) subject {
+			b, err := newStoreBucket(newMapStore(), "k", cfg, sluice.WithClock(c))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return subject{b.WaitN, func() int64 { n, _ := b.AvailableTokens(context.Background()); return n }}
+		},
+		"Limiter": func(t *testing.T, c *sluicetest.FakeClock) subject {
+			l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), sluice.WithClock(c))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := l.Bucket("k")
+			return subject{func(ctx context.Context, n int64, d time.Duration) error { return l.WaitN(ctx, "k", n, d) },
+				func() int64 { s, _ := b.Snapshot(context.Background()); return s.AvailableTokens }}
+		},
+	}
+	for name, make := range subjects {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			clock := sluicetest.NewFakeClock(t0)
+			s := make(t, clock)
+			var ae *sluice.ArgumentError
+			for _, d := range []time.Duration{0, -time.Second} {
+				if err := s.wait(ctx, 1, d); !errors.As(err, &ae) || ae.Arg != "maxWait" {
+					t.Errorf("WaitN(1, %v) = %v, want an *ArgumentError of maxWait", d, err)
+				}
+			}
+			var mw *sluice.MaxWaitError
+			if err := s.wait(ctx, 5, 400*ms); !errors.As(err, &mw) || mw.Wait != 500*ms || mw.MaxWait != 400*ms {
+				t.Errorf("WaitN(5, 400ms) = %v, want a *MaxWaitError of a 500ms wait", err)
+			}
+			// A wait has no capacity check; tokens whose wait overflows
+			// can never be had.
+			if err := s.wait(ctx, math.MaxInt64, time.Hour); !errors.As(err, &mw) || mw.Wait != sluice.Never {
+				t.Errorf("WaitN(MaxInt64, 1h) = %v, want a *MaxWaitError of a wait of Never", err)
+			}
+			if err := s.wait(ctx, math.MaxInt64, sluice.Never); !errors.As(err, &ae) || ae.Arg != "tokens" {
+				t.Errorf("WaitN(MaxInt64, Never) = %v, want an *ArgumentError of tokens", err)
+			}
+			if n := s.avail(); n != 0 || clock.Slept() != 0 {
+				t.Errorf("after the refused waits: %d tokens, slept %v; want nothing taken, no sleep", n, clock.Slept())
+			}
+			if err := s.wait(ctx, 5, 500*ms); err != nil || clock.Slept() != 500*ms {
+				t.Errorf("WaitN(5, 500ms) = %v after %v, want nil after 500ms", err, clock.Slept())
 			}
 		})
 	}

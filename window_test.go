@@ -43,22 +43,22 @@ func TestWindow(t *testing.T) {
 func TestKind(t *testing.T) {
 	for _, tt := range []struct {
 		p    sluice.Policy
-		want sluice.Kind
+		want string
 	}{
-		{sluice.FixedWindow(100, time.Minute), sluice.KindFixedWindow},
-		{sluice.AlignedFixedWindow(100, time.Minute), sluice.KindFixedWindow},
-		{sluice.FixedWindow(0, time.Minute), sluice.KindFixedWindow},
-		{sluice.SlidingWindow(10, time.Second), sluice.KindSlidingWindow},
-		{sluice.SlidingLog(10, time.Hour), sluice.KindSlidingLog},
-		{sluice.TokenBucket(100, 10, time.Second), sluice.KindTokenBucket},
-		{sluice.LeakyBucket(15, 10, time.Second), sluice.KindLeakyBucket},
-		{sluice.LeakyBucket(15, 10, 0), sluice.KindLeakyBucket},
-		{sluice.GCRA(5, 10, time.Second), sluice.KindGCRA},
-		{sluice.Shaper(10, time.Second, 5), sluice.KindShaper},
-		{sluice.NoLimit(), sluice.KindNoLimit},
-		{sluice.Compound(sluice.NoLimit()), sluice.KindCompound},
-		{sluice.Compound(), sluice.KindCompound},
-		{sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second)}}), sluice.KindBucket},
+		{sluice.FixedWindow(100, time.Minute), "fixed_window"},
+		{sluice.AlignedFixedWindow(100, time.Minute), "fixed_window"},
+		{sluice.FixedWindow(0, time.Minute), "fixed_window"},
+		{sluice.SlidingWindow(10, time.Second), "sliding_window"},
+		{sluice.SlidingLog(10, time.Hour), "sliding_log"},
+		{sluice.TokenBucket(100, 10, time.Second), "token_bucket"},
+		{sluice.LeakyBucket(15, 10, time.Second), "leaky_bucket"},
+		{sluice.LeakyBucket(15, 10, 0), "leaky_bucket"},
+		{sluice.GCRA(5, 10, time.Second), "gcra"},
+		{sluice.Shaper(10, time.Second, 5), "shaper"},
+		{sluice.NoLimit(), "no_limit"},
+		{sluice.Compound(sluice.NoLimit()), "compound"},
+		{sluice.Compound(), "compound"},
+		{sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second)}}), "bucket"},
 	} {
 		if got := tt.p.Kind(); got != tt.want {
 			t.Errorf("%s.Kind() = %q, want %q", tt.p, got, tt.want)

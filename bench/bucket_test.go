@@ -12,6 +12,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // The two regimes, configured identically for every implementation.
@@ -74,7 +75,7 @@ func sluiceConfig(b testing.TB, rejected bool, bandwidths int) sluice.BucketConf
 	return sluice.BucketConfig{Bandwidths: bws[:bandwidths]}
 }
 
-func newSluice(b testing.TB, rejected bool, bandwidths int, opts ...sluice.BucketOption) *sluice.Bucket {
+func newSluice(b testing.TB, rejected bool, bandwidths int, opts ...sluice.Option) *sluice.Bucket {
 	b.Helper()
 	bk, err := sluice.NewBucket(sluiceConfig(b, rejected, bandwidths), opts...)
 	if err != nil {
@@ -182,7 +183,7 @@ func BenchmarkAllowAt(b *testing.B) {
 					name = "impl=sluice3bw"
 				}
 				b.Run(name, func(b *testing.B) {
-					bk := newSluice(b, r.rejected, n, sluice.WithClock(sluice.NewFakeClock(t0.UnixNano())))
+					bk := newSluice(b, r.rejected, n, sluice.WithClock(sluicetest.NewFakeClock(t0.UnixNano())))
 					b.ReportAllocs()
 					allowed := 0
 					t := t0

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // TestEquivalentConfigs runs every implementation's benchmark configuration
@@ -55,8 +56,8 @@ func TestEquivalentConfigs(t *testing.T) {
 
 			clk := &fakeTime{now: t0}
 			xr := newXRate(tt.rejected)
-			sl1 := newSluice(t, tt.rejected, 1, sluice.WithClock(sluice.NewFakeClock(t0.UnixNano())))
-			sl3 := newSluice(t, tt.rejected, 3, sluice.WithClock(sluice.NewFakeClock(t0.UnixNano())))
+			sl1 := newSluice(t, tt.rejected, 1, sluice.WithClock(sluicetest.NewFakeClock(t0.UnixNano())))
+			sl3 := newSluice(t, tt.rejected, 3, sluice.WithClock(sluicetest.NewFakeClock(t0.UnixNano())))
 			jclk := &fakeTime{now: t0}
 			jj := newJuju(tt.rejected, jclk)
 			th := newThrottled(t, tt.rejected, clk.Now)

@@ -48,7 +48,7 @@ func BenchmarkLease(b *testing.B) {
 	client.AddHook(hook)
 	ctx := context.Background()
 	policy := sluice.GCRA(leaseRate, leaseRate, time.Second)
-	newLimiter := func(prefix string, opts ...sluice.LimiterOption) decide {
+	newLimiter := func(prefix string, opts ...sluice.Option) decide {
 		store, err := redisstore.New(client, redisstore.WithPrefix(prefix))
 		if err != nil {
 			b.Fatal(err)
@@ -65,7 +65,7 @@ func BenchmarkLease(b *testing.B) {
 	}
 	// processes stands for z processes: z limiters, each with its own
 	// store engine and leases, the calls dealt to them in turn.
-	processes := func(z int, prefix string, opts ...sluice.LimiterOption) decide {
+	processes := func(z int, prefix string, opts ...sluice.Option) decide {
 		ls := make([]decide, z)
 		for i := range ls {
 			ls[i] = newLimiter(prefix, opts...)
@@ -75,7 +75,7 @@ func BenchmarkLease(b *testing.B) {
 	}
 	keys := storeKeys(1)
 	for _, mode := range []string{"exact", "leased"} {
-		var opts []sluice.LimiterOption
+		var opts []sluice.Option
 		if mode == "leased" {
 			opts = append(opts, sluice.WithLease(benchLease))
 		}

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // Keyed limiters: one limiter holding a state per key, as an HTTP middleware
@@ -97,9 +98,9 @@ type keyed struct {
 func sluiceKeyed(name string, p sluice.Policy) keyed {
 	return keyed{"sluice-" + name, func(tb testing.TB, frozen bool) (func(string) (bool, error), func()) {
 		tb.Helper()
-		var opts []sluice.LimiterOption
+		var opts []sluice.Option
 		if frozen {
-			opts = append(opts, sluice.WithClock(sluice.NewFakeClock(t0.UnixNano())))
+			opts = append(opts, sluice.WithClock(sluicetest.NewFakeClock(t0.UnixNano())))
 		}
 		l, err := sluice.NewLimiter(p, opts...)
 		if err != nil {

@@ -55,10 +55,9 @@ type Limiter struct {
 	// Name is the key under limiters.
 	Name string
 	// Policy is the limiter's policy, ready for sluice.NewLimiter, which
-	// accepts every policy Load returns but one: a bucket with
-	// intervally_aligned refill. Keyed limiters start each key's bucket at
-	// its first use and cannot refill on a wall-clock grid, so such a
-	// bucket is for sluice.NewBucket only; see Bucket.
+	// accepts every policy Load returns, a bucket with intervally_aligned
+	// refill only on a wall clock (sluice.WithClock(sluice.WallClock())):
+	// a keyed limiter's default clock is not one. See also Bucket.
 	Policy sluice.Policy
 	// Bucket is the configuration of a bucket policy, for a single
 	// sluice.NewBucket (for instance with intervally_aligned refill, which
@@ -106,16 +105,24 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 // "yaml: line 3: mapping values are not allowed in this context".
 var yamlLine = regexp.MustCompile(`^yaml: line ([0-9]+): (.*)$`)
 
-const emptyFile = `the file is empty; it must name at least one limiter under "limiters"`
+// format is what parse says, in the words of a file format, of a file
+// without a document and of a second document.
+type format struct{ empty, second string }
 
-// parse parses data, which must hold a single YAML document, and returns
-// the document's root node.
-func parse(data []byte) (root *yaml.Node, err error) {
+// sluiceFormat is the format of Load's files.
+var sluiceFormat = format{
+	empty:  `the file is empty; it must name at least one limiter under "limiters"`,
+	second: "a file must hold one YAML document, found a second one",
+}
+
+// parse parses data, which must hold a single YAML document of format f,
+// and returns the document's root node.
+func parse(data []byte, f format) (root *yaml.Node, err error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, &Error{Msg: emptyFile}
+			return nil, &Error{Msg: f.empty}
 		}
 		return nil, yamlError(err)
 	}
@@ -124,12 +131,25 @@ func parse(data []byte) (root *yaml.Node, err error) {
 		if err != nil {
 			return nil, yamlError(err)
 		}
-		return nil, &Error{Line: extra.Line, Column: extra.Column, Msg: "a file must hold one YAML document, found a second one"}
+		return nil, &Error{Line: extra.Line, Column: extra.Column, Msg: f.second}
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
-		return nil, &Error{Msg: emptyFile}
+		return nil, &Error{Msg: f.empty}
 	}
 	return doc.Content[0], nil
+}
+
+// parseTop parses data, a document of format f, whose root must be a
+// mapping of limiter descriptions and other keys, and returns the decoder
+// of its descriptions and the root's mapping.
+func parseTop(data []byte, f format) (*policyspec.Decoder, *yamlnode.Mapping, error) {
+	root, err := parse(data, f)
+	if err != nil {
+		return nil, nil, err
+	}
+	d := policyspec.NewDecoder(policyspec.Options{})
+	top, err := d.Mapping("", root)
+	return d, top, err
 }
 
 // yamlError turns a parser error into an *Error. The parser's line is

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // wantLine is the first line of every testdata/*.bad.yaml: a substring of
@@ -209,12 +210,12 @@ func TestLoadedPoliciesBuild(t *testing.T) {
 	// Half an hour before the first refill: adaptive initial tokens give
 	// the tokens of half a period.
 	first := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
-	clock := sluice.NewFakeClock(first.Add(-30 * time.Minute).UnixNano())
+	clock := sluicetest.NewFakeClock(first.Add(-30 * time.Minute).UnixNano())
 	b, err := sluice.NewBucket(*hourly.Bucket, sluice.WithClock(clock))
 	if err != nil {
 		t.Fatalf("NewBucket: %v", err)
 	}
-	bws := b.Configuration().Bandwidths
+	bws := b.Snapshot().Config.Bandwidths
 	if len(bws) != 2 || bws[0].ID() != "hour" || bws[0].Capacity() != 3600 || bws[0].Refill().Period() != time.Hour {
 		t.Errorf("Configuration() = %+v", bws)
 	}

@@ -62,9 +62,10 @@
 //	                                   each other
 //
 // A bucket with intervally_aligned refill needs a wall clock, which keyed
-// limiters do not have: sluice.NewLimiter rejects its policy, and it may
-// not be a member of a compound. Use its [Limiter.Bucket] configuration
-// with sluice.NewBucket instead.
+// limiters have only when given one: sluice.NewLimiter rejects its policy
+// on its default clock unless given sluice.WithClock(sluice.WallClock()),
+// and it may not be a member of a compound. Its [Limiter.Bucket]
+// configuration serves sluice.NewBucket too.
 //
 // # Leases
 //

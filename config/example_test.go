@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 func ExampleLoad() {
@@ -27,7 +28,7 @@ limiters:
 	}
 
 	// A FakeClock keeps the output fixed; leave WithClock out in real use.
-	lim, err := sluice.NewLimiter(f.Limiters["anonymous_api"].Policy, sluice.WithClock(sluice.NewFakeClock(0)))
+	lim, err := sluice.NewLimiter(f.Limiters["anonymous_api"].Policy, sluice.WithClock(sluicetest.NewFakeClock(0)))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,12 +1,14 @@
 package config
 
 import (
+	"context"
 	"errors"
 	"slices"
 
 	"github.com/sluicehq/sluice"
 	"gopkg.in/yaml.v3"
 
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/policyspec"
 	"github.com/sluicehq/sluice/internal/yamlnode"
 )
@@ -83,10 +85,17 @@ func (ls *leaseSpec) check(p sluice.Policy) error {
 	if p == nil {
 		return nil
 	}
-	if _, err := sluice.NewLimiter(p, sluice.WithLease(ls.lease)); errors.Is(err, sluice.ErrLeaseNotSupported) {
+	// A lease applies only with a store; NewLimiter calls none, so a store
+	// that answers nothing serves to ask whether p can be leased.
+	if _, err := sluice.NewLimiter(p, sluice.WithStore(noStore{}), sluice.WithLease(ls.lease)); errors.Is(err, errors.ErrUnsupported) {
 		e := errorAt(ls.path, ls.key, "policy %s cannot be leased; a lease needs a token_bucket, leaky_bucket, bucket, gcra or fixed_window", p.Kind())
 		e.Err = err
 		return e
 	}
 	return nil
 }
+
+// noStore is a driver.Store that is never called: see leaseSpec.check.
+type noStore struct{}
+
+func (noStore) Update(context.Context, string, driver.UpdateFunc) error { return driver.ErrUnavailable }

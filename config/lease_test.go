@@ -30,7 +30,7 @@ limiters:
 		if l.Lease == nil || *l.Lease != want {
 			t.Errorf("limiter %s: Lease = %v, want %v", name, l.Lease, want)
 		}
-		if l.Policy.Kind() != sluice.KindGCRA {
+		if l.Policy.Kind() != "gcra" {
 			t.Errorf("limiter %s: policy %s, want a GCRA", name, l.Policy)
 		}
 	}

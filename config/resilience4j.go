@@ -258,16 +258,10 @@ func (l *r4jLoader) note(t *r4jTree, format string, args ...any) {
 }
 
 func loadResilience4j(data []byte) (*Resilience4j, error) {
-	root, err := parse(data)
-	var pe *Error
-	if errors.As(err, &pe) && pe.Msg == emptyFile {
-		return nil, &Error{Msg: "the file is empty; it must have resilience4j.ratelimiter or resilience4j.timelimiter instances"}
-	}
-	if errors.As(err, &pe) && strings.Contains(pe.Msg, "found a second one") {
-		e := *pe
-		e.Msg = "a second YAML document (a Spring profile?): which profiles are active is the application's choice; load a file of one document"
-		return nil, &e
-	}
+	root, err := parse(data, format{
+		empty:  "the file is empty; it must have resilience4j.ratelimiter or resilience4j.timelimiter instances",
+		second: "a second YAML document (a Spring profile?): which profiles are active is the application's choice; load a file of one document",
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -455,23 +449,29 @@ func (s *r4jSection) configNames() []string {
 	return names
 }
 
-// rateValues is a rate limiter's configuration and where each field was
-// set, for errors.
-type rateValues struct {
-	cfg  resilience.Config
+// r4jValues are a limiter's configuration, a resilience.Config or
+// TimeLimiterConfig, and where each field was set, for errors.
+type r4jValues[C any] struct {
+	cfg  C
 	from map[string]*r4jTree // by sluice.ConfigError.Field
 }
 
-func (l *r4jLoader) rateConfig(s *r4jSection, p *r4jProps, stack []string) (rateValues, error) {
-	v := rateValues{cfg: resilience.DefaultConfig(), from: map[string]*r4jTree{}}
+// inherit returns the values that p starts from: those of its base config
+// (see base), which build computes, or else defaults.
+func inherit[C any](s *r4jSection, p *r4jProps, stack []string, defaults C, build func(base *r4jProps, stack []string) (r4jValues[C], error)) (r4jValues[C], error) {
 	bp, stack, err := s.base(p, stack)
+	if err != nil || bp == nil {
+		return r4jValues[C]{cfg: defaults, from: map[string]*r4jTree{}}, err
+	}
+	return build(bp, stack)
+}
+
+func (l *r4jLoader) rateConfig(s *r4jSection, p *r4jProps, stack []string) (r4jValues[resilience.Config], error) {
+	v, err := inherit(s, p, stack, resilience.DefaultConfig(), func(bp *r4jProps, stack []string) (r4jValues[resilience.Config], error) {
+		return l.rateConfig(s, bp, stack)
+	})
 	if err != nil {
 		return v, err
-	}
-	if bp != nil {
-		if v, err = l.rateConfig(s, bp, stack); err != nil {
-			return v, err
-		}
 	}
 	if t, ok := p.props["limitforperiod"]; ok {
 		n, err := l.d.Int64(t.path, t.val)
@@ -498,21 +498,12 @@ func (l *r4jLoader) rateConfig(s *r4jSection, p *r4jProps, stack []string) (rate
 	return v, nil
 }
 
-type timeValues struct {
-	cfg  resilience.TimeLimiterConfig
-	from map[string]*r4jTree
-}
-
-func (l *r4jLoader) timeConfig(s *r4jSection, p *r4jProps, stack []string) (timeValues, error) {
-	v := timeValues{cfg: resilience.DefaultTimeLimiterConfig(), from: map[string]*r4jTree{}}
-	bp, stack, err := s.base(p, stack)
+func (l *r4jLoader) timeConfig(s *r4jSection, p *r4jProps, stack []string) (r4jValues[resilience.TimeLimiterConfig], error) {
+	v, err := inherit(s, p, stack, resilience.DefaultTimeLimiterConfig(), func(bp *r4jProps, stack []string) (r4jValues[resilience.TimeLimiterConfig], error) {
+		return l.timeConfig(s, bp, stack)
+	})
 	if err != nil {
 		return v, err
-	}
-	if bp != nil {
-		if v, err = l.timeConfig(s, bp, stack); err != nil {
-			return v, err
-		}
 	}
 	if t, ok := p.props["timeoutduration"]; ok {
 		d, err := springDuration(t)

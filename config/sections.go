@@ -43,12 +43,7 @@ func LoadWith(data []byte, sections map[string]Section) (*File, error) {
 }
 
 func loadWith(data []byte, sections map[string]Section) (*File, error) {
-	root, err := parse(data)
-	if err != nil {
-		return nil, err
-	}
-	d := policyspec.NewDecoder(policyspec.Options{})
-	top, err := d.Mapping("", root)
+	d, top, err := parseTop(data, sluiceFormat)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -87,16 +86,10 @@ var symfonyNotApplicable = map[string]string{
 }
 
 func loadSymfony(data []byte) (*File, error) {
-	root, err := parse(data)
-	var pe *Error
-	if errors.As(err, &pe) && pe.Msg == emptyFile {
-		return nil, &Error{Msg: "the file is empty; a Symfony rate limiter file is framework: rate_limiter: and the limiters"}
-	}
-	if err != nil {
-		return nil, err
-	}
-	d := policyspec.NewDecoder(policyspec.Options{})
-	top, err := d.Mapping("", root)
+	d, top, err := parseTop(data, format{
+		empty:  "the file is empty; a Symfony rate limiter file is framework: rate_limiter: and the limiters",
+		second: sluiceFormat.second,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +107,7 @@ func loadSymfony(data []byte) (*File, error) {
 		}
 	}
 	if !top.Has("framework") {
-		return nil, errorAt("", root, `missing required key "framework": a Symfony rate limiter file is framework: rate_limiter: and the limiters`)
+		return nil, errorAt("", top.Node, `missing required key "framework": a Symfony rate limiter file is framework: rate_limiter: and the limiters`)
 	}
 	fw, err := d.Mapping(top.Value("framework"))
 	if err != nil {

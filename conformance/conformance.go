@@ -34,19 +34,22 @@ type Bucket interface {
 }
 
 // BlockingBucket is a Bucket whose calls can wait for their tokens, sleeping
-// on the sleeper its Target was given. A case with a blocking step is
-// skipped, never passed, for a Bucket that does not implement it.
+// on the clock its Target was given (see sluice.Clock): WaitN, as
+// sluice.Bucket.WaitN. The vectors' blocking operations are Bucket4j's
+// blocking tryConsume, which WaitN is: blocking_try_consume is WaitN
+// (a *sluice.MaxWaitError is consumed: false) and blocking_consume is
+// WaitN with sluice.Never. A case with a blocking step is skipped, never
+// passed, for a Bucket that does not implement it.
 type BlockingBucket interface {
 	Bucket
-	BlockingTryConsume(ctx context.Context, tokens int64, maxWait time.Duration) (bool, error)
-	BlockingConsume(ctx context.Context, tokens int64) error
+	WaitN(ctx context.Context, tokens int64, maxWait time.Duration) error
 }
 
 // Limiter is the keyed limiter under test: the operations of
 // *sluice.Limiter that the vectors use, each taking a context first so
 // that limiters keeping their keys in a store can implement it. Errors are
 // returned as sluice returns them (an *sluice.ArgumentError for a bad
-// argument, sluice.ErrReserveNotSupported); any other error fails the
+// argument, errors.ErrUnsupported); any other error fails the
 // step. A case runs every step on one key.
 type Limiter interface {
 	AllowN(ctx context.Context, key string, n int64) (sluice.Result, error)
@@ -67,9 +70,10 @@ type Target interface {
 	// Name identifies the target in reports, e.g. "local".
 	Name() string
 	// NewBucket returns a new bucket with the configuration cfg, created
-	// now by clock; blocking calls wait on sleeper. It returns the
-	// *sluice.ConfigError of an invalid cfg.
-	NewBucket(ctx context.Context, cfg sluice.BucketConfig, clock sluice.Clock, sleeper sluice.Sleeper) (Bucket, error)
+	// now by clock, which blocking calls also sleep on (a fake clock that
+	// records its sleeps). It returns the *sluice.ConfigError of an
+	// invalid cfg.
+	NewBucket(ctx context.Context, cfg sluice.BucketConfig, clock sluice.Clock) (Bucket, error)
 }
 
 // LimiterTarget is a Target that builds keyed limiters, for the cases of
@@ -77,10 +81,10 @@ type Target interface {
 // compatibility policies).
 type LimiterTarget interface {
 	Target
-	// NewLimiter returns a new limiter applying p, on clock; blocking
-	// calls wait on sleeper. It returns the *sluice.ConfigError of an
-	// invalid p.
-	NewLimiter(ctx context.Context, p sluice.Policy, clock sluice.Clock, sleeper sluice.Sleeper) (Limiter, error)
+	// NewLimiter returns a new limiter applying p, on clock, which
+	// blocking calls also sleep on. It returns the *sluice.ConfigError of
+	// an invalid p.
+	NewLimiter(ctx context.Context, p sluice.Policy, clock sluice.Clock) (Limiter, error)
 }
 
 // CompatTarget is a Target that runs the compatibility policies:
@@ -112,18 +116,18 @@ var (
 // Name returns "local".
 func (Local) Name() string { return "local" }
 
-// NewBucket returns a *sluice.Bucket with cfg, clock and sleeper.
-func (Local) NewBucket(_ context.Context, cfg sluice.BucketConfig, clock sluice.Clock, sleeper sluice.Sleeper) (Bucket, error) {
-	b, err := sluice.NewBucket(cfg, sluice.WithClock(clock), sluice.WithSleeper(sleeper))
+// NewBucket returns a *sluice.Bucket with cfg and clock.
+func (Local) NewBucket(_ context.Context, cfg sluice.BucketConfig, clock sluice.Clock) (Bucket, error) {
+	b, err := sluice.NewBucket(cfg, sluice.WithClock(clock))
 	if err != nil {
 		return nil, err
 	}
 	return localBucket{b}, nil
 }
 
-// NewLimiter returns a *sluice.Limiter applying p, with clock and sleeper.
-func (Local) NewLimiter(_ context.Context, p sluice.Policy, clock sluice.Clock, sleeper sluice.Sleeper) (Limiter, error) {
-	l, err := sluice.NewLimiter(p, sluice.WithClock(clock), sluice.WithSleeper(sleeper))
+// NewLimiter returns a *sluice.Limiter applying p, with clock.
+func (Local) NewLimiter(_ context.Context, p sluice.Policy, clock sluice.Clock) (Limiter, error) {
+	l, err := sluice.NewLimiter(p, sluice.WithClock(clock))
 	if err != nil {
 		return nil, err
 	}
@@ -184,10 +188,6 @@ func (l localBucket) ReplaceConfiguration(_ context.Context, cfg sluice.BucketCo
 	return l.b.ReplaceConfiguration(cfg, s)
 }
 
-func (l localBucket) BlockingTryConsume(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
-	return l.b.Blocking().TryConsume(ctx, n, maxWait)
-}
-
-func (l localBucket) BlockingConsume(ctx context.Context, n int64) error {
-	return l.b.Blocking().Consume(ctx, n)
+func (l localBucket) WaitN(ctx context.Context, n int64, maxWait time.Duration) error {
+	return l.b.WaitN(ctx, n, maxWait)
 }

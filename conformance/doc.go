@@ -51,7 +51,7 @@
 // a reservation that is not OK being max_wait_exceeded; reset is
 // Limiter.Reset. An error is matched to its want_error code with
 // errors.Is: sluice.ErrInvalidArgument, sluice.ErrMaxWaitExceeded,
-// sluice.ErrReserveNotSupported. sluice accepts intervals under one second,
+// errors.ErrUnsupported. sluice accepts intervals under one second,
 // so a step or a case wanting Symfony's invalid_interval fails, with a
 // message saying that this difference is deliberate.
 //

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/resilience"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // limiterOps are the operations of keyed limiters. Every step acts on
@@ -181,7 +182,7 @@ func (t *timeLimit) newTimer(time.Duration) (<-chan time.Time, func() bool) {
 // ran. A task of 0 returns without waiting on anything, as a future that
 // is already done; a task cut short by its context returns the context's
 // error, as a call that heeds it does.
-func (t *timeLimit) call(ctx context.Context, clock *sluice.FakeClock, task time.Duration, fails bool) ([]any, error) {
+func (t *timeLimit) call(ctx context.Context, clock *sluicetest.FakeClock, task time.Duration, fails bool) ([]any, error) {
 	timeout := t.l.Config().Timeout
 	fire := make(chan time.Time, 1)
 	t.fire = fire

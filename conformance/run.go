@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/yamlnode"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // Run runs the vector files at paths against target and reports every case.
@@ -93,7 +94,7 @@ func (c *testCase) run(ctx context.Context, target Target) (r CaseReport) {
 		}
 	}()
 
-	e := &env{clock: sluice.NewFakeClock(c.start)}
+	e := &env{clock: sluicetest.NewFakeClock(c.start)}
 	skip, err := c.subject.build(ctx, target, e)
 	if skip != "" {
 		r.Status, r.Reason = Skipped, skip

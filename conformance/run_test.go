@@ -263,7 +263,7 @@ func TestRunLimiterSteps(t *testing.T) {
 		{"reserve over max_wait", threePer10s, `{"op": "consume", "tokens": 3}, {"op": "reserve", "tokens": 1, "max_wait": "9s", "want_error": "max_wait_exceeded"}`, 0, "", "", ""},
 		{"reserve not supported", slidingWindow, `{"op": "reserve", "tokens": 1, "want_error": "reserve_not_supported"}`, 0, "", "", ""},
 		{"reserve not supported unexpected", slidingWindow, `{"op": "reserve", "tokens": 1, "want": {"wait": 0}}`, 0,
-			`{"wait": 0}`, "error reserve_not_supported (sluice: policy does not support reservations: Limiter.ReserveN)", ""},
+			`{"wait": 0}`, "error reserve_not_supported (sluice: Limiter.ReserveN: the policy cannot reserve: unsupported operation)", ""},
 		{"invalid argument", threePer10s, `{"op": "consume", "tokens": 4, "want_error": "invalid_argument"}`, 0, "", "", ""},
 		{"invalid_interval is a deliberate difference", `{"policy": "sliding_window", "limit": 3, "interval": "500ms"}`,
 			`{"advance": "1s"}, {"op": "consume", "want_error": "invalid_interval"}`, 1,
@@ -413,8 +413,8 @@ type bucketsOnly struct{}
 
 func (bucketsOnly) Name() string { return "buckets-only" }
 
-func (bucketsOnly) NewBucket(ctx context.Context, cfg sluice.BucketConfig, c sluice.Clock, s sluice.Sleeper) (conformance.Bucket, error) {
-	return conformance.Local{}.NewBucket(ctx, cfg, c, s)
+func (bucketsOnly) NewBucket(ctx context.Context, cfg sluice.BucketConfig, c sluice.Clock) (conformance.Bucket, error) {
+	return conformance.Local{}.NewBucket(ctx, cfg, c)
 }
 
 // keyedOnly is a LimiterTarget that is not a CompatTarget, as a store's
@@ -423,8 +423,8 @@ type keyedOnly struct{ bucketsOnly }
 
 func (keyedOnly) Name() string { return "keyed-only" }
 
-func (keyedOnly) NewLimiter(ctx context.Context, p sluice.Policy, c sluice.Clock, s sluice.Sleeper) (conformance.Limiter, error) {
-	return conformance.Local{}.NewLimiter(ctx, p, c, s)
+func (keyedOnly) NewLimiter(ctx context.Context, p sluice.Policy, c sluice.Clock) (conformance.Limiter, error) {
+	return conformance.Local{}.NewLimiter(ctx, p, c)
 }
 
 func TestRunSkipsLimiterCasesOfTargetsWithout(t *testing.T) {
@@ -510,8 +510,8 @@ type noBlocking struct{ conformance.Local }
 
 func (noBlocking) Name() string { return "no-blocking" }
 
-func (t noBlocking) NewBucket(ctx context.Context, cfg sluice.BucketConfig, c sluice.Clock, s sluice.Sleeper) (conformance.Bucket, error) {
-	b, err := t.Local.NewBucket(ctx, cfg, c, s)
+func (t noBlocking) NewBucket(ctx context.Context, cfg sluice.BucketConfig, c sluice.Clock) (conformance.Bucket, error) {
+	b, err := t.Local.NewBucket(ctx, cfg, c)
 	return struct{ conformance.Bucket }{b}, err
 }
 
@@ -539,8 +539,8 @@ type panickingBucket struct{ conformance.Bucket }
 
 func (panickingBucket) AvailableTokens(context.Context) (int64, error) { panic("boom") }
 
-func (t panicking) NewBucket(ctx context.Context, cfg sluice.BucketConfig, c sluice.Clock, s sluice.Sleeper) (conformance.Bucket, error) {
-	b, err := t.Local.NewBucket(ctx, cfg, c, s)
+func (t panicking) NewBucket(ctx context.Context, cfg sluice.BucketConfig, c sluice.Clock) (conformance.Bucket, error) {
+	b, err := t.Local.NewBucket(ctx, cfg, c)
 	return panickingBucket{b}, err
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/resilience"
+	"github.com/sluicehq/sluice/sluicetest"
 	"github.com/sluicehq/sluice/smooth"
 )
 
@@ -32,7 +33,7 @@ type step struct {
 // env is what a case's steps act on: the clock, and the one subject the
 // case built (the other fields are nil).
 type env struct {
-	clock     *sluice.FakeClock
+	clock     *sluicetest.FakeClock
 	bucket    Bucket
 	blocking  BlockingBucket // bucket, when it implements BlockingBucket
 	limiter   Limiter
@@ -82,7 +83,7 @@ func errorCode(err error) string {
 		return "invalid_argument"
 	case errors.Is(err, sluice.ErrMaxWaitExceeded):
 		return "max_wait_exceeded"
-	case errors.Is(err, sluice.ErrReserveNotSupported):
+	case errors.Is(err, errors.ErrUnsupported):
 		return "reserve_not_supported"
 	}
 	return ""
@@ -253,7 +254,7 @@ var bucketOps = opTable{of: "a bucket", ops: map[string]opSpec{
 		blocking: true,
 		bind: withTokens(func(ctx context.Context, e *env, n int64) ([]any, error) {
 			before := e.clock.Slept()
-			err := e.blocking.BlockingConsume(ctx, n)
+			err := e.blocking.WaitN(ctx, n, sluice.Never)
 			return []any{int64(e.clock.Slept() - before)}, err
 		}),
 	},
@@ -301,7 +302,7 @@ func bindConsumeAsMuchAsPossible(d *stepDoc) (call, error) {
 var strategies = map[string]sluice.Inheritance{
 	"proportionally": sluice.InheritProportionally,
 	"as_is":          sluice.InheritAsIs,
-	"reset":          sluice.InheritNone,
+	"reset":          sluice.InheritReset,
 	"additive":       sluice.InheritAdditive,
 }
 
@@ -338,8 +339,12 @@ func bindBlockingTryConsume(d *stepDoc) (call, error) {
 	n, maxWait := int64(*d.Tokens), time.Duration(*d.MaxWait)
 	return func(ctx context.Context, e *env) ([]any, error) {
 		before := e.clock.Slept()
-		ok, err := e.blocking.BlockingTryConsume(ctx, n, maxWait)
-		return []any{ok, int64(e.clock.Slept() - before)}, err
+		err := e.blocking.WaitN(ctx, n, maxWait)
+		var mw *sluice.MaxWaitError
+		if errors.As(err, &mw) { // Bucket4j's tryConsume(n, maxWait) returns false
+			return []any{false, int64(e.clock.Slept() - before)}, nil
+		}
+		return []any{err == nil, int64(e.clock.Slept() - before)}, err
 	}, nil
 }
 

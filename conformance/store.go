@@ -19,7 +19,7 @@ type Store struct {
 	// Store keeps the state.
 	Store driver.Store
 	// Options are added to every bucket and limiter, e.g. a store timeout.
-	Options []sluice.StoreOption
+	Options []sluice.Option
 }
 
 var _ LimiterTarget = Store{}
@@ -32,18 +32,21 @@ func (s Store) Name() string {
 	return s.TargetName
 }
 
-// NewBucket returns sluice.NewStoreBucket on a new key.
-func (s Store) NewBucket(ctx context.Context, cfg sluice.BucketConfig, clock sluice.Clock, sleeper sluice.Sleeper) (Bucket, error) {
-	opts := []sluice.StoreBucketOption{sluice.WithClock(clock), sluice.WithSleeper(sleeper)}
-	for _, o := range s.Options {
-		opts = append(opts, o)
-	}
-	b, err := sluice.NewStoreBucket(s.Store, newKey(), cfg, opts...)
+// NewBucket returns the bucket of a new key of a sluice.Limiter of
+// sluice.BucketPolicy(cfg) on s.Store.
+func (s Store) NewBucket(ctx context.Context, cfg sluice.BucketConfig, clock sluice.Clock) (Bucket, error) {
+	opts := append([]sluice.Option{sluice.WithClock(clock), sluice.WithStore(s.Store)}, s.Options...)
+	l, err := sluice.NewLimiter(sluice.BucketPolicy(cfg), opts...)
 	if err != nil {
 		return nil, err
 	}
-	// A stored bucket is created by its first call; the vectors' bucket
-	// exists from the case's start, as a local bucket does.
+	b, err := l.Bucket(newKey())
+	if err != nil {
+		return nil, err
+	}
+	// A key's bucket is created by its first call, as Bucket4j's proxy
+	// does; the vectors' bucket exists from the case's start, as a local
+	// bucket does.
 	if _, err := b.AvailableTokens(ctx); err != nil {
 		return nil, err
 	}
@@ -52,11 +55,8 @@ func (s Store) NewBucket(ctx context.Context, cfg sluice.BucketConfig, clock slu
 
 // NewLimiter returns a sluice.Limiter on s.Store whose keys are prefixed
 // by a prefix of its own.
-func (s Store) NewLimiter(_ context.Context, p sluice.Policy, clock sluice.Clock, sleeper sluice.Sleeper) (Limiter, error) {
-	opts := []sluice.LimiterOption{sluice.WithClock(clock), sluice.WithSleeper(sleeper), sluice.WithStore(s.Store)}
-	for _, o := range s.Options {
-		opts = append(opts, o)
-	}
+func (s Store) NewLimiter(_ context.Context, p sluice.Policy, clock sluice.Clock) (Limiter, error) {
+	opts := append([]sluice.Option{sluice.WithClock(clock), sluice.WithStore(s.Store)}, s.Options...)
 	l, err := sluice.NewLimiter(p, opts...)
 	if err != nil {
 		return nil, err
@@ -87,9 +87,8 @@ func (p prefixed) ReserveN(ctx context.Context, key string, n int64, maxWait tim
 
 func (p prefixed) Reset(ctx context.Context, key string) error { return p.l.Reset(ctx, p.prefix+key) }
 
-// storeBucket adds TryConsume and the blocking calls' names of
-// BlockingBucket to a *sluice.KeyBucket, which has every other method
-// already.
+// storeBucket adds TryConsume to a *sluice.KeyBucket, which has every
+// other method of BlockingBucket already.
 type storeBucket struct{ *sluice.KeyBucket }
 
 var _ BlockingBucket = storeBucket{}
@@ -98,12 +97,4 @@ var _ BlockingBucket = storeBucket{}
 func (b storeBucket) TryConsume(ctx context.Context, n int64) (bool, error) {
 	r, err := b.AllowN(ctx, n)
 	return r.Allowed, err
-}
-
-func (b storeBucket) BlockingTryConsume(ctx context.Context, n int64, maxWait time.Duration) (bool, error) {
-	return b.Blocking().TryConsume(ctx, n, maxWait)
-}
-
-func (b storeBucket) BlockingConsume(ctx context.Context, n int64) error {
-	return b.Blocking().Consume(ctx, n)
 }

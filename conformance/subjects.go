@@ -3,10 +3,12 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/policyspec"
 	"github.com/sluicehq/sluice/resilience"
+	"github.com/sluicehq/sluice/sluicetest"
 	"github.com/sluicehq/sluice/smooth"
 )
 
@@ -37,7 +39,7 @@ func (b *bucketSubject) build(ctx context.Context, target Target, e *env) (strin
 	if b.millis {
 		clock = sluice.Millis(e.clock)
 	}
-	bk, err := target.NewBucket(ctx, b.config, clock, e.clock)
+	bk, err := target.NewBucket(ctx, b.config, clock)
 	if err != nil {
 		return "", err
 	}
@@ -61,10 +63,22 @@ func (l *limiterSubject) build(ctx context.Context, target Target, e *env) (stri
 	if !ok {
 		return fmt.Sprintf("target %s has no keyed limiters", target.Name()), nil
 	}
-	lim, err := lt.NewLimiter(ctx, l.policy, e.clock, e.clock)
+	lim, err := lt.NewLimiter(ctx, l.policy, keyedClock{e.clock})
 	e.limiter = lim
 	return "", err
 }
+
+// keyedClock is the case's fake clock as a keyed limiter runs on it: not
+// a wall clock, as a Limiter's default (sluice.MonotonicClock) is not one,
+// so that a keyed limiter refuses aligned refill, which needs a wall
+// clock ("keyed limiters have no wall clock"), while a bucket case's
+// bucket, on the fake wall clock, takes it. It reads and sleeps on the
+// fake clock.
+type keyedClock struct{ c *sluicetest.FakeClock }
+
+func (k keyedClock) Now() int64                                       { return k.c.Now() }
+func (keyedClock) IsWallClock() bool                                  { return false }
+func (k keyedClock) Sleep(ctx context.Context, d time.Duration) error { return k.c.Sleep(ctx, d) }
 
 // invalidLimiter is a LIMITER that the decoder of limiter descriptions
 // refused (a token_bucket without rate), in a case that wants a
@@ -97,7 +111,7 @@ func (r *rateLimiterSubject) build(ctx context.Context, target Target, e *env) (
 	if ct == nil {
 		return skip, nil
 	}
-	rl, err := ct.NewRateLimiter(ctx, r.cfg, resilience.WithClock(e.clock), resilience.WithSleeper(e.clock))
+	rl, err := ct.NewRateLimiter(ctx, r.cfg, resilience.WithClock(e.clock))
 	e.rate = rl
 	return "", err
 }
@@ -138,7 +152,7 @@ func (s *smoothSubject) build(ctx context.Context, target Target, e *env) (strin
 	if ct == nil {
 		return skip, nil
 	}
-	opts := []smooth.Option{smooth.WithClock(e.clock), smooth.WithSleeper(e.clock)}
+	opts := []smooth.Option{smooth.WithClock(e.clock)}
 	var (
 		rl  *smooth.RateLimiter
 		err error

@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/sleep"
 )
 
 // CAS is the building block of optimistic stores: a read, and a write that
@@ -252,21 +253,8 @@ func backoff(ctx context.Context, losses int, rtt time.Duration) error {
 	if losses < casFreeLosses {
 		return nil
 	}
-	rtt = min(rtt, casAttemptMax)
-	base := max(casBackoffBase, rtt)
-	most := 16 * base
-	ceiling := most
-	if shift := losses - casFreeLosses; shift < 16 {
-		ceiling = min(base<<shift, most)
-	}
-	t := time.NewTimer(rand.N(ceiling) + 1)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	base := max(casBackoffBase, min(rtt, casAttemptMax))
+	return sleep.Backoff(ctx, base, losses-casFreeLosses, 16*base)
 }
 
 // get reads key's state from the store and caches it.

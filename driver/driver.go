@@ -105,3 +105,16 @@ type Store interface {
 type Deleter interface {
 	Delete(ctx context.Context, key string) error
 }
+
+// Partitioner is implemented by stores whose keys live on servers that
+// fail on their own, as the masters of a Redis Cluster do. A limiter
+// keeps a circuit breaker per partition: a server that fails opens the
+// circuit of its own keys, and the other keys' calls still go to the
+// store.
+type Partitioner interface {
+	// Partition names the partition that holds key now, for instance
+	// the address of its master, or returns "" when it does not know.
+	// It must not block: it is asked before every call. A key may move
+	// to another partition, as when a replica takes over from a master.
+	Partition(key string) string
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // VectorsEnv names an environment variable with more vector directories
@@ -62,7 +63,7 @@ func testVectors(t *testing.T, e *env) {
 		}
 	}
 	conformance.RunT(t, conformance.Store{TargetName: "store", Store: fakeTimeStore(e.store),
-		Options: []sluice.StoreOption{sluice.WithStoreTimeout(slowStore)}}, paths...)
+		Options: []sluice.Option{sluice.WithStoreTimeout(slowStore)}}, paths...)
 }
 
 // fakeTimeStore returns s with an hour added to every TTL written. The
@@ -179,7 +180,7 @@ func testLimiterMatchesMemory(t *testing.T, e *env) {
 		sluice.Compound(sluice.FixedWindow(8, time.Second), sluice.LeakyBucket(5, 1, 200*time.Millisecond)),
 	} {
 		t.Run(p.String(), func(t *testing.T) {
-			clock := sluice.NewFakeClock(1_700_000_000_000_000_000)
+			clock := sluicetest.NewFakeClock(1_700_000_000_000_000_000)
 			mem, err := sluice.NewLimiter(p, sluice.WithClock(clock))
 			if err != nil {
 				t.Fatal(err)
@@ -203,7 +204,7 @@ func testLimiterMatchesMemory(t *testing.T, e *env) {
 				case 1:
 					da, ea := mem.ReserveN(e.ctx, k, n, 300*time.Millisecond)
 					db, eb := st.ReserveN(e.ctx, k, n, 300*time.Millisecond)
-					a, b = fmt.Sprint(da, ea), fmt.Sprint(db, eb)
+					a, b = describeReservation(da, ea), describeReservation(db, eb)
 					if ea == nil && eb == nil {
 						held = append(held, [2]*sluice.Reservation{da, db})
 					}
@@ -256,9 +257,10 @@ func testMigration(t *testing.T, e *env) {
 }
 
 // testReadsCreateNothing reads keys that have no state through every
-// read-only call of a Limiter and of its keys' buckets: none may write a
-// record, or each look at a key (the server's inspect) would cost the
-// store a record.
+// read-only call of a Limiter and a KeyBucket's Snapshot: none may write
+// a record, or each look at a key (the server's inspect) would cost the
+// store a record. A KeyBucket's other calls create the key at the first,
+// even one that reads, as Bucket4j's proxy does.
 func testReadsCreateNothing(t *testing.T, e *env) {
 	for _, p := range []sluice.Policy{
 		sluice.TokenBucket(10, 1, time.Second), // intervally: its refill grid starts with the bucket
@@ -280,20 +282,10 @@ func testReadsCreateNothing(t *testing.T, e *env) {
 			if r, err := l.AllowN(e.ctx, k, 11); err == nil && r.Allowed {
 				t.Fatalf("AllowN(11) of a limit of 10 = %+v, want refused", r)
 			}
-			if b, err := l.Bucket(k); err == nil {
-				if _, err := b.Verbose().AvailableTokens(e.ctx); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := b.AvailableTokens(e.ctx); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := b.PeekN(e.ctx, 3); err != nil {
-					t.Fatal(err)
-				}
-				if r, err := b.AllowN(e.ctx, 11); err != nil || r.Allowed {
-					t.Fatalf("AllowN(11) of a capacity of 10 = %+v, %v, want refused", r, err)
-				}
-				if _, err := b.Configuration(e.ctx); err != nil {
+			b, bucketErr := l.Bucket(k)
+			if bucketErr == nil {
+				// A snapshot inspects; it creates nothing.
+				if _, err := b.Snapshot(e.ctx); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -307,6 +299,23 @@ func testReadsCreateNothing(t *testing.T, e *env) {
 			}
 			if found != nil {
 				t.Errorf("reading key %q wrote a record of %d bytes, want none", k, len(found))
+			}
+			if bucketErr == nil {
+				// As Bucket4j's proxy, a KeyBucket's first call creates the
+				// key, even one that only reads.
+				if _, err := b.AvailableTokens(e.ctx); err != nil {
+					t.Fatal(err)
+				}
+				found = nil
+				if err := e.store.Update(e.ctx, k, func(rec []byte) ([]byte, time.Duration, bool) {
+					found = append([]byte(nil), rec...)
+					return nil, 0, false
+				}); err != nil {
+					t.Fatal(err)
+				}
+				if found == nil {
+					t.Errorf("KeyBucket.AvailableTokens on key %q wrote no record, want the key's new bucket", k)
+				}
 			}
 			// The first call that takes a token creates the key.
 			if r, err := l.Allow(e.ctx, k); err != nil || !r.Allowed || r.Remaining != 9 {
@@ -359,9 +368,9 @@ func testFaults(t *testing.T, e *env) {
 	for _, failure := range []sluice.StoreFailure{sluice.FailClosed, sluice.FailOpen, sluice.FailLocal} {
 		t.Run(failure.String(), func(t *testing.T) {
 			fs := &faultyStore{Store: e.store, every: 5}
-			counts := new(sluice.CountingListener)
+			counts := new(sluicetest.Counter)
 			l, err := sluice.NewLimiter(sluice.FixedWindow(40, time.Hour), sluice.WithStore(fs),
-				sluice.WithStoreFailure(failure), sluice.WithListener(counts), sluice.WithStoreTimeout(50*time.Millisecond))
+				sluice.WithStoreFailure(failure), sluice.WithObserver(counts), sluice.WithStoreTimeout(50*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -403,4 +412,13 @@ func testFaults(t *testing.T, e *env) {
 			}
 		})
 	}
+}
+
+// describeReservation is what a reservation decided, or its error, for
+// comparing two.
+func describeReservation(r *sluice.Reservation, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("ok %v, %d tokens, delay %v, %+v", r.OK(), r.Tokens(), r.Delay(), r.Result())
 }

@@ -78,8 +78,11 @@
 // or after now plus the TTL, by the clock of the writing process. An item
 // whose expires_at is at or before now reads as no state, and a write
 // replaces it as it would a missing item. DynamoDB deletes expired items
-// itself, free of write units but lazily, typically within a few days:
-// deletion only reclaims space. Processes whose clocks disagree by d see
+// itself, free of write units but best-effort, typically within two days
+// by AWS's account, once time to live is on for ExpiresAttribute
+// (Migrate turns it on; a table created otherwise needs it turned on):
+// deletion only reclaims space, and without it the table keeps every
+// item ever written. Processes whose clocks disagree by d see
 // a state expire up to d apart; the policies' decisions use the client's
 // clock anyway (the state carries their times), and a TTL only decides
 // when a state is forgotten.

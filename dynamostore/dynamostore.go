@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/storeerr"
 )
 
 // Client is what a Store needs of a DynamoDB client; *dynamodb.Client
@@ -189,7 +190,7 @@ func itemKey(key string) string { return KeyPrefix + driver.ShortKey(key) }
 func (s *Store) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
 	k := itemKey(key)
 	err := s.s.Update(ctx, k, fn)
-	if err == nil || isBareContextErr(err) {
+	if err == nil || storeerr.IsBareContext(err) {
 		return err
 	}
 	return fmt.Errorf("dynamostore: update %q: %w", k, err)
@@ -200,7 +201,7 @@ func (s *Store) Update(ctx context.Context, key string, fn driver.UpdateFunc) er
 func (s *Store) Delete(ctx context.Context, key string) error {
 	k := itemKey(key)
 	err := s.s.(driver.Deleter).Delete(ctx, k) // drops the cache entry too
-	if err == nil || isBareContextErr(err) {
+	if err == nil || storeerr.IsBareContext(err) {
 		return err
 	}
 	return fmt.Errorf("dynamostore: delete %q: %w", k, err)
@@ -214,7 +215,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	_, err := s.c.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &s.table})
 	if err != nil {
-		return wrapErr("dynamostore: ping", classify(ctx, err, false))
+		return storeerr.Wrap("dynamostore: ping", classify(ctx, err, false))
 	}
 	return nil
 }

@@ -3,13 +3,12 @@ package dynamostore
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
-	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/storeerr"
 )
 
 // classify maps err, from a DynamoDB request, to the driver's errors.
@@ -34,34 +33,20 @@ import (
 // wrapped with driver.ErrIndeterminate otherwise.
 func classify(ctx context.Context, err error, write bool) error {
 	var apiErr smithy.APIError
-	if errors.As(err, &apiErr) {
-		if apiErr.ErrorCode() == "TransactionConflictException" {
-			return fmt.Errorf("%w: %w", driver.ErrConflict, err)
+	out := storeerr.NoAnswer
+	switch {
+	case !errors.As(err, &apiErr):
+		if notSent(err) {
+			out = storeerr.NotSent
 		}
-		if write && serverFault(err, apiErr) {
-			return indeterminate(ctx, err)
-		}
-		if cerr := ctx.Err(); cerr != nil {
-			return cerr
-		}
-		return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
+	case apiErr.ErrorCode() == "TransactionConflictException":
+		out = storeerr.Conflict
+	case serverFault(err, apiErr):
+		out = storeerr.Fault
+	default:
+		out = storeerr.Refused
 	}
-	if write && !notSent(err) {
-		return indeterminate(ctx, err)
-	}
-	if cerr := ctx.Err(); cerr != nil {
-		return cerr
-	}
-	return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
-}
-
-// indeterminate is err, or ctx's error when it ended, as
-// driver.ErrIndeterminate.
-func indeterminate(ctx context.Context, err error) error {
-	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("%w: %w: %w", driver.ErrIndeterminate, cerr, err)
-	}
-	return fmt.Errorf("%w: %w", driver.ErrIndeterminate, err)
+	return storeerr.Classify(ctx, err, write, out)
 }
 
 // serverFault reports whether DynamoDB answered with a server error: an
@@ -103,17 +88,4 @@ func notSent(err error) bool {
 func resendable(err error) bool {
 	var oe *net.OpError
 	return notSent(err) && errors.As(err, &oe) && oe.Op != "dial"
-}
-
-// wrapErr prefixes err with what, unless err is a bare context error,
-// which is returned as is.
-func wrapErr(what string, err error) error {
-	if isBareContextErr(err) {
-		return err
-	}
-	return fmt.Errorf("%s: %w", what, err)
-}
-
-func isBareContextErr(err error) bool {
-	return err == context.Canceled || err == context.DeadlineExceeded
 }

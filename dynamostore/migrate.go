@@ -10,6 +10,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/sluicehq/sluice/internal/sleep"
+	"github.com/sluicehq/sluice/internal/storeerr"
 )
 
 // TableDefinition returns the CreateTable request that Migrate sends for
@@ -58,10 +61,10 @@ const tablePoll = 250 * time.Millisecond
 // unfit for a Store is an error saying why.
 func (s *Store) Migrate(ctx context.Context) error {
 	if err := s.waitActive(ctx); err != nil {
-		return wrapErr("dynamostore: migrate "+s.table, err)
+		return storeerr.Wrap("dynamostore: migrate "+s.table, err)
 	}
 	if err := s.enableTTL(ctx); err != nil {
-		return wrapErr("dynamostore: migrate "+s.table, err)
+		return storeerr.Wrap("dynamostore: migrate "+s.table, err)
 	}
 	return nil
 }
@@ -96,12 +99,8 @@ func (s *Store) waitActive(ctx context.Context) error {
 		case out.Table.TableStatus != types.TableStatusCreating:
 			return fmt.Errorf("table is %s, want ACTIVE", out.Table.TableStatus)
 		}
-		t := time.NewTimer(tablePoll)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := sleep.For(ctx, tablePoll); err != nil {
+			return err
 		}
 	}
 }

@@ -17,10 +17,11 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/grpclimit"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 func ExampleInterceptor() {
-	clock := sluice.NewFakeClock(1_700_000_000 * int64(time.Second)) // for a reproducible output
+	clock := sluicetest.NewFakeClock(1_700_000_000 * int64(time.Second)) // for a reproducible output
 	perKey, err := sluice.NewLimiter(sluice.FixedWindow(2, time.Minute), sluice.WithClock(clock))
 	if err != nil {
 		panic(err)

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/limitcore"
 	"github.com/sluicehq/sluice/internal/policy"
 )
 
@@ -93,35 +94,12 @@ func New(limits []Limit, opts ...Option) (*Interceptor, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(limits) == 0 {
-		return nil, &ConfigError{Field: "limits", Value: "[]", Want: "must hold at least one limit"}
+	if p := limitcore.CheckLimits(len(limits), func(i int) (string, *sluice.Limiter, bool) {
+		return limits[i].Name, limits[i].Limiter, limits[i].Key != nil
+	}); p != nil {
+		return nil, &ConfigError{Field: p.Field, Value: p.Value, Want: p.Want}
 	}
-	in := &Interceptor{limits: append([]Limit(nil), limits...), o: o}
-	seen := map[string]bool{}
-	for i, l := range in.limits {
-		field := fmt.Sprintf("limits[%d]", i)
-		switch {
-		case !printable(l.Name):
-			return nil, &ConfigError{Field: field + ".Name", Value: strconv.Quote(l.Name), Want: "must be non-empty printable ASCII"}
-		case seen[l.Name]:
-			return nil, &ConfigError{Field: field + ".Name", Value: strconv.Quote(l.Name), Want: "must be unique"}
-		case l.Limiter == nil:
-			return nil, &ConfigError{Field: field + ".Limiter", Value: "nil", Want: "is required"}
-		case l.Key == nil:
-			return nil, &ConfigError{Field: field + ".Key", Value: "nil", Want: "is required"}
-		}
-		seen[l.Name] = true
-	}
-	return in, nil
-}
-
-func printable(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return s != ""
+	return &Interceptor{limits: append([]Limit(nil), limits...), o: o}, nil
 }
 
 // Unary is a grpc.UnaryServerInterceptor: it calls handler only when the
@@ -165,18 +143,10 @@ func (in *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	return handler(srv, ss)
 }
 
-// decision is what one Limit decided on a call.
-type decision struct {
-	limit *Limit
-	key   string
-	cost  int64
-	res   sluice.Result
-}
-
 // limit decides c: nil lets it through; otherwise it returns the status
 // error to answer, having set its trailer with setTrailer.
 func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metadata.MD)) error {
-	var buf [4]decision // on the stack for up to 4 limits
+	var buf [4]limitcore.Decision // on the stack for up to 4 limits
 	ds := buf[:0]
 	for i := range in.limits {
 		l := &in.limits[i]
@@ -189,32 +159,14 @@ func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metada
 			return in.fail(ctx, c, code, msg, err)
 		}
 		if match {
-			ds = append(ds, decision{limit: l, key: key, cost: cost})
+			ds = append(ds, limitcore.Decision{Index: i, Limiter: l.Limiter, Key: key, Cost: cost})
 		}
 	}
-	if len(ds) > 1 {
-		rejected := false
-		for i := range ds {
-			d := &ds[i]
-			res, err := d.limit.Limiter.PeekN(ctx, d.key, d.cost)
-			if d.res, err = neverPasses(ctx, d, res, err); err != nil {
-				return in.limiterFailed(ctx, c, d.limit, err)
-			}
-			rejected = rejected || !d.res.Allowed
-		}
-		if rejected {
-			return reject(ds, setTrailer)
-		}
-	}
-	for i := range ds {
-		d := &ds[i]
-		res, err := d.limit.Limiter.AllowN(ctx, d.key, d.cost)
-		if d.res, err = neverPasses(ctx, d, res, err); err != nil {
-			return in.limiterFailed(ctx, c, d.limit, err)
-		}
-		if !d.res.Allowed {
-			return reject(ds, setTrailer)
-		}
+	switch d, err := limitcore.Decide(ctx, ds); {
+	case err != nil:
+		return in.limiterFailed(ctx, c, &in.limits[d.Index], err)
+	case d != nil:
+		return in.reject(ds, d, setTrailer)
 	}
 	return nil
 }
@@ -235,36 +187,11 @@ func (l *Limit) prepare(ctx context.Context, c Call) (match bool, key string, co
 	}
 	cost = 1
 	if l.Cost != nil {
-		if cost, err = l.Cost(ctx, c); err != nil {
-			return false, "", 0, fmt.Errorf("grpclimit: limit %q: cost: %w", l.Name, err)
-		}
-		if cost <= 0 {
-			return false, "", 0, fmt.Errorf("grpclimit: limit %q: cost must be positive, got %d", l.Name, cost)
+		if cost, err = limitcore.Cost(l.Cost(ctx, c)); err != nil {
+			return false, "", 0, fmt.Errorf("grpclimit: limit %q: %w", l.Name, err)
 		}
 	}
 	return true, key, cost, nil
-}
-
-// neverPasses returns res, err of d's limiter, and for a cost above the
-// limit of a policy that refuses it as an argument error, the rejection
-// the other policies give: a Result that can never pass (RetryAfter
-// Never), with what the key has now, so that every policy answers such a
-// call alike.
-func neverPasses(ctx context.Context, d *decision, res sluice.Result, err error) (sluice.Result, error) {
-	if !errors.Is(err, sluice.ErrTokensAboveLimit) {
-		return res, err
-	}
-	// The limiter refused the cost before touching the key's state: a
-	// Peek of 1 token describes it.
-	now, perr := d.limit.Limiter.Peek(ctx, d.key)
-	if perr != nil {
-		return sluice.Result{}, perr
-	}
-	if now.Allowed { // an allowed Remaining is what there was less the token
-		now.Remaining = policy.SatAdd(now.Remaining, 1)
-	}
-	now.Allowed, now.RetryAfter = false, sluice.Never
-	return now, nil
 }
 
 // limiterFailed answers a limiter's error: INTERNAL for an argument it
@@ -300,40 +227,38 @@ const (
 	retryAfterKey = "retry-after"
 )
 
-// reject returns the RESOURCE_EXHAUSTED status of a call that a limit of
-// ds rejected, and sets its trailer. The wait is the longest of the
-// rejecting limits, since all of them must pass; when one of them can
-// never pass the call, there is no wait to give: the pushback is -1, and
-// neither RetryInfo nor retry-after is sent.
-func reject(ds []decision, setTrailer func(metadata.MD)) error {
-	var worst *decision
+// reject returns the RESOURCE_EXHAUSTED status of a call that the limit of
+// worst rejected, the rejecting limit with the longest wait (see
+// limitcore.Decide), and sets its trailer. When that limit can never pass
+// the call, there is no wait to give: the pushback is -1, and neither
+// RetryInfo nor retry-after is sent. The QuotaFailure lists every
+// rejecting limit.
+func (in *Interceptor) reject(ds []limitcore.Decision, worst *limitcore.Decision, setTrailer func(metadata.MD)) error {
 	qf := &errdetails.QuotaFailure{}
 	for i := range ds {
 		d := &ds[i]
-		if d.res.Allowed {
+		if d.Res.Allowed {
 			continue
 		}
 		desc := "the call is larger than the limit allows"
-		if d.res.RetryAfter != sluice.Never {
-			desc = "retry after " + ceilMillis(d.res.RetryAfter).String()
+		if d.Res.RetryAfter != sluice.Never {
+			desc = "retry after " + ceilMillis(d.Res.RetryAfter).String()
 		}
-		qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{Subject: d.limit.Name, Description: desc})
-		if worst == nil || d.res.RetryAfter > worst.res.RetryAfter {
-			worst = d
-		}
+		qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{Subject: in.limits[d.Index].Name, Description: desc})
 	}
+	name := in.limits[worst.Index].Name
 	details := []protoadapt.MessageV1{qf}
 	var msg string
-	if wait := worst.res.RetryAfter; wait == sluice.Never {
+	if wait := worst.Res.RetryAfter; wait == sluice.Never {
 		setTrailer(metadata.Pairs(pushbackKey, "-1"))
-		msg = fmt.Sprintf("rate limit %q exceeded: the call is larger than the limit allows", worst.limit.Name)
+		msg = fmt.Sprintf("rate limit %q exceeded: the call is larger than the limit allows", name)
 	} else {
 		setTrailer(metadata.Pairs(
 			pushbackKey, strconv.FormatInt(millis(wait), 10),
-			retryAfterKey, strconv.FormatInt(policy.CeilDiv(int64(wait), int64(time.Second)), 10),
+			retryAfterKey, strconv.FormatInt(limitcore.Seconds(wait), 10),
 		))
 		details = append([]protoadapt.MessageV1{&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)}}, details...)
-		msg = fmt.Sprintf("rate limit %q exceeded, retry after %v", worst.limit.Name, ceilMillis(wait))
+		msg = fmt.Sprintf("rate limit %q exceeded, retry after %v", name, ceilMillis(wait))
 	}
 	st, err := status.New(codes.ResourceExhausted, msg).WithDetails(details...)
 	if err != nil { // cannot happen: the details are well-formed messages

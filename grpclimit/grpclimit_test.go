@@ -28,6 +28,7 @@ import (
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/grpclimit"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // t0 is the fake clocks' start: a Unix time in nanoseconds.
@@ -38,7 +39,7 @@ const (
 	watchMethod = "/grpc.health.v1.Health/Watch"
 )
 
-func newLimiter(t *testing.T, p sluice.Policy, opts ...sluice.LimiterOption) *sluice.Limiter {
+func newLimiter(t *testing.T, p sluice.Policy, opts ...sluice.Option) *sluice.Limiter {
 	t.Helper()
 	l, err := sluice.NewLimiter(p, opts...)
 	if err != nil {
@@ -180,7 +181,7 @@ func TestRejectionMatchesResult(t *testing.T) {
 		sluice.Compound(sluice.FixedWindow(3, time.Second), sluice.TokenBucket(5, 1, time.Second)),
 	} {
 		t.Run(p.String(), func(t *testing.T) {
-			clock, twinClock := sluice.NewFakeClock(t0), sluice.NewFakeClock(t0)
+			clock, twinClock := sluicetest.NewFakeClock(t0), sluicetest.NewFakeClock(t0)
 			l := newLimiter(t, p, sluice.WithClock(clock), sluice.WithStore(memstore.New()))
 			twin := newLimiter(t, p, sluice.WithClock(twinClock))
 			s := start(t, newInterceptor(t, []grpclimit.Limit{{Name: "api", Limiter: l, Key: grpclimit.Metadata("x-api-key")}}), setup{})
@@ -226,7 +227,7 @@ func TestRejectionMatchesResult(t *testing.T) {
 // TestStream: a stream is limited when it opens, and its rejection
 // carries the same details and trailer as a unary call's.
 func TestStream(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	l := newLimiter(t, sluice.FixedWindow(1, time.Minute), sluice.WithClock(clock))
 	s := start(t, newInterceptor(t, []grpclimit.Limit{{Name: "watch", Limiter: l, Key: grpclimit.Method}}), setup{})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -286,7 +287,7 @@ func TestRetryAfterNever(t *testing.T) {
 // TestSeveralLimits: a call that one limit rejects takes nothing from the
 // others, and the rejection names only the limits that rejected it.
 func TestSeveralLimits(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	perMethod := newLimiter(t, sluice.FixedWindow(5, time.Minute), sluice.WithClock(clock))
 	perUser := newLimiter(t, sluice.FixedWindow(2, time.Minute), sluice.WithClock(clock))
 	s := start(t, newInterceptor(t, []grpclimit.Limit{
@@ -443,7 +444,7 @@ const retryConfig = `{"methodConfig": [{"name": [{"service": "grpc.health.v1.Hea
 func TestClientRetryObeysPushback(t *testing.T) {
 	t.Run("wait", func(t *testing.T) {
 		const wait = 150 * time.Millisecond
-		clock := sluice.NewFakeClock(t0)
+		clock := sluicetest.NewFakeClock(t0)
 		l := newLimiter(t, sluice.FixedWindow(1, wait), sluice.WithClock(clock))
 		var mu sync.Mutex
 		var attempts []time.Time

@@ -45,16 +45,7 @@ func Metadata(name string) KeyFunc {
 // an error.
 func ContextValue(key any) KeyFunc {
 	return func(ctx context.Context, _ Call) (string, error) {
-		switch v := ctx.Value(key).(type) {
-		case nil:
-			return "", fmt.Errorf("%w: no context value for %v", ErrNoKey, key)
-		case string:
-			return v, nil
-		case fmt.Stringer:
-			return v.String(), nil
-		default:
-			return "", fmt.Errorf("grpclimit: context value for %v is a %T, want a string or a fmt.Stringer", key, v)
-		}
+		return reqkey.FromValue("grpclimit", ErrNoKey, key, ctx.Value(key))
 	}
 }
 
@@ -68,32 +59,20 @@ func Method(_ context.Context, c Call) (string, error) { return c.Method, nil }
 // each method. The first error of keys is its error.
 func Join(keys ...KeyFunc) KeyFunc {
 	return func(ctx context.Context, c Call) (string, error) {
-		var b strings.Builder
-		for i, k := range keys {
-			s, err := k(ctx, c)
-			if err != nil {
-				return "", err
-			}
-			reqkey.WritePart(&b, i, s)
-		}
-		return b.String(), nil
+		return reqkey.Join(len(keys), func(i int) (string, error) { return keys[i](ctx, c) })
 	}
 }
 
 // IPOption configures ClientIP.
 type IPOption func(*ipOptions)
 
-type ipOptions struct {
-	trusted []netip.Prefix
-	header  string
-	v6Bits  int
-}
+type ipOptions = reqkey.Options
 
 // WithTrustedProxies makes ClientIP believe the forwarding metadata (see
 // WithProxyHeader) of calls whose peer is in one of prefixes. The default
 // is to trust no proxy and use the peer's address.
 func WithTrustedProxies(prefixes ...netip.Prefix) IPOption {
-	return func(o *ipOptions) { o.trusted = append(o.trusted, prefixes...) }
+	return func(o *ipOptions) { o.Trusted = append(o.Trusted, prefixes...) }
 }
 
 // WithProxyHeader sets the metadata trusted proxies record the client in:
@@ -102,14 +81,14 @@ func WithTrustedProxies(prefixes ...netip.Prefix) IPOption {
 // and overwrite: metadata they pass through untouched is the client's to
 // forge.
 func WithProxyHeader(name string) IPOption {
-	return func(o *ipOptions) { o.header = strings.ToLower(name) }
+	return func(o *ipOptions) { o.Header = strings.ToLower(name) }
 }
 
 // WithIPv6Prefix sets how many leading bits of an IPv6 address make a key:
 // clients in one /bits network share it, since a single host commonly has
 // a whole /64 to draw addresses from. The default is 64; 128 limits each
 // address alone. It must be in [1, 128].
-func WithIPv6Prefix(bits int) IPOption { return func(o *ipOptions) { o.v6Bits = bits } }
+func WithIPv6Prefix(bits int) IPOption { return func(o *ipOptions) { o.V6Bits = bits } }
 
 // ClientIP returns a key function whose key is the client's IP address,
 // as httplimit.ClientIP makes it, so that a client has the same key over
@@ -130,11 +109,7 @@ func WithIPv6Prefix(bits int) IPOption { return func(o *ipOptions) { o.v6Bits = 
 // It returns a *ConfigError for a prefix length outside [1, 128] or a
 // header other than x-forwarded-for and forwarded.
 func ClientIP(opts ...IPOption) (KeyFunc, error) {
-	o := ipOptions{header: "x-forwarded-for", v6Bits: 64}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	ip, e := reqkey.NewIP(o.trusted, o.header, o.v6Bits)
+	ip, header, e := reqkey.Configure("x-forwarded-for", opts)
 	if e != nil {
 		return nil, &ConfigError{Field: e.Field, Value: e.Value, Want: e.Want}
 	}
@@ -145,7 +120,7 @@ func ClientIP(opts ...IPOption) (KeyFunc, error) {
 		}
 		key, ok := ip.KeyOf(p.Addr.String(), func() []string {
 			md, _ := metadata.FromIncomingContext(ctx)
-			return md.Get(o.header)
+			return md.Get(header)
 		})
 		if !ok {
 			return "", fmt.Errorf("grpclimit: peer %q is not an IP address", p.Addr)

@@ -13,10 +13,11 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 func ExampleMiddleware() {
-	clock := sluice.NewFakeClock(1_700_000_000 * int64(time.Second)) // for a reproducible output
+	clock := sluicetest.NewFakeClock(1_700_000_000 * int64(time.Second)) // for a reproducible output
 	perClient, err := sluice.NewLimiter(sluice.FixedWindow(2, time.Minute), sluice.WithClock(clock))
 	if err != nil {
 		panic(err)
@@ -71,11 +72,11 @@ type roundTripper func(*http.Request) (*http.Response, error)
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func ExampleTransport() {
-	clock := sluice.NewFakeClock(1_700_000_000 * int64(time.Second))
+	clock := sluicetest.NewFakeClock(1_700_000_000 * int64(time.Second))
 	// An SMS provider allows 100 requests a second to the whole fleet:
 	// every process's limiter uses the same store (here in memory).
 	limiter, err := sluice.NewLimiter(sluice.GCRA(100, 100, time.Second),
-		sluice.WithStore(memstore.New()), sluice.WithClock(clock), sluice.WithSleeper(clock))
+		sluice.WithStore(memstore.New()), sluice.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}
@@ -90,7 +91,7 @@ func ExampleTransport() {
 		return resp, nil
 	})
 	tr, err := httplimit.NewTransport(limiter, httplimit.WithBase(provider), httplimit.WithMaxWait(10*time.Second),
-		httplimit.WithClock(clock), httplimit.WithSleeper(clock))
+		httplimit.WithClock(clock))
 	if err != nil {
 		panic(err)
 	}

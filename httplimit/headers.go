@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/limitcore"
 )
 
 // HeaderStyle is a set of rate-limit header fields that Middleware sends
@@ -46,7 +48,7 @@ const maxSFInteger = 999_999_999_999_999
 
 // setHeaders sets the rate-limit headers of m's styles for ds on h, and
 // Retry-After when retryAfter (seconds) is not negative.
-func (m *Middleware) setHeaders(h http.Header, ds []decision, retryAfter int64) {
+func (m *Middleware) setHeaders(h http.Header, ds []limitcore.Decision, retryAfter int64) {
 	// The values are written one after the other in buf, on the stack;
 	// fs records where each ends.
 	var space [192]byte
@@ -59,18 +61,18 @@ func (m *Middleware) setHeaders(h http.Header, ds []decision, retryAfter int64) 
 		lim, n := limSpace[:0], 0
 		for i := range ds {
 			d := &ds[i]
-			if d.res.Limit > maxSFInteger {
+			if d.Res.Limit > maxSFInteger {
 				continue
 			}
 			if n++; n > 1 {
 				buf, lim = append(buf, ", "...), append(lim, ", "...)
 			}
-			buf = strconv.AppendInt(append(append(buf, m.names[d.index]...), ";q="...), d.res.Limit, 10)
-			if d.window > 0 {
-				buf = strconv.AppendInt(append(buf, ";w="...), ceilSeconds(d.window), 10)
+			buf = strconv.AppendInt(append(append(buf, m.names[d.Index]...), ";q="...), d.Res.Limit, 10)
+			if window := m.windows[d.Index]; window > 0 {
+				buf = strconv.AppendInt(append(buf, ";w="...), limitcore.Seconds(window), 10)
 			}
-			lim = strconv.AppendInt(append(append(lim, m.names[d.index]...), ";r="...), d.res.Remaining, 10)
-			lim = strconv.AppendInt(append(lim, ";t="...), ceilSeconds(d.res.ResetAfter), 10)
+			lim = strconv.AppendInt(append(append(lim, m.names[d.Index]...), ";r="...), d.Res.Remaining, 10)
+			lim = strconv.AppendInt(append(lim, ";t="...), limitcore.Seconds(d.Res.ResetAfter), 10)
 		}
 		if n > 0 {
 			fs.end("Ratelimit-Policy", len(buf))
@@ -80,14 +82,14 @@ func (m *Middleware) setHeaders(h http.Header, ds []decision, retryAfter int64) 
 	}
 	if d := m.restrictive(ds); d != nil {
 		if m.o.headers&EarlyDraftHeaders != 0 {
-			buf = fs.int(buf, "Ratelimit-Limit", d.res.Limit)
-			buf = fs.int(buf, "Ratelimit-Remaining", d.res.Remaining)
-			buf = fs.int(buf, "Ratelimit-Reset", ceilSeconds(d.res.ResetAfter))
+			buf = fs.int(buf, "Ratelimit-Limit", d.Res.Limit)
+			buf = fs.int(buf, "Ratelimit-Remaining", d.Res.Remaining)
+			buf = fs.int(buf, "Ratelimit-Reset", limitcore.Seconds(d.Res.ResetAfter))
 		}
 		if m.o.headers&XHeaders != 0 {
-			buf = fs.int(buf, "X-Ratelimit-Limit", d.res.Limit)
-			buf = fs.int(buf, "X-Ratelimit-Remaining", d.res.Remaining)
-			buf = fs.int(buf, "X-Ratelimit-Reset", resetEpoch(m.o.clock.Now(), d.res.ResetAfter))
+			buf = fs.int(buf, "X-Ratelimit-Limit", d.Res.Limit)
+			buf = fs.int(buf, "X-Ratelimit-Remaining", d.Res.Remaining)
+			buf = fs.int(buf, "X-Ratelimit-Reset", resetEpoch(m.o.clock.Now(), d.Res.ResetAfter))
 		}
 	}
 	if retryAfter >= 0 {
@@ -139,7 +141,7 @@ func (f *fields) set(h http.Header, buf []byte) {
 
 // restrictive is mostRestrictive(ds) for the styles that state one limit,
 // and nil when m sends none of them.
-func (m *Middleware) restrictive(ds []decision) *decision {
+func (m *Middleware) restrictive(ds []limitcore.Decision) *limitcore.Decision {
 	if m.o.headers&(EarlyDraftHeaders|XHeaders) == 0 {
 		return nil
 	}
@@ -149,17 +151,17 @@ func (m *Middleware) restrictive(ds []decision) *decision {
 // mostRestrictive is, of the limits of ds that state a limit, the
 // rejecting one with the longest RetryAfter, else the one with the fewest
 // Remaining; the first on a tie, nil when none states a limit.
-func mostRestrictive(ds []decision) *decision {
-	var best *decision
+func mostRestrictive(ds []limitcore.Decision) *limitcore.Decision {
+	var best *limitcore.Decision
 	for i := range ds {
 		d := &ds[i]
 		switch {
-		case d.res.Limit > maxSFInteger:
+		case d.Res.Limit > maxSFInteger:
 		case best == nil:
 			best = d
-		case !d.res.Allowed && (best.res.Allowed || d.res.RetryAfter > best.res.RetryAfter):
+		case !d.Res.Allowed && (best.Res.Allowed || d.Res.RetryAfter > best.Res.RetryAfter):
 			best = d
-		case d.res.Allowed && best.res.Allowed && d.res.Remaining < best.res.Remaining:
+		case d.Res.Allowed && best.Res.Allowed && d.Res.Remaining < best.Res.Remaining:
 			best = d
 		}
 	}

@@ -7,7 +7,6 @@
 package httplimit
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,7 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/limitcore"
 )
 
 // Limit is one named limit of a Middleware.
@@ -48,11 +47,17 @@ type ConfigError struct {
 	Field string // e.g. "limits[1].Name", "WithIPv6Prefix"
 	Value string // the value given
 	Want  string // the bound it broke
+
+	err error // what Unwrap returns: a sentinel of package sluice, or nil
 }
 
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("httplimit: %s = %s: %s", e.Field, e.Value, e.Want)
 }
+
+// Unwrap returns the sentinel error the bound is about, such as
+// errors.ErrUnsupported, or nil.
+func (e *ConfigError) Unwrap() error { return e.err }
 
 // Middleware limits the requests to a handler by one or more Limits. Make
 // one with New; it is safe for simultaneous use by multiple goroutines.
@@ -73,25 +78,14 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(limits) == 0 {
-		return nil, &ConfigError{Field: "limits", Value: "[]", Want: "must hold at least one limit"}
+	if p := limitcore.CheckLimits(len(limits), func(i int) (string, *sluice.Limiter, bool) {
+		return limits[i].Name, limits[i].Limiter, limits[i].Key != nil
+	}); p != nil {
+		return nil, &ConfigError{Field: p.Field, Value: p.Value, Want: p.Want}
 	}
 	m := &Middleware{limits: append([]Limit(nil), limits...), windows: make([]time.Duration, len(limits)),
 		names: make([]string, len(limits)), o: o}
-	seen := map[string]bool{}
 	for i, l := range m.limits {
-		field := fmt.Sprintf("limits[%d]", i)
-		switch {
-		case !printable(l.Name):
-			return nil, &ConfigError{Field: field + ".Name", Value: strconv.Quote(l.Name), Want: "must be non-empty printable ASCII"}
-		case seen[l.Name]:
-			return nil, &ConfigError{Field: field + ".Name", Value: strconv.Quote(l.Name), Want: "must be unique"}
-		case l.Limiter == nil:
-			return nil, &ConfigError{Field: field + ".Limiter", Value: "nil", Want: "is required"}
-		case l.Key == nil:
-			return nil, &ConfigError{Field: field + ".Key", Value: "nil", Want: "is required"}
-		}
-		seen[l.Name] = true
 		m.names[i] = sfString(l.Name)
 		m.windows[i] = l.Window
 		if l.Window == 0 {
@@ -99,26 +93,6 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 		}
 	}
 	return m, nil
-}
-
-func printable(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return s != ""
-}
-
-// decision is what one Limit decided on a request.
-type decision struct {
-	limit  *Limit
-	index  int // of limit in the Middleware's
-	window time.Duration
-	key    string
-	cost   int64
-	res    sluice.Result
-	taken  bool // res is AllowN's, not Peek's
 }
 
 // Handler returns next limited by m.
@@ -131,64 +105,38 @@ type decision struct {
 // be rejected by a later limit after the earlier ones took it: limits
 // shared by several processes cannot be taken from atomically together.
 //
-// A key function's ErrNoKey answers 400; any other error or panic of a key
+// A key function's ErrNoKey answers 400, which names the missing header
+// for Header's key; any other error or panic of a key
 // or cost function, or a cost that is not positive, answers 500; an error
 // of a limiter (a store that failed, with sluice.FailClosed) answers
 // WithErrorStatus's code, 503 by default. Those responses carry no
 // rate-limit headers. A panic in next is not recovered.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var space [4]decision // most middlewares have a limit or two
+		var space [4]limitcore.Decision // most middlewares have a limit or two
 		ds := space[:]
 		if len(m.limits) > len(ds) {
-			ds = make([]decision, len(m.limits))
+			ds = make([]limitcore.Decision, len(m.limits))
 		}
 		ds = ds[:len(m.limits)]
 		for i := range m.limits {
 			d := &ds[i]
-			d.limit, d.index, d.window = &m.limits[i], i, m.windows[i]
+			d.Index, d.Limiter = i, m.limits[i].Limiter
 			var err error
-			if d.key, d.cost, err = keyAndCost(d.limit, r); err != nil {
-				status := http.StatusInternalServerError
-				if errors.Is(err, ErrNoKey) {
-					status = http.StatusBadRequest
-				}
-				m.fail(w, r, status, err)
+			if d.Key, d.Cost, err = keyAndCost(&m.limits[i], r); err != nil {
+				m.keyFailed(w, r, i, err)
 				return
 			}
 		}
-		ctx := r.Context()
-		if len(ds) > 1 {
-			rejected := false
-			for i := range ds {
-				d := &ds[i]
-				res, err := d.limit.Limiter.PeekN(ctx, d.key, d.cost)
-				if d.res, err = neverPasses(ctx, d, res, err); err != nil {
-					m.limiterFailed(w, r, d.limit, err)
-					return
-				}
-				rejected = rejected || !d.res.Allowed
-			}
-			if rejected {
-				m.reject(w, r, ds)
-				return
-			}
+		switch d, err := limitcore.Decide(r.Context(), ds); {
+		case err != nil:
+			m.limiterFailed(w, r, &m.limits[d.Index], err)
+		case d != nil:
+			m.reject(w, r, ds, d)
+		default:
+			m.setHeaders(w.Header(), ds, -1)
+			next.ServeHTTP(w, r)
 		}
-		for i := range ds {
-			d := &ds[i]
-			res, err := d.limit.Limiter.AllowN(ctx, d.key, d.cost)
-			if d.res, err = neverPasses(ctx, d, res, err); err != nil {
-				m.limiterFailed(w, r, d.limit, err)
-				return
-			}
-			if !d.res.Allowed {
-				m.reject(w, r, ds)
-				return
-			}
-			d.taken = true
-		}
-		m.setHeaders(w.Header(), ds, -1)
-		next.ServeHTTP(w, r)
 	})
 }
 
@@ -208,36 +156,11 @@ func keyAndCost(l *Limit, r *http.Request) (key string, cost int64, err error) {
 	}
 	cost = 1
 	if l.Cost != nil {
-		if cost, err = l.Cost(r); err != nil {
-			return "", 0, fmt.Errorf("httplimit: limit %q: cost: %w", l.Name, err)
-		}
-		if cost <= 0 {
-			return "", 0, fmt.Errorf("httplimit: limit %q: cost must be positive, got %d", l.Name, cost)
+		if cost, err = limitcore.Cost(l.Cost(r)); err != nil {
+			return "", 0, fmt.Errorf("httplimit: limit %q: %w", l.Name, err)
 		}
 	}
 	return key, cost, nil
-}
-
-// neverPasses returns res, err of d's limiter, and for a cost above the
-// limit of a policy that refuses it as an argument error, the rejection
-// the other policies give: a Result that can never pass (RetryAfter
-// Never), with what the key has now, so that every policy answers such a
-// request alike, 429 without Retry-After.
-func neverPasses(ctx context.Context, d *decision, res sluice.Result, err error) (sluice.Result, error) {
-	if !errors.Is(err, sluice.ErrTokensAboveLimit) {
-		return res, err
-	}
-	// The limiter refused the cost before touching the key's state: a
-	// Peek of 1 token describes it.
-	now, perr := d.limit.Limiter.Peek(ctx, d.key)
-	if perr != nil {
-		return sluice.Result{}, perr
-	}
-	if now.Allowed { // an allowed Remaining is what there was less the token
-		now.Remaining = policy.SatAdd(now.Remaining, 1)
-	}
-	now.Allowed, now.RetryAfter = false, sluice.Never
-	return now, nil
 }
 
 // limiterFailed answers a limiter's error: 500 for an argument it refused,
@@ -247,53 +170,59 @@ func (m *Middleware) limiterFailed(w http.ResponseWriter, r *http.Request, l *Li
 	if errors.Is(err, sluice.ErrInvalidArgument) {
 		status = http.StatusInternalServerError
 	}
-	m.fail(w, r, status, fmt.Errorf("httplimit: limit %q: %w", l.Name, err))
+	m.fail(w, r, status, fmt.Errorf("httplimit: limit %q: %w", l.Name, err), nil)
+}
+
+// keyFailed answers an error of limit i's key or cost function: 400 for a
+// request without its key, else 500. The 400 says what the request lacks
+// when this package's key function found it missing (a header the client
+// must send); the reasons of another key function may be the server's.
+func (m *Middleware) keyFailed(w http.ResponseWriter, r *http.Request, i int, err error) {
+	if !errors.Is(err, ErrNoKey) {
+		m.fail(w, r, http.StatusInternalServerError, err, nil)
+		return
+	}
+	var space [128]byte
+	detail := append(append(space[:0], "the request has no key for rate limit "...), m.names[i]...)
+	if nk := (*noKeyError)(nil); errors.As(err, &nk) {
+		detail = append(append(detail, ": "...), nk.what...)
+	}
+	m.fail(w, r, http.StatusBadRequest, err, detail)
 }
 
 // fail logs err, at level Error for the server's errors, and answers
-// status without saying why: the reasons are the server's.
-func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
+// status with detail, or without saying why when detail is nil.
+func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, status int, err error, detail []byte) {
 	level := slog.LevelError
 	if status < 500 {
 		level = slog.LevelInfo
 	}
 	m.o.logger.Log(r.Context(), level, "httplimit: request not limited", "status", status, "method", r.Method, "path", r.URL.Path, "err", err)
-	var space [64]byte
-	m.writeBody(w, status, append(space[:0], http.StatusText(status)...), "", -1)
+	if detail == nil {
+		var space [64]byte
+		detail = append(space[:0], http.StatusText(status)...)
+	}
+	m.writeBody(w, status, detail, "", -1)
 }
 
-// reject answers a request that a limit rejected. Retry-After is the
-// longest wait of the rejecting limits, in whole seconds rounded up, and
-// is left out when one of them can never pass the request.
-//
-// A limit that would have allowed the request but was only peeked at
-// reports as Remaining what is left after the request; since it did not
-// take it, its cost is added back (exact: an allowed Remaining is what
-// there was less the cost, for every policy).
-func (m *Middleware) reject(w http.ResponseWriter, r *http.Request, ds []decision) {
-	var worst *decision
-	for i := range ds {
-		d := &ds[i]
-		if d.res.Allowed && !d.taken {
-			d.res.Remaining = policy.SatAdd(d.res.Remaining, d.cost)
-		}
-		if !d.res.Allowed && (worst == nil || d.res.RetryAfter > worst.res.RetryAfter) {
-			worst = d
-		}
-	}
+// reject answers a request that the limit of worst rejected, the
+// rejecting limit with the longest wait (see limitcore.Decide).
+// Retry-After is that wait in whole seconds rounded up, and is left out
+// when the limit can never pass the request.
+func (m *Middleware) reject(w http.ResponseWriter, r *http.Request, ds []limitcore.Decision, worst *limitcore.Decision) {
 	// The detail is written on the stack: a rejection is the answer an
 	// abusive client gets most, and should cost little.
 	var space [128]byte
-	detail := append(append(space[:0], "rate limit "...), m.names[worst.index]...)
+	detail := append(append(space[:0], "rate limit "...), m.names[worst.Index]...)
 	secs := int64(-1)
-	if worst.res.RetryAfter == sluice.Never {
+	if worst.Res.RetryAfter == sluice.Never {
 		detail = append(detail, " exceeded: the request is larger than the limit allows"...)
 	} else {
-		secs = ceilSeconds(worst.res.RetryAfter)
+		secs = limitcore.Seconds(worst.Res.RetryAfter)
 		detail = append(strconv.AppendInt(append(detail, " exceeded, retry after "...), secs, 10), " seconds"...)
 	}
 	m.setHeaders(w.Header(), ds, secs)
-	m.writeBody(w, m.o.limitedStatus, detail, worst.limit.Name, secs)
+	m.writeBody(w, m.o.limitedStatus, detail, m.limits[worst.Index].Name, secs)
 }
 
 // problem is an RFC 9457 problem details object. Type is always
@@ -328,6 +257,3 @@ func (m *Middleware) writeBody(w http.ResponseWriter, status int, detail []byte,
 	w.WriteHeader(status)
 	w.Write(append(body, '\n'))
 }
-
-// ceilSeconds is d in whole seconds, rounded up.
-func ceilSeconds(d time.Duration) int64 { return policy.CeilDiv(int64(d), int64(time.Second)) }

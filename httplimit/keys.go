@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
-	"strings"
 
 	"github.com/sluicehq/sluice/internal/reqkey"
 )
@@ -29,9 +28,17 @@ func Header(name string) KeyFunc {
 		if v := r.Header.Get(name); v != "" {
 			return v, nil
 		}
-		return "", fmt.Errorf("%w: header %s is missing", ErrNoKey, name)
+		return "", &noKeyError{what: "header " + name + " is missing"}
 	}
 }
+
+// noKeyError is a request without its key, as this package's key
+// functions report it: what says what the request lacks, for the client
+// to read in the Middleware's 400.
+type noKeyError struct{ what string }
+
+func (e *noKeyError) Error() string { return ErrNoKey.Error() + ": " + e.what }
+func (e *noKeyError) Unwrap() error { return ErrNoKey }
 
 // ContextValue returns a key function that reads the request context's
 // value for key, as set by an earlier middleware (a user ID after
@@ -40,16 +47,7 @@ func Header(name string) KeyFunc {
 // is an error.
 func ContextValue(key any) KeyFunc {
 	return func(r *http.Request) (string, error) {
-		switch v := r.Context().Value(key).(type) {
-		case nil:
-			return "", fmt.Errorf("%w: no context value for %v", ErrNoKey, key)
-		case string:
-			return v, nil
-		case fmt.Stringer:
-			return v.String(), nil
-		default:
-			return "", fmt.Errorf("httplimit: context value for %v is a %T, want a string or a fmt.Stringer", key, v)
-		}
+		return reqkey.FromValue("httplimit", ErrNoKey, key, r.Context().Value(key))
 	}
 }
 
@@ -65,32 +63,20 @@ func Method(r *http.Request) (string, error) { return r.Method, nil }
 // each path. The first error of keys is its error.
 func Join(keys ...KeyFunc) KeyFunc {
 	return func(r *http.Request) (string, error) {
-		var b strings.Builder
-		for i, k := range keys {
-			s, err := k(r)
-			if err != nil {
-				return "", err
-			}
-			reqkey.WritePart(&b, i, s)
-		}
-		return b.String(), nil
+		return reqkey.Join(len(keys), func(i int) (string, error) { return keys[i](r) })
 	}
 }
 
 // IPOption configures ClientIP.
 type IPOption func(*ipOptions)
 
-type ipOptions struct {
-	trusted []netip.Prefix
-	header  string
-	v6Bits  int
-}
+type ipOptions = reqkey.Options
 
 // WithTrustedProxies makes ClientIP believe the forwarding header (see
 // WithProxyHeader) of requests whose immediate peer is in one of
 // prefixes. The default is to trust no proxy and use the peer's address.
 func WithTrustedProxies(prefixes ...netip.Prefix) IPOption {
-	return func(o *ipOptions) { o.trusted = append(o.trusted, prefixes...) }
+	return func(o *ipOptions) { o.Trusted = append(o.Trusted, prefixes...) }
 }
 
 // WithProxyHeader sets the header trusted proxies record the client in:
@@ -98,14 +84,14 @@ func WithTrustedProxies(prefixes ...netip.Prefix) IPOption {
 // parameters). Name the one your proxies set and overwrite: a header they
 // pass through untouched is the client's to forge.
 func WithProxyHeader(name string) IPOption {
-	return func(o *ipOptions) { o.header = http.CanonicalHeaderKey(name) }
+	return func(o *ipOptions) { o.Header = http.CanonicalHeaderKey(name) }
 }
 
 // WithIPv6Prefix sets how many leading bits of an IPv6 address make a key:
 // clients in one /bits network share it, since a single host commonly has
 // a whole /64 to draw addresses from. The default is 64; 128 limits each
 // address alone. It must be in [1, 128].
-func WithIPv6Prefix(bits int) IPOption { return func(o *ipOptions) { o.v6Bits = bits } }
+func WithIPv6Prefix(bits int) IPOption { return func(o *ipOptions) { o.V6Bits = bits } }
 
 // ClientIP returns a key function whose key is the client's IP address:
 // an IPv4 address as written ("192.0.2.1"), an IPv4-mapped IPv6 address
@@ -125,16 +111,12 @@ func WithIPv6Prefix(bits int) IPOption { return func(o *ipOptions) { o.v6Bits = 
 // It returns a *ConfigError for a prefix length outside [1, 128] or a
 // header other than X-Forwarded-For and Forwarded.
 func ClientIP(opts ...IPOption) (KeyFunc, error) {
-	o := ipOptions{header: "X-Forwarded-For", v6Bits: 64}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	ip, e := reqkey.NewIP(o.trusted, o.header, o.v6Bits)
+	ip, header, e := reqkey.Configure("X-Forwarded-For", opts)
 	if e != nil {
 		return nil, &ConfigError{Field: e.Field, Value: e.Value, Want: e.Want}
 	}
 	return func(r *http.Request) (string, error) {
-		key, ok := ip.KeyOf(r.RemoteAddr, func() []string { return r.Header.Values(o.header) })
+		key, ok := ip.KeyOf(r.RemoteAddr, func() []string { return r.Header.Values(header) })
 		if !ok {
 			return "", fmt.Errorf("httplimit: RemoteAddr %q is not an IP address", r.RemoteAddr)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // t0 is the fake clocks' start: a Unix time in nanoseconds.
@@ -26,7 +28,7 @@ const t0 = int64(1_700_000_000) * int64(time.Second)
 
 var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
 
-func newLimiter(t *testing.T, p sluice.Policy, opts ...sluice.LimiterOption) *sluice.Limiter {
+func newLimiter(t *testing.T, p sluice.Policy, opts ...sluice.Option) *sluice.Limiter {
 	t.Helper()
 	l, err := sluice.NewLimiter(p, opts...)
 	if err != nil {
@@ -101,7 +103,7 @@ func TestHeadersMatchResult(t *testing.T) {
 		{sluice.NoLimit(), "-"},
 	} {
 		t.Run(tt.p.String(), func(t *testing.T) {
-			clock, twinClock := sluice.NewFakeClock(t0), sluice.NewFakeClock(t0)
+			clock, twinClock := sluicetest.NewFakeClock(t0), sluicetest.NewFakeClock(t0)
 			l := newLimiter(t, tt.p, sluice.WithClock(clock), sluice.WithStore(memstore.New()))
 			twin := newLimiter(t, tt.p, sluice.WithClock(twinClock))
 			key, err := httplimit.ClientIP()
@@ -163,7 +165,7 @@ func TestRetryAfterRoundsUp(t *testing.T) {
 		{"problem", true, "application/problem+json"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			l := newLimiter(t, sluice.FixedWindow(1, 2*time.Second), sluice.WithClock(clock))
 			h := newMiddleware(t, []httplimit.Limit{{Name: "per-user", Limiter: l, Key: httplimit.Header("X-User")}},
 				httplimit.WithProblemDetails(tt.problem)).Handler(ok)
@@ -251,7 +253,7 @@ func TestRetryAfterNever(t *testing.T) {
 }
 
 func TestCost(t *testing.T) {
-	l := newLimiter(t, sluice.FixedWindow(10, time.Minute), sluice.WithClock(sluice.NewFakeClock(t0)))
+	l := newLimiter(t, sluice.FixedWindow(10, time.Minute), sluice.WithClock(sluicetest.NewFakeClock(t0)))
 	cost := func(r *http.Request) (int64, error) { return strconv.ParseInt(r.Header.Get("X-Cost"), 10, 64) }
 	h := newMiddleware(t, []httplimit.Limit{{Name: "api", Limiter: l, Key: httplimit.Method, Cost: cost}}).Handler(ok)
 	for i, tt := range []struct {
@@ -273,7 +275,7 @@ func TestCost(t *testing.T) {
 // TestSeveralLimits: a request that one limit rejects takes nothing from
 // the others, and the headers state every limit.
 func TestSeveralLimits(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	perIP := newLimiter(t, sluice.FixedWindow(5, time.Minute), sluice.WithClock(clock))
 	perUser := newLimiter(t, sluice.FixedWindow(2, time.Minute), sluice.WithClock(clock))
 	ip, err := httplimit.ClientIP()
@@ -352,7 +354,7 @@ func TestNameEscaped(t *testing.T) {
 // TestManyLimits: more limits than the decisions kept on the stack, with
 // names long enough that the fields outgrow their stack buffers.
 func TestManyLimits(t *testing.T) {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	var ls []httplimit.Limit
 	var policy, limit []string
 	for i := range 6 {
@@ -376,7 +378,7 @@ func TestManyLimits(t *testing.T) {
 // TestHeadersIndependent: the fields share one string and one slice, so
 // a handler that adds to one of them must not change another.
 func TestHeadersIndependent(t *testing.T) {
-	l := newLimiter(t, sluice.FixedWindow(5, time.Minute), sluice.WithClock(sluice.NewFakeClock(t0)))
+	l := newLimiter(t, sluice.FixedWindow(5, time.Minute), sluice.WithClock(sluicetest.NewFakeClock(t0)))
 	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Add("Ratelimit-Policy", "extra")
 		w.Header().Add("X-Ratelimit-Limit", "extra")
@@ -448,6 +450,9 @@ func (s stringer) String() string { return string(s) }
 
 // TestRequestErrors: key and cost functions that fail or panic, and bad
 // costs, answer 400 or 500 without calling the handler, and are logged.
+// A 400 for a missing header says which header; a bare "Bad Request" left
+// the client guessing. The other answers do not say why: the reasons are
+// the server's.
 func TestRequestErrors(t *testing.T) {
 	fails := func(*http.Request) (string, error) { return "", errors.New("no database") }
 	panics := func(*http.Request) (string, error) { panic("key boom") }
@@ -458,15 +463,18 @@ func TestRequestErrors(t *testing.T) {
 		cost       httplimit.CostFunc
 		wantStatus int
 		wantLog    string
+		wantBody   string
 	}{
-		{"missing header", httplimit.Header("X-API-Key"), nil, 400, "header X-Api-Key is missing"},
-		{"missing context value", httplimit.ContextValue(stringer("user")), nil, 400, "no context value for user"},
-		{"key error", fails, nil, 500, "no database"},
-		{"key panic", panics, nil, 500, "key boom"},
-		{"zero cost", httplimit.Path, cost(0), 500, "cost must be positive, got 0"},
-		{"negative cost", httplimit.Path, cost(-3), 500, "cost must be positive, got -3"},
-		{"cost error", httplimit.Path, func(*http.Request) (int64, error) { return 0, errors.New("bad batch") }, 500, "bad batch"},
-		{"cost panic", httplimit.Path, func(*http.Request) (int64, error) { panic("cost boom") }, 500, "cost boom"},
+		{"missing header", httplimit.Header("X-API-Key"), nil, 400, "header X-Api-Key is missing",
+			`the request has no key for rate limit "api": header X-Api-Key is missing`},
+		{"missing context value", httplimit.ContextValue(stringer("user")), nil, 400, "no context value for user",
+			`the request has no key for rate limit "api"`},
+		{"key error", fails, nil, 500, "no database", "Internal Server Error"},
+		{"key panic", panics, nil, 500, "key boom", "Internal Server Error"},
+		{"zero cost", httplimit.Path, cost(0), 500, "cost must be positive, got 0", "Internal Server Error"},
+		{"negative cost", httplimit.Path, cost(-3), 500, "cost must be positive, got -3", "Internal Server Error"},
+		{"cost error", httplimit.Path, func(*http.Request) (int64, error) { return 0, errors.New("bad batch") }, 500, "bad batch", "Internal Server Error"},
+		{"cost panic", httplimit.Path, func(*http.Request) (int64, error) { panic("cost boom") }, 500, "cost boom", "Internal Server Error"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var log bytes.Buffer
@@ -484,6 +492,9 @@ func TestRequestErrors(t *testing.T) {
 			}
 			if !strings.Contains(log.String(), tt.wantLog) {
 				t.Errorf("log %q does not contain %q", log.String(), tt.wantLog)
+			}
+			if body, _ := io.ReadAll(resp.Body); string(body) != tt.wantBody+"\n" {
+				t.Errorf("body %q, want %q", body, tt.wantBody+"\n")
 			}
 			checkHeaders(t, 0, resp.Header, nil)
 		})

@@ -24,7 +24,6 @@ type options struct {
 	base    http.RoundTripper
 	key     KeyFunc
 	maxWait time.Duration
-	sleeper sluice.Sleeper
 }
 
 // WithHeaders sets the rate-limit header styles of New's responses, one
@@ -46,9 +45,11 @@ func WithErrorStatus(code int) Option { return func(o *options) { o.errorStatus 
 func WithProblemDetails(on bool) Option { return func(o *options) { o.problemDetails = on } }
 
 // WithClock sets the wall clock that New's X-RateLimit-Reset and
-// NewTransport's hold-back after a provider's Retry-After read. It must be
-// a wall clock (IsWallClock); a *sluice.FakeClock is one. The default is
-// sluice.WallClock(); nil keeps it.
+// NewTransport's hold-back after a provider's Retry-After read, and that
+// the Transport sleeps on for a hold-back when it has a Sleep method (see
+// sluice.Clock; the limiter's own clock waits for its tokens). It must be
+// a wall clock (IsWallClock); a *sluicetest.FakeClock is one. The default
+// is sluice.WallClock(); nil keeps it.
 func WithClock(c sluice.Clock) Option { return func(o *options) { o.clock = c } }
 
 // WithLogger sets where New logs the requests it could not decide on (key
@@ -71,12 +72,6 @@ func WithKey(k KeyFunc) Option { return func(o *options) { o.key = k } }
 // It must not be negative.
 func WithMaxWait(d time.Duration) Option { return func(o *options) { o.maxWait = d } }
 
-// WithSleeper sets how NewTransport's Transport waits for a provider's
-// hold-back to end; tests pass a *sluice.FakeClock. The limiter's own
-// sleeper waits for its tokens. The default is sluice.TimerSleeper(); nil
-// keeps it.
-func WithSleeper(s sluice.Sleeper) Option { return func(o *options) { o.sleeper = s } }
-
 func newOptions(opts []Option) (options, error) {
 	o := options{
 		headers:       Draft11Headers,
@@ -98,9 +93,6 @@ func newOptions(opts []Option) (options, error) {
 	}
 	if o.key == nil {
 		o.key = hostKey
-	}
-	if o.sleeper == nil {
-		o.sleeper = sluice.TimerSleeper()
 	}
 	switch {
 	case o.headers&^allHeaders != 0:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // handlerTransport sends requests straight to a handler, in process.
@@ -23,7 +24,7 @@ func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // paced runs a client that sends a request every step for run through rt,
 // on clock, and counts the requests that got through; a hold-back of the
 // Transport sleeps on the clock too.
-func paced(t *testing.T, clock *sluice.FakeClock, rt http.RoundTripper, step, run time.Duration) (passed, refused int) {
+func paced(t *testing.T, clock *sluicetest.FakeClock, rt http.RoundTripper, step, run time.Duration) (passed, refused int) {
 	t.Helper()
 	client := &http.Client{Transport: rt}
 	end := clock.Now() + int64(run)
@@ -53,7 +54,7 @@ func paced(t *testing.T, clock *sluice.FakeClock, rt http.RoundTripper, step, ru
 // that sends at most every step, each as soon as the policy allows it:
 // after a refusal, exactly when RetryAfter says.
 func most(t *testing.T, p sluice.Policy, step, run time.Duration) int {
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	l := newLimiter(t, p, sluice.WithClock(clock))
 	n := 0
 	for end := clock.Now() + int64(run); clock.Now() < end; {
@@ -92,7 +93,7 @@ func TestTransportAgainstMiddleware(t *testing.T) {
 		sluice.NoLimit(),
 	} {
 		t.Run(p.String(), func(t *testing.T) {
-			provider := func(clock *sluice.FakeClock) http.Handler {
+			provider := func(clock *sluicetest.FakeClock) http.Handler {
 				m, err := httplimit.New([]httplimit.Limit{{Name: "api", Limiter: newLimiter(t, p, sluice.WithClock(clock)),
 					Key: func(*http.Request) (string, error) { return "client", nil }}}, httplimit.WithClock(clock))
 				if err != nil {
@@ -101,9 +102,9 @@ func TestTransportAgainstMiddleware(t *testing.T) {
 				return m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			}
 			most := most(t, p, step, run)
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			tr := newTransport(t, newLimiter(t, sluice.NoLimit(), sluice.WithClock(clock)),
-				httplimit.WithBase(handlerTransport{provider(clock)}), httplimit.WithClock(clock), httplimit.WithSleeper(clock))
+				httplimit.WithBase(handlerTransport{provider(clock)}), httplimit.WithClock(clock))
 			passed, refused := paced(t, clock, tr, step, run)
 			t.Logf("%d of the %d the policy lets through, %d refused", passed, most, refused)
 			// Retry-After is whole seconds: each hold-back may cost up to

@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/reqkey"
+	"github.com/sluicehq/sluice/internal/sleep"
 )
 
 // Transport is an http.RoundTripper for calling a provider that limits its
@@ -59,12 +61,20 @@ var _ http.RoundTripper = (*Transport)(nil)
 
 // NewTransport returns a transport that takes one token from l, under the
 // request's key, before each request. WithBase, WithKey, WithMaxWait,
-// WithClock and WithSleeper apply. l's policy must support reservations
-// (not SlidingWindow or SlidingLog). It returns a *ConfigError for a nil
-// limiter or a bad option.
+// WithClock applies. l's policy must support reservations,
+// since a request waits for its token with l.Wait: not SlidingWindow or
+// SlidingLog, nor a Compound with either among its members. It returns a
+// *ConfigError for a nil limiter, for one whose policy cannot reserve
+// (matching errors.ErrUnsupported), and for a bad option. A key
+// whose policy comes from sluice.WithPolicyFor is not checked here: one
+// that cannot reserve fails its requests with an error matching errors.ErrUnsupported.
 func NewTransport(l *sluice.Limiter, opts ...Option) (*Transport, error) {
 	if l == nil {
 		return nil, &ConfigError{Field: "limiter", Value: "nil", Want: "is required"}
+	}
+	if r, ok := l.Policy().(interface{ Reserves() bool }); ok && !r.Reserves() {
+		return nil, &ConfigError{Field: "limiter", Value: l.Policy().String(),
+			Want: "needs a policy that can reserve, to wait for its token", err: errors.ErrUnsupported}
 	}
 	o, err := newOptions(opts)
 	if err != nil {
@@ -123,13 +133,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			closeBody(req)
 			return nil, &WaitError{Key: key, Wait: wait, MaxWait: bound, Err: ErrHeldBack}
 		}
-		if err := t.o.sleeper.Sleep(ctx, wait); err != nil {
+		if err := sleep.On(ctx, t.o.clock, wait); err != nil {
 			closeBody(req)
 			return nil, &WaitError{Key: key, MaxWait: bound, Err: err}
 		}
 		maxWait -= wait
 	}
-	if err := t.limiter.Wait(ctx, key, maxWait); err != nil {
+	if err := t.wait(ctx, key, maxWait); err != nil {
 		closeBody(req)
 		var mw *sluice.MaxWaitError
 		switch {
@@ -149,6 +159,24 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.hold(key, policy.SatAdd(now, int64(d)))
 	}
 	return resp, nil
+}
+
+// wait waits for key's token within maxWait: the limiter's Wait, or, for
+// a maxWait of 0 (which Wait refuses: its maxWait must be positive), a
+// reservation of the token only if it is there now, refused as Wait
+// refuses a wait too long.
+func (t *Transport) wait(ctx context.Context, key string, maxWait time.Duration) error {
+	if maxWait > 0 {
+		return t.limiter.Wait(ctx, key, maxWait)
+	}
+	r, err := t.limiter.Reserve(ctx, key, 0)
+	switch {
+	case err != nil:
+		return err
+	case !r.OK():
+		return &sluice.MaxWaitError{Tokens: 1, Wait: r.Result().RetryAfter}
+	}
+	return nil
 }
 
 func closeBody(req *http.Request) {

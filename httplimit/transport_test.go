@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // provider is a test server that counts the requests it sees and answers
@@ -67,12 +68,12 @@ func newTransport(t *testing.T, l *sluice.Limiter, opts ...httplimit.Option) *ht
 func TestFleet(t *testing.T) {
 	const limit, fleet, callers, calls = 20, 4, 5, 6
 	p := newProvider(t, nil)
-	clock := sluice.NewFakeClock(t0)
+	clock := sluicetest.NewFakeClock(t0)
 	store := memstore.New()
 	var transports []*httplimit.Transport
 	for range fleet { // one limiter per process, all on the same store
-		l := newLimiter(t, sluice.TokenBucket(limit, limit, time.Second), sluice.WithStore(store), sluice.WithClock(clock), sluice.WithSleeper(clock))
-		transports = append(transports, newTransport(t, l, httplimit.WithMaxWait(0), httplimit.WithClock(clock), httplimit.WithSleeper(clock)))
+		l := newLimiter(t, sluice.TokenBucket(limit, limit, time.Second), sluice.WithStore(store), sluice.WithClock(clock))
+		transports = append(transports, newTransport(t, l, httplimit.WithMaxWait(0), httplimit.WithClock(clock)))
 	}
 	round := func() (sent, refused int64) {
 		var wg sync.WaitGroup
@@ -115,9 +116,9 @@ func TestFleet(t *testing.T) {
 // wait, and one that would wait longer is not sent.
 func TestTransportWaits(t *testing.T) {
 	p := newProvider(t, nil)
-	clock := sluice.NewFakeClock(t0)
-	l := newLimiter(t, sluice.TokenBucket(1, 1, time.Second), sluice.WithClock(clock), sluice.WithSleeper(clock))
-	client := &http.Client{Transport: newTransport(t, l, httplimit.WithMaxWait(1500*time.Millisecond), httplimit.WithClock(clock), httplimit.WithSleeper(clock))}
+	clock := sluicetest.NewFakeClock(t0)
+	l := newLimiter(t, sluice.TokenBucket(1, 1, time.Second), sluice.WithClock(clock))
+	client := &http.Client{Transport: newTransport(t, l, httplimit.WithMaxWait(1500*time.Millisecond), httplimit.WithClock(clock))}
 	for i := range 2 {
 		resp, err := client.Get(p.URL)
 		if err != nil {
@@ -207,9 +208,9 @@ func TestHoldBack(t *testing.T) {
 					w.WriteHeader(tt.status)
 				}
 			})
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			l := newLimiter(t, sluice.NoLimit())
-			fast := &http.Client{Transport: newTransport(t, l, httplimit.WithMaxWait(0), httplimit.WithClock(clock), httplimit.WithSleeper(clock))}
+			fast := &http.Client{Transport: newTransport(t, l, httplimit.WithMaxWait(0), httplimit.WithClock(clock))}
 			resp, err := fast.Get(p.URL)
 			if err != nil {
 				t.Fatal(err)
@@ -244,9 +245,9 @@ func TestHoldBackWaits(t *testing.T) {
 			io.WriteString(w, "slow down")
 		}
 	})
-	clock := sluice.NewFakeClock(t0)
-	l := newLimiter(t, sluice.GCRA(10, 10, time.Second), sluice.WithClock(clock), sluice.WithSleeper(clock))
-	client := &http.Client{Transport: newTransport(t, l, httplimit.WithMaxWait(time.Minute), httplimit.WithClock(clock), httplimit.WithSleeper(clock))}
+	clock := sluicetest.NewFakeClock(t0)
+	l := newLimiter(t, sluice.GCRA(10, 10, time.Second), sluice.WithClock(clock))
+	client := &http.Client{Transport: newTransport(t, l, httplimit.WithMaxWait(time.Minute), httplimit.WithClock(clock))}
 	resp, err := client.Post(p.URL, "text/plain", strings.NewReader("send SMS"))
 	if err != nil {
 		t.Fatal(err)
@@ -288,12 +289,58 @@ func TestNewTransportErrors(t *testing.T) {
 	}
 }
 
+// TestNewTransportNeedsReservations: a request waits for its token with
+// Limiter.Wait, which needs a reservation once the token is not there at
+// once. A policy that cannot reserve is refused when the Transport is made,
+// by what its machine can do: a sliding window and a sliding log, and a
+// compound with either among its members. NewTransport accepted them, and
+// then every request on a store failed with an error matching errors.ErrUnsupported.
+func TestNewTransportNeedsReservations(t *testing.T) {
+	for _, tt := range []struct {
+		p    sluice.Policy
+		want bool
+	}{
+		{sluice.SlidingWindow(10, time.Second), false},
+		{sluice.SlidingLog(10, time.Second), false},
+		{sluice.Compound(sluice.TokenBucket(10, 10, time.Second), sluice.SlidingWindow(100, time.Minute)), false},
+		{sluice.FixedWindow(10, time.Second), true},
+		{sluice.AlignedFixedWindow(10, time.Second), true},
+		{sluice.TokenBucket(10, 10, time.Second), true},
+		{sluice.LeakyBucket(10, 10, time.Second), true},
+		{sluice.GCRA(10, 10, time.Second), true},
+		{sluice.Shaper(1, time.Second, 10), true},
+		{sluice.Compound(sluice.TokenBucket(10, 10, time.Second), sluice.FixedWindow(100, time.Minute)), true},
+		{sluice.NoLimit(), true},
+	} {
+		l := newLimiter(t, tt.p, sluice.WithStore(memstore.New()))
+		tr, err := httplimit.NewTransport(l)
+		if !tt.want {
+			var ce *httplimit.ConfigError
+			if !errors.As(err, &ce) || ce.Field != "limiter" || !errors.Is(err, errors.ErrUnsupported) {
+				t.Errorf("NewTransport(%v) = %v, want a *ConfigError of limiter matching errors.ErrUnsupported", tt.p, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("NewTransport(%v) = %v", tt.p, err)
+			continue
+		}
+		p := newProvider(t, nil)
+		resp, err := (&http.Client{Transport: tr}).Get(p.URL)
+		if err != nil {
+			t.Errorf("%v: GET = %v", tt.p, err)
+			continue
+		}
+		resp.Body.Close()
+	}
+}
+
 // TestTransportKey: WithKey puts two hosts of one provider under one
 // limit; without it each host has its own.
 func TestTransportKey(t *testing.T) {
 	a, b := newProvider(t, nil), newProvider(t, nil)
 	send := func(opts ...httplimit.Option) (sent int) {
-		clock := sluice.NewFakeClock(t0)
+		clock := sluicetest.NewFakeClock(t0)
 		l := newLimiter(t, sluice.FixedWindow(2, time.Minute), sluice.WithClock(clock))
 		client := &http.Client{Transport: newTransport(t, l, append(opts, httplimit.WithMaxWait(0), httplimit.WithClock(clock))...)}
 		for _, p := range []*provider{a, b, a, b} {
@@ -321,9 +368,9 @@ func TestTransportKey(t *testing.T) {
 // sleeping, sending or taking the token.
 func TestTransportDeadline(t *testing.T) {
 	p := newProvider(t, nil)
-	clock := sluice.NewFakeClock(t0)
-	l := newLimiter(t, sluice.TokenBucket(1, 1, time.Hour), sluice.WithClock(clock), sluice.WithSleeper(clock))
-	client := &http.Client{Transport: newTransport(t, l, httplimit.WithClock(clock), httplimit.WithSleeper(clock))}
+	clock := sluicetest.NewFakeClock(t0)
+	l := newLimiter(t, sluice.TokenBucket(1, 1, time.Hour), sluice.WithClock(clock))
+	client := &http.Client{Transport: newTransport(t, l, httplimit.WithClock(clock))}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for i, want := range []bool{true, false} {

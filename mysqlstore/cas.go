@@ -11,6 +11,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/sqlstore"
 )
 
 // casStore is the driver.CAS of SingleStatement: one statement per call,
@@ -61,15 +62,11 @@ type casStore struct{ s *Store }
 // Get returns key's state, nil when it has none: no row, an expired row
 // or an empty row. One round trip.
 func (c casStore) Get(ctx context.Context, key string) ([]byte, error) {
-	var state []byte
-	err := c.s.db.QueryRowContext(ctx, c.s.q.get, key).Scan(&state)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
+	state, _, err := sqlstore.ReadState(c.s.db.QueryRowContext(ctx, c.s.q.get, key), sql.ErrNoRows)
 	if err != nil {
 		return nil, classify(ctx, err, false)
 	}
-	return nilIfEmpty(state), nil
+	return state, nil
 }
 
 // CompareAndSwap writes next if key's state is still old, in one

@@ -68,9 +68,15 @@
 // # Cleanup
 //
 // Expired rows read as absent but stay in the table until
-// [Store.DeleteExpired] removes them, at most a batch per statement
-// (DELETE … ORDER BY expires_at LIMIT n, at READ COMMITTED). Call it until
-// it returns 0, from cron or a time.Ticker in one process.
+// [Store.DeleteExpired] removes them, at most a batch per transaction at
+// READ COMMITTED: the oldest expired keys, read without locks, then
+// deleted by key, each only if still expired once locked, so a renewal
+// is never lost. [WithSweep] runs it in the background every interval
+// until [Store.Close]: the table then holds the keys used within their
+// ttl, and expired rows for at most about the interval after they expire
+// (plus the time to delete a backlog, about a thousand rows per
+// transaction). Without it, nothing bounds the table: call DeleteExpired
+// until it returns 0, from cron or a time.Ticker.
 //
 // # Clocks
 //

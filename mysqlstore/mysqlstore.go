@@ -9,13 +9,14 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/sqlstore"
+	"github.com/sluicehq/sluice/internal/storeerr"
 )
 
 // Strategy is how a Store makes an update atomic. Processes that share a
@@ -40,26 +41,18 @@ const (
 
 // String returns the constant's name, "SingleStatement" or
 // "SelectForUpdate".
-func (s Strategy) String() string {
-	switch s {
-	case SingleStatement:
-		return "SingleStatement"
-	case SelectForUpdate:
-		return "SelectForUpdate"
-	}
-	return fmt.Sprintf("Strategy(%d)", int(s))
-}
+func (s Strategy) String() string { return sqlstore.Name(sqlstore.Strategy(s), dialect.Strategies) }
 
 // DefaultStateCache is how many keys' states a SingleStatement store
-// remembers by default; see WithStateCache.
-const DefaultStateCache = 4096
+// remembers by default (4096); see WithStateCache.
+const DefaultStateCache = sqlstore.DefaultStateCache
 
 // Defaults of the options.
 const (
-	DefaultTable         = "sluice_state"
-	DefaultKeyColumn     = "key"
-	DefaultStateColumn   = "state"
-	DefaultExpiresColumn = "expires_at"
+	DefaultTable         = sqlstore.DefaultTable         // "sluice_state"
+	DefaultKeyColumn     = sqlstore.DefaultKeyColumn     // "key"
+	DefaultStateColumn   = sqlstore.DefaultStateColumn   // "state"
+	DefaultExpiresColumn = sqlstore.DefaultExpiresColumn // "expires_at"
 )
 
 // Limits of the table's columns.
@@ -90,44 +83,33 @@ func (e *IdentifierError) Error() string {
 	return fmt.Sprintf("mysqlstore: %s: %q is not an SQL identifier (letters, digits and _, not starting with a digit, 1 to 64 bytes)", e.Option, e.Name)
 }
 
-// identRE is an unquoted identifier of at most 64 bytes, MySQL's limit.
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+// dialect is MySQL's: identifiers of at most 64 bytes, and column names
+// that are case-insensitive.
+var dialect = sqlstore.Dialect{
+	Pkg:             "mysqlstore",
+	MaxIdent:        64,
+	FoldCase:        true,
+	Strategies:      int(SelectForUpdate) + 1,
+	IdentifierError: func(option, name string) error { return &IdentifierError{Option: option, Name: name} },
+}
 
 // Option configures New.
 type Option func(*options)
 
-type options struct {
-	table, schema       string
-	qualified           bool   // table has a database
-	tableOpt            string // the name as given, for errors
-	key, state, expires string
-	strategy            Strategy
-	maxAttempts         int
-	stateCache          int
-}
+type options = sqlstore.Config
 
 // WithTable sets the table, "name" or "db.name"; the default is
 // "sluice_state" in the connection's database.
-func WithTable(name string) Option {
-	return func(o *options) {
-		o.schema, o.table, o.qualified = "", name, false
-		if s, t, ok := strings.Cut(name, "."); ok {
-			o.schema, o.table, o.qualified = s, t, true
-		}
-		o.tableOpt = name
-	}
-}
+func WithTable(name string) Option { return func(o *options) { o.SetTable(name) } }
 
 // WithColumns sets the names of the key, state and expiry columns; the
 // defaults are "key", "state" and "expires_at".
 func WithColumns(key, state, expires string) Option {
-	return func(o *options) { o.key, o.state, o.expires = key, state, expires }
+	return func(o *options) { o.Key, o.State, o.Expires = key, state, expires }
 }
 
 // WithStrategy sets the strategy; the default is SingleStatement.
-func WithStrategy(s Strategy) Option {
-	return func(o *options) { o.strategy = s }
-}
+func WithStrategy(s Strategy) Option { return func(o *options) { o.Strategy = sqlstore.Strategy(s) } }
 
 // WithStateCache sets for how many keys a SingleStatement store remembers
 // the state it last wrote or read (the default is DefaultStateCache; 0
@@ -136,9 +118,7 @@ func WithStrategy(s Strategy) Option {
 // two; a stale entry (another process wrote, or the state expired) only
 // costs a lost compare and a read, never a wrong decision. See
 // driver.WithStateCache. SelectForUpdate ignores it.
-func WithStateCache(entries int) Option {
-	return func(o *options) { o.stateCache = entries }
-}
+func WithStateCache(entries int) Option { return func(o *options) { o.StateCache = entries } }
 
 // WithMaxAttempts bounds the attempts of one update: with
 // SingleStatement, the conditional writes lost to other writers; with
@@ -146,8 +126,24 @@ func WithStateCache(entries int) Option {
 // row. Past it the update fails with driver.ErrConflict. The default, 0,
 // is no bound: the update retries until its context ends, so that
 // contention is never a failure (see driver.NewCASStore).
-func WithMaxAttempts(n int) Option {
-	return func(o *options) { o.maxAttempts = n }
+func WithMaxAttempts(n int) Option { return func(o *options) { o.MaxAttempts = n } }
+
+// WithSweep makes the Store delete expired rows by itself: New starts a
+// goroutine that, every interval, calls DeleteExpired with batches of
+// 1000 rows until a batch deletes fewer, and Close stops it. report, if
+// not nil, is called on that goroutine after each batch with the rows it
+// deleted or its error (a metric, a log line); it must not block. A
+// batch is bounded to 30s. Expired rows then stay in the table at most
+// about interval after they expire, and the table holds about the keys
+// used within their ttl plus interval. interval must be positive; the
+// default is no sweep.
+//
+// Each batch deletes only rows still expired once locked, so a key
+// renewed meanwhile keeps its row (see DeleteExpired). Several processes
+// may sweep one table; they may pick the same rows, which only one
+// deletes.
+func WithSweep(interval time.Duration, report func(deleted int64, err error)) Option {
+	return func(o *options) { o.SweepEvery, o.SweepReport, o.SweepSet = interval, report, true }
 }
 
 // DB is the part of *sql.DB that a Store uses; *sql.Conn satisfies it too.
@@ -164,74 +160,47 @@ type DB interface {
 
 // Store keeps sluice state in a MySQL or MariaDB (InnoDB) table. It is a
 // driver.Store and a driver.Deleter, and is safe for concurrent use by
-// multiple goroutines when its DB is (a *sql.DB is).
+// multiple goroutines when its DB is (a *sql.DB is). With WithSweep it
+// runs a goroutine until Close.
 type Store struct {
-	db       DB
-	strategy Strategy
-	q        queries
-	s        driver.Store
+	db   DB
+	q    queries
+	core *sqlstore.Store
 }
 
 var (
-	_ driver.Store     = (*Store)(nil)
-	_ driver.Deleter   = (*Store)(nil)
-	_ driver.CAS       = casStore{}
-	_ driver.Deleter   = casStore{}
-	_ driver.RowLocker = rowLocker{}
+	_ driver.Store   = (*Store)(nil)
+	_ driver.Deleter = (*Store)(nil)
 )
 
 // New returns a Store on db, usually a *sql.DB opened with the "mysql"
 // driver. It does not touch the database: create the table with Migrate,
-// or with DDL in your own migrations. It fails with an *IdentifierError
+// or with DDL in your own migrations. With WithSweep it starts the
+// sweep's goroutine, which Close stops. It fails with an *IdentifierError
 // for a name that is not an SQL identifier, and with an error for another
 // invalid option.
 func New(db DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("mysqlstore: nil DB")
 	}
-	o := options{
-		table:      DefaultTable,
-		tableOpt:   DefaultTable,
-		key:        DefaultKeyColumn,
-		state:      DefaultStateColumn,
-		expires:    DefaultExpiresColumn,
-		stateCache: DefaultStateCache,
+	o, err := sqlstore.Configure(dialect, opts)
+	if err != nil {
+		return nil, err
 	}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if !identRE.MatchString(o.table) || (o.qualified && !identRE.MatchString(o.schema)) {
-		return nil, &IdentifierError{Option: "WithTable", Name: o.tableOpt}
-	}
-	for _, c := range []string{o.key, o.state, o.expires} {
-		if !identRE.MatchString(c) {
-			return nil, &IdentifierError{Option: "WithColumns", Name: c}
-		}
-	}
-	// MySQL column names are case-insensitive.
-	if strings.EqualFold(o.key, o.state) || strings.EqualFold(o.key, o.expires) || strings.EqualFold(o.state, o.expires) {
-		return nil, fmt.Errorf("mysqlstore: WithColumns: names must differ, got %q, %q, %q", o.key, o.state, o.expires)
-	}
-	if o.maxAttempts < 0 {
-		return nil, fmt.Errorf("mysqlstore: WithMaxAttempts: attempts must not be negative, got %d", o.maxAttempts)
-	}
-	if o.stateCache < 0 {
-		return nil, fmt.Errorf("mysqlstore: WithStateCache: entries must not be negative, got %d", o.stateCache)
-	}
-	s := &Store{db: db, strategy: o.strategy, q: newQueries(o)}
-	switch o.strategy {
-	case SingleStatement:
-		s.s = driver.NewCASStore(casStore{s}, driver.WithMaxAttempts(o.maxAttempts), driver.WithStateCache(o.stateCache))
-	case SelectForUpdate:
-		s.s = driver.NewRowLockStore(rowLocker{s}, driver.WithMaxAttempts(o.maxAttempts))
-	default:
-		return nil, fmt.Errorf("mysqlstore: WithStrategy: unknown strategy %v", o.strategy)
-	}
+	s := &Store{db: db, q: newQueries(o)}
+	s.core = sqlstore.New(dialect, o, sqlstore.Blocks{CAS: casStore{s}, RowLocker: rowLocker{s}}, s.deleteKey, s.DeleteExpired)
 	return s, nil
 }
 
+// Close stops the sweep of WithSweep, cancelling a batch in progress, and
+// waits for its goroutine to end; after it returns, report is not called
+// again. It does not close the DB, which the caller owns, and does
+// nothing without WithSweep. It returns nil, and may be called more than
+// once.
+func (s *Store) Close() error { return s.core.Close() }
+
 // Strategy returns the store's strategy.
-func (s *Store) Strategy() Strategy { return s.strategy }
+func (s *Store) Strategy() Strategy { return Strategy(s.core.Strategy()) }
 
 // Update atomically reads key's state, calls fn and writes its result
 // when it changed, as driver.Store requires. Its errors wrap
@@ -240,29 +209,12 @@ func (s *Store) Strategy() Strategy { return s.strategy }
 // ctx.Err(). Any key is accepted: one shorter than MaxKeyLen bytes is
 // stored as it is, a longer one under driver.ShortKey, which errors name.
 func (s *Store) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
-	key = driver.ShortKey(key)
-	err := s.s.Update(ctx, key, fn)
-	if err == nil || isBareContextErr(err) {
-		return err
-	}
-	return fmt.Errorf("mysqlstore: update %s: %w", driver.QuoteKey(key), err)
+	return s.core.Update(ctx, key, fn)
 }
 
 // Delete removes key's state at once. Deleting a key without state is not
 // an error.
-func (s *Store) Delete(ctx context.Context, key string) error {
-	key = driver.ShortKey(key)
-	var err error
-	if d, ok := s.s.(driver.Deleter); ok {
-		err = d.Delete(ctx, key) // drops the state cache's entry too
-	} else {
-		err = s.deleteKey(ctx, key)
-	}
-	if err != nil {
-		return wrapErr("mysqlstore: delete "+driver.QuoteKey(key), err)
-	}
-	return nil
-}
+func (s *Store) Delete(ctx context.Context, key string) error { return s.core.Delete(ctx, key) }
 
 // deleteKey deletes key's row: one round trip.
 func (s *Store) deleteKey(ctx context.Context, key string) error {
@@ -272,9 +224,16 @@ func (s *Store) deleteKey(ctx context.Context, key string) error {
 	return nil
 }
 
+// maxDeleteBatch is the largest batch of DeleteExpired: its DELETE names
+// each key, and ten thousand keys of up to 255 bytes, escaped, keep the
+// statement under about 5 MB, within the default max_allowed_packet of
+// MariaDB (16 MB) and MySQL 8 (64 MB).
+const maxDeleteBatch = 10_000
+
 // DeleteExpired deletes at most batch expired rows
-// (expires_at <= UTC_TIMESTAMP(6)) in one READ COMMITTED transaction, so
-// that it takes no gap locks, and returns how many it deleted. Run it
+// (expires_at <= UTC_TIMESTAMP(6)), oldest first, in one READ COMMITTED
+// transaction, so that it takes no gap locks, and returns how many it
+// deleted. WithSweep runs it in the background; without it, run it
 // periodically, from cron or a time.Ticker, calling it until it returns 0:
 //
 //	for {
@@ -284,34 +243,71 @@ func (s *Store) deleteKey(ctx context.Context, key string) error {
 //		}
 //	}
 //
-// Small batches keep each transaction and its row locks short. Expired
-// rows read as no state whether or not they are deleted, so cleanup only
-// reclaims space. An error wrapping driver.ErrConflict (a deadlock with
-// an update) is safe to retry.
+// It reads the keys of expired rows through the expiry index without
+// locking them, then deletes those rows by key, each only if it is still
+// expired once locked: a row that a limiter renewed meanwhile is kept. By
+// key, it locks rows in the order of the primary key and locks no entry
+// of the expiry index before its row, as a limiter's update does, so the
+// two wait for each other but do not deadlock (finding the rows through
+// the expiry index, a DELETE would hold the index entry that a
+// SelectForUpdate renewal of the row must change). It waits for a row
+// that a limiter holds, for as long as the limiter's statement or
+// transaction lasts. batch is 1 to 10,000; small batches keep
+// each transaction and its row locks short. Expired rows read as no state whether or not they are
+// deleted, so cleanup only reclaims space. An error wrapping
+// driver.ErrConflict is safe to retry.
 func (s *Store) DeleteExpired(ctx context.Context, batch int) (deleted int64, err error) {
-	if batch < 1 {
-		return 0, fmt.Errorf("mysqlstore: delete expired: batch must be at least 1, got %d", batch)
+	if batch < 1 || batch > maxDeleteBatch {
+		return 0, fmt.Errorf("mysqlstore: delete expired: batch must be 1 to %d, got %d", maxDeleteBatch, batch)
 	}
 	tx, err := s.db.BeginTx(ctx, &txOptions)
 	if err != nil {
-		return 0, wrapErr("mysqlstore: delete expired", classify(ctx, err, false))
+		return 0, storeerr.Wrap("mysqlstore: delete expired", classify(ctx, err, false))
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, s.q.deleteExpired, batch)
+	keys, err := expiredKeys(ctx, tx, s.q.expiredKeys, batch)
 	if err != nil {
-		return 0, wrapErr("mysqlstore: delete expired", classify(ctx, err, false))
+		return 0, storeerr.Wrap("mysqlstore: delete expired", classify(ctx, err, false))
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	// The IN list has one placeholder per key: at most batch.
+	del := s.q.deleteExpired + strings.Repeat(", ?", len(keys)-1) + ")"
+	res, err := tx.ExecContext(ctx, del, keys...)
+	if err != nil {
+		return 0, storeerr.Wrap("mysqlstore: delete expired", classify(ctx, err, false))
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, wrapErr("mysqlstore: delete expired", classify(ctx, err, true))
+		return 0, storeerr.Wrap("mysqlstore: delete expired", classify(ctx, err, true))
 	}
 	return res.RowsAffected()
+}
+
+// expiredKeys returns the keys of at most batch expired rows, as
+// arguments of the DELETE.
+func expiredKeys(ctx context.Context, tx *sql.Tx, query string, batch int) ([]any, error) {
+	rows, err := tx.QueryContext(ctx, query, batch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var keys []any
+	for rows.Next() {
+		var k []byte
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	return keys, rows.Err()
 }
 
 // Ping checks that the database answers. Its error wraps
 // driver.ErrUnavailable, or is ctx.Err().
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.db.PingContext(ctx); err != nil {
-		return wrapErr("mysqlstore: ping", classify(ctx, err, false))
+		return storeerr.Wrap("mysqlstore: ping", classify(ctx, err, false))
 	}
 	return nil
 }
@@ -328,22 +324,9 @@ func (s *Store) DDL() string { return s.q.ddl }
 // It is safe to run at every start.
 func (s *Store) Migrate(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, s.q.ddl); err != nil {
-		return wrapErr("mysqlstore: migrate", classify(ctx, err, false))
+		return storeerr.Wrap("mysqlstore: migrate", classify(ctx, err, false))
 	}
 	return nil
-}
-
-// wrapErr prefixes err with what, unless err is a bare context error,
-// which is returned as is.
-func wrapErr(what string, err error) error {
-	if isBareContextErr(err) {
-		return err
-	}
-	return fmt.Errorf("%s: %w", what, err)
-}
-
-func isBareContextErr(err error) bool {
-	return err == context.Canceled || err == context.DeadlineExceeded
 }
 
 // MySQL error numbers after which a retry is safe once the transaction is
@@ -361,33 +344,23 @@ const (
 const errDupEntry = 1062 // ER_DUP_ENTRY
 
 // classify maps err, returned by a statement or a COMMIT, to the driver's
-// errors. write says whether the statement may have written state: a
-// Delete, or the COMMIT of a transaction that wrote. An error the server
-// reported (it rolled the statement back), an error before sending
-// (notSent) and the failure of anything but a write leave nothing
-// written.
+// errors (see storeerr.Classify). write says whether the statement may
+// have written state: a Delete, or the COMMIT of a transaction that
+// wrote. An error the server reported rolled the statement back.
 func classify(ctx context.Context, err error, write bool) error {
+	out := storeerr.NoAnswer
 	var me *mysql.MySQLError
-	if errors.As(err, &me) {
+	switch {
+	case errors.As(err, &me):
+		out = storeerr.Refused
 		switch me.Number {
 		case errLockWaitTimeout, errLockDeadlock, errCheckRead:
-			return fmt.Errorf("%w: %w", driver.ErrConflict, err)
+			out = storeerr.Conflict
 		}
-		if cerr := ctx.Err(); cerr != nil {
-			return cerr
-		}
-		return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
+	case notSent(err):
+		out = storeerr.NotSent
 	}
-	if write && !notSent(err) {
-		if cerr := ctx.Err(); cerr != nil {
-			return fmt.Errorf("%w: %w", driver.ErrIndeterminate, cerr)
-		}
-		return fmt.Errorf("%w: %w", driver.ErrIndeterminate, err)
-	}
-	if cerr := ctx.Err(); cerr != nil {
-		return cerr
-	}
-	return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
+	return storeerr.Classify(ctx, err, write, out)
 }
 
 // notSent reports whether err certainly happened before the statement
@@ -404,16 +377,16 @@ type queries struct {
 	get, insert, updateAbsent, updateIf string
 	sameForever                         string
 	lockRow, insertEmpty, updateRow     string
-	delete, deleteExpired               string
+	delete, expiredKeys, deleteExpired  string
 }
 
 func newQueries(o options) queries {
-	ident := func(s string) string { return "`" + s + "`" } // s matches identRE
-	table := ident(o.table)
-	if o.qualified {
-		table = ident(o.schema) + "." + table
+	ident := func(s string) string { return "`" + s + "`" } // s is an identifier (sqlstore.Configure)
+	table := ident(o.Table)
+	if o.Qualified {
+		table = ident(o.Schema) + "." + table
 	}
-	k, st, ex := ident(o.key), ident(o.state), ident(o.expires)
+	k, st, ex := ident(o.Key), ident(o.State), ident(o.Expires)
 	r := strings.NewReplacer(
 		"{{table}}", table, "{{key}}", k, "{{state}}", st, "{{expires}}", ex,
 	)
@@ -446,9 +419,18 @@ func newQueries(o options) queries {
 		insertEmpty: fmt.Sprintf("INSERT IGNORE INTO %s (%s, %s, %s) VALUES (?, '', UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE)", table, k, st, ex),
 		// The second argument is the ttl in microseconds, NULL for no
 		// expiry (adding a NULL interval gives NULL).
-		updateRow:     fmt.Sprintf("UPDATE %s SET %s = ?, %s = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE %s = ?", table, st, ex, k),
-		delete:        fmt.Sprintf("DELETE FROM %s WHERE %s = ?", table, k),
-		deleteExpired: fmt.Sprintf("DELETE FROM %s WHERE %s <= UTC_TIMESTAMP(6) ORDER BY %s LIMIT ?", table, ex, ex),
+		updateRow: fmt.Sprintf("UPDATE %s SET %s = ?, %s = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE %s = ?", table, st, ex, k),
+		delete:    fmt.Sprintf("DELETE FROM %s WHERE %s = ?", table, k),
+		// DeleteExpired: a consistent read of expired keys through the
+		// expiry index, then a DELETE by key, to which it appends the
+		// placeholders of the keys but the first and ")". The DELETE
+		// checks expiry again on each row once locked; COALESCE hides the
+		// expiry column from the optimizer, which must not find the rows
+		// through the expiry index (see DeleteExpired), and keeps a row
+		// that never expires.
+		expiredKeys: fmt.Sprintf("SELECT %s FROM %s WHERE %s <= UTC_TIMESTAMP(6) ORDER BY %s LIMIT ?", k, table, ex, ex),
+		deleteExpired: fmt.Sprintf("DELETE FROM %s WHERE COALESCE(%s, CAST('9999-12-31' AS DATETIME(6))) <= UTC_TIMESTAMP(6) AND %s IN (?",
+			table, ex, k),
 	}
 }
 
@@ -463,12 +445,4 @@ func ttlArg(ttl time.Duration) any {
 		us++
 	}
 	return us
-}
-
-// nilIfEmpty returns nil for an empty state: an empty row has none.
-func nilIfEmpty(b []byte) []byte {
-	if len(b) == 0 {
-		return nil
-	}
-	return b
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/drivertest"
 	"github.com/sluicehq/sluice/internal/testserver"
+	"github.com/sluicehq/sluice/internal/timing"
 	"github.com/sluicehq/sluice/mysqlstore"
 )
 
@@ -297,8 +298,10 @@ func TestDeleteExpired(t *testing.T) {
 	if left != 5 || all != 5 {
 		t.Errorf("rows left = %d (%d live), want 5 live", all, left)
 	}
-	if _, err := s.DeleteExpired(ctx, 0); err == nil {
-		t.Error("DeleteExpired(0) = nil error, want an error")
+	for _, batch := range []int{0, 10_001} {
+		if _, err := s.DeleteExpired(ctx, batch); err == nil {
+			t.Errorf("DeleteExpired(%d) = nil error, want an error", batch)
+		}
 	}
 }
 
@@ -415,7 +418,12 @@ func TestInvalidOptions(t *testing.T) {
 	}
 	for _, opt := range []mysqlstore.Option{
 		mysqlstore.WithMaxAttempts(-1),
+		mysqlstore.WithStateCache(-1),
+		// The number of pgstore's AdvisoryLock, which MySQL has not.
+		mysqlstore.WithStrategy(mysqlstore.SelectForUpdate + 1),
 		mysqlstore.WithColumns("a", "A", "b"),
+		mysqlstore.WithSweep(0, nil),
+		mysqlstore.WithSweep(-time.Second, nil),
 	} {
 		if _, err := mysqlstore.New(db, opt); err == nil {
 			t.Errorf("New with an invalid option = nil error")
@@ -453,12 +461,36 @@ func lockRow(t *testing.T, db *sql.DB, table, key string) (release func()) {
 	return func() { tx.Rollback() }
 }
 
+// waitForLock waits until the server runs a statement on table other
+// than the lock holder's: with the row locked, it waits for the lock. (It
+// reads the process list: reading INNODB_TRX takes InnoDB's lock latches,
+// and asked often, kept the update it waited for from queueing for the
+// lock for seconds.)
+func waitForLock(t *testing.T, db *sql.DB, table string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var n int
+		if err := db.QueryRowContext(t.Context(), `SELECT COUNT(*) FROM information_schema.PROCESSLIST
+			WHERE ID <> CONNECTION_ID() AND COMMAND = 'Query' AND LOCATE(?, INFO) > 0`, table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no statement on %s waits for a lock after 30s", table)
+		}
+	}
+}
+
 // TestDeadlineWhileBlocked: a deadline that passes while an update waits
 // for a row lock. With SelectForUpdate the transaction never committed,
 // so nothing was written and the error is not indeterminate. With
 // SingleStatement the UPDATE was sent and runs by itself once the lock is
 // released (the server does not notice the client left), so the error
-// must be driver.ErrIndeterminate.
+// must be driver.ErrIndeterminate. The deadline passes once the server
+// shows the update waiting for the lock, not after a time in which a slow
+// machine may not have sent it.
 func TestDeadlineWhileBlocked(t *testing.T) {
 	forEachStrategy(t, func(t *testing.T, st mysqlstore.Strategy, opt mysqlstore.Option) {
 		db := open(t, "")
@@ -468,9 +500,12 @@ func TestDeadlineWhileBlocked(t *testing.T) {
 			t.Fatal(err)
 		}
 		release := lockRow(t, db, table, "k")
-		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-		defer cancel()
-		err := s.Update(ctx, "k", incr)
+		ctx, expire := timing.Expiring(t.Context())
+		errc := make(chan error, 1)
+		go func() { errc <- s.Update(ctx, "k", incr) }()
+		waitForLock(t, db, table)
+		expire()
+		err := <-errc
 		release()
 		switch st {
 		case mysqlstore.SelectForUpdate:
@@ -730,5 +765,19 @@ func TestIsolationLevels(t *testing.T) {
 				t.Errorf("count(hot) = %d, want %d", got, workers*keys)
 			}
 		})
+	}
+}
+
+// TestStrategyString pins the names, which come from the numbers the
+// strategies share with pgstore's (internal/sqlstore).
+func TestStrategyString(t *testing.T) {
+	for st, want := range map[mysqlstore.Strategy]string{
+		mysqlstore.SingleStatement: "SingleStatement",
+		mysqlstore.SelectForUpdate: "SelectForUpdate",
+		mysqlstore.Strategy(2):     "Strategy(2)", // pgstore's AdvisoryLock
+	} {
+		if got := st.String(); got != want {
+			t.Errorf("Strategy(%d).String() = %q, want %q", int(st), got, want)
+		}
 	}
 }

@@ -3,11 +3,11 @@ package mysqlstore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/sqlstore"
 )
 
 // txOptions start every transaction. Under READ COMMITTED, InnoDB takes
@@ -49,14 +49,11 @@ type rowTx struct {
 // interpolateParams=true in the DSN, which prepares the statement). An
 // expired or empty row reads as no state; no row, as not found.
 func (t *rowTx) TryLockAndGet(ctx context.Context) (state []byte, found bool, err error) {
-	err = t.tx.QueryRowContext(ctx, t.s.q.lockRow, t.key).Scan(&state)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, false, nil
-	}
+	state, found, err = sqlstore.ReadState(t.tx.QueryRowContext(ctx, t.s.q.lockRow, t.key), sql.ErrNoRows)
 	if err != nil {
 		return nil, false, classify(ctx, err, false)
 	}
-	return nilIfEmpty(state), true, nil
+	return state, found, nil
 }
 
 // TryInsertEmpty inserts an empty row unless the key has one: one round

@@ -2,10 +2,11 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sluicehq/sluice/internal/sqlstore"
 )
 
 // casStore is the driver.CAS of SingleStatement: one statement per call,
@@ -15,15 +16,11 @@ type casStore struct{ s *Store }
 // Get returns key's state, nil when it has none: no row, an expired row
 // or an empty row. One round trip.
 func (c casStore) Get(ctx context.Context, key string) ([]byte, error) {
-	var state []byte
-	err := c.s.db.QueryRow(ctx, c.s.q.get, []byte(key)).Scan(&state)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
+	state, _, err := sqlstore.ReadState(c.s.db.QueryRow(ctx, c.s.q.get, []byte(key)), pgx.ErrNoRows)
 	if err != nil {
 		return nil, classify(ctx, err, false)
 	}
-	return nilIfEmpty(state), nil
+	return state, nil
 }
 
 // CompareAndSwap writes next if key's state is still old, in one
@@ -36,10 +33,10 @@ func (c casStore) CompareAndSwap(ctx context.Context, key string, old, next []by
 	var args []any
 	sql := c.s.q.casInsert
 	if old == nil {
-		args = []any{[]byte(key), nonNil(next), ttlArg(ttl)}
+		args = []any{[]byte(key), sqlstore.NonNil(next), ttlArg(ttl)}
 	} else {
 		sql = c.s.q.casUpdate
-		args = []any{[]byte(key), nonNil(next), ttlArg(ttl), old}
+		args = []any{[]byte(key), sqlstore.NonNil(next), ttlArg(ttl), old}
 	}
 	tag, err := c.s.db.Exec(ctx, sql, args...)
 	if err != nil {

@@ -64,8 +64,14 @@
 //
 // Expired rows read as absent but stay in the table until
 // [Store.DeleteExpired] removes them, at most a batch per statement,
-// skipping rows that limiters hold locked. Call it until it returns 0,
-// from cron or a time.Ticker in one process.
+// skipping rows that limiters hold locked and deleting only rows still
+// expired once locked, so a renewal is never lost. [WithSweep] runs it in
+// the background every interval until [Store.Close]: the table then holds
+// the keys used within their ttl, and expired rows for at most about the
+// interval after they expire (plus the time to delete a backlog, about a
+// thousand rows per statement). Without it, nothing bounds the table:
+// call DeleteExpired until it returns 0, from cron or a time.Ticker.
+// Deleted rows leave dead tuples that autovacuum reclaims for new rows.
 //
 // # Clocks
 //

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
-	"regexp"
 	"strings"
 	"time"
 
@@ -16,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/sqlstore"
+	"github.com/sluicehq/sluice/internal/storeerr"
 )
 
 // Strategy is how a Store makes an update atomic. All processes that share
@@ -42,24 +43,14 @@ const (
 )
 
 // String returns the constant's name, "SingleStatement" and so on.
-func (s Strategy) String() string {
-	switch s {
-	case SingleStatement:
-		return "SingleStatement"
-	case SelectForUpdate:
-		return "SelectForUpdate"
-	case AdvisoryLock:
-		return "AdvisoryLock"
-	}
-	return fmt.Sprintf("Strategy(%d)", int(s))
-}
+func (s Strategy) String() string { return sqlstore.Name(sqlstore.Strategy(s), dialect.Strategies) }
 
 // Defaults of the options.
 const (
-	DefaultTable         = "sluice_state"
-	DefaultKeyColumn     = "key"
-	DefaultStateColumn   = "state"
-	DefaultExpiresColumn = "expires_at"
+	DefaultTable         = sqlstore.DefaultTable         // "sluice_state"
+	DefaultKeyColumn     = sqlstore.DefaultKeyColumn     // "key"
+	DefaultStateColumn   = sqlstore.DefaultStateColumn   // "state"
+	DefaultExpiresColumn = sqlstore.DefaultExpiresColumn // "expires_at"
 )
 
 // IdentifierError reports a table or column name that is not a plain SQL
@@ -79,51 +70,39 @@ func (e *IdentifierError) Error() string {
 	return fmt.Sprintf("pgstore: %s: %q is not an SQL identifier (letters, digits and _, not starting with a digit, 1 to 63 bytes)", e.Option, e.Name)
 }
 
-// identRE is an unquoted PostgreSQL identifier of at most NAMEDATALEN-1
-// bytes, which PostgreSQL would otherwise truncate.
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+// dialect is PostgreSQL's: an unquoted identifier has at most
+// NAMEDATALEN-1 bytes, beyond which PostgreSQL would truncate it, and
+// quoted names keep their case.
+var dialect = sqlstore.Dialect{
+	Pkg:             "pgstore",
+	MaxIdent:        63,
+	Strategies:      int(AdvisoryLock) + 1,
+	IdentifierError: func(option, name string) error { return &IdentifierError{Option: option, Name: name} },
+}
 
 // Option configures New.
 type Option func(*options)
 
-type options struct {
-	table, schema       string
-	qualified           bool   // table has a schema
-	tableOpt            string // the name as given, for errors
-	key, state, expires string
-	strategy            Strategy
-	maxAttempts         int
-	stateCache          int
-}
+type options = sqlstore.Config
 
 // WithTable sets the table, "name" or "schema.name"; the default is
 // "sluice_state" in the connection's search_path. The name is quoted, so
 // its case is kept.
-func WithTable(name string) Option {
-	return func(o *options) {
-		o.schema, o.table, o.qualified = "", name, false
-		if s, t, ok := strings.Cut(name, "."); ok {
-			o.schema, o.table, o.qualified = s, t, true
-		}
-		o.tableOpt = name
-	}
-}
+func WithTable(name string) Option { return func(o *options) { o.SetTable(name) } }
 
 // WithColumns sets the names of the key, state and expiry columns; the
 // defaults are "key", "state" and "expires_at". The names are quoted, so
 // their case is kept.
 func WithColumns(key, state, expires string) Option {
-	return func(o *options) { o.key, o.state, o.expires = key, state, expires }
+	return func(o *options) { o.Key, o.State, o.Expires = key, state, expires }
 }
 
 // WithStrategy sets the strategy; the default is SingleStatement.
-func WithStrategy(s Strategy) Option {
-	return func(o *options) { o.strategy = s }
-}
+func WithStrategy(s Strategy) Option { return func(o *options) { o.Strategy = sqlstore.Strategy(s) } }
 
 // DefaultStateCache is how many keys' states a SingleStatement store
-// remembers by default; see WithStateCache.
-const DefaultStateCache = 4096
+// remembers by default (4096); see WithStateCache.
+const DefaultStateCache = sqlstore.DefaultStateCache
 
 // WithStateCache sets for how many keys a SingleStatement store remembers
 // the state it last wrote or read (the default is DefaultStateCache; 0
@@ -132,9 +111,7 @@ const DefaultStateCache = 4096
 // two; a stale entry (another process wrote, or the state expired) only
 // costs a lost compare-and-swap and a read, never a wrong decision. See
 // driver.WithStateCache. Other strategies ignore it.
-func WithStateCache(entries int) Option {
-	return func(o *options) { o.stateCache = entries }
-}
+func WithStateCache(entries int) Option { return func(o *options) { o.StateCache = entries } }
 
 // WithMaxAttempts bounds the attempts of one update: with
 // SingleStatement, the compare-and-swaps lost to other writers; with
@@ -143,8 +120,24 @@ func WithStateCache(entries int) Option {
 // is no bound: an update retries until its context ends, so that
 // contention is never a failure (see driver.NewCASStore). AdvisoryLock
 // waits for its lock and never retries.
-func WithMaxAttempts(n int) Option {
-	return func(o *options) { o.maxAttempts = n }
+func WithMaxAttempts(n int) Option { return func(o *options) { o.MaxAttempts = n } }
+
+// WithSweep makes the Store delete expired rows by itself: New starts a
+// goroutine that, every interval, calls DeleteExpired with batches of
+// 1000 rows until a batch deletes fewer, and Close stops it. report, if
+// not nil, is called on that goroutine after each batch with the rows it
+// deleted or its error (a metric, a log line); it must not block. A
+// batch is bounded to 30s. Expired rows then stay in the table at most
+// about interval after they expire, and the table holds about the keys
+// used within their ttl plus interval. interval must be positive; the
+// default is no sweep.
+//
+// Each batch is one statement that locks the rows it picks (skipping
+// those a limiter holds) and deletes only those still expired, so a key
+// renewed meanwhile keeps its row. Several processes may sweep one table:
+// they skip each other's rows.
+func WithSweep(interval time.Duration, report func(deleted int64, err error)) Option {
+	return func(o *options) { o.SweepEvery, o.SweepReport, o.SweepSet = interval, report, true }
 }
 
 // DB is the part of a pgx connection pool that a Store uses.
@@ -159,76 +152,47 @@ type DB interface {
 
 // Store keeps sluice state in a PostgreSQL table. It is a driver.Store and
 // a driver.Deleter, and is safe for concurrent use by multiple goroutines
-// when its DB is.
+// when its DB is. With WithSweep it runs a goroutine until Close.
 type Store struct {
-	db       DB
-	strategy Strategy
-	q        queries
-	s        driver.Store
+	db   DB
+	q    queries
+	core *sqlstore.Store
 }
 
 var (
-	_ driver.Store     = (*Store)(nil)
-	_ driver.Deleter   = (*Store)(nil)
-	_ driver.CAS       = casStore{}
-	_ driver.Deleter   = casStore{}
-	_ driver.RowLocker = rowLocker{}
-	_ driver.Locker    = advisoryLocker{}
+	_ driver.Store   = (*Store)(nil)
+	_ driver.Deleter = (*Store)(nil)
 )
 
 // New returns a Store on db, usually a *pgxpool.Pool. It does not touch
-// the database:
-// create the table with Migrate, or with DDL in your own migrations.
+// the database: create the table with Migrate, or with DDL in your own
+// migrations. With WithSweep it starts the sweep's goroutine, which
+// Close stops.
 // It fails with an *IdentifierError for a name that is not an SQL
 // identifier, and with an error for another invalid option.
 func New(db DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("pgstore: nil DB")
 	}
-	o := options{
-		table:      DefaultTable,
-		tableOpt:   DefaultTable,
-		key:        DefaultKeyColumn,
-		state:      DefaultStateColumn,
-		expires:    DefaultExpiresColumn,
-		stateCache: DefaultStateCache,
+	o, err := sqlstore.Configure(dialect, opts)
+	if err != nil {
+		return nil, err
 	}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if !identRE.MatchString(o.table) || (o.qualified && !identRE.MatchString(o.schema)) {
-		return nil, &IdentifierError{Option: "WithTable", Name: o.tableOpt}
-	}
-	for _, c := range []string{o.key, o.state, o.expires} {
-		if !identRE.MatchString(c) {
-			return nil, &IdentifierError{Option: "WithColumns", Name: c}
-		}
-	}
-	if o.key == o.state || o.key == o.expires || o.state == o.expires {
-		return nil, fmt.Errorf("pgstore: WithColumns: names must differ, got %q, %q, %q", o.key, o.state, o.expires)
-	}
-	if o.stateCache < 0 {
-		return nil, fmt.Errorf("pgstore: WithStateCache: entries must not be negative, got %d", o.stateCache)
-	}
-	if o.maxAttempts < 0 {
-		return nil, fmt.Errorf("pgstore: WithMaxAttempts: attempts must not be negative, got %d", o.maxAttempts)
-	}
-	s := &Store{db: db, strategy: o.strategy, q: newQueries(o)}
-	switch o.strategy {
-	case SingleStatement:
-		s.s = driver.NewCASStore(casStore{s}, driver.WithMaxAttempts(o.maxAttempts), driver.WithStateCache(o.stateCache))
-	case SelectForUpdate:
-		s.s = driver.NewRowLockStore(rowLocker{s}, driver.WithMaxAttempts(o.maxAttempts))
-	case AdvisoryLock:
-		s.s = driver.NewLockStore(advisoryLocker{s})
-	default:
-		return nil, fmt.Errorf("pgstore: WithStrategy: unknown strategy %v", o.strategy)
-	}
+	s := &Store{db: db, q: newQueries(o)}
+	s.core = sqlstore.New(dialect, o, sqlstore.Blocks{CAS: casStore{s}, RowLocker: rowLocker{s}, Locker: advisoryLocker{s}},
+		s.deleteKey, s.DeleteExpired)
 	return s, nil
 }
 
+// Close stops the sweep of WithSweep, cancelling a batch in progress, and
+// waits for its goroutine to end; after it returns, report is not called
+// again. It does not close the DB, which the caller owns, and does
+// nothing without WithSweep. It returns nil, and may be called more than
+// once.
+func (s *Store) Close() error { return s.core.Close() }
+
 // Strategy returns the store's strategy.
-func (s *Store) Strategy() Strategy { return s.strategy }
+func (s *Store) Strategy() Strategy { return Strategy(s.core.Strategy()) }
 
 // Update atomically reads key's state, calls fn and writes its result
 // when it changed, as driver.Store requires. Its errors wrap
@@ -237,29 +201,12 @@ func (s *Store) Strategy() Strategy { return s.strategy }
 // Any key is accepted: one shorter than driver.MaxKeyLen bytes is stored
 // as it is, a longer one under driver.ShortKey, which errors name.
 func (s *Store) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
-	key = driver.ShortKey(key)
-	err := s.s.Update(ctx, key, fn)
-	if err == nil || isBareContextErr(err) {
-		return err
-	}
-	return fmt.Errorf("pgstore: update %s: %w", driver.QuoteKey(key), err)
+	return s.core.Update(ctx, key, fn)
 }
 
 // Delete removes key's state at once. Deleting a key without state is not
 // an error.
-func (s *Store) Delete(ctx context.Context, key string) error {
-	key = driver.ShortKey(key)
-	var err error
-	if d, ok := s.s.(driver.Deleter); ok {
-		err = d.Delete(ctx, key) // drops the state cache's entry too
-	} else {
-		err = s.deleteKey(ctx, key)
-	}
-	if err != nil {
-		return wrapErr("pgstore: delete "+driver.QuoteKey(key), err)
-	}
-	return nil
-}
+func (s *Store) Delete(ctx context.Context, key string) error { return s.core.Delete(ctx, key) }
 
 // deleteKey deletes key's row: one round trip.
 func (s *Store) deleteKey(ctx context.Context, key string) error {
@@ -270,7 +217,9 @@ func (s *Store) deleteKey(ctx context.Context, key string) error {
 // DeleteExpired deletes at most batch expired rows (expires_at <= now())
 // in one statement and returns how many it deleted. Rows that other
 // transactions have locked are skipped (FOR UPDATE SKIP LOCKED), so it
-// never waits for a limiter. Run it periodically, from cron or a
+// never waits for a limiter, and it deletes a row only if it is still
+// expired once locked, so a renewal is never lost. WithSweep runs it in
+// the background; without it, run it periodically, from cron or a
 // time.Ticker, calling it until it returns 0:
 //
 //	for {
@@ -288,7 +237,7 @@ func (s *Store) DeleteExpired(ctx context.Context, batch int) (deleted int64, er
 	}
 	tag, err := s.exec(ctx, s.q.deleteExpired, batch)
 	if err != nil {
-		return 0, wrapErr("pgstore: delete expired", err)
+		return 0, storeerr.Wrap("pgstore: delete expired", err)
 	}
 	return tag.RowsAffected(), nil
 }
@@ -297,7 +246,7 @@ func (s *Store) DeleteExpired(ctx context.Context, batch int) (deleted int64, er
 // driver.ErrUnavailable, or is ctx.Err().
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.db.Ping(ctx); err != nil {
-		return wrapErr("pgstore: ping", classify(ctx, err, false))
+		return storeerr.Wrap("pgstore: ping", classify(ctx, err, false))
 	}
 	return nil
 }
@@ -316,21 +265,21 @@ func (s *Store) DDL() string { return s.q.ddl }
 func (s *Store) Migrate(ctx context.Context) error {
 	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{})
 	if err != nil {
-		return wrapErr("pgstore: migrate", classify(ctx, err, false))
+		return storeerr.Wrap("pgstore: migrate", classify(ctx, err, false))
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	// Concurrent CREATE TABLE IF NOT EXISTS can fail on the catalog's
 	// unique indexes; the lock serializes migrations of this table.
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", s.q.lockSeed); err != nil {
-		return wrapErr("pgstore: migrate", classify(ctx, err, false))
+		return storeerr.Wrap("pgstore: migrate", classify(ctx, err, false))
 	}
 	// Without arguments, Exec uses the simple protocol, which runs several
 	// statements.
 	if _, err := tx.Exec(ctx, s.q.ddl); err != nil {
-		return wrapErr("pgstore: migrate", classify(ctx, err, false))
+		return storeerr.Wrap("pgstore: migrate", classify(ctx, err, false))
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return wrapErr("pgstore: migrate", classify(ctx, err, false))
+		return storeerr.Wrap("pgstore: migrate", classify(ctx, err, false))
 	}
 	return nil
 }
@@ -344,19 +293,6 @@ func (s *Store) exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 	return tag, nil
 }
 
-// wrapErr prefixes err with what, unless err is a bare context error,
-// which is returned as is.
-func wrapErr(what string, err error) error {
-	if isBareContextErr(err) {
-		return err
-	}
-	return fmt.Errorf("%s: %w", what, err)
-}
-
-func isBareContextErr(err error) bool {
-	return err == context.Canceled || err == context.DeadlineExceeded
-}
-
 // SQLSTATEs after which a retry is safe: the transaction was rolled back.
 const (
 	sqlstateSerializationFailure = "40001"
@@ -365,33 +301,24 @@ const (
 )
 
 // classify maps err, returned by a statement or a COMMIT, to the driver's
-// errors. write says whether the statement may have written state: the
-// compare-and-swap of SingleStatement, a Delete, or the COMMIT of a
-// transaction that wrote. A statement that was not sent (notSent), an
-// error the server reported (it rolled the statement or transaction back)
-// and the failure of anything but a write leave nothing written.
+// errors (see storeerr.Classify). write says whether the statement may
+// have written state: the compare-and-swap of SingleStatement, a Delete,
+// or the COMMIT of a transaction that wrote. An error the server reported
+// rolled the statement or transaction back.
 func classify(ctx context.Context, err error, write bool) error {
+	out := storeerr.NoAnswer
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	switch {
+	case errors.As(err, &pgErr):
+		out = storeerr.Refused
 		switch pgErr.Code {
 		case sqlstateSerializationFailure, sqlstateDeadlockDetected, sqlstateLockNotAvailable:
-			return fmt.Errorf("%w: %w", driver.ErrConflict, err)
+			out = storeerr.Conflict
 		}
-		if cerr := ctx.Err(); cerr != nil {
-			return cerr // the statement was cancelled for ctx
-		}
-		return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
+	case notSent(err):
+		out = storeerr.NotSent
 	}
-	if write && !notSent(err) {
-		if cerr := ctx.Err(); cerr != nil {
-			return fmt.Errorf("%w: %w", driver.ErrIndeterminate, cerr)
-		}
-		return fmt.Errorf("%w: %w", driver.ErrIndeterminate, err)
-	}
-	if cerr := ctx.Err(); cerr != nil {
-		return cerr
-	}
-	return fmt.Errorf("%w: %w", driver.ErrUnavailable, err)
+	return storeerr.Classify(ctx, err, write, out)
 }
 
 // notSent reports whether err certainly happened before the statement
@@ -401,7 +328,7 @@ func classify(ctx context.Context, err error, write bool) error {
 // context errors of a statement).
 func notSent(err error) bool {
 	var ce *pgconn.ConnectError
-	return pgconn.SafeToRetry(err) || errors.As(err, &ce) || isBareContextErr(err)
+	return pgconn.SafeToRetry(err) || errors.As(err, &ce) || storeerr.IsBareContext(err)
 }
 
 // lockID is the advisory lock of key: a 64-bit FNV-1a hash of the table's
@@ -438,17 +365,17 @@ const placeholderGrace = "interval '1 minute'"
 
 func newQueries(o options) queries {
 	ident := func(s ...string) string { return pgx.Identifier(s).Sanitize() }
-	table := ident(o.table)
-	if o.qualified {
-		table = ident(o.schema, o.table)
+	table := ident(o.Table)
+	if o.Qualified {
+		table = ident(o.Schema, o.Table)
 	}
-	k, st, ex := ident(o.key), ident(o.state), ident(o.expires)
+	k, st, ex := ident(o.Key), ident(o.State), ident(o.Expires)
 	h := fnv.New64a()
 	h.Write([]byte(table))
 	seed := int64(h.Sum64())
 	r := strings.NewReplacer(
 		"{{table}}", table, "{{key}}", k, "{{state}}", st, "{{expires}}", ex,
-		"{{index}}", ident(indexName(o.table, uint64(seed))),
+		"{{index}}", ident(indexName(o.Table, uint64(seed))),
 	)
 	// live is true for a row whose state has not expired. Expiry compares
 	// with now(), the start of the statement's transaction by the
@@ -515,12 +442,4 @@ func ttlArg(ttl time.Duration) any {
 		return ttl.Truncate(time.Microsecond)
 	}
 	return (ttl + time.Microsecond - 1).Truncate(time.Microsecond)
-}
-
-// nilIfEmpty returns nil for an empty state: an empty row has none.
-func nilIfEmpty(b []byte) []byte {
-	if len(b) == 0 {
-		return nil
-	}
-	return b
 }

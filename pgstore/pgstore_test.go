@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/drivertest"
 	"github.com/sluicehq/sluice/internal/testserver"
+	"github.com/sluicehq/sluice/internal/timing"
 	"github.com/sluicehq/sluice/pgstore"
 )
 
@@ -434,6 +435,8 @@ func TestInvalidOptions(t *testing.T) {
 		pgstore.WithStateCache(-1),
 		pgstore.WithStrategy(pgstore.Strategy(99)),
 		pgstore.WithColumns("a", "a", "b"),
+		pgstore.WithSweep(0, nil),
+		pgstore.WithSweep(-time.Second, nil),
 	} {
 		if _, err := pgstore.New(c, opt); err == nil {
 			t.Errorf("New with an invalid option = nil error")
@@ -460,7 +463,9 @@ func TestContextCancelled(t *testing.T) {
 
 // TestDeadlineWhileBlocked: another transaction holds the key's row lock,
 // so the update waits until its deadline. Only a compare-and-swap that was
-// sent is indeterminate; a transaction that never committed is not.
+// sent is indeterminate; a transaction that never committed is not. The
+// deadline passes once the server shows the update waiting for the lock,
+// not after a time in which a slow machine may not have sent it.
 func TestDeadlineWhileBlocked(t *testing.T) {
 	tests := []struct {
 		st                pgstore.Strategy
@@ -486,9 +491,12 @@ func TestDeadlineWhileBlocked(t *testing.T) {
 			if _, err := tx.Exec(t.Context(), fmt.Sprintf(`SELECT 1 FROM %s WHERE key = 'k' FOR UPDATE`, table)); err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-			defer cancel()
-			err = s.Update(ctx, "k", incr)
+			ctx, expire := timing.Expiring(t.Context())
+			errc := make(chan error, 1)
+			go func() { errc <- s.Update(ctx, "k", incr) }()
+			waitForLock(t, table)
+			expire()
+			err = <-errc
 			if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, driver.ErrIndeterminate) != tt.wantIndeterminate {
 				t.Errorf("Update = %v; want context.DeadlineExceeded, indeterminate %v", err, tt.wantIndeterminate)
 			}
@@ -502,6 +510,25 @@ func TestDeadlineWhileBlocked(t *testing.T) {
 				t.Errorf("count = %d, want 1 (or 2 if indeterminate)", got)
 			}
 		})
+	}
+}
+
+// waitForLock waits until a statement on table waits for a lock.
+func waitForLock(t *testing.T, table string) {
+	t.Helper()
+	c := connect(t)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		var n int
+		if err := c.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0`, table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no statement on %s waits for a lock after 30s", table)
+		}
 	}
 }
 
@@ -731,5 +758,21 @@ func TestTextKeyTableConverts(t *testing.T) {
 	}
 	if err := s.Update(ctx, "nul\x00key", incr); err != nil {
 		t.Errorf("Update of a key with NUL on the converted table = %v", err)
+	}
+}
+
+// TestStrategyString pins the names, which come from the numbers the
+// strategies share with mysqlstore's (internal/sqlstore).
+func TestStrategyString(t *testing.T) {
+	for st, want := range map[pgstore.Strategy]string{
+		pgstore.SingleStatement: "SingleStatement",
+		pgstore.SelectForUpdate: "SelectForUpdate",
+		pgstore.AdvisoryLock:    "AdvisoryLock",
+		pgstore.Strategy(3):     "Strategy(3)",
+		pgstore.Strategy(-1):    "Strategy(-1)",
+	} {
+		if got := st.String(); got != want {
+			t.Errorf("Strategy(%d).String() = %q, want %q", int(st), got, want)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/sqlstore"
 )
 
 // txOptions start every transaction. READ COMMITTED is explicit because
@@ -87,14 +88,11 @@ type rowTx struct{ *txConn }
 // lock, and a locked row is read as its last committed version once the
 // lock is granted.
 func (t rowTx) TryLockAndGet(ctx context.Context) (state []byte, found bool, err error) {
-	err = t.tx.QueryRow(ctx, t.s.q.lockRow, t.key).Scan(&state)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, nil
-	}
+	state, found, err = sqlstore.ReadState(t.tx.QueryRow(ctx, t.s.q.lockRow, t.key), pgx.ErrNoRows)
 	if err != nil {
 		return nil, false, classify(ctx, err, false)
 	}
-	return nilIfEmpty(state), true, nil
+	return state, found, nil
 }
 
 // TryInsertEmpty inserts an empty row: one round trip. Another
@@ -108,7 +106,7 @@ func (t rowTx) TryInsertEmpty(ctx context.Context) error {
 // Update writes the locked row: one round trip.
 func (t rowTx) Update(ctx context.Context, state []byte, ttl time.Duration) error {
 	t.wrote = true
-	return t.write(ctx, t.s.q.updateRow, t.key, nonNil(state), ttlArg(ttl))
+	return t.write(ctx, t.s.q.updateRow, t.key, sqlstore.NonNil(state), ttlArg(ttl))
 }
 
 // advisoryLocker is the driver.Locker of AdvisoryLock.
@@ -135,17 +133,14 @@ func (t advisoryTx) LockAndGet(ctx context.Context) ([]byte, error) {
 	var state []byte
 	var b pgx.Batch
 	b.Queue(t.s.q.advisoryLock, t.s.q.lockID(t.key))
-	b.Queue(t.s.q.getLive, t.key).QueryRow(func(r pgx.Row) error {
-		err := r.Scan(&state)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
+	b.Queue(t.s.q.getLive, t.key).QueryRow(func(r pgx.Row) (err error) {
+		state, _, err = sqlstore.ReadState(r, pgx.ErrNoRows)
 		return err
 	})
 	if err := t.tx.SendBatch(ctx, &b).Close(); err != nil {
 		return nil, classify(ctx, err, false)
 	}
-	return nilIfEmpty(state), nil
+	return state, nil
 }
 
 // Create writes the state of a key that had none: one round trip. It
@@ -158,18 +153,9 @@ func (t advisoryTx) Create(ctx context.Context, state []byte, ttl time.Duration)
 // concurrent DeleteExpired may have deleted the row once it expired.
 func (t advisoryTx) Update(ctx context.Context, state []byte, ttl time.Duration) error {
 	t.wrote = true
-	return t.write(ctx, t.s.q.upsert, t.key, nonNil(state), ttlArg(ttl))
+	return t.write(ctx, t.s.q.upsert, t.key, sqlstore.NonNil(state), ttlArg(ttl))
 }
 
 // Unlock does nothing: the transaction-level lock ends with the
 // transaction.
 func (t advisoryTx) Unlock(ctx context.Context) error { return nil }
-
-// nonNil returns b, or an empty slice for nil: the state column is NOT
-// NULL.
-func nonNil(b []byte) []byte {
-	if b == nil {
-		return []byte{}
-	}
-	return b
-}

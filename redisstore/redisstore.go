@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -95,7 +96,9 @@ func WithPipelining(on bool) Option {
 // It is safe for concurrent use by multiple goroutines.
 //
 // With pipelining on (the default) New starts a goroutine that sends the
-// commands; Close stops it.
+// commands, and with a cluster client one more for each master; after a
+// cluster command failed as when its slot moved, one goroutine reloads
+// the slot map for a while. Close stops them all.
 type Store struct {
 	store  driver.Store
 	del    driver.Deleter
@@ -104,14 +107,15 @@ type Store struct {
 }
 
 var (
-	_ driver.Store      = (*Store)(nil)
-	_ driver.Deleter    = (*Store)(nil)
-	_ driver.SwapReader = (*redisCAS)(nil)
+	_ driver.Store       = (*Store)(nil)
+	_ driver.Deleter     = (*Store)(nil)
+	_ driver.Partitioner = (*Store)(nil)
+	_ driver.SwapReader  = (*redisCAS)(nil)
 )
 
 // New returns a Store of client's server or cluster. It does not talk to
 // the server: use Ping to check that it answers. With pipelining on, it
-// starts a goroutine, which Close stops.
+// starts a goroutine, which Close stops (see Store).
 func New(client Client, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: client is nil")
@@ -128,6 +132,8 @@ func New(client Client, opts ...Option) (*Store, error) {
 	}
 	s := &Store{cas: &redisCAS{client: client, prefix: o.prefix}}
 	s.cas.closed = &s.closed
+	s.cas.cluster, _ = client.(clusterClient)
+	s.cas.stopReloads = make(chan struct{})
 	if o.pipelining {
 		s.cas.batch = newBatcher(client)
 	}
@@ -158,13 +164,39 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return s.del.Delete(ctx, key)
 }
 
+// Partition is the address of the master of key's slot in a cluster
+// client's slot map, so that a limiter keeps a circuit breaker per master
+// (see driver.Partitioner); "" for other clients, and until the cluster
+// client has a map (a command of the Store succeeded).
+func (s *Store) Partition(key string) string {
+	c := s.cas
+	if c.cluster == nil || !c.mapped.Load() {
+		return ""
+	}
+	m, err := c.cluster.MasterForKey(context.Background(), c.prefix+key) // no I/O once the client has a map
+	if err != nil {
+		return ""
+	}
+	return m.Options().Addr
+}
+
 // Ping checks that the server answers, for readiness checks. With a
-// cluster client it asks one node. It does not go through the pipeline.
+// *redis.ClusterClient it checks that the cluster serves every slot: it
+// reloads the client's slot map and asks every master of it for CLUSTER
+// INFO, which must answer cluster_state:ok; so a cluster whose master
+// died fails Ping until a replica has taken over and the map says so.
+// It does not go through the pipeline.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := s.cas.client.Process(ctx, redis.NewStatusCmd(ctx, "ping")); err != nil {
+	var err error
+	if s.cas.cluster != nil {
+		err = pingCluster(ctx, s.cas.cluster)
+	} else {
+		err = s.cas.client.Process(ctx, redis.NewStatusCmd(ctx, "ping"))
+	}
+	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return ctxErr
 		}
@@ -173,17 +205,20 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the goroutine that sends pipelines, after it has sent what
-// was queued; later calls of Update and Delete fail with
+// Close stops the goroutines that send pipelines, after they have sent
+// what was queued, and the one that reloads a cluster's slot map; later
+// calls of Update and Delete fail with
 // driver.ErrUnavailable. It does not close the client. Close is
 // idempotent and always returns nil.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	if s.cas.batch != nil {
-		s.cas.batch.close()
-	}
+	s.cas.closeBatchers()
+	s.cas.reloadMu.Lock() // no keepReloading starts after this
+	close(s.cas.stopReloads)
+	s.cas.reloadMu.Unlock()
+	s.cas.reloads.Wait()
 	return nil
 }
 
@@ -192,16 +227,32 @@ var errClosed = errors.New("redisstore: store is closed")
 
 // redisCAS is the driver.CAS (and driver.Deleter) of a Store.
 type redisCAS struct {
-	client Client
-	prefix string
-	batch  *batcher // nil: no pipelining
-	closed *atomic.Bool
+	client  Client
+	cluster clusterClient // client as a cluster client; nil for others
+	prefix  string
+	batch   *batcher // nil: no pipelining; with a cluster, for masters not known yet
+	closed  *atomic.Bool
+
+	// With a cluster client and pipelining, the batchers of the
+	// masters: see batcherFor.
+	mapped    atomic.Bool // the client has a slot map: a command succeeded
+	masters   sync.Map    // master address → *batcher
+	mastersMu sync.Mutex  // held to add to masters, and by closeBatchers
+
+	// With a cluster client, the reloads of its slot map while it is in
+	// trouble: see sawError.
+	reloadUntil atomic.Int64 // Unix nanoseconds
+	reloadMu    sync.Mutex
+	reloading   bool           // guarded by reloadMu: keepReloading runs
+	reloads     sync.WaitGroup // keepReloading
+	stopReloads chan struct{}  // closed by Close
 }
 
-// exec sends cmd, through the pipeline when there is one, and returns
-// cmd's error; sent is false when cmd surely was not sent. A ctx that
-// ended before the reply came is returned as ctx.Err().
-func (c *redisCAS) exec(ctx context.Context, cmd redis.Cmder) (sent bool, err error) {
+// exec sends cmd, a command on the Redis key rkey, through the pipeline
+// when there is one, and returns cmd's error; sent is false when cmd
+// surely was not sent. A ctx that ended before the reply came is returned
+// as ctx.Err().
+func (c *redisCAS) exec(ctx context.Context, rkey string, cmd redis.Cmder) (sent bool, err error) {
 	if c.closed.Load() {
 		return false, errClosed
 	}
@@ -209,25 +260,113 @@ func (c *redisCAS) exec(ctx context.Context, cmd redis.Cmder) (sent bool, err er
 		return false, err
 	}
 	if c.batch != nil {
-		return c.batch.do(ctx, cmd)
+		sent, err = c.batcherFor(rkey).do(ctx, cmd)
+	} else {
+		sent = true
+		err = c.client.Process(ctx, cmd)
+		if err != nil && ctx.Err() != nil {
+			err = ctx.Err()
+		}
 	}
-	err = c.client.Process(ctx, cmd)
-	if err != nil && ctx.Err() != nil {
-		return true, ctx.Err()
+	if sent {
+		c.sawError(err)
 	}
-	return true, err
+	return sent, err
+}
+
+// batcherFor returns the batcher that sends the commands on the Redis key
+// rkey. With a cluster client, each master has its own (made at its first
+// use, each with its sender goroutine), found from the client's slot map:
+// the sender of one batcher waits for its pipeline's replies before it
+// sends the next, so a master that does not answer, or whose commands go-
+// redis retries after failed dials (it does so for a pipeline whatever
+// NoRetry says, four times by default), holds up the commands of its own
+// slots only. Until the client has a slot map, and for other clients,
+// there is one batcher.
+func (c *redisCAS) batcherFor(rkey string) *batcher {
+	if c.cluster == nil || !c.mapped.Load() {
+		return c.batch
+	}
+	m, err := c.cluster.MasterForKey(context.Background(), rkey) // no I/O once the client has a map
+	if err != nil {
+		return c.batch
+	}
+	addr := m.Options().Addr
+	if b, ok := c.masters.Load(addr); ok {
+		return b.(*batcher)
+	}
+	c.mastersMu.Lock()
+	defer c.mastersMu.Unlock()
+	if b, ok := c.masters.Load(addr); ok {
+		return b.(*batcher)
+	}
+	if c.closed.Load() { // closeBatchers has run or waits for the lock
+		return c.batch
+	}
+	b := newBatcher(c.client)
+	c.masters.Store(addr, b)
+	return b
+}
+
+// answered notes that a command got its reply: a cluster client then
+// has a slot map.
+func (c *redisCAS) answered() {
+	if c.cluster != nil && !c.mapped.Load() {
+		c.mapped.Store(true)
+	}
+}
+
+// closeBatchers closes every batcher; c.closed must be set.
+func (c *redisCAS) closeBatchers() {
+	if c.batch == nil {
+		return
+	}
+	c.batch.close()
+	c.mastersMu.Lock()
+	defer c.mastersMu.Unlock()
+	c.masters.Range(func(_, b any) bool {
+		b.(*batcher).close()
+		return true
+	})
+}
+
+// onceCmd is a command that go-redis sends at most once, whatever the
+// client's MaxRetries and MaxRedirects say (a MOVED, ASK or READONLY
+// reply, which says that the command did not run, is still followed).
+// A retry would hide the real error behind the caller's store timeout:
+// three retries, each after go-redis's five dial attempts, outlast the
+// default timeout of 1s when the server refuses connections. And a
+// compare-and-swap re-sent after a lost reply may run twice.
+type onceCmd struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to send the command again.
+func (onceCmd) NoRetry() bool { return true }
+
+// newCmd returns a command of args, whose key is args[keyPos], that
+// go-redis sends at most once.
+func newCmd(ctx context.Context, keyPos int8, args ...any) onceCmd {
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(keyPos)
+	return onceCmd{cmd}
 }
 
 func (c *redisCAS) Get(ctx context.Context, key string) ([]byte, error) {
-	cmd := redis.NewStringCmd(ctx, "get", c.prefix+key)
-	sent, err := c.exec(ctx, cmd)
+	rkey := c.prefix + key
+	cmd := newCmd(ctx, 1, "get", rkey)
+	sent, err := c.exec(ctx, rkey, cmd)
 	if err == redis.Nil { // go-redis returns it as is
+		c.answered()
 		return nil, nil
 	}
 	if err != nil {
 		return nil, classify(ctx, "update", key, err, sent, false)
 	}
-	return cmd.Bytes()
+	c.answered()
+	v, ok := cmd.Val().(string)
+	if !ok {
+		return nil, fmt.Errorf("redisstore: update %s: %w: GET replied %#v, want a string", driver.QuoteKey(key), driver.ErrUnavailable, cmd.Val())
+	}
+	return []byte(v), nil
 }
 
 func (c *redisCAS) CompareAndSwap(ctx context.Context, key string, old, next []byte, ttl time.Duration) (bool, error) {
@@ -249,23 +388,24 @@ func (c *redisCAS) CompareAndSwapRead(ctx context.Context, key string, old, next
 	if old == nil {
 		flag, expected = "0", noBytes
 	}
-	args := []any{"evalsha", casSHAArg, 1, c.prefix + key, flag, expected, next, ms}
-	cmd := redis.NewCmd(ctx, args...)
-	cmd.SetFirstKeyPos(3)
-	sent, err := c.exec(ctx, cmd)
+	rkey := c.prefix + key
+	args := []any{"evalsha", casSHAArg, 1, rkey, flag, expected, next, ms}
+	cmd := newCmd(ctx, 3, args...)
+	sent, err := c.exec(ctx, rkey, cmd)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// The server lost its scripts (SCRIPT FLUSH, a restart, a failover,
 		// a new cluster node); the script did not run.
 		if err := c.client.ScriptLoad(ctx, casScript).Err(); err != nil {
+			c.sawError(err)
 			return nil, false, classify(ctx, "update", key, err, false, false)
 		}
-		cmd = redis.NewCmd(ctx, args...)
-		cmd.SetFirstKeyPos(3)
-		sent, err = c.exec(ctx, cmd)
+		cmd = newCmd(ctx, 3, args...)
+		sent, err = c.exec(ctx, rkey, cmd)
 	}
 	if err != nil {
 		return nil, false, classify(ctx, "update", key, err, sent, true)
 	}
+	c.answered()
 	switch v := cmd.Val().(type) {
 	case int64:
 		switch v {
@@ -281,8 +421,9 @@ func (c *redisCAS) CompareAndSwapRead(ctx context.Context, key string, old, next
 }
 
 func (c *redisCAS) Delete(ctx context.Context, key string) error {
-	cmd := redis.NewIntCmd(ctx, "del", c.prefix+key)
-	sent, err := c.exec(ctx, cmd)
+	rkey := c.prefix + key
+	cmd := newCmd(ctx, 1, "del", rkey)
+	sent, err := c.exec(ctx, rkey, cmd)
 	if err != nil {
 		return classify(ctx, "delete", key, err, sent, true)
 	}

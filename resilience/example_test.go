@@ -8,15 +8,16 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/resilience"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 func ExampleRateLimiter() {
-	clk := sluice.NewFakeClock(0) // a real program leaves out the clock and sleeper
+	clk := sluicetest.NewFakeClock(0) // a real program leaves out the clock and sleeper
 	rl, err := resilience.New(resilience.Config{
 		LimitForPeriod:     2,
 		LimitRefreshPeriod: time.Second,
 		Timeout:            1500 * time.Millisecond,
-	}, resilience.WithClock(clk), resilience.WithSleeper(clk))
+	}, resilience.WithClock(clk))
 	if err != nil {
 		panic(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // events is an Observer that keeps what it is told.
@@ -61,9 +62,9 @@ func TestObserver(t *testing.T) {
 
 func TestObserverCancelled(t *testing.T) {
 	obs := &events{}
-	sl := blockingSleeper{make(chan struct{})}
+	sl := blockingSleeper{sluicetest.NewFakeClock(t0), make(chan struct{})}
 	l, err := New(Config{LimitForPeriod: 1, LimitRefreshPeriod: time.Second, Timeout: time.Minute},
-		WithClock(sluice.NewFakeClock(t0)), WithSleeper(sl), WithObserver(obs))
+		WithClock(sl), WithObserver(obs))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/policy/resilience4j"
+	"github.com/sluicehq/sluice/internal/sleep"
 )
 
 // Configuration rules of the RateLimiter and the TimeLimiter, reported in
@@ -58,19 +59,15 @@ type Option func(*options)
 
 type options struct {
 	clock    sluice.Clock
-	sleeper  sluice.Sleeper
 	failFast bool
 	observer sluice.Observer
 }
 
-// WithClock sets the limiter's clock. The default is sluice.MonotonicClock.
-// nil keeps the default.
+// WithClock sets the limiter's clock, which AcquirePermission also sleeps
+// on when it has a Sleep method (see sluice.Clock): a
+// *sluicetest.FakeClock advances instead of waiting. The default is
+// sluice.MonotonicClock. nil keeps the default.
 func WithClock(c sluice.Clock) Option { return func(o *options) { o.clock = c } }
-
-// WithSleeper sets how AcquirePermission waits. The default is
-// sluice.TimerSleeper; tests pass a *sluice.FakeClock. nil keeps the
-// default.
-func WithSleeper(s sluice.Sleeper) Option { return func(o *options) { o.sleeper = s } }
 
 // WithFailFast sets whether AcquirePermission refuses at once when the
 // permits would take longer than the timeout. The default, false, is
@@ -113,7 +110,6 @@ func WithObserver(obs sluice.Observer) Option { return func(o *options) { o.obse
 // with New; the zero RateLimiter is not usable.
 type RateLimiter struct {
 	clock    sluice.Clock
-	sleeper  sluice.Sleeper
 	failFast bool
 	observer sluice.Observer // nil when there is none
 	waiting  atomic.Int64    // callers sleeping in AcquirePermission
@@ -139,13 +135,9 @@ func New(cfg Config, opts ...Option) (*RateLimiter, error) {
 	if o.clock == nil {
 		o.clock = sluice.MonotonicClock()
 	}
-	if o.sleeper == nil {
-		o.sleeper = sluice.TimerSleeper()
-	}
 	m := machine(cfg)
 	return &RateLimiter{
 		clock:    o.clock,
-		sleeper:  o.sleeper,
 		failFast: o.failFast,
 		observer: o.observer,
 		cfg:      cfg,
@@ -233,11 +225,11 @@ func (l *RateLimiter) observe(kind sluice.EventKind, n int64, d time.Duration) {
 	}
 }
 
-// sleep sleeps d on the limiter's sleeper, counted as a waiting caller.
+// sleep sleeps d on the limiter's clock, counted as a waiting caller.
 func (l *RateLimiter) sleep(ctx context.Context, d time.Duration) error {
 	l.waiting.Add(1)
 	defer l.waiting.Add(-1)
-	return l.sleeper.Sleep(ctx, d)
+	return sleep.On(ctx, l.clock, d)
 }
 
 // ReservePermission reserves n permits that will be there within the

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // t0 is the fake clock's reading when a limiter is created: half a second
@@ -20,13 +21,13 @@ const t0 = 1_700_000_000_500_000_000
 // fixture is a limiter on a fake clock that is also its sleeper.
 type fixture struct {
 	l   *RateLimiter
-	clk *sluice.FakeClock
+	clk *sluicetest.FakeClock
 }
 
 func newFixture(t *testing.T, cfg Config, opts ...Option) fixture {
 	t.Helper()
-	clk := sluice.NewFakeClock(t0)
-	l, err := New(cfg, append([]Option{WithClock(clk), WithSleeper(clk)}, opts...)...)
+	clk := sluicetest.NewFakeClock(t0)
+	l, err := New(cfg, append([]Option{WithClock(clk)}, opts...)...)
 	if err != nil {
 		t.Fatalf("New(%+v) = %v", cfg, err)
 	}
@@ -335,8 +336,12 @@ func TestReserveNeverFits(t *testing.T) {
 	}
 }
 
-// blockingSleeper sleeps until ctx is done, telling started when it begins.
-type blockingSleeper struct{ started chan struct{} }
+// blockingSleeper is a clock that sleeps until ctx is done, telling
+// started when it begins.
+type blockingSleeper struct {
+	sluice.Clock
+	started chan struct{}
+}
 
 func (s blockingSleeper) Sleep(ctx context.Context, d time.Duration) error {
 	s.started <- struct{}{}
@@ -345,9 +350,9 @@ func (s blockingSleeper) Sleep(ctx context.Context, d time.Duration) error {
 }
 
 func TestAcquireCancelledGivesPermitsBack(t *testing.T) {
-	clk := sluice.NewFakeClock(t0)
-	sl := blockingSleeper{make(chan struct{})}
-	l, err := New(Config{LimitForPeriod: 2, LimitRefreshPeriod: time.Second, Timeout: time.Minute}, WithClock(clk), WithSleeper(sl))
+	clk := sluicetest.NewFakeClock(t0)
+	sl := blockingSleeper{clk, make(chan struct{})}
+	l, err := New(Config{LimitForPeriod: 2, LimitRefreshPeriod: time.Second, Timeout: time.Minute}, WithClock(sl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,8 +398,8 @@ func TestAcquireCancelledGivesPermitsBack(t *testing.T) {
 }
 
 func TestConcurrentAcquireAdmitsExactlyTheLimit(t *testing.T) {
-	clk := sluice.NewFakeClock(t0)
-	l, err := New(Config{LimitForPeriod: 50, LimitRefreshPeriod: time.Second}, WithClock(clk), WithSleeper(clk))
+	clk := sluicetest.NewFakeClock(t0)
+	l, err := New(Config{LimitForPeriod: 50, LimitRefreshPeriod: time.Second}, WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,8 +427,8 @@ func TestConcurrentAcquireAdmitsExactlyTheLimit(t *testing.T) {
 }
 
 func TestConcurrentAcquireWithWaits(t *testing.T) {
-	clk := sluice.NewFakeClock(t0)
-	l, err := New(Config{LimitForPeriod: 3, LimitRefreshPeriod: time.Millisecond, Timeout: time.Hour}, WithClock(clk), WithSleeper(clk))
+	clk := sluicetest.NewFakeClock(t0)
+	l, err := New(Config{LimitForPeriod: 3, LimitRefreshPeriod: time.Millisecond, Timeout: time.Hour}, WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's whole test run: formatting, vet, staticcheck, the race-enabled
-# tests, the conformance vectors through the sluice command, and the benchmark module's
-# tests and a one-shot run of its benchmarks. `make test` and .ci/run call this.
+# tests, the conformance vectors through the sluice command, the benchmark module's
+# tests and a one-shot run of its benchmarks, and the deploy module's tests (the
+# image, the Helm chart, the manifests). `make test` and .ci/run call this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +22,7 @@ fi
 step go vet
 go vet ./...
 (cd bench && go vet ./...)
+(cd deploy && go vet ./...)
 
 step staticcheck "$STATICCHECK_VERSION"
 if ! staticcheck -version 2>/dev/null | grep -q "(${STATICCHECK_VERSION#v})"; then
@@ -28,12 +30,15 @@ if ! staticcheck -version 2>/dev/null | grep -q "(${STATICCHECK_VERSION#v})"; th
 fi
 staticcheck ./...
 (cd bench && staticcheck ./...)
+(cd deploy && staticcheck ./...)
 
 step test servers
 # internal/testserver starts throwaway Redis, PostgreSQL and MariaDB servers
 # (and dynalite, installed below) for the store tests; without them those tests skip, or fail under CI=true.
 # The same holds for rsvg-convert and Chromium, which render the simulator's
-# charts and the server's page.
+# charts and the server's page, and for podman, which builds and runs the
+# image in deploy's test (runc: where crun cannot start a container, as in
+# a sandbox with cgroups in hybrid mode, runc can).
 # has looks for a binary where testserver does: PATH, the sbin directories
 # and /usr/lib/postgresql/*/bin.
 has() {
@@ -55,6 +60,8 @@ missing_packages() { # the Debian packages of the binaries not found
 	has npm || echo npm
 	has rsvg-convert || echo librsvg2-bin # renders simulate's SVG charts in a test
 	has chromium || echo chromium         # loads the server's live page in a test
+	has podman || echo podman             # builds and runs the container image in a test
+	has runc || echo runc
 }
 mapfile -t missing < <(missing_packages)
 if [ ${#missing[@]} -eq 0 ]; then
@@ -114,6 +121,10 @@ step benchmark module: its tests, then every benchmark once
 (cd bench && go test -count=1 ./...)
 (cd bench && go test -run '^$' -bench . -benchtime 1x ./... >/dev/null)
 echo ok
+
+step "deploy module: the image, the Helm chart, the manifests, the examples"
+# Helm is deploy/go.mod's tool, built at its pinned version on first use.
+(cd deploy && go test -count=1 ./...)
 
 step conformance vectors
 vectors=(conformance/vectors)

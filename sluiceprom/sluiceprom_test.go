@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/internal/observertest"
 	"github.com/sluicehq/sluice/resilience"
 	"github.com/sluicehq/sluice/sluiceprom"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 const t0 = observertest.T0
@@ -193,9 +194,12 @@ func TestCollectorConcurrent(t *testing.T) {
 	}
 }
 
-// gate is a Sleeper that tells started when a call begins to sleep, and
-// returns when release is closed.
-type gate struct{ started, release chan struct{} }
+// gate is a clock that tells started when a call begins to sleep on it,
+// and returns when release is closed.
+type gate struct {
+	sluice.Clock
+	started, release chan struct{}
+}
 
 func (g gate) Sleep(ctx context.Context, _ time.Duration) error {
 	g.started <- struct{}{}
@@ -212,9 +216,9 @@ func TestWaitingCallers(t *testing.T) {
 	c := sluiceprom.New()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
-	g := gate{make(chan struct{}), make(chan struct{})}
+	g := gate{sluicetest.NewFakeClock(t0), make(chan struct{}), make(chan struct{})}
 	l, err := sluice.NewLimiter(sluice.TokenBucket(1, 1, time.Second),
-		sluice.WithClock(sluice.NewFakeClock(t0)), sluice.WithSleeper(g), sluice.WithObserver(c.Observer("api")))
+		sluice.WithClock(g), sluice.WithObserver(c.Observer("api")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 	"github.com/sluicehq/sluice/smooth"
 )
 
 func ExampleNewBursty() {
-	clk := sluice.NewFakeClock(0) // a real program leaves out the clock and sleeper
-	rl, err := smooth.NewBursty(5, smooth.WithClock(clk), smooth.WithSleeper(clk))
+	clk := sluicetest.NewFakeClock(0) // a real program leaves out the clock and sleeper
+	rl, err := smooth.NewBursty(5, smooth.WithClock(clk))
 	if err != nil {
 		panic(err)
 	}
@@ -30,8 +30,8 @@ func ExampleNewBursty() {
 }
 
 func ExampleNewWarmingUp() {
-	clk := sluice.NewFakeClock(0)
-	rl, err := smooth.NewWarmingUp(2, 4*time.Second, smooth.WithClock(clk), smooth.WithSleeper(clk))
+	clk := sluicetest.NewFakeClock(0)
+	rl, err := smooth.NewWarmingUp(2, 4*time.Second, smooth.WithClock(clk))
 	if err != nil {
 		panic(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/sleep"
 )
 
 // Configuration rules of NewBursty, NewWarmingUp and SetRate, reported in
@@ -25,21 +26,17 @@ type Option func(*options)
 
 type options struct {
 	clock           sluice.Clock
-	sleeper         sluice.Sleeper
 	maxBurstSeconds float64
 	coldFactor      float64
 	setBurst        bool
 	setCold         bool
 }
 
-// WithClock sets the limiter's clock. The default is sluice.MonotonicClock.
-// nil keeps the default.
+// WithClock sets the limiter's clock, which Acquire and TryAcquire also
+// sleep on when it has a Sleep method (see sluice.Clock): a
+// *sluicetest.FakeClock advances instead of waiting. The default is
+// sluice.MonotonicClock. nil keeps the default.
 func WithClock(c sluice.Clock) Option { return func(o *options) { o.clock = c } }
-
-// WithSleeper sets how Acquire and TryAcquire wait. The default is
-// sluice.TimerSleeper; tests pass a *sluice.FakeClock. nil keeps the
-// default.
-func WithSleeper(s sluice.Sleeper) Option { return func(o *options) { o.sleeper = s } }
 
 // WithMaxBurstSeconds sets how many seconds' worth of permits a bursty
 // limiter stores while idle, ≥ 0 and finite; 0 disables bursts. The
@@ -71,9 +68,8 @@ func WithColdFactor(f float64) Option {
 // RateLimiter is safe for simultaneous use by multiple goroutines. Make one
 // with NewBursty or NewWarmingUp; the zero RateLimiter is not usable.
 type RateLimiter struct {
-	clock   sluice.Clock
-	sleeper sluice.Sleeper
-	start   int64 // clock reading at creation, nanoseconds
+	clock sluice.Clock
+	start int64 // clock reading at creation, nanoseconds
 
 	mu sync.Mutex
 	g  guava
@@ -150,10 +146,7 @@ func newLimiter(o options, g guava, permitsPerSecond float64) *RateLimiter {
 	if o.clock == nil {
 		o.clock = sluice.MonotonicClock()
 	}
-	if o.sleeper == nil {
-		o.sleeper = sluice.TimerSleeper()
-	}
-	l := &RateLimiter{clock: o.clock, sleeper: o.sleeper, start: o.clock.Now(), g: g}
+	l := &RateLimiter{clock: o.clock, start: o.clock.Now(), g: g}
 	l.g.setRate(permitsPerSecond, 0)
 	return l
 }
@@ -178,7 +171,7 @@ func (l *RateLimiter) Acquire(ctx context.Context, permits int64) (time.Duration
 	l.mu.Unlock()
 	d := microsToDuration(micros)
 	if d > 0 {
-		if err := l.sleeper.Sleep(ctx, d); err != nil {
+		if err := sleep.On(ctx, l.clock, d); err != nil {
 			return 0, err
 		}
 	}
@@ -213,7 +206,7 @@ func (l *RateLimiter) TryAcquire(ctx context.Context, permits int64, timeout tim
 	micros := l.g.reserve(permits, now)
 	l.mu.Unlock()
 	if d := microsToDuration(micros); d > 0 {
-		if err := l.sleeper.Sleep(ctx, d); err != nil {
+		if err := sleep.On(ctx, l.clock, d); err != nil {
 			return false, err
 		}
 	}

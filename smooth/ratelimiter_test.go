@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // t0 is the fake clock's reading at creation: not a whole microsecond, so
@@ -19,7 +20,7 @@ const us = time.Microsecond
 
 type fixture struct {
 	l   *RateLimiter
-	clk *sluice.FakeClock
+	clk *sluicetest.FakeClock
 }
 
 type step struct {
@@ -67,15 +68,15 @@ func setRate(pps float64) step {
 	}}
 }
 
-func bursty(pps float64, opts ...Option) func(*sluice.FakeClock) (*RateLimiter, error) {
-	return func(clk *sluice.FakeClock) (*RateLimiter, error) {
-		return NewBursty(pps, append(opts, WithClock(clk), WithSleeper(clk))...)
+func bursty(pps float64, opts ...Option) func(*sluicetest.FakeClock) (*RateLimiter, error) {
+	return func(clk *sluicetest.FakeClock) (*RateLimiter, error) {
+		return NewBursty(pps, append(opts, WithClock(clk))...)
 	}
 }
 
-func warmingUp(pps float64, warmup time.Duration, opts ...Option) func(*sluice.FakeClock) (*RateLimiter, error) {
-	return func(clk *sluice.FakeClock) (*RateLimiter, error) {
-		return NewWarmingUp(pps, warmup, append(opts, WithClock(clk), WithSleeper(clk))...)
+func warmingUp(pps float64, warmup time.Duration, opts ...Option) func(*sluicetest.FakeClock) (*RateLimiter, error) {
+	return func(clk *sluicetest.FakeClock) (*RateLimiter, error) {
+		return NewWarmingUp(pps, warmup, append(opts, WithClock(clk))...)
 	}
 }
 
@@ -86,7 +87,7 @@ func warmingUp(pps float64, warmup time.Duration, opts ...Option) func(*sluice.F
 func TestScenarios(t *testing.T) {
 	tests := []struct {
 		name  string
-		new   func(*sluice.FakeClock) (*RateLimiter, error)
+		new   func(*sluicetest.FakeClock) (*RateLimiter, error)
 		steps []step
 	}{
 		{
@@ -225,7 +226,7 @@ func TestScenarios(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clk := sluice.NewFakeClock(t0)
+			clk := sluicetest.NewFakeClock(t0)
 			l, err := tt.new(clk)
 			if err != nil {
 				t.Fatalf("new limiter: %v", err)
@@ -271,8 +272,8 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func TestArgumentErrors(t *testing.T) {
-	clk := sluice.NewFakeClock(t0)
-	l, err := NewBursty(5, WithClock(clk), WithSleeper(clk))
+	clk := sluicetest.NewFakeClock(t0)
+	l, err := NewBursty(5, WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +313,12 @@ func TestArgumentErrors(t *testing.T) {
 }
 
 // blockingSleeper sleeps until ctx is done, telling started when it begins.
-type blockingSleeper struct{ started chan time.Duration }
+// blockingSleeper is a clock that sleeps until ctx is done, telling
+// started when it begins.
+type blockingSleeper struct {
+	sluice.Clock
+	started chan time.Duration
+}
 
 func (s blockingSleeper) Sleep(ctx context.Context, d time.Duration) error {
 	s.started <- d
@@ -321,9 +327,9 @@ func (s blockingSleeper) Sleep(ctx context.Context, d time.Duration) error {
 }
 
 func TestCancelledSleepKeepsTheReservation(t *testing.T) {
-	clk := sluice.NewFakeClock(t0)
-	sl := blockingSleeper{make(chan time.Duration)}
-	l, err := NewBursty(5, WithClock(clk), WithSleeper(sl))
+	clk := sluicetest.NewFakeClock(t0)
+	sl := blockingSleeper{clk, make(chan time.Duration)}
+	l, err := NewBursty(5, WithClock(sl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,8 +369,8 @@ func TestCancelledSleepKeepsTheReservation(t *testing.T) {
 }
 
 func TestConcurrentAcquire(t *testing.T) {
-	clk := sluice.NewFakeClock(t0)
-	l, err := NewWarmingUp(1000, time.Second, WithClock(clk), WithSleeper(clk))
+	clk := sluicetest.NewFakeClock(t0)
+	l, err := NewWarmingUp(1000, time.Second, WithClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,11 +38,11 @@ type Handler[T any] func(ctx context.Context, key string, b *Batch[T]) error
 type Options struct {
 	// MaxBatch bounds the operations of one batch; 0 is DefaultMaxBatch.
 	MaxBatch int
-	// Refuse, when not nil, is asked once a batch has run whether the
-	// operations queued behind it may still be sent: when it returns an
-	// error (a circuit breaker that opened), the operations then waiting
-	// get that error at once, and none is handed to the handler.
-	Refuse func() error
+	// Refuse, when not nil, is asked once a batch of key has run whether
+	// the operations queued behind it may still be sent: when it returns
+	// an error (a circuit breaker that opened), the operations then
+	// waiting get that error at once, and none is handed to the handler.
+	Refuse func(key string) error
 }
 
 // Batcher batches the operations of type T on each key. It is safe for
@@ -50,7 +50,7 @@ type Options struct {
 type Batcher[T any] struct {
 	handler  Handler[T]
 	maxBatch int
-	refuse   func() error
+	refuse   func(key string) error
 	seed     maphash.Seed
 	shards   [shardCount]shard[T]
 }
@@ -215,7 +215,7 @@ func (b *Batcher[T]) lead(ctx context.Context, bt *Batch[T]) {
 
 	var refused error
 	if b.refuse != nil {
-		refused = b.refuse()
+		refused = b.refuse(bt.key)
 	}
 	sh := bt.sh
 	sh.mu.Lock()

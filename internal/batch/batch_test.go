@@ -212,7 +212,7 @@ func TestExpiredWhileQueued(t *testing.T) {
 func TestRefuse(t *testing.T) {
 	r := newRecorder(true)
 	refused := errors.New("circuit open")
-	b := New(r.handle, Options{Refuse: func() error { return refused }})
+	b := New(r.handle, Options{Refuse: func(string) error { return refused }})
 	errs := addQueued(t, b, r, context.Background(), []int{0, 1, 2})
 	if errs[0] != nil || errs[1] != refused || errs[2] != refused {
 		t.Errorf("errors = %v, want nil for the batch run, then the refusal", errs)

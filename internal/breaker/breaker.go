@@ -2,7 +2,9 @@
 // after a number of consecutive failed calls it stops asking the store,
 // so that while the store is down or hangs every call gets the failure
 // policy's answer at once instead of after a store timeout, and it lets
-// one call through now and then (the probe) to find the store back.
+// one call through now and then (the probe) to find the store back. A
+// Set keeps one breaker per partition of a store whose partitions fail
+// on their own (the masters of a Redis Cluster).
 package breaker
 
 import (

@@ -44,7 +44,7 @@ func (f fixed) Now() int64 { return int64(f) }
 func TestStoreCodecPerCall(t *testing.T) {
 	ctx := context.Background()
 	st := &ttlStore{m: map[string][]byte{}, ttl: map[string]time.Duration{}}
-	s := NewStore(st, fixed(t0), time.Second, breaker.New(0, nil))
+	s := NewStore(st, fixed(t0), time.Second, breaker.NewSet(0, nil, nil))
 	window := record.NewMachine("w", policy.Erase[fixedwindow.State](fixedwindow.Config{Limit: 2, Interval: minute}), tokenbucket.Proportionally)
 	cfg := tokenbucket.NewConfig(tokenbucket.Bandwidth{Capacity: 10, RefillTokens: 10, Period: int64(time.Hour)})
 	bucket := record.NewBucket(cfg, record.BucketOptions{Inherit: tokenbucket.Proportionally})

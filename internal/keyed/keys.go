@@ -20,9 +20,11 @@ type Keys interface {
 	// Consume decides whether n tokens may pass for key at now, taking
 	// them if so.
 	Consume(key string, now, n int64) policy.Result
-	// Decide is Consume with the result's fields as results, which the
-	// caller gets in registers: a policy.Result, of more than 4 fields,
-	// is copied through memory at each call that returns it.
+	// Decide is Consume with the result's fields as results. It stays for
+	// speed, worth a third of a decision on 1k keys: a policy.Result, of 48
+	// bytes, returned from call to call is copied whole, with 16-byte
+	// loads the CPU cannot forward from the narrower stores that filled
+	// it (docs/benchmarks.md, "What stays for speed").
 	Decide(key string, now, n int64) (code policy.Code, allowed bool, remaining, retryAfter, resetAfter, limit int64)
 	// Peek answers as Consume would, taking nothing.
 	Peek(key string, now, n int64) policy.Result

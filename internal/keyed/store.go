@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"time"
 
 	"github.com/sluicehq/sluice/driver"
@@ -15,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
 	"github.com/sluicehq/sluice/internal/record"
+	"github.com/sluicehq/sluice/internal/sleep"
 )
 
 // Clock is the time source of the engine: nanoseconds.
@@ -35,15 +35,16 @@ type Clock interface{ Now() int64 }
 //
 // Every call has a deadline, its start plus the store timeout, which
 // bounds its wait in the queue and the Update that runs it. A circuit
-// breaker answers calls at once while the store is failing.
+// breaker answers calls at once while the store, or the partition of the
+// store that holds their key, is failing.
 //
 // Store is safe for simultaneous use by multiple goroutines.
 type Store struct {
-	store   driver.Store
-	clock   Clock
-	timeout time.Duration
-	breaker *breaker.Breaker
-	batcher *batch.Batcher[op]
+	store    driver.Store
+	clock    Clock
+	timeout  time.Duration
+	breakers *breaker.Set
+	batcher  *batch.Batcher[op]
 }
 
 // An op is one call's work on its key's record: it computes the
@@ -62,10 +63,10 @@ func changedBy(c record.Codec, changed bool) record.Codec {
 }
 
 // NewStore returns the keys of s, on clock, each call bounded by timeout
-// and guarded by br.
-func NewStore(s driver.Store, clock Clock, timeout time.Duration, br *breaker.Breaker) *Store {
-	st := &Store{store: s, clock: clock, timeout: timeout, breaker: br}
-	st.batcher = batch.New(st.run, batch.Options{Refuse: br.Refusing})
+// and guarded by its key's breaker of br.
+func NewStore(s driver.Store, clock Clock, timeout time.Duration, br *breaker.Set) *Store {
+	st := &Store{store: s, clock: clock, timeout: timeout, breakers: br}
+	st.batcher = batch.New(st.run, batch.Options{Refuse: func(key string) error { return br.For(key).Refusing() }})
 	return st
 }
 
@@ -89,16 +90,17 @@ func ttl(expiresAt, now int64) time.Duration {
 // submit returns ctx.Err(). While the circuit is open, submit returns
 // breaker.ErrOpen at once.
 func (s *Store) submit(ctx context.Context, key string, o op) error {
-	probe, err := s.breaker.Allow()
+	br := s.breakers.For(key)
+	probe, err := br.Allow()
 	if err != nil {
 		return err
 	}
-	defer s.breaker.EndProbe(probe)
+	defer br.EndProbe(probe)
 	err = s.batcher.Add(ctx, key, o, time.Now().Add(s.timeout))
 	if errors.Is(err, batch.ErrExpired) {
 		// The store timeout ended while the call waited behind the key's
 		// call in flight: nothing of it was sent.
-		s.breaker.Result(context.DeadlineExceeded)
+		br.Result(context.DeadlineExceeded)
 		err = fmt.Errorf("%w: no answer within the store timeout %v, waiting behind the key's call in flight: %w",
 			driver.ErrUnavailable, s.timeout, context.DeadlineExceeded)
 	}
@@ -127,7 +129,7 @@ func (s *Store) run(ctx context.Context, key string, b *batch.Batch[op]) error {
 	}
 	err := s.store.Update(sctx, key, fn)
 	for losses := 1; errors.Is(err, driver.ErrConflict); losses++ {
-		if werr := backoff(sctx, losses); werr != nil {
+		if werr := sleep.Backoff(sctx, conflictBase, losses, conflictMost); werr != nil {
 			break
 		}
 		err = s.store.Update(sctx, key, fn)
@@ -138,27 +140,19 @@ func (s *Store) run(ctx context.Context, key string, b *batch.Batch[op]) error {
 		// store did not answer within the timeout, nothing was taken.
 		err = fmt.Errorf("%w: no answer within the store timeout %v: %w", driver.ErrUnavailable, s.timeout, err)
 	}
-	s.breaker.Result(err)
+	s.breakers.For(key).Result(err)
 	return err
 }
 
-// backoff waits a random time before the attempt after the given number
-// of lost races, longer as they add up (full jitter, at most 10ms), or
-// returns ctx's error when it ends first.
-func backoff(ctx context.Context, losses int) error {
-	ceiling := 10 * time.Millisecond
-	if losses < 10 {
-		ceiling = min(ceiling, 50*time.Microsecond<<losses)
-	}
-	t := time.NewTimer(rand.N(ceiling) + 1)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// The backoff between the Updates of a batch that lost to a conflict:
+// full jitter below conflictBase·2^losses, at most conflictMost. Unlike a
+// lost compare-and-swap, which the driver's CAS block retries at once a
+// few times, a conflict is a transaction the database rolled back (a
+// deadlock, a lock wait timeout), so the first retry already waits.
+const (
+	conflictBase = 50 * time.Microsecond
+	conflictMost = 10 * time.Millisecond
+)
 
 // Consume decides whether n tokens may pass for key, taking them if so.
 func (s *Store) Consume(ctx context.Context, key string, c record.Codec, n int64) (policy.Result, error) {
@@ -229,14 +223,15 @@ func (s *Store) Cancel(ctx context.Context, key string, c record.Codec, now int6
 // state.
 func (s *Store) Reset(ctx context.Context, key string, c record.Codec) error {
 	if d, ok := s.store.(driver.Deleter); ok {
-		if s.breaker.Blocking() {
+		br := s.breakers.For(key)
+		if br.Blocking() {
 			return breaker.ErrOpen
 		}
 		sctx, cancel := context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 		err := d.Delete(sctx, key)
 		if !CallerDone(ctx, err) {
-			s.breaker.Result(err)
+			br.Result(err)
 		}
 		return err
 	}

@@ -32,7 +32,7 @@ import (
 // when a quarter full.
 type Table[S any, M policy.Machine[S]] struct {
 	m M
-	// lapses is policy.Lapses(m): Consume, Decide and Peek run on a state
+	// lapses is policy.Lapses(m): Decide and Peek run on a state
 	// past its ExpiresAt as it is, without asking ExpiresAt first.
 	lapses  bool
 	seed    maphash.Seed
@@ -353,7 +353,7 @@ func (k *Table[S, M]) access(sh *tableShard[S], key string, p pkey, now int64) i
 	return i
 }
 
-// decidable finds key for a Consume, Decide or Peek at now: as access,
+// decidable finds key for a Decide or Peek at now: as access,
 // but a machine that lapses decides on an expired state as it is, which
 // the sweep drops in time.
 func (k *Table[S, M]) decidable(sh *tableShard[S], key string, p pkey, now int64) int {
@@ -368,26 +368,9 @@ func (k *Table[S, M]) decidable(sh *tableShard[S], key string, p pkey, now int64
 	return i
 }
 
-// Consume decides in place on a live state: a machine leaves a state it
-// reports unchanged as it was.
-func (k *Table[S, M]) Consume(key string, now, n int64) policy.Result {
-	sh, p := k.locate(key)
-	sh.mu.Lock()
-	var res policy.Result
-	if i := k.decidable(sh, key, p, now); i >= 0 {
-		res, _ = k.m.Consume(&sh.slots[i].st, true, now, n)
-	} else {
-		var changed bool
-		if res, changed = k.m.Consume(&sh.cur, false, now, n); changed {
-			k.insert(sh, key, p, now)
-		}
-	}
-	sh.mu.Unlock()
-	return res
-}
-
-// Decide is Consume's body, but for its results: the machine's result
-// is taken apart as it comes back, never copied whole (see Keys.Decide).
+// Decide decides in place on a live state: a machine leaves a state it
+// reports unchanged as it was. The machine's result is taken apart as it
+// comes back, never copied whole (see Keys.Decide).
 func (k *Table[S, M]) Decide(key string, now, n int64) (code policy.Code, allowed bool, remaining, retryAfter, resetAfter, limit int64) {
 	sh, p := k.locate(key)
 	sh.mu.Lock()
@@ -406,6 +389,12 @@ func (k *Table[S, M]) Decide(key string, now, n int64) (code policy.Code, allowe
 // fields takes a machine's result apart.
 func fields(r policy.Result, changed bool) (policy.Code, bool, int64, int64, int64, int64, bool) {
 	return r.Code, r.Allowed, r.Remaining, r.RetryAfter, r.ResetAfter, r.Limit, changed
+}
+
+// Consume is Decide's result as a policy.Result.
+func (k *Table[S, M]) Consume(key string, now, n int64) policy.Result {
+	code, allowed, remaining, retryAfter, resetAfter, limit := k.Decide(key, now, n)
+	return policy.Result{Code: code, Allowed: allowed, Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter, Limit: limit}
 }
 
 func (k *Table[S, M]) Peek(key string, now, n int64) policy.Result {

@@ -80,13 +80,9 @@ func TestTableAgreesWithMem(t *testing.T) {
 				}
 				n := 1 + rng.Int64N(3)
 				switch op := rng.IntN(21); {
-				case op < 7:
+				case op < 14:
 					if got, want := tc.table.Consume(key, now, n), tc.model.Consume(key, now, n); got != want {
 						t.Fatalf("step %d: Consume(%.10q, %d) = %+v, want %+v", step, key, n, got, want)
-					}
-				case op < 14: // Decide, which must be Consume
-					if got, want := decided(tc.table, key, now, n), decided(tc.model, key, now, n); got != want {
-						t.Fatalf("step %d: Decide(%.10q, %d) = %+v, want %+v", step, key, n, got, want)
 					}
 				case op < 17:
 					if got, want := tc.table.Peek(key, now, n), tc.model.Peek(key, now, n); got != want {
@@ -128,12 +124,6 @@ func TestTableAgreesWithMem(t *testing.T) {
 			}
 		})
 	}
-}
-
-// decided is k.Decide's results as the policy.Result of k.Consume.
-func decided(k Keys, key string, now, n int64) policy.Result {
-	code, allowed, remaining, retryAfter, resetAfter, limit := k.Decide(key, now, n)
-	return policy.Result{Code: code, Allowed: allowed, Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter, Limit: limit}
 }
 
 // TestTableCollidingTags puts keys of one tag in one shard: they stay

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/resilience"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // T0 is the fake clock's start, in Unix nanoseconds.
@@ -35,7 +36,7 @@ func (DownStore) Update(context.Context, string, driver.UpdateFunc) error {
 //     3 acquisitions, 2 allowed and 1 rejected.
 //
 // It returns the rate limiter's clock, which a test may step.
-func Drive(t *testing.T, observer func(name string) sluice.Observer, register func(name string, rl *resilience.RateLimiter)) *sluice.FakeClock {
+func Drive(t *testing.T, observer func(name string) sluice.Observer, register func(name string, rl *resilience.RateLimiter)) *sluicetest.FakeClock {
 	t.Helper()
 	ctx := context.Background()
 	api, err := sluice.NewLimiter(sluice.FixedWindow(2, time.Minute), sluice.WithStore(memstore.New()),
@@ -63,9 +64,9 @@ func Drive(t *testing.T, observer func(name string) sluice.Observer, register fu
 		t.Fatalf("Allow on a store that is down = %v, want driver.ErrUnavailable", err)
 	}
 
-	clock := sluice.NewFakeClock(T0)
+	clock := sluicetest.NewFakeClock(T0)
 	rl, err := resilience.New(resilience.Config{LimitForPeriod: 2, LimitRefreshPeriod: time.Second, Timeout: 0},
-		resilience.WithClock(clock), resilience.WithSleeper(clock), resilience.WithObserver(observer("payments")))
+		resilience.WithClock(clock), resilience.WithObserver(observer("payments")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +83,8 @@ func Drive(t *testing.T, observer func(name string) sluice.Observer, register fu
 // observer, say) on one key of a token bucket that never runs dry, on a
 // fake clock, so that the benchmarks of the observers and of none measure
 // the same decisions.
-func BenchAllow(b *testing.B, opts ...sluice.LimiterOption) {
-	clock := sluice.NewFakeClock(T0)
+func BenchAllow(b *testing.B, opts ...sluice.Option) {
+	clock := sluicetest.NewFakeClock(T0)
 	l, err := sluice.NewLimiter(sluice.TokenBucket(1000, 1e9, time.Second), append(opts, sluice.WithClock(clock))...)
 	if err != nil {
 		b.Fatal(err)

@@ -76,6 +76,26 @@ func ReadInts(src []byte, dst ...*int64) error {
 	return nil
 }
 
+// AppendInts appends a state of the policy tag made of the integers vs:
+// its header, then each integer as AppendInt writes it.
+func AppendInts(dst []byte, tag Tag, vs ...int64) []byte {
+	dst = AppendHeader(dst, tag)
+	for _, v := range vs {
+		dst = AppendInt(dst, v)
+	}
+	return dst
+}
+
+// DecodeInts reads a state that AppendInts wrote for tag into dst, one
+// integer each, and checks that nothing follows.
+func DecodeInts(src []byte, tag Tag, dst ...*int64) error {
+	rest, err := ReadHeader(src, tag)
+	if err != nil {
+		return err
+	}
+	return ReadInts(rest, dst...)
+}
+
 // SatAdd adds, saturating at the int64 bounds.
 func SatAdd(a, b int64) int64 {
 	c := a + b

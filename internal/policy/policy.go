@@ -109,6 +109,17 @@ func Lapses(m any) bool {
 	return ok && l.Lapses()
 }
 
+// Reserves reports whether m can reserve at all, rather than answering
+// ReserveNotSupported to every Reserve: the capability is the machine's
+// own answer, asked for one token of a key with no state, so that a
+// compound that cannot reserve through one of its members says so too.
+// policytest checks that every state gets the same answer.
+func Reserves[S any](m Machine[S]) bool {
+	var s S
+	res, _ := m.Reserve(&s, false, 0, 1, Never)
+	return res.Code != ReserveNotSupported
+}
+
 // ErrBadState is matched by every error that decoding a stored state returns.
 var ErrBadState = errors.New("sluice: bad stored state")
 
@@ -122,6 +133,30 @@ func CheckReserve(n, maxWait int64) Code {
 		return NonPositiveMaxWait
 	}
 	return OK
+}
+
+// CheckTokens is the argument check of a request for n tokens of a
+// policy whose limit is limit: n ≤ 0 is an error, and so is n above the
+// limit where the policy is strict about it. It returns OK when n is
+// valid.
+func CheckTokens(n, limit int64, strict bool) Code {
+	switch {
+	case n <= 0:
+		return NonPositiveTokens
+	case strict && n > limit:
+		return TokensAboveLimit
+	}
+	return OK
+}
+
+// Refusal is the result of the argument error code of a policy whose limit
+// is limit: for tokens above the limit, it says which limit.
+func Refusal(code Code, limit int64) Result {
+	res := Result{Code: code}
+	if code == TokensAboveLimit {
+		res.Limit = limit
+	}
+	return res
 }
 
 // Receipt is what a granted reservation did to a key, kept by the caller

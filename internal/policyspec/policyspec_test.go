@@ -58,7 +58,7 @@ func TestTable(t *testing.T) {
 				return
 			}
 			p := s.Policy(args)
-			if got := p.Kind(); got != sluice.Kind(s.Name) {
+			if got := p.Kind(); got != s.Name {
 				t.Errorf("Policy(%v).Kind() = %q, want %q", args, got, s.Name)
 			}
 			if _, err := sluice.NewLimiter(p); err != nil {

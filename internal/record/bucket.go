@@ -32,9 +32,9 @@ type BucketOptions struct {
 	// record, as the root package does a user's; one that fails is no
 	// state.
 	Compile func(*tokenbucket.Config) (*tokenbucket.Config, error)
-	// Order is the configuration's version, which decides whether a
-	// record of another configuration is migrated (see Order).
-	Order Order
+	// ConfigVersion is the configuration's version, which decides
+	// whether a record of another configuration is migrated.
+	ConfigVersion ConfigVersion
 }
 
 // Bucket is the Codec of a token bucket, whose records carry the
@@ -95,7 +95,7 @@ type loaded struct {
 // bucket API keeps it, since a bucket with initial tokens below its
 // capacity is not a new bucket once it has filled up.
 func (c *Bucket) load(rec []byte, now int64, expire bool) loaded {
-	own := header{origin: c.fp, order: c.o.Order.Version}
+	own := header{origin: c.fp, version: c.o.ConfigVersion.Version}
 	fresh := loaded{cfg: c.cfg, encoded: c.encoded, hdr: own}
 	r, err := decodeBucketRecord(rec)
 	if err != nil {
@@ -109,8 +109,8 @@ func (c *Bucket) load(rec []byte, now int64, expire bool) loaded {
 	switch {
 	case c.cfg == nil || c.o.KeepStored:
 	case r.hdr.origin == c.fp:
-		b.hdr.order = max(b.hdr.order, own.order)
-	case !c.o.Order.keeps(r.hdr):
+		b.hdr.version = max(b.hdr.version, own.version)
+	case !c.o.ConfigVersion.keeps(r.hdr):
 		b.state = tokenbucket.Replace(cfg, r.state, now, c.cfg, c.o.Inherit)
 		b.cfg, b.encoded, b.hdr, b.migrated = c.cfg, c.encoded, own, true
 	}
@@ -130,7 +130,7 @@ func none() []byte { return appendHeader(nil, kindBucket, header{}) }
 func (c *Bucket) Consume(rec []byte, now, n int64) (policy.Result, []byte, bool) {
 	b := c.load(rec, now, true)
 	res, changed := tokenbucket.NewKeyed(b.cfg, c.o.Strict).Consume(&b.state, b.exists, now, n)
-	if (!changed && !b.migrated) || c.o.Order.foreign(rec, kindBucket) {
+	if (!changed && !b.migrated) || c.o.ConfigVersion.foreign(rec, kindBucket) {
 		return res, nil, false
 	}
 	return res, b.record(), true
@@ -160,7 +160,7 @@ func (c *Bucket) Reserve(rec []byte, now, n, maxWait int64) (policy.Result, *pol
 	if !changed && !b.migrated {
 		return res, rc, nil, false
 	}
-	if c.o.Order.foreign(rec, kindBucket) {
+	if c.o.ConfigVersion.foreign(rec, kindBucket) {
 		return res, nil, nil, false
 	}
 	return res, rc, b.record(), true
@@ -213,7 +213,7 @@ func (c *Bucket) Update(rec []byte, now int64, f func(cfg *tokenbucket.Config, s
 		b.state = tokenbucket.New(b.cfg, now)
 		b.migrated = c.o.CreateOnRead // Bucket4j creates a bucket at its first call, even one that reads
 	}
-	if (!f(b.cfg, b.state, now) && !b.migrated) || c.o.Order.foreign(rec, kindBucket) {
+	if (!f(b.cfg, b.state, now) && !b.migrated) || c.o.ConfigVersion.foreign(rec, kindBucket) {
 		return nil, false, false
 	}
 	return b.record(), true, false
@@ -229,7 +229,7 @@ func (c *Bucket) Replace(rec []byte, now int64, cfg *tokenbucket.Config, strateg
 	if !b.exists && b.cfg == nil {
 		return nil, false, true
 	}
-	if c.o.Order.foreign(rec, kindBucket) {
+	if c.o.ConfigVersion.foreign(rec, kindBucket) {
 		return nil, false, false
 	}
 	if !b.exists {

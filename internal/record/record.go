@@ -11,7 +11,7 @@
 //	origin   8 bytes, little endian: the fingerprint of the configured
 //	         policy that created the state or last migrated it
 //	order    uvarint, VersionOrdered only: the configuration version of
-//	         origin (see Order); a Version record's is 0
+//	         origin (see ConfigVersion); a Version record's is 0
 //	kindMachine: the policy machine's own encoding (policy.Erased)
 //	kindBucket:  varint length + the bucket's configuration, then
 //	             varint count + (last refill, size, err) varints per
@@ -83,21 +83,21 @@ var errBad = errors.New("sluice: undecodable state record")
 
 // header is what a record says of the configuration that wrote it.
 type header struct {
-	origin uint64 // its fingerprint
-	order  uint64 // its version (Order)
+	origin  uint64 // its fingerprint
+	version uint64 // its configuration version (ConfigVersion)
 }
 
 // appendHeader writes a Version record's header for a configuration of
 // version 0, so that releases before versions read it, and a
 // VersionOrdered one's otherwise.
 func appendHeader(dst []byte, kind byte, h header) []byte {
-	if h.order == 0 {
+	if h.version == 0 {
 		dst = append(dst, Version, kind)
 		return binary.LittleEndian.AppendUint64(dst, h.origin)
 	}
 	dst = append(dst, VersionOrdered, kind)
 	dst = binary.LittleEndian.AppendUint64(dst, h.origin)
-	return binary.AppendUvarint(dst, h.order)
+	return binary.AppendUvarint(dst, h.version)
 }
 
 // readHeader returns the header and the rest of a record of kind.
@@ -111,7 +111,7 @@ func readHeader(rec []byte, kind byte) (h header, rest []byte, err error) {
 		if k <= 0 || n == 0 {
 			return header{}, nil, errBad
 		}
-		h.order, rest = n, rest[k:]
+		h.version, rest = n, rest[k:]
 	}
 	return h, rest, nil
 }
@@ -129,10 +129,10 @@ func fingerprint(parts ...[]byte) uint64 {
 
 // Machine is the Codec of a policy machine's state.
 type Machine struct {
-	m     policy.Erased
-	fp    uint64
-	drop  bool // a state of another configuration is no state
-	order Order
+	m       policy.Erased
+	fp      uint64
+	drop    bool // a state of another configuration is no state
+	version ConfigVersion
 }
 
 var _ Codec = (*Machine)(nil)
@@ -145,26 +145,26 @@ func NewMachine(name string, m policy.Erased, inherit tokenbucket.Strategy) *Mac
 	return &Machine{m: m, fp: fingerprint([]byte(name)), drop: inherit == tokenbucket.ResetStrategy}
 }
 
-// NewOrderedMachine is NewMachine for a configuration of version o.
-func NewOrderedMachine(name string, m policy.Erased, inherit tokenbucket.Strategy, o Order) *Machine {
+// NewVersionedMachine is NewMachine for a configuration of version o.
+func NewVersionedMachine(name string, m policy.Erased, inherit tokenbucket.Strategy, o ConfigVersion) *Machine {
 	c := NewMachine(name, m, inherit)
-	c.order = o
+	c.version = o
 	return c
 }
 
 // state returns the policy state in rec: nil for none, an expired state,
 // or one of another configuration that the inheritance drops; and the
 // header to write it with: the codec's own, or the stored one when it
-// wins (Order.keeps), whose state is then kept as it is.
+// wins (ConfigVersion.keeps), whose state is then kept as it is.
 func (c *Machine) state(rec []byte, now int64) ([]byte, header) {
-	own := header{origin: c.fp, order: c.order.Version}
+	own := header{origin: c.fp, version: c.version.Version}
 	h, st, err := readHeader(rec, kindMachine)
 	switch {
 	case err != nil:
 		return nil, own
 	case h.origin == c.fp:
-		h.order = max(h.order, own.order)
-	case c.order.keeps(h):
+		h.version = max(h.version, own.version)
+	case c.version.keeps(h):
 		// A newer configuration wrote it: decide on its state, and leave
 		// the record its configuration's.
 	case c.drop:
@@ -185,7 +185,7 @@ func (c *Machine) record(st []byte, h header) []byte {
 func (c *Machine) Consume(rec []byte, now, n int64) (policy.Result, []byte, bool) {
 	st, h := c.state(rec, now)
 	res, next, changed := c.m.Consume(st, now, n, nil)
-	if !changed || c.order.foreign(rec, kindMachine) {
+	if !changed || c.version.foreign(rec, kindMachine) {
 		return res, nil, false
 	}
 	return res, c.record(next, h), true
@@ -199,7 +199,7 @@ func (c *Machine) Peek(rec []byte, now, n int64) policy.Result {
 func (c *Machine) Reserve(rec []byte, now, n, maxWait int64) (policy.Result, *policy.Receipt, []byte, bool) {
 	before, h := c.state(rec, now)
 	res, next, changed := c.m.Reserve(before, now, n, maxWait, nil)
-	if !changed || c.order.foreign(rec, kindMachine) {
+	if !changed || c.version.foreign(rec, kindMachine) {
 		return res, nil, nil, false
 	}
 	var rc *policy.Receipt
@@ -221,7 +221,7 @@ func (c *Machine) Cancel(rec []byte, now int64, rc *policy.Receipt) ([]byte, boo
 	if !changed {
 		return nil, false
 	}
-	h.order = max(h.order, c.order.Version)
+	h.version = max(h.version, c.version.Version)
 	return c.record(next, h), true
 }
 
@@ -231,8 +231,8 @@ func (c *Machine) Reset(rec []byte) ([]byte, bool) {
 	if len(rec) == 0 {
 		return nil, false
 	}
-	h := header{origin: c.fp, order: c.order.Version}
-	if stored, _, err := readHeader(rec, kindMachine); err == nil && stored.origin != c.fp && c.order.keeps(stored) {
+	h := header{origin: c.fp, version: c.version.Version}
+	if stored, _, err := readHeader(rec, kindMachine); err == nil && stored.origin != c.fp && c.version.keeps(stored) {
 		h = stored
 	}
 	return c.record(nil, h), true

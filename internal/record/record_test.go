@@ -158,7 +158,7 @@ func FuzzRecord(f *testing.F) {
 	f.Add(wrec, int64(0), int64(1))
 	f.Add(brec, int64(0), int64(1))
 	f.Add(appendBucketRecord(nil, header{origin: 1}, []byte{1, 0, 2, 2, 2, 0, 0, 0}, tokenbucket.State{{}}), int64(5), int64(2))
-	wv := NewOrderedMachine("fixed_window", w.m, tokenbucket.ResetStrategy, Order{Version: 7})
+	wv := NewVersionedMachine("fixed_window", w.m, tokenbucket.ResetStrategy, ConfigVersion{Version: 7})
 	bv := versioned(9, 7, nil)
 	_, wvrec, _ := wv.Consume(nil, t0, 1)
 	_, bvrec, _ := bv.Consume(nil, t0, 1)

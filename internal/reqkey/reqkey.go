@@ -48,6 +48,26 @@ func NewIP(trusted []netip.Prefix, header string, v6Bits int) (*IP, *SettingErro
 	return ip, nil
 }
 
+// Options are the settings of ClientIP in httplimit and grpclimit, which
+// set them with their own IPOption functions.
+type Options struct {
+	Trusted []netip.Prefix // the proxies whose header is believed
+	Header  string         // the forwarding header, as the package reads it
+	V6Bits  int            // the IPv6 network of a key
+}
+
+// Configure applies opts to the defaults, header (the package's spelling
+// of X-Forwarded-For) and IPv6 networks of 64 bits, and returns the
+// keying of clients and the header to read, or a *SettingError as NewIP.
+func Configure[O ~func(*Options)](header string, opts []O) (*IP, string, *SettingError) {
+	o := Options{Header: header, V6Bits: 64}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	ip, e := NewIP(o.Trusted, o.Header, o.V6Bits)
+	return ip, o.Header, e
+}
+
 // KeyOf returns the key of the client whose request came from the
 // address s, with or without a port (see ParseAddr), and false if s is
 // not an address: an IPv4 address as written ("192.0.2.1"), an
@@ -183,14 +203,40 @@ func ParseAddr(s string) (netip.Addr, bool) {
 	return a.WithZone("").Unmap(), true
 }
 
-// WritePart writes the i-th (from 0) of several keys joined into one:
-// each is written with its length, and after the first behind a "|", so
-// that no two different lists make the same key ("3:GET|7:/things").
-func WritePart(b *strings.Builder, i int, s string) {
-	if i > 0 {
-		b.WriteByte('|')
+// Join returns the key made of n keys, part(0) to part(n-1), each
+// written with its length, and after the first behind a "|", so that no
+// two different lists make the same key ("3:GET|7:/things"). The first
+// error of part is its error.
+func Join(n int, part func(i int) (string, error)) (string, error) {
+	var b strings.Builder
+	for i := range n {
+		s, err := part(i)
+		if err != nil {
+			return "", err
+		}
+		if i > 0 {
+			b.WriteByte('|')
+		}
+		b.WriteString(strconv.Itoa(len(s)))
+		b.WriteByte(':')
+		b.WriteString(s)
 	}
-	b.WriteString(strconv.Itoa(len(s)))
-	b.WriteByte(':')
-	b.WriteString(s)
+	return b.String(), nil
+}
+
+// FromValue returns the key in v, a context's value for key (which errors
+// name): a string, or a fmt.Stringer's String. No value is no key, an
+// error wrapping noKey, the package's ErrNoKey; a value of another type
+// is an error prefixed with pkg.
+func FromValue(pkg string, noKey error, key, v any) (string, error) {
+	switch v := v.(type) {
+	case nil:
+		return "", fmt.Errorf("%w: no context value for %v", noKey, key)
+	case string:
+		return v, nil
+	case fmt.Stringer:
+		return v.String(), nil
+	default:
+		return "", fmt.Errorf("%s: context value for %v is a %T, want a string or a fmt.Stringer", pkg, key, v)
+	}
 }

@@ -1,6 +1,7 @@
 package reqkey
 
 import (
+	"errors"
 	"net/netip"
 	"strings"
 	"testing"
@@ -69,5 +70,55 @@ func TestKeyOfNoCopy(t *testing.T) {
 		}
 	}); got != 0 {
 		t.Errorf("%v allocations, want 0", got)
+	}
+}
+
+func TestJoin(t *testing.T) {
+	join := func(parts ...string) string {
+		k, err := Join(len(parts), func(i int) (string, error) { return parts[i], nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	if got, want := join("GET", "/things"), "3:GET|7:/things"; got != want {
+		t.Errorf("Join(GET, /things) = %q, want %q", got, want)
+	}
+	// Lists that would read alike without the lengths make different keys.
+	if a, b := join("a|1:b"), join("a", "b"); a == b {
+		t.Errorf("Join(a|1:b) = Join(a, b) = %q", a)
+	}
+	errPart := errors.New("no key")
+	if _, err := Join(2, func(i int) (string, error) { return "", errPart }); err != errPart {
+		t.Errorf("Join with a failing part = %v, want its error", err)
+	}
+}
+
+func TestConfigure(t *testing.T) {
+	type option func(*Options)
+	ip, header, e := Configure[option]("x-forwarded-for", nil)
+	if e != nil || header != "x-forwarded-for" || ip.v6Bits != 64 || len(ip.trusted) != 0 {
+		t.Errorf("Configure() = %+v, %q, %v; want no proxy, the default header and /64", ip, header, e)
+	}
+	_, header, e = Configure("x-forwarded-for", []option{func(o *Options) { o.Header = "forwarded" }})
+	if e != nil || header != "forwarded" {
+		t.Errorf("Configure(forwarded) = %q, %v; want forwarded", header, e)
+	}
+	_, _, e = Configure("X-Forwarded-For", []option{func(o *Options) { o.V6Bits = 0 }})
+	if e == nil || e.Field != "WithIPv6Prefix" {
+		t.Errorf("Configure(0 bits) = %v, want a WithIPv6Prefix error", e)
+	}
+}
+
+func TestFromValue(t *testing.T) {
+	errNoKey := errors.New("no key")
+	if _, err := FromValue("pkg", errNoKey, "k", nil); !errors.Is(err, errNoKey) {
+		t.Errorf("FromValue(nil) = %v, want it to wrap the no-key error", err)
+	}
+	if k, err := FromValue("pkg", errNoKey, "k", netip.MustParseAddr("192.0.2.1")); k != "192.0.2.1" || err != nil {
+		t.Errorf("FromValue(Stringer) = %q, %v; want its String", k, err)
+	}
+	if _, err := FromValue("pkg", errNoKey, "k", 7); err == nil || errors.Is(err, errNoKey) {
+		t.Errorf("FromValue(7) = %v, want an error that is not no-key", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 const t0 = int64(1_750_000_000) * int64(time.Second)
@@ -31,18 +32,18 @@ func TestRollingDeploy(t *testing.T) {
 		{"bucket proportionally", sluice.TokenBucket(100, 1, time.Hour), sluice.TokenBucket(200, 1, time.Hour), sluice.InheritProportionally, true, 180, 200},
 		{"bucket as is", sluice.TokenBucket(100, 1, time.Hour), sluice.TokenBucket(200, 1, time.Hour), sluice.InheritAsIs, true, 90, 200},
 		{"bucket additive", sluice.TokenBucket(100, 1, time.Hour), sluice.TokenBucket(200, 1, time.Hour), sluice.InheritAdditive, true, 190, 200},
-		{"bucket none", sluice.TokenBucket(100, 1, time.Hour), sluice.TokenBucket(200, 1, time.Hour), sluice.InheritNone, true, 200, 200},
+		{"bucket none", sluice.TokenBucket(100, 1, time.Hour), sluice.TokenBucket(200, 1, time.Hour), sluice.InheritReset, true, 200, 200},
 		// A window's record does not carry its configuration: the old
 		// process counts on the stored window under its own limit.
 		{"window kept", sluice.FixedWindow(100, time.Hour), sluice.FixedWindow(200, time.Hour), sluice.InheritAsIs, false, 190, 100},
-		{"window reset", sluice.FixedWindow(100, time.Hour), sluice.FixedWindow(200, time.Hour), sluice.InheritNone, false, 200, 100},
+		{"window reset", sluice.FixedWindow(100, time.Hour), sluice.FixedWindow(200, time.Hour), sluice.InheritReset, false, 200, 100},
 	}
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			for _, tt := range tests {
 				t.Run(tt.name, func(t *testing.T) {
 					s := st.open(t)
-					clock := sluice.NewFakeClock(t0)
+					clock := sluicetest.NewFakeClock(t0)
 					newLimiter := func(p sluice.Policy, v uint64) *sluice.Limiter {
 						l, err := sluice.NewLimiter(p, sluice.WithStore(s), sluice.WithClock(clock),
 							sluice.WithInheritance(tt.inherit), sluice.WithConfigVersion(v))
@@ -91,7 +92,7 @@ func TestRollingDeployKindChange(t *testing.T) {
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			s := st.open(t)
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			old, err := sluice.NewLimiter(sluice.FixedWindow(100, time.Hour), sluice.WithStore(s), sluice.WithClock(clock), sluice.WithConfigVersion(1))
 			if err != nil {
 				t.Fatal(err)

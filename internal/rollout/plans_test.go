@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // plans is a mutable table of keys' plans, as a customer database.
@@ -45,7 +46,7 @@ func TestPolicyPerKey(t *testing.T) {
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			s := st.open(t)
-			clock := sluice.NewFakeClock(t0)
+			clock := sluicetest.NewFakeClock(t0)
 			table := &plans{m: map[string]sluice.Policy{"paid:": pro, "w": window}}
 			var procs [2]*sluice.Limiter
 			for i := range procs {

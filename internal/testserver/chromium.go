@@ -22,6 +22,7 @@ import (
 // without them it retries its background connections many times at once.
 func Chromium(tb testing.TB, url string, args ...string) []byte {
 	tb.Helper()
+	skipShort(tb, "chromium")
 	bin, err := lookPath("chromium", "chromium")
 	if err != nil {
 		fail(tb, err)

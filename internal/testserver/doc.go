@@ -1,24 +1,31 @@
 // Package testserver starts throwaway database servers for tests: Redis,
-// a three-master Redis Cluster, PostgreSQL, MariaDB and dynalite (a
-// DynamoDB-compatible server). Each runs as a child process of the test
-// binary, on a free 127.0.0.1 port, with its data or log in a fresh
-// temporary directory, and never touches a server already running on the
-// standard ports.
+// a three-master Redis Cluster (with or without a replica of each
+// master), PostgreSQL, MariaDB and dynalite (a DynamoDB-compatible
+// server). Each runs as a child process of the test binary, on a free
+// 127.0.0.1 port, with its data or log in a fresh temporary directory,
+// and never touches a server already running on the standard ports.
 //
 // There are three ways to get a server:
 //
-//   - [Redis], [RedisCluster], [Postgres], [MariaDB] and [Dynamo] start a
-//     fresh server for one test and stop it in t.Cleanup. Use them for a
-//     test that needs a server of its own, for example to stop it.
+//   - [Redis], [RedisCluster], [RedisClusterWithReplicas], [Postgres],
+//     [MariaDB] and [Dynamo] start a fresh server for one test and stop
+//     it in t.Cleanup. Use them for a test that needs a server of its
+//     own, for example to stop it or to kill a cluster's master.
 //
 //   - [SharedRedis], [SharedRedisCluster], [SharedPostgres],
 //     [SharedMariaDB] and [SharedDynamo] start one server per test binary
 //     on first use and hand the same one to every later caller; [Main]
 //     stops them.
 //
-//   - [StartRedis], [StartRedisCluster], [StartPostgres], [StartMariaDB]
-//     and [StartDynamo] take a context instead of a testing.TB and return
-//     a stop function, for callers that manage the lifetime themselves.
+//   - [StartRedis], [StartRedisCluster], [StartRedisClusterWithReplicas],
+//     [StartPostgres], [StartMariaDB] and [StartDynamo] take a context
+//     instead of a testing.TB and return a stop function, for callers
+//     that manage the lifetime themselves.
+//
+// [SecureRedis], [SecureRedisCluster] and [SecureRedisSentinel] (and
+// their Start… forms) start Redis servers secured as a [Secure] says:
+// TLS only, with client certificates, made by [NewCerts] with a CA of the
+// test's own; a password for the default user; ACL users.
 //
 // A test that wants a go-redis client of the shared Redis gets it from
 // the subpackage testredis.

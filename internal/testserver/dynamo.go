@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -54,36 +53,29 @@ func lookDynalite() (string, error) {
 // is bounded by ctx and by one minute. If node or dynalite is not
 // installed, the error is a *MissingError.
 func StartDynamo(ctx context.Context) (endpoint string, stop func() error, err error) {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	node, err := lookPath("node", "nodejs")
-	if err != nil {
-		return "", nil, err
-	}
-	script, err := lookDynalite()
-	if err != nil {
-		return "", nil, err
-	}
-	dir, err := tempDir("dynamo")
-	if err != nil {
-		return "", nil, err
-	}
-	p, port, err := startOnFreePort(ctx,
-		func(port int) (*process, error) {
-			cmd := exec.Command(node, script,
-				"--host", "127.0.0.1", "--port", strconv.Itoa(port),
-				"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0")
-			cmd.Dir = dir
-			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-			logPath := filepath.Join(dir, fmt.Sprintf("dynalite-%d.log", port))
-			return launch(cmd, "dynalite", addr, logPath, "Dynalite listening at", nil, syscall.SIGTERM, syscall.SIGKILL)
-		},
-		pingDynamo)
-	if err != nil {
-		stopAll(dir)
-		return "", nil, err
-	}
-	return fmt.Sprintf("http://127.0.0.1:%d", port), func() error { return stopAll(dir, p.stop) }, nil
+	return startIn(ctx, "dynamo", func(ctx context.Context, dir string, own func(*process)) (string, error) {
+		node, err := lookPath("node", "nodejs")
+		if err != nil {
+			return "", err
+		}
+		script, err := lookDynalite()
+		if err != nil {
+			return "", err
+		}
+		srv := server{name: "dynalite", ready: "Dynalite listening at", stopSig: syscall.SIGTERM, deathSig: syscall.SIGKILL}
+		p, port, err := startOnFreePort(ctx,
+			func(port int) (*process, error) {
+				return srv.launch(exec.Command(node, script,
+					"--host", "127.0.0.1", "--port", strconv.Itoa(port),
+					"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"), dir, port)
+			},
+			pingDynamo)
+		if err != nil {
+			return "", err
+		}
+		own(p)
+		return fmt.Sprintf("http://127.0.0.1:%d", port), nil
+	})
 }
 
 // pingDynamo asks dynalite at addr for its health check: a GET that it

@@ -38,93 +38,97 @@ var mariadbOptions = []string{
 // Start-up is bounded by ctx and by one minute. If mariadbd or
 // mariadb-install-db is not installed, the error is a *MissingError.
 func StartMariaDB(ctx context.Context) (dsn string, stop func() error, err error) {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	mariadbd, err := lookPath("mariadbd", "mariadb-server")
-	if err != nil {
-		return "", nil, err
-	}
-	installDB, err := lookPath("mariadb-install-db", "mariadb-server")
-	if err != nil {
-		return "", nil, err
-	}
-	dir, err := tempDir("mariadb")
-	if err != nil {
-		return "", nil, err
-	}
-	// mariadbd refuses to run as root unless told to.
-	var asRoot []string
-	if os.Geteuid() == 0 {
-		asRoot = []string{"--user=root"}
-	}
-	data := filepath.Join(dir, "data")
-	if err := runInstallDB(ctx, installDB, dir, data, asRoot); err != nil {
-		stopAll(dir)
-		return "", nil, err
-	}
-	p, port, err := startOnFreePort(ctx,
-		func(port int) (*process, error) {
-			args := append([]string{
-				"--no-defaults", // must come first
-				"--datadir=" + data,
-				"--socket=" + filepath.Join(dir, "sock"),
-				"--pid-file=" + filepath.Join(dir, "mariadbd.pid"),
-				"--tmpdir=" + dir,
-				"--port=" + strconv.Itoa(port),
-				"--bind-address=127.0.0.1",
-			}, asRoot...)
-			cmd := exec.Command(mariadbd, append(args, mariadbOptions...)...)
-			cmd.Dir = dir
-			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-			logPath := filepath.Join(dir, fmt.Sprintf("mariadbd-%d.log", port))
-			return launch(cmd, "mariadbd", addr, logPath, "ready for connections", nil, syscall.SIGKILL, syscall.SIGKILL)
-		},
-		func(ctx context.Context, addr string) error {
-			return mysqlRoot(ctx, addr, func(*mysqlConn) error { return nil })
-		})
-	if err == nil {
+	return startMariaDB(ctx, nil)
+}
+
+// StartSecureMariaDB is StartMariaDB with the server secured as sec says:
+// it serves TLS, and sec.User may log in only over TLS, with sec.Password
+// and a client certificate (REQUIRE X509), while testserver logs in as
+// root in the clear. It returns the sluice store URL of sec.User's
+// database, "mysql://USER@127.0.0.1:PORT/USER", without TLS parameters.
+func StartSecureMariaDB(ctx context.Context, sec SecureSQL) (url string, stop func() error, err error) {
+	return startMariaDB(ctx, &sec)
+}
+
+// startMariaDB is StartMariaDB, secured as sec says unless it is nil.
+func startMariaDB(ctx context.Context, sec *SecureSQL) (dsn string, stop func() error, err error) {
+	return startIn(ctx, "mariadb", func(ctx context.Context, dir string, own func(*process)) (string, error) {
+		mariadbd, err := lookPath("mariadbd", "mariadb-server")
+		if err != nil {
+			return "", err
+		}
+		installDB, err := lookPath("mariadb-install-db", "mariadb-server")
+		if err != nil {
+			return "", err
+		}
+		// mariadbd refuses to run as root unless told to.
+		var asRoot []string
+		if os.Geteuid() == 0 {
+			asRoot = []string{"--user=root"}
+		}
+		data := filepath.Join(dir, "data")
+		args := append([]string{
+			"--no-defaults", // must come first
+			"--datadir=" + data,
+			"--auth-root-authentication-method=normal",
+			"--skip-test-db",
+		}, asRoot...)
+		// It creates the system tables, with root@127.0.0.1 and
+		// root@localhost having an empty password.
+		if err := setUp(exec.CommandContext(ctx, installDB, append(args, mariadbOptions...)...), "mariadb-install-db", dir, nil); err != nil {
+			return "", err
+		}
+		srv := server{name: "mariadbd", ready: "ready for connections", stopSig: syscall.SIGKILL, deathSig: syscall.SIGKILL}
+		p, port, err := startOnFreePort(ctx,
+			func(port int) (*process, error) {
+				args := append([]string{
+					"--no-defaults", // must come first
+					"--datadir=" + data,
+					"--socket=" + filepath.Join(dir, "sock"),
+					"--pid-file=" + filepath.Join(dir, "mariadbd.pid"),
+					"--tmpdir=" + dir,
+					"--port=" + strconv.Itoa(port),
+					"--bind-address=127.0.0.1",
+				}, asRoot...)
+				if sec != nil {
+					args = append(args, "--ssl-ca="+sec.TLS.CA, "--ssl-cert="+sec.TLS.ServerCert, "--ssl-key="+sec.TLS.ServerKey)
+				}
+				return srv.launch(exec.Command(mariadbd, append(args, mariadbOptions...)...), dir, port)
+			},
+			func(ctx context.Context, addr string) error {
+				return mysqlRoot(ctx, addr, func(*mysqlConn) error { return nil })
+			})
+		if err != nil {
+			return "", err
+		}
+		own(p)
 		// Only now is it sure that the server on the port is this one.
 		err = mysqlRoot(ctx, p.addr, func(c *mysqlConn) error {
 			return c.command(comQuery, "CREATE DATABASE sluice")
 		})
 		if err != nil {
-			err = fmt.Errorf("testserver: create database sluice: %w%s", err, p.logTail())
-			p.stop()
+			return "", fmt.Errorf("testserver: create database sluice: %w%s", err, p.logTail())
 		}
-	}
-	if err != nil {
-		stopAll(dir)
-		return "", nil, err
-	}
-	return fmt.Sprintf("root@tcp(127.0.0.1:%d)/sluice", port), func() error { return stopAll(dir, p.stop) }, nil
-}
-
-// runInstallDB creates the system tables in data, with root@127.0.0.1
-// and root@localhost having an empty password, and its log in dir.
-func runInstallDB(ctx context.Context, installDB, dir, data string, asRoot []string) error {
-	args := append([]string{
-		"--no-defaults", // must come first
-		"--datadir=" + data,
-		"--auth-root-authentication-method=normal",
-		"--skip-test-db",
-	}, asRoot...)
-	cmd := exec.CommandContext(ctx, installDB, append(args, mariadbOptions...)...)
-	cmd.Dir = dir
-	logPath := filepath.Join(dir, "install-db.log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		return fmt.Errorf("testserver: %w", err)
-	}
-	defer f.Close()
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = sysProcAttr(nil, syscall.SIGKILL)
-	if err := startCmd(cmd); err != nil {
-		return fmt.Errorf("testserver: start mariadb-install-db: %w", err)
-	}
-	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("testserver: mariadb-install-db: %w%s", err, logTail("mariadb-install-db", logPath))
-	}
-	return nil
+		if sec != nil {
+			err = mysqlRoot(ctx, p.addr, func(c *mysqlConn) error {
+				for _, q := range []string{
+					fmt.Sprintf("CREATE USER '%s'@'127.0.0.1' IDENTIFIED BY '%s' REQUIRE X509", sec.User, sec.Password),
+					fmt.Sprintf("CREATE DATABASE IF NOT EXISTS %s", sec.User),
+					fmt.Sprintf("GRANT ALL ON %[1]s.* TO '%[1]s'@'127.0.0.1'", sec.User),
+				} {
+					if err := c.command(comQuery, q); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return "", fmt.Errorf("testserver: create user %s: %w%s", sec.User, err, p.logTail())
+			}
+			return fmt.Sprintf("mysql://%[1]s@127.0.0.1:%[2]d/%[1]s", sec.User, port), nil
+		}
+		return fmt.Sprintf("root@tcp(127.0.0.1:%d)/sluice", port), nil
+	})
 }
 
 // MySQL protocol commands.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -29,60 +28,125 @@ import (
 // As root, initdb and postgres run as the system user "postgres". If they
 // or that user are missing, the error is a *MissingError.
 func StartPostgres(ctx context.Context) (url string, stop func() error, err error) {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	initdb, postgres, err := lookPostgres()
-	if err != nil {
-		return "", nil, err
-	}
-	var as *runAs
-	if os.Geteuid() == 0 {
-		if as, err = postgresUser(); err != nil {
-			return "", nil, err
-		}
-	}
-	dir, err := tempDir("postgres")
-	if err != nil {
-		return "", nil, err
-	}
-	if as != nil {
-		if err := os.Chown(dir, int(as.uid), int(as.gid)); err != nil {
-			stopAll(dir)
-			return "", nil, fmt.Errorf("testserver: %w", err)
-		}
-	}
-	data := filepath.Join(dir, "data")
-	if err := runInitdb(ctx, initdb, dir, data, as); err != nil {
-		stopAll(dir)
-		return "", nil, err
-	}
-	p, port, err := startOnFreePort(ctx,
-		func(port int) (*process, error) {
-			cmd := exec.Command(postgres,
-				"-D", data,
-				"-k", dir,
-				"-p", strconv.Itoa(port),
-				"-c", "listen_addresses=127.0.0.1",
-				"-c", "fsync=off",
-				"-c", "full_page_writes=off",
-				"-c", "synchronous_commit=off",
-			)
-			cmd.Dir = dir
-			cmd.Env = postgresEnv()
-			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-			logPath := filepath.Join(dir, fmt.Sprintf("postgres-%d.log", port))
-			// SIGQUIT is the immediate shutdown: the postmaster stops
-			// its children, waits for them and frees its shared memory.
-			return launch(cmd, "postgres", addr, logPath, "database system is ready to accept connections", as, syscall.SIGQUIT, syscall.SIGQUIT)
-		},
-		startPostgresSession)
-	if err != nil {
-		stopAll(dir)
-		return "", nil, err
-	}
-	url = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	return url, func() error { return stopAll(dir, p.stop) }, nil
+	return startPostgres(ctx, nil)
 }
+
+// StartSecurePostgres is StartPostgres with the server secured as sec
+// says: it serves TLS, and sec.User may log in only over TLS, with
+// sec.Password and a client certificate whose common name is sec.User
+// (pg_hba.conf's scram-sha-256 clientcert=verify-full), while testserver
+// logs in as postgres in the clear. It returns the URL of sec.User's
+// database, "postgres://USER@127.0.0.1:PORT/USER", without TLS
+// parameters.
+func StartSecurePostgres(ctx context.Context, sec SecureSQL) (url string, stop func() error, err error) {
+	return startPostgres(ctx, &sec)
+}
+
+// startPostgres is StartPostgres, secured as sec says unless it is nil.
+func startPostgres(ctx context.Context, sec *SecureSQL) (url string, stop func() error, err error) {
+	return startIn(ctx, "postgres", func(ctx context.Context, dir string, own func(*process)) (string, error) {
+		initdb, postgres, err := lookPostgres()
+		if err != nil {
+			return "", err
+		}
+		var as *runAs
+		if os.Geteuid() == 0 {
+			if as, err = postgresUser(); err != nil {
+				return "", err
+			}
+			if err := os.Chown(dir, int(as.uid), int(as.gid)); err != nil {
+				return "", fmt.Errorf("testserver: %w", err)
+			}
+		}
+		data := filepath.Join(dir, "data")
+		cmd := exec.CommandContext(ctx, initdb, "-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C", "--no-sync")
+		cmd.Env = postgresEnv()
+		if err := setUp(cmd, "initdb", dir, as); err != nil {
+			return "", err
+		}
+		var tlsArgs []string
+		if sec != nil {
+			if tlsArgs, err = sec.postgres(dir, data, as); err != nil {
+				return "", err
+			}
+		}
+		// SIGQUIT is the immediate shutdown: the postmaster stops its
+		// children, waits for them and frees its shared memory.
+		srv := server{name: "postgres", ready: "database system is ready to accept connections", as: as, stopSig: syscall.SIGQUIT, deathSig: syscall.SIGQUIT}
+		p, port, err := startOnFreePort(ctx,
+			func(port int) (*process, error) {
+				cmd := exec.Command(postgres,
+					"-D", data,
+					"-k", dir,
+					"-p", strconv.Itoa(port),
+					"-c", "listen_addresses=127.0.0.1",
+					"-c", "fsync=off",
+					"-c", "full_page_writes=off",
+					"-c", "synchronous_commit=off",
+				)
+				cmd.Args = append(cmd.Args, tlsArgs...)
+				cmd.Env = postgresEnv()
+				return srv.launch(cmd, dir, port)
+			},
+			startPostgresSession)
+		if err != nil {
+			return "", err
+		}
+		own(p)
+		if sec != nil {
+			// Only now is it sure that the server on the port is this one.
+			err := postgresQuery(ctx, p.addr,
+				fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD %s", sec.User, sqlString(sec.Password)),
+				fmt.Sprintf("CREATE DATABASE %[1]s OWNER %[1]s", sec.User))
+			if err != nil {
+				return "", fmt.Errorf("testserver: create user %s: %w%s", sec.User, err, p.logTail())
+			}
+			return fmt.Sprintf("postgres://%[1]s@127.0.0.1:%[2]d/%[1]s", sec.User, port), nil
+		}
+		return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port), nil
+	})
+}
+
+// postgres secures the cluster in data, which runs as user (nil: the
+// current user), as s says: it copies the certificates into dir, where
+// Postgres requires its key to be its own and private, writes
+// pg_hba.conf, and returns the server's TLS arguments.
+func (s *SecureSQL) postgres(dir, data string, user *runAs) ([]string, error) {
+	tlsDir := filepath.Join(dir, "tls")
+	if err := os.Mkdir(tlsDir, 0o700); err != nil {
+		return nil, fmt.Errorf("testserver: %w", err)
+	}
+	files := map[string]string{"server.pem": s.TLS.ServerCert, "server-key.pem": s.TLS.ServerKey, "ca.pem": s.TLS.CA}
+	for name, from := range files {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			return nil, fmt.Errorf("testserver: %w", err)
+		}
+		to := filepath.Join(tlsDir, name)
+		if err := os.WriteFile(to, b, 0o600); err != nil {
+			return nil, fmt.Errorf("testserver: %w", err)
+		}
+		files[name] = to
+	}
+	hba := "local all all trust\n" +
+		"hostnossl all postgres 127.0.0.1/32 trust\n" + // testserver's own sessions
+		"hostssl all " + s.User + " 127.0.0.1/32 scram-sha-256 clientcert=verify-full\n"
+	if err := os.WriteFile(filepath.Join(data, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
+		return nil, fmt.Errorf("testserver: %w", err)
+	}
+	if user != nil {
+		for _, p := range []string{tlsDir, files["server.pem"], files["server-key.pem"], files["ca.pem"], filepath.Join(data, "pg_hba.conf")} {
+			if err := os.Chown(p, int(user.uid), int(user.gid)); err != nil {
+				return nil, fmt.Errorf("testserver: %w", err)
+			}
+		}
+	}
+	return []string{"-c", "ssl=on", "-c", "ssl_cert_file=" + files["server.pem"], "-c", "ssl_key_file=" + files["server-key.pem"],
+		"-c", "ssl_ca_file=" + files["ca.pem"]}, nil
+}
+
+// sqlString quotes s as an SQL string literal.
+func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // lookPostgres finds initdb and postgres in one directory, so they are of
 // one version: in PATH, or else in /usr/lib/postgresql/*/bin, the newest
@@ -127,39 +191,16 @@ func postgresEnv() []string {
 	return append(env, "LC_ALL=C")
 }
 
-// runInitdb creates the cluster in data, with its log in dir.
-func runInitdb(ctx context.Context, initdb, dir, data string, as *runAs) error {
-	cmd := exec.CommandContext(ctx, initdb,
-		"-D", data,
-		"-A", "trust",
-		"-U", "postgres",
-		"-E", "UTF8",
-		"--locale=C",
-		"--no-sync",
-	)
-	cmd.Dir = dir
-	cmd.Env = postgresEnv()
-	logPath := filepath.Join(dir, "initdb.log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		return fmt.Errorf("testserver: %w", err)
-	}
-	defer f.Close()
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = sysProcAttr(as, syscall.SIGKILL)
-	if err := startCmd(cmd); err != nil {
-		return fmt.Errorf("testserver: start initdb: %w", err)
-	}
-	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("testserver: initdb: %w%s", err, logTail("initdb", logPath))
-	}
-	return nil
-}
-
 // startPostgresSession opens a session as postgres on database postgres
 // at addr, reads up to ReadyForQuery and ends it. It fails while the
 // server is still starting up (SQLSTATE 57P03).
 func startPostgresSession(ctx context.Context, addr string) error {
+	return postgresQuery(ctx, addr)
+}
+
+// postgresQuery opens a session as postgres on database postgres at addr,
+// runs each of queries, a statement without results, and ends it.
+func postgresQuery(ctx context.Context, addr string, queries ...string) error {
 	c, err := dial(ctx, addr)
 	if err != nil {
 		return err
@@ -190,10 +231,20 @@ func startPostgresSession(ctx context.Context, addr string) error {
 		case 'E':
 			return fmt.Errorf("postgres: %s", postgresError(body))
 		case 'Z': // ReadyForQuery
-			_, err := c.Write([]byte{'X', 0, 0, 0, 4}) // Terminate
-			return err
+			if len(queries) == 0 {
+				_, err := c.Write([]byte{'X', 0, 0, 0, 4}) // Terminate
+				return err
+			}
+			q := append([]byte{'Q', 0, 0, 0, 0}, queries[0]...)
+			q = append(q, 0)
+			binary.BigEndian.PutUint32(q[1:], uint32(len(q)-1))
+			if _, err := c.Write(q); err != nil {
+				return err
+			}
+			queries = queries[1:]
 		}
-		// ParameterStatus, BackendKeyData and NoticeResponse are skipped.
+		// ParameterStatus, BackendKeyData, NoticeResponse and
+		// CommandComplete are skipped.
 	}
 }
 

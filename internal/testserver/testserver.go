@@ -159,27 +159,82 @@ type process struct {
 	stopErr  error
 }
 
-// launch starts cmd with its output going to logPath and returns at once.
-// ready is a line the server logs once it listens; deathSig is what the
-// process gets when the test binary exits without stopping it (Linux
-// only); stopSig is what stop sends first.
-func launch(cmd *exec.Cmd, name, addr, logPath, ready string, user *runAs, stopSig, deathSig syscall.Signal) (*process, error) {
+// server says how a server's process runs.
+type server struct {
+	name  string // the executable, for messages and the name of its log
+	ready string // a line it logs once it listens
+	as    *runAs // nil: the current user
+	// stopSig is what stop sends first; deathSig is what the process gets
+	// when the test binary exits without stopping it (Linux only).
+	stopSig, deathSig syscall.Signal
+}
+
+// launch starts cmd, a run of s on 127.0.0.1:port, in dir, with its output
+// going to a log in dir, and returns at once.
+func (s server) launch(cmd *exec.Cmd, dir string, port int) (*process, error) {
+	cmd.Dir = dir
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	logPath := filepath.Join(dir, fmt.Sprintf("%s-%d.log", s.name, port))
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("testserver: %w", err)
 	}
 	defer f.Close() // the child has its own copy
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = sysProcAttr(user, deathSig)
+	cmd.SysProcAttr = sysProcAttr(s.as, s.deathSig)
 	if err := startCmd(cmd); err != nil {
-		return nil, fmt.Errorf("testserver: start %s: %w", name, err)
+		return nil, fmt.Errorf("testserver: start %s: %w", s.name, err)
 	}
-	p := &process{name: name, addr: addr, logPath: logPath, ready: ready, proc: cmd.Process, stopSig: stopSig, done: make(chan struct{})}
+	p := &process{name: s.name, addr: addr, logPath: logPath, ready: s.ready, proc: cmd.Process, stopSig: s.stopSig, done: make(chan struct{})}
 	go func() {
 		p.waitErr = cmd.Wait()
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// setUp runs cmd, a command that prepares a server's data in dir (initdb,
+// mariadb-install-db), as user to its end, with its output in a log in
+// dir that its error quotes.
+func setUp(cmd *exec.Cmd, name, dir string, user *runAs) error {
+	cmd.Dir = dir
+	logPath := filepath.Join(dir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return fmt.Errorf("testserver: %w", err)
+	}
+	defer f.Close()
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = sysProcAttr(user, syscall.SIGKILL)
+	if err := startCmd(cmd); err != nil {
+		return fmt.Errorf("testserver: start %s: %w", name, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("testserver: %s: %w%s", name, err, logTail(name, logPath))
+	}
+	return nil
+}
+
+// startIn starts the servers of kind with start, in a directory of their
+// own under os.TempDir, in at most startTimeout. start gives own each
+// process it launches; the stop that startIn returns stops them, in the
+// order given, and removes the directory. If start fails, startIn does
+// that at once.
+func startIn[T any](ctx context.Context, kind string, start func(ctx context.Context, dir string, own func(*process)) (T, error)) (v T, stop func() error, err error) {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "sluice-"+kind+"-") // short, for the Unix sockets in it (108 bytes)
+	if err != nil {
+		return v, nil, fmt.Errorf("testserver: %w", err)
+	}
+	var stops []func() error
+	stop = func() error { return stopAll(dir, stops...) }
+	if v, err = start(ctx, dir, func(p *process) { stops = append(stops, p.stop) }); err != nil {
+		stop()
+		var zero T
+		return zero, nil, err
+	}
+	return v, stop, nil
 }
 
 // exited reports whether the process has exited.
@@ -304,16 +359,6 @@ func dial(ctx context.Context, addr string) (net.Conn, error) {
 	return c, nil
 }
 
-// tempDir makes a directory for one server, short enough for the Unix
-// socket paths that live in it (sun_path has 108 bytes).
-func tempDir(kind string) (string, error) {
-	d, err := os.MkdirTemp("", "sluice-"+kind+"-")
-	if err != nil {
-		return "", fmt.Errorf("testserver: %w", err)
-	}
-	return d, nil
-}
-
 // stopAll runs every stop function, even after an error, removes dir if
 // it is not empty, and joins the errors.
 func stopAll(dir string, stops ...func() error) error {
@@ -339,9 +384,20 @@ func fail(tb testing.TB, err error) {
 	tb.Fatal(err)
 }
 
+// skipShort skips tb under go test -short, which make check uses to run
+// only the tests that need no server; make test, which CI runs, never
+// passes -short.
+func skipShort(tb testing.TB, kind string) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skipf("testserver: -short (make check) skips the tests that need %s; make test runs them", kind)
+	}
+}
+
 // forTest starts a server for tb with start and stops it in tb.Cleanup.
 func forTest[T any](tb testing.TB, kind string, start func(context.Context) (T, func() error, error)) T {
 	tb.Helper()
+	skipShort(tb, kind)
 	ctx, cancel := context.WithTimeout(tb.Context(), startTimeout)
 	defer cancel()
 	t0 := time.Now()
@@ -376,14 +432,14 @@ func PausableRedis(tb testing.TB) (url string, pause func(frozen bool)) {
 	tb.Helper()
 	var p *process
 	url = forTest(tb, "redis", func(ctx context.Context) (string, func() error, error) {
-		u, proc, dir, err := startRedisProcess(ctx)
+		u, proc, stop, err := startRedisProcess(ctx, nil)
 		if err != nil {
 			return "", nil, err
 		}
 		p = proc
 		return u, func() error {
 			_ = freeze(p.proc, false) // a frozen server would not stop on SIGTERM
-			return stopAll(dir, p.stop)
+			return stop()
 		}, nil
 	})
 	return url, func(frozen bool) {
@@ -402,6 +458,15 @@ func RedisCluster(tb testing.TB) []string {
 	return forTest(tb, "redis cluster", StartRedisCluster)
 }
 
+// RedisClusterWithReplicas starts a Redis Cluster of three masters with
+// a replica each for tb (see StartRedisClusterWithReplicas) and stops it
+// when tb ends. The test is skipped if redis-server is not installed, or
+// fails if CI is "true".
+func RedisClusterWithReplicas(tb testing.TB) *ReplicatedCluster {
+	tb.Helper()
+	return forTest(tb, "redis cluster with replicas", StartRedisClusterWithReplicas)
+}
+
 // RedisSentinel starts a Redis master, a replica and a Sentinel for tb
 // (see StartRedisSentinel), stops them when tb ends and returns the
 // store URL "redis+sentinel://127.0.0.1:PORT/sluice". The test is skipped
@@ -409,6 +474,31 @@ func RedisCluster(tb testing.TB) []string {
 func RedisSentinel(tb testing.TB) string {
 	tb.Helper()
 	return forTest(tb, "redis sentinel", StartRedisSentinel)
+}
+
+// SecureRedis is Redis, with the server secured as sec says (see
+// StartSecureRedis).
+func SecureRedis(tb testing.TB, sec Secure) string {
+	tb.Helper()
+	return forTest(tb, "secure redis", func(ctx context.Context) (string, func() error, error) { return StartSecureRedis(ctx, sec) })
+}
+
+// SecureRedisCluster is RedisCluster, with the nodes secured as sec says
+// (see StartSecureRedisCluster).
+func SecureRedisCluster(tb testing.TB, sec Secure) []string {
+	tb.Helper()
+	return forTest(tb, "secure redis cluster", func(ctx context.Context) ([]string, func() error, error) {
+		return StartSecureRedisCluster(ctx, sec)
+	})
+}
+
+// SecureRedisSentinel is RedisSentinel, with the servers secured as sec
+// says (see StartSecureRedisSentinel).
+func SecureRedisSentinel(tb testing.TB, sec Secure) string {
+	tb.Helper()
+	return forTest(tb, "secure redis sentinel", func(ctx context.Context) (string, func() error, error) {
+		return StartSecureRedisSentinel(ctx, sec)
+	})
 }
 
 // Postgres starts a PostgreSQL server for tb, stops it when tb ends and
@@ -419,6 +509,20 @@ func RedisSentinel(tb testing.TB) string {
 func Postgres(tb testing.TB) string {
 	tb.Helper()
 	return forTest(tb, "postgres", StartPostgres)
+}
+
+// SecurePostgres is Postgres, with the server secured as sec says (see
+// StartSecurePostgres).
+func SecurePostgres(tb testing.TB, sec SecureSQL) string {
+	tb.Helper()
+	return forTest(tb, "secure postgres", func(ctx context.Context) (string, func() error, error) { return StartSecurePostgres(ctx, sec) })
+}
+
+// SecureMariaDB is MariaDB, with the server secured as sec says (see
+// StartSecureMariaDB).
+func SecureMariaDB(tb testing.TB, sec SecureSQL) string {
+	tb.Helper()
+	return forTest(tb, "secure mariadb", func(ctx context.Context) (string, func() error, error) { return StartSecureMariaDB(ctx, sec) })
 }
 
 // MariaDB starts a MariaDB server with an empty database "sluice" for tb,
@@ -483,6 +587,7 @@ type shared[T any] struct {
 // skipping or failing tb as Redis does if it could not start.
 func (s *shared[T]) get(tb testing.TB, kind string, start func(context.Context) (T, func() error, error)) T {
 	tb.Helper()
+	skipShort(tb, kind)
 	if !mainRunning.Load() {
 		tb.Fatalf("testserver: a shared %s needs TestMain to call testserver.Main", kind)
 	}

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -61,7 +62,7 @@ func busAddr(t *testing.T, addr string) string {
 // probes check a server at the protocol level: a session as the URL
 // describes it, where the protocol allows.
 var probes = map[string]func(ctx context.Context, addr string) error{
-	"redis": pingRedis,
+	"redis": plain.ping,
 	"postgres": func(ctx context.Context, addr string) error {
 		return startPostgresSession(ctx, addr)
 	},
@@ -121,7 +122,7 @@ func TestRedisCluster(t *testing.T) {
 			t.Fatalf("RedisCluster = %v, want 3 nodes", addrs)
 		}
 		for _, a := range addrs {
-			c, err := dialRedis(t.Context(), a)
+			c, err := plain.dial(t.Context(), a)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -148,6 +149,82 @@ func TestRedisCluster(t *testing.T) {
 	}
 }
 
+// TestRedisClusterWithReplicas starts a cluster of three masters with a
+// replica each, kills a master and waits for its replica to take over
+// its slots with what was written to the master.
+func TestRedisClusterWithReplicas(t *testing.T) {
+	t.Parallel()
+	var c *ReplicatedCluster
+	t.Run("up", func(t *testing.T) {
+		c = RedisClusterWithReplicas(t)
+		if len(c.Masters) != 3 || len(c.Replicas) != 3 {
+			t.Fatalf("RedisClusterWithReplicas = %v, want 3 masters and 3 replicas", c)
+		}
+		for _, a := range append(slices.Clone(c.Masters), c.Replicas...) {
+			conn, err := plain.dial(t.Context(), a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			info, err := conn.do("CLUSTER", "INFO")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"cluster_state:ok", "cluster_slots_assigned:16384", "cluster_known_nodes:6", "cluster_size:3"} {
+				if s, _ := info.(string); !strings.Contains(s, want) {
+					t.Errorf("%s: CLUSTER INFO = %q, want %s", a, s, want)
+				}
+			}
+		}
+		// Slot 0, of the first master: "{a}" hashes to 15495, "{06S}" to 0.
+		const key = "{06S}k"
+		if _, err := plain.commands(t.Context(), c.Masters[0], []string{"SET", key, "v"}, []string{"WAIT", "1", "5000"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Kill(c.Masters[0]); err != nil {
+			t.Fatal(err)
+		}
+		role := func() string {
+			conn, err := plain.dial(t.Context(), c.Replicas[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			v, err := conn.do("ROLE")
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, _ := v.([]any)
+			if len(r) == 0 {
+				t.Fatalf("ROLE = %v", v)
+			}
+			return fmt.Sprint(r[0])
+		}
+		t0 := time.Now()
+		for deadline := t0.Add(30 * time.Second); role() != "master"; {
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %s not promoted 30s after its master was killed", c.Replicas[0])
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("replica promoted %v after the kill (cluster-node-timeout %v)", time.Since(t0).Round(time.Millisecond), c.NodeTimeout)
+		conn, err := plain.dial(t.Context(), c.Replicas[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if v, err := conn.do("GET", key); err != nil || v != "v" {
+			t.Errorf("GET %s on the promoted replica = %v, %v; want v", key, v, err)
+		}
+	})
+	if c != nil {
+		for _, a := range append(slices.Clone(c.Masters), c.Replicas...) {
+			assertFree(t, a)
+			assertFree(t, busAddr(t, a))
+		}
+	}
+}
+
 // TestRedisSentinel starts a master, a replica and a Sentinel, fails the
 // master over and checks that the Sentinel names the replica as master
 // and that the replica has what was written to the master.
@@ -161,7 +238,7 @@ func TestRedisSentinel(t *testing.T) {
 			t.Fatalf("RedisSentinel = %q, want %s127.0.0.1:PORT/%s", url, prefix, SentinelMaster)
 		}
 		sentinel = strings.TrimSuffix(strings.TrimPrefix(url, prefix), "/"+SentinelMaster)
-		c, err := dialRedis(t.Context(), sentinel)
+		c, err := plain.dial(t.Context(), sentinel)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +255,7 @@ func TestRedisSentinel(t *testing.T) {
 			return net.JoinHostPort(hp[0].(string), hp[1].(string))
 		}
 		old := masterAddr()
-		if err := redisCommands(t.Context(), old, []string{"SET", "k", "v"}, []string{"WAIT", "1", "5000"}); err != nil {
+		if _, err := plain.commands(t.Context(), old, []string{"SET", "k", "v"}, []string{"WAIT", "1", "5000"}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.do("SENTINEL", "FAILOVER", SentinelMaster); err != nil {
@@ -191,7 +268,7 @@ func TestRedisSentinel(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		m, err := dialRedis(t.Context(), masterAddr())
+		m, err := plain.dial(t.Context(), masterAddr())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,7 +288,7 @@ func TestShared(t *testing.T) {
 	if a != b {
 		t.Errorf("SharedRedis = %q, then %q, want one server", a, b)
 	}
-	if err := pingRedis(t.Context(), addrOf(t, "redis", a)); err != nil {
+	if err := plain.ping(t.Context(), addrOf(t, "redis", a)); err != nil {
 		t.Error(err)
 	}
 }
@@ -222,14 +299,14 @@ func TestStartFailureShowsLog(t *testing.T) {
 		fail(t, err)
 	}
 	dir := t.TempDir()
-	p, err := startRedis(bin, dir, 1, "--no-such-directive", "x")
+	p, err := startRedis(bin, dir, 1, nil, "--no-such-directive", "x")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.stop()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	err = waitReady(ctx, p, func(ctx context.Context) error { return pingRedis(ctx, p.addr) })
+	err = waitReady(ctx, p, func(ctx context.Context) error { return plain.ping(ctx, p.addr) })
 	for _, want := range []string{"exited during start-up", "end of the log of redis-server", "no-such-directive"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("start with a bad directive: %v, want %q in it", err, want)
@@ -310,4 +387,99 @@ func TestFail(t *testing.T) {
 			}
 		})
 	}
+}
+
+// plain is how the tests reach servers started without Secure: in the
+// clear, without logging in.
+var plain *redisAccess
+
+// TestSecureRedis starts each kind of Redis secured: it answers over TLS
+// only, to a client with a certificate of the test's CA, the default user
+// with its password, and its ACL users within their rights.
+func TestSecureRedis(t *testing.T) {
+	t.Parallel()
+	certs, err := NewCerts(t.TempDir(), "sluice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := Secure{TLS: certs, Password: "admin", Users: []string{"limited on >pw ~allowed:* -@all +get"},
+		SentinelUsers: []string{"watcher on >spw -@all +ping"}}
+	admin, err := sec.access()
+	if err != nil {
+		t.Fatal(err)
+	}
+	noCert := &redisAccess{tls: admin.tls.Clone(), password: "admin"}
+	noCert.tls.Certificates = nil
+	anonymous := &redisAccess{tls: admin.tls}
+	// refused checks that the server at addr refuses what it should.
+	refused := func(t *testing.T, addr string) {
+		t.Helper()
+		for name, a := range map[string]*redisAccess{"in the clear": plain, "without a client certificate": noCert, "without a password": anonymous} {
+			if err := a.ping(t.Context(), addr); err == nil {
+				t.Errorf("PING %s %s = nil, want an error", addr, name)
+			}
+		}
+		if err := admin.ping(t.Context(), addr); err != nil {
+			t.Errorf("PING %s over TLS as admin: %v", addr, err)
+		}
+	}
+	t.Run("standalone", func(t *testing.T) {
+		t.Parallel()
+		url := SecureRedis(t, sec)
+		if !strings.HasPrefix(url, "rediss://127.0.0.1:") {
+			t.Fatalf("SecureRedis = %q, want rediss://127.0.0.1:PORT/0", url)
+		}
+		addr := addrOf(t, "redis", url)
+		refused(t, addr)
+		c, err := anonymous.dial(t.Context(), addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for _, tt := range []struct {
+			cmd  []string
+			want string // the error's start; "" for none
+		}{
+			{[]string{"AUTH", "limited", "pw"}, ""},
+			{[]string{"GET", "allowed:k"}, ""},
+			{[]string{"GET", "other"}, "GET other: NOPERM"},
+			{[]string{"SET", "allowed:k", "v"}, "SET allowed:k: NOPERM"},
+		} {
+			_, err := c.do(tt.cmd...)
+			if got := fmt.Sprint(err); (tt.want == "" && err != nil) || (tt.want != "" && !strings.HasPrefix(got, tt.want)) {
+				t.Errorf("%v as limited = %v, want %q", tt.cmd, err, tt.want)
+			}
+		}
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		addrs := SecureRedisCluster(t, sec)
+		for _, a := range addrs {
+			refused(t, a)
+			if err := admin.clusterReady(t.Context(), a, nil, nil); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		t.Parallel()
+		url := SecureRedisSentinel(t, sec)
+		const prefix = "rediss+sentinel://"
+		if !strings.HasPrefix(url, prefix) || !strings.HasSuffix(url, "/"+SentinelMaster) {
+			t.Fatalf("SecureRedisSentinel = %q, want %s127.0.0.1:PORT/%s", url, prefix, SentinelMaster)
+		}
+		addr := strings.TrimSuffix(strings.TrimPrefix(url, prefix), "/"+SentinelMaster)
+		refused(t, addr)
+		c, err := anonymous.dial(t.Context(), addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.do("AUTH", "watcher", "spw"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.do("SENTINEL", "MASTERS"); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+			t.Errorf("SENTINEL MASTERS as watcher = %v, want NOPERM", err)
+		}
+	})
 }

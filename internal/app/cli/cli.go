@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/config"
@@ -36,7 +37,12 @@ type commandError struct {
 	err error
 }
 
-func (e *commandError) Error() string { return "sluice " + e.cmd + ": " + e.err.Error() }
+// Error names the command once: the packages behind a command prefix
+// their errors with their own name, often the command's ("simulate: "),
+// which would otherwise follow "sluice simulate: ".
+func (e *commandError) Error() string {
+	return "sluice " + e.cmd + ": " + strings.TrimPrefix(e.err.Error(), e.cmd+": ")
+}
 func (e *commandError) Unwrap() error { return e.err }
 
 // errHelp is returned by a subcommand asked for -h; Run turns it into nil.
@@ -96,6 +102,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		case err != nil:
 			return &commandError{name, err}
 		}
+		return nil
+	}
+	switch args[0] {
+	case "-h", "-help", "--h", "--help": // as the flag package reads them
+		usage(stdout)
 		return nil
 	}
 	if args[0] == "check-store-worker" { // hidden: a writer process of check-store

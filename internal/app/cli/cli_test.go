@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // runCLI runs the command line args and returns its stdout, its stderr and
@@ -140,6 +140,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"simulate", "-limiter", "nope", "-traffic", "steady 1/s"}, 1, "", "sluice simulate: "},
 		{[]string{"simulate", "-config", "/nonexistent.yaml", "-limiter", "api", "-traffic", "steady 1/s"}, 1, "", "sluice simulate: "},
 		{[]string{"simulate", "-limiter", "api", "-traffic", "trickle"}, 1, "", "sluice simulate: "},
+		{[]string{"simulate", "-limiter", "api", "-traffic", "steady 1/s", "-slice", "1ns"}, 1, "", "sluice simulate: 10s in slices of 1ns"},
+		{[]string{"simulate", "-limiter", "api", "-traffic", "steady 1/s", "-duration", "0s"}, 2, "", "sluice simulate: -duration 0s: want a positive duration"},
 		{[]string{"check-store", "ftp://x"}, 1, "", `sluice check-store: store ftp://x: unknown scheme "ftp"`},
 		{[]string{"check-store", "mem://", "extra"}, 2, "", "sluice check-store: want exactly one URL, got 2 arguments\nusage: sluice check-store"},
 		{[]string{"serve", "--log-format", "xml"}, 2, "", "sluice serve: --log-format \"xml\": want text or json"},
@@ -159,8 +161,46 @@ func TestUsage(t *testing.T) {
 			if tt.exit != 0 && len(tt.args) > 0 && strings.Contains(errOut, "Flags") {
 				t.Errorf("stderr = %q, want no help dump on an error", errOut)
 			}
-			if tt.exit != 0 && len(tt.args) > 0 && strings.Count(errOut, "sluice "+tt.args[0]+": ") > 1 {
+			if tt.exit != 0 && len(tt.args) > 0 && (strings.Count(errOut, "sluice "+tt.args[0]+": ") > 1 ||
+				strings.Contains(errOut, "sluice "+tt.args[0]+": "+tt.args[0]+": ")) {
 				t.Errorf("stderr = %q names the command twice", errOut)
+			}
+		})
+	}
+}
+
+// TestHelpFlag: sluice --help and -h print the usage, as sluice help
+// does, rather than refusing an unknown command "--help".
+func TestHelpFlag(t *testing.T) {
+	for _, arg := range []string{"--help", "-help", "-h", "--h"} {
+		out, errOut, code := runMain(t, arg)
+		if code != 0 || !strings.Contains(out, "Commands:") || errOut != "" {
+			t.Errorf("sluice %s: exit %d, stdout %q, stderr %q; want exit 0 and the usage on stdout", arg, code, out, errOut)
+		}
+	}
+}
+
+// TestSynopsisNamesEveryFlag: a command's usage line names each of its
+// flags, or says [flags]; serve's omitted --log-format.
+func TestSynopsisNamesEveryFlag(t *testing.T) {
+	flagLine := regexp.MustCompile(`(?m)^  -([a-z-]+)`)
+	for _, c := range commands() {
+		if c.name == "help" {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			_, help, err := runCLI(t, c.name, "-h")
+			if err != nil {
+				t.Fatalf("%s -h = %v", c.name, err)
+			}
+			synopsis, _, _ := strings.Cut(help, "\n")
+			if strings.Contains(synopsis, "[flags]") {
+				return
+			}
+			for _, m := range flagLine.FindAllStringSubmatch(help, -1) {
+				if !regexp.MustCompile(`(^|[\s\[(|])--?` + m[1] + `\b`).MatchString(synopsis) {
+					t.Errorf("usage %q does not name the flag -%s", synopsis, m[1])
+				}
 			}
 		})
 	}
@@ -202,9 +242,9 @@ func TestDurationFlags(t *testing.T) {
 }
 
 func TestDemoThrottlesABurst(t *testing.T) {
-	clock := sluice.NewFakeClock(1_700_000_000_000_000_000)
+	clock := sluicetest.NewFakeClock(1_700_000_000_000_000_000)
 	var out bytes.Buffer
-	if err := demo(t.Context(), &out, clock, clock, 20, 100*time.Millisecond); err != nil {
+	if err := demo(t.Context(), &out, clock, 20, 100*time.Millisecond); err != nil {
 		t.Fatalf("demo = %v", err)
 	}
 	// 5 tokens plus one every 200ms against one request every 100ms: the
@@ -249,24 +289,65 @@ func TestDemoRealTime(t *testing.T) {
 }
 
 func TestDemoCancelled(t *testing.T) {
-	clock := sluice.NewFakeClock(0)
+	clock := sluicetest.NewFakeClock(0)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if err := demo(ctx, new(bytes.Buffer), clock, clock, 3, time.Second); !errors.Is(err, context.Canceled) {
+	if err := demo(ctx, new(bytes.Buffer), clock, 3, time.Second); !errors.Is(err, context.Canceled) {
 		t.Errorf("demo with a cancelled context = %v, want context.Canceled", err)
 	}
 }
 
 func TestVersion(t *testing.T) {
-	info := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/sluicehq/sluice", Version: "v0.4.0"},
-		Settings: []debug.BuildSetting{{Key: "GOOS", Value: "linux"}, {Key: "GOARCH", Value: "amd64"},
-			{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.time", Value: "2026-11-24T09:00:00Z"}, {Key: "vcs.modified", Value: "true"}}}
-	want := "sluice v0.4.0\nrevision 0123abcd 2026-11-24T09:00:00Z (modified)\ngo1.26.8 linux/amd64\n"
-	if got := version(info); got != want {
-		t.Errorf("version = %q, want %q", got, want)
+	settings := func(kv ...string) []debug.BuildSetting {
+		out := []debug.BuildSetting{{Key: "GOOS", Value: "linux"}, {Key: "GOARCH", Value: "amd64"}}
+		for i := 0; i < len(kv); i += 2 {
+			out = append(out, debug.BuildSetting{Key: kv[i], Value: kv[i+1]})
+		}
+		return out
+	}
+	info := func(version string, s []debug.BuildSetting) *debug.BuildInfo {
+		return &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/sluicehq/sluice", Version: version}, Settings: s}
+	}
+	const rev = "0123456789abcdef0123456789abcdef01234567"
+	goVCS := settings("vcs.revision", rev, "vcs.time", "2026-11-24T09:00:00Z", "vcs.modified", "true")
+	tests := []struct {
+		name string
+		info *debug.BuildInfo
+		ld   stamp
+		want string
+	}{
+		{"go install @version", info("v0.1.0", settings()), stamp{},
+			"sluice v0.1.0\ngo1.26.8 linux/amd64\n"},
+		{"go install @latest before a tag", info("v0.0.0-20261124090000-0123456789ab", settings()), stamp{},
+			"sluice v0.0.0-20261124090000-0123456789ab\ngo1.26.8 linux/amd64\n"},
+		{"a clone, Go's VCS stamp", info("v0.0.0-20261124090000-0123456789ab+dirty", goVCS), stamp{},
+			"sluice " + devVersion + "+0123456789ab.dirty\nrevision " + rev + " 2026-11-24T09:00:00Z (modified)\ngo1.26.8 linux/amd64\n"},
+		{"a clone, -ldflags stamp", info("(devel)", settings()), stamp{rev, "2026-11-24T09:00:00Z", "false"},
+			"sluice " + devVersion + "+0123456789ab\nrevision " + rev + " 2026-11-24T09:00:00Z\ngo1.26.8 linux/amd64\n"},
+		{"Go's stamp wins over -ldflags", info("(devel)", goVCS), stamp{"fedcba", "", ""},
+			"sluice " + devVersion + "+0123456789ab.dirty\nrevision " + rev + " 2026-11-24T09:00:00Z (modified)\ngo1.26.8 linux/amd64\n"},
+		{"a clone without a stamp", info("(devel)", settings()), stamp{},
+			"sluice " + devVersion + "\nrevision unknown: built without VCS information (-buildvcs=false, a git worktree, or not in a git clone; make image's build stamps it)\ngo1.26.8 linux/amd64\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := describe(tt.info, tt.ld); got != tt.want {
+				t.Errorf("describe = %q, want %q", got, tt.want)
+			}
+		})
 	}
 	out, _, err := runCLI(t, "version")
-	if err != nil || !strings.HasPrefix(out, "sluice ") || !strings.Contains(out, runtime.Version()) {
-		t.Errorf("sluice version = %q, %v; want the version and %s", out, err, runtime.Version())
+	if err != nil || !semver.MatchString(strings.TrimPrefix(strings.SplitN(out, "\n", 2)[0], "sluice ")) || !strings.Contains(out, runtime.Version()) {
+		t.Errorf("sluice version = %q, %v; want a semantic version and %s", out, err, runtime.Version())
+	}
+}
+
+// semver is a semantic version with Go's leading v (semver.org's grammar,
+// simplified: any pre-release and build identifiers of its characters).
+var semver = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$`)
+
+func TestDevVersionIsSemantic(t *testing.T) {
+	if !semver.MatchString(devVersion) || !strings.HasSuffix(devVersion, "-dev") {
+		t.Errorf("devVersion = %q, want a semantic version ending in -dev", devVersion)
 	}
 }

@@ -77,7 +77,7 @@ func targetFor(ctx context.Context, rawURL string, timeout time.Duration, stderr
 		store.Close()
 	}
 	return conformance.Store{TargetName: store.Scheme, Store: s,
-		Options: []sluice.StoreOption{sluice.WithStoreTimeout(timeout)}}, release, nil
+		Options: []sluice.Option{sluice.WithStoreTimeout(timeout)}}, release, nil
 }
 
 // printReport prints every failure, and with verbose every case, then the

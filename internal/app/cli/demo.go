@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/sleep"
 )
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -25,13 +26,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *n <= 0 || *every < 0 {
 		return fs.usagef("-n must be positive and -every not negative, got %d and %v", *n, *every)
 	}
-	return demo(ctx, stdout, sluice.MonotonicClock(), sluice.TimerSleeper(), *n, *every)
+	return demo(ctx, stdout, sluice.MonotonicClock(), *n, *every)
 }
 
-// demo sends n requests, one every interval by clock (waiting on sleeper),
+// demo sends n requests, one every interval by clock (sleeping on it when
+// it sleeps, see sluice.Clock, else on a timer),
 // to a bucket of 5 tokens refilled at 5 per second, and prints the outcome
 // of each.
-func demo(ctx context.Context, w io.Writer, clock sluice.Clock, sleeper sluice.Sleeper, n int, every time.Duration) error {
+func demo(ctx context.Context, w io.Writer, clock sluice.Clock, n int, every time.Duration) error {
 	const capacity, per = 5, time.Second // the text below says "per second"
 	cfg := sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(capacity, per)}}
 	b, err := sluice.NewBucket(cfg, sluice.WithClock(clock))
@@ -47,7 +49,7 @@ func demo(ctx context.Context, w io.Writer, clock sluice.Clock, sleeper sluice.S
 	for i := range n {
 		due := start + int64(i)*int64(every)
 		if d := time.Duration(due - clock.Now()); d > 0 {
-			if err := sleeper.Sleep(ctx, d); err != nil {
+			if err := sleep.On(ctx, clock, d); err != nil {
 				return err
 			}
 		}

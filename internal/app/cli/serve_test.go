@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/app/server"
 	"github.com/sluicehq/sluice/internal/testserver"
 )
 
@@ -47,7 +50,7 @@ func TestServe(t *testing.T) {
 	}()
 
 	var addr string
-	for deadline := time.Now().Add(10 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("serve printed %q, want the HTTP address", stdout.String())
 		}
@@ -149,5 +152,34 @@ func TestTuneGC(t *testing.T) {
 	tuneGC()
 	if got := debug.SetGCPercent(100); got != serveGCPercent {
 		t.Errorf("GOGC unset: GC percent %d after tuneGC, want %d", got, serveGCPercent)
+	}
+}
+
+// TestLimitMemory: sluice serve sets Go's memory limit from the config's
+// settings (docs/deploy.md: max_keys × 256 bytes + 128 MiB) when the
+// environment sets no GOMEMLIMIT, an empty one included, and never over a
+// value of the user's. Before, nothing bounded the heap that GOGC=400 let
+// grow: a million keys took 619 MiB resident where the docs said 400.
+func TestLimitMemory(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(math.MaxInt64))
+	cfg, err := server.LoadConfig([]byte("limiters:\n  l: {policy: no_limit}\nserver:\n  limits: {max_keys: 1000}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const user = 1 << 30 // as the runtime would have set from the environment
+	for _, c := range []struct {
+		env  string
+		want int64
+	}{{"", 1000*256 + 128<<20}, {"2GiB", user}, {"off", user}} {
+		t.Setenv("GOMEMLIMIT", c.env)
+		debug.SetMemoryLimit(user)
+		var log bytes.Buffer
+		limitMemory(cfg, slog.New(slog.NewTextHandler(&log, nil)))
+		if got := debug.SetMemoryLimit(-1); got != c.want {
+			t.Errorf("GOMEMLIMIT=%q: memory limit %d after limitMemory, want %d", c.env, got, c.want)
+		}
+		if said := strings.Contains(log.String(), "GOMEMLIMIT=128MiB"); said != (c.env == "") {
+			t.Errorf("GOMEMLIMIT=%q: logged %q", c.env, log.String())
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/app/server"
 	"github.com/sluicehq/sluice/internal/app/simulate"
@@ -82,7 +83,18 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 		return fs.usagef("-traffic is required, for example -traffic 'steady 20/s'")
 	case *duration < 0 || *slice < 0 || *window < 0 || *maxWait < 0:
 		return fs.usagef("-duration, -slice, -window and -max-wait must not be negative")
-	case *processes < 1 || *processes > simulate.MaxProcesses:
+	}
+	// Options read 0 as "the default"; given on the command line, 0 is a
+	// mistake, not a request for the default.
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"duration", *duration}, {"slice", *slice}, {"window", *window}} {
+		if f.d == 0 && fs.isSet(f.name) {
+			return fs.usagef("-%s %v: want a positive duration, or leave the flag out for its default", f.name, f.d)
+		}
+	}
+	if *processes < 1 || *processes > simulate.MaxProcesses {
 		return fs.usagef("-processes must be 1 to %d, got %d", simulate.MaxProcesses, *processes)
 	}
 

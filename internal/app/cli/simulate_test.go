@@ -67,6 +67,11 @@ func TestSimulateErrors(t *testing.T) {
 		{[]string{"-config", good, "-limiter", "a"}, true, nil, "-traffic is required"},
 		{[]string{"-config", good, "-limiter", "a", "-traffic", "steady 1/s", "-duration", "-1s"}, true, nil, "must not be negative"},
 		{[]string{"-config", good, "-limiter", "a", "-traffic", "steady 1/s", "extra"}, true, nil, "unexpected arguments"},
+		// 0 is how the options ask for a default: given on the command
+		// line, it ran 10s, as if no -duration had been given.
+		{[]string{"-config", good, "-limiter", "a", "-traffic", "steady 1/s", "-duration", "0s"}, true, nil, "-duration 0s: want a positive duration"},
+		{[]string{"-config", good, "-limiter", "a", "-traffic", "steady 1/s", "-slice", "0"}, true, nil, "-slice 0s: want a positive duration"},
+		{[]string{"-config", good, "-limiter", "a", "-traffic", "steady 1/s", "-window", "0ms"}, true, nil, "-window 0s: want a positive duration"},
 		// Each process is a limiter: a huge count ran the machine out of
 		// memory before the first request.
 		{[]string{"-config", good, "-limiter", "a", "-traffic", "steady 1/s", "-processes", "100000000"}, true, nil, "-processes must be 1 to 1000, got 100000000"},

@@ -268,3 +268,67 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestRequestValueStats: the descriptors whose stat keys, and so their
+// series' labels, take the request's values are found, with their place;
+// those whose stat keys the config writes are not.
+func TestRequestValueStats(t *testing.T) {
+	for _, tt := range []struct {
+		name, yaml string
+		want       string // the error's text, "" for none
+	}{
+		{"config keys", `envoy:
+  - domain: d
+    descriptors:
+      - key: k
+        rate_limit: {unit: second, requests_per_unit: 1}
+      - key: user
+        value: alice
+        rate_limit: {unit: second, requests_per_unit: 1}
+`, ""},
+		{"value_to_metric without a rule below", `envoy:
+  - domain: d
+    descriptors:
+      - {key: k, value_to_metric: true}
+`, ""},
+		{"detailed_metric", `envoy:
+  - domain: d
+    descriptors:
+      - key: k
+        rate_limit: {unit: second, requests_per_unit: 1}
+      - key: user
+        detailed_metric: true
+        rate_limit: {unit: second, requests_per_unit: 1}
+`, "envoy[0].descriptors[1].detailed_metric (line 6): detailed_metric puts the request's values in the rule's stat key"},
+		{"value_to_metric above a rule", `envoy:
+  - domain: d
+    descriptors:
+      - key: tenant
+        value_to_metric: true
+        descriptors:
+          - key: user
+            rate_limit: {unit: second, requests_per_unit: 1}
+`, "envoy[0].descriptors[0].value_to_metric (line 4): value_to_metric puts"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := Decode("envoy", section(t, []byte(tt.yaml)), known)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := d.RequestValueStats()
+			switch {
+			case tt.want == "" && got != nil:
+				t.Errorf("RequestValueStats = %v, want nil", got)
+			case tt.want != "" && (got == nil || !strings.Contains(got.Error(), tt.want)):
+				t.Errorf("RequestValueStats = %v, want %q", got, tt.want)
+			}
+		})
+	}
+	d, err := Load(nil, Settings{AllowRequestLimits: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.RequestValueStats(); got == nil || got.Path != "ratelimit.allow_request_limits" {
+		t.Errorf("RequestValueStats with allow_request_limits = %v, want it named", got)
+	}
+}

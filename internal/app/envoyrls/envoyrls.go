@@ -36,6 +36,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/app/outage"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policyspec"
 	"github.com/sluicehq/sluice/memstore"
@@ -86,8 +87,11 @@ type options struct {
 	store    driver.Store
 	timeout  time.Duration
 	failure  sluice.StoreFailure
-	now      func() time.Time
-	metrics  *metrics
+	// localMaxKeys bounds localCounters (WithLocalMaxKeys).
+	localMaxKeys int
+	now          func() time.Time
+	metrics      *metrics
+	outage       *outage.Log
 }
 
 // Option configures a Service.
@@ -103,6 +107,12 @@ func WithObserver(f func(Decision)) Option { return func(o *options) { o.observe
 // default, and a nil l, discard the logs.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
+// WithOutageLog counts the store failures of rate_limit descriptors in
+// o, which logs an outage as a few lines, rather than a line each. The
+// default is a Log of the service's logger and clock. A sluice limiter's
+// failures are its observer's to report (sluice.WithObserver).
+func WithOutageLog(o *outage.Log) Option { return func(opts *options) { opts.outage = o } }
+
 // WithStore keeps the windows of rate_limit descriptors in s. The default
 // is a store in this process's memory.
 func WithStore(s driver.Store) Option { return func(o *options) { o.store = s } }
@@ -116,6 +126,11 @@ func WithStoreTimeout(d time.Duration) Option { return func(o *options) { o.time
 // failure_mode_deny), OK without counting (FailOpen), or a count in this
 // process's memory (FailLocal).
 func WithStoreFailure(f sluice.StoreFailure) Option { return func(o *options) { o.failure = f } }
+
+// WithLocalMaxKeys bounds the windows FailLocal counts in this process's
+// memory while the store fails to n keys; the default, and n < 1, is no
+// bound.
+func WithLocalMaxKeys(n int) Option { return func(o *options) { o.localMaxKeys = n } }
 
 // WithClock sets the clock of the windows; the default is time.Now.
 func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
@@ -160,7 +175,10 @@ func New(d *Domains, lookup Lookup, opts ...Option) *Service {
 	if s.opts.logger == nil {
 		s.opts.logger = slog.New(slog.DiscardHandler)
 	}
-	s.localCounters = newCounters(memstore.New())
+	if s.opts.outage == nil {
+		s.opts.outage = outage.New(s.opts.logger, s.opts.now)
+	}
+	s.localCounters = newCounters(memstore.New(memstore.WithMaxKeys(s.opts.localMaxKeys)))
 	s.counters = s.localCounters
 	if s.opts.store != nil {
 		s.counters = newCounters(s.opts.store)
@@ -493,6 +511,13 @@ func (c check) windowKey(now int64) string {
 	return c.key + "@" + strconv.FormatInt(windowStart(now, unit), 10)
 }
 
+// domain names c's domain for the outage log: the first part of its
+// rule's stat key.
+func (c check) domain() string {
+	d, _, _ := strings.Cut(c.match.rule.statKey, ".")
+	return "domain " + d
+}
+
 // isCounter reports whether c is counted in a window.
 func (c check) isCounter() bool { return c.match.rule != nil && c.match.rule.limiter == "" }
 
@@ -513,10 +538,10 @@ func (s *Service) count(ctx context.Context, c check, now int64, n uint64) (uint
 	}
 	switch s.opts.failure {
 	case sluice.FailOpen:
-		s.opts.logger.WarnContext(ctx, "envoyrls: store failed; failing open", "key", c.key, "err", err)
+		s.opts.outage.Failure(c.domain(), err)
 		return n, nil
 	case sluice.FailLocal:
-		s.opts.logger.WarnContext(ctx, "envoyrls: store failed; counting in memory", "key", c.key, "err", err)
+		s.opts.outage.Failure(c.domain(), err)
 		return s.localCounters.add(ctx, c.key, start, length, now, n, deadline)
 	}
 	return after, err
@@ -539,7 +564,9 @@ func (s *Service) storeError(ctx context.Context, domain string, i int, err erro
 	if ctx.Err() != nil {
 		return status.FromContextError(ctx.Err()).Err()
 	}
-	s.opts.logger.WarnContext(ctx, "envoyrls: descriptor not counted", "domain", domain, "descriptor", i, "err", err)
+	if s.opts.failure == sluice.FailClosed {
+		s.opts.outage.Failure("domain "+domain, err)
+	}
 	return status.Errorf(codes.Unavailable, "envoyrls: descriptor %d: %v", i, err)
 }
 
@@ -612,7 +639,9 @@ func (s *Service) limit(ctx context.Context, st *state, c *check) error {
 		s.opts.observer(Decision{Limiter: name, Key: c.key, Hits: hits, Result: res, Shadow: c.match.rule.shadow, Err: err})
 	}
 	if err != nil {
-		if ctx.Err() == nil {
+		// A store failure is the limiter's listener's to report, once an
+		// outage rather than once a call; what else fails is the call's.
+		if ctx.Err() == nil && !errors.As(err, new(*sluice.StoreError)) {
 			s.opts.logger.WarnContext(ctx, "envoyrls: descriptor not decided", "limiter", name, "key", c.key, "err", err)
 		}
 		return errorStatus("limiter "+name, err)
@@ -789,7 +818,7 @@ var envoyUnits = []struct {
 // describe, when its window is a whole number of seconds: the longest unit
 // that divides it, and how many of it.
 func unitOf(p sluice.Policy) unit {
-	if spec, ok := policyspec.Lookup(string(p.Kind())); !ok || !spec.CountsPerWindow {
+	if spec, ok := policyspec.Lookup(p.Kind()); !ok || !spec.CountsPerWindow {
 		return unit{}
 	}
 	d := p.Window()

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/app/conffile"
 	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
@@ -33,9 +34,9 @@ func Load(section *Domains, s Settings) (*Domains, error) {
 			return nil, err
 		}
 		for _, p := range paths {
-			data, err := os.ReadFile(p)
+			data, err := conffile.Read(p)
 			if err != nil {
-				return nil, &config.Error{File: p, Msg: err.Error(), Err: err}
+				return nil, &config.Error{File: p, Msg: conffile.Reason(err), Err: err}
 			}
 			doc, err := decodeFile(p, data)
 			if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
 	"github.com/sluicehq/sluice/internal/testserver/testredis"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // TestRedis: two services, as two sluice processes behind Envoy, share a
@@ -28,7 +29,7 @@ envoy:
       - {key: remote_address, limiter: per_ip}
 `
 	policies := map[string]sluice.Policy{"per_ip": sluice.TokenBucket(4, 1, time.Minute)}
-	clock := sluice.NewFakeClock(start)
+	clock := sluicetest.NewFakeClock(start)
 	var clients [2]*fixture
 	for i := range clients {
 		s, err := redisstore.New(c, redisstore.WithPrefix(prefix))
@@ -78,7 +79,7 @@ envoy:
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
-		f := &fixture{clock: sluice.NewFakeClock(start)}
+		f := &fixture{clock: sluicetest.NewFakeClock(start)}
 		d, _ := f.config(t, doc, nil, nil)
 		clients[i] = serve(t, envoyrls.New(d, nil, envoyrls.WithStore(s)))
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // FuzzShouldRateLimit: whatever a client sends, once it decodes as a
@@ -54,7 +55,7 @@ envoy:
 `
 	set := envoyrls.DefaultSettings()
 	set.ResponseHeaders, set.ResponseDynamicMetadata, set.AllowRequestLimits = true, true, true
-	fx := &fixture{clock: sluice.NewFakeClock(start)}
+	fx := &fixture{clock: sluicetest.NewFakeClock(start)}
 	d, limiters := fx.config(f, doc, map[string]sluice.Policy{"l": sluice.FixedWindow(4, time.Minute)}, &set)
 	svc := envoyrls.New(d, lookup(limiters), envoyrls.WithClock(fx.wall))
 	for _, r := range []*rlsv3.RateLimitRequest{

@@ -7,6 +7,9 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
 // MaxStatKeys bounds the stat keys that get series of their own. Keys are
@@ -121,3 +124,50 @@ func nearLimit(s *ruleStats) prometheus.Counter      { return s.nearLimit }
 func withinLimit(s *ruleStats) prometheus.Counter    { return s.withinLimit }
 func shadowMode(s *ruleStats) prometheus.Counter     { return s.shadowMode }
 func overLimitLocal(s *ruleStats) prometheus.Counter { return s.overLimitLocal }
+
+// RequestValueStats returns where d's stats first take a request's
+// values into their stat keys, and so into the key1 and key2 labels of
+// their series: a descriptor with detailed_metric, or one with
+// value_to_metric above a rate limit, or the allow_request_limits setting
+// (a limit override's stat key is the request's entries). It returns nil
+// when every stat key is the config's own. A request's values may be a
+// user's name, a token, an address: whoever reads the series reads them.
+func (d *Domains) RequestValueStats() *config.Error {
+	if d == nil {
+		return nil
+	}
+	if d.settings.AllowRequestLimits {
+		return &config.Error{Path: "ratelimit.allow_request_limits",
+			Msg: "a limit override's stat key holds the request's entries (allow_request_limits, SLUICE_ALLOW_REQUEST_LIMITS)"}
+	}
+	for _, doc := range d.docs {
+		if at, key, ok := requestValued(doc.descriptors, nil); ok {
+			return &config.Error{File: at.file, Path: yamlnode.Join(at.path, key), Line: at.line, Column: at.col,
+				Msg: key + " puts the request's values in the rule's stat key"}
+		}
+	}
+	return nil
+}
+
+// requestValued finds the first of descs whose stat keys take request
+// values, and where that is said; vtm, when not nil, is the
+// value_to_metric descriptor they are under.
+func requestValued(descs []descriptorDoc, vtm *place) (at place, key string, ok bool) {
+	for i := range descs {
+		desc := &descs[i]
+		from := vtm
+		if desc.valueToMetric && from == nil {
+			from = &desc.at
+		}
+		switch {
+		case desc.rule != nil && desc.rule.detailed:
+			return desc.at, "detailed_metric", true
+		case desc.rule != nil && from != nil:
+			return *from, "value_to_metric", true
+		}
+		if at, key, ok := requestValued(desc.children, from); ok {
+			return at, key, true
+		}
+	}
+	return place{}, "", false
+}

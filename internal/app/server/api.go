@@ -24,6 +24,8 @@ import (
 	"github.com/sluicehq/sluice/internal/app/server/page"
 	"github.com/sluicehq/sluice/internal/app/simulate"
 	"github.com/sluicehq/sluice/internal/app/storeurl"
+	"github.com/sluicehq/sluice/internal/metricnames"
+	"github.com/sluicehq/sluice/internal/sleep"
 )
 
 // The bounds of API requests.
@@ -476,6 +478,15 @@ func aboveLimit(l *limiter, n int64, res Result, err error) error {
 	return err
 }
 
+// callerError reports whether err, of a limiter call, is the caller's
+// mistake, which limiterError answers 400: a request that can never pass,
+// an argument out of bounds, a wait on a policy that cannot wait.
+func callerError(err error) bool {
+	var argErr *sluice.ArgumentError
+	var above *tokensAboveLimit
+	return errors.As(err, &above) || errors.As(err, &argErr) || errors.Is(err, errors.ErrUnsupported)
+}
+
 // limiterError turns an error of a limiter call into an API error.
 func (s *Server) limiterError(r *http.Request, err error) *apiError {
 	var argErr *sluice.ArgumentError
@@ -486,13 +497,13 @@ func (s *Server) limiterError(r *http.Request, err error) *apiError {
 		return errorf(http.StatusBadRequest, codeAboveLimit, "%v", err)
 	case errors.As(err, &argErr):
 		return errorf(http.StatusBadRequest, codeInvalidRequest, "%v", err)
-	case errors.Is(err, sluice.ErrReserveNotSupported):
+	case errors.Is(err, errors.ErrUnsupported):
 		return errorf(http.StatusBadRequest, codeUnsupported, "the limiter's policy cannot wait for tokens: %v", err)
 	case errors.As(err, &storeErr):
 		// The store's own message names the key, as the StoreError does,
-		// and may quote the store's reply: the log has it; the answer
-		// says what kind of failure it was.
-		s.log.WarnContext(r.Context(), "store failure", "path", r.URL.Path, "err", err)
+		// and may quote the store's reply: the answer says what kind of
+		// failure it was, and the outage log (the limiter's observer)
+		// what failed and why, once an outage rather than once a request.
 		return errorf(http.StatusServiceUnavailable, codeStoreUnavailable, "the store failed: %s (the server's log has the details)", storeFailure(err))
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return errorf(http.StatusServiceUnavailable, codeCancelled, "%v", err)
@@ -577,7 +588,7 @@ func (s *Server) wait(ctx context.Context, l *limiter, key string, n int64, maxW
 	}
 	if d := r.Delay(); d > 0 {
 		s.metrics.waiting.Inc()
-		err := s.sleeper.Sleep(ctx, d)
+		err := sleep.On(ctx, s.clock, d)
 		s.metrics.waiting.Dec()
 		if err != nil {
 			r.Cancel()
@@ -592,18 +603,20 @@ func (s *Server) wait(ctx context.Context, l *limiter, key string, n int64, maxW
 // record counts a decision for the stats, the limiter's health, the hot
 // keys (when key is not "") and the metrics.
 func (s *Server) record(snap *snapshot, name, key string, n int64, allowed bool, err error) {
-	outcome := "rejected"
+	outcome := metricnames.Rejected
 	switch {
+	case callerError(err):
+		outcome = outcomeInvalid
 	case err != nil:
-		outcome = "error"
+		outcome = metricnames.Error
 	case allowed:
-		outcome = "allowed"
+		outcome = metricnames.Allowed
 		s.metrics.tokens.WithLabelValues(name).Add(float64(n))
 	}
 	s.metrics.decisions.WithLabelValues(name, outcome).Inc()
 	now := s.now()
 	if l, ok := snap.limiters[name]; ok {
-		l.stats.record(now, snap.cfg.HealthWindow, n, allowed, err)
+		l.stats.record(now, snap.cfg.HealthWindow, n, outcome)
 	}
 	if key != "" && err == nil {
 		s.hot.add(now, name, key)
@@ -664,7 +677,7 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	out := Inspection{Limiter: l.name, Key: q.Key, Policy: l.policyOf(q.Key).String(), Result: newResult(peek)}
 	if b, err := l.l.Bucket(q.Key); err == nil {
-		v, err := b.Verbose().AvailableTokens(r.Context())
+		snap, err := b.Snapshot(r.Context())
 		if errors.Is(err, errors.ErrUnsupported) { // the key's own policy is not a token bucket (overrides)
 			writeJSON(w, http.StatusOK, out)
 			return nil
@@ -672,7 +685,6 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) *apiError {
 		if err != nil {
 			return s.limiterError(r, err)
 		}
-		snap := v.Snapshot
 		bs := &BucketState{AvailableTokens: snap.AvailableTokens, TimeToFullRefillMS: millis(snap.TimeToFullRefill)}
 		for i, bw := range snap.Config.Bandwidths {
 			bs.Bandwidths = append(bs.Bandwidths, Bandwidth{ID: bw.ID(), Capacity: bw.Capacity(), Tokens: snap.Bandwidths[i]})
@@ -766,13 +778,22 @@ type Stats struct {
 // LimiterStats are a limiter's counts since the server started or since a
 // reload changed its policy. Tokens counts the tokens allowed decisions
 // took.
+//
+// Errors are the decisions the store or the server failed, Invalid the
+// requests the caller got wrong (answered 400). StoreFailing says that a
+// store failure decided one of its decisions within the health window,
+// under any store_failure, and CircuitOpen that its circuit breaker keeps
+// its calls from the store now.
 type LimiterStats struct {
-	Name     string `json:"name"`
-	Allowed  int64  `json:"allowed"`
-	Rejected int64  `json:"rejected"`
-	Errors   int64  `json:"errors"`
-	Tokens   int64  `json:"tokens"`
-	Degraded bool   `json:"degraded"`
+	Name         string `json:"name"`
+	Allowed      int64  `json:"allowed"`
+	Rejected     int64  `json:"rejected"`
+	Errors       int64  `json:"errors"`
+	Invalid      int64  `json:"invalid"`
+	Tokens       int64  `json:"tokens"`
+	Degraded     bool   `json:"degraded"`
+	StoreFailing bool   `json:"store_failing"`
+	CircuitOpen  bool   `json:"circuit_open"`
 }
 
 func (s *Server) stats(w http.ResponseWriter, _ *http.Request) *apiError {
@@ -785,10 +806,12 @@ func (s *Server) stats(w http.ResponseWriter, _ *http.Request) *apiError {
 		HotKeys:       s.hot.top(now),
 	}
 	for _, name := range snap.order {
-		st := snap.limiters[name].stats
+		l := snap.limiters[name]
+		st := l.stats
 		out.Limiters = append(out.Limiters, LimiterStats{
 			Name: name, Allowed: st.allowed.Load(), Rejected: st.rejected.Load(),
-			Errors: st.errors.Load(), Tokens: st.tokens.Load(), Degraded: snap.degraded(name, now),
+			Errors: st.errors.Load(), Invalid: st.invalid.Load(), Tokens: st.tokens.Load(), Degraded: snap.degraded(name, now),
+			StoreFailing: st.storeFailing(now, snap.cfg.HealthWindow), CircuitOpen: l.circuit.Load(),
 		})
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -30,15 +30,15 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/testserver"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(testserver.Main(m)) }
 
 // fakeTime is a sluice clock and a wall clock for the stats, moved by
 // hand.
-type fakeTime struct{ *sluice.FakeClock }
+type fakeTime struct{ *sluicetest.FakeClock }
 
 func (f fakeTime) now() time.Time { return time.Unix(0, f.Now()) }
 
@@ -50,7 +50,7 @@ func testServer(t *testing.T, yaml string) (*Server, fakeTime) {
 	if err != nil {
 		t.Fatalf("LoadConfig = %v", err)
 	}
-	clock := fakeTime{sluice.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())}
+	clock := fakeTime{sluicetest.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())}
 	s, err := New(t.Context(), cfg, withClock(clock, clock.now))
 	if err != nil {
 		t.Fatalf("New = %v", err)
@@ -308,15 +308,18 @@ func TestLimitersAndStats(t *testing.T) {
 		call(t, s, "POST", "/api/v1/consume", `{"limiter": "three", "key": "hot"}`)
 	}
 	call(t, s, "POST", "/api/v1/consume", `{"limiter": "tb", "key": "cool", "tokens": 2}`)
-	call(t, s, "POST", "/api/v1/consume", `{"limiter": "tb", "key": "k", "tokens": 11}`) // an error
+	call(t, s, "POST", "/api/v1/consume", `{"limiter": "tb", "key": "k", "tokens": 11}`) // the caller's mistake
 	clock.Advance(2500 * time.Millisecond)
 	_, got = call(t, s, "GET", "/api/v1/stats", "")
 	want = map[string]any{
 		"uptime_seconds": 2.5, "store": "mem://",
 		"limiters": []any{
-			map[string]any{"name": "three", "allowed": 3.0, "rejected": 7.0, "errors": 0.0, "tokens": 3.0, "degraded": true},
-			map[string]any{"name": "slide", "allowed": 0.0, "rejected": 0.0, "errors": 0.0, "tokens": 0.0, "degraded": false},
-			map[string]any{"name": "tb", "allowed": 1.0, "rejected": 0.0, "errors": 1.0, "tokens": 2.0, "degraded": false},
+			map[string]any{"name": "three", "allowed": 3.0, "rejected": 7.0, "errors": 0.0, "invalid": 0.0, "tokens": 3.0, "degraded": true,
+				"store_failing": false, "circuit_open": false},
+			map[string]any{"name": "slide", "allowed": 0.0, "rejected": 0.0, "errors": 0.0, "invalid": 0.0, "tokens": 0.0, "degraded": false,
+				"store_failing": false, "circuit_open": false},
+			map[string]any{"name": "tb", "allowed": 1.0, "rejected": 0.0, "errors": 0.0, "invalid": 1.0, "tokens": 2.0, "degraded": false,
+				"store_failing": false, "circuit_open": false},
 		},
 		"hot_keys": []any{
 			map[string]any{"limiter": "three", "key": "hot", "count": 10.0},
@@ -378,6 +381,48 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+}
+
+// TestCallerMistakesCountedApart: requests the caller got wrong (400
+// tokens_above_limit, unsupported) count as outcome invalid, in the
+// metrics and the stats, not as errors, which are the store's and the
+// server's: an alert on the error rate fired on a client's bug.
+func TestCallerMistakesCountedApart(t *testing.T) {
+	s, _ := testServer(t, fixedYAML)
+	for _, req := range []struct{ body, code string }{
+		{`{"limiter": "three", "key": "k", "tokens": 4}`, codeAboveLimit},
+		{`{"limiter": "tb", "key": "k", "tokens": 11}`, codeAboveLimit},
+		{`{"limiter": "slide", "key": "k", "max_wait_ms": 10}`, codeUnsupported},
+	} {
+		if code, got := call(t, s, "POST", "/api/v1/consume", req.body); code != 400 || got["error"].(map[string]any)["code"] != req.code {
+			t.Fatalf("consume %s = %d %v, want 400 %s", req.body, code, got, req.code)
+		}
+	}
+	for name, want := range map[string]float64{"three": 1, "tb": 1, "slide": 1} {
+		if n := testutil.ToFloat64(s.metrics.decisions.WithLabelValues(name, "invalid")); n != want {
+			t.Errorf("sluice_decisions_total{limiter=%s,outcome=invalid} = %v, want %v", name, n, want)
+		}
+		if n := testutil.ToFloat64(s.metrics.decisions.WithLabelValues(name, "error")); n != 0 {
+			t.Errorf("sluice_decisions_total{limiter=%s,outcome=error} = %v, want 0", name, n)
+		}
+		if st := limiterStats(t, s, name); st["invalid"] != want || st["errors"] != 0.0 {
+			t.Errorf("stats of %s = %v, want invalid %v and no errors", name, st, want)
+		}
+	}
+}
+
+// limiterStats returns the stats of limiter name from /api/v1/stats.
+func limiterStats(t *testing.T, s *Server, name string) map[string]any {
+	t.Helper()
+	_, got := call(t, s, "GET", "/api/v1/stats", "")
+	ls, _ := got["limiters"].([]any)
+	for _, l := range ls {
+		if m, _ := l.(map[string]any); m["name"] == name {
+			return m
+		}
+	}
+	t.Fatalf("no stats for limiter %s in %v", name, got)
+	return nil
 }
 
 // TestReloadCarriesState reloads a changed limit: the key's state is
@@ -587,10 +632,11 @@ func TestWithHandler(t *testing.T) {
 }
 
 // TestDrainTimeout stops a server while a request waits longer than the
-// drain timeout for its token: the request is cancelled, and Serve says
-// so instead of hanging or claiming a clean stop.
+// drain timeout for its token: the request is cancelled (503 cancelled,
+// not the token 30s later), and Serve says so instead of hanging or
+// claiming a clean stop.
 func TestDrainTimeout(t *testing.T) {
-	cfg, err := LoadConfig([]byte("server: {drain_timeout: 200ms}\nlimiters:\n  slow: {policy: token_bucket, limit: 1, rate: {interval: 3s, amount: 1}}\n"))
+	cfg, err := LoadConfig([]byte("server: {drain_timeout: 200ms}\nlimiters:\n  slow: {policy: token_bucket, limit: 1, rate: {interval: 30s, amount: 1}}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -606,35 +652,41 @@ func TestDrainTimeout(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln, nil) }()
 	url := "http://" + ln.Addr().String() + "/api/v1/consume"
-	body := `{"limiter": "slow", "key": "k", "max_wait_ms": 10000}`
+	body := `{"limiter": "slow", "key": "k", "max_wait_ms": 60000}`
 	if resp, err := http.Post(url, "application/json", strings.NewReader(body)); err != nil {
 		t.Fatal(err)
 	} else {
 		resp.Body.Close()
 	}
-	waited := make(chan error, 1)
+	type answer struct {
+		code int
+		body string
+		err  error
+	}
+	waited := make(chan answer, 1)
 	go func() {
 		resp, err := http.Post(url, "application/json", strings.NewReader(body))
-		if err == nil {
-			resp.Body.Close()
+		if err != nil {
+			waited <- answer{err: err}
+			return
 		}
-		waited <- err
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		waited <- answer{code: resp.StatusCode, body: string(b)}
 	}()
-	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(s.metrics.waiting) == 0; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); testutil.ToFloat64(s.metrics.waiting) == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) { // the second caller should be waiting for its token
 			t.Fatal("no caller is waiting")
 		}
 	}
-	start := time.Now()
 	cancel()
 	err = <-done
 	if err == nil || !strings.Contains(err.Error(), "drain timeout") {
 		t.Errorf("Serve with a request outlasting the drain = %v, want an error about the drain timeout", err)
 	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Errorf("Serve took %v to stop with a 200ms drain timeout", d)
+	if a := <-waited; a.err != nil || a.code != http.StatusServiceUnavailable || !strings.Contains(a.body, `"cancelled"`) {
+		t.Errorf("consume waiting at the drain timeout = %d %s, %v; want 503 cancelled", a.code, a.body, a.err)
 	}
-	<-waited
 }
 
 // TestWaitResult: a consume that waited for its tokens answers with what

@@ -2,6 +2,7 @@ package server
 
 import (
 	_ "embed"
+	"errors"
 	"maps"
 	"math"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/app/conffile"
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
 	"github.com/sluicehq/sluice/internal/app/rlqs"
 	"github.com/sluicehq/sluice/internal/app/storeurl"
@@ -45,6 +47,12 @@ type Config struct {
 	TokenFile string
 	// AuthMetrics puts /metrics behind the tokens too.
 	AuthMetrics bool
+	// OpenMetricsWithRequestValues lets /metrics carry series labelled by
+	// requests' values (the envoy section's detailed_metric and
+	// value_to_metric stat keys, RLQS bucket ids) with /metrics open;
+	// without it, such a config needs AuthMetrics with tokens or a
+	// client CA, and New and Reload refuse it.
+	OpenMetricsWithRequestValues bool
 	// TLSCert and TLSKey are the PEM files of the certificate served on
 	// HTTP and gRPC; both or neither.
 	TLSCert, TLSKey string
@@ -86,11 +94,17 @@ type Config struct {
 	GRPCLimits GRPCLimits
 	// RLQSLimits bound the streams of Envoy's rate limit quota service.
 	RLQSLimits rlqs.Limits
-	// MaxKeys bounds the keys of the in-memory store (mem://).
+	// MaxKeys bounds the keys of the in-memory store (mem://); with
+	// another store, the keys that fail_local keeps in this process's
+	// memory while the store fails, shared among the limiters and the
+	// envoy section (fallbackKeys).
 	MaxKeys  int64
 	Simulate Simulate
 
-	maxKeysNode *yaml.Node // where max_keys was set, or nil
+	// where the shares of max_connections were set, or nil: unset, they
+	// follow a max_connections set below their defaults.
+	httpPerClientNode, grpcPerClientNode, grpcReservedNode *yaml.Node
+	rlqsNode                                               *yaml.Node // the rlqs section, or nil
 }
 
 // HTTPLimits bound the HTTP server's connections.
@@ -111,13 +125,24 @@ type HTTPLimits struct {
 	// /healthz/limiters: other requests in progress may hold at most
 	// MaxConnections-ReservedForHealth; past that they are answered 503.
 	MaxConnections, ReservedForHealth int64
+	// MaxConnectionsPerClient bounds the open connections of one client
+	// address; at the bound, a new one closes one of the client's own
+	// that the rules above would close, else it is closed. It is at most
+	// MaxConnections.
+	MaxConnectionsPerClient int64
 }
 
 // GRPCLimits bound the gRPC server's connections and calls.
 type GRPCLimits struct {
-	// MaxConnections bounds the open connections; past it, new ones are
-	// closed at once.
-	MaxConnections int64
+	// MaxConnections bounds the open connections. At the bound, a new
+	// connection closes one that made no call for a while, if any: first
+	// of those that never made a rate-limit call (ShouldRateLimit, RLQS),
+	// else of those that did; else it is closed. Of them,
+	// ReservedForCalls are kept for connections that made a rate-limit
+	// call: the others hold at most MaxConnections-ReservedForCalls.
+	// MaxConnectionsPerClient bounds the connections of one client
+	// address, which at its bound closes one of its own, or is refused.
+	MaxConnections, ReservedForCalls, MaxConnectionsPerClient int64
 	// MaxConcurrentStreams bounds the calls in progress on a connection,
 	// and MaxRecvMsgBytes the size of a request.
 	MaxConcurrentStreams, MaxRecvMsgBytes int64
@@ -172,23 +197,66 @@ var (
 		MaxHeaderBytes:    16 << 10,
 		MaxConnections:    4096,
 		ReservedForHealth: 64,
+		// An eighth: a client behind which many callers share an
+		// address (a proxy, a NAT) needs its own setting anyway.
+		MaxConnectionsPerClient: 512,
 	}
 	DefaultGRPCLimits = GRPCLimits{
-		MaxConnections:        1024,
-		MaxConcurrentStreams:  100, // RFC 9113 §6.5.2's least recommended value
-		MaxRecvMsgBytes:       256 << 10,
-		HandshakeTimeout:      10 * time.Second,
-		KeepaliveTime:         time.Minute,
-		KeepaliveTimeout:      20 * time.Second,
-		MinPingInterval:       10 * time.Second,
-		MaxConnectionIdle:     5 * time.Minute,
-		MaxConnectionAge:      30 * time.Minute,
-		MaxConnectionAgeGrace: 10 * time.Second,
+		MaxConnections: 1024,
+		// An Envoy opens a connection per worker thread (one per CPU)
+		// and upstream cluster; a quarter of the slots is many Envoys.
+		ReservedForCalls:        256,
+		MaxConnectionsPerClient: 256,
+		MaxConcurrentStreams:    100, // RFC 9113 §6.5.2's least recommended value
+		MaxRecvMsgBytes:         256 << 10,
+		HandshakeTimeout:        10 * time.Second,
+		KeepaliveTime:           time.Minute,
+		KeepaliveTimeout:        20 * time.Second,
+		MinPingInterval:         10 * time.Second,
+		MaxConnectionIdle:       5 * time.Minute,
+		MaxConnectionAge:        30 * time.Minute,
+		MaxConnectionAgeGrace:   10 * time.Second,
 	}
 	// One simulation at a time leaves the other cores to the API: one of
 	// a million requests takes a core for a quarter to half a second.
 	DefaultSimulate = Simulate{Enabled: true, MaxConcurrent: 1, MaxRequests: 1_000_000}
 )
+
+// The sizing of the Go memory limit, MemoryLimit.
+const (
+	// MemoryPerKey is the heap, in bytes, a key of the in-memory store
+	// may take: above every policy of docs/deploy.md's table (115 to 203
+	// bytes with keys of 16 bytes, BenchmarkMemoryPerKey) with keys of up
+	// to about 50 bytes; not a sliding_log of more than about 25 entries
+	// (4 more bytes each).
+	MemoryPerKey = 256
+	// MemoryHeadroom is what the limit allows beyond the keys, in bytes:
+	// the runtime, the connections and what they buffer (an idle server
+	// takes about 25 MB, one under TestHostileClients' attack 75 to 90
+	// MB), the RLQS service's buckets and the collector's own slack.
+	MemoryHeadroom = 128 << 20
+)
+
+// MemoryLimit is the Go memory limit, in bytes, that sluice serve sets
+// when the environment sets no GOMEMLIMIT: MaxKeys keys of MemoryPerKey
+// (the in-memory store's bound; with another store, room for fail_local's
+// keys during an outage), the envoyproxy/ratelimit local cache, and
+// MemoryHeadroom: 372 MiB with the defaults. It saturates at
+// math.MaxInt64 (no limit) where the sum would overflow.
+func (c *Config) MemoryLimit() int64 {
+	keys := int64(math.MaxInt64)
+	if c.MaxKeys <= (math.MaxInt64-MemoryHeadroom)/MemoryPerKey {
+		keys = c.MaxKeys * MemoryPerKey
+	}
+	total := keys
+	for _, n := range []int64{int64(c.RateLimit.LocalCacheSizeInBytes), MemoryHeadroom} {
+		if total > math.MaxInt64-n {
+			return math.MaxInt64
+		}
+		total += n
+	}
+	return total
+}
 
 //go:embed example.yaml
 var exampleYAML []byte
@@ -217,39 +285,42 @@ func Example() []byte { return exampleYAML }
 // *config.Error values with the YAML path and line. A Symfony rate limiter
 // file (framework: rate_limiter:) is read with config.LoadSymfony, its
 // limiters served with every server setting at its default.
-func LoadConfig(data []byte) (*Config, error) {
+func LoadConfig(data []byte) (*Config, error) { return loadConfig(data, "") }
+
+// LoadConfigFile reads the file at path and loads it with LoadConfig; its
+// errors name the file. Only a regular file of at most conffile.MaxBytes,
+// or a link to one, is read.
+func LoadConfigFile(path string) (*Config, error) {
+	data, err := conffile.Read(path)
+	if err != nil {
+		return nil, &config.Error{File: path, Msg: conffile.Reason(err), Err: err}
+	}
+	return loadConfig(data, path)
+}
+
+// loadConfig is LoadConfig of the contents of file ("" when there is no
+// file), whose *config.Error values then name it.
+func loadConfig(data []byte, file string) (*Config, error) {
+	inFile := func(err error) error {
+		var e *config.Error
+		if file == "" || !errors.As(err, &e) {
+			return err
+		}
+		withFile := *e
+		withFile.File = file
+		return &withFile
+	}
 	if isSymfony(data) {
-		return symfonyConfig(config.LoadSymfony(data))
+		f, err := config.LoadSymfony(data)
+		return symfonyConfig(f, inFile(err))
 	}
 	c := newConfig()
 	var section bool
 	f, err := config.LoadWith(data, c.sections(&section))
 	if err != nil {
-		return nil, err
+		return nil, inFile(err)
 	}
 	c.Limiters = f
-	if err := c.check(); err != nil {
-		return nil, err
-	}
-	return c, c.rateLimitFromEnv(section)
-}
-
-// LoadConfigFile reads the file at path and loads it with LoadConfig.
-func LoadConfigFile(path string) (*Config, error) {
-	if data, err := os.ReadFile(path); err == nil && isSymfony(data) {
-		return symfonyConfig(config.LoadSymfonyFile(path))
-	}
-	c := newConfig()
-	var section bool
-	f, err := config.LoadFileWith(path, c.sections(&section))
-	if err != nil {
-		return nil, err
-	}
-	c.Limiters = f
-	if err := c.check(); err != nil {
-		err.File = path
-		return nil, err
-	}
 	return c, c.rateLimitFromEnv(section)
 }
 
@@ -262,13 +333,13 @@ func (c *Config) rateLimitFromEnv(section bool) (err error) {
 	return err
 }
 
-// check checks what involves several sections, once all are decoded.
-func (c *Config) check() *config.Error {
-	if c.maxKeysNode != nil && !strings.HasPrefix(c.Store, "mem:") {
-		return config.NodeError("server.limits.max_keys", c.maxKeysNode,
-			"bounds the in-memory store (mem://), and the store is %s", redact(c.Store))
-	}
-	return nil
+// fallbackKeys is the most keys each of limiters limiters, and the envoy
+// section, keeps in this process's memory when the store fails under
+// fail_local: MaxKeys among them all, so that a client sending new keys
+// during an outage cannot grow the memory past what MaxKeys allows on
+// mem://. It bounds nothing on mem://, which cannot fail.
+func (c *Config) fallbackKeys(limiters int) int {
+	return int(max(c.MaxKeys/int64(limiters+1), 1))
 }
 
 func newConfig() *Config {
@@ -317,7 +388,7 @@ func (c *Config) sections(rateLimit *bool) map[string]config.Section {
 				return yamlnode.Errorf(path+".limits.http", nil, "reserved_for_health (%d) must be below max_connections (%d)",
 					l.ReservedForHealth, l.MaxConnections)
 			}
-			return nil
+			return c.connectionShares(path + ".limits")
 		},
 		"ratelimit": func(path string, n *yaml.Node, _ *config.File) (err error) {
 			*rateLimit = true
@@ -333,6 +404,7 @@ func (c *Config) sections(rateLimit *bool) map[string]config.Section {
 			return err
 		},
 		"rlqs": func(path string, n *yaml.Node, f *config.File) (err error) {
+			c.rlqsNode = n
 			c.RLQS, err = rlqs.Decode(path, n, func(name string) (rlqs.LimiterInfo, bool) {
 				l, ok := f.Limiters[name]
 				if !ok {
@@ -356,12 +428,13 @@ func (c *Config) serverFields() fields {
 		"store_failure": enum(&c.StoreFailure, map[string]sluice.StoreFailure{
 			"fail_closed": sluice.FailClosed, "fail_open": sluice.FailOpen, "fail_local": sluice.FailLocal}),
 		"inheritance": enum(&c.Inheritance, map[string]sluice.Inheritance{
-			"proportionally": sluice.InheritProportionally, "as_is": sluice.InheritAsIs, "reset": sluice.InheritNone, "additive": sluice.InheritAdditive}),
+			"proportionally": sluice.InheritProportionally, "as_is": sluice.InheritAsIs, "reset": sluice.InheritReset, "additive": sluice.InheritAdditive}),
 		"auth": func(path string, n *yaml.Node) error {
 			return decodeMapping(path, n, fields{
-				"tokens":     tokenList(&c.Tokens),
-				"token_file": str(&c.TokenFile),
-				"metrics":    boolean(&c.AuthMetrics),
+				"tokens":                           tokenList(&c.Tokens),
+				"token_file":                       str(&c.TokenFile),
+				"metrics":                          boolean(&c.AuthMetrics),
+				"open_metrics_with_request_values": boolean(&c.OpenMetricsWithRequestValues),
 			})
 		},
 		"tls": func(path string, n *yaml.Node) error {
@@ -372,7 +445,6 @@ func (c *Config) serverFields() fields {
 			h, g := &c.HTTPLimits, &c.GRPCLimits
 			return decodeMapping(path, n, fields{
 				"max_keys": func(path string, n *yaml.Node) error {
-					c.maxKeysNode = n
 					return positiveInt(&c.MaxKeys)(path, n)
 				},
 				"http": func(path string, n *yaml.Node) error {
@@ -384,6 +456,10 @@ func (c *Config) serverFields() fields {
 						"max_header_bytes":    positiveInt(&h.MaxHeaderBytes),
 						"max_connections":     positiveInt(&h.MaxConnections),
 						"reserved_for_health": positiveInt(&h.ReservedForHealth),
+						"max_connections_per_client": func(path string, n *yaml.Node) error {
+							c.httpPerClientNode = n
+							return positiveInt(&h.MaxConnectionsPerClient)(path, n)
+						},
 					})
 				},
 				"rlqs": func(path string, n *yaml.Node) error {
@@ -401,7 +477,15 @@ func (c *Config) serverFields() fields {
 				},
 				"grpc": func(path string, n *yaml.Node) error {
 					return decodeMapping(path, n, fields{
-						"max_connections":          positiveInt(&g.MaxConnections),
+						"max_connections": positiveInt(&g.MaxConnections),
+						"max_connections_per_client": func(path string, n *yaml.Node) error {
+							c.grpcPerClientNode = n
+							return positiveInt(&g.MaxConnectionsPerClient)(path, n)
+						},
+						"reserved_for_calls": func(path string, n *yaml.Node) error {
+							c.grpcReservedNode = n
+							return positiveInt(&g.ReservedForCalls)(path, n)
+						},
 						"max_concurrent_streams":   positiveInt(&g.MaxConcurrentStreams),
 						"max_recv_msg_bytes":       positiveInt(&g.MaxRecvMsgBytes),
 						"handshake_timeout":        positiveDuration(&g.HandshakeTimeout),
@@ -430,6 +514,39 @@ func (c *Config) serverFields() fields {
 			})
 		},
 	}
+}
+
+// connectionShares checks the shares of max_connections of the limits
+// section at path, and sets those not set from a max_connections set
+// below their defaults: per client, the default or max_connections if
+// lower; reserved for gRPC calls, the default or a quarter of
+// max_connections if lower.
+func (c *Config) connectionShares(path string) error {
+	h, g := &c.HTTPLimits, &c.GRPCLimits
+	switch n := c.httpPerClientNode; {
+	case n == nil:
+		h.MaxConnectionsPerClient = min(DefaultHTTPLimits.MaxConnectionsPerClient, h.MaxConnections)
+	case h.MaxConnectionsPerClient > h.MaxConnections:
+		return yamlnode.Errorf(path+".http.max_connections_per_client", n, "must be at most max_connections (%d), got %d",
+			h.MaxConnections, h.MaxConnectionsPerClient)
+	}
+	switch n := c.grpcPerClientNode; {
+	case n == nil:
+		g.MaxConnectionsPerClient = min(DefaultGRPCLimits.MaxConnectionsPerClient, g.MaxConnections)
+	case g.MaxConnectionsPerClient > g.MaxConnections:
+		return yamlnode.Errorf(path+".grpc.max_connections_per_client", n, "must be at most max_connections (%d), got %d",
+			g.MaxConnections, g.MaxConnectionsPerClient)
+	}
+	switch n := c.grpcReservedNode; {
+	case n == nil:
+		g.ReservedForCalls = min(DefaultGRPCLimits.ReservedForCalls, g.MaxConnections/4)
+	case g.ReservedForCalls >= g.MaxConnections:
+		// A new connection counts as one that made no call until it
+		// makes one: some slots must be left to those.
+		return yamlnode.Errorf(path+".grpc.reserved_for_calls", n, "must be below max_connections (%d), got %d",
+			g.MaxConnections, g.ReservedForCalls)
+	}
+	return nil
 }
 
 // fields decodes the keys of a mapping, each by its function.

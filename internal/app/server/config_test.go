@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"math"
 	"os"
 	"regexp"
 	"strings"
@@ -51,7 +52,7 @@ ratelimit:
 	if err != nil {
 		t.Fatalf("LoadConfig = %v", err)
 	}
-	c.Limiters, c.Envoy, c.maxKeysNode = nil, nil, nil
+	c.Limiters, c.Envoy = nil, nil
 	rl := envoyrls.DefaultSettings()
 	rl.Files, rl.RuntimeRoot, rl.RuntimeSubdirectory, rl.ResponseHeaders, rl.NearLimitRatio = true, "/srv/rl", "ratelimit", true, 0.5
 	want := Config{
@@ -63,8 +64,10 @@ ratelimit:
 		RateLimit: rl,
 		ClientCA:  "ca.pem", AllowedOrigins: []string{"https://app.example.com", "http://localhost:3000"},
 		HTTPLimits: HTTPLimits{ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second,
-			IdleTimeout: 4 * time.Second, MaxHeaderBytes: 8192, MaxConnections: 100, ReservedForHealth: 10},
-		GRPCLimits: GRPCLimits{MaxConnections: 50, MaxConcurrentStreams: 10, MaxRecvMsgBytes: 65536, HandshakeTimeout: 5 * time.Second,
+			IdleTimeout: 4 * time.Second, MaxHeaderBytes: 8192, MaxConnections: 100, ReservedForHealth: 10,
+			MaxConnectionsPerClient: 100}, // max_connections set below the default
+		// Below the defaults too: all, and a quarter.
+		GRPCLimits: GRPCLimits{MaxConnections: 50, MaxConnectionsPerClient: 50, ReservedForCalls: 12, MaxConcurrentStreams: 10, MaxRecvMsgBytes: 65536, HandshakeTimeout: 5 * time.Second,
 			KeepaliveTime: 30 * time.Second, KeepaliveTimeout: 6 * time.Second, MinPingInterval: 20 * time.Second,
 			MaxConnectionIdle: time.Minute, MaxConnectionAge: 10 * time.Minute, MaxConnectionAgeGrace: 7 * time.Second},
 		RLQSLimits: rlqs.Limits{MaxStreams: 10, MaxStreamsPerConn: 2, MaxStreamsPerClient: 3, MaxBuckets: 400, MaxBucketsPerClient: 200,
@@ -118,11 +121,16 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"bad origin", "server:\n  allowed_origins: [app.example.com]\n" + limitersYAML, `config: server.allowed_origins[0] (line 2): must be an origin such as https://app.example.com, got "app.example.com"`},
 		{"origin with a path", "server:\n  allowed_origins: [\"https://a.example/x\"]\n" + limitersYAML, `config: server.allowed_origins[0] (line 2): must be an origin`},
 		{"headroom above the bound", "server:\n  limits:\n    http: {max_connections: 10, reserved_for_health: 10}\n" + limitersYAML, `config: server.limits.http: reserved_for_health (10) must be below max_connections (10)`},
+		{"http per client above the bound", "server:\n  limits:\n    http: {max_connections: 100, max_connections_per_client: 101}\n" + limitersYAML,
+			`config: server.limits.http.max_connections_per_client (line 3): must be at most max_connections (100), got 101`},
+		{"grpc per client above the bound", "server:\n  limits:\n    grpc: {max_connections_per_client: 1025}\n" + limitersYAML,
+			`config: server.limits.grpc.max_connections_per_client (line 3): must be at most max_connections (1024), got 1025`},
+		{"reserved for calls at the bound", "server:\n  limits:\n    grpc: {max_connections: 8, reserved_for_calls: 8}\n" + limitersYAML,
+			`config: server.limits.grpc.reserved_for_calls (line 3): must be below max_connections (8), got 8`},
 		{"unknown limit", "server:\n  limits:\n    grpc: {max_streams: 10}\n" + limitersYAML, `config: server.limits.grpc.max_streams (line 3): unknown key "max_streams"`},
 		{"zero connections", "server:\n  limits:\n    grpc: {max_connections: 0}\n" + limitersYAML, `config: server.limits.grpc.max_connections (line 3): must be positive, got 0`},
 		{"zero rlqs streams", "server:\n  limits:\n    rlqs: {max_streams: 0}\n" + limitersYAML, `config: server.limits.rlqs.max_streams (line 3): must be positive, got 0`},
 		{"rlqs bound past int32", "server:\n  limits:\n    rlqs: {max_report_buckets: 4294967296}\n" + limitersYAML, `config: server.limits.rlqs.max_report_buckets (line 3): must be at most 2147483647`},
-		{"max_keys of redis", "store: redis://127.0.0.1:6379/0\nserver:\n  limits: {max_keys: 10}\n" + limitersYAML, `config: server.limits.max_keys (line 3): bounds the in-memory store (mem://), and the store is redis://127.0.0.1:6379/0`},
 		{"simulate enabled", "server:\n  simulate: {enabled: no way}\n" + limitersYAML, `config: server.simulate.enabled (line 2)`},
 		{"duplicate key", "server:\n  http: x\n  http: y\n" + limitersYAML, `config: server.http (line 3): duplicate key "http", first at line 2`},
 		{"port as a number", "server: {http: 8080}\n" + limitersYAML, `config: server.http (line 1): must be a string, got integer 8080 (quote it)`},
@@ -191,4 +199,29 @@ func indent(s string) string {
 		}
 	}
 	return strings.Join(lines, "")
+}
+
+// TestMemoryLimit: the memory limit sluice serve sets is what
+// docs/deploy.md says, max_keys × 256 bytes + the local cache + 128 MiB,
+// and does not overflow.
+func TestMemoryLimit(t *testing.T) {
+	for _, tt := range []struct {
+		yaml string
+		want int64
+	}{
+		{limitersYAML, 1_000_000*256 + 128<<20}, // 372 MiB
+		{limitersYAML + "server:\n  limits: {max_keys: 10}\n", 10*256 + 128<<20},
+		{limitersYAML + "ratelimit: {local_cache_size_in_bytes: 1048576}\n", 1_000_000*256 + 1<<20 + 128<<20},
+		{limitersYAML + "server:\n  limits: {max_keys: 9223372036854775807}\n", math.MaxInt64},
+		{limitersYAML + "server:\n  limits: {max_keys: 36028797018439679}\n", 36028797018439679*256 + 128<<20}, // the largest sum
+		{limitersYAML + "server:\n  limits: {max_keys: 36028797018439680}\n", math.MaxInt64},                   // one key past it
+	} {
+		c, err := LoadConfig([]byte(tt.yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.MemoryLimit(); got != tt.want {
+			t.Errorf("MemoryLimit of %q = %d, want %d", tt.yaml, got, tt.want)
+		}
+	}
 }

@@ -34,7 +34,7 @@ var (
 )
 
 // sluiceBinary builds ./cmd/sluice once per test binary.
-func sluiceBinary(t *testing.T) string {
+func sluiceBinary(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end test: builds and runs the sluice command")
@@ -67,11 +67,15 @@ type proc struct {
 
 // startSluice runs sluice serve with args and the flags that put it on
 // free ports, and waits until it says where it listens.
-func startSluice(t *testing.T, args ...string) *proc {
+func startSluice(t testing.TB, args ...string) *proc { return startSluiceEnv(t, nil, args...) }
+
+// startSluiceEnv is startSluice with env added to the environment.
+func startSluiceEnv(t testing.TB, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{stdout: new(testserver.Buffer), stderr: new(testserver.Buffer), done: make(chan error, 1)}
 	args = append([]string{"serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"}, args...)
 	p.cmd = exec.Command(sluiceBinary(t), args...)
+	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stderr = p.stderr
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
@@ -164,7 +168,7 @@ func decodeResponse(t *testing.T, resp *http.Response) (int, map[string]any) {
 	return resp.StatusCode, out
 }
 
-func writeConfig(t *testing.T, content string) string {
+func writeConfig(t testing.TB, content string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
@@ -331,9 +335,9 @@ func TestE2EReload(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
+		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s did not happen within 10s\nstderr:\n%s", what, p.stderr)
+				t.Fatalf("%s did not happen within 30s\nstderr:\n%s", what, p.stderr)
 			}
 		}
 	}

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // BenchmarkHotKeys counts decisions on 1000 keys from every core, as the
@@ -109,7 +109,7 @@ func BenchmarkMemoryPerKey(b *testing.B) {
 					b.Fatal(err)
 				}
 				const start = int64(1e18)
-				clock := sluice.NewFakeClock(start)
+				clock := sluicetest.NewFakeClock(start)
 				s, err := New(ctx, cfg, withClock(clock, func() time.Time { return time.Unix(0, start) }))
 				if err != nil {
 					b.Fatal(err)

@@ -5,47 +5,64 @@ import (
 	"crypto/tls"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// connCap is a net.Listener that holds at most max connections open, so
-// that clients that open connections and do nothing with them (or too
-// slowly) cannot exhaust the process's file descriptors and memory.
+// connCap is a net.Listener that holds at most max connections open, and
+// at most perClient of one client address, so that clients that open
+// connections and do nothing with them (or too slowly) cannot exhaust the
+// process's file descriptors and memory, nor one client every connection.
 //
-// At the bound, a new connection first makes room, when evict is set, by
-// closing the connection that has been idle between two requests the
-// longest, else the one that has waited the longest for its first
-// request (but not one whose request has arrived unread): a health check or a client that asks at once always gets in,
-// at the expense of connections that hold a slot without asking.
+// A new connection of a client that holds perClient first closes one of
+// that client's own by the rules below, else it is closed at once.
+//
+// At the bound, a new connection first makes room by closing the
+// connection that has been idle between two requests the longest, else
+// the one that has waited the longest for its first request (but not one
+// whose request has arrived unread): a health check or a client that
+// asks at once always gets in, at the expense of connections that hold a
+// slot without asking.
 // Connections in the middle of a request are never closed. When none can
 // be closed, the new connection is closed at once. Accept never fails
 // for being full, which would make http.Server back off.
 //
-// evict needs the connections' states, which http.Server reports through
-// its ConnState hook (connCap.track); without it (gRPC), a full listener
-// refuses new connections.
+// Eviction needs the connections' states, which http.Server reports
+// through its ConnState hook (connCap.track). The gRPC listener is a
+// grpcCap.
 type connCap struct {
 	net.Listener
-	max     int
-	evict   bool
-	refused func() // counts a connection closed at once; may be nil
+	max, perClient int
+	refused        func() // counts a connection closed at once; may be nil
 
-	mu    sync.Mutex
-	n     int        // open connections
-	idle  *list.List // of *cappedConn between two requests, oldest first
-	fresh *list.List // of *cappedConn before their first request, oldest first
+	mu      sync.Mutex
+	n       int                // open connections
+	clients map[netip.Addr]int // open connections by client address; none at 0
+	idle    *list.List         // of *cappedConn between two requests, oldest first
+	fresh   *list.List         // of *cappedConn before their first request, oldest first
 }
 
-func newConnCap(ln net.Listener, max int, evict bool, refused func()) *connCap {
-	return &connCap{Listener: ln, max: max, evict: evict, refused: refused, idle: list.New(), fresh: list.New()}
+func newConnCap(ln net.Listener, max, perClient int, refused func()) *connCap {
+	return &connCap{Listener: ln, max: max, perClient: perClient, refused: refused,
+		clients: make(map[netip.Addr]int), idle: list.New(), fresh: list.New()}
+}
+
+// clientOf is the address of c's client, the zero Addr when c is not
+// TCP. An IPv4 client over IPv6 counts as its IPv4 address.
+func clientOf(c net.Conn) netip.Addr {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.AddrPort().Addr().Unmap()
+	}
+	return netip.Addr{}
 }
 
 // cappedConn is a connection of a connCap.
 type cappedConn struct {
 	net.Conn
-	l *connCap
+	l      *connCap
+	client netip.Addr
 	// in is the list the connection waits in (fresh or idle) and el its
 	// element there; nil while a request is in progress and once closed.
 	// closed is set once it no longer counts. Both are guarded by l.mu.
@@ -80,87 +97,135 @@ func (l *connCap) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
+		client := clientOf(c)
 		l.mu.Lock()
-		var victim *cappedConn
-		if l.n >= l.max && l.evict {
-			victim = l.makeRoom()
+		var victims [2]*cappedConn
+		if l.full(&client) {
+			victims[0] = l.makeRoom(&client)
 		}
-		if l.n >= l.max {
+		if l.full(nil) && !l.full(&client) {
+			victims[1] = l.makeRoom(nil)
+		}
+		if l.full(nil) || l.full(&client) {
 			l.mu.Unlock()
 			c.Close()
+			closeAll(victims[:])
 			if l.refused != nil {
 				l.refused()
 			}
 			continue
 		}
-		cc := &cappedConn{Conn: c, l: l}
+		cc := &cappedConn{Conn: c, l: l, client: client}
 		l.n++
+		l.clients[client]++
 		cc.wait(l.fresh)
 		l.mu.Unlock()
-		if victim != nil {
-			victim.Conn.Close()
-		}
+		closeAll(victims[:])
 		return cc, nil
 	}
 }
 
-// makeRoom finds a victim and stops counting it. When every waiting
-// connection is still in its grace, it waits (unlocking l.mu) until the
+// makeRoom finds a victim among the connections of client (nil: all)
+// and stops counting it. When every waiting connection is still in its
+// grace and the listener is full, it waits (unlocking l.mu) until the
 // oldest has passed it, at most twice graceWaiting in all: so a new
 // connection is delayed by at most that, rather than refused, when a
-// flood of connections has filled the listener with young ones. It
-// returns nil when none can be closed. makeRoom requires that l.mu is
-// held.
-func (l *connCap) makeRoom() *cappedConn {
+// flood of connections has filled the listener with young ones. A client
+// at its own bound in a listener that is not full does not wait: its
+// flood would hold up every other client's accept. It returns nil when
+// none can be closed, or when room was made meanwhile. makeRoom requires
+// that l.mu is held.
+func (l *connCap) makeRoom(client *netip.Addr) *cappedConn {
 	deadline := time.Now().Add(2 * graceWaiting)
 	for {
-		if v := l.victim(); v != nil {
+		if v := l.victim(client); v != nil {
 			v.forget()
 			return v
 		}
-		if l.n < l.max {
+		if !l.full(client) {
 			return nil // room was made meanwhile
 		}
-		e := l.fresh.Front()
+		oldest := l.first(l.fresh, client)
 		now := time.Now()
-		if e == nil || !now.Before(deadline) {
+		if oldest == nil || !now.Before(deadline) || !l.full(nil) {
 			return nil
 		}
-		wait := min(graceWaiting-now.Sub(e.Value.(*cappedConn).since), deadline.Sub(now))
+		wait := min(graceWaiting-now.Sub(oldest.since), deadline.Sub(now))
 		l.mu.Unlock()
 		time.Sleep(max(wait, time.Millisecond))
 		l.mu.Lock()
 	}
 }
 
-// victim returns the connection to close for room: the one idle the
-// longest, else the one that has waited the longest for its first
-// request, passing over those whose request has arrived but not been
-// read yet (pending), those accepted or read from in the last
-// graceWaiting: under a flood of new connections the server may
-// accept several before it reads one, and closing the oldest of those
-// would close a health check that asked at once. It looks at a bounded
-// number of each list, so Accept stays cheap. victim requires that l.mu
-// is held.
-func (l *connCap) victim() *cappedConn {
-	const look = 16
+// full reports whether the listener, or client when not nil, holds all
+// the connections it may. It requires that l.mu is held.
+func (l *connCap) full(client *netip.Addr) bool {
+	if client == nil {
+		return l.n >= l.max
+	}
+	return l.clients[*client] >= l.perClient
+}
+
+// look bounds the connections of each list that victim looks at, so
+// that Accept stays cheap: more for one client's, which may be anywhere
+// in the lists.
+const (
+	look       = 16
+	lookClient = 64
+)
+
+// first returns the first connection of q of client (nil: any), of the
+// first lookClient. It requires that l.mu is held.
+func (l *connCap) first(q *list.List, client *netip.Addr) *cappedConn {
+	i := 0
+	for e := q.Front(); e != nil && i < lookClient; e, i = e.Next(), i+1 {
+		if c := e.Value.(*cappedConn); client == nil || c.client == *client {
+			return c
+		}
+	}
+	return nil
+}
+
+// victim returns the connection of client (nil: any) to close for room:
+// the one idle the longest, else the one that has waited the longest for
+// its first request, passing over those whose request has arrived but
+// not been read yet (pending), those accepted or read from in the last
+// graceWaiting: under a flood of new connections the server may accept
+// several before it reads one, and closing the oldest of those would
+// close a health check that asked at once. It looks at a bounded number
+// of each list. victim requires that l.mu is held.
+func (l *connCap) victim(client *netip.Addr) *cappedConn {
+	n := look
+	if client != nil {
+		n = lookClient
+	}
 	now := time.Now()
 	for _, q := range []*list.List{l.idle, l.fresh} {
 		i := 0
-		for e := q.Front(); e != nil && i < look; e, i = e.Next(), i+1 {
+	scan:
+		for e := q.Front(); e != nil && i < n; e, i = e.Next(), i+1 {
 			c := e.Value.(*cappedConn)
-			if q == l.idle {
+			switch {
+			case client != nil && c.client != *client:
+			case q == l.idle:
 				return c // answered: its client's next request may open another
-			}
-			if now.Sub(c.since) < graceWaiting {
-				break // the rest of the list is younger still
-			}
-			if now.UnixNano()-c.lastRead.Load() >= int64(graceWaiting) && !pending(c.Conn) {
+			case now.Sub(c.since) < graceWaiting:
+				break scan // the rest of the list is younger still
+			case now.UnixNano()-c.lastRead.Load() >= int64(graceWaiting) && !pending(c.Conn):
 				return c
 			}
 		}
 	}
 	return nil
+}
+
+// closeAll closes the connections of cs that are not nil.
+func closeAll(cs []*cappedConn) {
+	for _, c := range cs {
+		if c != nil {
+			c.Conn.Close()
+		}
+	}
 }
 
 // CloseWrite half-closes a TCP connection, as http.Server does before it
@@ -188,6 +253,9 @@ func (c *cappedConn) forget() {
 	c.closed = true
 	c.wait(nil)
 	c.l.n--
+	if c.l.clients[c.client]--; c.l.clients[c.client] == 0 {
+		delete(c.l.clients, c.client)
+	}
 }
 
 // wait moves c to the back of q (nil: no list, a request in progress). It

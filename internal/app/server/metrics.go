@@ -29,6 +29,7 @@ type metrics struct {
 	reloads       *prometheus.CounterVec // result
 	refused       *prometheus.CounterVec // api: connections closed at once, the listener being full
 	busy          *prometheus.CounterVec // what: requests answered 503 busy
+	swept         prometheus.Counter     // expired rows the store's sweep deleted
 }
 
 func newMetrics() *metrics {
@@ -36,7 +37,7 @@ func newMetrics() *metrics {
 		reg: prometheus.NewRegistry(),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricnames.Decisions,
-			Help: "Decisions by limiter and outcome (allowed, rejected, error), from the HTTP API and Envoy's gRPC API.",
+			Help: "Decisions by limiter and outcome (allowed, rejected; error: the store or the server failed; invalid: the caller's mistake, answered 400), from the HTTP API and Envoy's gRPC API.",
 		}, []string{"limiter", "outcome"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricnames.Tokens,
@@ -76,6 +77,11 @@ func newMetrics() *metrics {
 		Name: "sluice_busy_total",
 		Help: "HTTP requests answered 503 busy: requests (past max_connections less reserved_for_health in progress) or simulations (past server.simulate.max_concurrent).",
 	}, []string{"what"})
+	m.swept = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_store_swept_rows_total",
+		Help: "Expired rows that the store's background sweep deleted (PostgreSQL and MySQL: the store URL's sweep_interval).",
+	})
+	m.storeErrors.WithLabelValues("sweep")
 	for _, api := range []string{"http", "grpc"} {
 		m.refused.WithLabelValues(api)
 	}
@@ -83,7 +89,7 @@ func newMetrics() *metrics {
 		m.busy.WithLabelValues(what)
 	}
 	m.reg.MustRegister(m.decisions, m.tokens, m.storeSeconds, m.storeErrors, m.storeFailures, m.circuitOpen, m.waiting, m.reloads,
-		m.refused, m.busy, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.refused, m.busy, m.swept, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Series exist from the start at zero, so that alerts on a rate or on
 	// absence work before the first event.
 	for _, op := range storeOps {
@@ -99,17 +105,30 @@ func newMetrics() *metrics {
 var storeOps = []string{"update", "delete", "ping"}
 
 // declare makes the series of snap's limiters exist at zero: their
-// decisions by outcome, their tokens and their store failures under the
-// failure policy snap configures.
+// decisions by outcome, their tokens, their store failures under the
+// failure policy snap configures and their circuits, closed: each
+// limiter of snap is new, and so is its circuit breaker.
 func (m *metrics) declare(snap *snapshot) {
 	for _, name := range snap.order {
-		for _, outcome := range []string{"allowed", "rejected", "error"} {
+		for _, outcome := range outcomes {
 			m.decisions.WithLabelValues(name, outcome)
 		}
 		m.tokens.WithLabelValues(name)
 		m.storeFailures.WithLabelValues(name, failureLabel(snap.cfg.StoreFailure))
+		m.circuitOpen.WithLabelValues(name).Set(0)
 	}
 }
+
+// outcomes are the values of the decisions' outcome label. invalid is
+// the server's alone: the library's limiters refuse a caller's mistake
+// before it reaches their observer.
+var outcomes = []string{metricnames.Allowed, metricnames.Rejected, metricnames.Error, outcomeInvalid}
+
+// outcomeInvalid is the outcome of a request the caller got wrong
+// (answered 400: tokens_above_limit, unsupported),
+// counted apart from error so that an alert on errors fires on the
+// store's and the server's failures, not on a client's bug.
+const outcomeInvalid = "invalid"
 
 // forget drops the series of a limiter that a reload removed, so that
 // /metrics does not report it for the life of the process.
@@ -124,21 +143,35 @@ func (m *metrics) forget(limiter string) {
 // failureLabel names a store failure policy as the config writes it.
 func failureLabel(f sluice.StoreFailure) string { return metricnames.FailureLabel(f) }
 
-// failureListener counts a limiter's store failures.
-type failureListener struct {
-	sluice.NopListener
+// failureObserver counts a limiter's store failures, in the metrics and
+// in its health window (stats), and keeps its circuit's state.
+type failureObserver struct {
 	limiter string
 	m       *metrics
+	stats   *stats
+	circuit *atomic.Bool
+	now     func() time.Time
+	window  time.Duration // the health window
 }
 
-func (l failureListener) OnStoreFailure(_ error, f sluice.StoreFailure) {
-	l.m.storeFailures.WithLabelValues(l.limiter, failureLabel(f)).Inc()
+// Observe counts a store failure, and sets the limiter's circuit gauge
+// and state when its circuit moves.
+func (l failureObserver) Observe(e sluice.Event) {
+	switch e.Kind {
+	case sluice.EventStoreFailure:
+		l.m.storeFailures.WithLabelValues(l.limiter, failureLabel(e.Failure)).Inc()
+		l.stats.storeFailure(l.now(), l.window)
+	case sluice.EventCircuit:
+		l.setCircuit(e.Circuit)
+	}
 }
 
-// OnCircuit sets the limiter's circuit gauge.
-func (l failureListener) OnCircuit(s sluice.CircuitState) {
+// setCircuit sets the limiter's circuit gauge and state.
+func (l failureObserver) setCircuit(s sluice.CircuitState) {
+	open := s != sluice.CircuitClosed
+	l.circuit.Store(open)
 	v := 0.0
-	if s != sluice.CircuitClosed {
+	if open {
 		v = 1
 	}
 	l.m.circuitOpen.WithLabelValues(l.limiter).Set(v)
@@ -158,6 +191,16 @@ func (s limiterStore) Update(ctx context.Context, key string, fn driver.UpdateFu
 	err := s.s.Update(ctx, s.prefix+key, fn)
 	s.update.observe(start, err)
 	return err
+}
+
+// Partition is the server's store's partition of the limiter's key (see
+// driver.Partitioner), "" when the store has none, so that the limiter
+// keeps a circuit breaker per partition of a Redis Cluster.
+func (s limiterStore) Partition(key string) string {
+	if p, ok := s.s.(driver.Partitioner); ok {
+		return p.Partition(s.prefix + key)
+	}
+	return ""
 }
 
 // limiterDeleter is a limiterStore over a store that can delete.
@@ -202,10 +245,11 @@ func (o storeOp) observe(start time.Time, err error) {
 }
 
 // stats are a limiter's counts since it was configured as it is, and the
-// ring of recent decisions that its health is judged on. It is safe for
-// concurrent use.
+// ring of recent decisions and store failures that its health is judged
+// on. errors are the store's and the server's failures; invalid, the
+// caller's mistakes. It is safe for concurrent use.
 type stats struct {
-	allowed, rejected, errors, tokens atomic.Int64
+	allowed, rejected, errors, invalid, tokens atomic.Int64
 
 	mu    sync.Mutex
 	slots [healthSlots]slot // slot i holds the decisions of period index%healthSlots
@@ -218,32 +262,50 @@ const healthSlots = 10
 type slot struct {
 	index             int64 // the period, now/period
 	allowed, rejected int64
+	storeFailures     int64
 }
 
-// record counts a decision taken at now with the health window window.
-func (s *stats) record(now time.Time, window time.Duration, tokens int64, allowed bool, err error) {
-	switch {
-	case err != nil:
+// record counts a decision of the given outcome, taken at now with the
+// health window window.
+func (s *stats) record(now time.Time, window time.Duration, tokens int64, outcome string) {
+	switch outcome {
+	case metricnames.Error:
 		s.errors.Add(1)
 		return
-	case allowed:
+	case outcomeInvalid:
+		s.invalid.Add(1)
+		return
+	case metricnames.Allowed:
 		s.allowed.Add(1)
 		s.tokens.Add(tokens)
 	default:
 		s.rejected.Add(1)
 	}
-	idx := slotIndex(now, window)
 	s.mu.Lock()
-	sl := &s.slots[idx%healthSlots]
-	if sl.index != idx {
-		*sl = slot{index: idx}
-	}
-	if allowed {
+	if sl := s.slot(now, window); outcome == metricnames.Allowed {
 		sl.allowed++
 	} else {
 		sl.rejected++
 	}
 	s.mu.Unlock()
+}
+
+// storeFailure counts a decision that a store failure decided, at now.
+func (s *stats) storeFailure(now time.Time, window time.Duration) {
+	s.mu.Lock()
+	s.slot(now, window).storeFailures++
+	s.mu.Unlock()
+}
+
+// slot returns the slot of now, emptied if it held an older period. It
+// requires that s.mu is held.
+func (s *stats) slot(now time.Time, window time.Duration) *slot {
+	idx := slotIndex(now, window)
+	sl := &s.slots[idx%healthSlots]
+	if sl.index != idx {
+		*sl = slot{index: idx}
+	}
+	return sl
 }
 
 // slotIndex is the health period of now.
@@ -254,18 +316,31 @@ func slotIndex(now time.Time, window time.Duration) int64 {
 // degraded reports whether, over the window before now, at least
 // minRequests were decided and more than threshold of them rejected.
 func (s *stats) degraded(now time.Time, window time.Duration, threshold float64, minRequests int64) bool {
+	w := s.window(now, window)
+	total := w.allowed + w.rejected
+	return total > 0 && total >= minRequests && float64(w.rejected) > threshold*float64(total)
+}
+
+// storeFailing reports whether a store failure decided a decision over
+// the window before now.
+func (s *stats) storeFailing(now time.Time, window time.Duration) bool {
+	return s.window(now, window).storeFailures > 0
+}
+
+// window sums the slots of the window before now.
+func (s *stats) window(now time.Time, window time.Duration) slot {
 	idx := slotIndex(now, window)
-	var allowed, rejected int64
+	var sum slot
 	s.mu.Lock()
 	for _, sl := range s.slots {
 		if sl.index > idx-healthSlots && sl.index <= idx {
-			allowed += sl.allowed
-			rejected += sl.rejected
+			sum.allowed += sl.allowed
+			sum.rejected += sl.rejected
+			sum.storeFailures += sl.storeFailures
 		}
 	}
 	s.mu.Unlock()
-	total := allowed + rejected
-	return total > 0 && total >= minRequests && float64(rejected) > threshold*float64(total)
+	return sum
 }
 
 // hotKeys finds the keys with the most decisions over about the last

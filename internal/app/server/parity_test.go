@@ -24,9 +24,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	"gopkg.in/yaml.v3"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/testserver"
+	"github.com/sluicehq/sluice/sluicetest"
 )
 
 // The parity suite: cases taken from envoyproxy/ratelimit's own tests,
@@ -201,11 +201,13 @@ func runParity(t *testing.T, c parityCase, url string) (passed, total int) {
 	t.Setenv("RUNTIME_ROOT", root)
 	t.Setenv("RUNTIME_SUBDIRECTORY", "ratelimit")
 	t.Setenv("SLUICE_ALLOW_REQUEST_LIMITS", "true") // envoyproxy/ratelimit honours limit overrides
-	cfg, err := LoadConfig([]byte("store: " + url + "\n"))
+	// envoyproxy/ratelimit publishes every stat key, request values
+	// included (detailed_metric, value_to_metric, overrides).
+	cfg, err := LoadConfig([]byte("store: " + url + "\nserver: {auth: {open_metrics_with_request_values: true}}\n"))
 	if err != nil {
 		t.Fatalf("LoadConfig: %v", err)
 	}
-	clock := fakeTime{sluice.NewFakeClock(time.Unix(1000000, 0).UnixNano())}
+	clock := fakeTime{sluicetest.NewFakeClock(time.Unix(1000000, 0).UnixNano())}
 	s, err := New(t.Context(), cfg, withClock(clock, clock.now))
 	if c.LoadError != "" {
 		total = 1
@@ -416,7 +418,7 @@ func TestEnvoyFilesSymlinkSwap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := fakeTime{sluice.NewFakeClock(time.Unix(1000000, 0).UnixNano())}
+	clock := fakeTime{sluicetest.NewFakeClock(time.Unix(1000000, 0).UnixNano())}
 	s, err := New(t.Context(), cfg, withClock(clock, clock.now))
 	if err != nil {
 		t.Fatal(err)

@@ -11,8 +11,8 @@ import (
 // planOptions are the options a config file's limiter l adds to its
 // sluice.Limiter: its version (version:) and its policies per key
 // (overrides:).
-func planOptions(l config.Limiter) []sluice.LimiterOption {
-	opts := []sluice.LimiterOption{sluice.WithConfigVersion(l.Version)}
+func planOptions(l config.Limiter) []sluice.Option {
+	opts := []sluice.Option{sluice.WithConfigVersion(l.Version)}
 	if f := l.PolicyFunc(); f != nil {
 		opts = append(opts, sluice.WithPolicyFor(f))
 	}

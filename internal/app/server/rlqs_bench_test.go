@@ -25,6 +25,7 @@ import (
 const benchYAML = `
 limiters:
   shared: {policy: bucket, limits: [{capacity: 40000, refill: {greedy: 20000, per: 1s}}]}
+server: {auth: {open_metrics_with_request_values: true}} # bucket ids in /metrics
 rlqs:
   - domain: quota
     assignment_ttl: 1s

@@ -22,6 +22,7 @@ import (
 // run on this host: one peer, allowed all their streams.
 const busyYAML = `
 server:
+  auth: {open_metrics_with_request_values: true} # bucket ids in /metrics
   limits:
     rlqs: {max_streams_per_client: 1024}
 limiters:

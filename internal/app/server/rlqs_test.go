@@ -20,6 +20,7 @@ import (
 const rlqsYAML = `
 limiters:
   quota: {policy: bucket, limits: [{capacity: 400, refill: {greedy: 200, per: 1s}}]}
+server: {auth: {open_metrics_with_request_values: true}} # bucket ids in /metrics
 rlqs:
   - domain: edge
     assignment_ttl: 1s
@@ -69,9 +70,9 @@ func TestRLQSFleet(t *testing.T) {
 			// Envoys' assignments, in the limiter. Once every stream has
 			// ended, so that no charge is half counted:
 			for _, s := range servers {
-				for deadline := time.Now().Add(5 * time.Second); sumMetric(t, s.metrics.reg, "sluice_rlqs_streams") > 0; time.Sleep(5 * time.Millisecond) {
+				for deadline := time.Now().Add(30 * time.Second); sumMetric(t, s.metrics.reg, "sluice_rlqs_streams") > 0; time.Sleep(5 * time.Millisecond) {
 					if time.Now().After(deadline) {
-						t.Fatal("streams still open 5s after the Envoys closed them")
+						t.Fatal("streams still open 30s after the Envoys closed them")
 					}
 				}
 			}
@@ -208,6 +209,7 @@ func TestRLQSKeepsOthersKeys(t *testing.T) {
 	s, gaddr := serve(t, `
 store: mem://
 server:
+  auth: {open_metrics_with_request_values: true} # bucket ids in /metrics
   limits:
     max_keys: 1024
     rlqs: {max_buckets: 3000, max_buckets_per_client: 3000}

@@ -6,6 +6,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -16,7 +17,7 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"net/url"
+	"net/netip"
 	"os"
 	"runtime"
 	"strings"
@@ -27,17 +28,19 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/app/conffile"
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
+	"github.com/sluicehq/sluice/internal/app/outage"
 	"github.com/sluicehq/sluice/internal/app/rlqs"
 	"github.com/sluicehq/sluice/internal/app/storeurl"
 	"github.com/sluicehq/sluice/memstore"
@@ -48,12 +51,13 @@ import (
 type Server struct {
 	log     *slog.Logger
 	store   *storeurl.Store
-	clock   sluice.Clock
-	sleeper sluice.Sleeper // how consume waits for max_wait_ms
+	clock   sluice.Clock // consume waits for max_wait_ms on it (sleep.On)
 	now     func() time.Time
 	started time.Time
 	metrics *metrics
 	hot     *hotKeys
+	outage  *outage.Log  // store failures, a few lines an outage
+	base    driver.Store // the store under the limiters: store's, each answer told to outage
 	envoy   *envoyrls.Service
 	rlqs    *rlqs.Service
 	// rlqsKeys holds the keys of the quota service's buckets on mem://;
@@ -69,7 +73,14 @@ type Server struct {
 	simSlots  chan struct{}
 	simQueue  time.Duration // simQueue but in tests
 	// httpCap and grpcCap hold Serve's listeners, for the tests.
-	httpCap, grpcCap atomic.Pointer[connCap]
+	httpCap   atomic.Pointer[connCap]
+	grpcCap   atomic.Pointer[grpcCap]
+	grpcGrace time.Duration                   // grpcGrace but in tests
+	wrapStore func(driver.Store) driver.Store // withStoreWrapper's, or nil
+
+	// loopbackOnly is WithHTTPAddress's: /metrics is reached from this
+	// machine only.
+	loopbackOnly bool
 
 	path   string           // the config file to reload from, or ""
 	reload <-chan os.Signal // SIGHUP, or nil
@@ -124,6 +135,9 @@ type limiter struct {
 	l      *sluice.Limiter
 	limit  int64
 	stats  *stats // kept across reloads while the policy stays the same
+	// circuit is whether l's circuit breaker keeps calls from the store,
+	// as its listener last heard.
+	circuit *atomic.Bool
 	// version and plan are the config's version: and what limits the
 	// keys (plans.go), which a reload compares.
 	version uint64
@@ -138,6 +152,28 @@ type Option func(*Server)
 
 // WithLogger sets the logger; the default discards.
 func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
+
+// WithHTTPAddress tells the server the address its HTTP listener will
+// have: one on a loopback address serves /metrics to this machine only,
+// which may then carry series labelled by requests' values without
+// tokens (see checkMetricsExposure).
+func WithHTTPAddress(addr string) Option {
+	return func(s *Server) { s.loopbackOnly = isLoopback(addr) }
+}
+
+// isLoopback reports whether addr, host:port, listens on a loopback
+// address only: "localhost", 127.0.0.0/8 or ::1, never "" or a wildcard.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
 
 // WithConfigFile names the file cfg was loaded from: Serve reloads it when
 // it changes (polled each second) and on each signal of reload.
@@ -157,16 +193,21 @@ type route struct {
 	h       http.Handler
 }
 
-// withClock sets the clocks, for tests; a clock that is also a Sleeper
-// (a fake clock) is the sleeper too.
+// withClock sets the clocks, for tests; a clock that sleeps (a fake
+// clock) is what consume sleeps on too.
 func withClock(c sluice.Clock, now func() time.Time) Option {
-	return func(s *Server) {
-		s.clock, s.now = c, now
-		if sl, ok := c.(sluice.Sleeper); ok {
-			s.sleeper = sl
-		}
-	}
+	return func(s *Server) { s.clock, s.now = c, now }
 }
+
+// withStoreWrapper wraps the store under the limiters in w, for tests
+// that break it.
+func withStoreWrapper(w func(driver.Store) driver.Store) Option {
+	return func(s *Server) { s.wrapStore = w }
+}
+
+// withGRPCGrace sets how long the gRPC listener spares a connection after
+// its accept and its calls (grpcGrace), for tests.
+func withGRPCGrace(d time.Duration) Option { return func(s *Server) { s.grpcGrace = d } }
 
 // New opens cfg's store and builds its limiters. The caller must call
 // Serve or Close to close the store.
@@ -174,13 +215,13 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 	s := &Server{
 		log:          slog.New(slog.DiscardHandler),
 		clock:        sluice.MonotonicClock(),
-		sleeper:      sluice.TimerSleeper(),
 		now:          time.Now,
 		metrics:      newMetrics(),
 		hot:          newHotKeys(),
 		recheckEvery: firstRecheck,
 		simSlots:     make(chan struct{}, cfg.Simulate.MaxConcurrent),
 		simQueue:     simQueue,
+		grpcGrace:    grpcGrace,
 	}
 	for _, o := range opts {
 		o(s)
@@ -192,11 +233,20 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 			return nil, err
 		}
 	}
-	st, err := storeurl.Open(ctx, cfg.Store, storeurl.WithMemMaxKeys(int(cfg.MaxKeys)))
+	st, err := storeurl.Open(ctx, cfg.Store, storeurl.WithMemMaxKeys(int(cfg.MaxKeys)), storeurl.WithSweep(s.swept))
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.store = st
+	if st.SweepInterval > 0 {
+		s.log.Info("deleting the store's expired rows in the background", "sweep_interval", st.SweepInterval)
+	}
+	s.outage = outage.New(s.log, s.now)
+	s.base = st.Store
+	if s.wrapStore != nil {
+		s.base = s.wrapStore(s.base)
+	}
+	s.base = watchAnswers(s.base, s.outage)
 	if st.Scheme == "mem" {
 		// The keys of the quota service's buckets in a store of their
 		// own, bounded by its bound on buckets, so that Envoys' buckets
@@ -229,8 +279,9 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 	s.envoy = envoyrls.New(snap.envoy, snap.lookup,
 		envoyrls.WithLogger(s.log), envoyrls.WithObserver(s.observe),
 		// "/" is not allowed in limiter names: the prefix is no limiter's.
-		envoyrls.WithStore(newLimiterStore(s.store.Store, "envoy/ratelimit", s.metrics)),
+		envoyrls.WithStore(newLimiterStore(s.base, "envoy/ratelimit", s.metrics)), envoyrls.WithOutageLog(s.outage),
 		envoyrls.WithStoreTimeout(cfg.StoreTimeout), envoyrls.WithStoreFailure(cfg.StoreFailure),
+		envoyrls.WithLocalMaxKeys(cfg.fallbackKeys(len(cfg.Limiters.Order))),
 		envoyrls.WithClock(s.now), envoyrls.WithRegistry(s.metrics.reg))
 	rlqsOpts := []rlqs.Option{rlqs.WithLogger(s.log), rlqs.WithClock(s.now), rlqs.WithRegistry(s.metrics.reg),
 		rlqs.WithObserver(func(c rlqs.Charge) { s.record(s.cur.Load(), c.Limiter, c.Key, c.Tokens, c.Allowed, c.Err) }),
@@ -239,11 +290,22 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 		// Fleets on the limiters' store: sluice processes on one store
 		// share them. "/" is in no limiter's name. On mem:// they stay in
 		// the service's memory, as long as their buckets.
-		rlqsOpts = append(rlqsOpts, rlqs.WithFleetStore(newLimiterStore(s.store.Store, "rlqs/fleet", s.metrics)))
+		rlqsOpts = append(rlqsOpts, rlqs.WithFleetStore(newLimiterStore(s.base, "rlqs/fleet", s.metrics)))
 	}
 	s.rlqs = rlqs.New(cfg.RLQS, snap.lookup, rlqsOpts...)
 	s.handler = s.routes()
 	return s, nil
+}
+
+// swept counts what a batch of the store's sweep of expired rows did, on
+// the sweep's goroutine. A failed batch ends its sweep until the next
+// interval, so this logs at most a line per interval.
+func (s *Server) swept(n int64, err error) {
+	s.metrics.swept.Add(float64(n))
+	if err != nil {
+		s.metrics.storeErrors.WithLabelValues("sweep").Inc()
+		s.log.Warn("deleting the store's expired rows failed; trying again at the next sweep", "err", err)
+	}
 }
 
 // tlsCipherSuites are the TLS 1.2 suites the server offers: forward
@@ -260,13 +322,21 @@ var tlsCipherSuites = []uint16{
 // (see Server.clientCertOK), not by the handshake, so that health checks
 // without one still work.
 func tlsConfig(cfg *Config) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+	certPEM, err := conffile.Read(cfg.TLSCert)
 	if err != nil {
-		return nil, fmt.Errorf("server: tls: %w", err)
+		return nil, fmt.Errorf("server: tls cert: %w", err)
+	}
+	keyPEM, err := conffile.Read(cfg.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("server: tls key: %w", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("server: tls %s, %s: %w", cfg.TLSCert, cfg.TLSKey, err)
 	}
 	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, CipherSuites: tlsCipherSuites}
 	if cfg.ClientCA != "" {
-		pem, err := os.ReadFile(cfg.ClientCA)
+		pem, err := conffile.Read(cfg.ClientCA)
 		if err != nil {
 			return nil, fmt.Errorf("server: tls client_ca: %w", err)
 		}
@@ -295,7 +365,7 @@ const rlqsKeysPerBucket = 2
 
 // limiterStore returns the store of the limiter called name.
 func (s *Server) limiterStore(name string) driver.Store {
-	st := newLimiterStore(s.store.Store, name, s.metrics)
+	st := newLimiterStore(s.base, name, s.metrics)
 	if s.rlqsKeys != nil {
 		st = rlqs.SplitStore(st, newLimiterStore(s.rlqsKeys, name, s.metrics))
 	}
@@ -324,20 +394,24 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 			return nil, fmt.Errorf("server: allowed_origins: %w", err)
 		}
 	}
-	add := func(name string, p sluice.Policy, line, col int, extra ...sluice.LimiterOption) error {
-		l, err := sluice.NewLimiter(p, append([]sluice.LimiterOption{
+	fallbackKeys := cfg.fallbackKeys(len(cfg.Limiters.Order))
+	add := func(name string, p sluice.Policy, line, col int, extra ...sluice.Option) error {
+		lim := &limiter{name: name, policy: p, limit: limitOf(p), stats: new(stats), circuit: new(atomic.Bool)}
+		if o, ok := old.limiter(name); ok && o.policy.String() == p.String() {
+			lim.stats = o.stats
+		}
+		var err error
+		lim.l, err = sluice.NewLimiter(p, append([]sluice.Option{
 			sluice.WithStore(s.limiterStore(name)),
 			sluice.WithClock(s.clock),
 			sluice.WithStoreTimeout(cfg.StoreTimeout),
 			sluice.WithStoreFailure(cfg.StoreFailure),
 			sluice.WithInheritance(cfg.Inheritance),
-			sluice.WithListener(failureListener{limiter: name, m: s.metrics})}, extra...)...)
+			sluice.WithMaxKeys(fallbackKeys), // fail_local's keys in this process
+			sluice.WithObserver(outageObserver{failureObserver{limiter: name, m: s.metrics, stats: lim.stats, circuit: lim.circuit,
+				now: s.now, window: cfg.HealthWindow}, s.outage, s.log})}, extra...)...)
 		if err != nil {
 			return &config.Error{Path: "limiters." + name, Line: line, Column: col, Msg: err.Error(), Err: err}
-		}
-		lim := &limiter{name: name, policy: p, l: l, limit: limitOf(p), stats: new(stats)}
-		if o, ok := old.limiter(name); ok && o.policy.String() == p.String() {
-			lim.stats = o.stats
 		}
 		snap.limiters[name] = lim
 		snap.order = append(snap.order, name)
@@ -368,7 +442,40 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 	if snap.envoy, err = envoyrls.Load(cfg.Envoy, cfg.RateLimit); err != nil {
 		return nil, err
 	}
+	if err := checkMetricsExposure(cfg, snap, s.loopbackOnly); err != nil {
+		return nil, err
+	}
 	return snap, nil
+}
+
+// checkMetricsExposure refuses a config whose /metrics would show
+// anyone who reaches it series labelled by requests' values (a user's
+// name, a tenant, a token in a header): the envoy section's or files'
+// stat keys that take request values (envoyrls.RequestValueStats), and
+// RLQS bucket ids, which Envoy builds from requests. They need /metrics
+// behind the tokens or the client CA, or the operator's explicit
+// server.auth.open_metrics_with_request_values, unless the HTTP listener
+// is on a loopback address (loopbackOnly), where only this machine's
+// processes reach /metrics: so envoyproxy/ratelimit's environment alone
+// (RUNTIME_ROOT, ..., no config file), which listens there, serves
+// detailed_metric rules as the reference does.
+func checkMetricsExposure(cfg *Config, snap *snapshot, loopbackOnly bool) error {
+	if loopbackOnly || cfg.OpenMetricsWithRequestValues || cfg.AuthMetrics && (len(snap.tokens) > 0 || cfg.ClientCA != "") {
+		return nil
+	}
+	e := snap.envoy.RequestValueStats()
+	if e == nil && cfg.RLQS != nil {
+		e = config.NodeError("rlqs", cfg.rlqsNode, "the RLQS service labels its series with bucket ids, which Envoy builds from requests")
+	}
+	if e == nil {
+		return nil
+	}
+	open := "/metrics is open"
+	if cfg.AuthMetrics {
+		open = "/metrics is open (server.auth.metrics is set, but there is no token nor client_ca)"
+	}
+	e.Msg += "; " + open + ": set server.auth.metrics: true with tokens or a client_ca, or server.auth.open_metrics_with_request_values: true to publish them to whoever reaches /metrics"
+	return e
 }
 
 func (snap *snapshot) limiter(name string) (*limiter, bool) {
@@ -402,12 +509,11 @@ func bearerTokens(cfg *Config) ([][]byte, error) {
 	if cfg.TokenFile == "" {
 		return out, nil
 	}
-	f, err := os.Open(cfg.TokenFile)
+	data, err := conffile.Read(cfg.TokenFile)
 	if err != nil {
 		return nil, fmt.Errorf("server: auth token file: %w", err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		t := strings.TrimSpace(sc.Text())
 		switch {
@@ -487,7 +593,7 @@ func readStamp(path string) (fileStamp, [32]byte, error) {
 	if err != nil {
 		return fileStamp{}, [32]byte{}, err
 	}
-	data, err := os.ReadFile(path)
+	data, err := conffile.Read(path)
 	if err != nil {
 		return fileStamp{}, [32]byte{}, err
 	}
@@ -512,7 +618,7 @@ func (s *Server) reloadFile(force bool) {
 	if !force && (stamp == old.fileStat || stamp == s.failed.stamp) {
 		return
 	}
-	data, err := os.ReadFile(s.path)
+	data, err := conffile.Read(s.path)
 	if err != nil {
 		s.failed = failedRead{stamp: stamp}
 		s.metrics.reloads.WithLabelValues("error").Inc()
@@ -650,7 +756,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	defer s.Close()
 	cfg := s.cur.Load().cfg
 	hl := cfg.HTTPLimits
-	httpCap := newConnCap(httpLn, int(hl.MaxConnections), true, func() { s.metrics.refused.WithLabelValues("http").Inc() })
+	httpCap := newConnCap(httpLn, int(hl.MaxConnections), int(hl.MaxConnectionsPerClient), func() { s.metrics.refused.WithLabelValues("http").Inc() })
 	s.httpCap.Store(httpCap)
 	httpLn = httpCap
 	if s.tls != nil {
@@ -676,7 +782,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	var gs *grpc.Server
 	if grpcLn != nil {
 		gl := cfg.GRPCLimits
-		grpcCap := newConnCap(grpcLn, int(gl.MaxConnections), false, func() { s.metrics.refused.WithLabelValues("grpc").Inc() })
+		grpcCap := newGRPCCap(grpcLn, gl, s.grpcGrace, func() { s.metrics.refused.WithLabelValues("grpc").Inc() })
 		s.grpcCap.Store(grpcCap)
 		opts := []grpc.ServerOption{
 			grpc.MaxRecvMsgSize(int(gl.MaxRecvMsgBytes)),
@@ -701,22 +807,37 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 				MaxConnectionIdle: gl.MaxConnectionIdle, MaxConnectionAge: gl.MaxConnectionAge,
 				MaxConnectionAgeGrace: gl.MaxConnectionAgeGrace, Time: gl.KeepaliveTime, Timeout: gl.KeepaliveTimeout,
 			}),
+			// Each call tells the listener that its connection is in use
+			// (grpcCap), once past the auth: a call refused for its
+			// token does not make a connection one of Envoy's.
 			grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-				if err := s.grpcAuth(ctx, info.FullMethod); err != nil {
+				c, err := s.grpcAuth(ctx, info.FullMethod)
+				if err != nil {
 					return nil, err
+				}
+				if c != nil {
+					c.begin(!isHealth(info.FullMethod))
+					defer c.end()
 				}
 				return h(ctx, req)
 			}),
 			grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-				if err := s.grpcAuth(ss.Context(), info.FullMethod); err != nil {
+				c, err := s.grpcAuth(ss.Context(), info.FullMethod)
+				if err != nil {
 					return err
+				}
+				if c != nil {
+					c.begin(!isHealth(info.FullMethod))
+					defer c.end()
 				}
 				return h(srv, ss)
 			}),
 		}
+		creds := insecure.NewCredentials()
 		if s.tls != nil {
-			opts = append(opts, grpc.Creds(credentials.NewTLS(s.tls)))
+			creds = credentials.NewTLS(s.tls)
 		}
+		opts = append(opts, grpc.Creds(connCreds{creds}))
 		gs = grpc.NewServer(opts...)
 		s.envoy.Register(gs)
 		s.rlqs.Register(gs)
@@ -732,6 +853,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 	if s.storeErr.Load() != nil {
 		go s.recheckStore(watchCtx)
 	}
+	go s.outage.Run(watchCtx)
 
 	var serveErr error
 	select {
@@ -753,10 +875,12 @@ const (
 
 // grpcAuth checks a gRPC call against the API's bearer tokens (metadata
 // "authorization: Bearer TOKEN") and client CA, as the HTTP API does.
-// gRPC health checks are open, as /healthz is.
-func (s *Server) grpcAuth(ctx context.Context, method string) error {
-	if strings.HasPrefix(method, "/"+healthpb.Health_ServiceDesc.ServiceName+"/") {
-		return nil
+// gRPC health checks are open, as /healthz is. It returns the call's
+// connection, nil when it is not a grpcCap's.
+func (s *Server) grpcAuth(ctx context.Context, method string) (*grpcConn, error) {
+	c, info := grpcConnOf(ctx)
+	if isHealth(method) {
+		return c, nil
 	}
 	if snap := s.cur.Load(); len(snap.tokens) > 0 {
 		var header string
@@ -764,20 +888,23 @@ func (s *Server) grpcAuth(ctx context.Context, method string) error {
 			header = v[0]
 		}
 		if !validToken(snap.tokens, header) {
-			return status.Error(codes.Unauthenticated, "missing or wrong bearer token in the authorization metadata")
+			return nil, status.Error(codes.Unauthenticated, "missing or wrong bearer token in the authorization metadata")
 		}
 	}
 	var st *tls.ConnectionState
-	if p, ok := peer.FromContext(ctx); ok {
-		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
-			st = &ti.State
-		}
+	if ti, ok := info.(credentials.TLSInfo); ok {
+		st = &ti.State
 	}
 	if !s.clientCertOK(st) {
-		return status.Error(codes.Unauthenticated, "a client certificate signed by the server's client CA is required")
+		return nil, status.Error(codes.Unauthenticated, "a client certificate signed by the server's client CA is required")
 	}
-	return nil
+	return c, nil
 }
+
+// isHealth reports whether method is one of gRPC's health checks.
+func isHealth(method string) bool { return strings.HasPrefix(method, healthPrefix) }
+
+var healthPrefix = "/" + healthpb.Health_ServiceDesc.ServiceName + "/"
 
 // shutdown drains hs and gs within the drain timeout, then stops them
 // hard, cancelling the requests still running; HTTP requests get a short
@@ -828,17 +955,8 @@ func (s *Server) Close() error {
 	return s.closeErr
 }
 
-// redact is a store URL without its password.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	switch {
-	case err != nil:
-		return "(unparsable URL)"
-	case u.User == nil:
-		return raw
-	}
-	return u.Redacted()
-}
+// redact is a store URL without its passwords.
+func redact(raw string) string { return storeurl.Redact(raw) }
 
 // Policy returns the policy of the limiter called name in the current
 // configuration, for handlers added with WithHandler (such as a

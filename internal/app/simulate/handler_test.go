@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluicehq/sluice"
 )
@@ -66,7 +65,8 @@ func TestHandler(t *testing.T) {
 
 // TestHandlerRefusesBeforeGenerating: a spec over the cap is refused from
 // its count, before its arrivals are made: 49 million would take 392 MB
-// of arrival times alone (1.45 GB with the growth of the slice).
+// of arrival times alone (1.45 GB with the growth of the slice). What the
+// refusal allocated shows it, not how long it took.
 func TestHandlerRefusesBeforeGenerating(t *testing.T) {
 	f := loadLimiters(t)
 	h := Handler(func(name string) (sluice.Policy, bool) {
@@ -85,19 +85,14 @@ func TestHandlerRefusesBeforeGenerating(t *testing.T) {
 		var before, after runtime.MemStats
 		var w *httptest.ResponseRecorder
 		runtime.ReadMemStats(&before)
-		start := time.Now()
 		w = httptest.NewRecorder()
 		h.ServeHTTP(w, r)
-		took := time.Since(start)
 		runtime.ReadMemStats(&after)
 		if w.Code != 400 || !strings.Contains(w.Body.String(), "at most 1000000") {
 			t.Errorf("%q: %d %s, want 400 saying at most 1000000", spec, w.Code, w.Body)
 		}
 		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<10 {
 			t.Errorf("%q: refusing it allocated %d bytes, want under 64 KiB", spec, alloc)
-		}
-		if took > time.Second { // a generous bound: it takes microseconds
-			t.Errorf("%q: refused after %v", spec, took)
 		}
 	}
 }

@@ -187,7 +187,7 @@ func TestRunErrors(t *testing.T) {
 	// A sliding window cannot reserve; asking it to wait is an error that
 	// says so, not a silent fallback.
 	_, err := Run("x", sluice.SlidingWindow(10, time.Second), &Requests{Times: []int64{0}}, Options{Duration: time.Second, MaxWait: time.Second})
-	if !errors.Is(err, sluice.ErrReserveNotSupported) {
+	if !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("waiting on a sliding window: %v", err)
 	}
 	tr, _ := ParseTraffic("steady 1/s")

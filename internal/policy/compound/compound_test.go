@@ -36,52 +36,24 @@ func windowAndSpacer() Config {
 func windowPart(start, hits byte) []byte { return []byte{1, 1, 2 * start, 2 * hits} }
 func spacerPart(next byte) []byte        { return []byte{1, 5, 2 * next, 0} }
 
+// step is a call on one key, with the parts it must leave (nil: no
+// check).
 type step struct {
-	name      string
-	op        string // consume, reserve, peek
-	now, n    int64
-	maxWait   int64
-	want      policy.Result
-	wantParts [][]byte // nil for no state
+	name string
+	policytest.Step
+	wantParts [][]byte
 }
 
-// run applies steps in order to one key that starts with no state, and
-// checks after each that the parts are as wanted and that a call that
-// changed nothing left them as they were.
+var consume, peek, reserve = policytest.Consume, policytest.Peek, policytest.Reserve
+
+// run applies steps in order to one key that starts with no state, as
+// policytest.Steps does, and checks the parts each leaves.
 func run(t *testing.T, c Config, steps []step) {
 	t.Helper()
 	var s State
 	exists := false
 	for i, st := range steps {
-		before := s.Clone()
-		var (
-			res     policy.Result
-			changed bool
-		)
-		switch st.op {
-		case "consume":
-			if peek := c.Peek(&s, exists, st.now, st.n); !equalParts(s.Parts, before.Parts) {
-				t.Fatalf("step %d (%s): Peek changed the parts", i, st.name)
-			} else {
-				res, changed = c.Consume(&s, exists, st.now, st.n)
-				if peek != res {
-					t.Fatalf("step %d (%s): Peek = %+v, Consume %+v", i, st.name, peek, res)
-				}
-			}
-		case "reserve":
-			res, changed = c.Reserve(&s, exists, st.now, st.n, st.maxWait)
-		case "peek":
-			res = c.Peek(&s, exists, st.now, st.n)
-		default:
-			t.Fatalf("step %d: unknown op %q", i, st.op)
-		}
-		if res != st.want {
-			t.Fatalf("step %d (%s): %s(now=%d, n=%d, maxWait=%d) = %+v, want %+v", i, st.name, st.op, st.now, st.n, st.maxWait, res, st.want)
-		}
-		if !changed && !equalParts(s.Parts, before.Parts) {
-			t.Fatalf("step %d (%s): unchanged, but the parts went from %v to %v", i, st.name, before.Parts, s.Parts)
-		}
-		exists = exists || changed
+		exists = policytest.Call(t, fmt.Sprintf("step %d (%s)", i, st.name), c, &s, exists, 0, st.Step)
 		if st.wantParts != nil && !equalParts(s.Parts, st.wantParts) {
 			t.Fatalf("step %d (%s): parts = %v, want %v", i, st.name, s.Parts, st.wantParts)
 		}
@@ -96,78 +68,59 @@ func equalParts(a, b [][]byte) bool {
 func TestConsume(t *testing.T) {
 	run(t, windowAndSpacer(), []step{
 		// Both allow; the spacer has the fewer left: 1 more may queue.
-		{name: "new key", op: "consume", now: 0, n: 1,
-			want:      policy.Result{Allowed: true, Remaining: 1, ResetAfter: 100, Limit: 2},
+		{name: "new key", Step: consume(0, 1, policy.Result{Allowed: true, Remaining: 1, ResetAfter: 100, Limit: 2}),
 			wantParts: [][]byte{windowPart(0, 1), spacerPart(10)}},
 		// The spacer rejects: the window, which would allow, keeps 1 hit.
-		{name: "spacer rejects, window not charged", op: "consume", now: 5, n: 1,
-			want:      policy.Result{Remaining: 1, RetryAfter: 5, ResetAfter: 95, Limit: 2},
+		{name: "spacer rejects, window not charged", Step: consume(5, 1, policy.Result{Remaining: 1, RetryAfter: 5, ResetAfter: 95, Limit: 2}),
 			wantParts: [][]byte{windowPart(0, 1), spacerPart(10)}},
 		// Both allow with 1 left: the first member wins the tie.
-		{name: "tie on remaining", op: "consume", now: 10, n: 1,
-			want:      policy.Result{Allowed: true, Remaining: 1, ResetAfter: 90, Limit: 3},
+		{name: "tie on remaining", Step: consume(10, 1, policy.Result{Allowed: true, Remaining: 1, ResetAfter: 90, Limit: 3}),
 			wantParts: [][]byte{windowPart(0, 2), spacerPart(20)}},
 		// The window rejects: the idle spacer, which would allow, keeps its
 		// slot at 20.
-		{name: "window rejects, spacer not charged", op: "consume", now: 20, n: 2,
-			want:      policy.Result{Remaining: 1, RetryAfter: 80, ResetAfter: 80, Limit: 3},
+		{name: "window rejects, spacer not charged", Step: consume(20, 2, policy.Result{Remaining: 1, RetryAfter: 80, ResetAfter: 80, Limit: 3}),
 			wantParts: [][]byte{windowPart(0, 2), spacerPart(20)}},
-		{name: "window at 0", op: "consume", now: 20, n: 1,
-			want:      policy.Result{Allowed: true, Remaining: 0, ResetAfter: 80, Limit: 3},
+		{name: "window at 0", Step: consume(20, 1, policy.Result{Allowed: true, Remaining: 0, ResetAfter: 80, Limit: 3}),
 			wantParts: [][]byte{windowPart(0, 3), spacerPart(30)}},
 		// Both reject: the longer RetryAfter, the window's, is reported.
-		{name: "both reject", op: "consume", now: 25, n: 1,
-			want:      policy.Result{Remaining: 0, RetryAfter: 75, ResetAfter: 75, Limit: 3},
+		{name: "both reject", Step: consume(25, 1, policy.Result{Remaining: 0, RetryAfter: 75, ResetAfter: 75, Limit: 3}),
 			wantParts: [][]byte{windowPart(0, 3), spacerPart(30)}},
-		{name: "peek", op: "peek", now: 25, n: 1,
-			want:      policy.Result{Remaining: 0, RetryAfter: 75, ResetAfter: 75, Limit: 3},
+		{name: "peek", Step: peek(25, 1, policy.Result{Remaining: 0, RetryAfter: 75, ResetAfter: 75, Limit: 3}),
 			wantParts: [][]byte{windowPart(0, 3), spacerPart(30)}},
-		{name: "above the window's limit", op: "consume", now: 200, n: 4,
-			want:      policy.Result{Code: policy.TokensAboveLimit},
+		{name: "above the window's limit", Step: consume(200, 4, policy.Result{Code: policy.TokensAboveLimit}),
 			wantParts: [][]byte{windowPart(0, 3), spacerPart(30)}},
-		{name: "zero tokens", op: "consume", now: 200, n: 0,
-			want:      policy.Result{Code: policy.NonPositiveTokens},
+		{name: "zero tokens", Step: consume(200, 0, policy.Result{Code: policy.NonPositiveTokens}),
 			wantParts: [][]byte{windowPart(0, 3), spacerPart(30)}},
-		{name: "peek zero tokens", op: "peek", now: 200, n: 0,
-			want:      policy.Result{Code: policy.NonPositiveTokens},
+		{name: "peek zero tokens", Step: peek(200, 0, policy.Result{Code: policy.NonPositiveTokens}),
 			wantParts: [][]byte{windowPart(0, 3), spacerPart(30)}},
 		// Both expired: a fresh window at 200, the line idle.
-		{name: "later", op: "consume", now: 200, n: 2,
-			want:      policy.Result{Allowed: true, Remaining: 0, ResetAfter: 100, Limit: 2},
+		{name: "later", Step: consume(200, 2, policy.Result{Allowed: true, Remaining: 0, ResetAfter: 100, Limit: 2}),
 			wantParts: [][]byte{{1, 1, 0x90, 0x03, 4}, {1, 5, 0xb8, 0x03, 0}}},
 	})
 }
 
 func TestReserve(t *testing.T) {
 	run(t, windowAndSpacer(), []step{
-		{name: "new key", op: "reserve", now: 0, n: 1, maxWait: 50,
-			want:      policy.Result{Allowed: true, Remaining: 1, ResetAfter: 100, Limit: 2},
+		{name: "new key", Step: reserve(0, 1, 50, policy.Result{Allowed: true, Remaining: 1, ResetAfter: 100, Limit: 2}),
 			wantParts: [][]byte{windowPart(0, 1), spacerPart(10)}},
 		// The spacer queues it for its slot at 10; the window has it now.
-		{name: "the longest wait", op: "reserve", now: 0, n: 1, maxWait: 50,
-			want:      policy.Result{Allowed: true, Remaining: 0, ResetAfter: 100, Limit: 2, Wait: 10},
+		{name: "the longest wait", Step: reserve(0, 1, 50, policy.Result{Allowed: true, Remaining: 0, ResetAfter: 100, Limit: 2, Wait: 10}),
 			wantParts: [][]byte{windowPart(0, 2), spacerPart(20)}},
 		// The spacer's queue is full: the window, which would grant, keeps 2.
-		{name: "queue full", op: "reserve", now: 0, n: 1, maxWait: 50,
-			want:      policy.Result{Remaining: 0, RetryAfter: 10, ResetAfter: 100, Limit: 2},
+		{name: "queue full", Step: reserve(0, 1, 50, policy.Result{Remaining: 0, RetryAfter: 10, ResetAfter: 100, Limit: 2}),
 			wantParts: [][]byte{windowPart(0, 2), spacerPart(20)}},
 		// The window grants it in the next window, at 100, spending the one
 		// place left in this one (hits 2+1+2 = 5); the spacer at 20.
-		{name: "waits 85 for the window", op: "reserve", now: 15, n: 2, maxWait: 100,
-			want:      policy.Result{Allowed: true, Remaining: 0, ResetAfter: 185, Limit: 3, Wait: 85},
+		{name: "waits 85 for the window", Step: reserve(15, 2, 100, policy.Result{Allowed: true, Remaining: 0, ResetAfter: 185, Limit: 3, Wait: 85}),
 			wantParts: [][]byte{windowPart(0, 5), spacerPart(40)}},
 		// Both refuse: the window's 85 is the longer.
-		{name: "both refuse", op: "reserve", now: 15, n: 1, maxWait: 50,
-			want:      policy.Result{Remaining: 0, RetryAfter: 85, ResetAfter: 185, Limit: 3},
+		{name: "both refuse", Step: reserve(15, 1, 50, policy.Result{Remaining: 0, RetryAfter: 85, ResetAfter: 185, Limit: 3}),
 			wantParts: [][]byte{windowPart(0, 5), spacerPart(40)}},
-		{name: "negative max wait", op: "reserve", now: 15, n: 1, maxWait: -1,
-			want:      policy.Result{Code: policy.NonPositiveMaxWait},
+		{name: "negative max wait", Step: reserve(15, 1, -1, policy.Result{Code: policy.NonPositiveMaxWait}),
 			wantParts: [][]byte{windowPart(0, 5), spacerPart(40)}},
-		{name: "zero tokens", op: "reserve", now: 15, n: 0, maxWait: 1,
-			want:      policy.Result{Code: policy.NonPositiveTokens},
+		{name: "zero tokens", Step: reserve(15, 0, 1, policy.Result{Code: policy.NonPositiveTokens}),
 			wantParts: [][]byte{windowPart(0, 5), spacerPart(40)}},
-		{name: "above the window's limit", op: "reserve", now: 15, n: 4, maxWait: never,
-			want:      policy.Result{Code: policy.TokensAboveLimit},
+		{name: "above the window's limit", Step: reserve(15, 4, never, policy.Result{Code: policy.TokensAboveLimit}),
 			wantParts: [][]byte{windowPart(0, 5), spacerPart(40)}},
 	})
 }
@@ -215,16 +168,14 @@ func TestReserveNotSupported(t *testing.T) {
 	noReserve := fixed{res: policy.Result{Allowed: true, Remaining: 9, Limit: 10}, expiresAt: math.MinInt64}
 	c := Config{Members: []policy.Erased{policy.Erase(fixedwindow.Config{Limit: 1, Interval: 100}), noReserve}}
 	run(t, c, []step{
-		{name: "reserve", op: "reserve", now: 0, n: 1, maxWait: never,
-			want: policy.Result{Code: policy.ReserveNotSupported}, wantParts: [][]byte{}},
+		{name: "reserve", Step: reserve(0, 1, never, policy.Result{Code: policy.ReserveNotSupported}),
+			wantParts: [][]byte{}},
 		// The window's argument error comes first, but cannot reserve wins.
-		{name: "reserve above the window's limit", op: "reserve", now: 0, n: 2, maxWait: never,
-			want: policy.Result{Code: policy.ReserveNotSupported}, wantParts: [][]byte{}},
-		{name: "consume", op: "consume", now: 0, n: 1,
-			want:      policy.Result{Allowed: true, Remaining: 0, ResetAfter: 100, Limit: 1},
+		{name: "reserve above the window's limit", Step: reserve(0, 2, never, policy.Result{Code: policy.ReserveNotSupported}),
+			wantParts: [][]byte{}},
+		{name: "consume", Step: consume(0, 1, policy.Result{Allowed: true, Remaining: 0, ResetAfter: 100, Limit: 1}),
 			wantParts: [][]byte{windowPart(0, 1), nil}},
-		{name: "consume above the window's limit", op: "consume", now: 0, n: 2,
-			want:      policy.Result{Code: policy.TokensAboveLimit},
+		{name: "consume above the window's limit", Step: consume(0, 2, policy.Result{Code: policy.TokensAboveLimit}),
 			wantParts: [][]byte{windowPart(0, 1), nil}},
 	})
 }
@@ -482,18 +433,10 @@ func TestErased(t *testing.T) {
 	inner := policy.Erase(windowAndSpacer())
 	c := Config{Members: []policy.Erased{inner, policy.Erase(fixedwindow.Config{Limit: 1, Interval: 50})}}
 	run(t, c, []step{
-		{name: "new key", op: "consume", now: 0, n: 1,
-			want: policy.Result{Allowed: true, Remaining: 0, ResetAfter: 100, Limit: 1},
-			wantParts: [][]byte{
-				{1, 9, 8, 1, 1, 0, 2, 8, 1, 5, 20, 0},
-				windowPart(0, 1),
-			}},
-		{name: "outer window rejects", op: "consume", now: 20, n: 1,
-			want: policy.Result{Remaining: 0, RetryAfter: 30, ResetAfter: 80, Limit: 1},
-			wantParts: [][]byte{
-				{1, 9, 8, 1, 1, 0, 2, 8, 1, 5, 20, 0},
-				windowPart(0, 1),
-			}},
+		{name: "new key", Step: consume(0, 1, policy.Result{Allowed: true, Remaining: 0, ResetAfter: 100, Limit: 1}),
+			wantParts: [][]byte{{1, 9, 8, 1, 1, 0, 2, 8, 1, 5, 20, 0}, windowPart(0, 1)}},
+		{name: "outer window rejects", Step: consume(20, 1, policy.Result{Remaining: 0, RetryAfter: 30, ResetAfter: 80, Limit: 1}),
+			wantParts: [][]byte{{1, 9, 8, 1, 1, 0, 2, 8, 1, 5, 20, 0}, windowPart(0, 1)}},
 	})
 	if got := inner.Quota(); got != 2 {
 		t.Errorf("inner Quota = %d, want 2", got)

@@ -24,87 +24,17 @@ const (
 	never = policy.Never
 )
 
-type op uint8
-
-const (
-	opConsume op = iota
-	opPeek
-	opReserve
+// The steps and results of the worked examples.
+var (
+	consume, peek, reserve     = policytest.Consume, policytest.Peek, policytest.Reserve
+	allowed, granted, rejected = policytest.Allowed, policytest.Granted, policytest.Rejected
 )
 
-func (o op) String() string {
-	switch o {
-	case opConsume:
-		return "Consume"
-	case opPeek:
-		return "Peek"
-	}
-	return "Reserve"
-}
-
-// step is one call at base+at: base is t0 in TestDecisions, 0 elsewhere.
-type step struct {
-	op         op
-	at, n      int64
-	maxWait    int64
-	want       policy.Result
-	wantChange bool
-}
-
-func consume(at, n int64, want policy.Result) step {
-	return step{op: opConsume, at: at, n: n, want: want, wantChange: want.Allowed}
-}
-
-func peek(at, n int64, want policy.Result) step {
-	return step{op: opPeek, at: at, n: n, want: want}
-}
-
-func reserve(at, n, maxWait int64, want policy.Result) step {
-	return step{op: opReserve, at: at, n: n, maxWait: maxWait, want: want, wantChange: want.Allowed}
-}
-
-func allowed(limit, remaining, resetAfter int64) policy.Result {
-	return policy.Result{Allowed: true, Remaining: remaining, ResetAfter: resetAfter, Limit: limit}
-}
-
-// granted is a reservation's result: allowed, with its wait.
-func granted(limit, remaining, resetAfter, wait int64) policy.Result {
-	return policy.Result{Allowed: true, Remaining: remaining, ResetAfter: resetAfter, Limit: limit, Wait: wait}
-}
-
-func rejected(limit, remaining, retryAfter, resetAfter int64) policy.Result {
-	return policy.Result{Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter, Limit: limit}
-}
-
-// run applies steps to s from base and checks every result, that only a
-// call that reports a change changes the state, and returns the final
-// state.
-func run(t *testing.T, c Config, s State, exists bool, base int64, steps []step) State {
+// run runs steps on a key of c whose state is s, as policytest.Steps
+// does, and returns the state they leave.
+func run(t *testing.T, c Config, s State, exists bool, base int64, steps []policytest.Step) State {
 	t.Helper()
-	for i, st := range steps {
-		now := base + st.at
-		before := s
-		var res policy.Result
-		var changed bool
-		switch st.op {
-		case opConsume:
-			res, changed = c.Consume(&s, exists, now, st.n)
-		case opPeek:
-			res = c.Peek(&s, exists, now, st.n)
-		case opReserve:
-			res, changed = c.Reserve(&s, exists, now, st.n, st.maxWait)
-		}
-		if res != st.want {
-			t.Fatalf("step %d: %v(%d, maxWait %d) at base%+d = %+v, want %+v", i, st.op, st.n, st.maxWait, st.at, res, st.want)
-		}
-		if changed != st.wantChange {
-			t.Fatalf("step %d: %v(%d) at base%+d changed = %v, want %v", i, st.op, st.n, st.at, changed, st.wantChange)
-		}
-		if !changed && s != before {
-			t.Fatalf("step %d: %v(%d) at base%+d reported no change but changed the state from %+v to %+v", i, st.op, st.n, st.at, before, s)
-		}
-		exists = exists || changed
-	}
+	policytest.Steps(t, c, &s, exists, base, steps)
 	return s
 }
 
@@ -112,7 +42,7 @@ func TestDecisions(t *testing.T) {
 	tests := []struct {
 		name  string
 		cfg   Config
-		steps []step
+		steps []policytest.Step
 		final State // start relative to t0
 	}{
 		{
@@ -121,7 +51,7 @@ func TestDecisions(t *testing.T) {
 			// 70s a new window opens at the hit.
 			name: "the window opens at the first hit and ends at start+Interval",
 			cfg:  Config{Limit: 3, Interval: 60 * sec},
-			steps: []step{
+			steps: []policytest.Step{
 				consume(10*sec, 1, allowed(3, 2, 60*sec)),
 				consume(40*sec, 2, allowed(3, 0, 30*sec)),
 				consume(70*sec-1, 1, rejected(3, 0, 1, 1)),
@@ -134,7 +64,7 @@ func TestDecisions(t *testing.T) {
 			// not the grid's [120s, 180s).
 			name: "a new window is anchored at the next hit, not on the grid",
 			cfg:  Config{Limit: 3, Interval: 60 * sec},
-			steps: []step{
+			steps: []policytest.Step{
 				consume(0, 3, allowed(3, 0, 60*sec)),
 				consume(150*sec, 1, allowed(3, 2, 60*sec)),
 				consume(200*sec, 2, allowed(3, 0, 10*sec)),
@@ -148,7 +78,7 @@ func TestDecisions(t *testing.T) {
 			// is left, and it is still there for a request for 1.
 			name: "a rejection spends nothing",
 			cfg:  Config{Limit: 5, Interval: 10 * sec},
-			steps: []step{
+			steps: []policytest.Step{
 				consume(0, 4, allowed(5, 1, 10*sec)),
 				consume(sec, 2, rejected(5, 1, 9*sec, 9*sec)),
 				consume(2*sec, 2, rejected(5, 1, 8*sec, 8*sec)),
@@ -161,7 +91,7 @@ func TestDecisions(t *testing.T) {
 			// left of a window that opened at +250ms, seen at +500ms.
 			name: "retry after is the exact time left in the window",
 			cfg:  Config{Limit: 2, Interval: 10 * sec},
-			steps: []step{
+			steps: []policytest.Step{
 				consume(250*ms, 2, allowed(2, 0, 10*sec)),
 				consume(500*ms, 1, rejected(2, 0, 9750*ms, 9750*ms)),
 				consume(10250*ms-1, 2, rejected(2, 0, 1, 1)),
@@ -176,7 +106,7 @@ func TestDecisions(t *testing.T) {
 			// in the old one.
 			name: "peek answers as consume would and takes nothing",
 			cfg:  Config{Limit: 3, Interval: 60 * sec},
-			steps: []step{
+			steps: []policytest.Step{
 				peek(0, 3, allowed(3, 0, 60*sec)),
 				consume(5*sec, 2, allowed(3, 1, 60*sec)),
 				peek(6*sec, 2, rejected(3, 1, 59*sec, 59*sec)),
@@ -196,7 +126,7 @@ func TestDecisions(t *testing.T) {
 			// opens at the hit.
 			name: "reservations wait for the first window with room",
 			cfg:  Config{Limit: 2, Interval: 60 * sec},
-			steps: []step{
+			steps: []policytest.Step{
 				reserve(0, 2, 0, granted(2, 0, 60*sec, 0)),
 				reserve(15*sec, 1, 45*sec-1, rejected(2, 0, 45*sec, 45*sec)),
 				reserve(15*sec, 1, 45*sec, granted(2, 0, 105*sec, 45*sec)),
@@ -216,7 +146,7 @@ func TestDecisions(t *testing.T) {
 			// 60s, and the 5 hits end at 120s.
 			name: "a reservation spends the room it skips",
 			cfg:  Config{Limit: 3, Interval: 60 * sec},
-			steps: []step{
+			steps: []policytest.Step{
 				consume(0, 2, allowed(3, 1, 60*sec)),
 				reserve(0, 2, never, granted(3, 0, 120*sec, 60*sec)),
 				consume(0, 1, rejected(3, 0, 60*sec, 120*sec)),
@@ -233,7 +163,7 @@ func TestDecisions(t *testing.T) {
 			// one reserved token is left, and 2 fill the window.
 			name: "reservations with room now wait nothing",
 			cfg:  Config{Limit: 3, Interval: 60 * sec},
-			steps: []step{
+			steps: []policytest.Step{
 				reserve(0, 1, 0, granted(3, 2, 60*sec, 0)),
 				reserve(30*sec, 2, 0, granted(3, 0, 30*sec, 0)),
 				reserve(30*sec, 1, 0, rejected(3, 0, 30*sec, 30*sec)),
@@ -251,7 +181,7 @@ func TestDecisions(t *testing.T) {
 			// window opens at the hit.
 			name: "debt is repaid window by window on the same grid",
 			cfg:  Config{Limit: 1, Interval: 10 * sec},
-			steps: []step{
+			steps: []policytest.Step{
 				reserve(0, 1, never, granted(1, 0, 10*sec, 0)),
 				reserve(0, 1, never, granted(1, 0, 20*sec, 10*sec)),
 				reserve(0, 1, never, granted(1, 0, 30*sec, 20*sec)),
@@ -268,7 +198,7 @@ func TestDecisions(t *testing.T) {
 			// at 40s in [90s, 150s) goes to [150s, 210s): 110s.
 			name: "a clock that goes back stays in the window",
 			cfg:  Config{Limit: 2, Interval: 60 * sec},
-			steps: []step{
+			steps: []policytest.Step{
 				consume(30*sec, 2, allowed(2, 0, 60*sec)),
 				consume(10*sec, 1, rejected(2, 0, 80*sec, 80*sec)),
 				consume(-1000*sec, 1, rejected(2, 0, 1090*sec, 1090*sec)),
@@ -471,7 +401,7 @@ func TestTimeLineEdges(t *testing.T) {
 		cfg    Config
 		s      State
 		exists bool
-		steps  []step
+		steps  []policytest.Step
 		final  State
 	}{
 		{
@@ -479,7 +409,7 @@ func TestTimeLineEdges(t *testing.T) {
 			// end, 59s after +1s.
 			name:  "a limit of MaxInt64 holds",
 			cfg:   Config{Limit: maxI, Interval: 60 * sec},
-			steps: []step{consume(t0, maxI, allowed(maxI, 0, 60*sec)), consume(t0+sec, 1, rejected(maxI, 0, 59*sec, 59*sec))},
+			steps: []policytest.Step{consume(t0, maxI, allowed(maxI, 0, 60*sec)), consume(t0+sec, 1, rejected(maxI, 0, 59*sec, 59*sec))},
 			final: State{Start: t0, Hits: maxI},
 		},
 		{
@@ -489,7 +419,7 @@ func TestTimeLineEdges(t *testing.T) {
 			// fit now.
 			name: "a reservation whose hits do not fit in int64",
 			cfg:  Config{Limit: bigLimit, Interval: 60 * sec},
-			steps: []step{
+			steps: []policytest.Step{
 				reserve(t0, bigLimit, never, granted(bigLimit, 0, 60*sec, 0)),
 				reserve(t0, bigLimit, never, rejected(bigLimit, 0, never, 60*sec)),
 			},
@@ -501,7 +431,7 @@ func TestTimeLineEdges(t *testing.T) {
 			// which do not fit in int64 either. The state stays usable.
 			name: "a reservation into the next window whose hits do not fit in int64",
 			cfg:  Config{Limit: bigLimit, Interval: 60 * sec},
-			steps: []step{
+			steps: []policytest.Step{
 				consume(t0, 1, allowed(bigLimit, bigLimit-1, 60*sec)),
 				reserve(t0, bigLimit, never, rejected(bigLimit, bigLimit-1, never, 60*sec)),
 				consume(t0+sec, 1, allowed(bigLimit, bigLimit-2, 59*sec)),
@@ -513,7 +443,7 @@ func TestTimeLineEdges(t *testing.T) {
 			// line, 60s after the hit that opens it.
 			name:  "a window that ends past the end of time",
 			cfg:   Config{Limit: 2, Interval: 60 * sec},
-			steps: []step{consume(maxI-30*sec, 2, allowed(2, 0, 60*sec))},
+			steps: []policytest.Step{consume(maxI-30*sec, 2, allowed(2, 0, 60*sec))},
 			final: State{Start: maxI - 30*sec, Hits: 2},
 		},
 		{
@@ -523,7 +453,7 @@ func TestTimeLineEdges(t *testing.T) {
 			cfg:    Config{Limit: 2, Interval: 60 * sec},
 			s:      State{Start: maxI - 30*sec, Hits: 2},
 			exists: true,
-			steps:  []step{consume(maxI, 1, rejected(2, 0, 30*sec, 30*sec))},
+			steps:  []policytest.Step{consume(maxI, 1, rejected(2, 0, 30*sec, 30*sec))},
 			final:  State{Start: maxI - 30*sec, Hits: 2},
 		},
 		{
@@ -534,7 +464,7 @@ func TestTimeLineEdges(t *testing.T) {
 			cfg:    Config{Limit: 2, Interval: 60 * sec},
 			s:      State{Start: math.MinInt64, Hits: 2},
 			exists: true,
-			steps:  []step{consume(0, 1, allowed(2, 1, 60*sec))},
+			steps:  []policytest.Step{consume(0, 1, allowed(2, 1, 60*sec))},
 			final:  State{Start: 0, Hits: 1},
 		},
 		{
@@ -545,7 +475,7 @@ func TestTimeLineEdges(t *testing.T) {
 			cfg:    Config{Limit: 2, Interval: 60 * sec},
 			s:      State{Start: maxI - 30*sec, Hits: 2},
 			exists: true,
-			steps: []step{
+			steps: []policytest.Step{
 				reserve(-1, 1, never, rejected(2, 0, never, never)),
 				consume(-1, 1, rejected(2, 0, never, never)),
 			},
@@ -561,7 +491,7 @@ func TestTimeLineEdges(t *testing.T) {
 			cfg:    Config{Limit: 2, Interval: 60 * sec},
 			s:      State{Start: -40 * sec, Hits: maxI - 1},
 			exists: true,
-			steps: []step{
+			steps: []policytest.Step{
 				reserve(0, 1, never, rejected(2, 0, never, never)),
 				consume(0, 1, rejected(2, 0, never, never)),
 			},
@@ -572,7 +502,7 @@ func TestTimeLineEdges(t *testing.T) {
 			// MinInt64+1, and the request at MinInt64 waits 1 ns.
 			name: "windows of 1 ns",
 			cfg:  Config{Limit: 1, Interval: 1},
-			steps: []step{
+			steps: []policytest.Step{
 				consume(math.MinInt64, 1, allowed(1, 0, 1)),
 				consume(math.MinInt64, 1, rejected(1, 0, 1, 1)),
 				reserve(math.MinInt64, 1, 1, granted(1, 0, 2, 1)),
@@ -820,28 +750,28 @@ func FuzzDecisions(f *testing.F) {
 			} else {
 				now = policy.SatAdd(now, at)
 			}
-			checkStep(t, c, m, &s, &exists, op(kind>>1&3), now, n, maxWait)
+			checkStep(t, c, m, &s, &exists, policytest.Op(kind>>1&3), now, n, maxWait)
 		}
 	})
 }
 
 // checkStep runs one call on *s at now, checks it against the model and
 // the invariants, and moves the model on with it.
-func checkStep(t *testing.T, c Config, m *model, s *State, exists *bool, o op, now, n, maxWait int64) {
+func checkStep(t *testing.T, c Config, m *model, s *State, exists *bool, o policytest.Op, now, n, maxWait int64) {
 	t.Helper()
-	if o > opReserve {
-		o = opReserve
+	if o > policytest.OpReserve {
+		o = policytest.OpReserve
 	}
 	before, existed := *s, *exists
 	var res policy.Result
 	var changed bool
 	switch o {
-	case opPeek:
+	case policytest.OpPeek:
 		res = c.Peek(s, *exists, now, n)
 		if *s != before {
 			t.Fatalf("Peek(%d) at %d changed the state from %+v to %+v", n, now, before, *s)
 		}
-	case opConsume:
+	case policytest.OpConsume:
 		peek := c.Peek(s, *exists, now, n)
 		res, changed = c.Consume(s, *exists, now, n)
 		if peek != res {
@@ -857,16 +787,16 @@ func checkStep(t *testing.T, c Config, m *model, s *State, exists *bool, o op, n
 		if (rr.RetryAfter != never || res.RetryAfter == never) && (rr != res || rc != changed || r != *s) {
 			t.Fatalf("from %+v at %d: Reserve(%d, 0) = %+v %v %+v, but Consume = %+v %v %+v", before, now, n, rr, rc, r, res, changed, *s)
 		}
-	case opReserve:
+	case policytest.OpReserve:
 		res, changed = c.Reserve(s, *exists, now, n, maxWait)
 	}
 	decider := m
-	if o == opPeek {
+	if o == policytest.OpPeek {
 		shadow := *m // decide replaces the model's numbers, never changes them
 		decider = &shadow
 	}
-	want, wantChanged := decider.decide(now, n, maxWait, o == opReserve)
-	wantChanged = wantChanged && o != opPeek
+	want, wantChanged := decider.decide(now, n, maxWait, o == policytest.OpReserve)
+	wantChanged = wantChanged && o != policytest.OpPeek
 	if res != want || changed != wantChanged {
 		t.Fatalf("from %+v (exists %v) at %d: %v(%d, maxWait %d) = %+v, %v; model %+v, %v",
 			before, existed, now, o, n, maxWait, res, changed, want, wantChanged)
@@ -885,9 +815,9 @@ func checkStep(t *testing.T, c Config, m *model, s *State, exists *bool, o op, n
 		return
 	}
 	switch {
-	case o != opReserve && !res.Allowed:
+	case o != policytest.OpReserve && !res.Allowed:
 		policytest.CheckRetry(t, c, &before, existed, now, n, res.RetryAfter)
-	case o == opReserve:
+	case o == policytest.OpReserve:
 		policytest.CheckReserveWait(t, c, &before, existed, now, n, res)
 		checkRefusedWait(t, c, before, existed, now, n, res)
 	}
@@ -928,9 +858,9 @@ func FuzzDecodeState(f *testing.F) {
 		exists := true
 		for _, n := range []int64{1, c.Limit} {
 			r := *s
-			checkStep(t, c, newModel(c, r, true), &r, &exists, opConsume, s.Start, n, 0)
+			checkStep(t, c, newModel(c, r, true), &r, &exists, policytest.OpConsume, s.Start, n, 0)
 			r = *s
-			checkStep(t, c, newModel(c, r, true), &r, &exists, opReserve, s.Start, n, never)
+			checkStep(t, c, newModel(c, r, true), &r, &exists, policytest.OpReserve, s.Start, n, never)
 		}
 	})
 }
@@ -940,7 +870,7 @@ func FuzzDecodeState(f *testing.F) {
 // minute (1,700,000,000 = 28,333,333·60 + 20).
 func TestAligned(t *testing.T) {
 	c := Config{Limit: 3, Interval: 60 * sec, Aligned: true}
-	s := run(t, c, State{}, false, t0, []step{
+	s := run(t, c, State{}, false, t0, []policytest.Step{
 		consume(0, 1, allowed(3, 2, 40*sec)),                       // the window [t0-20s, t0+40s)
 		consume(39*sec, 2, allowed(3, 0, 1*sec)),                   // full 1s before its end
 		consume(39*sec+500*ms, 1, rejected(3, 0, 500*ms, 500*ms)),  // the next window opens at t0+40s
@@ -953,9 +883,9 @@ func TestAligned(t *testing.T) {
 	}
 	// Before the epoch the grid still runs through multiples of the
 	// interval: -90s opens the window [-120s, -60s).
-	run(t, c, State{}, false, 0, []step{consume(-90*sec, 1, allowed(3, 2, 30*sec))})
+	run(t, c, State{}, false, 0, []policytest.Step{consume(-90*sec, 1, allowed(3, 2, 30*sec))})
 	// Where the multiple is not an int64, the window opens at the hit.
-	run(t, c, State{}, false, math.MinInt64, []step{consume(1, 1, allowed(3, 2, 60*sec))})
+	run(t, c, State{}, false, math.MinInt64, []policytest.Step{consume(1, 1, allowed(3, 2, 60*sec))})
 }
 
 // BenchmarkConsume is a call on a window with room (allow) and on a full

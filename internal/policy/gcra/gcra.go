@@ -103,24 +103,40 @@ func (c Config) tat(now int64, x arith.U128) (State, bool) {
 	return State{TAT: int64(uint64(now) + q), Frac: int64(r)}, true
 }
 
-// refused is the result of a request that is not allowed, with the TAT a
-// ticks ahead of now.
-func (c Config) refused(a arith.U128, retryAfter int64) policy.Result {
+// take works out taking n tokens at now from s (of a key with a state if
+// exists): a is the TAT ahead of now in ticks before, an after, and next
+// the state after. ok is false when the tokens can never be had: n is
+// above the burst, or the TAT would lie past MaxInt64 ns, which it only
+// comes nearer as time passes.
+func (c Config) take(s *State, exists bool, now, n int64) (a, an arith.U128, next State, ok bool) {
+	a = c.ahead(s, exists, now)
+	if n > c.Limit {
+		return a, an, next, false
+	}
+	an = a.Add(arith.Mul(uint64(n), uint64(c.Period)))
+	next, ok = c.tat(now, an)
+	return a, an, next, ok
+}
+
+// refused is the result of a request that is not allowed at now on s (of
+// a key with a state if exists), whose TAT is a ticks ahead of now.
+func (c Config) refused(s *State, exists bool, now int64, a arith.U128, retryAfter int64) policy.Result {
 	return policy.Result{
 		Remaining:  c.remaining(a),
 		RetryAfter: retryAfter,
-		ResetAfter: c.ceilNs(a),
+		ResetAfter: c.aheadNs(s, exists, now),
 		Limit:      c.Limit,
 	}
 }
 
-// granted is the result of a request that moved the TAT to an ticks ahead
-// of now.
-func (c Config) granted(an arith.U128, wait int64) policy.Result {
+// granted is the result of a request that moved the TAT to next, an ticks
+// ahead of now, to be the caller's after wait. Its ResetAfter is next's
+// TAT rounded up, whose division tat made.
+func (c Config) granted(an arith.U128, next State, now, wait int64) policy.Result {
 	return policy.Result{
 		Allowed:    true,
 		Remaining:  c.remaining(an),
-		ResetAfter: c.ceilNs(an),
+		ResetAfter: ceilOf(uint64(next.TAT)-uint64(now), next.Frac),
 		Limit:      c.Limit,
 		Wait:       wait,
 	}
@@ -137,35 +153,26 @@ func (c Config) wait(an arith.U128) int64 {
 }
 
 // Consume takes n tokens if they conform now. n ≤ 0 is an argument error;
-// n > Limit is rejected with RetryAfter Never. Its common results are
-// written out rather than made by refused and granted: a call returns its
-// Result through memory, and the copy stalls on the stores that filled it
-// (see keyed.Keys.Decide), on the call a keyed limiter makes every time.
+// n > Limit is rejected with RetryAfter Never.
 func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, bool) {
 	if n <= 0 {
 		return policy.Result{Code: policy.NonPositiveTokens}, false
 	}
-	a := c.ahead(s, exists, now)
-	if n > c.Limit {
-		return c.refused(a, policy.Never), false
-	}
-	an := a.Add(arith.Mul(uint64(n), uint64(c.Period)))
-	next, ok := c.tat(now, an)
+	a, an, next, ok := c.take(s, exists, now, n)
 	if !ok {
-		// The new TAT only grows with time: it never fits.
-		return c.refused(a, policy.Never), false
+		return c.refused(s, exists, now, a, policy.Never), false
 	}
-	b := c.burst()
-	if b.Less(an) {
-		retryAfter := c.retryAt(a, now, n, c.ceilNs(an.Sub(b)), next.TAT)
-		return policy.Result{Remaining: c.remaining(a), RetryAfter: retryAfter, ResetAfter: c.aheadNs(s, exists, now), Limit: c.Limit}, false
+	// The common results are built where Consume returns, not by refused
+	// and granted: a Result returned through one more call is copied
+	// whole, which stalls the CPU (see keyed.Keys.Decide); kept for speed,
+	// a tenth of a decision on 1k keys.
+	if w := c.wait(an); w > 0 {
+		return policy.Result{Remaining: c.remaining(a), RetryAfter: c.retryAt(a, now, n, w, next.TAT),
+			ResetAfter: c.aheadNs(s, exists, now), Limit: c.Limit}, false
 	}
 	*s = next
-	// Divisions are the costliest steps here: the remaining tokens need
-	// one, but an's rounding up is next's, which tat divided already (and
-	// a's, above, is the state's).
-	q, _, _ := b.Sub(an).Quo(uint64(c.Period))
-	return policy.Result{Allowed: true, Remaining: int64(q), ResetAfter: ceilOf(uint64(next.TAT)-uint64(now), next.Frac), Limit: c.Limit}, true
+	return policy.Result{Allowed: true, Remaining: c.remaining(an),
+		ResetAfter: ceilOf(uint64(next.TAT)-uint64(now), next.Frac), Limit: c.Limit}, true
 }
 
 // ceilOf is q ns and r ticks rounded up to whole ns, saturating at Never:
@@ -219,21 +226,16 @@ func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Re
 	if code := policy.CheckReserve(n, maxWait); code != policy.OK {
 		return policy.Result{Code: code}, false
 	}
-	a := c.ahead(s, exists, now)
-	if n > c.Limit {
-		return c.refused(a, policy.Never), false
-	}
-	an := a.Add(arith.Mul(uint64(n), uint64(c.Period)))
-	next, ok := c.tat(now, an)
+	a, an, next, ok := c.take(s, exists, now, n)
 	if !ok {
-		return c.refused(a, policy.Never), false
+		return c.refused(s, exists, now, a, policy.Never), false
 	}
 	w := c.wait(an)
 	if w == policy.Never || w > maxWait {
-		return c.refused(a, w), false
+		return c.refused(s, exists, now, a, w), false
 	}
 	*s = next
-	return c.granted(an, w), true
+	return c.granted(an, next, now, w), true
 }
 
 // ExpiresAt is the TAT rounded up to whole ns: from then on the key is full
@@ -256,19 +258,14 @@ func (c Config) Window() int64 { return policy.TimeToEarn(c.Limit, c.Rate, c.Per
 
 // AppendState appends the encoding of *s to dst.
 func (c Config) AppendState(dst []byte, s *State) []byte {
-	dst = policy.AppendHeader(dst, policy.TagGCRA)
-	return policy.AppendInt(policy.AppendInt(dst, s.TAT), s.Frac)
+	return policy.AppendInts(dst, policy.TagGCRA, s.TAT, s.Frac)
 }
 
 // DecodeState decodes a state written by AppendState. A negative Frac is
 // an error matching policy.ErrBadState.
 func (c Config) DecodeState(src []byte, s *State) error {
-	rest, err := policy.ReadHeader(src, policy.TagGCRA)
-	if err != nil {
-		return err
-	}
 	var st State
-	if err := policy.ReadInts(rest, &st.TAT, &st.Frac); err != nil {
+	if err := policy.DecodeInts(src, policy.TagGCRA, &st.TAT, &st.Frac); err != nil {
 		return err
 	}
 	if st.Frac < 0 {

@@ -21,33 +21,17 @@ const (
 	never = policy.Never
 )
 
-// step is a Consume at t0+at, or a Reserve if reserve is set.
-type step struct {
-	at, n   int64
-	reserve bool
-	maxWait int64
-	want    policy.Result
-}
-
-func consume(at, n int64, want policy.Result) step { return step{at: at, n: n, want: want} }
-
-func reserve(at, n, maxWait int64, want policy.Result) step {
-	return step{at: at, n: n, reserve: true, maxWait: maxWait, want: want}
-}
-
-func allowed(limit, remaining, resetAfter, wait int64) policy.Result {
-	return policy.Result{Allowed: true, Remaining: remaining, ResetAfter: resetAfter, Limit: limit, Wait: wait}
-}
-
-func rejected(limit, remaining, retryAfter, resetAfter int64) policy.Result {
-	return policy.Result{Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter, Limit: limit}
-}
+// The steps and results of the worked examples.
+var (
+	consume, reserve           = policytest.Consume, policytest.Reserve
+	allowed, granted, rejected = policytest.Allowed, policytest.Granted, policytest.Rejected
+)
 
 func TestDecisions(t *testing.T) {
 	tests := []struct {
 		name  string
 		cfg   Config
-		steps []step
+		steps []policytest.Step
 		final State
 	}{
 		{
@@ -56,13 +40,13 @@ func TestDecisions(t *testing.T) {
 			// 100ms too far; 7 fill the burst exactly.
 			name: "10 per second, bursts of 10",
 			cfg:  Config{Limit: 10, Rate: 10, Period: sec},
-			steps: []step{
-				consume(0, 1, allowed(10, 9, 100*ms, 0)),
-				consume(0, 2, allowed(10, 7, 300*ms, 0)),
+			steps: []policytest.Step{
+				consume(0, 1, allowed(10, 9, 100*ms)),
+				consume(0, 2, allowed(10, 7, 300*ms)),
 				consume(0, 1000, rejected(10, 7, never, 300*ms)),
 				consume(0, 8, rejected(10, 7, 100*ms, 300*ms)),
-				consume(0, 7, allowed(10, 0, sec, 0)),
-				consume(100*ms, 1, allowed(10, 0, sec, 0)),
+				consume(0, 7, allowed(10, 0, sec)),
+				consume(100*ms, 1, allowed(10, 0, sec)),
 				consume(100*ms, 1, rejected(10, 0, 100*ms, sec)),
 			},
 			final: State{TAT: t0 + 1100*ms},
@@ -74,12 +58,12 @@ func TestDecisions(t *testing.T) {
 			// before that it is ⅓ ns short.
 			name: "fractional emission interval",
 			cfg:  Config{Limit: 3, Rate: 3, Period: sec},
-			steps: []step{
-				consume(0, 1, allowed(3, 2, 333333334, 0)),
-				consume(0, 2, allowed(3, 0, sec, 0)),
+			steps: []policytest.Step{
+				consume(0, 1, allowed(3, 2, 333333334)),
+				consume(0, 2, allowed(3, 0, sec)),
 				consume(0, 1, rejected(3, 0, 333333334, sec)),
 				consume(333333333, 1, rejected(3, 0, 1, 666666667)),
-				consume(333333334, 1, allowed(3, 0, sec, 0)),
+				consume(333333334, 1, allowed(3, 0, sec)),
 			},
 			final: State{TAT: t0 + 1333333333, Frac: 1},
 		},
@@ -88,10 +72,10 @@ func TestDecisions(t *testing.T) {
 			// At +1 it is ⅔ ahead, and 3 more make it 5/3 ahead again.
 			name: "emission interval below a nanosecond",
 			cfg:  Config{Limit: 5, Rate: 3, Period: 1},
-			steps: []step{
-				consume(0, 5, allowed(5, 0, 2, 0)),
+			steps: []policytest.Step{
+				consume(0, 5, allowed(5, 0, 2)),
 				consume(0, 1, rejected(5, 0, 1, 2)),
-				consume(1, 3, allowed(5, 0, 2, 0)),
+				consume(1, 3, allowed(5, 0, 2)),
 				consume(1, 1, rejected(5, 0, 1, 2)),
 			},
 			final: State{TAT: t0 + 2, Frac: 2},
@@ -101,13 +85,13 @@ func TestDecisions(t *testing.T) {
 			// remain; 3 need it at 2s, 500ms later.
 			name: "tokens come back at the rate",
 			cfg:  Config{Limit: 5, Rate: 1, Period: sec},
-			steps: []step{
-				consume(0, 2, allowed(5, 3, 2*sec, 0)),
-				consume(0, 3, allowed(5, 0, 5*sec, 0)),
+			steps: []policytest.Step{
+				consume(0, 2, allowed(5, 3, 2*sec)),
+				consume(0, 3, allowed(5, 0, 5*sec)),
 				consume(0, 1, rejected(5, 0, sec, 5*sec)),
 				consume(2500*ms, 3, rejected(5, 2, 500*ms, 2500*ms)),
-				consume(2500*ms, 1, allowed(5, 1, 3500*ms, 0)),
-				consume(20*sec, 5, allowed(5, 0, 5*sec, 0)),
+				consume(2500*ms, 1, allowed(5, 1, 3500*ms)),
+				consume(20*sec, 5, allowed(5, 0, 5*sec)),
 			},
 			final: State{TAT: t0 + 25*sec},
 		},
@@ -116,14 +100,14 @@ func TestDecisions(t *testing.T) {
 			// 400ms bound, granted with 500ms. The TAT is then 1.5s ahead.
 			name: "reservations wait for the TAT",
 			cfg:  Config{Limit: 10, Rate: 10, Period: sec},
-			steps: []step{
-				reserve(0, 10, 0, allowed(10, 0, sec, 0)),
+			steps: []policytest.Step{
+				reserve(0, 10, 0, allowed(10, 0, sec)),
 				reserve(0, 5, 400*ms, rejected(10, 0, 500*ms, sec)),
-				reserve(0, 5, 500*ms, allowed(10, 0, 1500*ms, 500*ms)),
+				reserve(0, 5, 500*ms, granted(10, 0, 1500*ms, 500*ms)),
 				consume(500*ms, 1, rejected(10, 0, 100*ms, sec)),
-				reserve(600*ms, 1, never, allowed(10, 0, sec, 0)),
+				reserve(600*ms, 1, never, allowed(10, 0, sec)),
 				reserve(600*ms, 11, never, rejected(10, 0, never, sec)),
-				reserve(600*ms, 10, never, allowed(10, 0, 2*sec, sec)),
+				reserve(600*ms, 10, never, granted(10, 0, 2*sec, sec)),
 			},
 			final: State{TAT: t0 + 2600*ms},
 		},
@@ -132,17 +116,17 @@ func TestDecisions(t *testing.T) {
 			// 5 ns past the end of time; at MaxInt64−10 it is exactly there.
 			name: "the end of the time line",
 			cfg:  Config{Limit: 1, Rate: 1, Period: 10},
-			steps: []step{
+			steps: []policytest.Step{
 				consume(math.MaxInt64-5-t0, 1, rejected(1, 1, never, 0)),
 				reserve(math.MaxInt64-5-t0, 1, never, rejected(1, 1, never, 0)),
-				consume(math.MaxInt64-10-t0, 1, allowed(1, 0, 10, 0)),
+				consume(math.MaxInt64-10-t0, 1, allowed(1, 0, 10)),
 			},
 			final: State{TAT: math.MaxInt64},
 		},
 		{
 			name: "argument errors",
 			cfg:  Config{Limit: 1, Rate: 1, Period: sec},
-			steps: []step{
+			steps: []policytest.Step{
 				consume(0, 0, policy.Result{Code: policy.NonPositiveTokens}),
 				consume(0, -1, policy.Result{Code: policy.NonPositiveTokens}),
 				reserve(0, 0, 0, policy.Result{Code: policy.NonPositiveTokens}),
@@ -154,35 +138,7 @@ func TestDecisions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var s State
-			exists := false
-			for i, st := range tt.steps {
-				before := s
-				now := t0 + st.at
-				var got policy.Result
-				var changed bool
-				if st.reserve {
-					got, changed = tt.cfg.Reserve(&s, exists, now, st.n, st.maxWait)
-				} else {
-					peek := tt.cfg.Peek(&s, exists, now, st.n)
-					if s != before {
-						t.Fatalf("step %d: Peek changed the state from %+v to %+v", i, before, s)
-					}
-					got, changed = tt.cfg.Consume(&s, exists, now, st.n)
-					if peek != got {
-						t.Errorf("step %d: Peek(%d) = %+v, want %+v as Consume", i, st.n, peek, got)
-					}
-				}
-				if got != st.want {
-					t.Fatalf("step %d: reserve=%v n=%d at +%d: got %+v, want %+v", i, st.reserve, st.n, st.at, got, st.want)
-				}
-				if changed != got.Allowed {
-					t.Errorf("step %d: changed = %v, want %v", i, changed, got.Allowed)
-				}
-				if !changed && s != before {
-					t.Errorf("step %d: the state changed from %+v to %+v but no change was reported", i, before, s)
-				}
-				exists = exists || changed
-			}
+			policytest.Steps(t, tt.cfg, &s, false, t0, tt.steps)
 			if s != tt.final {
 				t.Errorf("final state = %+v, want %+v", s, tt.final)
 			}
@@ -198,7 +154,7 @@ func TestReconfiguredFraction(t *testing.T) {
 	// 300ms + 0.9ns ahead, 400ms + 0.9ns after one token: ResetAfter
 	// 400000001 ns, and ⌊(600ms − 0.9ns)/100ms⌋ = 5 remain.
 	got, _ := cfg.Consume(&s, true, t0, 1)
-	if want := allowed(10, 5, 400*ms+1, 0); got != want {
+	if want := allowed(10, 5, 400*ms+1); got != want {
 		t.Errorf("Consume(1) = %+v, want %+v", got, want)
 	}
 	if want := (State{TAT: t0 + 400*ms, Frac: 9}); s != want {

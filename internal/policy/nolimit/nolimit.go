@@ -5,7 +5,6 @@
 package nolimit
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/sluicehq/sluice/internal/policy"
@@ -69,12 +68,5 @@ func (Config) AppendState(dst []byte, s *State) []byte {
 
 // DecodeState checks a state written by AppendState.
 func (Config) DecodeState(src []byte, s *State) error {
-	rest, err := policy.ReadHeader(src, policy.TagNoLimit)
-	if err != nil {
-		return err
-	}
-	if len(rest) != 0 {
-		return fmt.Errorf("%w: %d trailing bytes", policy.ErrBadState, len(rest))
-	}
-	return nil
+	return policy.DecodeInts(src, policy.TagNoLimit)
 }

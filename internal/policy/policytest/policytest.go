@@ -21,12 +21,15 @@
 //     allows nothing it refuses;
 //   - a reservation cancelled (policy.Undo) with nothing in between
 //     leaves the key exactly as it found it;
+//   - Reserve answers ReserveNotSupported on every state or on none, as
+//     policy.Reserves says;
 //   - for a machine that claims policy.Lapses: past ExpiresAt, Consume,
 //     Reserve and Peek answer on the state as on no state, and so does a
 //     call after them on the states each left.
 //
 // The per-policy tests keep what is particular to a policy: its worked
-// examples, its model, its encoding byte by byte.
+// examples, its model, its encoding byte by byte. The worked examples are
+// tables of Steps, which Steps runs with the checks every example needs.
 package policytest
 
 import (
@@ -229,6 +232,9 @@ func (h *history[S]) reserve(n int64) {
 		if got := encode(m, &h.s); !bytes.Equal(got, before) {
 			t.Fatalf("Reserve(%d, %d) at %d reported no change but changed the state from %x to %x", n, maxWait, h.now, before, got)
 		}
+	}
+	if unsupported := res.Code == policy.ReserveNotSupported; unsupported == policy.Reserves(m) {
+		t.Fatalf("state %x: Reserve(%d, %d) at %d = %+v, but policy.Reserves = %v", before, n, maxWait, h.now, res, !unsupported)
 	}
 	CheckReserveWait(t, m, old, h.exists, h.now, n, res)
 	h.exists = h.exists || changed

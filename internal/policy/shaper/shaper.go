@@ -213,19 +213,14 @@ func (c Config) Window() int64 {
 
 // AppendState appends the encoding of *s to dst.
 func (c Config) AppendState(dst []byte, s *State) []byte {
-	dst = policy.AppendHeader(dst, policy.TagShaper)
-	return policy.AppendInt(policy.AppendInt(dst, s.Next), s.Frac)
+	return policy.AppendInts(dst, policy.TagShaper, s.Next, s.Frac)
 }
 
 // DecodeState decodes a state written by AppendState. A fraction outside
 // [0, Amount) is refused: it was written under another Amount.
 func (c Config) DecodeState(src []byte, s *State) error {
-	rest, err := policy.ReadHeader(src, policy.TagShaper)
-	if err != nil {
-		return err
-	}
 	var st State
-	if err := policy.ReadInts(rest, &st.Next, &st.Frac); err != nil {
+	if err := policy.DecodeInts(src, policy.TagShaper, &st.Next, &st.Frac); err != nil {
 		return err
 	}
 	if st.Frac < 0 || st.Frac >= c.Amount {

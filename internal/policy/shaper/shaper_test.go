@@ -3,6 +3,7 @@ package shaper
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 
@@ -12,43 +13,23 @@ import (
 
 const never = policy.Never
 
+// step is a call on one key, with the state it must leave.
 type step struct {
-	name      string
-	op        string // consume, reserve, peek
-	now, n    int64
-	maxWait   int64
-	want      policy.Result
+	name string
+	policytest.Step
 	wantState State
 }
 
-// run applies steps in order to one key that starts with no state.
+var consume, peek, reserve = policytest.Consume, policytest.Peek, policytest.Reserve
+
+// run applies steps in order to one key that starts with no state, as
+// policytest.Steps does, and checks the state each leaves.
 func run(t *testing.T, c Config, steps []step) {
 	t.Helper()
 	var s State
 	exists := false
 	for i, st := range steps {
-		before := s
-		var (
-			res     policy.Result
-			changed bool
-		)
-		switch st.op {
-		case "consume":
-			res, changed = c.Consume(&s, exists, st.now, st.n)
-		case "reserve":
-			res, changed = c.Reserve(&s, exists, st.now, st.n, st.maxWait)
-		case "peek":
-			res = c.Peek(&s, exists, st.now, st.n)
-		default:
-			t.Fatalf("step %d: unknown op %q", i, st.op)
-		}
-		if res != st.want {
-			t.Fatalf("step %d (%s): %s(now=%d, n=%d, maxWait=%d) = %+v, want %+v", i, st.name, st.op, st.now, st.n, st.maxWait, res, st.want)
-		}
-		if !changed && s != before {
-			t.Fatalf("step %d (%s): unchanged, but the state went from %+v to %+v", i, st.name, before, s)
-		}
-		exists = exists || changed
+		exists = policytest.Call(t, fmt.Sprintf("step %d (%s)", i, st.name), c, &s, exists, 0, st.Step)
 		if s != st.wantState {
 			t.Fatalf("step %d (%s): state = %+v, want %+v", i, st.name, s, st.wantState)
 		}
@@ -63,67 +44,49 @@ func TestThreePerTen(t *testing.T) {
 	run(t, c, []step{
 		// The line is idle: the first request goes at once, the slot after
 		// it is 3⅓, a backlog of 1 slot.
-		{name: "idle line", op: "reserve", now: 0, n: 1, maxWait: never,
-			want:      policy.Result{Allowed: true, Remaining: 2, ResetAfter: 4, Limit: 3},
+		{name: "idle line", Step: reserve(0, 1, never, policy.Result{Allowed: true, Remaining: 2, ResetAfter: 4, Limit: 3}),
 			wantState: State{3, 1}},
-		{name: "first in the queue departs at 3⅓", op: "reserve", now: 0, n: 1, maxWait: never,
-			want:      policy.Result{Allowed: true, Remaining: 1, ResetAfter: 7, Limit: 3, Wait: 4},
+		{name: "first in the queue departs at 3⅓", Step: reserve(0, 1, never, policy.Result{Allowed: true, Remaining: 1, ResetAfter: 7, Limit: 3, Wait: 4}),
 			wantState: State{6, 2}},
-		{name: "second in the queue departs at 6⅔", op: "reserve", now: 0, n: 1, maxWait: never,
-			want:      policy.Result{Allowed: true, Remaining: 0, ResetAfter: 10, Limit: 3, Wait: 7},
+		{name: "second in the queue departs at 6⅔", Step: reserve(0, 1, never, policy.Result{Allowed: true, Remaining: 0, ResetAfter: 10, Limit: 3, Wait: 7}),
 			wantState: State{10, 0}},
 		// A third would wait 10 > 2 slots: the queue has room at 10-6⅔.
-		{name: "queue full", op: "reserve", now: 0, n: 1, maxWait: never,
-			want:      policy.Result{Remaining: 0, RetryAfter: 4, ResetAfter: 10, Limit: 3},
+		{name: "queue full", Step: reserve(0, 1, never, policy.Result{Remaining: 0, RetryAfter: 4, ResetAfter: 10, Limit: 3}),
 			wantState: State{10, 0}},
-		{name: "consume does not wait", op: "consume", now: 0, n: 1,
-			want:      policy.Result{Remaining: 0, RetryAfter: 10, ResetAfter: 10, Limit: 3},
+		{name: "consume does not wait", Step: consume(0, 1, policy.Result{Remaining: 0, RetryAfter: 10, ResetAfter: 10, Limit: 3}),
 			wantState: State{10, 0}},
 		// At 3 the wait would be 7 > 6⅔: full for ⅓ ns more.
-		{name: "still full at 3", op: "reserve", now: 3, n: 1, maxWait: 6,
-			want:      policy.Result{Remaining: 0, RetryAfter: 1, ResetAfter: 7, Limit: 3},
+		{name: "still full at 3", Step: reserve(3, 1, 6, policy.Result{Remaining: 0, RetryAfter: 1, ResetAfter: 7, Limit: 3}),
 			wantState: State{10, 0}},
 		// At 4 the wait is 6 ≤ 6⅔: the queue has room. 6 ns is 1.8 slots,
 		// so 1 more request fits after this one.
-		{name: "room at 4, but past max wait", op: "reserve", now: 4, n: 1, maxWait: 5,
-			want:      policy.Result{Remaining: 1, RetryAfter: 6, ResetAfter: 6, Limit: 3},
+		{name: "room at 4, but past max wait", Step: reserve(4, 1, 5, policy.Result{Remaining: 1, RetryAfter: 6, ResetAfter: 6, Limit: 3}),
 			wantState: State{10, 0}},
-		{name: "room at 4 within max wait", op: "reserve", now: 4, n: 1, maxWait: 6,
-			want:      policy.Result{Allowed: true, Remaining: 0, ResetAfter: 10, Limit: 3, Wait: 6},
+		{name: "room at 4 within max wait", Step: reserve(4, 1, 6, policy.Result{Allowed: true, Remaining: 0, ResetAfter: 10, Limit: 3, Wait: 6}),
 			wantState: State{13, 1}},
 		// 13⅓ < 14: the line is idle again. 2 tokens take 6⅔ ns.
-		{name: "two tokens on an idle line", op: "consume", now: 14, n: 2,
-			want:      policy.Result{Allowed: true, Remaining: 1, ResetAfter: 7, Limit: 3},
+		{name: "two tokens on an idle line", Step: consume(14, 2, policy.Result{Allowed: true, Remaining: 1, ResetAfter: 7, Limit: 3}),
 			wantState: State{20, 2}},
 		// At 20 the slot at 20⅔ is not free yet.
-		{name: "a fraction of a nanosecond early", op: "consume", now: 20, n: 1,
-			want:      policy.Result{Remaining: 2, RetryAfter: 1, ResetAfter: 1, Limit: 3},
+		{name: "a fraction of a nanosecond early", Step: consume(20, 1, policy.Result{Remaining: 2, RetryAfter: 1, ResetAfter: 1, Limit: 3}),
 			wantState: State{20, 2}},
-		{name: "idle at 21", op: "consume", now: 21, n: 1,
-			want:      policy.Result{Allowed: true, Remaining: 2, ResetAfter: 4, Limit: 3},
+		{name: "idle at 21", Step: consume(21, 1, policy.Result{Allowed: true, Remaining: 2, ResetAfter: 4, Limit: 3}),
 			wantState: State{24, 1}},
-		{name: "peek", op: "peek", now: 21, n: 1,
-			want:      policy.Result{Remaining: 2, RetryAfter: 4, ResetAfter: 4, Limit: 3},
+		{name: "peek", Step: peek(21, 1, policy.Result{Remaining: 2, RetryAfter: 4, ResetAfter: 4, Limit: 3}),
 			wantState: State{24, 1}},
 		// 5 tokens take 16⅔ ns: 5 slots ahead, more than the queue holds,
 		// which has room again at 116⅔-6⅔.
-		{name: "a large request on an idle line", op: "reserve", now: 100, n: 5, maxWait: 0,
-			want:      policy.Result{Allowed: true, Remaining: 0, ResetAfter: 17, Limit: 3},
+		{name: "a large request on an idle line", Step: reserve(100, 5, 0, policy.Result{Allowed: true, Remaining: 0, ResetAfter: 17, Limit: 3}),
 			wantState: State{116, 2}},
-		{name: "behind it, the queue is full", op: "reserve", now: 100, n: 1, maxWait: never,
-			want:      policy.Result{Remaining: 0, RetryAfter: 10, ResetAfter: 17, Limit: 3},
+		{name: "behind it, the queue is full", Step: reserve(100, 1, never, policy.Result{Remaining: 0, RetryAfter: 10, ResetAfter: 17, Limit: 3}),
 			wantState: State{116, 2}},
-		{name: "zero tokens", op: "consume", now: 200, n: 0,
-			want:      policy.Result{Code: policy.NonPositiveTokens},
+		{name: "zero tokens", Step: consume(200, 0, policy.Result{Code: policy.NonPositiveTokens}),
 			wantState: State{116, 2}},
-		{name: "negative tokens", op: "reserve", now: 200, n: -1, maxWait: 1,
-			want:      policy.Result{Code: policy.NonPositiveTokens},
+		{name: "negative tokens", Step: reserve(200, -1, 1, policy.Result{Code: policy.NonPositiveTokens}),
 			wantState: State{116, 2}},
-		{name: "negative max wait", op: "reserve", now: 200, n: 1, maxWait: -1,
-			want:      policy.Result{Code: policy.NonPositiveMaxWait},
+		{name: "negative max wait", Step: reserve(200, 1, -1, policy.Result{Code: policy.NonPositiveMaxWait}),
 			wantState: State{116, 2}},
-		{name: "peek zero tokens", op: "peek", now: 200, n: 0,
-			want:      policy.Result{Code: policy.NonPositiveTokens},
+		{name: "peek zero tokens", Step: peek(200, 0, policy.Result{Code: policy.NonPositiveTokens}),
 			wantState: State{116, 2}},
 	})
 }
@@ -133,21 +96,16 @@ func TestThreePerTen(t *testing.T) {
 func TestNoQueue(t *testing.T) {
 	c := Config{Amount: 1, Interval: 100, MaxQueue: 0}
 	run(t, c, []step{
-		{name: "idle", op: "reserve", now: 0, n: 1, maxWait: never,
-			want:      policy.Result{Allowed: true, ResetAfter: 100, Limit: 1},
+		{name: "idle", Step: reserve(0, 1, never, policy.Result{Allowed: true, ResetAfter: 100, Limit: 1}),
 			wantState: State{100, 0}},
-		{name: "no queue", op: "reserve", now: 50, n: 1, maxWait: never,
-			want:      policy.Result{RetryAfter: 50, ResetAfter: 50, Limit: 1},
+		{name: "no queue", Step: reserve(50, 1, never, policy.Result{RetryAfter: 50, ResetAfter: 50, Limit: 1}),
 			wantState: State{100, 0}},
-		{name: "consume alike", op: "consume", now: 99, n: 1,
-			want:      policy.Result{RetryAfter: 1, ResetAfter: 1, Limit: 1},
+		{name: "consume alike", Step: consume(99, 1, policy.Result{RetryAfter: 1, ResetAfter: 1, Limit: 1}),
 			wantState: State{100, 0}},
-		{name: "idle again on the slot", op: "consume", now: 100, n: 1,
-			want:      policy.Result{Allowed: true, ResetAfter: 100, Limit: 1},
+		{name: "idle again on the slot", Step: consume(100, 1, policy.Result{Allowed: true, ResetAfter: 100, Limit: 1}),
 			wantState: State{200, 0}},
 		// The clock going back sees a longer backlog; nothing is reset.
-		{name: "clock back", op: "consume", now: 50, n: 1,
-			want:      policy.Result{RetryAfter: 150, ResetAfter: 150, Limit: 1},
+		{name: "clock back", Step: consume(50, 1, policy.Result{RetryAfter: 150, ResetAfter: 150, Limit: 1}),
 			wantState: State{200, 0}},
 	})
 }
@@ -156,25 +114,19 @@ func TestNoQueue(t *testing.T) {
 func TestFineSlots(t *testing.T) {
 	c := Config{Amount: 1_000_000_000, Interval: 1, MaxQueue: 5}
 	run(t, c, []step{
-		{name: "idle", op: "consume", now: 7, n: 1,
-			want:      policy.Result{Allowed: true, Remaining: 5, ResetAfter: 1, Limit: 6},
+		{name: "idle", Step: consume(7, 1, policy.Result{Allowed: true, Remaining: 5, ResetAfter: 1, Limit: 6}),
 			wantState: State{7, 1}},
-		{name: "a billionth of a ns to wait", op: "consume", now: 7, n: 1,
-			want:      policy.Result{Remaining: 5, RetryAfter: 1, ResetAfter: 1, Limit: 6},
+		{name: "a billionth of a ns to wait", Step: consume(7, 1, policy.Result{Remaining: 5, RetryAfter: 1, ResetAfter: 1, Limit: 6}),
 			wantState: State{7, 1}},
-		{name: "queued", op: "reserve", now: 7, n: 4, maxWait: 1,
-			want:      policy.Result{Allowed: true, Remaining: 1, ResetAfter: 1, Limit: 6, Wait: 1},
+		{name: "queued", Step: reserve(7, 4, 1, policy.Result{Allowed: true, Remaining: 1, ResetAfter: 1, Limit: 6, Wait: 1}),
 			wantState: State{7, 5}},
 		// 5 slots ahead, room for 5 waiting: one more fits.
-		{name: "last place", op: "reserve", now: 7, n: 1, maxWait: 1,
-			want:      policy.Result{Allowed: true, Remaining: 0, ResetAfter: 1, Limit: 6, Wait: 1},
+		{name: "last place", Step: reserve(7, 1, 1, policy.Result{Allowed: true, Remaining: 0, ResetAfter: 1, Limit: 6, Wait: 1}),
 			wantState: State{7, 6}},
-		{name: "full", op: "reserve", now: 7, n: 1, maxWait: 1,
-			want:      policy.Result{Remaining: 0, RetryAfter: 1, ResetAfter: 1, Limit: 6},
+		{name: "full", Step: reserve(7, 1, 1, policy.Result{Remaining: 0, RetryAfter: 1, ResetAfter: 1, Limit: 6}),
 			wantState: State{7, 6}},
 		// A billion tokens take exactly 1 ns.
-		{name: "a billion tokens", op: "consume", now: 8, n: 1_000_000_000,
-			want:      policy.Result{Allowed: true, Remaining: 0, ResetAfter: 1, Limit: 6},
+		{name: "a billion tokens", Step: consume(8, 1_000_000_000, policy.Result{Allowed: true, Remaining: 0, ResetAfter: 1, Limit: 6}),
 			wantState: State{9, 0}},
 	})
 }
@@ -263,17 +215,15 @@ func TestHorizon(t *testing.T) {
 	t.Run("slot past the horizon", func(t *testing.T) {
 		c := Config{Amount: 1, Interval: math.MaxInt64, MaxQueue: 0}
 		run(t, c, []step{
-			{name: "2·MaxInt64 ns of line", op: "consume", now: 0, n: 2,
-				want:      policy.Result{Allowed: true, ResetAfter: math.MaxInt64, Limit: 1},
+			{name: "2·MaxInt64 ns of line", Step: consume(0, 2, policy.Result{Allowed: true, ResetAfter: math.MaxInt64, Limit: 1}),
 				wantState: State{math.MaxInt64, 0}},
-			{name: "1 ns before the horizon", op: "consume", now: math.MaxInt64 - 1, n: 1,
-				want:      policy.Result{RetryAfter: 1, ResetAfter: 1, Limit: 1},
+			{name: "1 ns before the horizon", Step: consume(math.MaxInt64-1, 1, policy.Result{RetryAfter: 1, ResetAfter: 1, Limit: 1}),
 				wantState: State{math.MaxInt64, 0}},
-			{name: "from the far past", op: "consume", now: math.MinInt64, n: 1,
-				want:      policy.Result{RetryAfter: never, ResetAfter: never, Limit: 1},
+			{name: "from the far past", Step: consume(math.MinInt64, 1, policy.Result{RetryAfter: never, ResetAfter: never, Limit: 1}),
 				wantState: State{math.MaxInt64, 0}},
-			{name: "at the horizon", op: "consume", now: math.MaxInt64, n: 1,
-				want:      policy.Result{Allowed: true, Remaining: 1, Limit: 1},
+			// Allowed, on a state that stays saturated: nothing changes.
+			{name: "at the horizon", Step: policytest.Step{Op: policytest.OpConsume, At: math.MaxInt64, N: 1,
+				Want: policy.Result{Allowed: true, Remaining: 1, Limit: 1}},
 				wantState: State{math.MaxInt64, 0}},
 		})
 	})

@@ -22,19 +22,8 @@ const (
 	never = policy.Never
 )
 
-// step is a Consume at t0+at.
-type step struct {
-	at, n int64
-	want  policy.Result
-}
-
-func accepted(limit, remaining, resetAfter int64) policy.Result {
-	return policy.Result{Allowed: true, Remaining: remaining, ResetAfter: resetAfter, Limit: limit}
-}
-
-func rejected(limit, remaining, retryAfter, resetAfter int64) policy.Result {
-	return policy.Result{Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter, Limit: limit}
-}
+// The steps and results of the worked examples.
+var consume, allowed, rejected = policytest.Consume, policytest.Allowed, policytest.Rejected
 
 // entries builds a log, times after t0.
 func entries(pairs ...int64) []Entry {
@@ -49,7 +38,7 @@ func TestConsume(t *testing.T) {
 	tests := []struct {
 		name  string
 		cfg   Config
-		steps []step
+		steps []policytest.Step
 		final []Entry
 	}{
 		{
@@ -57,25 +46,25 @@ func TestConsume(t *testing.T) {
 			// +60s; at +71s, 2 tokens need the hit at +20s gone: +80s.
 			name: "basics: every hit counts for one interval",
 			cfg:  Config{Limit: 3, Interval: 60 * sec},
-			steps: []step{
-				{0, 1, accepted(3, 2, 60*sec)},
-				{10 * sec, 1, accepted(3, 1, 60*sec)},
-				{20 * sec, 1, accepted(3, 0, 60*sec)},
-				{30 * sec, 1, rejected(3, 0, 30*sec, 50*sec)},
-				{61 * sec, 1, accepted(3, 0, 60*sec)},
-				{71 * sec, 2, rejected(3, 1, 9*sec, 50*sec)},
-				{71 * sec, 1, accepted(3, 0, 60*sec)},
+			steps: []policytest.Step{
+				consume(0, 1, allowed(3, 2, 60*sec)),
+				consume(10*sec, 1, allowed(3, 1, 60*sec)),
+				consume(20*sec, 1, allowed(3, 0, 60*sec)),
+				consume(30*sec, 1, rejected(3, 0, 30*sec, 50*sec)),
+				consume(61*sec, 1, allowed(3, 0, 60*sec)),
+				consume(71*sec, 2, rejected(3, 1, 9*sec, 50*sec)),
+				consume(71*sec, 1, allowed(3, 0, 60*sec)),
 			},
 			final: entries(20*sec, 1, 61*sec, 1, 71*sec, 1),
 		},
 		{
 			name: "basics: rejected requests are not logged",
 			cfg:  Config{Limit: 2, Interval: 10 * sec},
-			steps: []step{
-				{0, 2, accepted(2, 0, 10*sec)},
-				{5 * sec, 1, rejected(2, 0, 5*sec, 5*sec)},
-				{5 * sec, 1, rejected(2, 0, 5*sec, 5*sec)},
-				{10*sec + 1_000_000, 2, accepted(2, 0, 10*sec)},
+			steps: []policytest.Step{
+				consume(0, 2, allowed(2, 0, 10*sec)),
+				consume(5*sec, 1, rejected(2, 0, 5*sec, 5*sec)),
+				consume(5*sec, 1, rejected(2, 0, 5*sec, 5*sec)),
+				consume(10*sec+1_000_000, 2, allowed(2, 0, 10*sec)),
 			},
 			final: entries(10*sec+1_000_000, 2),
 		},
@@ -85,38 +74,38 @@ func TestConsume(t *testing.T) {
 			// entries of +0s and +1s are gone and 2+1 count.
 			name: "multi-token entries",
 			cfg:  Config{Limit: 10, Interval: 10 * sec},
-			steps: []step{
-				{0, 3, accepted(10, 7, 10*sec)},
-				{sec, 4, accepted(10, 3, 10*sec)},
-				{2 * sec, 2, accepted(10, 1, 10*sec)},
-				{3 * sec, 5, rejected(10, 1, 8*sec, 9*sec)},
-				{3 * sec, 1, accepted(10, 0, 10*sec)},
-				{3 * sec, 1, rejected(10, 0, 7*sec, 10*sec)},
-				{11 * sec, 5, accepted(10, 2, 10*sec)},
-				{11 * sec, 1, accepted(10, 1, 10*sec)},
+			steps: []policytest.Step{
+				consume(0, 3, allowed(10, 7, 10*sec)),
+				consume(sec, 4, allowed(10, 3, 10*sec)),
+				consume(2*sec, 2, allowed(10, 1, 10*sec)),
+				consume(3*sec, 5, rejected(10, 1, 8*sec, 9*sec)),
+				consume(3*sec, 1, allowed(10, 0, 10*sec)),
+				consume(3*sec, 1, rejected(10, 0, 7*sec, 10*sec)),
+				consume(11*sec, 5, allowed(10, 2, 10*sec)),
+				consume(11*sec, 1, allowed(10, 1, 10*sec)),
 			},
 			final: entries(2*sec, 2, 3*sec, 1, 11*sec, 6),
 		},
 		{
 			name: "an entry stops counting exactly one interval after it",
 			cfg:  Config{Limit: 2, Interval: 10 * sec},
-			steps: []step{
-				{0, 1, accepted(2, 1, 10*sec)},
-				{sec, 1, accepted(2, 0, 10*sec)},
-				{10*sec - 1, 1, rejected(2, 0, 1, sec+1)},
-				{10 * sec, 1, accepted(2, 0, 10*sec)},
-				{10 * sec, 1, rejected(2, 0, sec, 10*sec)},
+			steps: []policytest.Step{
+				consume(0, 1, allowed(2, 1, 10*sec)),
+				consume(sec, 1, allowed(2, 0, 10*sec)),
+				consume(10*sec-1, 1, rejected(2, 0, 1, sec+1)),
+				consume(10*sec, 1, allowed(2, 0, 10*sec)),
+				consume(10*sec, 1, rejected(2, 0, sec, 10*sec)),
 			},
 			final: entries(sec, 1, 10*sec, 1),
 		},
 		{
 			name: "entries at the same time merge",
 			cfg:  Config{Limit: 5, Interval: 10 * sec},
-			steps: []step{
-				{0, 1, accepted(5, 4, 10*sec)},
-				{0, 2, accepted(5, 2, 10*sec)},
-				{0, 3, rejected(5, 2, 10*sec, 10*sec)},
-				{0, 2, accepted(5, 0, 10*sec)},
+			steps: []policytest.Step{
+				consume(0, 1, allowed(5, 4, 10*sec)),
+				consume(0, 2, allowed(5, 2, 10*sec)),
+				consume(0, 3, rejected(5, 2, 10*sec, 10*sec)),
+				consume(0, 2, allowed(5, 0, 10*sec)),
 			},
 			final: entries(0, 5),
 		},
@@ -125,50 +114,50 @@ func TestConsume(t *testing.T) {
 			// so it counts until +15s.
 			name: "a clock that goes back logs at the newest entry",
 			cfg:  Config{Limit: 4, Interval: 10 * sec},
-			steps: []step{
-				{5 * sec, 2, accepted(4, 2, 10*sec)},
-				{3 * sec, 1, accepted(4, 1, 12*sec)},
-				{14 * sec, 2, rejected(4, 1, sec, sec)},
-				{15*sec - 1, 2, rejected(4, 1, 1, 1)},
-				{15 * sec, 2, accepted(4, 2, 10*sec)},
+			steps: []policytest.Step{
+				consume(5*sec, 2, allowed(4, 2, 10*sec)),
+				consume(3*sec, 1, allowed(4, 1, 12*sec)),
+				consume(14*sec, 2, rejected(4, 1, sec, sec)),
+				consume(15*sec-1, 2, rejected(4, 1, 1, 1)),
+				consume(15*sec, 2, allowed(4, 2, 10*sec)),
 			},
 			final: entries(15*sec, 2),
 		},
 		{
 			name: "more than the limit is rejected for good",
 			cfg:  Config{Limit: 3, Interval: 10 * sec},
-			steps: []step{
-				{0, 4, rejected(3, 3, never, 0)},
-				{0, 2, accepted(3, 1, 10*sec)},
-				{sec, 4, rejected(3, 1, never, 9*sec)},
-				{sec, math.MaxInt64, rejected(3, 1, never, 9*sec)},
+			steps: []policytest.Step{
+				consume(0, 4, rejected(3, 3, never, 0)),
+				consume(0, 2, allowed(3, 1, 10*sec)),
+				consume(sec, 4, rejected(3, 1, never, 9*sec)),
+				consume(sec, math.MaxInt64, rejected(3, 1, never, 9*sec)),
 			},
 			final: entries(0, 2),
 		},
 		{
 			name: "a log that stopped counting is cleared",
 			cfg:  Config{Limit: 3, Interval: 10 * sec},
-			steps: []step{
-				{0, 3, accepted(3, 0, 10*sec)},
-				{100 * sec, 1, accepted(3, 2, 10*sec)},
+			steps: []policytest.Step{
+				consume(0, 3, allowed(3, 0, 10*sec)),
+				consume(100*sec, 1, allowed(3, 2, 10*sec)),
 			},
 			final: entries(100*sec, 1),
 		},
 		{
 			name: "limit 0 rejects everything",
 			cfg:  Config{Limit: 0, Interval: 10 * sec},
-			steps: []step{
-				{0, 1, rejected(0, 0, never, 0)},
+			steps: []policytest.Step{
+				consume(0, 1, rejected(0, 0, never, 0)),
 			},
 		},
 		{
 			name: "non-positive tokens are an argument error",
 			cfg:  Config{Limit: 3, Interval: 10 * sec},
-			steps: []step{
-				{0, 0, policy.Result{Code: policy.NonPositiveTokens}},
-				{0, -1, policy.Result{Code: policy.NonPositiveTokens}},
-				{0, 3, accepted(3, 0, 10*sec)},
-				{0, math.MinInt64, policy.Result{Code: policy.NonPositiveTokens}},
+			steps: []policytest.Step{
+				consume(0, 0, policy.Result{Code: policy.NonPositiveTokens}),
+				consume(0, -1, policy.Result{Code: policy.NonPositiveTokens}),
+				consume(0, 3, allowed(3, 0, 10*sec)),
+				consume(0, math.MinInt64, policy.Result{Code: policy.NonPositiveTokens}),
 			},
 			final: entries(0, 3),
 		},
@@ -176,26 +165,7 @@ func TestConsume(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var s State
-			exists := false
-			for i, st := range tt.steps {
-				before := s.Entries()
-				now := t0 + st.at
-				peek := tt.cfg.Peek(&s, exists, now, st.n)
-				got, changed := tt.cfg.Consume(&s, exists, now, st.n)
-				if got != st.want {
-					t.Fatalf("step %d: Consume(%d) at +%d = %+v, want %+v", i, st.n, st.at, got, st.want)
-				}
-				if peek != got {
-					t.Errorf("step %d: Peek(%d) at +%d = %+v, want %+v as Consume", i, st.n, st.at, peek, got)
-				}
-				if changed != got.Allowed {
-					t.Errorf("step %d: Consume(%d) changed = %v, want %v", i, st.n, changed, got.Allowed)
-				}
-				if after := s.Entries(); !changed && !slices.Equal(after, before) {
-					t.Errorf("step %d: Consume(%d) changed the log from %v to %v but reported no change", i, st.n, before, after)
-				}
-				exists = exists || changed
-			}
+			policytest.Steps(t, tt.cfg, &s, false, t0, tt.steps)
 			if got := s.Entries(); !slices.Equal(got, tt.final) {
 				t.Errorf("final log = %v, want %v", got, tt.final)
 			}

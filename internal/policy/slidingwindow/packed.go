@@ -58,10 +58,9 @@ func store(p *PackedState, s *State) {
 }
 
 // Consume is Config.Consume on a packed state, written out rather than
-// calling it: a call would return its Result through this frame, a copy
-// that stalls on the stores just made (see keyed.Keys.Decide), and
-// Consume is the call a keyed limiter makes on every decision. TestPacked
-// holds the two to the same answers.
+// calling it, which would copy its Result whole once more (see
+// keyed.Keys.Decide): kept for speed, a seventh of a decision on 1k
+// keys. TestPacked holds the two to the same answers.
 func (m Packed) Consume(p *PackedState, exists bool, now, n int64) (policy.Result, bool) {
 	c := m.c
 	if n <= 0 {
@@ -72,8 +71,6 @@ func (m Packed) Consume(p *PackedState, exists bool, now, n int64) (policy.Resul
 	c.roll(&next, exists, now)
 	count := c.count(&next, now)
 	if n > c.Limit-count {
-		// The result is built whole at the return: fields set after a
-		// literal make the caller's copy stall on the stores.
 		retryAfter, resetAfter := c.refusedTimes(&s, &next, exists, now, n)
 		return policy.Result{
 			Remaining:  max(c.Limit-count, 0),

@@ -22,25 +22,14 @@ const (
 	never = policy.Never
 )
 
-// step is a Consume at t0+at.
-type step struct {
-	at, n int64
-	want  policy.Result
-}
-
-func accepted(limit, remaining, resetAfter int64) policy.Result {
-	return policy.Result{Allowed: true, Remaining: remaining, ResetAfter: resetAfter, Limit: limit}
-}
-
-func rejected(limit, remaining, retryAfter, resetAfter int64) policy.Result {
-	return policy.Result{Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter, Limit: limit}
-}
+// The steps and results of the worked examples.
+var consume, allowed, rejected = policytest.Consume, policytest.Allowed, policytest.Rejected
 
 func TestConsume(t *testing.T) {
 	tests := []struct {
 		name  string
 		cfg   Config
-		steps []step
+		steps []policytest.Step
 		final State
 	}{
 		{
@@ -50,11 +39,11 @@ func TestConsume(t *testing.T) {
 			// = 39.99… floors to 39.
 			name: "basics: half of the previous minute's 80 hits count",
 			cfg:  Config{Limit: 100, Interval: 60 * sec},
-			steps: []step{
-				{0, 80, accepted(100, 20, 120*sec)},
-				{90 * sec, 61, rejected(100, 60, 1, 30*sec)},
-				{90 * sec, 60, accepted(100, 0, 90*sec)},
-				{90 * sec, 1, rejected(100, 0, 1, 90*sec)},
+			steps: []policytest.Step{
+				consume(0, 80, allowed(100, 20, 120*sec)),
+				consume(90*sec, 61, rejected(100, 60, 1, 30*sec)),
+				consume(90*sec, 60, allowed(100, 0, 90*sec)),
+				consume(90*sec, 1, rejected(100, 0, 1, 90*sec)),
 			},
 			final: State{Start: t0 + 60*sec, Prev: 80, Hits: 60},
 		},
@@ -64,11 +53,11 @@ func TestConsume(t *testing.T) {
 			// 2·5/10 = 1 counts.
 			name: "basics: the previous window fades out",
 			cfg:  Config{Limit: 4, Interval: 10 * sec},
-			steps: []step{
-				{0, 4, accepted(4, 0, 20*sec)},
-				{15 * sec, 3, rejected(4, 2, 1, 5*sec)},
-				{15 * sec, 2, accepted(4, 0, 15*sec)},
-				{25 * sec, 3, accepted(4, 0, 15*sec)},
+			steps: []policytest.Step{
+				consume(0, 4, allowed(4, 0, 20*sec)),
+				consume(15*sec, 3, rejected(4, 2, 1, 5*sec)),
+				consume(15*sec, 2, allowed(4, 0, 15*sec)),
+				consume(25*sec, 3, allowed(4, 0, 15*sec)),
 			},
 			final: State{Start: t0 + 20*sec, Prev: 2, Hits: 3},
 		},
@@ -78,11 +67,11 @@ func TestConsume(t *testing.T) {
 			// 9·(60s−e)/60s < 6, that is e > 20s: e = 20s+1ns, 5s+1ns later.
 			name: "worked example: 9 previous hits at 25%",
 			cfg:  Config{Limit: 10, Interval: 60 * sec},
-			steps: []step{
-				{0, 9, accepted(10, 1, 120*sec)},
-				{75 * sec, 5, rejected(10, 4, 5*sec+1, 45*sec)},
-				{75 * sec, 4, accepted(10, 0, 105*sec)},
-				{75 * sec, 1, rejected(10, 0, 5*sec+1, 105*sec)},
+			steps: []policytest.Step{
+				consume(0, 9, allowed(10, 1, 120*sec)),
+				consume(75*sec, 5, rejected(10, 4, 5*sec+1, 45*sec)),
+				consume(75*sec, 4, allowed(10, 0, 105*sec)),
+				consume(75*sec, 1, rejected(10, 0, 5*sec+1, 105*sec)),
 			},
 			final: State{Start: t0 + 60*sec, Prev: 9, Hits: 4},
 		},
@@ -91,11 +80,11 @@ func TestConsume(t *testing.T) {
 			// 0.9999999999999998 floored to 0, so 5 are rejected and 4 fit.
 			name: "exact weight at 80%",
 			cfg:  Config{Limit: 5, Interval: 10 * sec},
-			steps: []step{
-				{0, 5, accepted(5, 0, 20*sec)},
-				{18 * sec, 5, rejected(5, 4, 1, 2*sec)},
-				{18 * sec, 4, accepted(5, 0, 12*sec)},
-				{18 * sec, 1, rejected(5, 0, 1, 12*sec)},
+			steps: []policytest.Step{
+				consume(0, 5, allowed(5, 0, 20*sec)),
+				consume(18*sec, 5, rejected(5, 4, 1, 2*sec)),
+				consume(18*sec, 4, allowed(5, 0, 12*sec)),
+				consume(18*sec, 1, rejected(5, 0, 1, 12*sec)),
 			},
 			final: State{Start: t0 + 10*sec, Prev: 5, Hits: 4},
 		},
@@ -105,11 +94,11 @@ func TestConsume(t *testing.T) {
 			// 2·(10s−1ns)/10s floors to 1.
 			name: "the window ends exactly at start+Interval",
 			cfg:  Config{Limit: 2, Interval: 10 * sec},
-			steps: []step{
-				{0, 2, accepted(2, 0, 20*sec)},
-				{10*sec - 1, 1, rejected(2, 0, 2, 10*sec+1)},
-				{10 * sec, 1, rejected(2, 0, 1, 10*sec)},
-				{10*sec + 1, 1, accepted(2, 0, 20*sec-1)},
+			steps: []policytest.Step{
+				consume(0, 2, allowed(2, 0, 20*sec)),
+				consume(10*sec-1, 1, rejected(2, 0, 2, 10*sec+1)),
+				consume(10*sec, 1, rejected(2, 0, 1, 10*sec)),
+				consume(10*sec+1, 1, allowed(2, 0, 20*sec-1)),
 			},
 			final: State{Start: t0 + 10*sec, Prev: 2, Hits: 1},
 		},
@@ -118,11 +107,11 @@ func TestConsume(t *testing.T) {
 			// is e > 6.666666666s: at 10s + 6666666667ns.
 			name: "retry in the next window",
 			cfg:  Config{Limit: 3, Interval: 10 * sec},
-			steps: []step{
-				{0, 3, accepted(3, 0, 20*sec)},
-				{0, 3, rejected(3, 0, 16666666667, 20*sec)},
-				{16666666666, 3, rejected(3, 2, 1, 3333333334)},
-				{16666666667, 3, accepted(3, 0, 13333333333)},
+			steps: []policytest.Step{
+				consume(0, 3, allowed(3, 0, 20*sec)),
+				consume(0, 3, rejected(3, 0, 16666666667, 20*sec)),
+				consume(16666666666, 3, rejected(3, 2, 1, 3333333334)),
+				consume(16666666667, 3, allowed(3, 0, 13333333333)),
 			},
 			final: State{Start: t0 + 10*sec, Prev: 3, Hits: 3},
 		},
@@ -131,21 +120,21 @@ func TestConsume(t *testing.T) {
 			// +3ns, so the retry is the fresh window at +4ns.
 			name: "retry in a fresh window",
 			cfg:  Config{Limit: 5, Interval: 2},
-			steps: []step{
-				{0, 5, accepted(5, 0, 4)},
-				{0, 5, rejected(5, 0, 4, 4)},
-				{3, 5, rejected(5, 3, 1, 1)},
-				{4, 5, accepted(5, 0, 4)},
+			steps: []policytest.Step{
+				consume(0, 5, allowed(5, 0, 4)),
+				consume(0, 5, rejected(5, 0, 4, 4)),
+				consume(3, 5, rejected(5, 3, 1, 1)),
+				consume(4, 5, allowed(5, 0, 4)),
 			},
 			final: State{Start: t0 + 4, Prev: 0, Hits: 5},
 		},
 		{
 			name: "two idle windows start a fresh window at now",
 			cfg:  Config{Limit: 3, Interval: 10 * sec},
-			steps: []step{
-				{0, 3, accepted(3, 0, 20*sec)},
-				{20 * sec, 3, accepted(3, 0, 20*sec)},
-				{30 * sec, 1, rejected(3, 0, 1, 10*sec)},
+			steps: []policytest.Step{
+				consume(0, 3, allowed(3, 0, 20*sec)),
+				consume(20*sec, 3, allowed(3, 0, 20*sec)),
+				consume(30*sec, 1, rejected(3, 0, 1, 10*sec)),
 			},
 			final: State{Start: t0 + 20*sec, Prev: 0, Hits: 3},
 		},
@@ -153,10 +142,10 @@ func TestConsume(t *testing.T) {
 			// 1 ns before the second window ends: 3·1ns/10s floors to 0.
 			name: "the next window keeps the alignment",
 			cfg:  Config{Limit: 3, Interval: 10 * sec},
-			steps: []step{
-				{0, 3, accepted(3, 0, 20*sec)},
-				{20*sec - 1, 3, accepted(3, 0, 10*sec+1)},
-				{20*sec - 1, 1, rejected(3, 0, 2, 10*sec+1)},
+			steps: []policytest.Step{
+				consume(0, 3, allowed(3, 0, 20*sec)),
+				consume(20*sec-1, 3, allowed(3, 0, 10*sec+1)),
+				consume(20*sec-1, 1, rejected(3, 0, 2, 10*sec+1)),
 			},
 			final: State{Start: t0 + 10*sec, Prev: 3, Hits: 3},
 		},
@@ -166,42 +155,42 @@ func TestConsume(t *testing.T) {
 			// 4·(10s−e)/10s < 3, that is e > 2.5s: at 12.5s+1ns.
 			name: "a clock that goes back counts the previous hits in full",
 			cfg:  Config{Limit: 10, Interval: 10 * sec},
-			steps: []step{
-				{0, 4, accepted(10, 6, 20*sec)},
-				{12 * sec, 7, accepted(10, 0, 18*sec)},
-				{5 * sec, 1, rejected(10, 0, 7*sec+500_000_001, 25*sec)},
-				{12*sec + 500_000_000, 1, rejected(10, 0, 1, 17*sec+500_000_000)},
-				{12*sec + 500_000_001, 1, accepted(10, 0, 17*sec+499_999_999)},
+			steps: []policytest.Step{
+				consume(0, 4, allowed(10, 6, 20*sec)),
+				consume(12*sec, 7, allowed(10, 0, 18*sec)),
+				consume(5*sec, 1, rejected(10, 0, 7*sec+500_000_001, 25*sec)),
+				consume(12*sec+500_000_000, 1, rejected(10, 0, 1, 17*sec+500_000_000)),
+				consume(12*sec+500_000_001, 1, allowed(10, 0, 17*sec+499_999_999)),
 			},
 			final: State{Start: t0 + 10*sec, Prev: 4, Hits: 8},
 		},
 		{
 			name: "more than the limit is rejected for good",
 			cfg:  Config{Limit: 3, Interval: 10 * sec},
-			steps: []step{
-				{0, 4, rejected(3, 3, never, 0)},
-				{0, 1, accepted(3, 2, 20*sec)},
-				{sec, 4, rejected(3, 2, never, 19*sec)},
-				{sec, math.MaxInt64, rejected(3, 2, never, 19*sec)},
+			steps: []policytest.Step{
+				consume(0, 4, rejected(3, 3, never, 0)),
+				consume(0, 1, allowed(3, 2, 20*sec)),
+				consume(sec, 4, rejected(3, 2, never, 19*sec)),
+				consume(sec, math.MaxInt64, rejected(3, 2, never, 19*sec)),
 			},
 			final: State{Start: t0, Prev: 0, Hits: 1},
 		},
 		{
 			name: "limit 0 rejects everything",
 			cfg:  Config{Limit: 0, Interval: 10 * sec},
-			steps: []step{
-				{0, 1, rejected(0, 0, never, 0)},
+			steps: []policytest.Step{
+				consume(0, 1, rejected(0, 0, never, 0)),
 			},
 		},
 		{
 			name: "non-positive tokens are an argument error",
 			cfg:  Config{Limit: 3, Interval: 10 * sec},
-			steps: []step{
-				{0, 0, policy.Result{Code: policy.NonPositiveTokens}},
-				{0, -1, policy.Result{Code: policy.NonPositiveTokens}},
-				{0, math.MinInt64, policy.Result{Code: policy.NonPositiveTokens}},
-				{0, 3, accepted(3, 0, 20*sec)},
-				{0, 0, policy.Result{Code: policy.NonPositiveTokens}},
+			steps: []policytest.Step{
+				consume(0, 0, policy.Result{Code: policy.NonPositiveTokens}),
+				consume(0, -1, policy.Result{Code: policy.NonPositiveTokens}),
+				consume(0, math.MinInt64, policy.Result{Code: policy.NonPositiveTokens}),
+				consume(0, 3, allowed(3, 0, 20*sec)),
+				consume(0, 0, policy.Result{Code: policy.NonPositiveTokens}),
 			},
 			final: State{Start: t0, Prev: 0, Hits: 3},
 		},
@@ -209,29 +198,7 @@ func TestConsume(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var s State
-			exists := false
-			for i, st := range tt.steps {
-				before := s
-				now := t0 + st.at
-				peek := tt.cfg.Peek(&s, exists, now, st.n)
-				if s != before {
-					t.Fatalf("step %d: Peek changed the state from %+v to %+v", i, before, s)
-				}
-				got, changed := tt.cfg.Consume(&s, exists, now, st.n)
-				if got != st.want {
-					t.Fatalf("step %d: Consume(%d) at +%d = %+v, want %+v", i, st.n, st.at, got, st.want)
-				}
-				if peek != got {
-					t.Errorf("step %d: Peek(%d) at +%d = %+v, want %+v as Consume", i, st.n, st.at, peek, got)
-				}
-				if changed != got.Allowed {
-					t.Errorf("step %d: Consume(%d) changed = %v, want %v", i, st.n, changed, got.Allowed)
-				}
-				if !changed && s != before {
-					t.Errorf("step %d: Consume(%d) changed the state from %+v to %+v but reported no change", i, st.n, before, s)
-				}
-				exists = exists || changed
-			}
+			policytest.Steps(t, tt.cfg, &s, false, t0, tt.steps)
 			if s != tt.final {
 				t.Errorf("final state = %+v, want %+v", s, tt.final)
 			}
@@ -299,7 +266,7 @@ func TestExpiredStateIsNoState(t *testing.T) {
 	// ends 1 ns later.
 	a := s
 	res, _ := cfg.Consume(&a, true, at-1, 5)
-	if want := accepted(5, 0, iv+1); res != want {
+	if want := allowed(5, 0, iv+1); res != want {
 		t.Errorf("Consume(5) 1 ns before ExpiresAt = %+v, want %+v", res, want)
 	}
 }

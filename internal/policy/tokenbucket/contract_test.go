@@ -67,3 +67,40 @@ func TestPacked(t *testing.T) {
 		t.Errorf("DecodeState of a rounding error: %v, want ErrBadState", err)
 	}
 }
+
+// TestExpiresAtIntervally: an intervally bucket is kept the time it takes
+// to refill from empty, counted from its last refill, as long as Symfony
+// keeps a token bucket and its refill grid; a period more, as before,
+// doubled the memory of a bucket that refills whole in one period.
+func TestExpiresAtIntervally(t *testing.T) {
+	const s = int64(1e9)
+	tests := []struct {
+		name     string
+		bw       Bandwidth
+		at, want int64 // a 1-token consume at t0+at; ExpiresAt - t0
+	}{
+		{"whole refill, first use", intervallyBW(10, 10, 10*s), 0, 10 * s},
+		{"whole refill, later in the period", intervallyBW(10, 10, 10*s), 15 * s, 20 * s}, // last refill at 10s
+		{"2 per period, first use", intervallyBW(10, 2, 10*s), 0, 50 * s},
+		{"3 per period: ⌈10/3⌉ periods", intervallyBW(10, 3, 10*s), 0, 40 * s},
+	}
+	const t0 = int64(1_700_000_000) * s
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := NewSingle(tt.bw, true)
+			var st BandwidthState
+			m.Consume(&st, false, t0, 1)
+			if _, ok := m.Consume(&st, true, t0+tt.at, 1); !ok {
+				t.Fatalf("Consume at t0+%v changed nothing", tt.at)
+			}
+			if got := m.ExpiresAt(&st) - t0; got != tt.want {
+				t.Errorf("ExpiresAt = t0+%v, want t0+%v", got, tt.want)
+			}
+			p, _ := m.Packed()
+			ps, _ := Pack(&st)
+			if got := p.ExpiresAt(&ps) - t0; got != tt.want {
+				t.Errorf("Packed ExpiresAt = t0+%v, want t0+%v", got, tt.want)
+			}
+		})
+	}
+}

@@ -33,21 +33,34 @@ func (m Single) load(s *BandwidthState, exists bool, now int64) State {
 
 // Consume takes n tokens if they are there, as TryConsumeAndReturnRemaining.
 func (m Single) Consume(s *BandwidthState, exists bool, now, n int64) (policy.Result, bool) {
-	if code := m.check(n); code != policy.OK {
-		return m.refusal(code), false
+	bw := &m.cfg.Bandwidths[0]
+	if code := policy.CheckTokens(n, bw.Capacity, m.strict); code != policy.OK {
+		return policy.Refusal(code, bw.Capacity), false
 	}
-	st := m.load(s, exists, now)
-	if !TryConsume(m.cfg, st, nil, now, n) {
-		Refill(m.cfg, st, now) // to describe the refilled state
-		res := result(m.cfg, st, now, false, n)
-		if keepNew(m.cfg, st, exists) {
-			*s = st[0]
-			return res, true
-		}
-		return res, false
+	var b BandwidthState
+	if exists {
+		b = *s
+	} else {
+		b = initial(bw, now)
 	}
-	*s = st[0]
-	return result(m.cfg, st, now, true, n), true
+	refill(m.cfg, 0, &b, now)
+	allowed := n <= b.Size
+	if allowed {
+		b.Size -= n
+	}
+	changed := allowed || keepNew(m.cfg, State{b}, exists)
+	if changed {
+		*s = b
+	}
+	// The result is built here, not by result1: a Result returned through
+	// one more call is copied whole, which stalls the CPU (see
+	// keyed.Keys.Decide); kept for speed, a tenth of a decision on 1k keys.
+	var retryAfter int64
+	if !allowed {
+		retryAfter = max(delay(bw, &b, n, now, true), 0)
+	}
+	return policy.Result{Allowed: allowed, Remaining: max(b.Size, 0), RetryAfter: retryAfter,
+		ResetAfter: max(timeToFull(bw, &b, now), 0), Limit: bw.Capacity}, changed
 }
 
 // keepNew reports whether a refused request on a new key keeps the bucket
@@ -80,11 +93,12 @@ func (m Single) Peek(s *BandwidthState, exists bool, now, n int64) policy.Result
 // More than the capacity is refused (RetryAfter Never), as Consume refuses
 // it.
 func (m Single) Reserve(s *BandwidthState, exists bool, now, n, maxWait int64) (policy.Result, bool) {
-	if code := m.check(n); code != policy.OK {
-		return m.refusal(code), false
+	capacity := m.cfg.Bandwidths[0].Capacity
+	if code := policy.CheckTokens(n, capacity, m.strict); code != policy.OK {
+		return policy.Refusal(code, capacity), false
 	}
 	st := m.load(s, exists, now)
-	if n > m.cfg.Bandwidths[0].Capacity {
+	if n > capacity {
 		// A meter cannot hold more than its size, now or later.
 		Refill(m.cfg, st, now)
 		res := result(m.cfg, st, now, false, n)
@@ -105,9 +119,12 @@ func (m Single) Reserve(s *BandwidthState, exists bool, now, n, maxWait int64) (
 // ExpiresAt is when the bandwidth is full again, counted from its last
 // refill: from then on a new bucket would do as well (or be stricter, if
 // it starts with fewer initial tokens). An intervally bandwidth also keeps
-// its refill grid, anchored at the key's first use, for as long as
-// Symfony keeps a token bucket after its last use (the time to refill it
-// from empty), plus the period the last refill may lie behind that use.
+// its refill grid, anchored at the key's first use, for the time Symfony
+// keeps a token bucket, the time to refill it from empty, counted from
+// its last refill (Symfony counts from its last save, which may lie up to
+// a period later: a key used then again only after that time starts a
+// grid of its own, a refill up to a period later, never earlier). For a
+// bucket that refills whole in one period, one period.
 func (m Single) ExpiresAt(s *BandwidthState) int64 {
 	return expiresAt(m.cfg, State{*s})
 }
@@ -120,26 +137,6 @@ func (m Single) Quota() int64 { return m.cfg.Bandwidths[0].Capacity }
 
 // Window is the time the bandwidth takes to refill from empty.
 func (m Single) Window() int64 { return m.cfg.Window() }
-
-// refusal is the result of an argument error: for tokens above the limit,
-// it says which limit.
-func (m Single) refusal(code policy.Code) policy.Result {
-	res := policy.Result{Code: code}
-	if code == policy.TokensAboveLimit {
-		res.Limit = m.cfg.Bandwidths[0].Capacity
-	}
-	return res
-}
-
-func (m Single) check(n int64) policy.Code {
-	switch {
-	case n <= 0:
-		return policy.NonPositiveTokens
-	case m.strict && n > m.cfg.Bandwidths[0].Capacity:
-		return policy.TokensAboveLimit
-	}
-	return policy.OK
-}
 
 // AppendState appends the encoding of *s to dst.
 func (m Single) AppendState(dst []byte, s *BandwidthState) []byte {
@@ -314,8 +311,6 @@ func result(cfg *Config, st State, now int64, allowed bool, n int64) policy.Resu
 }
 
 // result1 is result for one bandwidth, without the folds over several.
-// It builds the result whole at the return: fields set after a literal
-// make the caller's copy stall on the stores.
 func result1(bw *Bandwidth, s *BandwidthState, now int64, allowed bool, n int64) policy.Result {
 	var retryAfter int64
 	if !allowed {
@@ -394,10 +389,11 @@ func expiresAt1(bw *Bandwidth, s BandwidthState) int64 {
 }
 
 // intervallyKeep is how long after its last refill an intervally
-// bandwidth's state is kept: ⌈Capacity/r⌉+1 periods, one more than it
-// takes to refill from empty.
+// bandwidth's state is kept: ⌈Capacity/r⌉ periods, the time it takes to
+// refill from empty, and so no earlier than it is full again from any
+// size of 0 to Capacity.
 func intervallyKeep(bw *Bandwidth) int64 {
-	return policy.SatMul((bw.Capacity-1)/bw.RefillTokens+2, bw.Period)
+	return policy.SatMul((bw.Capacity-1)/bw.RefillTokens+1, bw.Period)
 }
 
 func appendState(dst []byte, st State) []byte {

@@ -31,7 +31,8 @@ import (
 // is one poll: uptime advances by a second and the counts by fixed steps,
 // so the rates the page shows are known whatever the number of polls.
 type fakeAPI struct {
-	status map[string]int // path → status to answer with instead
+	status   map[string]int // path → status to answer with instead
+	notReady string         // when set, /readyz answers 503 with this message
 
 	mu    sync.Mutex
 	polls int
@@ -46,6 +47,8 @@ type fakeLimiter struct {
 	allowed, rejected []int
 	errors            int
 	degraded          bool
+	storeFailing      bool
+	circuitOpen       bool
 }
 
 // The api limiter is steady at 41 allowed and 6 rejected a second: 47
@@ -54,11 +57,11 @@ type fakeLimiter struct {
 // The policies are written as sluice serve writes them, the long ones of
 // its built-in example included: the page must fit them.
 var fakeLimiters = []fakeLimiter{
-	{"api", "sliding_window(limit=100, interval=1m0s)", 100, []int{41}, []int{6}, 0, false},
-	{"login", "sliding_log(limit=5, interval=15m0s)", 10, []int{2, 3, 1, 4}, []int{9, 14, 22, 11}, 3, true},
-	{"search", "bucket(capacity=20 greedy(10 per 1s) id=burst)", 200, []int{120, 95, 150, 180, 130, 110, 160}, []int{0, 0, 4, 12, 0, 0, 2}, 0, false},
-	{"checkout", "compound(sliding_window(limit=100, interval=1m0s), fixed_window(limit=3, interval=10s))", 3, []int{1}, []int{0}, 0, false},
-	{"envoy:edge|path=/login|user", "fixed_window(limit=5, interval=1m0s, aligned)", 5, []int{2}, []int{1}, 0, false},
+	{"api", "sliding_window(limit=100, interval=1m0s)", 100, []int{41}, []int{6}, 0, false, false, false},
+	{"login", "sliding_log(limit=5, interval=15m0s)", 10, []int{2, 3, 1, 4}, []int{9, 14, 22, 11}, 3, true, false, false},
+	{"search", "bucket(capacity=20 greedy(10 per 1s) id=burst)", 200, []int{120, 95, 150, 180, 130, 110, 160}, []int{0, 0, 4, 12, 0, 0, 2}, 0, true, true, false},
+	{"checkout", "compound(sliding_window(limit=100, interval=1m0s), fixed_window(limit=3, interval=10s))", 3, []int{1}, []int{0}, 0, false, true, true},
+	{"envoy:edge|path=/login|user", "fixed_window(limit=5, interval=1m0s, aligned)", 5, []int{2}, []int{1}, 0, false, false, false},
 }
 
 func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -69,6 +72,14 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch r.URL.Path {
+	case "/readyz":
+		if f.notReady != "" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, `{"error":{"code":"store_unavailable","message":%q}}`, f.notReady)
+			return
+		}
+		writeJSON(w, map[string]string{"status": "ready"})
 	case "/api/v1/limiters":
 		type limiter struct {
 			Name   string `json:"name"`
@@ -88,12 +99,14 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		n := f.polls
 		f.mu.Unlock()
 		type stats struct {
-			Name     string `json:"name"`
-			Allowed  int    `json:"allowed"`
-			Rejected int    `json:"rejected"`
-			Errors   int    `json:"errors"`
-			Tokens   int    `json:"tokens"`
-			Degraded bool   `json:"degraded"`
+			Name         string `json:"name"`
+			Allowed      int    `json:"allowed"`
+			Rejected     int    `json:"rejected"`
+			Errors       int    `json:"errors"`
+			Tokens       int    `json:"tokens"`
+			Degraded     bool   `json:"degraded"`
+			StoreFailing bool   `json:"store_failing"`
+			CircuitOpen  bool   `json:"circuit_open"`
 		}
 		type hotKey struct {
 			Limiter string `json:"limiter"`
@@ -107,7 +120,8 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			HotKeys  []hotKey `json:"hot_keys"`
 		}{Uptime: 3600 + 120 + float64(n), Store: "redis://10.0.0.5:6379/0"}
 		for _, l := range fakeLimiters {
-			s := stats{Name: l.name, Allowed: 1000, Rejected: 100, Errors: l.errors, Degraded: l.degraded}
+			s := stats{Name: l.name, Allowed: 1000, Rejected: 100, Errors: l.errors, Degraded: l.degraded,
+				StoreFailing: l.storeFailing, CircuitOpen: l.circuitOpen}
 			for i := range n {
 				s.Allowed += l.allowed[i%len(l.allowed)]
 				s.Rejected += l.rejected[i%len(l.rejected)]
@@ -165,6 +179,7 @@ func newSite(t *testing.T, api *fakeAPI) *httptest.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/", Handler())
 	mux.Handle("/api/", api)
+	mux.Handle("/readyz", api)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv
@@ -242,8 +257,19 @@ func TestChromiumLivePage(t *testing.T) {
 	if got := rowCells(t, dom, "login"); len(got) != 10 || !strings.HasPrefix(got[0], "login ") || got[7] != "3" || got[8] != "degraded" {
 		t.Errorf("login row = %q, want login with 3 errors, degraded", got)
 	}
-	if got := rowCells(t, dom, "search"); len(got) < 1 || !strings.HasPrefix(got[0], "search ") {
-		t.Errorf("search row = %q, want search", got)
+	// A store failing a limiter, or its circuit open, outranks its
+	// rejections.
+	if got := rowCells(t, dom, "search"); len(got) != 10 || !strings.HasPrefix(got[0], "search ") || got[8] != "store failing" {
+		t.Errorf("search row = %q, want search, store failing", got)
+	}
+	if got := rowCells(t, dom, "checkout"); len(got) != 10 || got[8] != "circuit open" {
+		t.Errorf("checkout row = %q, want circuit open", got)
+	}
+	if tag := element(t, dom, "readiness"); !strings.Contains(tag, "hidden") {
+		t.Errorf("the not-ready note is shown for a ready server: %s", tag)
+	}
+	if ready := readyText(t, dom); ready != "ready" {
+		t.Errorf("readiness = %q, want ready", ready)
 	}
 	// Every column says its unit.
 	head := regexp.MustCompile(`(?s)<thead>(.*?)</thead>`).FindStringSubmatch(dom)
@@ -304,6 +330,37 @@ func TestChromiumLivePage(t *testing.T) {
 		q := url.Values{"limiter": {l.name}, "traffic": {"steady 20/s"}, "duration": {"10s"}}.Encode()
 		if !slices.Contains(asked, q) {
 			t.Errorf("simulate not asked for %s; asked %q", q, asked)
+		}
+	}
+}
+
+// readyText is the text of the page's readiness in the header.
+func readyText(t *testing.T, dom string) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?s)<dd id="ready"[^>]*>(.*?)</dd>`).FindStringSubmatch(dom)
+	if m == nil {
+		t.Fatal("no readiness in the DOM")
+	}
+	return strings.TrimSpace(tagRE.ReplaceAllString(m[1], ""))
+}
+
+// TestChromiumNotReady: when /readyz answers 503 (the store does not
+// answer), the page says so and why, and every limiter's health says not
+// ready: the page showed a green "ok" for each while every consume failed.
+func TestChromiumNotReady(t *testing.T) {
+	const why = "store: dial tcp 10.0.0.5:6379: connect: connection refused"
+	srv := newSite(t, &fakeAPI{notReady: why})
+	dom := live(chromium(t, srv.URL+"/", "--dump-dom"))
+	if ready := readyText(t, dom); ready != "not ready" {
+		t.Errorf("readiness = %q, want not ready", ready)
+	}
+	note := regexp.MustCompile(`(?s)<p id="readiness"([^>]*)>(.*?)</p>`).FindStringSubmatch(dom)
+	if note == nil || strings.Contains(note[1], "hidden") || !strings.Contains(note[2], "HTTP 503: "+why) {
+		t.Errorf("the not-ready note = %q, want it shown with /readyz's reason", note)
+	}
+	for _, l := range fakeLimiters {
+		if got := rowCells(t, dom, l.name); len(got) != 10 || got[8] != "not ready" {
+			t.Errorf("%s row = %q, want health not ready", l.name, got)
 		}
 	}
 }
@@ -392,6 +449,7 @@ func TestChromiumFitsAt1280(t *testing.T) {
 		io.WriteString(w, layoutProbe)
 	})
 	mux.Handle("/api/", &fakeAPI{})
+	mux.Handle("/readyz", &fakeAPI{})
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	dom := string(chromium(t, srv.URL+"/probe", "--dump-dom", "--window-size=1400,1000"))

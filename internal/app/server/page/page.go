@@ -1,15 +1,17 @@
-// Package page serves the live page of sluice serve: the configured
-// limiters with their decisions and rejections per second at the last
-// poll, their totals of allowed, rejected and failed decisions (and those
-// of all limiters), the hottest keys, and a simulate panel per limiter,
+// Package page serves the live page of sluice serve: whether the server
+// is ready (what /readyz answers, and why not), the configured limiters
+// with their decisions and rejections per second at the last poll, their
+// totals of allowed, rejected and failed decisions (and those of all
+// limiters), their health (not ready, circuit open, store failing,
+// degraded or ok), the hottest keys, and a simulate panel per limiter,
 // updated about once a second. The limiters table fits a 1280-pixel
 // window without scrolling.
 //
 // The page is plain HTML, CSS and JavaScript embedded in the binary, with
 // no build step and no assets from elsewhere. It reads the server's JSON
 // API on the same origin (api/v1/limiters, api/v1/stats and
-// api/v1/simulate, relative to the page), so the server must mount that
-// API beside Handler.
+// api/v1/simulate, relative to the page) and readyz, so the server must
+// mount them beside Handler.
 package page
 
 import (

@@ -62,14 +62,27 @@
     timer = setTimeout(poll, ms);
   }
 
+  // readiness is what /readyz answers: {ok: true}, or {ok: false,
+  // reason} when it answers anything but 200 or cannot be asked. It
+  // never throws: a page that cannot tell says so rather than "ready".
+  async function readiness() {
+    try {
+      await api("readyz", 5000);
+      return { ok: true };
+    } catch (err) {
+      return { ok: false, reason: describe(err) };
+    }
+  }
+
   async function poll() {
     busy = true;
     try {
-      const [lim, stats] = await Promise.all([
+      const [lim, stats, ready] = await Promise.all([
         api("api/v1/limiters", 5000).then((r) => r.json()),
         api("api/v1/stats", 5000).then((r) => r.json()),
+        readiness(),
       ]);
-      render(lim.limiters || [], stats);
+      render(lim.limiters || [], stats, ready);
       $("auth").hidden = true;
       showBanner("");
     } catch (err) {
@@ -136,7 +149,7 @@
     return out;
   }
 
-  function render(limiters, stats) {
+  function render(limiters, stats, ready) {
     const byName = new Map((stats.limiters || []).map((s) => [s.name, s]));
     const r = rates(stats);
     for (const name of history.keys()) {
@@ -150,12 +163,13 @@
     }
 
     $("store").textContent = stats.store || "?";
+    showReadiness(ready);
     $("uptime").textContent = duration(stats.uptime_seconds);
     lastUpdate = new Date();
     $("updated").textContent = lastUpdate.toLocaleTimeString();
     $("updated").dateTime = lastUpdate.toISOString();
 
-    const rows = limiters.map((l) => limiterRow(l, byName.get(l.name), r.get(l.name)));
+    const rows = limiters.map((l) => limiterRow(l, byName.get(l.name), r.get(l.name), ready));
     $("limiters").replaceChildren(...(rows.length ? rows : [emptyRow(10, "No limiters configured.")]));
     totalsRow(limiters, byName, r);
 
@@ -169,7 +183,7 @@
     syncSims(limiters.map((l) => l.name));
   }
 
-  function limiterRow(l, s, v) {
+  function limiterRow(l, s, v, ready) {
     const name = cell("th", l.name);
     name.scope = "row";
     name.append(cell("span", l.policy, "policy mono"));
@@ -182,7 +196,7 @@
       cell("td", number(s?.allowed), "num"),
       cell("td", number(s?.rejected), "num"),
       cell("td", number(s?.errors), "num"),
-      badge(s),
+      badge(s, ready),
       sparkCell(l.name),
     ]);
     tr.dataset.limiter = l.name;
@@ -222,15 +236,35 @@
     foot.hidden = false;
   }
 
-  function badge(s) {
+  // showReadiness writes /readyz's answer in the header and, when the
+  // server is not ready, why, under it.
+  function showReadiness(ready) {
+    const span = cell("span", ready.ok ? "ready" : "not ready", ready.ok ? "badge ok" : "badge bad");
+    $("ready").replaceChildren(span);
+    const note = $("readiness");
+    note.textContent = ready.ok ? "" : `The server is not ready (/readyz): ${ready.reason}. ` +
+      "Decisions that need the store fail or follow server.store_failure until it answers.";
+    note.hidden = ready.ok;
+  }
+
+  // badge is a limiter's health, the worst that holds: the server is not
+  // ready (its store does not answer), the limiter's circuit breaker keeps
+  // its calls from the store, a store failure decided some of its recent
+  // decisions, it rejects more than the health threshold, or ok.
+  function badge(s, ready) {
     const td = document.createElement("td");
     if (!s) {
       td.textContent = "—";
       return td;
     }
-    const span = document.createElement("span");
-    span.className = s.degraded ? "badge bad" : "badge ok";
-    span.textContent = s.degraded ? "degraded" : "ok";
+    const [text, title] =
+      !ready.ok ? ["not ready", `The server is not ready: ${ready.reason}.`]
+      : s.circuit_open ? ["circuit open", "Its circuit breaker keeps its calls from the store; server.store_failure decides."]
+      : s.store_failing ? ["store failing", "A store failure decided some of its decisions in the health window."]
+      : s.degraded ? ["degraded", "It rejected more than the health threshold of its decisions in the health window."]
+      : ["ok", ""];
+    const span = cell("span", text, text === "ok" ? "badge ok" : "badge bad");
+    if (title) span.title = title;
     td.append(span);
     return td;
   }

@@ -1,0 +1,66 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/app/outage"
+)
+
+// outageObserver is a limiter's failureObserver that also counts its
+// store failures in the server's outage log, which writes a few lines an
+// outage rather than one a decision, and logs a conflict of configuration
+// versions (which the limiter tells once).
+type outageObserver struct {
+	failureObserver
+	outage *outage.Log
+	log    *slog.Logger
+}
+
+func (l outageObserver) Observe(e sluice.Event) {
+	l.failureObserver.Observe(e)
+	switch e.Kind {
+	case sluice.EventStoreFailure:
+		l.outage.Failure("limiter "+l.limiter, e.Err)
+	case sluice.EventVersionConflict:
+		l.log.Warn(e.Err.Error(), "limiter", l.limiter)
+	}
+}
+
+// answered is the server's store as its limiters, Envoy's counters and
+// the RLQS fleets see it: each call that succeeds tells the outage log
+// that the store answers.
+type answered struct {
+	driver.Store
+	outage *outage.Log
+}
+
+func (s answered) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
+	err := s.Store.Update(ctx, key, fn)
+	if err == nil {
+		s.outage.Success()
+	}
+	return err
+}
+
+// answeredDeleter is answered over a store that can delete.
+type answeredDeleter struct{ answered }
+
+func (s answeredDeleter) Delete(ctx context.Context, key string) error {
+	err := s.Store.(driver.Deleter).Delete(ctx, key)
+	if err == nil {
+		s.outage.Success()
+	}
+	return err
+}
+
+// watchAnswers returns st as answered, a driver.Deleter when st is one.
+func watchAnswers(st driver.Store, o *outage.Log) driver.Store {
+	a := answered{st, o}
+	if _, ok := st.(driver.Deleter); ok {
+		return answeredDeleter{a}
+	}
+	return a
+}

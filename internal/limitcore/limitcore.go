@@ -1,0 +1,179 @@
+// Package limitcore is the half of httplimit's Middleware and grpclimit's
+// Interceptor that does not depend on the protocol: the checks of their
+// limits, a cost function's answer, the decision of several limits on one
+// request, and the wait a rejection gives. Each package keeps its own
+// types, options, answers and headers; internal/reqkey holds their keys.
+package limitcore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// Problem is an argument out of its bounds: where, the value given and the
+// bound it broke. Each package returns it as its own ConfigError.
+type Problem struct{ Field, Value, Want string }
+
+// CheckLimits checks the n limits of a middleware, which limit(i)
+// describes: there is at least one, and each has a name of printable
+// ASCII that no other has, a limiter and a key function. It returns the
+// first problem, or nil.
+func CheckLimits(n int, limit func(i int) (name string, l *sluice.Limiter, hasKey bool)) *Problem {
+	if n == 0 {
+		return &Problem{Field: "limits", Value: "[]", Want: "must hold at least one limit"}
+	}
+	seen := make(map[string]bool, n)
+	for i := range n {
+		name, l, hasKey := limit(i)
+		field := fmt.Sprintf("limits[%d]", i)
+		switch {
+		case !printable(name):
+			return &Problem{Field: field + ".Name", Value: strconv.Quote(name), Want: "must be non-empty printable ASCII"}
+		case seen[name]:
+			return &Problem{Field: field + ".Name", Value: strconv.Quote(name), Want: "must be unique"}
+		case l == nil:
+			return &Problem{Field: field + ".Limiter", Value: "nil", Want: "is required"}
+		case !hasKey:
+			return &Problem{Field: field + ".Key", Value: "nil", Want: "is required"}
+		}
+		seen[name] = true
+	}
+	return nil
+}
+
+// printable reports whether s is non-empty printable ASCII, which a
+// header's structured-field string and a status message hold as it is.
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// Cost checks what a cost function returned: its error, or a cost that is
+// not positive, is an error for the package to prefix with the limit.
+func Cost(cost int64, err error) (int64, error) {
+	if err != nil {
+		return 0, fmt.Errorf("cost: %w", err)
+	}
+	if cost <= 0 {
+		return 0, fmt.Errorf("cost must be positive, got %d", cost)
+	}
+	return cost, nil
+}
+
+// Decision is what one limit decides on a request.
+type Decision struct {
+	// Index is the limit's in the package's list.
+	Index int
+	// Limiter, Key and Cost are the limit's limiter, and the request's
+	// key and cost under it.
+	Limiter *sluice.Limiter
+	Key     string
+	Cost    int64
+	// Res is the limiter's answer, once asked.
+	Res sluice.Result
+	// Taken is true when Res is AllowN's: the request took its cost.
+	Taken bool
+}
+
+// Decide asks the limiters of ds about a request. With one limit that is
+// a single AllowN. With several it first peeks at every limiter, and
+// rejects without taking anything when one of them would; only then does
+// it take the request from each in turn. A request that a concurrent one
+// overtook between the peek and the take can still be rejected by a
+// later limit after the earlier ones took it: limits shared by several
+// processes cannot be taken from atomically together.
+//
+// It returns nil when every limit let the request through. When a limiter
+// fails, it returns that decision and the limiter's error. When a limit
+// rejects the request, it returns the rejecting decision with the longest
+// wait (RetryAfter), since all of them must pass; a limit that would have
+// let the request through but was only peeked at then reports as
+// Remaining what is left without the request (its cost is added back,
+// exactly: an allowed Remaining is what there was less the cost, for
+// every policy).
+//
+// A cost above a policy's limit, which some policies refuse as an
+// argument (sluice.ErrTokensAboveLimit), is the rejection the others
+// give: a Result that can never pass (RetryAfter sluice.Never), so that
+// every policy answers such a request alike.
+func Decide(ctx context.Context, ds []Decision) (*Decision, error) {
+	if len(ds) > 1 {
+		rejected := false
+		for i := range ds {
+			d := &ds[i]
+			res, err := d.Limiter.PeekN(ctx, d.Key, d.Cost)
+			if d.Res, err = neverPasses(ctx, d, res, err); err != nil {
+				return d, err
+			}
+			rejected = rejected || !d.Res.Allowed
+		}
+		if rejected {
+			return worst(ds), nil
+		}
+	}
+	for i := range ds {
+		d := &ds[i]
+		res, err := d.Limiter.AllowN(ctx, d.Key, d.Cost)
+		if d.Res, err = neverPasses(ctx, d, res, err); err != nil {
+			return d, err
+		}
+		if !d.Res.Allowed {
+			return worst(ds), nil
+		}
+		d.Taken = true
+	}
+	return nil, nil
+}
+
+// neverPasses returns res, err of d's limiter, and for a cost above the
+// limit of a policy that refuses it as an argument error, the rejection
+// the other policies give: a Result that can never pass, with what the
+// key has now.
+func neverPasses(ctx context.Context, d *Decision, res sluice.Result, err error) (sluice.Result, error) {
+	if !errors.Is(err, sluice.ErrTokensAboveLimit) {
+		return res, err
+	}
+	// The limiter refused the cost before touching the key's state: a
+	// Peek of 1 token describes it.
+	now, perr := d.Limiter.Peek(ctx, d.Key)
+	if perr != nil {
+		return sluice.Result{}, perr
+	}
+	if now.Allowed { // an allowed Remaining is what there was less the token
+		now.Remaining = policy.SatAdd(now.Remaining, 1)
+	}
+	now.Allowed, now.RetryAfter = false, sluice.Never
+	return now, nil
+}
+
+// worst adds back the cost of the decisions that allowed the request
+// without taking it, and returns the rejecting decision with the longest
+// wait.
+func worst(ds []Decision) *Decision {
+	var w *Decision
+	for i := range ds {
+		d := &ds[i]
+		if d.Res.Allowed && !d.Taken {
+			d.Res.Remaining = policy.SatAdd(d.Res.Remaining, d.Cost)
+		}
+		if !d.Res.Allowed && (w == nil || d.Res.RetryAfter > w.Res.RetryAfter) {
+			w = d
+		}
+	}
+	return w
+}
+
+// Seconds is d in whole seconds, rounded up, as HTTP's Retry-After and
+// the rate-limit headers give it: a client that waits that long never
+// comes back early.
+func Seconds(d time.Duration) int64 { return policy.CeilDiv(int64(d), int64(time.Second)) }

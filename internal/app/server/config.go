@@ -233,23 +233,36 @@ const (
 	// MemoryHeadroom is what the limit allows beyond the keys, in bytes:
 	// the runtime, the connections and what they buffer (an idle server
 	// takes about 25 MB, one under TestHostileClients' attack 75 to 90
-	// MB), the RLQS service's buckets and the collector's own slack.
+	// MB) and the collector's own slack.
 	MemoryHeadroom = 128 << 20
+	// RLQSMemoryPerBucket is the heap, in bytes, a bucket of the quota
+	// service may take, with its fleet, its keys and its share of the
+	// streams' bookkeeping: above the 1,496 bytes rlqs's
+	// BenchmarkBucketMemory measures for bucket ids of 20 bytes, below
+	// the 2,221 of ids of 276 bytes. Counted only with an rlqs section.
+	RLQSMemoryPerBucket = 2 << 10
 )
 
 // MemoryLimit is the Go memory limit, in bytes, that sluice serve sets
 // when the environment sets no GOMEMLIMIT: MaxKeys keys of MemoryPerKey
 // (the in-memory store's bound; with another store, room for fail_local's
-// keys during an outage), the envoyproxy/ratelimit local cache, and
-// MemoryHeadroom: 372 MiB with the defaults. It saturates at
-// math.MaxInt64 (no limit) where the sum would overflow.
+// keys during an outage), the envoyproxy/ratelimit local cache, with an
+// rlqs section the quota service's bound on buckets
+// (server.limits.rlqs.max_buckets) of RLQSMemoryPerBucket, and
+// MemoryHeadroom: 372 MiB with the defaults and no rlqs section, 411 MiB
+// with one. It saturates at math.MaxInt64 (no limit) where the sum would
+// overflow.
 func (c *Config) MemoryLimit() int64 {
 	keys := int64(math.MaxInt64)
 	if c.MaxKeys <= (math.MaxInt64-MemoryHeadroom)/MemoryPerKey {
 		keys = c.MaxKeys * MemoryPerKey
 	}
+	var buckets int64
+	if c.RLQS != nil {
+		buckets = int64(c.RLQSLimits.MaxBuckets) * RLQSMemoryPerBucket // at most 2^31 × 2 KiB: no overflow
+	}
 	total := keys
-	for _, n := range []int64{int64(c.RateLimit.LocalCacheSizeInBytes), MemoryHeadroom} {
+	for _, n := range []int64{int64(c.RateLimit.LocalCacheSizeInBytes), buckets, MemoryHeadroom} {
 		if total > math.MaxInt64-n {
 			return math.MaxInt64
 		}

@@ -201,9 +201,16 @@ func indent(s string) string {
 	return strings.Join(lines, "")
 }
 
+// quotaYAML is a limiter for rlqsMemoryYAML, an rlqs section, whose
+// buckets the memory limit counts.
+const quotaYAML = "  q: {policy: fixed_window, limit: 100, interval: 1 minute}\n"
+
+const rlqsMemoryYAML = "rlqs:\n  - domain: d\n    buckets:\n      - {bucket: {name: q}, limiter: q}\n"
+
 // TestMemoryLimit: the memory limit sluice serve sets is what
-// docs/deploy.md says, max_keys × 256 bytes + the local cache + 128 MiB,
-// and does not overflow.
+// docs/deploy.md says, max_keys × 256 bytes + the local cache + the quota
+// service's buckets × 2 KiB with an rlqs section + 128 MiB, and does not
+// overflow.
 func TestMemoryLimit(t *testing.T) {
 	for _, tt := range []struct {
 		yaml string
@@ -212,6 +219,8 @@ func TestMemoryLimit(t *testing.T) {
 		{limitersYAML, 1_000_000*256 + 128<<20}, // 372 MiB
 		{limitersYAML + "server:\n  limits: {max_keys: 10}\n", 10*256 + 128<<20},
 		{limitersYAML + "ratelimit: {local_cache_size_in_bytes: 1048576}\n", 1_000_000*256 + 1<<20 + 128<<20},
+		{limitersYAML + quotaYAML + rlqsMemoryYAML, 1_000_000*256 + 20_000*2048 + 128<<20}, // 411 MiB
+		{limitersYAML + quotaYAML + rlqsMemoryYAML + "server:\n  limits: {rlqs: {max_buckets: 10}}\n", 1_000_000*256 + 10*2048 + 128<<20},
 		{limitersYAML + "server:\n  limits: {max_keys: 9223372036854775807}\n", math.MaxInt64},
 		{limitersYAML + "server:\n  limits: {max_keys: 36028797018439679}\n", 36028797018439679*256 + 128<<20}, // the largest sum
 		{limitersYAML + "server:\n  limits: {max_keys: 36028797018439680}\n", math.MaxInt64},                   // one key past it

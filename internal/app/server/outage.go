@@ -56,11 +56,37 @@ func (s answeredDeleter) Delete(ctx context.Context, key string) error {
 	return err
 }
 
-// watchAnswers returns st as answered, a driver.Deleter when st is one.
+// answeredParts is answered over a store of partitions, which the
+// limiters' per-partition circuit breakers ask for, and
+// answeredPartsDeleter over one that can delete too.
+type (
+	answeredParts        struct{ answered }
+	answeredPartsDeleter struct{ answeredDeleter }
+)
+
+func (s answeredParts) Partition(key string) string {
+	return s.Store.(driver.Partitioner).Partition(key)
+}
+
+func (s answeredPartsDeleter) Partition(key string) string {
+	return s.Store.(driver.Partitioner).Partition(key)
+}
+
+// watchAnswers returns st as answered, a driver.Deleter and a
+// driver.Partitioner when st is. A store without partitions gets no
+// Partition method, which would cost each decision the key's copy with
+// its limiter's prefix (limiterStore.Partition) to learn "".
 func watchAnswers(st driver.Store, o *outage.Log) driver.Store {
 	a := answered{st, o}
-	if _, ok := st.(driver.Deleter); ok {
+	_, del := st.(driver.Deleter)
+	_, parts := st.(driver.Partitioner)
+	switch {
+	case del && parts:
+		return answeredPartsDeleter{answeredDeleter{a}}
+	case del:
 		return answeredDeleter{a}
+	case parts:
+		return answeredParts{a}
 	}
 	return a
 }

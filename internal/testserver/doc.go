@@ -27,6 +27,9 @@
 // TLS only, with client certificates, made by [NewCerts] with a CA of the
 // test's own; a password for the default user; ACL users.
 //
+// [NewOTLP] is not a child process: an OpenTelemetry receiver of traces
+// over OTLP/gRPC, in the test's process, that keeps the spans it gets.
+//
 // A test that wants a go-redis client of the shared Redis gets it from
 // the subpackage testredis.
 //

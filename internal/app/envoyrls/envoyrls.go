@@ -26,6 +26,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -37,6 +38,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/app/outage"
+	"github.com/sluicehq/sluice/internal/app/tracing"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policyspec"
 	"github.com/sluicehq/sluice/memstore"
@@ -92,6 +94,7 @@ type options struct {
 	now          func() time.Time
 	metrics      *metrics
 	outage       *outage.Log
+	tracer       trace.Tracer
 }
 
 // Option configures a Service.
@@ -112,6 +115,13 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // default is a Log of the service's logger and clock. A sluice limiter's
 // failures are its observer's to report (sluice.WithObserver).
 func WithOutageLog(o *outage.Log) Option { return func(opts *options) { opts.outage = o } }
+
+// WithTracer starts a server span on t for each ShouldRateLimit, a
+// child of the span of the call's context (the caller's, which the
+// server reads from the call's metadata), with the request's domain and
+// its number of descriptors, never their values; the store calls under
+// it are its children. The default, nil, traces nothing.
+func WithTracer(t trace.Tracer) Option { return func(o *options) { o.tracer = t } }
 
 // WithStore keeps the windows of rate_limit descriptors in s. The default
 // is a store in this process's memory.
@@ -281,6 +291,23 @@ type check struct {
 // another is over its limit. A store failure, or a sluice limiter's
 // error, fails the call after the descriptors before it were counted.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if s.opts.tracer == nil {
+		return s.shouldRateLimit(ctx, req)
+	}
+	ctx, span := s.opts.tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+		append(tracing.RPC(spanName), tracing.DomainKey.String(req.GetDomain()), tracing.DescriptorsKey.Int(len(req.GetDescriptors())))...))
+	resp, err := s.shouldRateLimit(ctx, req)
+	if err == nil {
+		span.SetAttributes(tracing.OverallCodeKey.String(resp.GetOverallCode().String()))
+	}
+	tracing.EndRPC(span, err)
+	return resp, err
+}
+
+// spanName is the name of ShouldRateLimit's spans, its gRPC method.
+var spanName = strings.TrimPrefix(rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, "/")
+
+func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	switch {
 	case req.GetDomain() == "":
 		// envoyproxy/ratelimit answers these with a plain error, which

@@ -34,6 +34,7 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -44,6 +45,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/app/tracing"
 )
 
 // Limits bound what Envoys can make the service hold and do. A client is
@@ -92,6 +94,7 @@ type options struct {
 	limits   Limits
 	fleets   driver.Store
 	timeout  time.Duration
+	tracer   trace.Tracer
 }
 
 // Option configures a Service.
@@ -138,6 +141,16 @@ func WithFleetStore(st driver.Store) Option { return func(o *options) { o.fleets
 // WithStoreTimeout bounds each call to the fleet store; the default is
 // sluice.DefaultStoreTimeout.
 func WithStoreTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithTracer starts a span on t for each report a stream sends, with its
+// domain and its number of bucket usages, never the buckets' ids; the
+// store calls that answer it are its children. A report's span starts a
+// trace of its own, linked to the span of the stream's context (the
+// caller's, which the server reads from the stream's metadata): a stream
+// lasts as long as its Envoy, and a trace of each of its reports under
+// the span that opened it would grow for as long. The default, nil,
+// traces nothing.
+func WithTracer(t trace.Tracer) Option { return func(o *options) { o.tracer = t } }
 
 // WithLimits replaces DefaultLimits; a field that is 0 keeps its default.
 func WithLimits(l Limits) Option {
@@ -381,7 +394,7 @@ func (s *Service) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuota
 				return r.err
 			}
 			var err error
-			if resp, err = s.answer(ctx, st, r.in, first); err != nil {
+			if resp, err = s.tracedAnswer(ctx, st, r.in, first); err != nil {
 				if status.Code(err) == codes.InvalidArgument {
 					s.opts.metrics.refuse("invalid")
 				}
@@ -685,6 +698,27 @@ func (s *Service) check(st *stream, in *rlqsv3.RateLimitQuotaUsageReports, first
 	}
 	return domain, us, nil
 }
+
+// tracedAnswer is answer, in a span of its own when tracing is on.
+func (s *Service) tracedAnswer(ctx context.Context, st *stream, in *rlqsv3.RateLimitQuotaUsageReports, first bool) (*rlqsv3.RateLimitQuotaResponse, error) {
+	if s.opts.tracer == nil {
+		return s.answer(ctx, st, in, first)
+	}
+	ctx, span := s.opts.tracer.Start(ctx, reportSpan, trace.WithNewRoot(), trace.WithLinks(trace.LinkFromContext(ctx)),
+		trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+			append(tracing.RPC(reportMethod), tracing.BucketsKey.Int(len(in.GetBucketQuotaUsages())))...))
+	resp, err := s.answer(ctx, st, in, first)
+	span.SetAttributes(tracing.DomainKey.String(st.domainName()))
+	tracing.EndRPC(span, err)
+	return resp, err
+}
+
+// reportMethod is the quota service's gRPC method, and reportSpan the
+// name of the span of one of its reports.
+var (
+	reportMethod = strings.TrimPrefix(rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName, "/")
+	reportSpan   = reportMethod + " report"
+)
 
 // answer folds one report into the fleets and returns the assignments of
 // its buckets, in its order.

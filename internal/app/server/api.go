@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
@@ -24,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/internal/app/server/page"
 	"github.com/sluicehq/sluice/internal/app/simulate"
 	"github.com/sluicehq/sluice/internal/app/storeurl"
+	"github.com/sluicehq/sluice/internal/app/tracing"
 	"github.com/sluicehq/sluice/internal/metricnames"
 	"github.com/sluicehq/sluice/internal/sleep"
 )
@@ -103,9 +105,9 @@ func writeError(w http.ResponseWriter, e *apiError) {
 // routes builds the server's handler.
 func (s *Server) routes() http.Handler {
 	api := http.NewServeMux()
-	api.Handle("/api/v1/consume", post(s.consume))
-	api.Handle("/api/v1/inspect", post(s.inspect))
-	api.Handle("/api/v1/reset", post(s.reset))
+	api.Handle("/api/v1/consume", s.decision("/api/v1/consume", s.consume))
+	api.Handle("/api/v1/inspect", s.decision("/api/v1/inspect", s.inspect))
+	api.Handle("/api/v1/reset", s.decision("/api/v1/reset", s.reset))
 	api.Handle("/api/v1/limiters", get(s.listLimiters))
 	api.Handle("/api/v1/stats", get(s.stats))
 	api.Handle("/api/v1/simulate", get(s.simulate))
@@ -199,6 +201,22 @@ func method(m string, h handler) http.Handler {
 
 func post(h handler) http.Handler { return method(http.MethodPost, h) }
 func get(h handler) http.Handler  { return method(http.MethodGet, h) }
+
+// decision is post(h), with a span for each request when tracing is on.
+func (s *Server) decision(route string, h handler) http.Handler {
+	if s.tracer == nil {
+		return post(h)
+	}
+	return tracing.Handler(s.tracer, route, post(h))
+}
+
+// traceLimiter names the limiter of r's decision on r's span when
+// tracing is on.
+func (s *Server) traceLimiter(r *http.Request, name string) {
+	if s.tracer != nil {
+		trace.SpanFromContext(r.Context()).SetAttributes(tracing.LimiterKey.String(name))
+	}
+}
 
 // auth lets a request through h when covered says its config leaves the
 // endpoint open, or when the request satisfies the API's auth: one of the
@@ -564,6 +582,9 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	err = aboveLimit(l, n, res, err)
 	s.record(snap, l.name, q.Key, n, res.Allowed, err)
+	if s.tracer != nil {
+		trace.SpanFromContext(r.Context()).SetAttributes(tracing.LimiterKey.String(l.name), tracing.AllowedKey.Bool(res.Allowed))
+	}
 	if err != nil {
 		return s.limiterError(r, err)
 	}
@@ -667,6 +688,7 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) *apiError {
 	if e != nil {
 		return e
 	}
+	s.traceLimiter(r, l.name)
 	n, e := tokens(q.Tokens)
 	if e != nil {
 		return e
@@ -738,6 +760,7 @@ func (s *Server) reset(w http.ResponseWriter, r *http.Request) *apiError {
 	if e != nil {
 		return e
 	}
+	s.traceLimiter(r, l.name)
 	if err := l.l.Reset(r.Context(), q.Key); err != nil {
 		return s.limiterError(r, err)
 	}

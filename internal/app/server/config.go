@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
 	"github.com/sluicehq/sluice/internal/app/rlqs"
 	"github.com/sluicehq/sluice/internal/app/storeurl"
+	"github.com/sluicehq/sluice/internal/app/tracing"
 	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
@@ -100,6 +102,9 @@ type Config struct {
 	// envoy section (fallbackKeys).
 	MaxKeys  int64
 	Simulate Simulate
+	// Tracing is the server.tracing section, where OpenTelemetry traces
+	// go; nil, without one, traces nothing.
+	Tracing *tracing.Config
 
 	// where the shares of max_connections were set, or nil: unset, they
 	// follow a max_connections set below their defaults.
@@ -522,11 +527,52 @@ func (c *Config) serverFields() fields {
 		"health": func(path string, n *yaml.Node) error {
 			return decodeMapping(path, n, fields{
 				"window":       positiveDuration(&c.HealthWindow),
-				"threshold":    fraction(&c.HealthThreshold),
+				"threshold":    fraction(&c.HealthThreshold, false),
 				"min_requests": positiveInt(&c.HealthMinRequests),
 			})
 		},
+		"tracing": func(path string, n *yaml.Node) (err error) {
+			c.Tracing, err = decodeTracing(path, n, os.LookupEnv)
+			return err
+		},
 	}
+}
+
+// decodeTracing decodes the server.tracing section at path. Without an
+// endpoint, one of the exporter's environment variables must name it
+// (tracing.EndpointVariables), as lookup finds them.
+func decodeTracing(path string, n *yaml.Node, lookup func(string) (string, bool)) (*tracing.Config, error) {
+	t := &tracing.Config{SampleRatio: tracing.DefaultSampleRatio, ServiceName: tracing.DefaultServiceName}
+	var endpoint *yaml.Node
+	err := decodeMapping(path, n, fields{
+		"endpoint": func(path string, n *yaml.Node) error {
+			endpoint = n
+			return str(&t.Endpoint)(path, n)
+		},
+		"insecure":     boolean(&t.Insecure),
+		"ca_file":      str(&t.CAFile),
+		"sample_ratio": fraction(&t.SampleRatio, true),
+		"service_name": str(&t.ServiceName),
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case endpoint != nil:
+		// The exporter would take "http://host:4317" as a host named
+		// "http" and fail at each export.
+		if _, port, err := net.SplitHostPort(t.Endpoint); err != nil || port == "" {
+			return nil, yamlnode.Errorf(path+".endpoint", endpoint, "must be the receiver's host:port, as in 127.0.0.1:4317, got %q", t.Endpoint)
+		}
+	case !slices.ContainsFunc(tracing.EndpointVariables, func(v string) bool { s, ok := lookup(v); return ok && s != "" }):
+		return nil, yamlnode.Errorf(path, n, "needs an endpoint: the receiver's host:port, or the environment variable %s", tracing.EndpointVariables[1])
+	}
+	if t.Insecure && t.CAFile != "" {
+		return nil, yamlnode.Errorf(path, n, "insecure and ca_file exclude each other: ca_file verifies the receiver over TLS")
+	}
+	if t.ServiceName == "" {
+		return nil, yamlnode.Errorf(path+".service_name", n, "must not be empty")
+	}
+	return t, nil
 }
 
 // connectionShares checks the shares of max_connections of the limits
@@ -716,16 +762,21 @@ func positiveCount(dst *int) func(string, *yaml.Node) error {
 	}
 }
 
-func fraction(dst *float64) func(string, *yaml.Node) error {
+// fraction decodes a number in (0, 1], or [0, 1] when zero is allowed.
+func fraction(dst *float64, zero bool) func(string, *yaml.Node) error {
+	what := "a number above 0 and at most 1"
+	if zero {
+		what = "a number from 0 to 1"
+	}
 	return func(path string, n *yaml.Node) error {
 		var d yamlnode.Decoder
-		n, err := d.Scalar(path, n, "a number above 0 and at most 1")
+		n, err := d.Scalar(path, n, what)
 		if err != nil {
 			return err
 		}
 		v, err := strconv.ParseFloat(n.Value, 64)
-		if tag := n.ShortTag(); (tag != "!!float" && tag != "!!int") || err != nil || math.IsNaN(v) || v <= 0 || v > 1 {
-			return yamlnode.Errorf(path, n, "must be a number above 0 and at most 1, got %s", n.Value)
+		if tag := n.ShortTag(); (tag != "!!float" && tag != "!!int") || err != nil || math.IsNaN(v) || v < 0 || v == 0 && !zero || v > 1 {
+			return yamlnode.Errorf(path, n, "must be %s, got %s", what, n.Value)
 		}
 		*dst = v
 		return nil

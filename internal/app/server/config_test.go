@@ -9,10 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
 	"github.com/sluicehq/sluice/internal/app/rlqs"
+	"github.com/sluicehq/sluice/internal/app/tracing"
+	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
 const limitersYAML = "limiters:\n  api: {policy: fixed_window, limit: 3, interval: 1s}\n"
@@ -114,7 +118,7 @@ func TestLoadConfigErrors(t *testing.T) {
 			`config: store (line 1): store redis//127.0.0.1:6379/9: no scheme; want a URL starting with dynamodb://, mem://, mysql://, postgres://, postgresql://, redis://, redis+cluster://, redis+sentinel://, rediss://`},
 		{"store empty", "store: ''\n" + limitersYAML, `config: store (line 1): store : no scheme`},
 		{"store unknown scheme", "store: memory://\n" + limitersYAML, `config: store (line 1): store memory://: unknown scheme "memory"`},
-		{"unknown server key", "server:\n  htp: x\n" + limitersYAML, `config: server.htp (line 2): unknown key "htp"; valid keys: allowed_origins, auth, drain_timeout, grpc, health, http, inheritance, limits, simulate, start_without_store, store_failure, store_timeout, tls`},
+		{"unknown server key", "server:\n  htp: x\n" + limitersYAML, `config: server.htp (line 2): unknown key "htp"; valid keys: allowed_origins, auth, drain_timeout, grpc, health, http, inheritance, limits, simulate, start_without_store, store_failure, store_timeout, tls, tracing`},
 		{"empty token", "server:\n  auth: {tokens: [a, \"\"]}\n" + limitersYAML, `config: server.auth.tokens[1] (line 2): a token must not be empty nor hold whitespace`},
 		{"token with a space", "server:\n  auth: {tokens: [\"a b\"]}\n" + limitersYAML, `config: server.auth.tokens[0] (line 2): a token must not be empty nor hold whitespace`},
 		{"client CA without TLS", "server:\n  tls: {client_ca: ca.pem}\n" + limitersYAML, `config: server.tls: client_ca needs cert and key`},
@@ -141,6 +145,22 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"min requests", "server:\n  health: {min_requests: -1}\n" + limitersYAML, `config: server.health.min_requests (line 2): must be positive, got -1`},
 		{"tokens not a list", "server:\n  auth: {tokens: abc}\n" + limitersYAML, `config: server.auth.tokens (line 2): must be a list, got string "abc"`},
 		{"cert without key", "server:\n  tls: {cert: c.pem}\n" + limitersYAML, `config: server.tls: cert and key go together, got only one`},
+		{"tracing sample ratio above 1", "server:\n  tracing: {endpoint: 127.0.0.1:4317, sample_ratio: 1.5}\n" + limitersYAML,
+			`config: server.tracing.sample_ratio (line 2): must be a number from 0 to 1, got 1.5`},
+		{"tracing sample ratio below 0", "server:\n  tracing:\n    endpoint: 127.0.0.1:4317\n    sample_ratio: -0.1\n" + limitersYAML,
+			`config: server.tracing.sample_ratio (line 4): must be a number from 0 to 1, got -0.1`},
+		{"tracing sample ratio not a number", "server:\n  tracing: {endpoint: 127.0.0.1:4317, sample_ratio: all}\n" + limitersYAML,
+			`config: server.tracing.sample_ratio (line 2): must be a number from 0 to 1, got all`},
+		{"tracing endpoint as a URL", "server:\n  tracing: {endpoint: \"http://collector:4317\"}\n" + limitersYAML,
+			`config: server.tracing.endpoint (line 2): must be the receiver's host:port, as in 127.0.0.1:4317, got "http://collector:4317"`},
+		{"tracing endpoint without a port", "server:\n  tracing: {endpoint: collector}\n" + limitersYAML,
+			`config: server.tracing.endpoint (line 2): must be the receiver's host:port`},
+		{"tracing insecure and a CA", "server:\n  tracing: {endpoint: \"collector:4317\", insecure: true, ca_file: ca.pem}\n" + limitersYAML,
+			`config: server.tracing (line 2): insecure and ca_file exclude each other`},
+		{"tracing empty service name", "server:\n  tracing: {endpoint: \"collector:4317\", service_name: ''}\n" + limitersYAML,
+			`config: server.tracing.service_name (line 2): must not be empty`},
+		{"tracing unknown key", "server:\n  tracing: {endpoint: \"collector:4317\", sampler: always_on}\n" + limitersYAML,
+			`config: server.tracing.sampler (line 2): unknown key "sampler"; valid keys: ca_file, endpoint, insecure, sample_ratio, service_name`},
 		{"bad limiter", "limiters:\n  api: {policy: fixed_window, limit: 0, interval: 1s}\n", `config: limiters.api.limit (line 2): must be positive, got 0`},
 		{"envoy unknown limiter", limitersYAML + "envoy:\n  - domain: edge\n    descriptors: [{key: k, limiter: nope}]\n", `(line 5)`},
 	}
@@ -165,7 +185,7 @@ func TestDeployDocCoversKeys(t *testing.T) {
 	}
 	validKeys := regexp.MustCompile(`valid keys: (.*)$`)
 	for _, section := range []string{"", "server", "server.auth", "server.tls", "server.health", "ratelimit", "server.limits",
-		"server.limits.http", "server.limits.grpc", "server.limits.rlqs", "server.simulate"} {
+		"server.limits.http", "server.limits.grpc", "server.limits.rlqs", "server.simulate", "server.tracing"} {
 		yaml := "bogus_key: 1\n"
 		parts := strings.Split(section, ".")
 		for i := len(parts) - 1; i >= 0 && parts[i] != ""; i-- {
@@ -187,6 +207,51 @@ func TestDeployDocCoversKeys(t *testing.T) {
 				t.Errorf("docs/deploy.md does not describe `%s`", k)
 			}
 		}
+	}
+}
+
+// TestLoadConfigTracing: server.tracing turns tracing on, with its
+// defaults (all traces, service sluice) for the keys it leaves out; its
+// endpoint may come from the exporter's environment variable instead,
+// and a section with neither is refused.
+func TestLoadConfigTracing(t *testing.T) {
+	if c, err := LoadConfig([]byte(limitersYAML)); err != nil || c.Tracing != nil {
+		t.Errorf("LoadConfig without server.tracing = %+v, %v, want tracing off (nil)", c.Tracing, err)
+	}
+	node := func(src string) *yaml.Node {
+		var doc yaml.Node
+		if err := yaml.Unmarshal([]byte(src), &doc); err != nil {
+			t.Fatal(err)
+		}
+		return doc.Content[0]
+	}
+	noEnv := func(string) (string, bool) { return "", false }
+	env := func(name string) (string, bool) {
+		return "http://collector:4317", name == "OTEL_EXPORTER_OTLP_ENDPOINT"
+	}
+	for _, tt := range []struct {
+		name, yaml string
+		env        func(string) (string, bool)
+		want       tracing.Config
+	}{
+		{"defaults", "{endpoint: 127.0.0.1:4317}", noEnv, tracing.Config{Endpoint: "127.0.0.1:4317", SampleRatio: 1, ServiceName: "sluice"}},
+		{"every key", "{endpoint: \"collector.example:4317\", ca_file: /etc/ca.pem, sample_ratio: 0.25, service_name: edge-limits}", noEnv,
+			tracing.Config{Endpoint: "collector.example:4317", CAFile: "/etc/ca.pem", SampleRatio: 0.25, ServiceName: "edge-limits"}},
+		{"insecure, none sampled but the callers'", "{endpoint: \"[::1]:4317\", insecure: true, sample_ratio: 0}", noEnv,
+			tracing.Config{Endpoint: "[::1]:4317", Insecure: true, SampleRatio: 0, ServiceName: "sluice"}},
+		{"endpoint from the environment", "{}", env, tracing.Config{SampleRatio: 1, ServiceName: "sluice"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := decodeTracing("server.tracing", node(tt.yaml), tt.env)
+			if err != nil || *got != tt.want {
+				t.Errorf("decodeTracing(%s) = %+v, %v, want %+v", tt.yaml, got, err, tt.want)
+			}
+		})
+	}
+	_, err := decodeTracing("server.tracing", node("{sample_ratio: 0.5}"), noEnv)
+	var ye *yamlnode.Error
+	if !errors.As(err, &ye) || !strings.Contains(err.Error(), "server.tracing (line 1): needs an endpoint: the receiver's host:port, or the environment variable OTEL_EXPORTER_OTLP_ENDPOINT") {
+		t.Errorf("decodeTracing without an endpoint or OTEL_EXPORTER_OTLP_ENDPOINT = %v, want a *yamlnode.Error asking for one", err)
 	}
 }
 

@@ -2,12 +2,15 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/internal/testserver"
 )
 
 // decisionYAML is a limit that never runs out in a benchmark, decided on
@@ -24,10 +27,15 @@ envoy:
 // BenchmarkDecision: one decision through the server, a consume of the
 // HTTP API (through its handler, without a connection) and a
 // ShouldRateLimit over a gRPC connection on loopback, for the cost that
-// the server adds to the limiter's.
+// the server adds to the limiter's: without tracing, with every call
+// traced to a receiver in the process, and with tracing on but no call
+// sampled (sample_ratio 0, callers that send no trace context).
 func BenchmarkDecision(b *testing.B) {
+	otlp := testserver.NewOTLP(b)
 	for _, tracing := range []struct{ name, yaml string }{
 		{"tracing=off", ""},
+		{"tracing=on", tracingYAML(otlp.Addr)},
+		{"tracing=unsampled", fmt.Sprintf("server:\n  tracing: {endpoint: %q, insecure: true, sample_ratio: 0}\n", otlp.Addr)},
 	} {
 		b.Run("http/"+tracing.name, func(b *testing.B) {
 			s, _ := serveB(b, decisionYAML+tracing.yaml)

@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -43,6 +44,7 @@ import (
 	"github.com/sluicehq/sluice/internal/app/outage"
 	"github.com/sluicehq/sluice/internal/app/rlqs"
 	"github.com/sluicehq/sluice/internal/app/storeurl"
+	"github.com/sluicehq/sluice/internal/app/tracing"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -63,9 +65,14 @@ type Server struct {
 	// rlqsKeys holds the keys of the quota service's buckets on mem://;
 	// nil on other stores.
 	rlqsKeys *memstore.Store
-	handler  http.Handler
-	extra    []route     // from WithHandler
-	tls      *tls.Config // nil without TLS
+	// tracing exports the spans of tracer, both nil when server.tracing
+	// is off: then nothing traces, and no wrapper of the store or
+	// interceptor is there to cost a decision anything.
+	tracing *tracing.Provider
+	tracer  trace.Tracer
+	handler http.Handler
+	extra   []route     // from WithHandler
+	tls     *tls.Config // nil without TLS
 
 	// admission bounds the HTTP requests in progress other than health
 	// checks, and simSlots the simulations of GET /api/v1/simulate.
@@ -238,6 +245,18 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.store = st
+	if cfg.Tracing != nil {
+		if s.tracing, err = tracing.New(ctx, *cfg.Tracing, s.log); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		s.tracer = s.tracing.Tracer()
+		endpoint := cfg.Tracing.Endpoint
+		if endpoint == "" {
+			endpoint = "from OTEL_EXPORTER_OTLP_* variables"
+		}
+		s.log.Info("exporting traces", "endpoint", endpoint, "sample_ratio", cfg.Tracing.SampleRatio)
+	}
 	if st.SweepInterval > 0 {
 		s.log.Info("deleting the store's expired rows in the background", "sweep_interval", st.SweepInterval)
 	}
@@ -255,7 +274,7 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 	}
 	if err := s.checkStore(ctx); err != nil {
 		if !errors.Is(err, storeurl.ErrUnreachable) || !cfg.StartWithoutStore {
-			st.Close()
+			s.Close()
 			return nil, fmt.Errorf("server: %w", err)
 		}
 		s.log.Error("the store is unreachable at start: serving without it, /readyz answers 503 and each limiter does what "+
@@ -264,7 +283,7 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 	}
 	snap, err := s.build(cfg, nil)
 	if err != nil {
-		st.Close()
+		s.Close()
 		return nil, err
 	}
 	if s.path != "" {
@@ -279,18 +298,18 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 	s.envoy = envoyrls.New(snap.envoy, snap.lookup,
 		envoyrls.WithLogger(s.log), envoyrls.WithObserver(s.observe),
 		// "/" is not allowed in limiter names: the prefix is no limiter's.
-		envoyrls.WithStore(newLimiterStore(s.base, "envoy/ratelimit", s.metrics)), envoyrls.WithOutageLog(s.outage),
+		envoyrls.WithStore(s.storeFor(s.base, "envoy/ratelimit")), envoyrls.WithOutageLog(s.outage), envoyrls.WithTracer(s.tracer),
 		envoyrls.WithStoreTimeout(cfg.StoreTimeout), envoyrls.WithStoreFailure(cfg.StoreFailure),
 		envoyrls.WithLocalMaxKeys(cfg.fallbackKeys(len(cfg.Limiters.Order))),
 		envoyrls.WithClock(s.now), envoyrls.WithRegistry(s.metrics.reg))
 	rlqsOpts := []rlqs.Option{rlqs.WithLogger(s.log), rlqs.WithClock(s.now), rlqs.WithRegistry(s.metrics.reg),
 		rlqs.WithObserver(func(c rlqs.Charge) { s.record(s.cur.Load(), c.Limiter, c.Key, c.Tokens, c.Allowed, c.Err) }),
-		rlqs.WithStoreTimeout(cfg.StoreTimeout), rlqs.WithLimits(cfg.RLQSLimits)}
+		rlqs.WithStoreTimeout(cfg.StoreTimeout), rlqs.WithLimits(cfg.RLQSLimits), rlqs.WithTracer(s.tracer)}
 	if s.rlqsKeys == nil {
 		// Fleets on the limiters' store: sluice processes on one store
 		// share them. "/" is in no limiter's name. On mem:// they stay in
 		// the service's memory, as long as their buckets.
-		rlqsOpts = append(rlqsOpts, rlqs.WithFleetStore(newLimiterStore(s.base, "rlqs/fleet", s.metrics)))
+		rlqsOpts = append(rlqsOpts, rlqs.WithFleetStore(s.storeFor(s.base, "rlqs/fleet")))
 	}
 	s.rlqs = rlqs.New(cfg.RLQS, snap.lookup, rlqsOpts...)
 	s.handler = s.routes()
@@ -365,11 +384,22 @@ const rlqsKeysPerBucket = 2
 
 // limiterStore returns the store of the limiter called name.
 func (s *Server) limiterStore(name string) driver.Store {
-	st := newLimiterStore(s.base, name, s.metrics)
+	st := s.storeFor(s.base, name)
 	if s.rlqsKeys != nil {
-		st = rlqs.SplitStore(st, newLimiterStore(s.rlqsKeys, name, s.metrics))
+		st = rlqs.SplitStore(st, s.storeFor(s.rlqsKeys, name))
 	}
 	return st
+}
+
+// storeFor returns the view of st of the limiter, or the service,
+// called name: newLimiterStore's, with a span for each call when tracing
+// is on.
+func (s *Server) storeFor(st driver.Store, name string) driver.Store {
+	ls := newLimiterStore(st, name, s.metrics)
+	if s.tracer != nil {
+		ls = tracing.Store(s.tracer, ls, name, s.store.Scheme)
+	}
+	return ls
 }
 
 func (snap *snapshot) lookup(name string) (*sluice.Limiter, bool) {
@@ -567,6 +597,9 @@ func (s *Server) reloadLocked(cfg *Config, stamp fileStamp, hash [32]byte) error
 	if cfg.HTTPLimits != old.cfg.HTTPLimits || cfg.GRPCLimits != old.cfg.GRPCLimits || cfg.RLQSLimits != old.cfg.RLQSLimits || cfg.MaxKeys != old.cfg.MaxKeys ||
 		cfg.Simulate.MaxConcurrent != old.cfg.Simulate.MaxConcurrent {
 		s.log.Warn("reload: server.limits and server.simulate.max_concurrent change at the next restart")
+	}
+	if (cfg.Tracing == nil) != (old.cfg.Tracing == nil) || cfg.Tracing != nil && *cfg.Tracing != *old.cfg.Tracing {
+		s.log.Warn("reload: server.tracing changes at the next restart")
 	}
 	s.cur.Store(snap)
 	s.metrics.declare(snap)
@@ -833,6 +866,10 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 				return h(srv, ss)
 			}),
 		}
+		if s.tracer != nil {
+			// After the auth: a call refused for its token is not traced.
+			opts = append(opts, grpc.ChainUnaryInterceptor(tracing.UnaryInterceptor), grpc.ChainStreamInterceptor(tracing.StreamInterceptor))
+		}
 		creds := insecure.NewCredentials()
 		if s.tls != nil {
 			creds = credentials.NewTLS(s.tls)
@@ -944,16 +981,30 @@ func (s *Server) shutdown(hs *http.Server, gs *grpc.Server, cancelRequests conte
 	return errors.Join(httpErr, grpcErr, s.Close())
 }
 
-// Close closes the store. Serve calls it when it returns; calling it
-// again does nothing.
+// Close closes the store and, with tracing, exports the spans still
+// waiting, for at most traceFlush. Serve calls it when it returns;
+// calling it again does nothing.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		if err := s.store.Close(); err != nil {
 			s.closeErr = fmt.Errorf("server: closing the store: %w", err)
 		}
+		if s.tracing != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), traceFlush)
+			defer cancel()
+			if err := s.tracing.Shutdown(ctx); err != nil {
+				// Spans lost with a receiver away are no failure of
+				// the server's: it stops as well without them.
+				s.log.Warn("the last spans were not exported", "err", err)
+			}
+		}
 	})
 	return s.closeErr
 }
+
+// traceFlush bounds the export of the spans still waiting at Close: a
+// receiver that does not answer must not hold a shutdown for long.
+const traceFlush = 5 * time.Second
 
 // redact is a store URL without its passwords.
 func redact(raw string) string { return storeurl.Redact(raw) }

@@ -2,6 +2,8 @@ package server
 
 import (
 	"fmt"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicehq/sluice/internal/app/rlqs/envoysim"
+	"github.com/sluicehq/sluice/internal/app/tracing"
 	"github.com/sluicehq/sluice/internal/testserver"
 )
 
@@ -213,5 +216,25 @@ func TestTracingReceiverAway(t *testing.T) {
 	s, _ := serve(t, fixedYAML+tracingYAML(testserver.ClosedAddr(t)), false) // its cleanup wants Serve to return nil
 	if code, out := call(t, s.Server, "POST", "/api/v1/consume", `{"limiter": "three", "key": "k"}`); code != 200 || out["allowed"] != true {
 		t.Errorf("consume with the receiver away = %d %v, want 200 allowed", code, out)
+	}
+}
+
+// TestTracingDocLoads: docs/deploy.md's tracing example is a config
+// that turns tracing on as its comments say.
+func TestTracingDocLoads(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)\n## Tracing\n.*?```yaml\n(.*?)```").FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("docs/deploy.md has no yaml block under ## Tracing")
+	}
+	c, err := LoadConfig(m[1])
+	if err != nil {
+		t.Fatalf("LoadConfig(the Tracing section's example) = %v", err)
+	}
+	if want := (tracing.Config{Endpoint: "127.0.0.1:4317", Insecure: true, SampleRatio: 0.1, ServiceName: "sluice"}); c.Tracing == nil || *c.Tracing != want {
+		t.Errorf("the example's tracing = %+v, want %+v", c.Tracing, want)
 	}
 }

@@ -20,6 +20,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
+	"unicode"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -219,15 +221,30 @@ func RPC(method string) []attribute.KeyValue {
 	return []attribute.KeyValue{attribute.String("rpc.system.name", "grpc"), attribute.String("rpc.method", method)}
 }
 
-// EndRPC records err's gRPC status on span and ends it. The status's
+// EndRPC records err's gRPC status code on span, as the semantic
+// conventions spell it (INVALID_ARGUMENT), and ends it. The status's
 // message stays out: it may quote a request.
 func EndRPC(span trace.Span, err error) {
-	code := status.Code(err)
-	span.SetAttributes(attribute.String("rpc.response.status_code", code.String()))
-	if code != codes.OK {
-		span.SetStatus(otelcodes.Error, code.String())
+	code := codeName(status.Code(err))
+	span.SetAttributes(attribute.String("rpc.response.status_code", code))
+	if code != "OK" {
+		span.SetStatus(otelcodes.Error, code)
 	}
 	span.End()
+}
+
+// codeName is c's name in capitals, words apart with underscores:
+// gRPC's String() of InvalidArgument is "InvalidArgument".
+func codeName(c codes.Code) string {
+	var b strings.Builder
+	name := c.String()
+	for i, r := range name {
+		if unicode.IsUpper(r) && i > 0 && unicode.IsLower(rune(name[i-1])) {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToUpper(r))
+	}
+	return b.String()
 }
 
 // Handler returns h with a server span around each request, named

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicehq/sluice/driver"
@@ -126,6 +127,16 @@ func TestErrorKind(t *testing.T) {
 	} {
 		if got := errorKind(tt.err); got != tt.want {
 			t.Errorf("errorKind(%v) = %q, want %q", tt.err, got, tt.want)
+		}
+	}
+}
+
+// TestCodeName: gRPC codes as the semantic conventions spell them.
+func TestCodeName(t *testing.T) {
+	for c, want := range map[codes.Code]string{codes.OK: "OK", codes.InvalidArgument: "INVALID_ARGUMENT",
+		codes.DeadlineExceeded: "DEADLINE_EXCEEDED", codes.Unavailable: "UNAVAILABLE", codes.Code(99): "CODE(99)"} {
+		if got := codeName(c); got != want {
+			t.Errorf("codeName(%d) = %q, want %q", c, got, want)
 		}
 	}
 }

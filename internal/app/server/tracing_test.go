@@ -53,6 +53,32 @@ func childOf(spans []testserver.Span, name string, parent testserver.Span) (test
 	return spans[i], true
 }
 
+// awaitDecision waits for the server span called name with a store call
+// under it, and checks that the span continues the caller's trace (the
+// traceparent of the tests' requests) with attrs among its attributes.
+// It returns the store call's span and every span received.
+func awaitDecision(t *testing.T, otlp *testserver.OTLP, name string, attrs map[string]string) (store testserver.Span, spans []testserver.Span) {
+	t.Helper()
+	var server testserver.Span
+	spans = otlp.Await(t, name+" span with a store call under it", func(spans []testserver.Span) bool {
+		var ok bool
+		if server, ok = spanNamed(spans, name); !ok {
+			return false
+		}
+		store, ok = childOf(spans, "store update", server)
+		return ok
+	})
+	if server.TraceID != callerTrace || server.ParentSpanID != callerSpan || server.Kind != "SPAN_KIND_SERVER" {
+		t.Errorf("%s span %+v, want a server span of trace %s under span %s", name, server, callerTrace, callerSpan)
+	}
+	for k, want := range attrs {
+		if got := server.Attributes[k]; got != want {
+			t.Errorf("%s span's %s = %q, want %q", name, k, got, want)
+		}
+	}
+	return store, spans
+}
+
 // noValue fails t if a span's attribute holds value, a request's key or
 // descriptor value, which spans must not carry.
 func noValue(t *testing.T, spans []testserver.Span, value string) {
@@ -90,24 +116,8 @@ func TestTracingConsume(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("consume = %d %v, want 200", code, out)
 	}
-	var server, store testserver.Span
-	spans := otlp.Await(t, "consume span with a store call under it", func(spans []testserver.Span) bool {
-		var ok bool
-		if server, ok = spanNamed(spans, "POST /api/v1/consume"); !ok {
-			return false
-		}
-		store, ok = childOf(spans, "store update", server)
-		return ok
-	})
-	if server.TraceID != callerTrace || server.ParentSpanID != callerSpan || server.Kind != "SPAN_KIND_SERVER" {
-		t.Errorf("consume span %+v, want a server span of trace %s under span %s", server, callerTrace, callerSpan)
-	}
-	for k, want := range map[string]string{"sluice.limiter": "three", "sluice.allowed": "true", "http.response.status_code": "200",
-		"http.route": "/api/v1/consume", "http.request.method": "POST"} {
-		if got := server.Attributes[k]; got != want {
-			t.Errorf("consume span's %s = %q, want %q", k, got, want)
-		}
-	}
+	store, spans := awaitDecision(t, otlp, "POST /api/v1/consume", map[string]string{"sluice.limiter": "three", "sluice.allowed": "true",
+		"http.response.status_code": "200", "http.route": "/api/v1/consume", "http.request.method": "POST"})
 	if store.Kind != "SPAN_KIND_CLIENT" || store.Attributes["sluice.limiter"] != "three" || store.Attributes["sluice.store"] != "mem" || store.Service != "sluice" {
 		t.Errorf("store span %+v, want a client span of limiter three on mem, of service sluice", store)
 	}
@@ -183,24 +193,8 @@ func TestE2ETracing(t *testing.T) {
 	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("ShouldRateLimit = %v, %v, want OK", resp, err)
 	}
-	var server, store testserver.Span
-	spans := otlp.Await(t, "ShouldRateLimit span with a store call under it", func(spans []testserver.Span) bool {
-		var ok bool
-		if server, ok = spanNamed(spans, "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"); !ok {
-			return false
-		}
-		store, ok = childOf(spans, "store update", server)
-		return ok
-	})
-	if server.TraceID != callerTrace || server.ParentSpanID != callerSpan || server.Kind != "SPAN_KIND_SERVER" {
-		t.Errorf("ShouldRateLimit span %+v, want a server span of trace %s under span %s", server, callerTrace, callerSpan)
-	}
-	for k, want := range map[string]string{"sluice.domain": "e2e", "sluice.descriptors": "1", "sluice.overall_code": "OK",
-		"rpc.system.name": "grpc", "rpc.response.status_code": "OK"} {
-		if got := server.Attributes[k]; got != want {
-			t.Errorf("ShouldRateLimit span's %s = %q, want %q", k, got, want)
-		}
-	}
+	store, spans := awaitDecision(t, otlp, "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", map[string]string{
+		"sluice.domain": "e2e", "sluice.descriptors": "1", "sluice.overall_code": "OK", "rpc.system.name": "grpc", "rpc.response.status_code": "OK"})
 	if store.Attributes["sluice.limiter"] != "three" || store.Attributes["sluice.store"] != "redis" || store.Error {
 		t.Errorf("store span %+v, want a call of limiter three to redis, without error", store)
 	}

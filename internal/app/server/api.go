@@ -587,9 +587,9 @@ func (s *Server) wait(ctx context.Context, l *limiter, key string, n int64, maxW
 		return res, nil
 	}
 	if d := r.Delay(); d > 0 {
-		s.metrics.waiting.Inc()
+		s.metrics.Waiting.Inc()
 		err := sleep.On(ctx, s.clock, d)
-		s.metrics.waiting.Dec()
+		s.metrics.Waiting.Dec()
 		if err != nil {
 			r.Cancel()
 			return Result{}, err
@@ -611,9 +611,9 @@ func (s *Server) record(snap *snapshot, name, key string, n int64, allowed bool,
 		outcome = metricnames.Error
 	case allowed:
 		outcome = metricnames.Allowed
-		s.metrics.tokens.WithLabelValues(name).Add(float64(n))
+		s.metrics.Tokens.WithLabelValues(name).Add(float64(n))
 	}
-	s.metrics.decisions.WithLabelValues(name, outcome).Inc()
+	s.metrics.Decisions.WithLabelValues(name, outcome).Inc()
 	now := s.now()
 	if l, ok := snap.limiters[name]; ok {
 		l.stats.record(now, snap.cfg.HealthWindow, n, outcome)
@@ -866,7 +866,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) *apiError {
 	} else {
 		err = s.store.Update(ctx, "sluice-readyz", func([]byte) ([]byte, time.Duration, bool) { return nil, 0, false })
 	}
-	s.metrics.storeOp("ping").observe(start, err)
+	s.metrics.StoreOp("ping").Observe(time.Since(start), err)
 	if err != nil {
 		return errorf(http.StatusServiceUnavailable, codeStoreUnavailable, "store: %v", err)
 	}

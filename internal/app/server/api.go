@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
 	"github.com/sluicehq/sluice/internal/app/server/page"
 	"github.com/sluicehq/sluice/internal/app/simulate"
@@ -509,21 +508,6 @@ func (s *Server) limiterError(r *http.Request, err error) *apiError {
 		return errorf(http.StatusServiceUnavailable, codeCancelled, "%v", err)
 	}
 	return errorf(http.StatusInternalServerError, codeInternal, "%v", err)
-}
-
-// storeFailure says what kind of store failure err is.
-func storeFailure(err error) string {
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return "no answer within the store timeout"
-	case errors.Is(err, driver.ErrIndeterminate):
-		return "the store's answer was lost"
-	case errors.Is(err, driver.ErrConflict):
-		return "contention on the key"
-	case errors.Is(err, driver.ErrUnavailable):
-		return "the store is unavailable"
-	}
-	return "an error of the store"
 }
 
 type consumeRequest struct {

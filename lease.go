@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/lease"
+	"github.com/sluicehq/sluice/internal/policy"
 )
 
 // Lease configures quota leasing (WithLease): each process takes tokens
@@ -47,10 +48,8 @@ type Lease struct {
 // It applies only to a limiter with WithStore (in memory a limiter is
 // already local). NewLimiter returns an *ArgumentError for values out of
 // bounds, and one that also matches errors.ErrUnsupported for a policy
-// whose state cannot be leased: only a token bucket (TokenBucket,
-// LeakyBucket, BucketPolicy), GCRA and a fixed window can, the policies
-// whose state a lease can debit by many tokens at once; a sliding window,
-// a sliding log, a shaper, a compound and NoLimit cannot.
+// whose state cannot be leased: only the policies whose state a lease can
+// debit by many tokens at once can, and their constructors say so.
 func WithLease(l Lease) Option {
 	return Option{name: "WithLease", scope: storeOnly, set: func(o *options) { o.lease = &l }}
 }
@@ -63,11 +62,11 @@ func (l *Lease) check(p Policy) error {
 	if err := l.config().Check(); err != nil {
 		return &ArgumentError{Op: "NewLimiter", Arg: "WithLease", Value: *l, Want: err.Error()}
 	}
-	if p.leasing() != noLease {
+	if p.leasing() != policy.NoLease {
 		return nil
 	}
 	return &ArgumentError{Op: "NewLimiter", Arg: "WithLease", Value: p.Kind(),
-		Want: "needs a token bucket, GCRA or fixed window policy", kind: errors.ErrUnsupported}
+		Want: "needs a policy whose state can be leased", kind: errors.ErrUnsupported}
 }
 
 func (l *Lease) config() lease.Config {

@@ -103,7 +103,7 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	exact := &engine.Stored{Store: setup.store, Codec: codec, Clock: l.clock}
 	var stored engine.Backend = exact
 	if o.lease != nil {
-		stored = engine.NewLeased(exact, o.lease.config(), p.leasing() == leasesToWindowEnd)
+		stored = engine.NewLeased(exact, o.lease.config(), p.leasing() == policy.LeasesToWindowEnd)
 	}
 	l.backend = &engine.Failover{Policy: setup.fail, Store: stored, Local: local, Limit: l.limit}
 	if bc, ok := codec.(*record.Bucket); ok && localBuckets != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/timing"
 )
 
 // circuitLog is an Observer that records the circuit's states.
@@ -72,21 +73,21 @@ func TestCircuitBreaker(t *testing.T) {
 		t.Errorf("Allow with the circuit open = %v, want ErrCircuitOpen matching ErrUnavailable", err)
 	}
 
+	// How soon an open circuit probes is the breaker's (internal/breaker,
+	// on a fake clock: a probe after MinOpen, never later than MaxOpen);
+	// here the probe must come, find the store back and close the circuit.
 	store.setFail(nil)
 	back, asked := time.Now(), store.calls()
-	for store.calls() == asked {
-		if time.Since(back) > 5*time.Second {
-			t.Fatal("the store was not asked again within 5s of coming back")
+	for deadline := back.Add(30 * time.Second); store.calls() == asked; {
+		if time.Now().After(deadline) {
+			t.Fatal("the store was not asked again within 30s of coming back")
 		}
 		if _, err := l.Allow(ctx, "k"); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Logf("recovery detected %v after the store came back", time.Since(back))
-	if d := time.Since(back); d > time.Second {
-		t.Errorf("recovery detected after %v, want within a second", d)
-	}
+	timing.AtMost(t, "recovery after the store came back", time.Since(back), time.Second)
 	want := []sluice.CircuitState{sluice.CircuitOpen, sluice.CircuitHalfOpen, sluice.CircuitClosed}
 	if got := log.get(); !slices.Equal(got, want) {
 		t.Errorf("circuit states %v, want %v", got, want)
@@ -147,12 +148,13 @@ func latencies(t *testing.T, l *sluice.Limiter, callers, keys int) []time.Durati
 
 func quantile(d []time.Duration, q float64) time.Duration { return d[int(q*float64(len(d)-1))] }
 
-// TestStoreTimeoutEndToEnd: while the store hangs, no call waits longer
-// than one store timeout, however many queue on one key (before, each
-// batch of 256 queued calls waited a timeout of its own: 3 timeouts for
-// 600 calls), and with the breaker the calls after it opens are answered
-// at once. The timeout is long enough that scheduling 600 goroutines on
-// a loaded machine stays well inside the margin.
+// TestStoreTimeoutEndToEnd: while the store hangs, calls end at the store
+// timeout however many queue on one key, and with the breaker
+// the calls after it opens are answered without asking the store. That no
+// queued call waits longer than one store timeout is the deadline each call
+// takes at its start (internal/keyed's TestQueuedDeadline pins it with
+// explicit times); the latencies here are logged, and bounded only where
+// package timing says tests may time things.
 func TestStoreTimeoutEndToEnd(t *testing.T) {
 	const timeout, callers = 400 * time.Millisecond, 600
 	for _, tt := range []struct {
@@ -173,12 +175,8 @@ func TestStoreTimeoutEndToEnd(t *testing.T) {
 				p50, p99, maxLat := quantile(lat, .5), quantile(lat, .99), lat[len(lat)-1]
 				t.Logf("%v: %d calls on %d keys of a hanging store, timeout %v: p50 %v, p99 %v, max %v, %d store calls",
 					failure, callers, tt.keys, timeout, p50.Round(time.Millisecond), p99.Round(time.Millisecond), maxLat.Round(time.Millisecond), store.n.Load())
-				if p99 > timeout*3/2 {
-					t.Errorf("%v: p99 %v, want at most 1.5 × the store timeout %v", failure, p99, timeout)
-				}
-				if maxLat > 3*timeout {
-					t.Errorf("%v: slowest call took %v, want about the store timeout %v", failure, maxLat, timeout)
-				}
+				timing.AtMost(t, fmt.Sprintf("%v: p99", failure), p99, timeout*3/2)
+				timing.AtMost(t, fmt.Sprintf("%v: slowest call", failure), maxLat, 3*timeout)
 				// With the breaker, the calls are answered at once once the
 				// circuit is open. It opens after defaultCircuitFailures
 				// failed store calls; on one key, the round's calls went to
@@ -190,10 +188,14 @@ func TestStoreTimeoutEndToEnd(t *testing.T) {
 					if len(log.get()) == 0 {
 						t.Fatalf("%v: the circuit did not open after %d rounds of failed calls", failure, defaultCircuitFailures+1)
 					}
+					asked := store.n.Load()
 					lat = latencies(t, l, callers, tt.keys)
-					t.Logf("%v, circuit open: p50 %v, p99 %v", failure, quantile(lat, .5), quantile(lat, .99))
-					if p99 := quantile(lat, .99); p99 > timeout/2 {
-						t.Errorf("%v: with the circuit open, p99 %v, want well under the timeout %v", failure, p99, timeout)
+					t.Logf("%v, circuit open: p50 %v", failure, quantile(lat, .5))
+					timing.AtMost(t, fmt.Sprintf("%v: with the circuit open, p99", failure), quantile(lat, .99), timeout/2)
+					// The circuit lets a probe through now and then, each
+					// held for a timeout by the hanging store.
+					if got := store.n.Load() - asked; got >= callers/10 {
+						t.Errorf("%v: with the circuit open, the store was asked %d times for %d calls, want only the circuit's probes", failure, got, callers)
 					}
 				}
 			}

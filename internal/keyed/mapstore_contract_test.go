@@ -27,23 +27,10 @@ func (c *fakeClock) Now() int64 { return c.now.Load() }
 type fakeClockHarness struct{ clock *fakeClock }
 
 func (h fakeClockHarness) MakeStore(context.Context, *testing.T) (driver.Store, error) {
-	return ctxDeleter{keyed.NewMapStore(h.clock, 0)}, nil
+	return keyed.NewMapStore(h.clock, 0), nil
 }
 
 func (h fakeClockHarness) Advance(d time.Duration) { h.clock.now.Add(int64(d)) }
-
-// ctxDeleter is a MapStore whose Delete returns ctx.Err(), deleting
-// nothing, once ctx has ended, as the driver contract requires: MapStore's
-// own Delete ignores ctx and deletes anyway, which fails the suite's
-// Context test. Drop it once MapStore.Delete checks ctx.
-type ctxDeleter struct{ *keyed.MapStore }
-
-func (s ctxDeleter) Delete(ctx context.Context, key string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return s.MapStore.Delete(ctx, key)
-}
 
 // TestMapStoreConformance: MapStore, the store of the in-memory keys kept
 // as records, keeps the contract of every driver.Store, on the real clock
@@ -56,12 +43,12 @@ func TestMapStoreConformance(t *testing.T) {
 		h    drivertest.Harness
 	}{
 		{"RealClock", drivertest.HarnessFunc(func(context.Context, *testing.T) (driver.Store, error) {
-			return ctxDeleter{keyed.NewMapStore(wallClock{}, 0)}, nil
+			return keyed.NewMapStore(wallClock{}, 0), nil
 		})},
 		{"FakeClock", fakeClockHarness{fake}},
 		// Bounded, in several shards, never full: the suite's keys stay.
 		{"MaxKeys", drivertest.HarnessFunc(func(context.Context, *testing.T) (driver.Store, error) {
-			return ctxDeleter{keyed.NewMapStore(wallClock{}, 8<<10)}, nil
+			return keyed.NewMapStore(wallClock{}, 8<<10), nil
 		})},
 	}
 	for _, tt := range tests {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/timing"
 )
 
 // circuitLog is an Observer that records the circuit's states.
@@ -57,12 +58,7 @@ func TestCircuitBreaker(t *testing.T) {
 			t.Fatalf("Allow failing open = %+v, %v", r, err)
 		}
 	}
-	if got := store.calls() - before; got != defaultCircuitFailures {
-		t.Errorf("the store was asked %d times, want %d: the circuit should open after that many failures", got, defaultCircuitFailures)
-	}
-	if got := log.get(); !slices.Equal(got, []sluice.CircuitState{sluice.CircuitOpen}) {
-		t.Errorf("circuit states %v, want [open]", got)
-	}
+	checkOpened(t, "the store", int64(store.calls()-before), log.get())
 	// Closed: the error says so, and matches ErrUnavailable.
 	closed, _ := sluice.NewLimiter(sluice.FixedWindow(100, time.Hour), sluice.WithStore(store))
 	for range defaultCircuitFailures {
@@ -72,24 +68,24 @@ func TestCircuitBreaker(t *testing.T) {
 		t.Errorf("Allow with the circuit open = %v, want ErrCircuitOpen matching ErrUnavailable", err)
 	}
 
+	// How soon an open circuit probes is the breaker's (internal/breaker,
+	// on a fake clock: a probe after MinOpen, never later than MaxOpen);
+	// here the probe must come, find the store back and close the circuit.
 	store.setFail(nil)
 	back, asked := time.Now(), store.calls()
-	for store.calls() == asked {
-		if time.Since(back) > 5*time.Second {
-			t.Fatal("the store was not asked again within 5s of coming back")
+	for deadline := back.Add(30 * time.Second); store.calls() == asked; {
+		if time.Now().After(deadline) {
+			t.Fatal("the store was not asked again within 30s of coming back")
 		}
 		if _, err := l.Allow(ctx, "k"); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Logf("recovery detected %v after the store came back", time.Since(back))
-	if d := time.Since(back); d > time.Second {
-		t.Errorf("recovery detected after %v, want within a second", d)
-	}
-	want := []sluice.CircuitState{sluice.CircuitOpen, sluice.CircuitHalfOpen, sluice.CircuitClosed}
-	if got := log.get(); !slices.Equal(got, want) {
-		t.Errorf("circuit states %v, want %v", got, want)
+	timing.AtMost(t, "recovery after the store came back", time.Since(back), time.Second)
+	// The probe that found the store back closed the circuit.
+	if got := log.get(); len(got) < 3 || !slices.Equal(got[len(got)-2:], []sluice.CircuitState{sluice.CircuitHalfOpen, sluice.CircuitClosed}) {
+		t.Errorf("circuit states %v, want them to end half-open, closed", got)
 	}
 	if r, err := l.Allow(ctx, "k"); err != nil || r.Remaining != 97 {
 		t.Errorf("Allow with the circuit closed = %+v, %v, want the store's window (97 left: the first call and the probe took one each)", r, err)
@@ -147,12 +143,13 @@ func latencies(t *testing.T, l *sluice.Limiter, callers, keys int) []time.Durati
 
 func quantile(d []time.Duration, q float64) time.Duration { return d[int(q*float64(len(d)-1))] }
 
-// TestStoreTimeoutEndToEnd: while the store hangs, no call waits longer
-// than one store timeout, however many queue on one key (before, each
-// batch of 256 queued calls waited a timeout of its own: 3 timeouts for
-// 600 calls), and with the breaker the calls after it opens are answered
-// at once. The timeout is long enough that scheduling 600 goroutines on
-// a loaded machine stays well inside the margin.
+// TestStoreTimeoutEndToEnd: while the store hangs, calls end at the store
+// timeout however many queue on one key, and with the breaker
+// the calls after it opens are answered without asking the store. That no
+// queued call waits longer than one store timeout is the deadline each call
+// takes at its start (internal/keyed's TestQueuedDeadline pins it with
+// explicit times); the latencies here are logged, and bounded only where
+// package timing says tests may time things.
 func TestStoreTimeoutEndToEnd(t *testing.T) {
 	const timeout, callers = 400 * time.Millisecond, 600
 	for _, tt := range []struct {
@@ -173,12 +170,8 @@ func TestStoreTimeoutEndToEnd(t *testing.T) {
 				p50, p99, maxLat := quantile(lat, .5), quantile(lat, .99), lat[len(lat)-1]
 				t.Logf("%v: %d calls on %d keys of a hanging store, timeout %v: p50 %v, p99 %v, max %v, %d store calls",
 					failure, callers, tt.keys, timeout, p50.Round(time.Millisecond), p99.Round(time.Millisecond), maxLat.Round(time.Millisecond), store.n.Load())
-				if p99 > timeout*3/2 {
-					t.Errorf("%v: p99 %v, want at most 1.5 × the store timeout %v", failure, p99, timeout)
-				}
-				if maxLat > 3*timeout {
-					t.Errorf("%v: slowest call took %v, want about the store timeout %v", failure, maxLat, timeout)
-				}
+				timing.AtMost(t, fmt.Sprintf("%v: p99", failure), p99, timeout*3/2)
+				timing.AtMost(t, fmt.Sprintf("%v: slowest call", failure), maxLat, 3*timeout)
 				// With the breaker, the calls are answered at once once the
 				// circuit is open. It opens after defaultCircuitFailures
 				// failed store calls; on one key, the round's calls went to
@@ -190,10 +183,14 @@ func TestStoreTimeoutEndToEnd(t *testing.T) {
 					if len(log.get()) == 0 {
 						t.Fatalf("%v: the circuit did not open after %d rounds of failed calls", failure, defaultCircuitFailures+1)
 					}
+					asked := store.n.Load()
 					lat = latencies(t, l, callers, tt.keys)
-					t.Logf("%v, circuit open: p50 %v, p99 %v", failure, quantile(lat, .5), quantile(lat, .99))
-					if p99 := quantile(lat, .99); p99 > timeout/2 {
-						t.Errorf("%v: with the circuit open, p99 %v, want well under the timeout %v", failure, p99, timeout)
+					t.Logf("%v, circuit open: p50 %v", failure, quantile(lat, .5))
+					timing.AtMost(t, fmt.Sprintf("%v: with the circuit open, p99", failure), quantile(lat, .99), timeout/2)
+					// The circuit lets a probe through now and then, each
+					// held for a timeout by the hanging store.
+					if got := store.n.Load() - asked; got >= callers/10 {
+						t.Errorf("%v: with the circuit open, the store was asked %d times for %d calls, want only the circuit's probes", failure, got, callers)
 					}
 				}
 			}
@@ -322,17 +319,39 @@ func TestCircuitPerPartition(t *testing.T) {
 	if failedB != 0 {
 		t.Errorf("%d of %d calls of a healthy partition's key failed, want none", failedB, rounds)
 	}
-	if got := store.calls[0].Load(); got != defaultCircuitFailures {
-		t.Errorf("the failing partition was asked %d times, want %d: its circuit should open after that many failures", got, defaultCircuitFailures)
-	}
+	checkOpened(t, "the failing partition", store.calls[0].Load(), log.get())
 	if got := store.calls[1].Load(); got != rounds {
 		t.Errorf("the healthy partition was asked %d times, want all %d", got, rounds)
 	}
-	if got := log.get(); !slices.Equal(got, []sluice.CircuitState{sluice.CircuitOpen}) {
-		t.Errorf("circuit states %v, want [open]", got)
-	}
 	if r, err := l.Allow(ctx, "b-key"); err != nil || r.Remaining != 1000-rounds-1 {
 		t.Errorf("Allow(b-key) = %+v, %v; want %d remaining: every call counted", r, err, 1000-rounds-1)
+	}
+}
+
+// checkOpened checks that a failing store was asked defaultCircuitFailures
+// times before its circuit opened, and afterwards only by the circuit's
+// probes: states is open, then half-open and open again for each probe
+// (the circuit stays open 50 ms of real time, which a loaded machine may
+// let pass during a test's calls).
+func checkOpened(t *testing.T, what string, calls int64, states []sluice.CircuitState) {
+	t.Helper()
+	probes := int64(0)
+	for i, s := range states {
+		want := sluice.CircuitOpen
+		if i%2 == 1 {
+			want, probes = sluice.CircuitHalfOpen, probes+1
+		}
+		if s != want {
+			t.Errorf("circuit states %v, want open, then half-open and open for each probe", states)
+			return
+		}
+	}
+	if len(states)%2 == 0 {
+		t.Errorf("circuit states %v, want them to end open", states)
+	}
+	if calls != defaultCircuitFailures+probes {
+		t.Errorf("%s was asked %d times, want %d: the circuit should open after %d failures and then only probe (%d probes)",
+			what, calls, defaultCircuitFailures+probes, defaultCircuitFailures, probes)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
 )
@@ -36,16 +37,16 @@ type KeyBucket struct {
 	key      string
 	clock    Clock
 	observer Observer
-	backend  bucketBackend // creates the key's state at its first call
-	inspect  bucketBackend // stores nothing it does not change, for Snapshot
+	backend  engine.Buckets // creates the key's state at its first call
+	inspect  engine.Buckets // stores nothing it does not change, for Snapshot
 }
 
 // update runs f on the key's bucket and returns where it ran.
-func (b *KeyBucket) update(ctx context.Context, f bucketFunc) (bucketBackend, error) {
+func (b *KeyBucket) update(ctx context.Context, f engine.BucketFunc) (engine.Buckets, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return b.backend.update(ctx, b.key, f)
+	return b.backend.Update(ctx, b.key, f)
 }
 
 // run runs req on the key's bucket; with peek, it takes nothing (see
@@ -179,7 +180,7 @@ func (b *KeyBucket) Snapshot(ctx context.Context) (Snapshot, error) {
 		return Snapshot{}, err
 	}
 	var s Snapshot
-	_, err := b.inspect.update(ctx, b.key, func(cfg *tokenbucket.Config, st tokenbucket.State, now int64) bool {
+	_, err := b.inspect.Update(ctx, b.key, func(cfg *tokenbucket.Config, st tokenbucket.State, now int64) bool {
 		tokenbucket.Refill(cfg, st, now)
 		s.fill(cfg, st, now)
 		return false
@@ -209,7 +210,7 @@ func (b *KeyBucket) ReplaceConfiguration(ctx context.Context, cfg BucketConfig, 
 	if err != nil {
 		return err
 	}
-	return storeError("KeyBucket.ReplaceConfiguration", b.key, b.backend.replace(ctx, b.key, c, tokenbucket.Strategy(inherit)))
+	return storeError("KeyBucket.ReplaceConfiguration", b.key, b.backend.Replace(ctx, b.key, c, tokenbucket.Strategy(inherit)))
 }
 
 // Reserve is shorthand for ReserveN(ctx, 1, maxWait).
@@ -266,7 +267,7 @@ func (b *KeyBucket) reserve(ctx context.Context, op string, n, maxWait int64) (*
 	var undo func(int64)
 	if rc != nil {
 		undo = func(now int64) {
-			_, _ = ran.update(context.Background(), b.key, func(cfg *tokenbucket.Config, st tokenbucket.State, _ int64) bool {
+			_, _ = ran.Update(context.Background(), b.key, func(cfg *tokenbucket.Config, st tokenbucket.State, _ int64) bool {
 				return rc.undo(cfg, st, now)
 			})
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/keyed"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
@@ -28,17 +29,17 @@ type Limiter struct {
 	// FailLocal.
 	keys keyed.Keys
 	// backend decides: keys, or the store behind its failure policy.
-	backend backend
+	backend engine.Backend
 	// mem is backend when it is the keys in memory (no store, one
 	// policy): AllowN decides on it directly, and WaitN takes tokens that
 	// are there from it without a reservation.
-	mem *memKeys
+	mem *engine.Mem
 	// limit is the policy's Result.Limit, quoted by the argument errors
 	// of tokens above it.
 	limit int64
-	// buckets and inspect are the bucketBackends of Bucket (see KeyBucket),
+	// buckets and inspect are the engine.Buckets of Bucket (see KeyBucket),
 	// nil when the policy is not a token bucket.
-	buckets, inspect bucketBackend
+	buckets, inspect engine.Buckets
 }
 
 // NewLimiter returns a limiter that applies p to each key, in memory or,
@@ -79,12 +80,12 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 		}
 		return newPlanLimiter(l, &o)
 	}
-	local := newMemKeys(keys, l.clock)
+	local := engine.NewMem(keys, l.clock)
 	l.backend = local
-	var localBuckets, localInspect bucketBackend
+	var localBuckets, localInspect engine.Buckets
 	if b := keys.Buckets(); b != nil {
-		localBuckets = memBuckets{buckets: b, clock: l.clock, create: true}
-		localInspect = memBuckets{buckets: b, clock: l.clock}
+		localBuckets = engine.MemBuckets{Buckets: b, Clock: l.clock, Create: true}
+		localInspect = engine.MemBuckets{Buckets: b, Clock: l.clock}
 		l.buckets, l.inspect = localBuckets, localInspect
 	}
 	if o.store == nil {
@@ -99,16 +100,17 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	var stored backend = &storeKeys{store: setup.store, codec: codec, clock: l.clock}
+	exact := &engine.Stored{Store: setup.store, Codec: codec, Clock: l.clock}
+	var stored engine.Backend = exact
 	if o.lease != nil {
-		stored = newLeasedKeys(stored.(*storeKeys), o.lease.config(), p.leasing() == leasesToWindowEnd)
+		stored = engine.NewLeased(exact, o.lease.config(), p.leasing() == policy.LeasesToWindowEnd)
 	}
-	l.backend = &failover{failurePolicy: setup.fail, store: stored, local: local, limit: l.limit}
+	l.backend = &engine.Failover{Policy: setup.fail, Store: stored, Local: local, Limit: l.limit}
 	if bc, ok := codec.(*record.Bucket); ok && localBuckets != nil {
 		creating, _ := recordCodec(p, setup.inherit, setup.version, true)
-		l.buckets = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: creating.(*record.Bucket)},
-			local: localBuckets}
-		l.inspect = &bucketFailover{failurePolicy: setup.fail, store: storeBuckets{store: setup.store, codec: bc}, local: localInspect}
+		l.buckets = &engine.BucketFailover{Policy: setup.fail, Store: engine.StoredBuckets{Store: setup.store, Codec: creating.(*record.Bucket)},
+			Local: localBuckets}
+		l.inspect = &engine.BucketFailover{Policy: setup.fail, Store: engine.StoredBuckets{Store: setup.store, Codec: bc}, Local: localInspect}
 	}
 	return l, nil
 }
@@ -180,7 +182,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	code, allowed, remaining, retryAfter, resetAfter, limit := m.decide(key, 1)
+	code, allowed, remaining, retryAfter, resetAfter, limit := m.Decide(key, 1)
 	if code == policy.OK {
 		notify(l.observer, allowed, 1)
 		return Result{Allowed: allowed, Remaining: remaining, RetryAfter: time.Duration(retryAfter),
@@ -202,7 +204,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 		// In memory, the result comes back as Keys.Decide's scalars rather
 		// than through the backend as a policy.Result copied whole: kept
 		// for speed, a third of a decision on 1k keys (see keyed.Keys.Decide).
-		code, allowed, remaining, retryAfter, resetAfter, limit := m.decide(key, n)
+		code, allowed, remaining, retryAfter, resetAfter, limit := m.Decide(key, n)
 		if code == policy.OK {
 			notify(l.observer, allowed, n)
 			return Result{Allowed: allowed, Remaining: remaining, RetryAfter: time.Duration(retryAfter),
@@ -210,7 +212,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 		}
 		return Result{}, limiterError("Limiter.AllowN", policy.Result{Code: code, Limit: limit}, n, 0, l.limit)
 	}
-	r, err := l.backend.consume(ctx, key, n)
+	r, err := l.backend.Consume(ctx, key, n)
 	if err != nil {
 		return Result{}, storeError("Limiter.AllowN", key, err)
 	}
@@ -232,7 +234,7 @@ func (l *Limiter) PeekN(ctx context.Context, key string, n int64) (Result, error
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	r, err := l.backend.peek(ctx, key, n)
+	r, err := l.backend.Peek(ctx, key, n)
 	if err != nil {
 		return Result{}, storeError("Limiter.PeekN", key, err)
 	}
@@ -275,7 +277,7 @@ func (l *Limiter) reserve(ctx context.Context, op, key string, n, maxWait int64)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r, at, undo, err := l.backend.reserve(ctx, key, n, maxWait)
+	r, at, undo, err := l.backend.Reserve(ctx, key, n, maxWait)
 	if err != nil {
 		return nil, storeError(op, key, err)
 	}
@@ -317,7 +319,7 @@ func (l *Limiter) Wait(ctx context.Context, key string, maxWait time.Duration) e
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64, maxWait time.Duration) error {
 	// Tokens there now need no reservation: nothing to sleep and nothing
 	// to give back, so nothing to allocate, as x/time/rate's Wait.
-	if m := l.mem; m != nil && n > 0 && maxWait > 0 && ctx.Err() == nil && m.take(key, n) {
+	if m := l.mem; m != nil && n > 0 && maxWait > 0 && ctx.Err() == nil && m.Take(key, n) {
 		notify(l.observer, true, n)
 		return nil
 	}
@@ -331,7 +333,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return storeError("Limiter.Reset", key, l.backend.reset(ctx, key))
+	return storeError("Limiter.Reset", key, l.backend.Reset(ctx, key))
 }
 
 // Bucket returns the token bucket of key, for a limiter whose policy is a

@@ -57,8 +57,9 @@ type Policy interface {
 	// wallClock reports whether the policy refills on a wall-clock grid
 	// (a bucket's intervally aligned refill), which needs a wall clock.
 	wallClock() bool
-	// leasing is what WithLease can do with the policy's state.
-	leasing() leasing
+	// leasing is what WithLease can do with the policy's state: its
+	// machine's answer.
+	leasing() policy.Leasing
 }
 
 // The kinds of the policies of this package, as Policy.Kind names them:
@@ -78,17 +79,6 @@ const (
 	kindBucket        = "bucket"
 )
 
-// leasing is what quota leasing can do with a policy's state (WithLease):
-// nothing, debit it by many tokens at once, or that and end a lease with
-// the policy's window (a fixed window's).
-type leasing uint8
-
-const (
-	noLease leasing = iota
-	leases
-	leasesToWindowEnd
-)
-
 // machinePolicy is a Policy backed by a policy.Machine.
 type machinePolicy[S any, M policy.Machine[S]] struct {
 	kind string
@@ -100,14 +90,18 @@ type machinePolicy[S any, M policy.Machine[S]] struct {
 	packed func(maxKeys int) keyed.Keys
 	// aligned is set when m refills on a wall-clock grid.
 	aligned bool
-	// lease is what WithLease can do with m's state.
-	lease leasing
 }
 
-func (p machinePolicy[S, M]) String() string   { return p.name }
-func (p machinePolicy[S, M]) wallClock() bool  { return p.aligned }
-func (p machinePolicy[S, M]) Kind() string     { return p.kind }
-func (p machinePolicy[S, M]) leasing() leasing { return p.lease }
+func (p machinePolicy[S, M]) String() string  { return p.name }
+func (p machinePolicy[S, M]) wallClock() bool { return p.aligned }
+func (p machinePolicy[S, M]) Kind() string    { return p.kind }
+
+func (p machinePolicy[S, M]) leasing() policy.Leasing {
+	if p.err != nil {
+		return policy.NoLease
+	}
+	return policy.LeasingOf(p.m)
+}
 
 func (p machinePolicy[S, M]) Window() time.Duration {
 	if p.err != nil {
@@ -173,10 +167,11 @@ func checkLimit(kind string, intervalField string, limit int64, interval time.Du
 // opens at a key's first hit (not on a calendar boundary), as in Symfony;
 // at its end the count starts again. Up to twice the limit can pass around
 // a window boundary. Asking for more than limit at once is an argument
-// error. Reservations take tokens from later windows.
+// error. Reservations take tokens from later windows. It can be leased
+// (WithLease), a lease ending with its window.
 func FixedWindow(limit int64, interval time.Duration) Policy {
 	return machinePolicy[fixedwindow.State, fixedwindow.Config]{
-		kind: kindFixedWindow, lease: leasesToWindowEnd,
+		kind: kindFixedWindow,
 		name: fmt.Sprintf("%s(limit=%d, interval=%v)", kindFixedWindow, limit, interval),
 		m:    fixedwindow.Config{Limit: limit, Interval: int64(interval)},
 		err:  checkLimit(kindFixedWindow, "interval", limit, interval),
@@ -191,7 +186,7 @@ func FixedWindow(limit int64, interval time.Duration) Policy {
 // grid is that of the clock's first reading of the system time.
 func AlignedFixedWindow(limit int64, interval time.Duration) Policy {
 	return machinePolicy[fixedwindow.State, fixedwindow.Config]{
-		kind: kindFixedWindow, lease: leasesToWindowEnd,
+		kind: kindFixedWindow,
 		name: fmt.Sprintf("%s(limit=%d, interval=%v, aligned)", kindFixedWindow, limit, interval),
 		m:    fixedwindow.Config{Limit: limit, Interval: int64(interval), Aligned: true},
 		err:  checkLimit(kindFixedWindow, "interval", limit, interval),
@@ -236,10 +231,10 @@ func SlidingLog(limit int64, interval time.Duration) Policy {
 // throttled use it: rate tokens per period, in bursts of at most limit,
 // with one timestamp of state per key (the theoretical arrival time),
 // kept exactly even when period/rate is not a whole number of
-// nanoseconds.
+// nanoseconds. It can be leased (WithLease).
 func GCRA(limit, rate int64, period time.Duration) Policy {
 	p := machinePolicy[gcra.State, gcra.Config]{
-		kind: kindGCRA, lease: leases,
+		kind: kindGCRA,
 		name: fmt.Sprintf("%s(limit=%d, rate=%d per %v)", kindGCRA, limit, rate, period),
 		m:    gcra.Config{Limit: limit, Rate: rate, Period: int64(period)},
 		err:  checkLimit(kindGCRA, "rate.interval", limit, period),
@@ -366,7 +361,8 @@ func NoLimit() Policy {
 // TokenBucket is Symfony's token bucket: a bucket of limit tokens, full at a
 // key's first use, to which amount tokens come back at once every interval
 // (counted from the first use). Asking for more than limit at once is an
-// argument error. It is BucketPolicy with one Intervally bandwidth.
+// argument error. It is BucketPolicy with one Intervally bandwidth. It
+// can be leased (WithLease).
 func TokenBucket(limit, amount int64, interval time.Duration) Policy {
 	return singleBandwidth(kindTokenBucket, limit, Intervally(amount, interval), true)
 }
@@ -375,14 +371,15 @@ func TokenBucket(limit, amount int64, interval time.Duration) Policy {
 // raises a level that drains continuously at amount per interval, and a
 // request that would overflow limit is rejected. Remaining is limit minus
 // the level. It is the same arithmetic as a token bucket with greedy
-// refill, whose tokens are the room left in the leaky bucket.
+// refill, whose tokens are the room left in the leaky bucket. It can be
+// leased (WithLease).
 func LeakyBucket(limit, amount int64, interval time.Duration) Policy {
 	return singleBandwidth(kindLeakyBucket, limit, Greedy(amount, interval), false)
 }
 
 func singleBandwidth(kind string, limit int64, refill Refill, strict bool) Policy {
 	p := machinePolicy[tokenbucket.BandwidthState, tokenbucket.Single]{
-		kind: kind, lease: leases,
+		kind: kind,
 		name: fmt.Sprintf("%s(limit=%d, rate=%d per %v)", kind, limit, refill.tokens, refill.period),
 	}
 	cfg, err := BucketConfig{Bandwidths: []Bandwidth{Capacity(limit, refill)}}.compile()
@@ -440,9 +437,10 @@ func bucketName(cfg BucketConfig) string {
 // bandwidths, to each key. For one bandwidth prefer TokenBucket or
 // LeakyBucket, whose state per key is smaller. Intervally aligned refill
 // needs a wall clock, which a Limiter has only when given one
-// (WithClock(WallClock())): its default, MonotonicClock, is not one.
+// (WithClock(WallClock())): its default, MonotonicClock, is not one. It
+// can be leased (WithLease).
 func BucketPolicy(cfg BucketConfig) Policy {
-	p := machinePolicy[tokenbucket.State, tokenbucket.Multi]{kind: kindBucket, name: bucketName(cfg), lease: leases}
+	p := machinePolicy[tokenbucket.State, tokenbucket.Multi]{kind: kindBucket, name: bucketName(cfg)}
 	c, err := cfg.compile()
 	if err != nil {
 		p.err = err

@@ -1,13 +1,13 @@
 package sluice
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/breaker"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/keyed"
 	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
 	"github.com/sluicehq/sluice/internal/record"
@@ -64,9 +64,6 @@ type StoreError struct {
 	Key string
 	// Err is the store's error.
 	Err error
-	// open is set on the failure policy's way out under FailOpen (see
-	// failedOpen); storeError gives the caller a StoreError without it.
-	open bool
 }
 
 // Error names the key by its first driver.QuotedKeyLen bytes (and its
@@ -82,7 +79,7 @@ func (e *StoreError) Unwrap() error { return e.Err }
 // the engine over o.store, and the failure policy in front of it.
 type storeSetup struct {
 	store   *keyed.Store
-	fail    failurePolicy
+	fail    engine.FailurePolicy
 	inherit tokenbucket.Strategy
 	version record.ConfigVersion // WithConfigVersion's
 }
@@ -105,9 +102,10 @@ func newStoreSetup(o *options, clock Clock) (storeSetup, error) {
 		return storeSetup{}, &ArgumentError{Op: "NewLimiter", Arg: "WithStoreFailure", Value: o.storeFailure,
 			Want: "must be FailClosed, FailOpen or FailLocal"}
 	}
-	fail := failurePolicy{policy: o.storeFailure, observer: o.observer}
+	fail := engine.FailurePolicy{Failure: engine.Failure(o.storeFailure)}
 	var notify func(breaker.State)
 	if obs := o.observer; obs != nil {
+		fail.OnFailure = func(err error) { obs.Observe(Event{Kind: EventStoreFailure, Err: err, Failure: o.storeFailure}) }
 		notify = func(s breaker.State) { obs.Observe(Event{Kind: EventCircuit, Circuit: circuitStates[s]}) }
 	}
 	threshold := o.circuitFailures
@@ -122,28 +120,22 @@ func newStoreSetup(o *options, clock Clock) (storeSetup, error) {
 	return storeSetup{store: st, fail: fail, inherit: tokenbucket.Strategy(inherit), version: configVersion(o.configVersion, o.observer)}, nil
 }
 
-// isCallerDone reports whether err is the caller's own context ending,
-// which is not a store failure.
-func isCallerDone(ctx context.Context, err error) bool { return keyed.CallerDone(ctx, err) }
-
 // failedOpen reports whether err is a store failure under FailOpen, on
 // its way from the failure policy: the calls that decide whether tokens
 // pass let them through.
 func failedOpen(err error) bool {
-	var se *StoreError
-	return errors.As(err, &se) && se.Op == "" && se.open
+	var sf *engine.StoreFailed
+	return errors.As(err, &sf) && sf.Open
 }
 
 // storeError is the error a call op on key returns for err: the
-// *StoreError of a store's failure, which the failure policy returns
-// without its Op (a StoreError with an Op is another call's, which a
-// policy function may return), with its Op and Key; err itself otherwise
-// (the caller's context ending, a bad argument, a policy function's
-// error).
+// *StoreError of a store's failure, which the engine returns as a
+// *engine.StoreFailed, with op and key; err itself otherwise (the
+// caller's context ending, a bad argument, a policy function's error).
 func storeError(op, key string, err error) error {
-	var se *StoreError
-	if errors.As(err, &se) && se.Op == "" {
-		return &StoreError{Op: op, Key: key, Err: se.Err}
+	var sf *engine.StoreFailed
+	if errors.As(err, &sf) {
+		return &StoreError{Op: op, Key: key, Err: sf.Err}
 	}
 	return err
 }

@@ -245,24 +245,42 @@ func TestStoreFailurePolicies(t *testing.T) {
 	})
 }
 
-// hangingStore never answers before its context ends.
-type hangingStore struct{}
+// hangingStore never answers before its context ends; it sends the
+// deadline of its first Update's context on deadline, when set.
+type hangingStore struct{ deadline chan time.Time }
 
-func (hangingStore) Update(ctx context.Context, _ string, _ driver.UpdateFunc) error {
+func (s hangingStore) Update(ctx context.Context, _ string, _ driver.UpdateFunc) error {
+	select {
+	case s.deadline <- deadlineOf(ctx):
+	default:
+	}
 	<-ctx.Done()
 	return fmt.Errorf("%w: %w", driver.ErrIndeterminate, ctx.Err())
 }
 
+// deadlineOf returns ctx's deadline, or the zero time when it has none.
+func deadlineOf(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}
+
+// TestStoreTimeout: a call on a hanging store gives the store a context
+// that ends at the call's start plus the store timeout, and returns the
+// timeout as an indeterminate store failure. Explicit times, not a
+// latency: the deadline is compared with the clock read around the call.
 func TestStoreTimeout(t *testing.T) {
-	l, _ := sluice.NewLimiter(sluice.FixedWindow(2, time.Second), sluice.WithStore(hangingStore{}),
-		sluice.WithStoreTimeout(20*time.Millisecond))
-	start := time.Now()
+	const timeout = 20 * time.Millisecond
+	store := hangingStore{deadline: make(chan time.Time, 1)}
+	l, _ := sluice.NewLimiter(sluice.FixedWindow(2, time.Second), sluice.WithStore(store),
+		sluice.WithStoreTimeout(timeout))
+	before := time.Now()
 	_, err := l.Allow(context.Background(), "k")
+	after := time.Now()
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, driver.ErrIndeterminate) {
 		t.Errorf("Allow on a hanging store = %v, want the timeout, indeterminate", err)
 	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("Allow took %v, want about the 20ms timeout", d)
+	if d := <-store.deadline; d.Before(before.Add(timeout)) || d.After(after.Add(timeout)) {
+		t.Errorf("the store call's deadline is %v after the call's start, want the store timeout %v", d.Sub(before), timeout)
 	}
 	// The caller's own context is not a store failure.
 	ctx, cancel := context.WithCancel(context.Background())

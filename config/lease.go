@@ -88,7 +88,7 @@ func (ls *leaseSpec) check(p sluice.Policy) error {
 	// A lease applies only with a store; NewLimiter calls none, so a store
 	// that answers nothing serves to ask whether p can be leased.
 	if _, err := sluice.NewLimiter(p, sluice.WithStore(noStore{}), sluice.WithLease(ls.lease)); errors.Is(err, errors.ErrUnsupported) {
-		e := errorAt(ls.path, ls.key, "policy %s cannot be leased; a lease needs a token_bucket, leaky_bucket, bucket, gcra or fixed_window", p.Kind())
+		e := errorAt(ls.path, ls.key, "policy %s cannot be leased: a lease needs a policy whose state it can debit by many tokens at once (see sluice.WithLease)", p.Kind())
 		e.Err = err
 		return e
 	}

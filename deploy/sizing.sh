@@ -14,28 +14,12 @@ cd "$(dirname "$0")/.."
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-8 64}
 
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened"; exit 1; }
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-hz=$(getconf CLK_TCK)
+source scripts/loadlib.sh
 
 CGO_ENABLED=0 go build -trimpath -o "$tmp/sluice" ./cmd/sluice
 (cd bench && go build -o "$tmp/rlsload" ./cmd/rlsload)
 
-redis_port=$(free_port)
-redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" >"$tmp/redis.log" 2>&1 &
-redis_pid=$!
-pids+=($redis_pid)
-wait_port "$redis_port"
+start_redis
 
 echo "machine: $(nproc) CPUs, $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1); $(go version)"
 printf '%-6s %5s %12s %16s %18s %14s %14s\n' store conns decisions/s "sluice µs/dec" "cores per 10k/s" "redis µs/dec" "peak RSS MiB"
@@ -43,16 +27,7 @@ for store in mem "redis://127.0.0.1:$redis_port/0"; do
 	[ "$store" = mem ] && url=mem:// || url=$store
 	for c in $CONNS; do
 		http=$(free_port) grpc=$(free_port)
-		cat >"$tmp/sluice.yaml" <<YAML
-store: $url
-limiters:
-  load: {policy: fixed_window, limit: 100, interval: 1s}
-envoy:
-  - domain: load
-    descriptors:
-      - key: client
-        limiter: load
-YAML
+		sluice_config "$url" >"$tmp/sluice.yaml"
 		"$tmp/sluice" serve --config "$tmp/sluice.yaml" --http "127.0.0.1:$http" --grpc "127.0.0.1:$grpc" >"$tmp/sluice.log" 2>&1 &
 		pid=$!
 		pids+=($pid)

@@ -157,6 +157,26 @@ func incrementer(t *testing.T) driver.UpdateFunc {
 	}
 }
 
+// incrementConcurrently runs n goroutines, each of which increments, one
+// after another, the counters of keyOf(g, i) for i from 0 to increments,
+// g being the goroutine's number, and waits for them.
+func incrementConcurrently(t *testing.T, e *env, n int, keyOf func(g, i int) string) {
+	var wg sync.WaitGroup
+	for g := range n {
+		wg.Go(func() {
+			inc := incrementer(t)
+			for i := range increments {
+				k := keyOf(g, i)
+				if err := update(e.ctx, e.store, k, inc); err != nil {
+					t.Errorf("Update(%q) = %v, want nil", k, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // counter returns the counter in key's state, 0 when it has none.
 func counter(t *testing.T, e *env, key string) uint64 {
 	t.Helper()
@@ -263,19 +283,7 @@ func testKeepsNoCallerMemory(t *testing.T, e *env) {
 // testAtomicOneKey: concurrent increments of one key lose none.
 func testAtomicOneKey(t *testing.T, e *env) {
 	k := key(t)
-	var wg sync.WaitGroup
-	for range goroutines {
-		wg.Go(func() {
-			inc := incrementer(t)
-			for range increments {
-				if err := update(e.ctx, e.store, k, inc); err != nil {
-					t.Errorf("Update(%q) = %v, want nil", k, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	incrementConcurrently(t, e, goroutines, func(int, int) string { return k })
 	if got, want := counter(t, e, k), uint64(goroutines*increments); got != want {
 		t.Errorf("counter after %d×%d concurrent increments = %d, want %d", goroutines, increments, got, want)
 	}
@@ -288,20 +296,7 @@ func testAtomicSpread(t *testing.T, e *env) {
 	for i := range keys {
 		keys[i] = key(t, i)
 	}
-	var wg sync.WaitGroup
-	for g := range goroutines {
-		wg.Go(func() {
-			inc := incrementer(t)
-			for i := range increments {
-				k := keys[(g*increments+i)%spreadKeys]
-				if err := update(e.ctx, e.store, k, inc); err != nil {
-					t.Errorf("Update(%q) = %v, want nil", k, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	incrementConcurrently(t, e, goroutines, func(g, i int) string { return keys[(g*increments+i)%spreadKeys] })
 	want := make([]uint64, spreadKeys)
 	for n := range goroutines * increments {
 		want[n%spreadKeys]++
@@ -566,19 +561,7 @@ func testIsolation(t *testing.T, e *env) {
 			}
 		}
 	})
-	var writers sync.WaitGroup
-	for range goroutines / 4 {
-		writers.Go(func() {
-			inc := incrementer(t)
-			for range increments {
-				if err := update(e.ctx, e.store, k, inc); err != nil {
-					t.Errorf("Update(%q) = %v, want nil", k, err)
-					return
-				}
-			}
-		})
-	}
-	writers.Wait()
+	incrementConcurrently(t, e, goroutines/4, func(int, int) string { return k })
 	close(done)
 	wg.Wait()
 	if got, want := counter(t, e, k), uint64(goroutines/4*increments); got != want {

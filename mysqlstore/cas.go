@@ -11,7 +11,6 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/sluicehq/sluice/driver"
-	"github.com/sluicehq/sluice/internal/sqlstore"
 )
 
 // casStore is the driver.CAS of SingleStatement: one statement per call,
@@ -62,11 +61,8 @@ type casStore struct{ s *Store }
 // Get returns key's state, nil when it has none: no row, an expired row
 // or an empty row. One round trip.
 func (c casStore) Get(ctx context.Context, key string) ([]byte, error) {
-	state, _, err := sqlstore.ReadState(c.s.db.QueryRowContext(ctx, c.s.q.get, key), sql.ErrNoRows)
-	if err != nil {
-		return nil, classify(ctx, err, false)
-	}
-	return state, nil
+	state, _, err := dialect.ReadState(ctx, c.s.db.QueryRowContext(ctx, c.s.q.get, key))
+	return state, err
 }
 
 // CompareAndSwap writes next if key's state is still old, in one

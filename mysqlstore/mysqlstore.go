@@ -91,6 +91,8 @@ var dialect = sqlstore.Dialect{
 	FoldCase:        true,
 	Strategies:      int(SelectForUpdate) + 1,
 	IdentifierError: func(option, name string) error { return &IdentifierError{Option: option, Name: name} },
+	NoRows:          sql.ErrNoRows,
+	Classify:        classify,
 }
 
 // Option configures New.

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/driver"
-	"github.com/sluicehq/sluice/internal/sqlstore"
 )
 
 // txOptions start every transaction. Under READ COMMITTED, InnoDB takes
@@ -49,11 +48,7 @@ type rowTx struct {
 // interpolateParams=true in the DSN, which prepares the statement). An
 // expired or empty row reads as no state; no row, as not found.
 func (t *rowTx) TryLockAndGet(ctx context.Context) (state []byte, found bool, err error) {
-	state, found, err = sqlstore.ReadState(t.tx.QueryRowContext(ctx, t.s.q.lockRow, t.key), sql.ErrNoRows)
-	if err != nil {
-		return nil, false, classify(ctx, err, false)
-	}
-	return state, found, nil
+	return dialect.ReadState(ctx, t.tx.QueryRowContext(ctx, t.s.q.lockRow, t.key))
 }
 
 // TryInsertEmpty inserts an empty row unless the key has one: one round

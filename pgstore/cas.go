@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/sluicehq/sluice/internal/sqlstore"
 )
 
@@ -16,11 +14,8 @@ type casStore struct{ s *Store }
 // Get returns key's state, nil when it has none: no row, an expired row
 // or an empty row. One round trip.
 func (c casStore) Get(ctx context.Context, key string) ([]byte, error) {
-	state, _, err := sqlstore.ReadState(c.s.db.QueryRow(ctx, c.s.q.get, []byte(key)), pgx.ErrNoRows)
-	if err != nil {
-		return nil, classify(ctx, err, false)
-	}
-	return state, nil
+	state, _, err := dialect.ReadState(ctx, c.s.db.QueryRow(ctx, c.s.q.get, []byte(key)))
+	return state, err
 }
 
 // CompareAndSwap writes next if key's state is still old, in one

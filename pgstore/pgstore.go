@@ -78,6 +78,8 @@ var dialect = sqlstore.Dialect{
 	MaxIdent:        63,
 	Strategies:      int(AdvisoryLock) + 1,
 	IdentifierError: func(option, name string) error { return &IdentifierError{Option: option, Name: name} },
+	NoRows:          pgx.ErrNoRows,
+	Classify:        classify,
 }
 
 // Option configures New.

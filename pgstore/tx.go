@@ -88,11 +88,7 @@ type rowTx struct{ *txConn }
 // lock, and a locked row is read as its last committed version once the
 // lock is granted.
 func (t rowTx) TryLockAndGet(ctx context.Context) (state []byte, found bool, err error) {
-	state, found, err = sqlstore.ReadState(t.tx.QueryRow(ctx, t.s.q.lockRow, t.key), pgx.ErrNoRows)
-	if err != nil {
-		return nil, false, classify(ctx, err, false)
-	}
-	return state, found, nil
+	return dialect.ReadState(ctx, t.tx.QueryRow(ctx, t.s.q.lockRow, t.key))
 }
 
 // TryInsertEmpty inserts an empty row: one round trip. Another
@@ -134,7 +130,7 @@ func (t advisoryTx) LockAndGet(ctx context.Context) ([]byte, error) {
 	var b pgx.Batch
 	b.Queue(t.s.q.advisoryLock, t.s.q.lockID(t.key))
 	b.Queue(t.s.q.getLive, t.key).QueryRow(func(r pgx.Row) (err error) {
-		state, _, err = sqlstore.ReadState(r, pgx.ErrNoRows)
+		state, _, err = sqlstore.ScanState(r, pgx.ErrNoRows)
 		return err
 	})
 	if err := t.tx.SendBatch(ctx, &b).Close(); err != nil {

@@ -33,17 +33,7 @@ if [ "$PIN" = 1 ]; then
 fi
 RATELIMIT_VERSION=${RATELIMIT_VERSION:-v1.4.1-0.20260122083618-3fb702589d36}
 
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened"; exit 1; }
+source scripts/loadlib.sh
 
 go build -o "$tmp/sluice" ./cmd/sluice
 (cd bench && go build -o "$tmp/rlsload" ./cmd/rlsload)
@@ -52,25 +42,7 @@ if [ -z "${RATELIMIT_BIN:-}" ]; then
 	RATELIMIT_BIN="$tmp/service_cmd"
 fi
 
-redis_port=$(free_port)
-"${load[@]}" redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" >"$tmp/redis.log" 2>&1 &
-pids+=($!)
-wait_port "$redis_port"
-
-# The same limit everywhere: 100 a second per key, over 1000 keys, so the
-# load is decided, not mostly refused.
-sluice_config() {
-	cat <<YAML
-store: $1
-limiters:
-  load: {policy: fixed_window, limit: 100, interval: 1s}
-envoy:
-  - domain: load
-    descriptors:
-      - key: client
-        limiter: load
-YAML
-}
+start_redis "${load[@]}"
 
 run_sluice() { # name store-url
 	local http grpc
@@ -122,9 +94,6 @@ pids+=($rl_pid)
 wait_port "$rl_grpc"
 
 decisions() { sed -n 's/^decisions\/s \([0-9]*\) .*/\1/p'; }
-# cpu_ticks is a process's user and system CPU time, in clock ticks.
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-hz=$(getconf CLK_TCK)
 # load_server runs the gRPC load on the server at pid and port, prints
 # rlsload's report and the server's CPU time per decision, and sets
 # $rate to the decisions per second and $cpu to those µs.

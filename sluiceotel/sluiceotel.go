@@ -27,7 +27,6 @@ package sluiceotel
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -59,27 +58,27 @@ type Metrics struct {
 	// storeAdd is store's, for the counter.
 	storeAdd map[string][]metric.AddOption
 
-	mu       sync.Mutex
-	limiters map[string]RateLimiter // guarded by mu
+	limiters metricnames.RateLimiters
 }
 
 // New creates the instruments on meter. It returns the meter's errors
 // (joined) when it refuses one.
 func New(meter metric.Meter) (*Metrics, error) {
-	m := &Metrics{store: map[string][]metric.RecordOption{}, storeAdd: map[string][]metric.AddOption{}, limiters: map[string]RateLimiter{}}
+	m := &Metrics{store: map[string][]metric.RecordOption{}, storeAdd: map[string][]metric.AddOption{}}
+	desc := func(f metricnames.Family) metric.InstrumentOption { return metric.WithDescription(f.Help) }
 	var errs [9]error
-	m.decisions, errs[0] = meter.Int64Counter(metricnames.Decisions, metric.WithDescription(metricnames.DecisionsHelp))
-	m.tokens, errs[1] = meter.Int64Counter(metricnames.Tokens, metric.WithDescription(metricnames.TokensHelp))
-	m.storeSeconds, errs[2] = meter.Float64Histogram(metricnames.StoreDuration, metric.WithDescription(metricnames.StoreDurationHelp),
+	m.decisions, errs[0] = meter.Int64Counter(metricnames.Decisions, desc(metricnames.DecisionsFamily))
+	m.tokens, errs[1] = meter.Int64Counter(metricnames.Tokens, desc(metricnames.TokensFamily))
+	m.storeSeconds, errs[2] = meter.Float64Histogram(metricnames.StoreDuration, desc(metricnames.StoreDurationFamily),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(metricnames.StoreBuckets()...))
-	m.storeErrors, errs[3] = meter.Int64Counter(metricnames.StoreErrors, metric.WithDescription(metricnames.StoreErrorsHelp))
-	m.storeFailures, errs[4] = meter.Int64Counter(metricnames.StoreFailures, metric.WithDescription(metricnames.StoreFailuresHelp))
-	m.circuitOpen, errs[5] = meter.Int64Gauge(metricnames.CircuitOpen, metric.WithDescription(metricnames.CircuitOpenHelp))
-	m.waiting, errs[8] = meter.Int64UpDownCounter(metricnames.Waiting, metric.WithDescription(metricnames.WaitingHelp))
-	_, errs[6] = meter.Int64ObservableGauge(metricnames.AvailablePermissions, metric.WithDescription(metricnames.AvailablePermissionsHelp),
-		metric.WithInt64Callback(m.observe(func(rl RateLimiter) int64 { return rl.AvailablePermissions() })))
-	_, errs[7] = meter.Int64ObservableGauge(metricnames.WaitingThreads, metric.WithDescription(metricnames.WaitingThreadsHelp),
-		metric.WithInt64Callback(m.observe(func(rl RateLimiter) int64 { return int64(rl.NumberOfWaitingCallers()) })))
+	m.storeErrors, errs[3] = meter.Int64Counter(metricnames.StoreErrors, desc(metricnames.StoreErrorsFamily))
+	m.storeFailures, errs[4] = meter.Int64Counter(metricnames.StoreFailures, desc(metricnames.StoreFailuresFamily))
+	m.circuitOpen, errs[5] = meter.Int64Gauge(metricnames.CircuitOpen, desc(metricnames.CircuitOpenFamily))
+	m.waiting, errs[8] = meter.Int64UpDownCounter(metricnames.Waiting, desc(metricnames.WaitingFamily))
+	_, errs[6] = meter.Int64ObservableGauge(metricnames.AvailablePermissions, desc(metricnames.AvailablePermissionsFamily),
+		metric.WithInt64Callback(m.observe(func(rl metricnames.RateLimiter) int64 { return rl.AvailablePermissions() })))
+	_, errs[7] = meter.Int64ObservableGauge(metricnames.WaitingThreads, desc(metricnames.WaitingThreadsFamily),
+		metric.WithInt64Callback(m.observe(func(rl metricnames.RateLimiter) int64 { return int64(rl.NumberOfWaitingCallers()) })))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
@@ -92,13 +91,11 @@ func New(meter metric.Meter) (*Metrics, error) {
 }
 
 // observe returns the callback of a Resilience4j gauge that value reads.
-func (m *Metrics) observe(value func(RateLimiter) int64) metric.Int64Callback {
+func (m *Metrics) observe(value func(metricnames.RateLimiter) int64) metric.Int64Callback {
 	return func(_ context.Context, o metric.Int64Observer) error {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		for name, rl := range m.limiters {
+		m.limiters.Each(func(name string, rl metricnames.RateLimiter) {
 			o.Observe(value(rl), metric.WithAttributeSet(attribute.NewSet(attribute.String(metricnames.Name, name))))
-		}
+		})
 		return nil
 	}
 }
@@ -107,18 +104,10 @@ func (m *Metrics) observe(value func(RateLimiter) int64) metric.Int64Callback {
 // read at each collection. A second call with the same name replaces the
 // first. Give the limiter m.Observer(name) through resilience.WithObserver
 // for its successful and failed acquisitions.
-func (m *Metrics) RateLimiter(name string, rl RateLimiter) {
-	m.mu.Lock()
-	m.limiters[name] = rl
-	m.mu.Unlock()
-}
+func (m *Metrics) RateLimiter(name string, rl RateLimiter) { m.limiters.Set(name, rl) }
 
 // Forget stops reading the gauges of the Resilience4j limiter called name.
-func (m *Metrics) Forget(name string) {
-	m.mu.Lock()
-	delete(m.limiters, name)
-	m.mu.Unlock()
-}
+func (m *Metrics) Forget(name string) { m.limiters.Delete(name) }
 
 // Observer returns the observer of the limiter called limiter, for
 // sluice.WithObserver (or resilience.WithObserver). Its attribute sets

@@ -31,7 +31,7 @@ func Example() {
 		}
 	}
 	err = testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP sluice_decisions_total Decisions by limiter and outcome (allowed, rejected, error).
+# HELP sluice_decisions_total Decisions by limiter and outcome (allowed, rejected, error; and in sluice serve invalid: the caller's mistake, answered 400).
 # TYPE sluice_decisions_total counter
 sluice_decisions_total{limiter="api",outcome="allowed"} 2
 sluice_decisions_total{limiter="api",outcome="error"} 0

@@ -56,7 +56,7 @@ func TestCollectorRedis(t *testing.T) {
 	pause(false)
 
 	want := `
-# HELP sluice_decisions_total Decisions by limiter and outcome (allowed, rejected, error).
+# HELP sluice_decisions_total Decisions by limiter and outcome (allowed, rejected, error; and in sluice serve invalid: the caller's mistake, answered 400).
 # TYPE sluice_decisions_total counter
 sluice_decisions_total{limiter="api",outcome="allowed"} 5
 sluice_decisions_total{limiter="api",outcome="error"} 0

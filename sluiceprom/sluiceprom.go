@@ -31,14 +31,11 @@
 package sluiceprom
 
 import (
-	"cmp"
-	"slices"
-	"sync"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/metricnames"
+	"github.com/sluicehq/sluice/internal/prommetrics"
 )
 
 // The names of the metrics, shared with sluice serve and sluiceotel.
@@ -69,27 +66,15 @@ type RateLimiter interface {
 // Collector holds the metrics of the limiters it observes. It is safe for
 // concurrent use. Make one with New.
 type Collector struct {
-	decisions     *prometheus.CounterVec
-	tokens        *prometheus.CounterVec
-	storeSeconds  *prometheus.HistogramVec
-	storeErrors   *prometheus.CounterVec
-	storeFailures *prometheus.CounterVec
-	circuitOpen   *prometheus.GaugeVec
-	waitingNow    prometheus.Gauge
+	m prommetrics.Limiters
 
 	available *prometheus.Desc
 	waiting   *prometheus.Desc
 
 	// store holds the series of each store op, resolved once.
-	store map[string]storeSeries
+	store map[string]prommetrics.StoreOp
 
-	mu       sync.Mutex
-	limiters map[string]RateLimiter // guarded by mu
-}
-
-type storeSeries struct {
-	seconds prometheus.Observer
-	errors  prometheus.Counter
+	limiters metricnames.RateLimiters
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -97,85 +82,37 @@ var _ prometheus.Collector = (*Collector)(nil)
 // New returns a collector with no limiter yet. Its store series exist from
 // the start at zero, so that alerts on a rate work before the first call.
 func New() *Collector {
+	a, w := metricnames.AvailablePermissionsFamily, metricnames.WaitingThreadsFamily
 	c := &Collector{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: Decisions,
-			Help: metricnames.DecisionsHelp,
-		}, []string{metricnames.Limiter, metricnames.Outcome}),
-		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: Tokens,
-			Help: metricnames.TokensHelp,
-		}, []string{metricnames.Limiter}),
-		storeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    StoreDuration,
-			Help:    metricnames.StoreDurationHelp,
-			Buckets: metricnames.StoreBuckets(),
-		}, []string{metricnames.Op}),
-		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: StoreErrors,
-			Help: metricnames.StoreErrorsHelp,
-		}, []string{metricnames.Op}),
-		storeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: StoreFailures,
-			Help: metricnames.StoreFailuresHelp,
-		}, []string{metricnames.Limiter, metricnames.Policy}),
-		circuitOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: CircuitOpen,
-			Help: metricnames.CircuitOpenHelp,
-		}, []string{metricnames.Limiter}),
-		waitingNow: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: metricnames.Waiting,
-			Help: metricnames.WaitingHelp,
-		}),
-		available: prometheus.NewDesc(AvailablePermissions, metricnames.AvailablePermissionsHelp, []string{metricnames.Name}, nil),
-		waiting:   prometheus.NewDesc(WaitingThreads, metricnames.WaitingThreadsHelp, []string{metricnames.Name}, nil),
-		store:     map[string]storeSeries{},
-		limiters:  map[string]RateLimiter{},
+		m:         prommetrics.New(),
+		available: prometheus.NewDesc(a.Name, a.Help, a.Labels, nil),
+		waiting:   prometheus.NewDesc(w.Name, w.Help, w.Labels, nil),
+		store:     map[string]prommetrics.StoreOp{},
 	}
 	for _, op := range []string{sluice.StoreOpUpdate, sluice.StoreOpDelete} {
-		c.store[op] = storeSeries{seconds: c.storeSeconds.WithLabelValues(op), errors: c.storeErrors.WithLabelValues(op)}
+		c.store[op] = c.m.StoreOp(op)
 	}
 	return c
 }
 
 // Describe sends the descriptions of every metric.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	c.decisions.Describe(ch)
-	c.tokens.Describe(ch)
-	c.storeSeconds.Describe(ch)
-	c.storeErrors.Describe(ch)
-	c.storeFailures.Describe(ch)
-	c.circuitOpen.Describe(ch)
-	c.waitingNow.Describe(ch)
+	for _, m := range c.m.Collectors() {
+		m.Describe(ch)
+	}
 	ch <- c.available
 	ch <- c.waiting
 }
 
 // Collect sends every metric, reading the Resilience4j gauges now.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	c.decisions.Collect(ch)
-	c.tokens.Collect(ch)
-	c.storeSeconds.Collect(ch)
-	c.storeErrors.Collect(ch)
-	c.storeFailures.Collect(ch)
-	c.circuitOpen.Collect(ch)
-	c.waitingNow.Collect(ch)
-	type named struct {
-		name string
-		rl   RateLimiter
+	for _, m := range c.m.Collectors() {
+		m.Collect(ch)
 	}
-	c.mu.Lock()
-	rls := make([]named, 0, len(c.limiters))
-	for name, rl := range c.limiters {
-		rls = append(rls, named{name, rl})
-	}
-	c.mu.Unlock()
-	// The limiters are read outside c.mu: each takes its own lock.
-	slices.SortFunc(rls, func(a, b named) int { return cmp.Compare(a.name, b.name) })
-	for _, n := range rls {
-		ch <- prometheus.MustNewConstMetric(c.available, prometheus.GaugeValue, float64(n.rl.AvailablePermissions()), n.name)
-		ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(n.rl.NumberOfWaitingCallers()), n.name)
-	}
+	c.limiters.Each(func(name string, rl metricnames.RateLimiter) {
+		ch <- prometheus.MustNewConstMetric(c.available, prometheus.GaugeValue, float64(rl.AvailablePermissions()), name)
+		ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(rl.NumberOfWaitingCallers()), name)
+	})
 }
 
 // Observer returns the observer of the limiter called limiter, for
@@ -185,14 +122,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 func (c *Collector) Observer(limiter string) sluice.Observer {
 	o := &observer{
 		c:        c,
-		allowed:  c.decisions.WithLabelValues(limiter, metricnames.Allowed),
-		rejected: c.decisions.WithLabelValues(limiter, metricnames.Rejected),
-		errored:  c.decisions.WithLabelValues(limiter, metricnames.Error),
-		tokens:   c.tokens.WithLabelValues(limiter),
-		circuit:  c.circuitOpen.WithLabelValues(limiter),
+		allowed:  c.m.Decisions.WithLabelValues(limiter, metricnames.Allowed),
+		rejected: c.m.Decisions.WithLabelValues(limiter, metricnames.Rejected),
+		errored:  c.m.Decisions.WithLabelValues(limiter, metricnames.Error),
+		tokens:   c.m.Tokens.WithLabelValues(limiter),
+		circuit:  c.m.CircuitOpen.WithLabelValues(limiter),
 	}
 	for f := sluice.FailClosed; f <= sluice.FailLocal; f++ {
-		o.failures[f] = c.storeFailures.WithLabelValues(limiter, FailureLabel(f))
+		o.failures[f] = c.m.StoreFailures.WithLabelValues(limiter, FailureLabel(f))
 	}
 	return o
 }
@@ -201,24 +138,14 @@ func (c *Collector) Observer(limiter string) sluice.Observer {
 // read at each scrape. A second call with the same name replaces the
 // first. Give the limiter c.Observer(name) through resilience.WithObserver
 // for its successful and failed acquisitions.
-func (c *Collector) RateLimiter(name string, rl RateLimiter) {
-	c.mu.Lock()
-	c.limiters[name] = rl
-	c.mu.Unlock()
-}
+func (c *Collector) RateLimiter(name string, rl RateLimiter) { c.limiters.Set(name, rl) }
 
 // Forget drops every series of the limiter called limiter, for one that no
 // longer exists, so that a scrape stops reporting it. An Observer handed
 // out for it before keeps counting into series no scrape shows.
 func (c *Collector) Forget(limiter string) {
-	l := prometheus.Labels{metricnames.Limiter: limiter}
-	c.decisions.DeletePartialMatch(l)
-	c.tokens.DeletePartialMatch(l)
-	c.storeFailures.DeletePartialMatch(l)
-	c.circuitOpen.DeletePartialMatch(l)
-	c.mu.Lock()
-	delete(c.limiters, limiter)
-	c.mu.Unlock()
+	c.m.Forget(limiter)
+	c.limiters.Delete(limiter)
 }
 
 // observer is one limiter's series, resolved once, so that an event is an
@@ -240,10 +167,7 @@ func (o *observer) Observe(e sluice.Event) {
 		o.rejected.Inc()
 	case sluice.EventStoreCall:
 		if s, ok := o.c.store[e.Op]; ok {
-			s.seconds.Observe(e.Duration.Seconds())
-			if e.Err != nil {
-				s.errors.Inc()
-			}
+			s.Observe(e.Duration, e.Err)
 		}
 	case sluice.EventStoreFailure:
 		if int(e.Failure) < len(o.failures) {
@@ -253,14 +177,10 @@ func (o *observer) Observe(e sluice.Event) {
 			o.errored.Inc()
 		}
 	case sluice.EventWaiting:
-		o.c.waitingNow.Inc()
+		o.c.m.Waiting.Inc()
 	case sluice.EventWaited, sluice.EventCancelled:
-		o.c.waitingNow.Dec()
+		o.c.m.Waiting.Dec()
 	case sluice.EventCircuit:
-		v := 0.0
-		if e.Circuit != sluice.CircuitClosed {
-			v = 1
-		}
-		o.circuit.Set(v)
+		prommetrics.SetCircuit(o.circuit, e.Circuit)
 	}
 }

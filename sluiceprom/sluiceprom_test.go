@@ -26,7 +26,7 @@ func TestCollector(t *testing.T) {
 	clock := observertest.Drive(t, c.Observer, func(name string, rl *resilience.RateLimiter) { c.RateLimiter(name, rl) })
 
 	want := `
-# HELP sluice_decisions_total Decisions by limiter and outcome (allowed, rejected, error).
+# HELP sluice_decisions_total Decisions by limiter and outcome (allowed, rejected, error; and in sluice serve invalid: the caller's mistake, answered 400).
 # TYPE sluice_decisions_total counter
 sluice_decisions_total{limiter="api",outcome="allowed"} 3
 sluice_decisions_total{limiter="api",outcome="error"} 0

@@ -1,7 +1,8 @@
-// Package keyed is the engine under a Limiter: a policy's state for every
-// key, in this process's memory (Table, the hot path of most users) or in a
-// driver.Store (Store, with per-key batching, records and a circuit
-// breaker), and the token-bucket views of both that a KeyBucket runs on.
+// Package keyed is the state under the engine (package engine): a
+// policy's state for every key, in this process's memory (Table, the hot
+// path of most users) or in a driver.Store (Store, with per-key batching,
+// records and a circuit breaker), and the token-bucket views of both that
+// a KeyBucket runs on.
 //
 // Time is a value here: the in-memory methods take now, and the store
 // reads its clock when it runs a batch, so that a decision is made at the

@@ -131,7 +131,10 @@ func (sh *mapShard) sweep(now int64) {
 }
 
 // Delete forgets key.
-func (s *MapStore) Delete(_ context.Context, key string) error {
+func (s *MapStore) Delete(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err // as the driver contract asks: nothing deleted
+	}
 	sh := s.shard(key)
 	sh.mu.Lock()
 	delete(sh.m, key)

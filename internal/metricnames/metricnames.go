@@ -1,10 +1,17 @@
 // Package metricnames is the one list of the metrics sluice exports: their
 // names, help texts, labels and histogram buckets, shared by sluiceprom,
 // sluiceotel and sluice serve, so that a dashboard built on one reads the
-// others.
+// others. It also holds the Resilience4j rate limiters whose gauges
+// sluiceprom and sluiceotel read.
 package metricnames
 
-import "github.com/sluicehq/sluice"
+import (
+	"cmp"
+	"slices"
+	"sync"
+
+	"github.com/sluicehq/sluice"
+)
 
 // The names of the metrics.
 const (
@@ -22,25 +29,10 @@ const (
 	WaitingThreads       = "resilience4j_ratelimiter_waiting_threads"
 )
 
-// Their help texts, for the library's limiters; sluice serve says where
-// its decisions come from in its own.
-const (
-	DecisionsHelp     = "Decisions by limiter and outcome (allowed, rejected, error)."
-	TokensHelp        = "Tokens taken by allowed decisions, by limiter."
-	StoreDurationHelp = "Latency of store calls (update, delete), failed ones included."
-	StoreErrorsHelp   = "Store calls that returned an error, by operation."
-	StoreFailuresHelp = "Decisions a store failure decided, by limiter and the failure policy applied (fail_closed, fail_open, fail_local)."
-	CircuitOpenHelp   = "1 while a limiter's circuit breaker keeps calls from the store (open or half-open), 0 when closed."
-	WaitingHelp       = "Blocking calls (WaitN, Consume, AcquirePermission) sleeping for their tokens now."
-
-	AvailablePermissionsHelp = "The permissions a Resilience4j rate limiter has now, negative while permits are reserved ahead."
-	WaitingThreadsHelp       = "The callers a Resilience4j rate limiter holds waiting now."
-)
-
 // The labels.
 const (
 	Limiter = "limiter" // the limiter's name
-	Outcome = "outcome" // allowed, rejected, error
+	Outcome = "outcome" // allowed, rejected, error (and invalid, in sluice serve)
 	Op      = "op"      // the store call: update, delete (and ping, in sluice serve)
 	Policy  = "policy"  // the store failure policy: fail_closed, fail_open, fail_local
 	Name    = "name"    // a Resilience4j limiter's name
@@ -51,6 +43,36 @@ const (
 	Allowed  = "allowed"
 	Rejected = "rejected"
 	Error    = "error"
+)
+
+// A Family is a metric as every exporter shows it: its name, its help
+// text and its labels, in order.
+type Family struct {
+	Name   string
+	Help   string
+	Labels []string
+}
+
+// The families. Their help texts cover the library's limiters and sluice
+// serve alike, since both export each family under one name.
+var (
+	DecisionsFamily = Family{Decisions, "Decisions by limiter and outcome (allowed, rejected, error; " +
+		"and in sluice serve invalid: the caller's mistake, answered 400).", []string{Limiter, Outcome}}
+	TokensFamily = Family{Tokens, "Tokens taken by allowed decisions, by limiter.", []string{Limiter}}
+	// StoreDurationFamily has the buckets of StoreBuckets.
+	StoreDurationFamily = Family{StoreDuration, "Latency of store calls (update, delete; and ping in sluice serve), failed ones included.",
+		[]string{Op}}
+	StoreErrorsFamily   = Family{StoreErrors, "Store calls that returned an error, by operation.", []string{Op}}
+	StoreFailuresFamily = Family{StoreFailures, "Decisions a store failure decided, by limiter and the failure policy applied " +
+		"(fail_closed, fail_open, fail_local).", []string{Limiter, Policy}}
+	CircuitOpenFamily = Family{CircuitOpen, "1 while a limiter's circuit breaker keeps calls from the store " +
+		"(open or half-open), 0 when closed.", []string{Limiter}}
+	WaitingFamily = Family{Waiting, "Callers sleeping for their tokens now: blocking calls " +
+		"(WaitN, Consume, AcquirePermission), and in sluice serve consume requests with max_wait_ms.", nil}
+
+	AvailablePermissionsFamily = Family{AvailablePermissions, "The permissions a Resilience4j rate limiter has now, " +
+		"negative while permits are reserved ahead.", []string{Name}}
+	WaitingThreadsFamily = Family{WaitingThreads, "The callers a Resilience4j rate limiter holds waiting now.", []string{Name}}
 )
 
 // StoreBuckets are the buckets of StoreDuration, in seconds: from 100µs
@@ -69,4 +91,55 @@ func FailureLabel(f sluice.StoreFailure) string {
 		return "fail_local"
 	}
 	return "fail_closed"
+}
+
+// RateLimiter is what the Resilience4j gauges read, as sluiceprom and
+// sluiceotel declare it.
+type RateLimiter interface {
+	AvailablePermissions() int64
+	NumberOfWaitingCallers() int
+}
+
+// RateLimiters are the Resilience4j rate limiters whose gauges an
+// exporter reads, by name. The zero value holds none; it is safe for
+// concurrent use.
+type RateLimiters struct {
+	mu sync.Mutex
+	m  map[string]RateLimiter // guarded by mu
+}
+
+// Set makes rl the limiter called name, replacing any before.
+func (r *RateLimiters) Set(name string, rl RateLimiter) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]RateLimiter{}
+	}
+	r.m[name] = rl
+}
+
+// Delete forgets the limiter called name.
+func (r *RateLimiters) Delete(name string) {
+	r.mu.Lock()
+	delete(r.m, name)
+	r.mu.Unlock()
+}
+
+// Each calls fn with each limiter, in the order of their names. It calls
+// fn without holding r's lock, since each limiter takes its own.
+func (r *RateLimiters) Each(fn func(name string, rl RateLimiter)) {
+	type named struct {
+		name string
+		rl   RateLimiter
+	}
+	r.mu.Lock()
+	rls := make([]named, 0, len(r.m))
+	for name, rl := range r.m {
+		rls = append(rls, named{name, rl})
+	}
+	r.mu.Unlock()
+	slices.SortFunc(rls, func(a, b named) int { return cmp.Compare(a.name, b.name) })
+	for _, n := range rls {
+		fn(n.name, n.rl)
+	}
 }

@@ -120,6 +120,39 @@ func Reserves[S any](m Machine[S]) bool {
 	return res.Code != ReserveNotSupported
 }
 
+// Leasing is what quota leasing (package lease) can do with a machine's
+// state: take many tokens of a key's shared state in one Consume, for a
+// process to spend locally. It is the machine's to say, so that a policy
+// added later is leased, or refused for leasing, without a change to the
+// engine or the API.
+type Leasing uint8
+
+// The leasings.
+const (
+	// NoLease: a lease cannot be carved out of the state by one
+	// consumption of many tokens (a sliding window's weighted count, a
+	// log's entries, a shaper's queue, a compound's members).
+	NoLease Leasing = iota
+	// Leases: a lease's tokens may be spent until the lease's TTL.
+	Leases
+	// LeasesToWindowEnd: as Leases, but a lease ends with the window it
+	// was granted in, after which the state forgets the tokens it took.
+	LeasesToWindowEnd
+)
+
+// A Leaser is a Machine whose state can be leased (see Leasing).
+type Leaser interface {
+	Leasing() Leasing
+}
+
+// LeasingOf is m's Leasing: NoLease unless m is a Leaser.
+func LeasingOf(m any) Leasing {
+	if l, ok := m.(Leaser); ok {
+		return l.Leasing()
+	}
+	return NoLease
+}
+
 // ErrBadState is matched by every error that decoding a stored state returns.
 var ErrBadState = errors.New("sluice: bad stored state")
 

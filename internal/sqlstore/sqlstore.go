@@ -90,6 +90,13 @@ type Dialect struct {
 	// IdentifierError is the store's error for a name that is not an SQL
 	// identifier, given by option.
 	IdentifierError func(option, name string) error
+	// NoRows is the client's error for a query that found no row:
+	// sql.ErrNoRows, pgx.ErrNoRows.
+	NoRows error
+	// Classify maps an error of the client to the driver's errors (see
+	// storeerr.Classify); write says whether the statement may have
+	// written state.
+	Classify func(ctx context.Context, err error, write bool) error
 }
 
 // Configure applies opts to the defaults and checks the result: names
@@ -232,12 +239,22 @@ func (s *Store) Close() error {
 // Row is a row a query returned: a *sql.Row, or a pgx.Row.
 type Row interface{ Scan(dest ...any) error }
 
-// ReadState scans the state column of row. found is false when there is
+// ReadState scans the state column of row, a query that does not write,
+// as ScanState does, and classifies the client's error.
+func (d Dialect) ReadState(ctx context.Context, row Row) (state []byte, found bool, err error) {
+	state, found, err = ScanState(row, d.NoRows)
+	if err != nil {
+		return nil, false, d.Classify(ctx, err, false)
+	}
+	return state, found, nil
+}
+
+// ScanState scans the state column of row. found is false when there is
 // no row, which the client reports as noRows (sql.ErrNoRows,
 // pgx.ErrNoRows); an empty state, the row of a key's first update under
 // SelectForUpdate, is no state. Another error is the client's, for the
 // store to classify.
-func ReadState(row Row, noRows error) (state []byte, found bool, err error) {
+func ScanState(row Row, noRows error) (state []byte, found bool, err error) {
 	err = row.Scan(&state)
 	if errors.Is(err, noRows) {
 		return nil, false, nil

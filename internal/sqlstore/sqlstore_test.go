@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -132,11 +133,18 @@ func TestReadState(t *testing.T) {
 		{"state", row{state: []byte("s")}, []byte("s"), true, nil},
 		{"failure", row{err: errBroken}, nil, false, errBroken},
 	}
+	// The dialect's Classify wraps the client's error as a read's.
+	d := Dialect{NoRows: errNoRows, Classify: func(_ context.Context, err error, write bool) error {
+		return fmt.Errorf("classified (write %v): %w", write, err)
+	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			state, found, err := ReadState(tt.row, errNoRows)
-			if (state == nil) != (tt.wantState == nil) || string(state) != string(tt.wantState) || found != tt.wantFound || err != tt.wantErr {
+			state, found, err := d.ReadState(t.Context(), tt.row)
+			if (state == nil) != (tt.wantState == nil) || string(state) != string(tt.wantState) || found != tt.wantFound || !errors.Is(err, tt.wantErr) {
 				t.Errorf("ReadState = %q, %v, %v; want %q, %v, %v", state, found, err, tt.wantState, tt.wantFound, tt.wantErr)
+			}
+			if tt.wantErr != nil && err.Error() != "classified (write false): "+tt.wantErr.Error() {
+				t.Errorf("ReadState's error = %q, want the client's error classified as a read's", err)
 			}
 		})
 	}

@@ -41,15 +41,6 @@ func StartMariaDB(ctx context.Context) (dsn string, stop func() error, err error
 	return startMariaDB(ctx, nil)
 }
 
-// StartSecureMariaDB is StartMariaDB with the server secured as sec says:
-// it serves TLS, and sec.User may log in only over TLS, with sec.Password
-// and a client certificate (REQUIRE X509), while testserver logs in as
-// root in the clear. It returns the sluice store URL of sec.User's
-// database, "mysql://USER@127.0.0.1:PORT/USER", without TLS parameters.
-func StartSecureMariaDB(ctx context.Context, sec SecureSQL) (url string, stop func() error, err error) {
-	return startMariaDB(ctx, &sec)
-}
-
 // startMariaDB is StartMariaDB, secured as sec says unless it is nil.
 func startMariaDB(ctx context.Context, sec *SecureSQL) (dsn string, stop func() error, err error) {
 	return startIn(ctx, "mariadb", func(ctx context.Context, dir string, own func(*process)) (string, error) {

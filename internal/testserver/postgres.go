@@ -31,17 +31,6 @@ func StartPostgres(ctx context.Context) (url string, stop func() error, err erro
 	return startPostgres(ctx, nil)
 }
 
-// StartSecurePostgres is StartPostgres with the server secured as sec
-// says: it serves TLS, and sec.User may log in only over TLS, with
-// sec.Password and a client certificate whose common name is sec.User
-// (pg_hba.conf's scram-sha-256 clientcert=verify-full), while testserver
-// logs in as postgres in the clear. It returns the URL of sec.User's
-// database, "postgres://USER@127.0.0.1:PORT/USER", without TLS
-// parameters.
-func StartSecurePostgres(ctx context.Context, sec SecureSQL) (url string, stop func() error, err error) {
-	return startPostgres(ctx, &sec)
-}
-
 // startPostgres is StartPostgres, secured as sec says unless it is nil.
 func startPostgres(ctx context.Context, sec *SecureSQL) (url string, stop func() error, err error) {
 	return startIn(ctx, "postgres", func(ctx context.Context, dir string, own func(*process)) (string, error) {

@@ -29,22 +29,11 @@ func StartRedis(ctx context.Context) (url string, stop func() error, err error) 
 	return url, stop, err
 }
 
-// StartSecureRedis is StartRedis with the server secured as sec says. The
-// URL starts with rediss:// when sec.TLS is set.
-func StartSecureRedis(ctx context.Context, sec Secure) (url string, stop func() error, err error) {
-	url, _, stop, err = startRedisProcess(ctx, &sec)
-	return url, stop, err
-}
-
 // startRedisProcess is StartRedis, secured as sec says unless it is nil,
 // returning the server's process too.
 func startRedisProcess(ctx context.Context, sec *Secure) (url string, p *process, stop func() error, err error) {
 	url, stop, err = startIn(ctx, "redis", func(ctx context.Context, dir string, own func(*process)) (string, error) {
-		bin, err := lookPath("redis-server", "redis-server")
-		if err != nil {
-			return "", err
-		}
-		a, err := sec.access()
+		bin, a, err := sec.redis()
 		if err != nil {
 			return "", err
 		}
@@ -66,18 +55,13 @@ func startRedisProcess(ctx context.Context, sec *Secure) (url string, p *process
 // Start-up is bounded by ctx and by one minute. If redis-server is not
 // installed, the error is a *MissingError.
 func StartRedisCluster(ctx context.Context) (addrs []string, stop func() error, err error) {
-	c, stop, err := startCluster(ctx, 0, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	return c.Masters, stop, nil
+	return startClusterMasters(ctx, nil)
 }
 
-// StartSecureRedisCluster is StartRedisCluster with the nodes secured as
-// sec says: with sec.TLS, the addresses are those of the nodes' TLS ports
-// and the cluster bus runs over TLS.
-func StartSecureRedisCluster(ctx context.Context, sec Secure) (addrs []string, stop func() error, err error) {
-	c, stop, err := startCluster(ctx, 0, &sec)
+// startClusterMasters is StartRedisCluster, secured as sec says unless it
+// is nil.
+func startClusterMasters(ctx context.Context, sec *Secure) (addrs []string, stop func() error, err error) {
+	c, stop, err := startCluster(ctx, 0, sec)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -138,11 +122,7 @@ func StartRedisClusterWithReplicas(ctx context.Context) (c *ReplicatedCluster, s
 // unless it is nil.
 func startCluster(ctx context.Context, nodeTimeout time.Duration, sec *Secure) (*ReplicatedCluster, func() error, error) {
 	return startIn(ctx, "redis-cluster", func(ctx context.Context, dir string, own func(*process)) (*ReplicatedCluster, error) {
-		bin, err := lookPath("redis-server", "redis-server")
-		if err != nil {
-			return nil, err
-		}
-		a, err := sec.access()
+		bin, a, err := sec.redis()
 		if err != nil {
 			return nil, err
 		}
@@ -310,12 +290,7 @@ func (a *redisAccess) formCluster(ctx context.Context, masters, replicas []*proc
 
 // nodeID returns the cluster node ID of the node at addr.
 func (a *redisAccess) nodeID(ctx context.Context, addr string) (string, error) {
-	c, err := a.dial(ctx, addr)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	v, err := c.do("CLUSTER", "MYID")
+	v, err := a.command(ctx, addr, "CLUSTER", "MYID")
 	if err != nil {
 		return "", err
 	}
@@ -331,23 +306,14 @@ func (a *redisAccess) nodeID(ctx context.Context, addr string) (string, error) {
 // replica of replicas (address → its master's ID) as a replica of that
 // master.
 func (a *redisAccess) clusterReady(ctx context.Context, addr string, procs []*process, replicas map[string]string) error {
-	c, err := a.dial(ctx, addr)
+	replies, err := a.commands(ctx, addr, []string{"CLUSTER", "INFO"}, []string{"CLUSTER", "NODES"})
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	info, err := c.do("CLUSTER", "INFO")
-	if err != nil {
-		return err
-	}
-	if s, _ := info.(string); !strings.Contains(s, "cluster_state:ok") {
+	if s, _ := replies[0].(string); !strings.Contains(s, "cluster_state:ok") {
 		return fmt.Errorf("CLUSTER INFO = %q, want cluster_state:ok", s)
 	}
-	nodes, err := c.do("CLUSTER", "NODES")
-	if err != nil {
-		return err
-	}
-	s, _ := nodes.(string)
+	s, _ := replies[1].(string)
 	for _, p := range procs {
 		// Lines read "<id> 127.0.0.1:PORT@BUS flags master-id …", the
 		// flags "myself,slave" or "slave" for a replica.
@@ -371,12 +337,7 @@ func (a *redisAccess) clusterReady(ctx context.Context, addr string, procs []*pr
 // ping reports an error unless the server at addr answers PING with
 // PONG.
 func (a *redisAccess) ping(ctx context.Context, addr string) error {
-	c, err := a.dial(ctx, addr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	v, err := c.do("PING")
+	v, err := a.command(ctx, addr, "PING")
 	if err != nil {
 		return err
 	}
@@ -401,6 +362,16 @@ func (a *redisAccess) commands(ctx context.Context, addr string, cmds ...[]strin
 		}
 	}
 	return replies, nil
+}
+
+// command sends cmd to the server at addr on a connection of its own and
+// returns its reply.
+func (a *redisAccess) command(ctx context.Context, addr string, cmd ...string) (any, error) {
+	replies, err := a.commands(ctx, addr, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return replies[0], nil
 }
 
 // respConn is a connection speaking RESP2, enough of it for the commands
@@ -521,23 +492,11 @@ func StartRedisSentinel(ctx context.Context) (url string, stop func() error, err
 	return startSentinels(ctx, nil)
 }
 
-// StartSecureRedisSentinel is StartRedisSentinel with the master, the
-// replica and the Sentinel secured as sec says: with sec.TLS, the URL
-// starts with rediss+sentinel:// and the Sentinel speaks TLS to its
-// clients and to the servers it watches.
-func StartSecureRedisSentinel(ctx context.Context, sec Secure) (url string, stop func() error, err error) {
-	return startSentinels(ctx, &sec)
-}
-
 // startSentinels is StartRedisSentinel, secured as sec says unless it is
 // nil.
 func startSentinels(ctx context.Context, sec *Secure) (url string, stop func() error, err error) {
 	return startIn(ctx, "redis-sentinel", func(ctx context.Context, dir string, own func(*process)) (string, error) {
-		bin, err := lookPath("redis-server", "redis-server")
-		if err != nil {
-			return "", err
-		}
-		a, err := sec.access()
+		bin, a, err := sec.redis()
 		if err != nil {
 			return "", err
 		}
@@ -574,12 +533,7 @@ func startSentinels(ctx context.Context, sec *Secure) (url string, stop func() e
 // replicaSynced reports an error unless the replica at addr is linked to
 // its master and done with the first sync.
 func (a *redisAccess) replicaSynced(ctx context.Context, addr string) error {
-	c, err := a.dial(ctx, addr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	v, err := c.do("INFO", "replication")
+	v, err := a.command(ctx, addr, "INFO", "replication")
 	if err != nil {
 		return err
 	}
@@ -617,12 +571,7 @@ func startSentinel(bin, dir string, port int, masterAddr string, sec *Secure) (*
 // linked to its master and recently heard from, since a Sentinel refuses
 // a failover to a replica it has no fresh INFO of.
 func (a *redisAccess) sentinelKnows(ctx context.Context, addr, replicaAddr string) error {
-	c, err := a.dial(ctx, addr)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	v, err := c.do("SENTINEL", "REPLICAS", SentinelMaster)
+	v, err := a.command(ctx, addr, "SENTINEL", "REPLICAS", SentinelMaster)
 	if err != nil {
 		return err
 	}

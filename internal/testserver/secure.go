@@ -7,9 +7,8 @@ import (
 	"strings"
 )
 
-// Secure says how StartSecureRedis, StartSecureRedisCluster and
-// StartSecureRedisSentinel secure the servers they start. The zero value
-// secures nothing.
+// Secure says how SecureRedis, SecureRedisCluster and SecureRedisSentinel
+// secure the servers they start. The zero value secures nothing.
 type Secure struct {
 	// TLS, when not nil, makes every server listen on TLS only (redis-server
 	// --port 0 --tls-port PORT) with TLS's server certificate, require
@@ -35,6 +34,16 @@ type Secure struct {
 type redisAccess struct {
 	tls      *tls.Config // nil: in the clear
 	password string      // "": no AUTH
+}
+
+// redis returns the redis-server binary, and the access to the servers
+// secured as s says; s may be nil.
+func (s *Secure) redis() (bin string, a *redisAccess, err error) {
+	if bin, err = lookPath("redis-server", "redis-server"); err != nil {
+		return "", nil, err
+	}
+	a, err = s.access()
+	return bin, a, err
 }
 
 // access is how testserver reaches servers secured as s says.
@@ -109,8 +118,8 @@ func (s *Secure) sentinelConf(port int) string {
 	return b.String()
 }
 
-// SecureSQL says how StartSecurePostgres and StartSecureMariaDB secure
-// the server they start: it serves TLS with TLS's server certificate, and
+// SecureSQL says how SecurePostgres and SecureMariaDB secure the server
+// they start: it serves TLS with TLS's server certificate, and
 // has a user User, with Password, who owns a database of the same name
 // and may log in only over TLS, with a client certificate that TLS's CA
 // signed. User and Password must be SQL identifiers' and strings'

@@ -414,6 +414,11 @@ func forTest[T any](tb testing.TB, kind string, start func(context.Context) (T, 
 	return v
 }
 
+// secured is start with the servers secured as sec says, for forTest.
+func secured[S, T any](start func(context.Context, *S) (T, func() error, error), sec S) func(context.Context) (T, func() error, error) {
+	return func(ctx context.Context) (T, func() error, error) { return start(ctx, &sec) }
+}
+
 // Redis starts a Redis server for tb, stops it when tb ends and returns
 // its URL, "redis://127.0.0.1:PORT/0". The test is skipped if redis-server
 // is not installed, or fails if CI is "true".
@@ -476,29 +481,31 @@ func RedisSentinel(tb testing.TB) string {
 	return forTest(tb, "redis sentinel", StartRedisSentinel)
 }
 
-// SecureRedis is Redis, with the server secured as sec says (see
-// StartSecureRedis).
+// SecureRedis is Redis, with the server secured as sec says. The URL
+// starts with rediss:// when sec.TLS is set.
 func SecureRedis(tb testing.TB, sec Secure) string {
 	tb.Helper()
-	return forTest(tb, "secure redis", func(ctx context.Context) (string, func() error, error) { return StartSecureRedis(ctx, sec) })
+	return forTest(tb, "secure redis", func(ctx context.Context) (string, func() error, error) {
+		url, _, stop, err := startRedisProcess(ctx, &sec)
+		return url, stop, err
+	})
 }
 
-// SecureRedisCluster is RedisCluster, with the nodes secured as sec says
-// (see StartSecureRedisCluster).
+// SecureRedisCluster is RedisCluster, with the nodes secured as sec says:
+// with sec.TLS, the addresses are those of the nodes' TLS ports and the
+// cluster bus runs over TLS.
 func SecureRedisCluster(tb testing.TB, sec Secure) []string {
 	tb.Helper()
-	return forTest(tb, "secure redis cluster", func(ctx context.Context) ([]string, func() error, error) {
-		return StartSecureRedisCluster(ctx, sec)
-	})
+	return forTest(tb, "secure redis cluster", secured(startClusterMasters, sec))
 }
 
-// SecureRedisSentinel is RedisSentinel, with the servers secured as sec
-// says (see StartSecureRedisSentinel).
+// SecureRedisSentinel is RedisSentinel, with the master, the replica and
+// the Sentinel secured as sec says: with sec.TLS, the URL starts with
+// rediss+sentinel:// and the Sentinel speaks TLS to its clients and to
+// the servers it watches.
 func SecureRedisSentinel(tb testing.TB, sec Secure) string {
 	tb.Helper()
-	return forTest(tb, "secure redis sentinel", func(ctx context.Context) (string, func() error, error) {
-		return StartSecureRedisSentinel(ctx, sec)
-	})
+	return forTest(tb, "secure redis sentinel", secured(startSentinels, sec))
 }
 
 // Postgres starts a PostgreSQL server for tb, stops it when tb ends and
@@ -511,18 +518,25 @@ func Postgres(tb testing.TB) string {
 	return forTest(tb, "postgres", StartPostgres)
 }
 
-// SecurePostgres is Postgres, with the server secured as sec says (see
-// StartSecurePostgres).
+// SecurePostgres is Postgres, with the server secured as sec says: it
+// serves TLS, and sec.User may log in only over TLS, with sec.Password
+// and a client certificate whose common name is sec.User (pg_hba.conf's
+// scram-sha-256 clientcert=verify-full), while testserver logs in as
+// postgres in the clear. It returns the URL of sec.User's database,
+// "postgres://USER@127.0.0.1:PORT/USER", without TLS parameters.
 func SecurePostgres(tb testing.TB, sec SecureSQL) string {
 	tb.Helper()
-	return forTest(tb, "secure postgres", func(ctx context.Context) (string, func() error, error) { return StartSecurePostgres(ctx, sec) })
+	return forTest(tb, "secure postgres", secured(startPostgres, sec))
 }
 
-// SecureMariaDB is MariaDB, with the server secured as sec says (see
-// StartSecureMariaDB).
+// SecureMariaDB is MariaDB, with the server secured as sec says: it
+// serves TLS, and sec.User may log in only over TLS, with sec.Password
+// and a client certificate (REQUIRE X509), while testserver logs in as
+// root in the clear. It returns the sluice store URL of sec.User's
+// database, "mysql://USER@127.0.0.1:PORT/USER", without TLS parameters.
 func SecureMariaDB(tb testing.TB, sec SecureSQL) string {
 	tb.Helper()
-	return forTest(tb, "secure mariadb", func(ctx context.Context) (string, func() error, error) { return StartSecureMariaDB(ctx, sec) })
+	return forTest(tb, "secure mariadb", secured(startMariaDB, sec))
 }
 
 // MariaDB starts a MariaDB server with an empty database "sluice" for tb,
@@ -611,57 +625,31 @@ func (s *shared[T]) get(tb testing.TB, kind string, start func(context.Context) 
 	return s.v
 }
 
+// share returns the function that starts start's server once per test
+// binary, on its first call, returns it to every call, and skips or
+// fails tb as Redis does if it could not start.
+func share[T any](kind string, start func(context.Context) (T, func() error, error)) func(testing.TB) T {
+	var s shared[T]
+	return func(tb testing.TB) T {
+		tb.Helper()
+		return s.get(tb, kind, start)
+	}
+}
+
+// The shared servers: SharedRedis is Redis, and so on, but the server is
+// started once per test binary and stopped by Main, which must be running
+// the tests. They are safe to call from parallel tests.
 var (
-	sharedRedis        shared[string]
-	sharedRedisCluster shared[[]string]
-	sharedSentinel     shared[string]
-	sharedPostgres     shared[string]
-	sharedMariaDB      shared[string]
-	sharedDynamo       shared[string]
+	// SharedRedis: tests that share it should use distinct keys.
+	SharedRedis = share("redis", StartRedis)
+	// SharedRedisCluster: the returned slice is shared; do not modify it.
+	SharedRedisCluster = share("redis cluster", StartRedisCluster)
+	// SharedRedisSentinel: tests that share it must not fail the master
+	// over.
+	SharedRedisSentinel = share("redis sentinel", StartRedisSentinel)
+	SharedPostgres      = share("postgres", StartPostgres)
+	SharedMariaDB       = share("mariadb", StartMariaDB)
+	// SharedDynamo: tests that share it should use tables or keys of
+	// their own.
+	SharedDynamo = share("dynamo", StartDynamo)
 )
-
-// SharedRedis is Redis, but the server is started once per test binary
-// and stopped by Main, which must be running the tests. Tests that share
-// it should use distinct keys. It is safe to call from parallel tests.
-func SharedRedis(tb testing.TB) string {
-	tb.Helper()
-	return sharedRedis.get(tb, "redis", StartRedis)
-}
-
-// SharedRedisCluster is RedisCluster, but the cluster is started once per
-// test binary and stopped by Main, which must be running the tests. The
-// returned slice is shared: do not modify it.
-func SharedRedisCluster(tb testing.TB) []string {
-	tb.Helper()
-	return sharedRedisCluster.get(tb, "redis cluster", StartRedisCluster)
-}
-
-// SharedRedisSentinel is RedisSentinel, but the servers are started once
-// per test binary and stopped by Main, which must be running the tests.
-// Tests that share them must not fail the master over.
-func SharedRedisSentinel(tb testing.TB) string {
-	tb.Helper()
-	return sharedSentinel.get(tb, "redis sentinel", StartRedisSentinel)
-}
-
-// SharedPostgres is Postgres, but the server is started once per test
-// binary and stopped by Main, which must be running the tests.
-func SharedPostgres(tb testing.TB) string {
-	tb.Helper()
-	return sharedPostgres.get(tb, "postgres", StartPostgres)
-}
-
-// SharedMariaDB is MariaDB, but the server is started once per test binary
-// and stopped by Main, which must be running the tests.
-func SharedMariaDB(tb testing.TB) string {
-	tb.Helper()
-	return sharedMariaDB.get(tb, "mariadb", StartMariaDB)
-}
-
-// SharedDynamo is Dynamo, but the server is started once per test binary
-// and stopped by Main, which must be running the tests. Tests that share
-// it should use tables or keys of their own.
-func SharedDynamo(tb testing.TB) string {
-	tb.Helper()
-	return sharedDynamo.get(tb, "dynamo", StartDynamo)
-}

@@ -24,13 +24,6 @@ var bounded = map[string]string{
 	"pgstore/sweep_test.go:TestSweep":                  "the sweep's issue bound: expired rows gone within the interval (ms) plus a minute",
 	"mysqlstore/sweep_test.go:TestSweep":               "the sweep's issue bound: expired rows gone within the interval (ms) plus a minute",
 	"internal/app/server/sweep_test.go:TestStoreSweep": "the sweep's issue bound: expired rows gone within sweep_interval (1 s) plus a minute",
-
-	// The root package's tests, which the v1 API rewrite (issue 28) is
-	// changing; they move to a fake clock or to mechanism assertions
-	// once it lands.
-	"breaker_test.go:TestCircuitBreaker":       "root: recovery within a second of real time; to be rewritten on a fake clock",
-	"breaker_test.go:TestStoreTimeoutEndToEnd": "root: p99 of 600 goroutines; to assert the store's deadlines instead",
-	"store_test.go:TestStoreTimeout":           "root: Allow within 5 s of a 20 ms timeout; to assert the store's deadline instead",
 }
 
 // TestNoBoundOnElapsedTime fails on a test that compares a duration it

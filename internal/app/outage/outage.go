@@ -76,27 +76,23 @@ func (o *Log) Failure(what string, err error) {
 
 // Success notes that the store answered a call. It costs an atomic load
 // while the store is healthy.
-func (o *Log) Success() {
-	if !o.failing.Load() {
-		return
-	}
-	now := o.now()
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.answered = true
-	o.flush(now)
-}
+func (o *Log) Success() { o.tick(true) }
 
 // Tick writes the lines that are due at the time of its clock: the
 // counts of an interval without a decision to write them, the end of an
 // outage without a call since. Run calls it every second.
-func (o *Log) Tick() {
+func (o *Log) Tick() { o.tick(false) }
+
+// tick writes the lines due now, during an outage, having noted that the
+// store answered a call when answered is set.
+func (o *Log) tick(answered bool) {
 	if !o.failing.Load() {
 		return
 	}
 	now := o.now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.answered = o.answered || answered
 	o.flush(now)
 }
 

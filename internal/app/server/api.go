@@ -20,7 +20,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
 	"github.com/sluicehq/sluice/internal/app/server/page"
 	"github.com/sluicehq/sluice/internal/app/simulate"
@@ -529,21 +528,6 @@ func (s *Server) limiterError(r *http.Request, err error) *apiError {
 	return errorf(http.StatusInternalServerError, codeInternal, "%v", err)
 }
 
-// storeFailure says what kind of store failure err is.
-func storeFailure(err error) string {
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return "no answer within the store timeout"
-	case errors.Is(err, driver.ErrIndeterminate):
-		return "the store's answer was lost"
-	case errors.Is(err, driver.ErrConflict):
-		return "contention on the key"
-	case errors.Is(err, driver.ErrUnavailable):
-		return "the store is unavailable"
-	}
-	return "an error of the store"
-}
-
 type consumeRequest struct {
 	keyRequest
 	Tokens    *int64 `json:"tokens"`
@@ -608,9 +592,9 @@ func (s *Server) wait(ctx context.Context, l *limiter, key string, n int64, maxW
 		return res, nil
 	}
 	if d := r.Delay(); d > 0 {
-		s.metrics.waiting.Inc()
+		s.metrics.Waiting.Inc()
 		err := sleep.On(ctx, s.clock, d)
-		s.metrics.waiting.Dec()
+		s.metrics.Waiting.Dec()
 		if err != nil {
 			r.Cancel()
 			return Result{}, err
@@ -632,9 +616,9 @@ func (s *Server) record(snap *snapshot, name, key string, n int64, allowed bool,
 		outcome = metricnames.Error
 	case allowed:
 		outcome = metricnames.Allowed
-		s.metrics.tokens.WithLabelValues(name).Add(float64(n))
+		s.metrics.Tokens.WithLabelValues(name).Add(float64(n))
 	}
-	s.metrics.decisions.WithLabelValues(name, outcome).Inc()
+	s.metrics.Decisions.WithLabelValues(name, outcome).Inc()
 	now := s.now()
 	if l, ok := snap.limiters[name]; ok {
 		l.stats.record(now, snap.cfg.HealthWindow, n, outcome)
@@ -889,7 +873,7 @@ func (s *Server) ready(w http.ResponseWriter, r *http.Request) *apiError {
 	} else {
 		err = s.store.Update(ctx, "sluice-readyz", func([]byte) ([]byte, time.Duration, bool) { return nil, 0, false })
 	}
-	s.metrics.storeOp("ping").observe(start, err)
+	s.metrics.StoreOp("ping").Observe(time.Since(start), err)
 	if err != nil {
 		return errorf(http.StatusServiceUnavailable, codeStoreUnavailable, "store: %v", err)
 	}

@@ -399,10 +399,10 @@ func TestCallerMistakesCountedApart(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]float64{"three": 1, "tb": 1, "slide": 1} {
-		if n := testutil.ToFloat64(s.metrics.decisions.WithLabelValues(name, "invalid")); n != want {
+		if n := testutil.ToFloat64(s.metrics.Decisions.WithLabelValues(name, "invalid")); n != want {
 			t.Errorf("sluice_decisions_total{limiter=%s,outcome=invalid} = %v, want %v", name, n, want)
 		}
-		if n := testutil.ToFloat64(s.metrics.decisions.WithLabelValues(name, "error")); n != 0 {
+		if n := testutil.ToFloat64(s.metrics.Decisions.WithLabelValues(name, "error")); n != 0 {
 			t.Errorf("sluice_decisions_total{limiter=%s,outcome=error} = %v, want 0", name, n)
 		}
 		if st := limiterStats(t, s, name); st["invalid"] != want || st["errors"] != 0.0 {
@@ -674,7 +674,7 @@ func TestDrainTimeout(t *testing.T) {
 		resp.Body.Close()
 		waited <- answer{code: resp.StatusCode, body: string(b)}
 	}()
-	for deadline := time.Now().Add(30 * time.Second); testutil.ToFloat64(s.metrics.waiting) == 0; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); testutil.ToFloat64(s.metrics.Waiting) == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) { // the second caller should be waiting for its token
 			t.Fatal("no caller is waiting")
 		}

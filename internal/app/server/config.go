@@ -650,44 +650,9 @@ func boolean(dst *bool) func(string, *yaml.Node) error {
 	}
 }
 
-func strList(dst *[]string) func(string, *yaml.Node) error {
-	return func(path string, n *yaml.Node) error {
-		var d yamlnode.Decoder
-		items, err := d.List(path, n)
-		if err != nil {
-			return err
-		}
-		*dst = nil
-		for i, item := range items {
-			s, err := d.String(yamlnode.Index(path, i), item)
-			if err != nil {
-				return err
-			}
-			*dst = append(*dst, s)
-		}
-		return nil
-	}
-}
-
-// tokenList decodes a list of bearer tokens: none empty, none with
-// whitespace, which a header cannot carry inside a token.
-func tokenList(dst *[]string) func(string, *yaml.Node) error {
-	return func(path string, n *yaml.Node) error {
-		if err := strList(dst)(path, n); err != nil {
-			return err
-		}
-		for i, t := range *dst {
-			if t == "" || strings.ContainsAny(t, " \t\r\n") {
-				return yamlnode.Errorf(yamlnode.Index(path, i), n.Content[i], "a token must not be empty nor hold whitespace")
-			}
-		}
-		return nil
-	}
-}
-
-// origins decodes a list of origins for http.CrossOriginProtection,
-// each scheme://host[:port].
-func origins(dst *[]string) func(string, *yaml.Node) error {
+// strList decodes a list of strings, each of which check accepts: check
+// returns what is wrong with one, or "".
+func strList(dst *[]string, check func(string) string) func(string, *yaml.Node) error {
 	return func(path string, n *yaml.Node) error {
 		var d yamlnode.Decoder
 		items, err := d.List(path, n)
@@ -697,17 +662,40 @@ func origins(dst *[]string) func(string, *yaml.Node) error {
 		*dst = nil
 		for i, item := range items {
 			p := yamlnode.Index(path, i)
-			o, err := d.String(p, item)
+			s, err := d.String(p, item)
 			if err != nil {
 				return err
 			}
-			if err := http.NewCrossOriginProtection().AddTrustedOrigin(o); err != nil {
-				return yamlnode.Errorf(p, item, "must be an origin such as https://app.example.com, got %q", o)
+			if msg := check(s); msg != "" {
+				return yamlnode.Errorf(p, item, "%s", msg)
 			}
-			*dst = append(*dst, o)
+			*dst = append(*dst, s)
 		}
 		return nil
 	}
+}
+
+// tokenList decodes a list of bearer tokens: none empty, none with
+// whitespace, which a header cannot carry inside a token. The message
+// does not repeat a token, which is a secret.
+func tokenList(dst *[]string) func(string, *yaml.Node) error {
+	return strList(dst, func(t string) string {
+		if t == "" || strings.ContainsAny(t, " \t\r\n") {
+			return "a token must not be empty nor hold whitespace"
+		}
+		return ""
+	})
+}
+
+// origins decodes a list of origins for http.CrossOriginProtection,
+// each scheme://host[:port].
+func origins(dst *[]string) func(string, *yaml.Node) error {
+	return strList(dst, func(o string) string {
+		if err := http.NewCrossOriginProtection().AddTrustedOrigin(o); err != nil {
+			return "must be an origin such as https://app.example.com, got " + strconv.Quote(o)
+		}
+		return ""
+	})
 }
 
 func positiveDuration(dst *time.Duration) func(string, *yaml.Node) error {

@@ -14,86 +14,48 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/metricnames"
+	"github.com/sluicehq/sluice/internal/prommetrics"
 )
 
-// metrics are the server's Prometheus metrics, on a registry of their own.
+// metrics are the server's Prometheus metrics, on a registry of their own:
+// the families it shares with sluiceprom, and its own.
 type metrics struct {
-	reg           *prometheus.Registry
-	decisions     *prometheus.CounterVec // limiter, outcome
-	tokens        *prometheus.CounterVec // limiter
-	storeSeconds  *prometheus.HistogramVec
-	storeErrors   *prometheus.CounterVec // op
-	storeFailures *prometheus.CounterVec // limiter, policy
-	circuitOpen   *prometheus.GaugeVec   // limiter
-	waiting       prometheus.Gauge
-	reloads       *prometheus.CounterVec // result
-	refused       *prometheus.CounterVec // api: connections closed at once, the listener being full
-	busy          *prometheus.CounterVec // what: requests answered 503 busy
-	swept         prometheus.Counter     // expired rows the store's sweep deleted
+	reg *prometheus.Registry
+	prommetrics.Limiters
+	reloads *prometheus.CounterVec // result
+	refused *prometheus.CounterVec // api: connections closed at once, the listener being full
+	busy    *prometheus.CounterVec // what: requests answered 503 busy
+	swept   prometheus.Counter     // expired rows the store's sweep deleted
 }
 
 func newMetrics() *metrics {
-	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricnames.Decisions,
-			Help: "Decisions by limiter and outcome (allowed, rejected; error: the store or the server failed; invalid: the caller's mistake, answered 400), from the HTTP API and Envoy's gRPC API.",
-		}, []string{"limiter", "outcome"}),
-		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricnames.Tokens,
-			Help: "Tokens taken by allowed decisions, by limiter.",
-		}, []string{"limiter"}),
-		storeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    metricnames.StoreDuration,
-			Help:    "Latency of store calls (update, delete, ping), failed ones included.",
-			Buckets: metricnames.StoreBuckets(),
-		}, []string{"op"}),
-		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricnames.StoreErrors,
-			Help: "Store calls that returned an error, by operation.",
-		}, []string{"op"}),
-		storeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metricnames.StoreFailures,
-			Help: "Decisions a store failure decided, by limiter and the failure policy applied (fail_closed, fail_open, fail_local).",
-		}, []string{"limiter", "policy"}),
-		circuitOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: metricnames.CircuitOpen,
-			Help: "1 while a limiter's circuit breaker keeps calls from the store (open or half-open), 0 when closed.",
-		}, []string{"limiter"}),
-		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: metricnames.Waiting,
-			Help: "Consume calls waiting for their tokens (max_wait_ms).",
-		}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_config_reloads_total",
-			Help: "Config reloads by result (ok, error).",
-		}, []string{"result"}),
-	}
-	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sluice_connections_refused_total",
-		Help: "Connections closed as soon as accepted, the API (http, grpc) holding server.limits' max_connections that it could not close.",
-	}, []string{"api"})
-	m.busy = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "sluice_busy_total",
-		Help: "HTTP requests answered 503 busy: requests (past max_connections less reserved_for_health in progress) or simulations (past server.simulate.max_concurrent).",
-	}, []string{"what"})
+	m := &metrics{reg: prometheus.NewRegistry(), Limiters: prommetrics.New()}
+	m.reloads = prommetrics.CounterVec(metricnames.Family{Name: "sluice_config_reloads_total",
+		Help: "Config reloads by result (ok, error).", Labels: []string{"result"}})
+	m.refused = prommetrics.CounterVec(metricnames.Family{Name: "sluice_connections_refused_total",
+		Help:   "Connections closed as soon as accepted, the API (http, grpc) holding server.limits' max_connections that it could not close.",
+		Labels: []string{"api"}})
+	m.busy = prommetrics.CounterVec(metricnames.Family{Name: "sluice_busy_total",
+		Help:   "HTTP requests answered 503 busy: requests (past max_connections less reserved_for_health in progress) or simulations (past server.simulate.max_concurrent).",
+		Labels: []string{"what"}})
 	m.swept = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_store_swept_rows_total",
 		Help: "Expired rows that the store's background sweep deleted (PostgreSQL and MySQL: the store URL's sweep_interval).",
 	})
-	m.storeErrors.WithLabelValues("sweep")
+	m.StoreErrors.WithLabelValues("sweep")
 	for _, api := range []string{"http", "grpc"} {
 		m.refused.WithLabelValues(api)
 	}
 	for _, what := range []string{"requests", "simulations"} {
 		m.busy.WithLabelValues(what)
 	}
-	m.reg.MustRegister(m.decisions, m.tokens, m.storeSeconds, m.storeErrors, m.storeFailures, m.circuitOpen, m.waiting, m.reloads,
-		m.refused, m.busy, m.swept, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(m.Collectors()...)
+	m.reg.MustRegister(m.reloads, m.refused, m.busy, m.swept,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Series exist from the start at zero, so that alerts on a rate or on
 	// absence work before the first event.
 	for _, op := range storeOps {
-		m.storeOp(op)
+		m.StoreOp(op)
 	}
 	for _, result := range []string{"ok", "error"} {
 		m.reloads.WithLabelValues(result)
@@ -111,11 +73,11 @@ var storeOps = []string{"update", "delete", "ping"}
 func (m *metrics) declare(snap *snapshot) {
 	for _, name := range snap.order {
 		for _, outcome := range outcomes {
-			m.decisions.WithLabelValues(name, outcome)
+			m.Decisions.WithLabelValues(name, outcome)
 		}
-		m.tokens.WithLabelValues(name)
-		m.storeFailures.WithLabelValues(name, failureLabel(snap.cfg.StoreFailure))
-		m.circuitOpen.WithLabelValues(name).Set(0)
+		m.Tokens.WithLabelValues(name)
+		m.StoreFailures.WithLabelValues(name, failureLabel(snap.cfg.StoreFailure))
+		m.CircuitOpen.WithLabelValues(name).Set(0)
 	}
 }
 
@@ -129,16 +91,6 @@ var outcomes = []string{metricnames.Allowed, metricnames.Rejected, metricnames.E
 // counted apart from error so that an alert on errors fires on the
 // store's and the server's failures, not on a client's bug.
 const outcomeInvalid = "invalid"
-
-// forget drops the series of a limiter that a reload removed, so that
-// /metrics does not report it for the life of the process.
-func (m *metrics) forget(limiter string) {
-	l := prometheus.Labels{"limiter": limiter}
-	m.decisions.DeletePartialMatch(l)
-	m.tokens.DeletePartialMatch(l)
-	m.storeFailures.DeletePartialMatch(l)
-	m.circuitOpen.DeletePartialMatch(l)
-}
 
 // failureLabel names a store failure policy as the config writes it.
 func failureLabel(f sluice.StoreFailure) string { return metricnames.FailureLabel(f) }
@@ -159,7 +111,7 @@ type failureObserver struct {
 func (l failureObserver) Observe(e sluice.Event) {
 	switch e.Kind {
 	case sluice.EventStoreFailure:
-		l.m.storeFailures.WithLabelValues(l.limiter, failureLabel(e.Failure)).Inc()
+		l.m.StoreFailures.WithLabelValues(l.limiter, failureLabel(e.Failure)).Inc()
 		l.stats.storeFailure(l.now(), l.window)
 	case sluice.EventCircuit:
 		l.setCircuit(e.Circuit)
@@ -168,13 +120,8 @@ func (l failureObserver) Observe(e sluice.Event) {
 
 // setCircuit sets the limiter's circuit gauge and state.
 func (l failureObserver) setCircuit(s sluice.CircuitState) {
-	open := s != sluice.CircuitClosed
-	l.circuit.Store(open)
-	v := 0.0
-	if open {
-		v = 1
-	}
-	l.m.circuitOpen.WithLabelValues(l.limiter).Set(v)
+	l.circuit.Store(s != sluice.CircuitClosed)
+	prommetrics.SetCircuit(l.m.CircuitOpen.WithLabelValues(l.limiter), s)
 }
 
 // limiterStore is a limiter's view of the server's store: its keys are
@@ -183,13 +130,13 @@ func (l failureObserver) setCircuit(s sluice.CircuitState) {
 type limiterStore struct {
 	s      driver.Store
 	prefix string
-	update storeOp
+	update prommetrics.StoreOp
 }
 
 func (s limiterStore) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
 	start := time.Now()
 	err := s.s.Update(ctx, s.prefix+key, fn)
-	s.update.observe(start, err)
+	s.update.Observe(time.Since(start), err)
 	return err
 }
 
@@ -206,42 +153,24 @@ func (s limiterStore) Partition(key string) string {
 // limiterDeleter is a limiterStore over a store that can delete.
 type limiterDeleter struct {
 	limiterStore
-	delete storeOp
+	delete prommetrics.StoreOp
 }
 
 func (s limiterDeleter) Delete(ctx context.Context, key string) error {
 	start := time.Now()
 	err := s.s.(driver.Deleter).Delete(ctx, s.prefix+key)
-	s.delete.observe(start, err)
+	s.delete.Observe(time.Since(start), err)
 	return err
 }
 
 // newLimiterStore returns the store of the limiter called name: a
 // driver.Deleter when s is one, since Limiter.Reset deletes through it.
 func newLimiterStore(s driver.Store, name string, m *metrics) driver.Store {
-	ls := limiterStore{s: s, prefix: name + ":", update: m.storeOp("update")}
+	ls := limiterStore{s: s, prefix: name + ":", update: m.StoreOp("update")}
 	if _, ok := s.(driver.Deleter); ok {
-		return limiterDeleter{ls, m.storeOp("delete")}
+		return limiterDeleter{ls, m.StoreOp("delete")}
 	}
 	return ls
-}
-
-// storeOp is the metrics of one store operation, looked up once: a
-// lookup by label costs a hash and a lock on every call.
-type storeOp struct {
-	seconds prometheus.Observer
-	errors  prometheus.Counter
-}
-
-func (m *metrics) storeOp(op string) storeOp {
-	return storeOp{m.storeSeconds.WithLabelValues(op), m.storeErrors.WithLabelValues(op)}
-}
-
-func (o storeOp) observe(start time.Time, err error) {
-	o.seconds.Observe(time.Since(start).Seconds())
-	if err != nil {
-		o.errors.Inc()
-	}
 }
 
 // stats are a limiter's counts since it was configured as it is, and the

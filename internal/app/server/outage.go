@@ -90,3 +90,17 @@ func watchAnswers(st driver.Store, o *outage.Log) driver.Store {
 	}
 	return a
 }
+
+// storeFailures say what each kind of store failure (outage.Kind) is, in
+// an answer: the outage log has the details.
+var storeFailures = map[string]string{
+	"timeout":      "no answer within the store timeout",
+	"unavailable":  "the store is unavailable",
+	"circuit_open": "the circuit breaker keeps calls from the store",
+	"answer_lost":  "the store's answer was lost",
+	"contention":   "contention on the key",
+	"other":        "an error of the store",
+}
+
+// storeFailure says what kind of store failure err is.
+func storeFailure(err error) string { return storeFailures[outage.Kind(err)] }

@@ -176,3 +176,24 @@ func TestVersionConflictLogged(t *testing.T) {
 		t.Errorf("log = %q, want a warning naming the limiter and the version", out)
 	}
 }
+
+// TestStoreFailure: every kind of store failure that the outage log
+// counts has its words in an answer.
+func TestStoreFailure(t *testing.T) {
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("redis: %w", context.DeadlineExceeded), "no answer within the store timeout"},
+		{fmt.Errorf("%w: dial", driver.ErrUnavailable), "the store is unavailable"},
+		{sluice.ErrCircuitOpen, "the circuit breaker keeps calls from the store"},
+		{fmt.Errorf("%w: EOF", driver.ErrIndeterminate), "the store's answer was lost"},
+		{fmt.Errorf("%w: lost the race", driver.ErrConflict), "contention on the key"},
+		{errors.New("disk full"), "an error of the store"},
+	}
+	for _, tt := range tests {
+		if got := storeFailure(tt.err); got != tt.want {
+			t.Errorf("storeFailure(%v) = %q, want %q", tt.err, got, tt.want)
+		}
+	}
+}

@@ -206,16 +206,20 @@ func runBusyBucket(tb testing.TB, yaml string, streams int, interval, run time.D
 // speed (the Envoys wait for their answers before counting), as long as
 // the machine can serve the load at all: under the race detector, which
 // makes each report cost about ten times as much (and the simulated
-// Envoys share the machine), they report every 2 s. The HTTP p99 of an
+// Envoys share the machine), they report every 2 s, and a report whose
+// store call timed out is not answered: on a 2-CPU machine busy with
+// other tests, 81-92% of them were answered on Redis, so under the race
+// detector the bound is 75%, which still fails the code before the fix
+// (27.5% answered in memory, 0.7% on Redis). The HTTP p99 of an
 // unrelated limiter is logged, not asserted (BenchmarkRLQSBusyBucket
 // reports it).
 func TestRLQSBusyBucket(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a load test of 1,000 streams")
 	}
-	every := 500 * time.Millisecond
+	every, bound := 500*time.Millisecond, int64(95)
 	if raceEnabled() {
-		every = 2 * time.Second
+		every, bound = 2*time.Second, 75
 	}
 	for _, st := range []struct{ name, store string }{
 		{"memory", "store: mem://\n"},
@@ -228,8 +232,8 @@ func TestRLQSBusyBucket(t *testing.T) {
 			if res.reports < 1000 {
 				t.Fatalf("the Envoys sent %d reports, want at least one each", res.reports)
 			}
-			if res.responses*100 < res.reports*95 {
-				t.Errorf("%d of %d reports answered, want at least 95%%", res.responses, res.reports)
+			if res.responses*100 < res.reports*bound {
+				t.Errorf("%d of %d reports answered, want at least %d%%", res.responses, res.reports, bound)
 			}
 		})
 	}

@@ -322,7 +322,7 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 func (s *Server) swept(n int64, err error) {
 	s.metrics.swept.Add(float64(n))
 	if err != nil {
-		s.metrics.storeErrors.WithLabelValues("sweep").Inc()
+		s.metrics.StoreErrors.WithLabelValues("sweep").Inc()
 		s.log.Warn("deleting the store's expired rows failed; trying again at the next sweep", "err", err)
 	}
 }
@@ -607,7 +607,7 @@ func (s *Server) reloadLocked(cfg *Config, stamp fileStamp, hash [32]byte) error
 	s.rlqs.Swap(cfg.RLQS, snap.lookup)
 	for name := range old.limiters {
 		if _, ok := snap.limiters[name]; !ok {
-			s.metrics.forget(name)
+			s.metrics.Forget(name)
 		}
 	}
 	s.metrics.reloads.WithLabelValues("ok").Inc()

@@ -72,7 +72,7 @@ func TestStoreDown(t *testing.T) {
 					t.Errorf("store failure message %q echoes the key", msg)
 				}
 			}
-			if n := testutil.ToFloat64(s.metrics.storeFailures.WithLabelValues("three", tt.failure)); n != 1 {
+			if n := testutil.ToFloat64(s.metrics.StoreFailures.WithLabelValues("three", tt.failure)); n != 1 {
 				t.Errorf("sluice_store_failures_total{limiter=three,policy=%s} = %v, want 1", tt.failure, n)
 			}
 			// A store failure is an error only where the caller gets one.
@@ -80,7 +80,7 @@ func TestStoreDown(t *testing.T) {
 			if tt.code != "" {
 				wantErrors = 1
 			}
-			if n := testutil.ToFloat64(s.metrics.decisions.WithLabelValues("three", "error")); n != wantErrors {
+			if n := testutil.ToFloat64(s.metrics.Decisions.WithLabelValues("three", "error")); n != wantErrors {
 				t.Errorf("sluice_decisions_total{limiter=three,outcome=error} = %v under %s, want %v", n, tt.failure, wantErrors)
 			}
 			// The stats say the store is failing the limiter, under every
@@ -94,7 +94,7 @@ func TestStoreDown(t *testing.T) {
 			if st := limiterStats(t, s, "three"); st["store_failing"] != true || st["circuit_open"] != true {
 				t.Errorf("stats of three after 5 store failures = %v, want store_failing and the circuit open", st)
 			}
-			if n := testutil.ToFloat64(s.metrics.circuitOpen.WithLabelValues("three")); n != 1 {
+			if n := testutil.ToFloat64(s.metrics.CircuitOpen.WithLabelValues("three")); n != 1 {
 				t.Errorf("sluice_store_circuit_open{limiter=three} = %v after 5 store failures, want 1", n)
 			}
 			// Shutdown closes the store even though it is down: the

@@ -102,7 +102,7 @@ func TestStoreSweep(t *testing.T) {
 			if got := testutil.ToFloat64(s.metrics.swept); got != expired {
 				t.Errorf("sluice_store_swept_rows_total = %v, want %d", got, expired)
 			}
-			if got := testutil.ToFloat64(s.metrics.storeErrors.WithLabelValues("sweep")); got != 0 {
+			if got := testutil.ToFloat64(s.metrics.StoreErrors.WithLabelValues("sweep")); got != 0 {
 				t.Errorf(`sluice_store_errors_total{op="sweep"} = %v, want 0; log:\n%s`, got, log.String())
 			}
 			if !strings.Contains(log.String(), `"msg":"deleting the store's expired rows in the background","sweep_interval":1000000000`) {

@@ -113,7 +113,7 @@ func parseClause(f []string) (part, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := &steady{rate: r}
+		s := &steady{rated{rate: r}}
 		return s, parseRange(rest, &s.span)
 	case "burst":
 		if len(f) != 4 || f[2] != "at" {
@@ -147,7 +147,7 @@ func parseClause(f []string) (part, error) {
 		if err != nil {
 			return nil, err
 		}
-		p := &poisson{rate: r, seed: 1}
+		p := &poisson{rated: rated{rate: r}, seed: 1}
 		if len(rest) >= 2 && rest[0] == "seed" {
 			if p.seed, err = strconv.ParseUint(rest[1], 10, 64); err != nil {
 				return nil, fmt.Errorf("seed must be a whole number, got %q", rest[1])
@@ -269,16 +269,26 @@ func tooMany(n float64, atLeast bool, limit int) error {
 	return fmt.Errorf("the spec makes %s %.0f requests; a simulation may have at most %d", about, n, limit)
 }
 
-type steady struct {
+// rated is a clause of rate's arrivals over its span: steady or poisson.
+type rated struct {
 	rate rate
 	span
 }
 
+// active clips the span to the simulation: the clause's arrivals are in
+// [from, to), and it has none when ok is false.
+func (r *rated) active(duration time.Duration) (from, to int64, ok bool) {
+	from, to = r.within(duration)
+	return from, to, r.rate.count > 0 && to > from
+}
+
+type steady struct{ rated }
+
 // count is the number of i ≥ 0 with from + ⌊i·period/count⌋ < to, which
 // is i·period < (to-from)·count: ⌈(to-from)·count/period⌉.
 func (s *steady) count(duration time.Duration) float64 {
-	from, to := s.within(duration)
-	if s.rate.count == 0 || to <= from {
+	from, to, ok := s.active(duration)
+	if !ok {
 		return 0
 	}
 	hi, lo := bits.Mul64(uint64(to-from), uint64(s.rate.count))
@@ -296,8 +306,8 @@ func (s *steady) count(duration time.Duration) float64 {
 // arrivals spaces count arrivals per period exactly: the i-th is at
 // from + i*period/count, rounded down to the nanosecond.
 func (s *steady) arrivals(dst []int64, duration time.Duration, _ int) ([]int64, error) {
-	from, to := s.within(duration)
-	if s.rate.count == 0 || to <= from {
+	from, to, ok := s.active(duration)
+	if !ok {
 		return dst, nil
 	}
 	for i := int64(0); ; i++ {
@@ -385,15 +395,14 @@ func (r *ramp) arrivals(dst []int64, duration time.Duration, _ int) ([]int64, er
 }
 
 type poisson struct {
-	rate rate
+	rated
 	seed uint64
-	span
 }
 
 // count is the mean number of arrivals; the actual number is random.
 func (p *poisson) count(duration time.Duration) float64 {
-	from, to := p.within(duration)
-	if p.rate.count == 0 || to <= from {
+	from, to, ok := p.active(duration)
+	if !ok {
 		return 0
 	}
 	return float64(to-from) / float64(p.rate.period) * float64(p.rate.count)
@@ -403,8 +412,8 @@ func (p *poisson) count(duration time.Duration) float64 {
 // generator seeded with seed, so a seed always gives the same arrivals.
 // Their number is random, so it is checked against limit as they come.
 func (p *poisson) arrivals(dst []int64, duration time.Duration, limit int) ([]int64, error) {
-	from, to := p.within(duration)
-	if p.rate.count == 0 || to <= from {
+	from, to, ok := p.active(duration)
+	if !ok {
 		return dst, nil
 	}
 	mean := float64(p.rate.period) / float64(p.rate.count)

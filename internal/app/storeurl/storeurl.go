@@ -360,6 +360,36 @@ const DefaultSweepInterval = time.Minute
 // statement on the table, which should not run back to back.
 const minSweepInterval = time.Second
 
+// sqlParams are what a postgres:// or mysql:// URL says of its store,
+// rather than of the connection.
+type sqlParams struct {
+	strategy int           // the store's Strategy constant: they are numbered as the URL names them
+	table    string        // "" for the store's default
+	sweep    time.Duration // 0: no sweep, for sweep_interval=off or without a sweep report
+}
+
+// readSQLParams reads q's strategy, one of strategies (the names of the
+// store's Strategy constants, in their order) or none for the first, its
+// table and its sweep_interval.
+func readSQLParams(src source, q url.Values, strategies ...string) (sqlParams, error) {
+	var p sqlParams
+	if s := q.Get("strategy"); s != "" {
+		if p.strategy = slices.Index(strategies, s); p.strategy < 0 {
+			last := len(strategies) - 1
+			return p, src.bad(fmt.Sprintf("unknown strategy %q: want %s or %s", s, strings.Join(strategies[:last], ", "), strategies[last]), nil)
+		}
+	}
+	p.table = q.Get("table")
+	sweep, err := sweepInterval(src, q)
+	if err != nil {
+		return p, err
+	}
+	if src.sweepReport != nil {
+		p.sweep = sweep
+	}
+	return p, nil
+}
+
 // sweepInterval reads q's sweep_interval: DefaultSweepInterval when
 // absent, 0 for off.
 func sweepInterval(src source, q url.Values) (time.Duration, error) {
@@ -565,22 +595,16 @@ var pgServerParams = []string{"application_name", "client_encoding", "options"}
 
 func openPostgres(ctx context.Context, src source) (*Store, error) {
 	u, q := src.u, src.q // all but sluice's are pgx's connection parameters
-	var opts []pgstore.Option
-	switch strategy := q.Get("strategy"); strategy {
-	case "", "single_statement":
-	case "select_for_update":
-		opts = append(opts, pgstore.WithStrategy(pgstore.SelectForUpdate))
-	case "advisory_lock":
-		opts = append(opts, pgstore.WithStrategy(pgstore.AdvisoryLock))
-	default:
-		return nil, src.bad(fmt.Sprintf("unknown strategy %q: want single_statement, select_for_update or advisory_lock", strategy), nil)
-	}
-	if t := q.Get("table"); t != "" {
-		opts = append(opts, pgstore.WithTable(t))
-	}
-	sweep, err := sweepInterval(src, q)
+	p, err := readSQLParams(src, q, "single_statement", "select_for_update", "advisory_lock")
 	if err != nil {
 		return nil, err
+	}
+	opts := []pgstore.Option{pgstore.WithStrategy(pgstore.Strategy(p.strategy))}
+	if p.table != "" {
+		opts = append(opts, pgstore.WithTable(p.table))
+	}
+	if p.sweep > 0 {
+		opts = append(opts, pgstore.WithSweep(p.sweep, src.sweepReport))
 	}
 	for _, k := range []string{"strategy", "table", "sweep_interval"} {
 		q.Del(k)
@@ -608,11 +632,6 @@ func openPostgres(ctx context.Context, src source) (*Store, error) {
 	if src.secret != nil || slices.ContainsFunc(pgFileParams, q.Has) {
 		cfg.BeforeConnect = src.pgConnect(pgURL.String())
 	}
-	if src.sweepReport != nil && sweep > 0 {
-		opts = append(opts, pgstore.WithSweep(sweep, src.sweepReport))
-	} else {
-		sweep = 0
-	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg) // connects lazily
 	if err != nil {
 		return nil, src.bad("cannot configure the PostgreSQL pool", err)
@@ -622,7 +641,7 @@ func openPostgres(ctx context.Context, src source) (*Store, error) {
 		pool.Close()
 		return nil, src.bad("bad store options", err)
 	}
-	return &Store{Store: st, Scheme: u.Scheme, URL: src.shown, SweepInterval: sweep, check: pingAndMigrate(st),
+	return &Store{Store: st, Scheme: u.Scheme, URL: src.shown, SweepInterval: p.sweep, check: pingAndMigrate(st),
 		closers: []func() error{func() error { pool.Close(); return nil }, st.Close}}, nil
 }
 
@@ -643,25 +662,16 @@ func openMySQL(_ context.Context, src source) (*Store, error) {
 		return nil, src.bad(fmt.Sprintf("parameter tls: want true (the server's certificate verified against the system's roots, "+
 			"or tls_ca_file's), got %q", v), nil)
 	}
-	var opts []mysqlstore.Option
-	switch strategy := q.Get("strategy"); strategy {
-	case "", "single_statement":
-	case "select_for_update":
-		opts = append(opts, mysqlstore.WithStrategy(mysqlstore.SelectForUpdate))
-	default:
-		return nil, src.bad(fmt.Sprintf("unknown strategy %q: want single_statement or select_for_update", strategy), nil)
-	}
-	if t := q.Get("table"); t != "" {
-		opts = append(opts, mysqlstore.WithTable(t))
-	}
-	sweep, err := sweepInterval(src, q)
+	p, err := readSQLParams(src, q, "single_statement", "select_for_update")
 	if err != nil {
 		return nil, err
 	}
-	if src.sweepReport != nil && sweep > 0 {
-		opts = append(opts, mysqlstore.WithSweep(sweep, src.sweepReport))
-	} else {
-		sweep = 0
+	opts := []mysqlstore.Option{mysqlstore.WithStrategy(mysqlstore.Strategy(p.strategy))}
+	if p.table != "" {
+		opts = append(opts, mysqlstore.WithTable(p.table))
+	}
+	if p.sweep > 0 {
+		opts = append(opts, mysqlstore.WithSweep(p.sweep, src.sweepReport))
 	}
 	cfg := mysql.NewConfig()
 	cfg.Net, cfg.Addr, cfg.DBName, cfg.ParseTime = "tcp", u.Host, strings.Trim(u.Path, "/"), true
@@ -696,7 +706,7 @@ func openMySQL(_ context.Context, src source) (*Store, error) {
 		db.Close()
 		return nil, src.bad("bad store options", err)
 	}
-	return &Store{Store: st, Scheme: u.Scheme, URL: src.shown, SweepInterval: sweep, check: pingAndMigrate(st),
+	return &Store{Store: st, Scheme: u.Scheme, URL: src.shown, SweepInterval: p.sweep, check: pingAndMigrate(st),
 		closers: []func() error{db.Close, st.Close}}, nil
 }
 

@@ -13,6 +13,8 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/internal/testserver"
+	"github.com/sluicehq/sluice/mysqlstore"
+	"github.com/sluicehq/sluice/pgstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
@@ -107,6 +109,41 @@ func TestOpenPostgresParams(t *testing.T) {
 		if err != nil {
 			t.Errorf("Open(%q) = %v", u, err)
 			continue
+		}
+		s.Close()
+	}
+}
+
+// TestOpenStrategy: a SQL store's strategy parameter names its
+// Strategy constant, SingleStatement when absent.
+func TestOpenStrategy(t *testing.T) {
+	tests := []struct {
+		url  string
+		want string
+	}{
+		{"postgres://u@127.0.0.1:1/db", "SingleStatement"},
+		{"postgres://u@127.0.0.1:1/db?strategy=single_statement", "SingleStatement"},
+		{"postgres://u@127.0.0.1:1/db?strategy=select_for_update", "SelectForUpdate"},
+		{"postgres://u@127.0.0.1:1/db?strategy=advisory_lock", "AdvisoryLock"},
+		{"mysql://u@127.0.0.1:1/db", "SingleStatement"},
+		{"mysql://u@127.0.0.1:1/db?strategy=single_statement", "SingleStatement"},
+		{"mysql://u@127.0.0.1:1/db?strategy=select_for_update", "SelectForUpdate"},
+	}
+	for _, tt := range tests {
+		s, err := Open(t.Context(), tt.url)
+		if err != nil {
+			t.Errorf("Open(%q) = %v", tt.url, err)
+			continue
+		}
+		var got string
+		switch st := s.Store.(type) {
+		case *pgstore.Store:
+			got = st.Strategy().String()
+		case *mysqlstore.Store:
+			got = st.Strategy().String()
+		}
+		if got != tt.want {
+			t.Errorf("Open(%q).Strategy() = %s, want %s", tt.url, got, tt.want)
 		}
 		s.Close()
 	}

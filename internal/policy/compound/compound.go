@@ -217,10 +217,19 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 	if n <= 0 {
 		return policy.Result{Code: policy.NonPositiveTokens}, false
 	}
+	return c.take(s, exists, now, func(m policy.Erased, part, buf []byte) (policy.Result, []byte, bool) {
+		return m.Consume(part, now, n, buf)
+	})
+}
+
+// take asks every member what it would take of its part, by ask, which
+// writes the member's next state into buf, and keeps every member's next
+// state if every member allows, and none otherwise.
+func (c Config) take(s *State, exists bool, now int64, ask func(m policy.Erased, part, buf []byte) (policy.Result, []byte, bool)) (policy.Result, bool) {
 	sp := c.spares(s)
 	var v verdict
 	for i, m := range c.Members {
-		r, next, changed := m.Consume(c.part(s, exists, i), now, n, sp[i].buf)
+		r, next, changed := ask(m, c.part(s, exists, i), sp[i].buf)
 		sp[i] = spare{buf: next, changed: changed}
 		v.add(r)
 	}
@@ -261,18 +270,9 @@ func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Re
 	if code := policy.CheckReserve(n, maxWait); code != policy.OK {
 		return policy.Result{Code: code}, false
 	}
-	sp := c.spares(s)
-	var v verdict
-	for i, m := range c.Members {
-		r, next, changed := m.Reserve(c.part(s, exists, i), now, n, maxWait, sp[i].buf)
-		sp[i] = spare{buf: next, changed: changed}
-		v.add(r)
-	}
-	res := c.result(&v, s, exists, now)
-	if !res.Allowed {
-		return res, false
-	}
-	return res, c.commit(s, exists)
+	return c.take(s, exists, now, func(m policy.Erased, part, buf []byte) (policy.Result, []byte, bool) {
+		return m.Reserve(part, now, n, maxWait, buf)
+	})
 }
 
 // Cancel gives back, member by member, what each can of the reservation

@@ -237,6 +237,10 @@ func ceilDiv(a, b uint64) uint64 {
 // Quota is the tokens per window.
 func (c Config) Quota() int64 { return c.Limit }
 
+// Leasing is policy.LeasesToWindowEnd: a lease is hits taken at once,
+// and its tokens are forgotten with the window they were counted in.
+func (Config) Leasing() policy.Leasing { return policy.LeasesToWindowEnd }
+
 // Lapses is true: a window past its expiry is replaced by one anchored at
 // now (roll), as for a key with no state.
 func (Config) Lapses() bool { return true }

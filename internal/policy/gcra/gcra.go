@@ -250,6 +250,10 @@ func (c Config) ExpiresAt(s *State) int64 {
 // Quota is the burst, Limit.
 func (c Config) Quota() int64 { return c.Limit }
 
+// Leasing is policy.Leases: a lease moves the theoretical arrival time
+// by its tokens at once, as one request of that many tokens would.
+func (Config) Leasing() policy.Leasing { return policy.Leases }
+
 // Lapses is true: a TAT at or before now counts as none (ahead).
 func (Config) Lapses() bool { return true }
 

@@ -135,6 +135,10 @@ func (m Single) Config() *Config { return m.cfg }
 // Quota is the capacity.
 func (m Single) Quota() int64 { return m.cfg.Bandwidths[0].Capacity }
 
+// Leasing is policy.Leases: a lease is tokens taken from the bucket at
+// once, as one request of that many tokens would take them.
+func (Single) Leasing() policy.Leasing { return policy.Leases }
+
 // Window is the time the bandwidth takes to refill from empty.
 func (m Single) Window() int64 { return m.cfg.Window() }
 
@@ -257,6 +261,10 @@ func (m Multi) ExpiresAt(s *State) int64 {
 
 // Config is the policy's configuration.
 func (m Multi) Config() *Config { return m.cfg }
+
+// Leasing is policy.Leases, as a single bandwidth's: every bandwidth
+// gives a lease's tokens at once.
+func (Multi) Leasing() policy.Leasing { return policy.Leases }
 
 // Quota is the smallest capacity.
 func (m Multi) Quota() int64 {

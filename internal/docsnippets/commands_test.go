@@ -99,7 +99,7 @@ func TestReadmeInstall(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(gopath, "bin", "sluice")); err != nil {
 		t.Errorf("no sluice in GOPATH/bin after the install block: %v", err)
 	}
-	if !regexp.MustCompile(`(?m)^sluice v\d+\.\d+\.\d+-dev(\+[0-9a-f]{12}(\.dirty)?)?$`).Match(out) {
+	if !regexp.MustCompile(`(?m)^sluice v\d+\.\d+\.\d+(-dev)?(\+[0-9a-f]{12}(\.dirty)?)?$`).Match(out) {
 		t.Errorf("the install block printed %q, want sluice's semantic version from a clone", out)
 	}
 }

@@ -13,7 +13,7 @@ import (
 // before the release and after the one before. The commit tagged for a
 // release sets it to the release's version, and the next commit to the
 // following release's, with -dev (docs/deploy.md, "Releases").
-const devVersion = "v0.1.0-dev"
+const devVersion = "v0.1.0"
 
 // The build's VCS stamp, set with -ldflags -X by deploy/image/build.sh
 // (make image) where Go does not stamp it: under -buildvcs=false,

@@ -13,7 +13,7 @@ import (
 // before the release and after the one before. The commit tagged for a
 // release sets it to the release's version, and the next commit to the
 // following release's, with -dev (docs/deploy.md, "Releases").
-const devVersion = "v0.1.0"
+const devVersion = "v0.2.0-dev"
 
 // The build's VCS stamp, set with -ldflags -X by deploy/image/build.sh
 // (make image) where Go does not stamp it: under -buildvcs=false,
@@ -54,7 +54,7 @@ type stamp struct{ revision, time, modified string }
 // tree has "(devel)" there, or, with Go's VCS stamp, a pseudo-version of
 // v0.0.0 until a tag exists; it gets devVersion and, as semantic
 // versioning's build metadata, the revision's first 12 hex digits and
-// "dirty" when the tree was modified: v0.1.0-dev+f0b5f8c1a2b3.dirty.
+// "dirty" when the tree was modified: v0.2.0-dev+f0b5f8c1a2b3.dirty.
 func describe(info *debug.BuildInfo, ld stamp) string {
 	goVersion := runtime.Version()
 	settings := map[string]string{}

@@ -20,7 +20,8 @@ import (
 // since the Unix epoch (a month is 30 days, a year 365, a week starts on
 // a Thursday), and the count of a key in a window goes up by every hit,
 // allowed or not, so that a window once over its limit stays over. Time
-// is in whole seconds, as there.
+// is in whole seconds, as there. A unit_multiplier of n makes the window
+// n units long, opening at each multiple of that length since the epoch.
 
 // unitSeconds is the length of unit, or 0 for UNKNOWN or a value Envoy
 // does not define.
@@ -42,6 +43,18 @@ func unitSeconds(u rlsv3.RateLimitResponse_RateLimit_Unit) int64 {
 		return 365 * 24 * 60 * 60
 	}
 	return 0
+}
+
+// maxWindow is the longest window, in seconds, that a unit and its
+// unit_multiplier may make: a counter's TTL, the window and keep, must fit
+// a time.Duration (about 292 years).
+const maxWindow = (math.MaxInt64 - int64(keep)) / int64(time.Second)
+
+// window is the length of r's window in seconds: its unit times its
+// unit_multiplier, or 0 when the unit has no length. Decoding bounds it
+// by maxWindow.
+func (r *rule) window() int64 {
+	return unitSeconds(r.unit) * int64(max(r.multiplier, 1))
 }
 
 // windowStart is the start of the window of length unit that holds now.

@@ -67,7 +67,10 @@ var descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shad
 // of the limiters: section, and unlimited: true.
 var sectionKeys = []string{"limiter", "unlimited"}
 
-var rateLimitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces"}
+// rateLimitKeys are the keys of a rate_limit: envoyproxy/ratelimit's, and
+// unit_multiplier, which Envoy's API is taking up (envoyproxy/envoy PR
+// #47307) but envoyproxy/ratelimit does not read yet.
+var rateLimitKeys = []string{"unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces"}
 
 type decoder struct {
 	yamlnode.Decoder
@@ -379,9 +382,10 @@ func (d *decoder) rule(path string, m *yamlnode.Mapping) (*rule, error) {
 	return r, nil
 }
 
-// rateLimit decodes a rate_limit: {unit, requests_per_unit, unlimited,
-// name, replaces}, as envoyproxy/ratelimit does: an unlimited one may not
-// have a valid unit; any other one must.
+// rateLimit decodes a rate_limit: {unit, requests_per_unit,
+// unit_multiplier, unlimited, name, replaces}, as envoyproxy/ratelimit
+// does: an unlimited one may not have a valid unit; any other one must.
+// An unlimited one may not have a unit_multiplier either.
 func (d *decoder) rateLimit(path string, n *yaml.Node) (*rule, error) {
 	m, err := d.mapping(path, n, false)
 	if err != nil {
@@ -413,6 +417,9 @@ func (d *decoder) rateLimit(path string, n *yaml.Node) (*rule, error) {
 		return nil, errorAt(up, un, "invalid rate limit unit '%s'; valid units: second, minute, hour, day, week, month, year", unitText)
 	}
 	r.unit = u
+	if r.multiplier, err = d.multiplier(m, r); err != nil {
+		return nil, err
+	}
 	if m.Has("requests_per_unit") {
 		p, v := m.Value("requests_per_unit")
 		v, err := d.Deref(p, v)
@@ -469,6 +476,32 @@ func (d *decoder) rateLimit(path string, n *yaml.Node) (*rule, error) {
 		}
 	}
 	return r, nil
+}
+
+// multiplier decodes the unit_multiplier of rate_limit m, whose unit and
+// unlimited r holds: 0 when it has none (or null), else a count from 1
+// that fits Envoy's uint32 field and makes a window of at most maxWindow.
+func (d *decoder) multiplier(m *yamlnode.Mapping, r *rule) (uint32, error) {
+	if !m.Has("unit_multiplier") {
+		return 0, nil
+	}
+	p, v := m.Value("unit_multiplier")
+	v, err := d.Deref(p, v)
+	if err != nil || isNull(v) {
+		return 0, err
+	}
+	if r.unlimited {
+		return 0, errorAt(p, v, "should not specify rate limit unit_multiplier when unlimited")
+	}
+	n, err := d.Int64(p, v)
+	if err != nil {
+		return 0, err
+	}
+	most := min(math.MaxUint32, maxWindow/unitSeconds(r.unit))
+	if n < 1 || n > most {
+		return 0, errorAt(p, v, "must be from 1 to %d for unit %s, got %d", most, strings.ToLower(r.unit.String()), n)
+	}
+	return uint32(n), nil
 }
 
 // metadata decodes a descriptor's metadata, any mapping, into the struct

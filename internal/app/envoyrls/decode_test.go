@@ -245,6 +245,42 @@ func TestUnitOf(t *testing.T) {
 	}
 }
 
+// TestDecodeUnitMultiplier: a rate_limit's window is its unit times its
+// unit_multiplier, which is 1 when absent or null, up to the longest
+// window a counter's TTL can hold.
+func TestDecodeUnitMultiplier(t *testing.T) {
+	tests := []struct {
+		rateLimit  string
+		multiplier uint32
+		window     int64
+	}{
+		{"{unit: second, requests_per_unit: 10, unit_multiplier: 5}", 5, 5},
+		{"{unit: minute, requests_per_unit: 10, unit_multiplier: 15}", 15, 15 * 60},
+		{"{unit: second, requests_per_unit: 10}", 0, 1},
+		{"{unit: hour, requests_per_unit: 10, unit_multiplier: null}", 0, 60 * 60},
+		{"{unit: hour, requests_per_unit: 10, unit_multiplier: 1}", 1, 60 * 60},
+		{"{unit: second, requests_per_unit: 10, unit_multiplier: 4294967295}", 4294967295, 4294967295},
+		{"{unit: year, requests_per_unit: 10, unit_multiplier: 292}", 292, 292 * 365 * 24 * 60 * 60},
+		{"{unlimited: true, unit_multiplier: null}", 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.rateLimit, func(t *testing.T) {
+			doc := "envoy:\n  - domain: d\n    descriptors:\n      - key: k\n        rate_limit: " + tt.rateLimit + "\n"
+			d, err := Decode("envoy", section(t, []byte(doc)), known)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := d.find("d", "k", "v").rule
+			if r == nil {
+				t.Fatal("find(d, k) = no rule")
+			}
+			if r.multiplier != tt.multiplier || r.window() != tt.window {
+				t.Errorf("multiplier, window() = %d, %d, want %d, %d", r.multiplier, r.window(), tt.multiplier, tt.window)
+			}
+		})
+	}
+}
+
 // FuzzDecode: any document decodes or fails with a *yamlnode.Error, without
 // panicking.
 func FuzzDecode(f *testing.F) {

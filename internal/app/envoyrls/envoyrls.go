@@ -457,10 +457,11 @@ func (s *Service) decide(ctx context.Context, st *state, domain string, checks [
 		case r.limiter != "":
 			c.key = cut(descriptorKey("", domain, c.desc.GetEntries(), nil, 0))
 		default:
-			// The unit is part of the key: a limit override may count the
-			// same descriptor per minute in one request and per hour in
-			// another, in windows that must not mix.
-			c.key = cut(descriptorKey(set.CacheKeyPrefix, domain, c.desc.GetEntries(), c.match.share, unitSeconds(r.unit)))
+			// The window's length is part of the key: a limit override may
+			// count the same descriptor per minute in one request and per
+			// hour in another, in windows that must not mix. Windows of the
+			// same length (a minute, 60 seconds) are the same windows.
+			c.key = cut(descriptorKey(set.CacheKeyPrefix, domain, c.desc.GetEntries(), c.match.share, r.window()))
 		}
 		c.stats = s.opts.metrics.of(domain, c.match.statKey)
 		c.stats.add(totalHits, c.hits)
@@ -534,8 +535,7 @@ func (s *Service) decide(ctx context.Context, st *state, domain string, checks [
 // windowKey is the key of c's window at now, for the local cache: a
 // window over its limit says nothing of the next one.
 func (c check) windowKey(now int64) string {
-	unit := unitSeconds(c.match.rule.unit)
-	return c.key + "@" + strconv.FormatInt(windowStart(now, unit), 10)
+	return c.key + "@" + strconv.FormatInt(windowStart(now, c.match.rule.window()), 10)
 }
 
 // domain names c's domain for the outage log: the first part of its
@@ -551,7 +551,7 @@ func (c check) isCounter() bool { return c.match.rule != nil && c.match.rule.lim
 // count adds n hits to c's window at now, on the store or, when it fails
 // and so configured, in memory, and returns the count after.
 func (s *Service) count(ctx context.Context, c check, now int64, n uint64) (uint64, error) {
-	length := unitSeconds(c.match.rule.unit)
+	length := c.match.rule.window()
 	start := windowStart(now, length)
 	deadline, callers := s.deadline(ctx)
 	after, err := s.counters.add(ctx, c.key, start, length, now, n, deadline)
@@ -614,7 +614,7 @@ func (s *Service) counted(st *state, c *check, after uint64, now int64, ratio fl
 			c.stats.add(overLimit, after-limit)
 			c.stats.add(nearLimit, limit-max(near, before))
 		}
-		st.over.set(c.windowKey(now), now, unitSeconds(r.unit))
+		st.over.set(c.windowKey(now), now, r.window())
 		if r.shadow {
 			c.status.Code = rlsv3.RateLimitResponse_OK
 			if before >= limit {
@@ -639,7 +639,7 @@ func (s *Service) counted(st *state, c *check, after uint64, now int64, ratio fl
 // counterStatus sets the status of a counted descriptor.
 func (c *check) counterStatus(code rlsv3.RateLimitResponse_Code, remaining uint32, now int64) {
 	r := c.match.rule
-	c.reset = untilReset(now, unitSeconds(r.unit))
+	c.reset = untilReset(now, r.window())
 	// One allocation for the status and the two messages it points to.
 	m := &struct {
 		status rlsv3.RateLimitResponse_DescriptorStatus
@@ -648,6 +648,11 @@ func (c *check) counterStatus(code rlsv3.RateLimitResponse_Code, remaining uint3
 	}{
 		limit: rlsv3.RateLimitResponse_RateLimit{Name: r.name, RequestsPerUnit: r.requestsPerUnit, Unit: r.unit},
 		reset: durationpb.Duration{Seconds: c.reset},
+	}
+	if r.multiplier > 1 {
+		// Left out at 1, as envoyproxy/ratelimit, which has no multiplier,
+		// answers.
+		m.limit.UnitMultiplier = wrapperspb.UInt32(r.multiplier)
 	}
 	m.status = rlsv3.RateLimitResponse_DescriptorStatus{Code: code, CurrentLimit: &m.limit, LimitRemaining: remaining, DurationUntilReset: &m.reset}
 	c.status = &m.status

@@ -355,6 +355,56 @@ envoy:
 	}
 }
 
+// TestUnitMultiplier: a rate_limit with unit_multiplier 5 and unit second
+// counts in 5-second windows aligned on multiples of 5 seconds since the
+// epoch (start is one): 10 pass, the 11th does not, and the window stays
+// over to its end, when the next one opens. current_limit carries the
+// multiplier, and duration_until_reset counts to the 5-second window's
+// end, also from the local cache of windows over their limit.
+func TestUnitMultiplier(t *testing.T) {
+	const doc = `
+envoy:
+  - domain: d
+    descriptors:
+      - {key: k, rate_limit: {unit: second, requests_per_unit: 10, unit_multiplier: 5}}
+`
+	cached := envoyrls.DefaultSettings()
+	cached.LocalCacheSizeInBytes = 1 << 20
+	for _, tc := range []struct {
+		name string
+		set  *envoyrls.Settings
+	}{
+		{"store", nil},
+		{"local cache", &cached},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, doc, nil, tc.set)
+			ok := func(remaining int) string {
+				return fmt.Sprintf("OK 10/5xSECOND() remaining=%d reset=5s", remaining)
+			}
+			for i := range 10 {
+				if _, got, _ := f.call(t, req("d", desc("k", "a"))); got[0] != ok(9-i) {
+					t.Errorf("hit %d: status %q, want %q", i+1, got[0], ok(9-i))
+				}
+			}
+			steps := []struct {
+				advance time.Duration
+				code    string
+				want    string
+			}{
+				{0, "OVER_LIMIT", "OVER_LIMIT 10/5xSECOND() remaining=0 reset=5s"},
+				{4 * time.Second, "OVER_LIMIT", "OVER_LIMIT 10/5xSECOND() remaining=0 reset=1s"},
+				{time.Second, "OK", ok(9)}, // the next window
+			}
+			for i, st := range steps {
+				f.clock.Advance(st.advance)
+				code, got, _ := f.call(t, req("d", desc("k", "a")))
+				check(t, fmt.Sprintf("step %d", i), code, st.code, got, []string{st.want})
+			}
+		})
+	}
+}
+
 // TestLateCall: a call whose clock read falls in a window before the one
 // the store already counts (it read the clock and then waited for the
 // store behind other calls, or its process's clock is a little behind) is

@@ -39,6 +39,7 @@ type wildcard struct {
 type rule struct {
 	requestsPerUnit uint32
 	unit            rlsv3.RateLimitResponse_RateLimit_Unit
+	multiplier      uint32   // unit_multiplier: the window is this many units; 0 is one
 	name            string   // rate_limit.name: current_limit.name, and what replaces names
 	replaces        []string // the names of the rules this one replaces
 	unlimited       bool

@@ -9,6 +9,7 @@
 package conffile
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,24 @@ var ErrNotRegular = errors.New("not a regular file")
 // ErrTooLarge is the error, wrapped in a *fs.PathError, of a file larger
 // than MaxBytes.
 var ErrTooLarge = errors.New("file too large")
+
+// ErrNoCertificate is the error, wrapped in a *fs.PathError, of a CA file
+// that holds no PEM certificate.
+var ErrNoCertificate = errors.New("no PEM certificate in the file")
+
+// CertPool returns the certificates of the PEM file at path, read as Read
+// reads, for verifying peers: the CA of a server, a store or a collector.
+func CertPool(path string) (*x509.CertPool, error) {
+	pem, err := Read(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, &fs.PathError{Op: "read", Path: path, Err: ErrNoCertificate}
+	}
+	return pool, nil
+}
 
 // Read returns the contents of the regular file at path, following
 // symbolic links. A path that is no regular file, or a file larger than

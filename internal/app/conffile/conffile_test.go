@@ -3,12 +3,16 @@
 package conffile
 
 import (
+	"crypto/x509"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/testserver"
 )
 
 // TestRead: a regular file is read, through links as Kubernetes mounts a
@@ -81,5 +85,31 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCertPool: a PEM CA file gives a pool with its certificate; a file
+// without one is ErrNoCertificate at its path, and a missing file Read's
+// error.
+func TestCertPool(t *testing.T) {
+	dir := t.TempDir()
+	certs, err := testserver.NewCerts(dir, "client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := CertPool(certs.CA)
+	if err != nil || pool == nil || pool.Equal(x509.NewCertPool()) {
+		t.Fatalf("CertPool(%s) = %v, %v; want the CA's certificate", certs.CA, pool, err)
+	}
+	notPEM := filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var pe *fs.PathError
+	if _, err := CertPool(notPEM); !errors.Is(err, ErrNoCertificate) || !errors.As(err, &pe) || pe.Path != notPEM {
+		t.Errorf("CertPool of a file without a certificate = %v, want ErrNoCertificate at %s", err, notPEM)
+	}
+	if _, err := CertPool(filepath.Join(dir, "missing.pem")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("CertPool of a missing file = %v, want fs.ErrNotExist", err)
 	}
 }

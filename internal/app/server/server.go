@@ -10,7 +10,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -355,13 +354,8 @@ func tlsConfig(cfg *Config) (*tls.Config, error) {
 	}
 	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, CipherSuites: tlsCipherSuites}
 	if cfg.ClientCA != "" {
-		pem, err := conffile.Read(cfg.ClientCA)
-		if err != nil {
+		if c.ClientCAs, err = conffile.CertPool(cfg.ClientCA); err != nil {
 			return nil, fmt.Errorf("server: tls client_ca: %w", err)
-		}
-		c.ClientCAs = x509.NewCertPool()
-		if !c.ClientCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("server: tls client_ca %s: no PEM certificate in the file", cfg.ClientCA)
 		}
 		c.ClientAuth = tls.VerifyClientCertIfGiven
 	}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -48,7 +47,7 @@ var ErrSecretUnset = errors.New("not set in the environment")
 
 // ErrNoCertificate is matched by the *SecretError of a tls_ca_file that
 // holds no PEM certificate.
-var ErrNoCertificate = errors.New("no PEM certificate in the file")
+var ErrNoCertificate = conffile.ErrNoCertificate
 
 // SecretError reports a secret or TLS file that a store URL names and
 // that cannot be used. It never holds the secret itself.
@@ -183,14 +182,11 @@ func takeTLS(q url.Values) (*tlsFiles, error) {
 func (t *tlsFiles) config(host string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: cmp.Or(t.serverName, host)}
 	if t.ca != "" {
-		pem, err := conffile.Read(t.ca)
+		pool, err := conffile.CertPool(t.ca)
 		if err != nil {
 			return nil, &SecretError{Param: "tls_ca_file", Ref: t.ca, Err: err}
 		}
-		cfg.RootCAs = x509.NewCertPool()
-		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, &SecretError{Param: "tls_ca_file", Ref: t.ca, Err: ErrNoCertificate}
-		}
+		cfg.RootCAs = pool
 	}
 	if t.cert != "" {
 		certPEM, err := conffile.Read(t.cert)

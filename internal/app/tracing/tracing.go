@@ -14,7 +14,6 @@ package tracing
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -116,13 +115,9 @@ func New(ctx context.Context, c Config, log *slog.Logger) (*Provider, error) {
 	case c.Insecure:
 		opts = append(opts, otlptracegrpc.WithInsecure())
 	case c.CAFile != "":
-		pem, err := conffile.Read(c.CAFile)
+		pool, err := conffile.CertPool(c.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("tracing: ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tracing: ca_file %s: no PEM certificate in the file", c.CAFile)
 		}
 		opts = append(opts, otlptracegrpc.WithTLSCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})))
 	case c.Endpoint != "":

@@ -410,12 +410,20 @@ func (s *Service) plan(st *state, req *rlsv3.RateLimitRequest, buf []check) ([]c
 		if c.hits > math.MaxInt64 {
 			return nil, fmt.Errorf("envoyrls: descriptor %d: hits_addend must be at most %d, got %d", i, int64(math.MaxInt64), c.hits)
 		}
+		if m := d.GetLimit().GetUnitMultiplier(); m != nil && m.GetValue() == 0 {
+			// Envoy's API asks for more than 0; 0 would count per unit.
+			return nil, fmt.Errorf("envoyrls: descriptor %d: the limit override's unit_multiplier must be at least 1, got 0", i)
+		}
 		if root != nil {
 			c.match = lookup(req.GetDomain(), root, d, st.domains.Settings().AllowRequestLimits)
 		}
 		if r := c.match.rule; r != nil {
 			if r.limiter == "" && !r.unlimited && unitSeconds(r.unit) == 0 {
 				return nil, fmt.Errorf("envoyrls: descriptor %d: the limit override has no unit, or one Envoy does not define (%d)", i, r.unit)
+			}
+			if r.limiter == "" && r.window() > maxWindow {
+				return nil, fmt.Errorf("envoyrls: descriptor %d: the limit override's unit_multiplier %d makes a window of %d s, more than the most, %d s",
+					i, r.multiplier, r.window(), int64(maxWindow))
 			}
 			for _, name := range r.replaces {
 				replaced[name] = true

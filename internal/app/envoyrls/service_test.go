@@ -1034,6 +1034,11 @@ envoy:
 	}
 	noUnit := desc("k", "v")
 	noUnit.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
+	override := func(unit typev3.RateLimitUnit, multiplier uint32) *ratelimitv3.RateLimitDescriptor {
+		d := desc("k", "v")
+		d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: unit, UnitMultiplier: wrapperspb.UInt32(multiplier)}
+		return d
+	}
 	tests := []struct {
 		name string
 		r    *rlsv3.RateLimitRequest
@@ -1045,6 +1050,8 @@ envoy:
 		{"too many descriptors", req("d", many...), codes.InvalidArgument, "at most 64 descriptors"},
 		{"huge hits", req("d", ok, hits(math.MaxUint64, desc("k", "v"))), codes.InvalidArgument, "hits_addend must be at most 9223372036854775807"},
 		{"override without a unit", req("d", ok, noUnit), codes.InvalidArgument, "descriptor 1: the limit override has no unit"},
+		{"override of multiplier 0", req("d", ok, override(typev3.RateLimitUnit_SECOND, 0)), codes.InvalidArgument, "descriptor 1: the limit override's unit_multiplier must be at least 1"},
+		{"override of too long a window", req("d", ok, override(typev3.RateLimitUnit_YEAR, math.MaxUint32)), codes.InvalidArgument, "descriptor 1: the limit override's unit_multiplier 4294967295 makes a window of"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -1250,5 +1257,28 @@ envoy:
 	}
 	if n := strings.Count(buf.String(), "level=WARN"); n != 1 || strings.Contains(buf.String(), "secret") || strings.Contains(buf.String(), "down=x") {
 		t.Errorf("100 calls on a store that fails logged %d warnings, or a key:\n%s", n, buf.String())
+	}
+}
+
+// TestUnitMultiplierOverride: a request's limit override with a
+// unit_multiplier counts in windows that many units long, as a
+// rate_limit block's does.
+func TestUnitMultiplierOverride(t *testing.T) {
+	f := newFixture(t, `
+envoy:
+  - domain: d
+    descriptors:
+      - {key: k, rate_limit: {unit: hour, requests_per_unit: 1000}}
+`, nil, &allowRequestLimits)
+	d := desc("k", "a")
+	d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(5)}
+	for i, want := range []string{"OK 2/5xSECOND() remaining=1 reset=5s", "OK 2/5xSECOND() remaining=0 reset=5s", "OVER_LIMIT 2/5xSECOND() remaining=0 reset=5s"} {
+		if _, got, _ := f.call(t, req("d", d)); got[0] != want {
+			t.Errorf("hit %d: status %q, want %q", i+1, got[0], want)
+		}
+	}
+	f.clock.Advance(5 * time.Second)
+	if _, got, _ := f.call(t, req("d", d)); got[0] != "OK 2/5xSECOND() remaining=1 reset=5s" {
+		t.Errorf("in the next window: status %q, want it counted afresh", got[0])
 	}
 }

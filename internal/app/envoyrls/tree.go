@@ -121,6 +121,7 @@ func lookup(domain string, root *node, d *ratelimitv3.RateLimitDescriptor, allow
 			rule: &rule{
 				requestsPerUnit: o.GetRequestsPerUnit(),
 				unit:            rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit()),
+				multiplier:      o.GetUnitMultiplier().GetValue(), // 0 when not given: one unit
 			},
 			statKey: overrideStatKey(domain, entries),
 		}

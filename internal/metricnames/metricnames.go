@@ -70,6 +70,21 @@ var (
 	WaitingFamily = Family{Waiting, "Callers sleeping for their tokens now: blocking calls " +
 		"(WaitN, Consume, AcquirePermission), and in sluice serve consume requests with max_wait_ms.", nil}
 
+	// sluice serve's plans kept in the store (docs/plans.md).
+	PlansFamily = Family{"sluice_plans", "Plans kept in the store, by limiter, as this process last read them.",
+		[]string{Limiter}}
+	PlanChangesFamily = Family{"sluice_plan_changes_total", "Plan writes through this process, by operation (put, delete) " +
+		"and result (changed, unchanged, precondition_failed, error).", []string{"op", "result"}}
+	// PlanPropagationFamily has the buckets of PlanPropagationBuckets.
+	PlanPropagationFamily = Family{"sluice_plan_propagation_seconds", "Age of a plan change written through another process " +
+		"when this one applied it: the propagation lag (the writer's clock against this one's).", nil}
+	PlanSyncErrorsFamily = Family{"sluice_plan_sync_errors_total", "Reads of the plans' change log or shards that failed; " +
+		"the plans stay as last read until one succeeds.", nil}
+	// RequestLimitsCeiledFamily counts requests that asked for their own
+	// limit above what their limiter or descriptor allows.
+	RequestLimitsCeiledFamily = Family{"sluice_request_limits_ceiled_total", "Requests whose own limit (Envoy's limit override) " +
+		"was above the ceiling of their descriptor, limited at the ceiling, by domain.", []string{"domain"}}
+
 	AvailablePermissionsFamily = Family{AvailablePermissions, "The permissions a Resilience4j rate limiter has now, " +
 		"negative while permits are reserved ahead.", []string{Name}}
 	WaitingThreadsFamily = Family{WaitingThreads, "The callers a Resilience4j rate limiter holds waiting now.", []string{Name}}
@@ -79,6 +94,12 @@ var (
 // (a local Redis) to 2.5s (past any store timeout worth having).
 func StoreBuckets() []float64 {
 	return []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+}
+
+// PlanPropagationBuckets are the buckets of PlanPropagationFamily, in
+// seconds, around the default bound of 2 s.
+func PlanPropagationBuckets() []float64 {
+	return []float64{.05, .1, .25, .5, 1, 1.5, 2, 3, 5, 10, 30}
 }
 
 // FailureLabel names a store failure policy as config files write it: the

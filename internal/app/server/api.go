@@ -52,6 +52,8 @@ const (
 	codeInternal         = "internal"
 	codeBusy             = "busy"
 	codeCrossOrigin      = "cross_origin"
+	codeForbidden        = "forbidden"
+	codePrecondition     = "precondition_failed"
 )
 
 // apiError is an API error response.
@@ -110,6 +112,9 @@ func (s *Server) routes() http.Handler {
 	api.Handle("/api/v1/limiters", get(s.listLimiters))
 	api.Handle("/api/v1/stats", get(s.stats))
 	api.Handle("/api/v1/simulate", get(s.simulate))
+	pr := s.planRoutes()
+	api.Handle("/api/v1/plans", pr)
+	api.Handle("/api/v1/plans/", pr)
 	api.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusNotFound, codeNotFound, "no API endpoint %s", r.URL.Path))
 	})
@@ -228,7 +233,7 @@ func (s *Server) auth(h http.Handler, covered func(*Config) bool) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		if len(snap.tokens) > 0 && !validToken(snap.tokens, r.Header.Get("Authorization")) {
+		if len(snap.tokens) > 0 && !snap.validToken(r.Header.Get("Authorization")) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 			writeError(w, errorf(http.StatusUnauthorized, codeUnauthorized, "missing or wrong bearer token"))
 			return
@@ -239,6 +244,13 @@ func (s *Server) auth(h http.Handler, covered func(*Config) bool) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// validToken reports whether header holds one of snap's tokens or one of
+// its admin tokens, which may decide too.
+func (snap *snapshot) validToken(header string) bool {
+	_, e := snap.admin(header)
+	return validToken(snap.tokens, header) || len(snap.admins) > 0 && e == nil
 }
 
 // validToken compares the token of an Authorization value, "Bearer

@@ -47,6 +47,12 @@ type Config struct {
 	// With neither, the API is open.
 	Tokens    []string
 	TokenFile string
+	// AdminTokens are the bearer tokens that may write plans, by the name
+	// that the audit log gives their writes; they may decide too. With
+	// none, no one may write a plan.
+	AdminTokens map[string]string
+	// Plans is the server.plans section: plans kept in the store.
+	Plans PlansConfig
 	// AuthMetrics puts /metrics behind the tokens too.
 	AuthMetrics bool
 	// OpenMetricsWithRequestValues lets /metrics carry series labelled by
@@ -166,6 +172,20 @@ type GRPCLimits struct {
 	// a jitter of ±10%), giving its calls MaxConnectionAgeGrace to end.
 	MaxConnectionIdle, MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 }
+
+// PlansConfig is the server.plans section.
+type PlansConfig struct {
+	// Enabled gives every limiter the plans of the store (docs/plans.md),
+	// which the admin API writes.
+	Enabled bool
+	// PollInterval is how often the process reads the plans' change log:
+	// a plan written through another process is enforced here within
+	// PollInterval plus planCacheTTL and a store round trip.
+	PollInterval time.Duration
+}
+
+// DefaultPlansPollInterval is server.plans.poll_interval's default.
+const DefaultPlansPollInterval = time.Second
 
 // Simulate configures GET /api/v1/simulate.
 type Simulate struct {
@@ -375,6 +395,7 @@ func newConfig() *Config {
 		RLQSLimits:        rlqs.DefaultLimits,
 		MaxKeys:           DefaultMaxKeys,
 		Simulate:          DefaultSimulate,
+		Plans:             PlansConfig{PollInterval: DefaultPlansPollInterval},
 	}
 }
 
@@ -451,6 +472,7 @@ func (c *Config) serverFields() fields {
 			return decodeMapping(path, n, fields{
 				"tokens":                           tokenList(&c.Tokens),
 				"token_file":                       str(&c.TokenFile),
+				"admin_tokens":                     adminTokens(&c.AdminTokens),
 				"metrics":                          boolean(&c.AuthMetrics),
 				"open_metrics_with_request_values": boolean(&c.OpenMetricsWithRequestValues),
 			})
@@ -515,6 +537,12 @@ func (c *Config) serverFields() fields {
 						"max_connection_age_grace": positiveDuration(&g.MaxConnectionAgeGrace),
 					})
 				},
+			})
+		},
+		"plans": func(path string, n *yaml.Node) error {
+			return decodeMapping(path, n, fields{
+				"enabled":       boolean(&c.Plans.Enabled),
+				"poll_interval": positiveDuration(&c.Plans.PollInterval),
 			})
 		},
 		"simulate": func(path string, n *yaml.Node) error {
@@ -685,6 +713,31 @@ func tokenList(dst *[]string) func(string, *yaml.Node) error {
 		}
 		return ""
 	})
+}
+
+// adminTokens decodes a mapping of names to admin tokens, each token as
+// tokenList checks them.
+func adminTokens(dst *map[string]string) func(string, *yaml.Node) error {
+	return func(path string, n *yaml.Node) error {
+		var d yamlnode.Decoder
+		m, err := d.Mapping(path, n)
+		if err != nil {
+			return err
+		}
+		*dst = make(map[string]string, len(m.Keys))
+		for i, k := range m.Keys {
+			p := yamlnode.Join(path, k.Value)
+			t, err := d.String(p, m.Vals[i])
+			if err != nil {
+				return err
+			}
+			if t == "" || strings.ContainsAny(t, " \t\r\n") {
+				return yamlnode.Errorf(p, m.Vals[i], "a token must not be empty nor hold whitespace")
+			}
+			(*dst)[k.Value] = t
+		}
+		return nil
+	}
 }
 
 // origins decodes a list of origins for http.CrossOriginProtection,

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"strconv"
 	"strings"
 
@@ -50,6 +51,12 @@ func checkReload(old *snapshot, l config.Limiter) error {
 
 // policyOf is the policy of key: its override's, or the limiter's.
 func (l *limiter) policyOf(key string) sluice.Policy {
+	if l.resolve != nil {
+		if p, _ := l.resolve(context.Background(), key); p != nil {
+			return p
+		}
+		return l.policy
+	}
 	if l.overrides != nil {
 		return l.overrides.PolicyFor(key)
 	}

@@ -41,6 +41,7 @@ import (
 	"github.com/sluicehq/sluice/internal/app/conffile"
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
 	"github.com/sluicehq/sluice/internal/app/outage"
+	"github.com/sluicehq/sluice/internal/app/plans"
 	"github.com/sluicehq/sluice/internal/app/rlqs"
 	"github.com/sluicehq/sluice/internal/app/storeurl"
 	"github.com/sluicehq/sluice/internal/app/tracing"
@@ -64,6 +65,10 @@ type Server struct {
 	// rlqsKeys holds the keys of the quota service's buckets on mem://;
 	// nil on other stores.
 	rlqsKeys *memstore.Store
+	// plans is the store's plans as this process read them last
+	// (planapi.go); it reads nothing while server.plans is off.
+	plans       *plans.Catalog
+	planMetrics planMetrics
 	// tracing exports the spans of tracer, both nil when server.tracing
 	// is off: then nothing traces, and no wrapper of the store or
 	// interceptor is there to cost a decision anything.
@@ -127,6 +132,7 @@ type snapshot struct {
 	envoy    *envoyrls.Domains // the envoy section and envoyproxy/ratelimit's files
 	envoyDir [32]byte          // the stamp of those files when they were read
 	tokens   [][]byte          // bearer tokens; none: the API is open
+	admins   []adminToken      // the tokens that may write plans too
 	hash     [32]byte          // of the file it was loaded from, or zero
 	fileStat fileStamp         // of the file when it was read
 	// origins refuses the cross-origin browser requests that change
@@ -151,6 +157,9 @@ type limiter struct {
 	// overrides is the config's limiter when it has overrides (policies
 	// per key), else nil.
 	overrides *config.Limiter
+	// resolve is the policy of a key with plans on (planFunc), else nil.
+	resolve sluice.PolicyFunc
+	leased  bool // a lease (lease:), which takes no plans
 }
 
 // Option configures New.
@@ -265,6 +274,13 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 		s.base = s.wrapStore(s.base)
 	}
 	s.base = watchAnswers(s.base, s.outage)
+	planStore := s.storeFor(s.base, "sluice/plans") // "/" is in no limiter's name
+	if st.Scheme == "mem" {
+		// Plans in a store of their own, which max_keys never evicts.
+		planStore = memstore.New()
+	}
+	s.plans = plans.New(planStore, s.now, func(d time.Duration) { s.planMetrics.lag.Observe(d.Seconds()) })
+	s.planMetrics = newPlanMetrics(s.metrics.reg)
 	if st.Scheme == "mem" {
 		// The keys of the quota service's buckets in a store of their
 		// own, bounded by its bound on buckets, so that Envoys' buckets
@@ -279,6 +295,11 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 		s.log.Error("the store is unreachable at start: serving without it, /readyz answers 503 and each limiter does what "+
 			"server.store_failure says until the store answers; checking again in the background",
 			"store", st.URL, "err", err, "store_failure", failureLabel(cfg.StoreFailure))
+	}
+	if cfg.Plans.Enabled && s.storeErr.Load() == nil {
+		if err := s.syncPlans(ctx); err != nil {
+			s.log.Error("reading the plans failed; starting without them, reading them again every poll_interval", "err", err)
+		}
 	}
 	snap, err := s.build(cfg, nil)
 	if err != nil {
@@ -413,6 +434,9 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 		return nil, err
 	}
 	snap := &snapshot{cfg: cfg, limiters: make(map[string]*limiter), tokens: tokens, origins: http.NewCrossOriginProtection()}
+	for name, t := range cfg.AdminTokens {
+		snap.admins = append(snap.admins, adminToken{name, []byte(t)})
+	}
 	for _, o := range cfg.AllowedOrigins {
 		if err := snap.origins.AddTrustedOrigin(o); err != nil { // checked by LoadConfig
 			return nil, fmt.Errorf("server: allowed_origins: %w", err)
@@ -447,13 +471,18 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 			return nil, err
 		}
 		opts := planOptions(l)
+		var resolve sluice.PolicyFunc
 		if l.Lease != nil { // the limiter's lease key
 			opts = append(opts, sluice.WithLease(*l.Lease))
+		} else if cfg.Plans.Enabled {
+			resolve = s.planFunc(l)
+			opts = append(opts, sluice.WithPolicyFor(resolve), sluice.WithPolicyCache(planCacheKeys, planCacheTTL))
 		}
 		if err := add(name, l.Policy, l.Line, l.Column, opts...); err != nil {
 			return nil, err
 		}
 		snap.limiters[name].version, snap.limiters[name].plan = l.Version, planOf(l)
+		snap.limiters[name].resolve, snap.limiters[name].leased = resolve, l.Lease != nil
 		if len(l.Overrides) > 0 {
 			snap.limiters[name].overrides = &l
 		}
@@ -885,6 +914,7 @@ func (s *Server) Serve(ctx context.Context, httpLn, grpcLn net.Listener) error {
 		go s.recheckStore(watchCtx)
 	}
 	go s.outage.Run(watchCtx)
+	go s.pollPlans(watchCtx)
 
 	var serveErr error
 	select {
@@ -918,7 +948,7 @@ func (s *Server) grpcAuth(ctx context.Context, method string) (*grpcConn, error)
 		if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
 			header = v[0]
 		}
-		if !validToken(snap.tokens, header) {
+		if !snap.validToken(header) {
 			return nil, status.Error(codes.Unauthenticated, "missing or wrong bearer token in the authorization metadata")
 		}
 	}

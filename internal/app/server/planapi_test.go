@@ -1,0 +1,128 @@
+package server
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+const plansYAML = `
+server:
+  plans: {enabled: true}
+  auth:
+    tokens: [decide-token]
+    admin_tokens: {ops: admin-token}
+limiters:
+  api:
+    policy: fixed_window
+    limit: 100
+    interval: 1 minute
+    overrides:
+      - {prefix: "paid:", policy: fixed_window, limit: 1000, interval: 1 minute}
+`
+
+const (
+	decide = "Bearer decide-token"
+	admin  = "Bearer admin-token"
+	three  = `{"policy": "fixed_window", "limit": 3, "interval": "1 minute"}`
+)
+
+// limitOf consumes one token of key and returns the limit it reports.
+func consumeLimit(t *testing.T, s *Server, key string) (float64, bool) {
+	t.Helper()
+	code, got := call(t, s, "POST", "/api/v1/consume", `{"limiter": "api", "key": "`+key+`"}`, "Authorization", decide)
+	if code != 200 {
+		t.Fatalf("consume %s = %d %v", key, code, got)
+	}
+	return got["limit"].(float64), got["allowed"].(bool)
+}
+
+// TestPlanAPI writes, reads, lists and deletes a plan through the API,
+// with the admin token; the decision token may read but not write.
+func TestPlanAPI(t *testing.T) {
+	s, _ := testServer(t, plansYAML)
+	if code, got := call(t, s, "PUT", "/api/v1/plans/api/tenant-7", three, "Authorization", decide); code != 403 {
+		t.Fatalf("PUT with a decision token = %d %v, want 403", code, got)
+	}
+	if code, _ := call(t, s, "PUT", "/api/v1/plans/api/tenant-7", three); code != 401 {
+		t.Errorf("PUT without a token = %d, want 401", code)
+	}
+	code, got := call(t, s, "PUT", "/api/v1/plans/api/tenant-7", three, "Authorization", admin)
+	if code != 200 || got["version"] == nil || got["key"] != "tenant-7" {
+		t.Fatalf("PUT with the admin token = %d %v", code, got)
+	}
+	version := got["version"].(float64)
+	for i := range 4 {
+		limit, allowed := consumeLimit(t, s, "tenant-7")
+		if limit != 3 || allowed != (i < 3) {
+			t.Errorf("consume %d of tenant-7 = limit %v allowed %v, want limit 3, allowed %v", i+1, limit, allowed, i < 3)
+		}
+	}
+	if limit, _ := consumeLimit(t, s, "tenant-8"); limit != 100 {
+		t.Errorf("consume of tenant-8 = limit %v, want the default 100", limit)
+	}
+	// A stored prefix longer than the config's wins, a shorter one loses.
+	if code, got := call(t, s, "PUT", "/api/v1/plans/api/paid:small:?prefix=true", three, "Authorization", admin); code != 200 {
+		t.Fatalf("PUT prefix = %d %v", code, got)
+	}
+	if limit, _ := consumeLimit(t, s, "paid:small:x"); limit != 3 {
+		t.Errorf("consume of paid:small:x = limit %v, want the stored prefix's 3", limit)
+	}
+	if limit, _ := consumeLimit(t, s, "paid:x"); limit != 1000 {
+		t.Errorf("consume of paid:x = limit %v, want the config's prefix's 1000", limit)
+	}
+
+	// The same plan again changes nothing; a stale If-Match is refused.
+	if code, got := call(t, s, "PUT", "/api/v1/plans/api/tenant-7", three, "Authorization", admin); code != 200 || got["version"] != version {
+		t.Errorf("PUT of the same plan = %d %v, want version %v kept", code, got, version)
+	}
+	if code, got := call(t, s, "PUT", "/api/v1/plans/api/tenant-7", `{"policy": "fixed_window", "limit": 5, "interval": "1 minute"}`,
+		"Authorization", admin, "If-Match", `"1234"`); code != 412 {
+		t.Errorf("PUT with a stale If-Match = %d %v, want 412", code, got)
+	}
+	code, got = call(t, s, "GET", "/api/v1/plans/api/tenant-7", "", "Authorization", decide)
+	if code != 200 || got["version"] != version || got["policy"].(map[string]any)["limit"] != 3.0 {
+		t.Errorf("GET = %d %v, want version %v and limit 3", code, got, version)
+	}
+	code, got = call(t, s, "GET", "/api/v1/plans/api?limit=1", "", "Authorization", decide)
+	if ps, _ := got["plans"].([]any); code != 200 || len(ps) != 1 || got["next"] != "key:tenant-7" {
+		t.Errorf("list, limit 1 = %d %v, want tenant-7 and a next page", code, got)
+	}
+	code, got = call(t, s, "GET", "/api/v1/plans/api?after=key:tenant-7", "", "Authorization", decide)
+	if ps, _ := got["plans"].([]any); code != 200 || len(ps) != 1 || got["next"] != nil {
+		t.Errorf("list after tenant-7 = %d %v, want the prefix alone", code, got)
+	}
+	if code, got := call(t, s, "PUT", "/api/v1/plans/api/k", `{"policy": "fixed_window", "limit": 0, "interval": "1s"}`, "Authorization", admin); code != 400 ||
+		!strings.Contains(got["error"].(map[string]any)["message"].(string), "limit") {
+		t.Errorf("PUT of an invalid policy = %d %v, want 400 naming limit", code, got)
+	}
+	if code, _ := call(t, s, "PUT", "/api/v1/plans/nope/k", three, "Authorization", admin); code != 404 {
+		t.Errorf("PUT for an unknown limiter = %d, want 404", code)
+	}
+	if code, _ := call(t, s, "DELETE", "/api/v1/plans/api/tenant-7", "", "Authorization", decide); code != 403 {
+		t.Errorf("DELETE with a decision token = %d, want 403", code)
+	}
+	if code, got := call(t, s, "DELETE", "/api/v1/plans/api/tenant-7", "", "Authorization", admin); code != 200 {
+		t.Errorf("DELETE = %d %v", code, got)
+	}
+	if code, _ := call(t, s, "GET", "/api/v1/plans/api/tenant-7", "", "Authorization", decide); code != 404 {
+		t.Errorf("GET after DELETE = %d, want 404", code)
+	}
+	if n := testutil.ToFloat64(s.planMetrics.changes.WithLabelValues("put", "changed")); n != 2 {
+		t.Errorf("sluice_plan_changes_total{op=put,result=changed} = %v, want 2", n)
+	}
+	code, got = call(t, s, "POST", "/api/v1/plans", `{"plans": [{"limiter": "api", "key": "a", "policy": `+three+`}, {"limiter": "api", "key": "b", "policy": `+three+`}]}`,
+		"Authorization", admin)
+	if code != 200 || got["changed"] != 2.0 {
+		t.Errorf("import = %d %v, want 2 changed", code, got)
+	}
+}
+
+// TestPlansOff: without server.plans, the endpoints answer 404.
+func TestPlansOff(t *testing.T) {
+	s, _ := testServer(t, fixedYAML)
+	if code, _ := call(t, s, "GET", "/api/v1/plans/three", ""); code != 404 {
+		t.Errorf("GET /api/v1/plans/three with plans off = %d, want 404", code)
+	}
+}

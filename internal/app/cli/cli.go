@@ -62,6 +62,7 @@ func commands() []command {
 		{"check-store", "check that a store loses no update and passes the vectors: sluice check-store URL", runCheckStore},
 		{"conformance", "run conformance vector files against the buckets and limiters", runConformance},
 		{"demo", "throttle a burst of requests with a token bucket, in real time", runDemo},
+		{"plans", "read and write the plans of a running sluice serve: get, set, delete, list, import", runPlans},
 		{"serve", "run the rate-limit server: HTTP API, Envoy gRPC, metrics, live page", runServe},
 		{"simulate", "run limiters against a traffic pattern on a fake clock; chart it as SVG", runSimulate},
 		{"version", "print the version and VCS revision of this build", runVersion},

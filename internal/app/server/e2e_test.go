@@ -524,7 +524,7 @@ func TestE2EPlans(t *testing.T) {
 				for {
 					got := inspectLimit()
 					if got == want {
-						t.Logf("%s: limit %v on the second process %v after the write's answer", name, want, time.Now().Sub(written).Round(time.Millisecond))
+						t.Logf("%s: limit %v on the second process %v after the write's answer", name, want, time.Since(written).Round(time.Millisecond))
 						return
 					}
 					if time.Now().After(deadline) {

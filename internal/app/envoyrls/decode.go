@@ -65,7 +65,7 @@ var descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shad
 
 // sectionKeys are the keys only the envoy: section has: a sluice limiter
 // of the limiters: section, and unlimited: true.
-var sectionKeys = []string{"limiter", "unlimited"}
+var sectionKeys = []string{"limiter", "unlimited", "request_limit_ceiling"}
 
 // rateLimitKeys are the keys of a rate_limit: envoyproxy/ratelimit's, and
 // unit_multiplier, which Envoy's API is taking up (envoyproxy/envoy PR
@@ -288,6 +288,20 @@ func (d *decoder) descriptor(path string, n *yaml.Node) (descriptorDoc, error) {
 	}
 	if desc.rule != nil {
 		desc.rule.shadow, desc.rule.quota, desc.rule.detailed = shadow, quota, detailed
+	}
+	if m.Has("request_limit_ceiling") {
+		p, v := m.Value("request_limit_ceiling")
+		if desc.rule == nil || desc.rule.unlimited {
+			return descriptorDoc{}, errorAt(p, v, "a ceiling bounds the limit overrides of a limited descriptor: give it a rate_limit or a limiter")
+		}
+		c, err := d.rateLimit(p, v)
+		if err != nil {
+			return descriptorDoc{}, err
+		}
+		if c.unlimited || c.name != "" || c.replaces != nil {
+			return descriptorDoc{}, errorAt(p, v, "a ceiling is a rate: unit, requests_per_unit and unit_multiplier only")
+		}
+		desc.rule.ceiling = &rule{requestsPerUnit: c.requestsPerUnit, unit: c.unit, multiplier: c.multiplier}
 	}
 	if m.Has("metadata") {
 		p, v := m.Value("metadata")

@@ -417,6 +417,10 @@ func (s *Service) plan(st *state, req *rlsv3.RateLimitRequest, buf []check) ([]c
 		if root != nil {
 			c.match = lookup(req.GetDomain(), root, d, st.domains.Settings().AllowRequestLimits)
 		}
+		if c.match.ceiled && s.opts.metrics != nil {
+			// Only a configured domain has a ceiling: the label's values are the config's.
+			s.opts.metrics.ceiled.WithLabelValues(req.GetDomain()).Inc()
+		}
 		if r := c.match.rule; r != nil {
 			if r.limiter == "" && !r.unlimited && unitSeconds(r.unit) == 0 {
 				return nil, fmt.Errorf("envoyrls: descriptor %d: the limit override has no unit, or one Envoy does not define (%d)", i, r.unit)

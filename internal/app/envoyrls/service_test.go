@@ -18,6 +18,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -1015,6 +1016,69 @@ envoy:
 				t.Errorf("limit of a request overriding it with 100 = %d, want %d", got, tt.limit)
 			}
 		})
+	}
+}
+
+// TestRequestLimitCeiling: a request may lower its descriptor's limit,
+// or raise it up to the descriptor's ceiling; one that asks for more is
+// limited at the ceiling and counted.
+func TestRequestLimitCeiling(t *testing.T) {
+	doc := `
+envoy:
+  - domain: d
+    descriptors:
+      - {key: k, limiter: l, request_limit_ceiling: {unit: minute, requests_per_unit: 10}}
+`
+	reg := prometheus.NewRegistry()
+	f := newFixture(t, doc, map[string]sluice.Policy{"l": sluice.FixedWindow(5, time.Minute)}, &allowRequestLimits, envoyrls.WithRegistry(reg))
+	for _, tt := range []struct {
+		name        string
+		value       string
+		perUnit     uint32
+		unit        typev3.RateLimitUnit
+		limit, pass uint32
+	}{
+		{"lower", "a", 3, typev3.RateLimitUnit_MINUTE, 3, 3},
+		{"within", "b", 8, typev3.RateLimitUnit_MINUTE, 8, 8},
+		{"above", "c", 100, typev3.RateLimitUnit_MINUTE, 10, 10},
+		{"above in another unit", "e", 1000, typev3.RateLimitUnit_HOUR, 10, 10}, // 16.7 a minute
+		{"within in another unit", "f", 300, typev3.RateLimitUnit_HOUR, 300, 300},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := desc("k", tt.value)
+			d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: tt.perUnit, Unit: tt.unit}
+			var passed uint32
+			for range tt.pass + 1 {
+				resp, err := f.client.ShouldRateLimit(context.Background(), req("d", d))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(); got != tt.limit {
+					t.Fatalf("limit of a request asking for %d = %d, want %d", tt.perUnit, got, tt.limit)
+				}
+				if resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+					passed++
+				}
+			}
+			if passed != tt.pass {
+				t.Errorf("%d requests asking for %d passed %d, want %d", tt.pass+1, tt.perUnit, passed, tt.pass)
+			}
+		})
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got float64
+	for _, mf := range mfs {
+		if mf.GetName() == "sluice_request_limits_ceiled_total" {
+			for _, m := range mf.GetMetric() {
+				got += m.GetCounter().GetValue()
+			}
+		}
+	}
+	if got != 2*11 {
+		t.Errorf("sluice_request_limits_ceiled_total = %v, want 22: the requests above the ceiling", got)
 	}
 }
 

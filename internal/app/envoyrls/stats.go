@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/metricnames"
 	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
@@ -26,6 +27,7 @@ const MaxStatKeys = 10_000
 type metrics struct {
 	totalHits, overLimit, nearLimit, withinLimit, shadowMode, overLimitLocal *prometheus.CounterVec
 	globalShadow                                                             prometheus.Counter
+	ceiled                                                                   *prometheus.CounterVec // by domain
 
 	mu   sync.Mutex
 	keys map[string]*ruleStats
@@ -59,7 +61,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		keys: make(map[string]*ruleStats),
 		max:  MaxStatKeys,
 	}
-	reg.MustRegister(m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.overLimitLocal, m.globalShadow)
+	f := metricnames.RequestLimitsCeiledFamily
+	m.ceiled = prometheus.NewCounterVec(prometheus.CounterOpts{Name: f.Name, Help: f.Help}, f.Labels)
+	reg.MustRegister(m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.overLimitLocal, m.globalShadow, m.ceiled)
 	return m
 }
 

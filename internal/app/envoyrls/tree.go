@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"math/bits"
 	"strings"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -52,6 +53,17 @@ type rule struct {
 	// statKey is the rule's stat key: the domain and the final keys down
 	// to it, joined by '.'.
 	statKey string
+	// ceiling bounds the limit overrides of requests for the descriptor
+	// (request_limit_ceiling), nil: none.
+	ceiling *rule
+}
+
+// above reports whether r allows more than c: more requests per second,
+// compared exactly as r.requestsPerUnit·c.window > c.requestsPerUnit·r.window.
+func (r *rule) above(c *rule) bool {
+	hi1, lo1 := bits.Mul64(uint64(r.requestsPerUnit), uint64(c.window()))
+	hi2, lo2 := bits.Mul64(uint64(c.requestsPerUnit), uint64(r.window()))
+	return hi1 > hi2 || hi1 == hi2 && lo1 > lo2
 }
 
 func newNode() *node { return &node{children: make(map[string]*node)} }
@@ -105,6 +117,9 @@ type match struct {
 	// value in the counter's key; nil when there is none.
 	share    []string
 	metadata *structpb.Struct
+	// ceiled says that the request's limit override was above its
+	// descriptor's ceiling, which the rule is instead.
+	ceiled bool
 }
 
 // lookup finds the rule of descriptor d in the domain whose root is root,
@@ -117,7 +132,7 @@ type match struct {
 func lookup(domain string, root *node, d *ratelimitv3.RateLimitDescriptor, allowOverride bool) match {
 	entries := d.GetEntries()
 	if o := d.GetLimit(); o != nil && allowOverride {
-		return match{
+		m := match{
 			rule: &rule{
 				requestsPerUnit: o.GetRequestsPerUnit(),
 				unit:            rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit()),
@@ -125,6 +140,11 @@ func lookup(domain string, root *node, d *ratelimitv3.RateLimitDescriptor, allow
 			},
 			statKey: overrideStatKey(domain, entries),
 		}
+		// The descriptor's own rule may bound what a request asks for.
+		if own := lookup(domain, root, d, false).rule; own != nil && own.ceiling != nil && unitSeconds(m.rule.unit) > 0 && m.rule.above(own.ceiling) {
+			m.rule, m.ceiled = own.ceiling, true
+		}
+		return m
 	}
 	// The keys are built in buffers on the stack, and made strings only
 	// when needed: a lookup that finds the rule's own stat key allocates

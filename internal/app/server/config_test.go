@@ -26,7 +26,8 @@ func TestLoadConfig(t *testing.T) {
 server:
   http: ":9000"
   grpc: "off"
-  auth: {tokens: [a, b], token_file: /etc/sluice/tokens, metrics: true}
+  auth: {tokens: [a, b], token_file: /etc/sluice/tokens, metrics: true, admin_tokens: {ops: c}}
+  plans: {enabled: true, poll_interval: 2s}
   tls: {cert: c.pem, key: k.pem, client_ca: ca.pem}
   allowed_origins: [https://app.example.com, "http://localhost:3000"]
   limits:
@@ -76,8 +77,10 @@ ratelimit:
 			MaxConnectionIdle: time.Minute, MaxConnectionAge: 10 * time.Minute, MaxConnectionAgeGrace: 7 * time.Second},
 		RLQSLimits: rlqs.Limits{MaxStreams: 10, MaxStreamsPerConn: 2, MaxStreamsPerClient: 3, MaxBuckets: 400, MaxBucketsPerClient: 200,
 			MaxBucketsPerStream: 100, MaxReportBuckets: 50, MaxIDBytes: 512},
-		MaxKeys:  DefaultMaxKeys,
-		Simulate: Simulate{Enabled: false, MaxConcurrent: 1, MaxRequests: 1000},
+		MaxKeys:     DefaultMaxKeys,
+		Simulate:    Simulate{Enabled: false, MaxConcurrent: 1, MaxRequests: 1000},
+		AdminTokens: map[string]string{"ops": "c"},
+		Plans:       PlansConfig{Enabled: true, PollInterval: 2 * time.Second},
 	}
 	if d := diff(want, *c); d != "" {
 		t.Errorf("LoadConfig:\n%s", d)
@@ -118,9 +121,11 @@ func TestLoadConfigErrors(t *testing.T) {
 			`config: store (line 1): store redis//127.0.0.1:6379/9: no scheme; want a URL starting with dynamodb://, mem://, mysql://, postgres://, postgresql://, redis://, redis+cluster://, redis+sentinel://, rediss://`},
 		{"store empty", "store: ''\n" + limitersYAML, `config: store (line 1): store : no scheme`},
 		{"store unknown scheme", "store: memory://\n" + limitersYAML, `config: store (line 1): store memory://: unknown scheme "memory"`},
-		{"unknown server key", "server:\n  htp: x\n" + limitersYAML, `config: server.htp (line 2): unknown key "htp"; valid keys: allowed_origins, auth, drain_timeout, grpc, health, http, inheritance, limits, simulate, start_without_store, store_failure, store_timeout, tls, tracing`},
+		{"unknown server key", "server:\n  htp: x\n" + limitersYAML, `config: server.htp (line 2): unknown key "htp"; valid keys: allowed_origins, auth, drain_timeout, grpc, health, http, inheritance, limits, plans, simulate, start_without_store, store_failure, store_timeout, tls, tracing`},
 		{"empty token", "server:\n  auth: {tokens: [a, \"\"]}\n" + limitersYAML, `config: server.auth.tokens[1] (line 2): a token must not be empty nor hold whitespace`},
 		{"token with a space", "server:\n  auth: {tokens: [\"a b\"]}\n" + limitersYAML, `config: server.auth.tokens[0] (line 2): a token must not be empty nor hold whitespace`},
+		{"admin token with a space", "server:\n  auth: {admin_tokens: {ops: \"a b\"}}\n" + limitersYAML, `config: server.auth.admin_tokens.ops (line 2): a token must not be empty nor hold whitespace`},
+		{"plans poll of 0", "server:\n  plans: {enabled: true, poll_interval: 0s}\n" + limitersYAML, `config: server.plans.poll_interval (line 2): must be positive`},
 		{"client CA without TLS", "server:\n  tls: {client_ca: ca.pem}\n" + limitersYAML, `config: server.tls: client_ca needs cert and key`},
 		{"bad origin", "server:\n  allowed_origins: [app.example.com]\n" + limitersYAML, `config: server.allowed_origins[0] (line 2): must be an origin such as https://app.example.com, got "app.example.com"`},
 		{"origin with a path", "server:\n  allowed_origins: [\"https://a.example/x\"]\n" + limitersYAML, `config: server.allowed_origins[0] (line 2): must be an origin`},

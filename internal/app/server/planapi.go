@@ -162,6 +162,11 @@ func (s *Server) planHandler(admin bool, h func(w http.ResponseWriter, r *http.R
 				return
 			}
 		}
+		if r.URL.Path != "/api/v1/plans" { // an import's time is bounded by write_timeout
+			ctx, cancel := context.WithTimeout(r.Context(), checkTimeout)
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
 		if e := h(w, r, who); e != nil {
 			writeError(w, e)
 		}

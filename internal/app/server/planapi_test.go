@@ -1,10 +1,17 @@
 package server
 
 import (
+	"context"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/testserver"
 )
 
 const plansYAML = `
@@ -124,5 +131,56 @@ func TestPlansOff(t *testing.T) {
 	s, _ := testServer(t, fixedYAML)
 	if code, _ := call(t, s, "GET", "/api/v1/plans/three", ""); code != 404 {
 		t.Errorf("GET /api/v1/plans/three with plans off = %d, want 404", code)
+	}
+}
+
+// countingStore counts the updates of keys under a prefix.
+type countingStore struct {
+	driver.Store
+	prefix string
+	n      *atomic.Int64
+}
+
+func (c countingStore) Update(ctx context.Context, key string, fn driver.UpdateFunc) error {
+	if strings.HasPrefix(key, c.prefix) {
+		c.n.Add(1)
+	}
+	return c.Store.Update(ctx, key, fn)
+}
+
+// TestPlansNoStoreCallPerDecision: on Redis, with plans stored,
+// decisions on keys with and without plans read no plan from the store:
+// the process's catalog answers.
+func TestPlansNoStoreCallPerDecision(t *testing.T) {
+	cfg, err := LoadConfig([]byte(fmt.Sprintf("store: %s\n", testserver.SharedRedis(t)) + plansYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	s, err := New(t.Context(), cfg, withStoreWrapper(func(st driver.Store) driver.Store {
+		return countingStore{st, "sluice/plans:", &calls}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	key := fmt.Sprintf("tenant-%d", time.Now().UnixNano())
+	if code, got := call(t, s, "PUT", "/api/v1/plans/api/"+key, three, "Authorization", admin); code != 200 {
+		t.Fatalf("PUT = %d %v", code, got)
+	}
+	before := calls.Load()
+	if before == 0 {
+		t.Fatal("the PUT made no store call on the plans' keys: the counting store is not under the plans")
+	}
+	for i := range 50 {
+		if limit, _ := consumeLimit(t, s, key); limit != 3 {
+			t.Fatalf("consume %d of %s = limit %v, want the plan's 3", i, key, limit)
+		}
+		if limit, _ := consumeLimit(t, s, fmt.Sprintf("other-%d", i)); limit != 100 {
+			t.Fatalf("consume of other-%d = limit %v, want the default 100", i, limit)
+		}
+	}
+	if n := calls.Load() - before; n != 0 {
+		t.Errorf("100 decisions made %d store calls on the plans' keys, want 0", n)
 	}
 }

@@ -180,12 +180,26 @@ type adminToken struct {
 }
 
 // admin returns the name of the admin token of an Authorization value,
-// comparing it with every admin token in constant time, or a 403.
+// or a 403.
 func (snap *snapshot) admin(header string) (string, *apiError) {
 	if len(snap.admins) == 0 {
 		return "", errorf(http.StatusForbidden, codeForbidden, "plan writes need an admin token, and none is configured (server.auth.admin_tokens)")
 	}
+	name, ok := snap.adminName(header)
+	if !ok {
+		return "", errorf(http.StatusForbidden, codeForbidden, "plan writes need an admin token (server.auth.admin_tokens); this one may only decide")
+	}
+	return name, nil
+}
+
+// adminName returns the name of the admin token of an Authorization
+// value, "Bearer TOKEN" as validToken reads it, comparing it with every
+// admin token in constant time.
+func (snap *snapshot) adminName(header string) (string, bool) {
 	scheme, got, ok := strings.Cut(strings.Trim(header, " \t"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
 	got = strings.TrimLeft(got, " ")
 	name := ""
 	for _, a := range snap.admins {
@@ -193,10 +207,7 @@ func (snap *snapshot) admin(header string) (string, *apiError) {
 			name = a.name
 		}
 	}
-	if !ok || !strings.EqualFold(scheme, "Bearer") || name == "" {
-		return "", errorf(http.StatusForbidden, codeForbidden, "plan writes need an admin token (server.auth.admin_tokens); this one may only decide")
-	}
-	return name, nil
+	return name, name != ""
 }
 
 // PlanInfo is a plan as the API shows it.

@@ -219,3 +219,46 @@ func FuzzDecodeShard(f *testing.F) {
 		}
 	})
 }
+
+// TestConcurrentLookups looks plans up while another catalog writes and
+// this one syncs, for the race detector: a lookup sees a shard before or
+// after a change, never half of one.
+func TestConcurrentLookups(t *testing.T) {
+	ctx := t.Context()
+	a, b, _ := newPair(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 50 {
+			spec := three
+			if i%2 == 1 {
+				spec = fifty
+			}
+			if _, err := a.Put(ctx, Plan{Limiter: "api", Key: fmt.Sprintf("k%d", i%5), Spec: spec}, nil); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := a.Put(ctx, Plan{Limiter: "api", Key: fmt.Sprintf("p%d:", i%3), Prefix: true, Spec: spec}, nil); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := b.Sync(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		for i := range 5 {
+			b.Exact("api", fmt.Sprintf("k%d", i))
+			b.Prefix("api", fmt.Sprintf("p%d:x", i%3))
+		}
+		b.List("api", nil, 10)
+		b.Counts()
+	}
+}

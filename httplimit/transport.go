@@ -138,6 +138,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, &WaitError{Key: key, MaxWait: bound, Err: err}
 		}
 		maxWait -= wait
+		bound -= wait
+	}
+	var epoch int64
+	if t.o.adaptive != nil {
+		e, wait, err := t.adaptiveWait(ctx, key, bound)
+		if err != nil {
+			closeBody(req)
+			if _, ok := err.(*WaitError); ok {
+				return nil, err
+			}
+			return nil, fmt.Errorf("httplimit: Transport adaptive rate: %w", err)
+		}
+		epoch = e
+		maxWait -= wait
 	}
 	if err := t.wait(ctx, key, maxWait); err != nil {
 		closeBody(req)
@@ -150,11 +164,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, fmt.Errorf("httplimit: Transport limiter: %w", err)
 	}
+	sent := t.o.clock.Now()
 	resp, err := t.o.base.RoundTrip(req)
 	if err != nil {
 		return nil, err
 	}
 	now := t.o.clock.Now()
+	if a := t.o.adaptive; a != nil && (resp.StatusCode == http.StatusTooManyRequests ||
+		resp.StatusCode == http.StatusServiceUnavailable || a.SlowAfter > 0 && time.Duration(now-sent) > a.SlowAfter) {
+		// A cut the store could not take is lost: the next refusal cuts.
+		_ = a.update(ctx, key, now, func(s aimd) (aimd, bool) { return a.cut(s, now, epoch) })
+	}
 	if d := holdBack(resp, now); d > 0 {
 		t.hold(key, policy.SatAdd(now, int64(d)))
 	}

@@ -2,7 +2,7 @@ package httplimit_test
 
 import (
 	"context"
-		"io"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"

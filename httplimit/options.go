@@ -21,9 +21,9 @@ type options struct {
 	clock          sluice.Clock
 	logger         *slog.Logger
 
-	base    http.RoundTripper
-	key     KeyFunc
-	maxWait time.Duration
+	base     http.RoundTripper
+	key      KeyFunc
+	maxWait  time.Duration
 	adaptive *Adaptive
 }
 

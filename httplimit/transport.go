@@ -45,6 +45,10 @@ import (
 // limiter paces those requests, and the provider's next refusal says how
 // long to wait.
 //
+// With WithAdaptive, it also sends at most at a rate that the fleet
+// shares through a store and adapts to the provider's answers (see
+// Adaptive): each request first takes the next slot of that rate.
+//
 // Transport never retries: a 429 or 503 is returned to the caller as the
 // provider sent it, whether or not the request was idempotent.
 //
@@ -61,7 +65,7 @@ var _ http.RoundTripper = (*Transport)(nil)
 
 // NewTransport returns a transport that takes one token from l, under the
 // request's key, before each request. WithBase, WithKey, WithMaxWait,
-// WithClock applies. l's policy must support reservations,
+// WithClock and WithAdaptive apply. l's policy must support reservations,
 // since a request waits for its token with l.Wait: not SlidingWindow or
 // SlidingLog, nor a Compound with either among its members. It returns a
 // *ConfigError for a nil limiter, for one whose policy cannot reserve

@@ -107,3 +107,27 @@ func TestFailShare(t *testing.T) {
 		t.Errorf("a process of three admitted %d of a limit of 30 while the store failed, want its share, 10", allowed)
 	}
 }
+
+// TestFailShareBucket: a KeyBucket's calls have no share, and fail
+// closed under FailShare, even in a process that knows its fleet.
+func TestFailShareBucket(t *testing.T) {
+	ctx := context.Background()
+	st := &switchedStore{Store: memstore.New()}
+	l, err := sluice.NewLimiter(sluice.TokenBucket(30, 30, time.Hour), sluice.WithStore(st),
+		sluice.WithStoreFailure(sluice.FailShare), sluice.WithCircuitBreaker(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := l.Bucket("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Allow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st.down.Store(true)
+	var se *sluice.StoreError
+	if res, err := b.Allow(ctx); !errors.As(err, &se) {
+		t.Errorf("KeyBucket.Allow on a failed store under FailShare = %+v, %v, want a *StoreError", res, err)
+	}
+}

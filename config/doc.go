@@ -79,6 +79,16 @@
 //	limiters:
 //	  search: {policy: gcra, limit: 1000, rate: {amount: 1000, interval: 1s}, lease: {min: 10, max: 500, ttl: 1s}}
 //
+// # Shadow mode
+//
+// A top-level limiter may have shadow: true, which is not its policy's
+// but the limiter's, as lease is: [Limiter].Shadow, for
+// [sluice.WithShadow]. The limiter then decides and counts as without it,
+// but lets every request through, and reports those its policy refused.
+//
+//	limiters:
+//	  new_limit: {policy: fixed_window, limit: 100, interval: 1m, shadow: true}
+//
 // # Values
 //
 // Integers are int64, written in decimal, or with 0x, 0o or 0b, and may

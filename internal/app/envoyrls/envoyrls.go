@@ -698,10 +698,13 @@ func (s *Service) limit(ctx context.Context, st *state, c *check) error {
 	if u.multiplier > 1 {
 		c.status.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(u.multiplier)
 	}
-	c.stats.add(withinLimit, uint64(hits)*boolToUint(res.Allowed))
+	// A limiter in shadow mode (shadow: true) lets through what its policy
+	// refused: that is a descriptor's shadow mode.
+	allowed := res.Allowed && !res.ShadowRejected
+	c.stats.add(withinLimit, uint64(hits)*boolToUint(allowed))
 	switch {
-	case res.Allowed:
-	case c.match.rule.shadow:
+	case allowed:
+	case c.match.rule.shadow || res.ShadowRejected:
 		c.stats.add(overLimit, c.hits)
 		c.stats.add(shadowMode, c.hits)
 		s.opts.logger.InfoContext(ctx, "envoyrls: over limit in shadow mode", "limiter", name, "key", c.key, "hits", hits)

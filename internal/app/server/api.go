@@ -453,11 +453,16 @@ type Result struct {
 	ResetAfterMS int64 `json:"reset_after_ms"`
 	// WaitedMS is how long a consume with max_wait_ms waited.
 	WaitedMS int64 `json:"waited_ms,omitempty"`
+	// Shadow says that the limiter is in shadow mode (shadow: true), so
+	// Allowed is true whatever its policy decided; ShadowRejected that
+	// its policy refused the request, which took nothing.
+	Shadow         bool `json:"shadow,omitempty"`
+	ShadowRejected bool `json:"shadow_rejected,omitempty"`
 }
 
 func newResult(r sluice.Result) Result {
 	return Result{Allowed: r.Allowed, Remaining: r.Remaining, Limit: r.Limit,
-		RetryAfterMS: millis(r.RetryAfter), ResetAfterMS: millis(r.ResetAfter)}
+		RetryAfterMS: millis(r.RetryAfter), ResetAfterMS: millis(r.ResetAfter), Shadow: r.Shadow, ShadowRejected: r.ShadowRejected}
 }
 
 // millis is d in milliseconds rounded up, -1 for sluice.Never.
@@ -489,7 +494,7 @@ func aboveLimit(l *limiter, n int64, res Result, err error) error {
 	switch {
 	case errors.Is(err, sluice.ErrTokensAboveLimit):
 		return &tokensAboveLimit{l.name, n, l.limit}
-	case err == nil && !res.Allowed && res.RetryAfterMS == millis(sluice.Never):
+	case err == nil && (!res.Allowed || res.ShadowRejected) && res.RetryAfterMS == millis(sluice.Never):
 		return &tokensAboveLimit{l.name, n, res.Limit}
 	}
 	return err
@@ -565,7 +570,7 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) *apiError {
 		res = newResult(sr)
 	}
 	err = aboveLimit(l, n, res, err)
-	s.record(snap, l.name, q.Key, n, res.Allowed, err)
+	s.recordShadow(snap, l.name, q.Key, n, res.Allowed, res.ShadowRejected, err)
 	if s.tracer != nil {
 		trace.SpanFromContext(r.Context()).SetAttributes(tracing.LimiterKey.String(l.name), tracing.AllowedKey.Bool(res.Allowed))
 	}
@@ -608,12 +613,22 @@ func (s *Server) wait(ctx context.Context, l *limiter, key string, n int64, maxW
 // record counts a decision for the stats, the limiter's health, the hot
 // keys (when key is not "") and the metrics.
 func (s *Server) record(snap *snapshot, name, key string, n int64, allowed bool, err error) {
+	s.recordShadow(snap, name, key, n, allowed, false, err)
+}
+
+// recordShadow is record for a limiter that may be in shadow mode:
+// shadowRejected is a request let through that its policy refused,
+// which counts as allowed but took no tokens.
+func (s *Server) recordShadow(snap *snapshot, name, key string, n int64, allowed, shadowRejected bool, err error) {
 	outcome := metricnames.Rejected
 	switch {
 	case callerError(err):
 		outcome = outcomeInvalid
 	case err != nil:
 		outcome = metricnames.Error
+	case shadowRejected:
+		outcome = metricnames.Allowed
+		s.metrics.ShadowRejected.WithLabelValues(name).Inc()
 	case allowed:
 		outcome = metricnames.Allowed
 		s.metrics.Tokens.WithLabelValues(name).Add(float64(n))
@@ -630,7 +645,7 @@ func (s *Server) record(snap *snapshot, name, key string, n int64, allowed bool,
 
 // observe records a decision of the Envoy service.
 func (s *Server) observe(d envoyrls.Decision) {
-	s.record(s.cur.Load(), d.Limiter, d.Key, d.Hits, d.Result.Allowed, d.Err)
+	s.recordShadow(s.cur.Load(), d.Limiter, d.Key, d.Hits, d.Result.Allowed, d.Result.ShadowRejected, d.Err)
 }
 
 type inspectRequest struct {
@@ -761,6 +776,8 @@ type LimiterInfo struct {
 	Name   string `json:"name"`
 	Policy string `json:"policy"`
 	Limit  int64  `json:"limit"`
+	// Shadow says the limiter is in shadow mode (shadow: true).
+	Shadow bool `json:"shadow,omitempty"`
 }
 
 func (s *Server) listLimiters(w http.ResponseWriter, _ *http.Request) *apiError {
@@ -768,7 +785,7 @@ func (s *Server) listLimiters(w http.ResponseWriter, _ *http.Request) *apiError 
 	out := make([]LimiterInfo, 0, len(snap.order))
 	for _, name := range snap.order {
 		l := snap.limiters[name]
-		out = append(out, LimiterInfo{Name: name, Policy: l.policy.String(), Limit: l.limit})
+		out = append(out, LimiterInfo{Name: name, Policy: l.policy.String(), Limit: l.limit, Shadow: l.shadow})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"limiters": out})
 	return nil

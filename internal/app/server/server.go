@@ -151,6 +151,8 @@ type limiter struct {
 	// overrides is the config's limiter when it has overrides (policies
 	// per key), else nil.
 	overrides *config.Limiter
+	// shadow is the config's shadow: key (sluice.WithShadow).
+	shadow bool
 }
 
 // Option configures New.
@@ -450,9 +452,13 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 		if l.Lease != nil { // the limiter's lease key
 			opts = append(opts, sluice.WithLease(*l.Lease))
 		}
+		if l.Shadow {
+			opts = append(opts, sluice.WithShadow(true))
+		}
 		if err := add(name, l.Policy, l.Line, l.Column, opts...); err != nil {
 			return nil, err
 		}
+		snap.limiters[name].shadow = l.Shadow
 		snap.limiters[name].version, snap.limiters[name].plan = l.Version, planOf(l)
 		if len(l.Overrides) > 0 {
 			snap.limiters[name].overrides = &l

@@ -61,7 +61,7 @@ func (m *Middleware) setHeaders(h http.Header, ds []limitcore.Decision, retryAft
 		lim, n := limSpace[:0], 0
 		for i := range ds {
 			d := &ds[i]
-			if d.Res.Limit > maxSFInteger {
+			if d.Res.Limit > maxSFInteger || d.Res.Shadow {
 				continue
 			}
 			if n++; n > 1 {
@@ -148,7 +148,8 @@ func (m *Middleware) restrictive(ds []limitcore.Decision) *limitcore.Decision {
 	return mostRestrictive(ds)
 }
 
-// mostRestrictive is, of the limits of ds that state a limit, the
+// mostRestrictive is, of the limits of ds that state a limit (those in
+// force: not in shadow mode), the
 // rejecting one with the longest RetryAfter, else the one with the fewest
 // Remaining; the first on a tie, nil when none states a limit.
 func mostRestrictive(ds []limitcore.Decision) *limitcore.Decision {
@@ -156,7 +157,7 @@ func mostRestrictive(ds []limitcore.Decision) *limitcore.Decision {
 	for i := range ds {
 		d := &ds[i]
 		switch {
-		case d.Res.Limit > maxSFInteger:
+		case d.Res.Limit > maxSFInteger || d.Res.Shadow:
 		case best == nil:
 			best = d
 		case !d.Res.Allowed && (best.Res.Allowed || d.Res.RetryAfter > best.Res.RetryAfter):

@@ -35,6 +35,27 @@ type Limit struct {
 	// the Window of the limiter's policy; a negative Window leaves w
 	// out.
 	Window time.Duration
+	// CountIf, when set, makes the limit count a request only when its
+	// response's status satisfies it (Statuses(401) counts failed logins
+	// alone): the request is checked before the handler without taking
+	// anything (PeekN), refused if the limit would refuse it now, and its
+	// cost is taken after the handler when CountIf(status) is true (see
+	// Handler). nil counts every request before the handler.
+	CountIf func(status int) bool
+}
+
+// Statuses returns a CountIf that counts the responses of the given
+// status codes.
+func Statuses(codes ...int) func(status int) bool {
+	set := append([]int(nil), codes...)
+	return func(status int) bool {
+		for _, c := range set {
+			if c == status {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // CostFunc returns the tokens a request takes from a Limit, for requests
@@ -105,6 +126,20 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 // be rejected by a later limit after the earlier ones took it: limits
 // shared by several processes cannot be taken from atomically together.
 //
+// A limit with CountIf is only peeked at before next, and takes the
+// request's cost after next returns when CountIf holds for the status
+// next answered (200 when it wrote nothing, or only a body); its
+// rate-limit headers, written before next, state it as it stands before
+// the request is counted. next then writes to a ResponseWriter that
+// records the status and forwards everything else, Flush included, and
+// unwraps to the original for http.ResponseController. The cost is taken
+// even when the client has gone, so that hanging up does not escape the
+// count; a limiter's error then is logged, the response being sent. A
+// panic in next counts nothing.
+//
+// A limiter in shadow mode (sluice.WithShadow) lets every request
+// through, and is left out of the rate-limit headers: it is not in force.
+//
 // A key function's ErrNoKey answers 400, which names the missing header
 // for Header's key; any other error or panic of a key
 // or cost function, or a cost that is not positive, answers 500; an error
@@ -121,7 +156,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		ds = ds[:len(m.limits)]
 		for i := range m.limits {
 			d := &ds[i]
-			d.Index, d.Limiter = i, m.limits[i].Limiter
+			d.Index, d.Limiter, d.Defer = i, m.limits[i].Limiter, m.limits[i].CountIf != nil
 			var err error
 			if d.Key, d.Cost, err = keyAndCost(&m.limits[i], r); err != nil {
 				m.keyFailed(w, r, i, err)
@@ -135,9 +170,66 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			m.reject(w, r, ds, d)
 		default:
 			m.setHeaders(w.Header(), ds, -1)
-			next.ServeHTTP(w, r)
+			if !limitcore.Deferred(ds) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			sw := &statusWriter{ResponseWriter: w}
+			next.ServeHTTP(sw, r)
+			m.settle(r, ds, sw.statusOr200())
 		}
 	})
+}
+
+// settle takes the cost of the limits with CountIf that count status, the
+// status of the response to r, which has been sent: a limiter's error
+// can only be logged.
+func (m *Middleware) settle(r *http.Request, ds []limitcore.Decision, status int) {
+	d, err := limitcore.Settle(r.Context(), ds, func(i int) bool { return m.limits[i].CountIf(status) })
+	if err != nil {
+		m.o.logger.ErrorContext(r.Context(), "httplimit: response not counted", "limit", m.limits[d.Index].Name, "status", status,
+			"method", r.Method, "path", r.URL.Path, "err", err)
+	}
+}
+
+// statusWriter records the status of a response.
+type statusWriter struct {
+	http.ResponseWriter
+	status int // the final status; 0 until written
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 { // 1xx are informational: the final status follows
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush flushes the response, which sends its status.
+func (w *statusWriter) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap returns the ResponseWriter it wraps, for http.ResponseController.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// statusOr200 is the status written, or 200 when none was: what net/http
+// sends for a handler that wrote nothing.
+func (w *statusWriter) statusOr200() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
 }
 
 // keyAndCost runs l's key and cost functions, turning a panic in them into

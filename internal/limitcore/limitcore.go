@@ -83,6 +83,10 @@ type Decision struct {
 	Res sluice.Result
 	// Taken is true when Res is AllowN's: the request took its cost.
 	Taken bool
+	// Defer is set by the package for a limit that counts a request only
+	// by its outcome: Decide peeks at it and takes nothing, and Settle
+	// takes the cost once the outcome is known.
+	Defer bool
 }
 
 // Decide asks the limiters of ds about a request. With one limit that is
@@ -106,6 +110,12 @@ type Decision struct {
 // argument (sluice.ErrTokensAboveLimit), is the rejection the others
 // give: a Result that can never pass (RetryAfter sluice.Never), so that
 // every policy answers such a request alike.
+//
+// A deferred decision (Defer) is only peeked at: a request that its
+// limit would refuse now is rejected, and one it lets through takes
+// nothing yet, its Remaining being what is left before the request
+// (its cost added back, as for a limit only peeked at above), until
+// Settle counts it.
 func Decide(ctx context.Context, ds []Decision) (*Decision, error) {
 	if len(ds) > 1 {
 		rejected := false
@@ -123,6 +133,18 @@ func Decide(ctx context.Context, ds []Decision) (*Decision, error) {
 	}
 	for i := range ds {
 		d := &ds[i]
+		if d.Defer {
+			if len(ds) == 1 {
+				res, err := d.Limiter.PeekN(ctx, d.Key, d.Cost)
+				if d.Res, err = neverPasses(ctx, d, res, err); err != nil {
+					return d, err
+				}
+				if !d.Res.Allowed {
+					return d, nil
+				}
+			}
+			continue
+		}
 		res, err := d.Limiter.AllowN(ctx, d.Key, d.Cost)
 		if d.Res, err = neverPasses(ctx, d, res, err); err != nil {
 			return d, err
@@ -132,7 +154,48 @@ func Decide(ctx context.Context, ds []Decision) (*Decision, error) {
 		}
 		d.Taken = true
 	}
+	for i := range ds {
+		if d := &ds[i]; d.Defer && !d.Res.ShadowRejected {
+			d.Res.Remaining = policy.SatAdd(d.Res.Remaining, d.Cost)
+		}
+	}
 	return nil, nil
+}
+
+// Settle takes the cost of every deferred decision of ds, of a request
+// that Decide let through, whose outcome counts says counts against its
+// limit (counts is given the decision's Index): the cost is taken even when the limit has since filled up (a
+// refusal then takes nothing, the limit being full anyway). It takes it
+// under ctx without its cancellation, since a client that hangs up must
+// not escape the count of its request. It returns the first decision
+// whose limiter failed, with the error, having tried every one.
+func Settle(ctx context.Context, ds []Decision, counts func(index int) bool) (*Decision, error) {
+	ctx = context.WithoutCancel(ctx)
+	var failed *Decision
+	var ferr error
+	for i := range ds {
+		d := &ds[i]
+		if !d.Defer || !counts(d.Index) {
+			continue
+		}
+		res, err := d.Limiter.AllowN(ctx, d.Key, d.Cost)
+		if err != nil && failed == nil {
+			failed, ferr = d, err
+			continue
+		}
+		d.Res, d.Taken = res, res.Allowed
+	}
+	return failed, ferr
+}
+
+// Deferred reports whether ds has a deferred decision, to settle.
+func Deferred(ds []Decision) bool {
+	for i := range ds {
+		if ds[i].Defer {
+			return true
+		}
+	}
+	return false
 }
 
 // neverPasses returns res, err of d's limiter, and for a cost above the
@@ -163,7 +226,7 @@ func worst(ds []Decision) *Decision {
 	var w *Decision
 	for i := range ds {
 		d := &ds[i]
-		if d.Res.Allowed && !d.Taken {
+		if d.Res.Allowed && !d.Taken && !d.Res.ShadowRejected {
 			d.Res.Remaining = policy.SatAdd(d.Res.Remaining, d.Cost)
 		}
 		if !d.Res.Allowed && (w == nil || d.Res.RetryAfter > w.Res.RetryAfter) {

@@ -47,6 +47,30 @@ type Limit struct {
 	// Match reports whether the limit applies to calls of a full method
 	// name ("/package.Service/Method"); nil applies it to every call.
 	Match func(method string) bool
+	// CountIf, when set, makes the limit count a call only when the code
+	// of its answer satisfies it (Codes(codes.Unauthenticated) counts
+	// failed logins alone): the call is checked before the handler
+	// without taking anything (PeekN), refused if the limit would refuse
+	// it now, and its cost is taken when the handler returns, if
+	// CountIf(code) is true; the code of a handler's nil error is OK. The
+	// cost is taken even when the call was cancelled, so that hanging up
+	// does not escape the count; a limiter's error then is logged. nil
+	// counts every call before the handler.
+	CountIf func(code codes.Code) bool
+}
+
+// Codes returns a CountIf that counts the calls answered with one of the
+// given codes.
+func Codes(cs ...codes.Code) func(code codes.Code) bool {
+	set := append([]codes.Code(nil), cs...)
+	return func(code codes.Code) bool {
+		for _, c := range set {
+			if c == code {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // Call is what key and cost functions know of a call besides its
@@ -110,10 +134,18 @@ func (in *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 		// trailer to set.
 		_ = grpc.SetTrailer(ctx, md)
 	}
-	if err := in.limit(ctx, Call{Method: info.FullMethod, Request: req}, trailer); err != nil {
+	var buf [4]limitcore.Decision // on the stack for up to 4 limits
+	c := Call{Method: info.FullMethod, Request: req}
+	ds, err := in.limit(ctx, c, trailer, buf[:0])
+	if err != nil {
 		return nil, err
 	}
-	return handler(ctx, req)
+	if !limitcore.Deferred(ds) {
+		return handler(ctx, req)
+	}
+	resp, err := handler(ctx, req)
+	in.settle(ctx, c, ds, status.Code(err))
+	return resp, err
 }
 
 // Stream is a grpc.StreamServerInterceptor: it calls handler only when
@@ -129,6 +161,10 @@ func (in *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 // ones took it: limits shared by several processes cannot be taken from
 // atomically together.
 //
+// A limit with CountIf is only peeked at before handler, and takes the
+// call's cost once handler returns, by its code (see Limit.CountIf). A
+// limiter in shadow mode (sluice.WithShadow) lets every call through.
+//
 // A rejected call gets RESOURCE_EXHAUSTED (see docs/grpc.md for its
 // details and trailer). A key function's ErrNoKey answers
 // INVALID_ARGUMENT; any other error or panic of a key, cost or match
@@ -137,17 +173,34 @@ func (in *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 // WithErrorCode's code, UNAVAILABLE by default. Those are logged, and
 // their messages do not say why. A panic in handler is not recovered.
 func (in *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := in.limit(ss.Context(), Call{Method: info.FullMethod}, ss.SetTrailer); err != nil {
+	var buf [4]limitcore.Decision // on the stack for up to 4 limits
+	c := Call{Method: info.FullMethod}
+	ds, err := in.limit(ss.Context(), c, ss.SetTrailer, buf[:0])
+	if err != nil {
 		return err
 	}
-	return handler(srv, ss)
+	if !limitcore.Deferred(ds) {
+		return handler(srv, ss)
+	}
+	err = handler(srv, ss)
+	in.settle(ss.Context(), c, ds, status.Code(err))
+	return err
 }
 
-// limit decides c: nil lets it through; otherwise it returns the status
-// error to answer, having set its trailer with setTrailer.
-func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metadata.MD)) error {
-	var buf [4]limitcore.Decision // on the stack for up to 4 limits
-	ds := buf[:0]
+// settle takes the cost of the limits with CountIf that count code, the
+// code of c's answer: a limiter's error can only be logged.
+func (in *Interceptor) settle(ctx context.Context, c Call, ds []limitcore.Decision, code codes.Code) {
+	d, err := limitcore.Settle(ctx, ds, func(i int) bool { return in.limits[i].CountIf(code) })
+	if err != nil {
+		in.o.logger.ErrorContext(ctx, "grpclimit: call not counted", "limit", in.limits[d.Index].Name, "code", code.String(),
+			"method", c.Method, "err", err)
+	}
+}
+
+// limit decides c, appending its decisions to ds, which it returns: a
+// nil error lets it through; otherwise it returns the status error to
+// answer, having set its trailer with setTrailer.
+func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metadata.MD), ds []limitcore.Decision) ([]limitcore.Decision, error) {
 	for i := range in.limits {
 		l := &in.limits[i]
 		match, key, cost, err := l.prepare(ctx, c)
@@ -156,19 +209,19 @@ func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metada
 			if errors.Is(err, ErrNoKey) {
 				code, msg = codes.InvalidArgument, "grpclimit: the call does not carry the key it is limited by"
 			}
-			return in.fail(ctx, c, code, msg, err)
+			return nil, in.fail(ctx, c, code, msg, err)
 		}
 		if match {
-			ds = append(ds, limitcore.Decision{Index: i, Limiter: l.Limiter, Key: key, Cost: cost})
+			ds = append(ds, limitcore.Decision{Index: i, Limiter: l.Limiter, Key: key, Cost: cost, Defer: l.CountIf != nil})
 		}
 	}
 	switch d, err := limitcore.Decide(ctx, ds); {
 	case err != nil:
-		return in.limiterFailed(ctx, c, &in.limits[d.Index], err)
+		return nil, in.limiterFailed(ctx, c, &in.limits[d.Index], err)
 	case d != nil:
-		return in.reject(ds, d, setTrailer)
+		return nil, in.reject(ds, d, setTrailer)
 	}
-	return nil
+	return ds, nil
 }
 
 // prepare runs l's match, key and cost functions on c, turning a panic in

@@ -86,3 +86,30 @@ func TestShadowLimiter(t *testing.T) {
 		t.Errorf("limiters = %v, want strict_shadow alone marked shadow", list)
 	}
 }
+
+// TestCheckThenCharge is counting by outcome through the API, for a
+// caller that decides after the fact: inspect checks a login attempt
+// without taking anything, and only a failed one is charged with consume.
+func TestCheckThenCharge(t *testing.T) {
+	s, _ := testServer(t, `
+limiters:
+  login: {policy: fixed_window, limit: 5, interval: 15m}
+`)
+	attempt := func(fails bool) (admitted bool) {
+		_, out := call(t, s, "POST", "/api/v1/inspect", `{"limiter": "login", "key": "alice"}`)
+		if res, _ := out["result"].(map[string]any); res["allowed"] != true {
+			return false
+		}
+		if fails {
+			if _, out := call(t, s, "POST", "/api/v1/consume", `{"limiter": "login", "key": "alice"}`); out["allowed"] != true {
+				t.Fatalf("charge of a failure the check admitted = %v", out)
+			}
+		}
+		return true
+	}
+	for i := range 20 { // every fourth fails; successes are checked, never charged
+		if got, want := attempt(i%4 == 0), i <= 16; got != want {
+			t.Fatalf("attempt %d admitted %v, want %v: locked after the 5th failure, attempt 16", i, got, want)
+		}
+	}
+}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
+	"github.com/sluicehq/sluice/internal/app/rlqs"
 	"github.com/sluicehq/sluice/internal/app/server/page"
 	"github.com/sluicehq/sluice/internal/app/simulate"
 	"github.com/sluicehq/sluice/internal/app/storeurl"
@@ -570,7 +571,11 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) *apiError {
 		res = newResult(sr)
 	}
 	err = aboveLimit(l, n, res, err)
-	s.recordShadow(snap, l.name, q.Key, n, res.Allowed, res.ShadowRejected, err)
+	if res.ShadowRejected { // let through, having taken nothing
+		s.recordShadow(snap, l.name, q.Key, 0, 1, err)
+	} else {
+		s.record(snap, l.name, q.Key, n, res.Allowed, err)
+	}
 	if s.tracer != nil {
 		trace.SpanFromContext(r.Context()).SetAttributes(tracing.LimiterKey.String(l.name), tracing.AllowedKey.Bool(res.Allowed))
 	}
@@ -613,26 +618,37 @@ func (s *Server) wait(ctx context.Context, l *limiter, key string, n int64, maxW
 // record counts a decision for the stats, the limiter's health, the hot
 // keys (when key is not "") and the metrics.
 func (s *Server) record(snap *snapshot, name, key string, n int64, allowed bool, err error) {
-	s.recordShadow(snap, name, key, n, allowed, false, err)
+	if allowed || err != nil {
+		s.recordShadow(snap, name, key, n, 0, err)
+		return
+	}
+	s.recordDecision(snap, name, key, n, metricnames.Rejected, err)
 }
 
-// recordShadow is record for a limiter that may be in shadow mode:
-// shadowRejected is a request let through that its policy refused,
-// which counts as allowed but took no tokens.
-func (s *Server) recordShadow(snap *snapshot, name, key string, n int64, allowed, shadowRejected bool, err error) {
-	outcome := metricnames.Rejected
+// recordShadow records a decision that let its request through, n the
+// tokens it took and shadowRejected the requests that a limiter in shadow
+// mode let through although its policy refused them, which took nothing.
+func (s *Server) recordShadow(snap *snapshot, name, key string, n, shadowRejected int64, err error) {
+	outcome := metricnames.Allowed
 	switch {
 	case callerError(err):
 		outcome = outcomeInvalid
 	case err != nil:
 		outcome = metricnames.Error
-	case shadowRejected:
-		outcome = metricnames.Allowed
-		s.metrics.ShadowRejected.WithLabelValues(name).Inc()
-	case allowed:
-		outcome = metricnames.Allowed
-		s.metrics.Tokens.WithLabelValues(name).Add(float64(n))
+	default:
+		if n > 0 {
+			s.metrics.Tokens.WithLabelValues(name).Add(float64(n))
+		}
+		if shadowRejected > 0 {
+			s.metrics.ShadowRejected.WithLabelValues(name).Add(float64(shadowRejected))
+		}
 	}
+	s.recordDecision(snap, name, key, n, outcome, err)
+}
+
+// recordDecision counts a decision of outcome for the stats, the
+// limiter's health, the hot keys and the decisions' metric.
+func (s *Server) recordDecision(snap *snapshot, name, key string, n int64, outcome string, err error) {
 	s.metrics.Decisions.WithLabelValues(name, outcome).Inc()
 	now := s.now()
 	if l, ok := snap.limiters[name]; ok {
@@ -643,9 +659,28 @@ func (s *Server) recordShadow(snap *snapshot, name, key string, n int64, allowed
 	}
 }
 
+// observeCharge records a charge of the quota service.
+func (s *Server) observeCharge(c rlqs.Charge) {
+	if c.Err == nil && c.ShadowRejected > 0 {
+		s.recordShadow(s.cur.Load(), c.Limiter, c.Key, c.Tokens-c.ShadowRejected, c.ShadowRejected, nil)
+		return
+	}
+	s.record(s.cur.Load(), c.Limiter, c.Key, c.Tokens, c.Allowed, c.Err)
+}
+
+// shadow reports whether the limiter called name is in shadow mode now.
+func (s *Server) shadow(name string) bool {
+	l, ok := s.cur.Load().limiters[name]
+	return ok && l.shadow
+}
+
 // observe records a decision of the Envoy service.
 func (s *Server) observe(d envoyrls.Decision) {
-	s.recordShadow(s.cur.Load(), d.Limiter, d.Key, d.Hits, d.Result.Allowed, d.Result.ShadowRejected, d.Err)
+	if d.Result.ShadowRejected && d.Err == nil {
+		s.recordShadow(s.cur.Load(), d.Limiter, d.Key, 0, 1, nil)
+		return
+	}
+	s.record(s.cur.Load(), d.Limiter, d.Key, d.Hits, d.Result.Allowed, d.Err)
 }
 
 type inspectRequest struct {

@@ -304,7 +304,7 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 		envoyrls.WithLocalMaxKeys(cfg.fallbackKeys(len(cfg.Limiters.Order))),
 		envoyrls.WithClock(s.now), envoyrls.WithRegistry(s.metrics.reg))
 	rlqsOpts := []rlqs.Option{rlqs.WithLogger(s.log), rlqs.WithClock(s.now), rlqs.WithRegistry(s.metrics.reg),
-		rlqs.WithObserver(func(c rlqs.Charge) { s.record(s.cur.Load(), c.Limiter, c.Key, c.Tokens, c.Allowed, c.Err) }),
+		rlqs.WithObserver(s.observeCharge), rlqs.WithShadow(s.shadow),
 		rlqs.WithStoreTimeout(cfg.StoreTimeout), rlqs.WithLimits(cfg.RLQSLimits), rlqs.WithTracer(s.tracer)}
 	if s.rlqsKeys == nil {
 		// Fleets on the limiters' store: sluice processes on one store

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/limitcore"
+	"github.com/sluicehq/sluice/internal/rlheader"
 )
 
 // HeaderStyle is a set of rate-limit header fields that Middleware sends
@@ -67,12 +68,12 @@ func (m *Middleware) setHeaders(h http.Header, ds []limitcore.Decision, retryAft
 			if n++; n > 1 {
 				buf, lim = append(buf, ", "...), append(lim, ", "...)
 			}
-			buf = strconv.AppendInt(append(append(buf, m.names[d.Index]...), ";q="...), d.Res.Limit, 10)
+			var w int64
 			if window := m.windows[d.Index]; window > 0 {
-				buf = strconv.AppendInt(append(buf, ";w="...), limitcore.Seconds(window), 10)
+				w = limitcore.Seconds(window)
 			}
-			lim = strconv.AppendInt(append(append(lim, m.names[d.Index]...), ";r="...), d.Res.Remaining, 10)
-			lim = strconv.AppendInt(append(lim, ";t="...), limitcore.Seconds(d.Res.ResetAfter), 10)
+			buf = rlheader.AppendPolicy(buf, m.names[d.Index], d.Res.Limit, w)
+			lim = rlheader.AppendRateLimit(lim, m.names[d.Index], d.Res.Remaining, limitcore.Seconds(d.Res.ResetAfter))
 		}
 		if n > 0 {
 			fs.end("Ratelimit-Policy", len(buf))

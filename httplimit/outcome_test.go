@@ -142,7 +142,10 @@ func TestShadowLimitPasses(t *testing.T) {
 	}
 	shadow := newLimiter(t, sluice.FixedWindow(1, time.Hour), sluice.WithShadow(true))
 	api := newLimiter(t, sluice.FixedWindow(100, time.Hour))
-	h := newMiddleware(t, []httplimit.Limit{{Name: "new", Limiter: shadow, Key: ip}, {Name: "api", Limiter: api, Key: ip}},
+	// The shadow limit's cost of 2 is above its limit, which a fixed
+	// window refuses as an argument: in shadow mode, one more refusal.
+	two := func(*http.Request) (int64, error) { return 2, nil }
+	h := newMiddleware(t, []httplimit.Limit{{Name: "new", Limiter: shadow, Key: ip, Cost: two}, {Name: "api", Limiter: api, Key: ip}},
 		httplimit.WithHeaders(httplimit.Draft11Headers|httplimit.XHeaders)).Handler(ok)
 	for i := range 3 {
 		resp := serve(h, get("192.0.2.1:4000"))

@@ -109,7 +109,8 @@ type Decision struct {
 // A cost above a policy's limit, which some policies refuse as an
 // argument (sluice.ErrTokensAboveLimit), is the rejection the others
 // give: a Result that can never pass (RetryAfter sluice.Never), so that
-// every policy answers such a request alike.
+// every policy answers such a request alike; a limiter in shadow mode
+// lets it through as any of its refusals (ShadowRejected).
 //
 // A deferred decision (Defer) is only peeked at: a request that its
 // limit would refuse now is rejected, and one it lets through takes
@@ -211,6 +212,10 @@ func neverPasses(ctx context.Context, d *Decision, res sluice.Result, err error)
 	now, perr := d.Limiter.Peek(ctx, d.Key)
 	if perr != nil {
 		return sluice.Result{}, perr
+	}
+	if now.Shadow { // a limiter in shadow mode refuses nobody
+		now.ShadowRejected, now.RetryAfter = true, sluice.Never
+		return now, nil
 	}
 	if now.Allowed { // an allowed Remaining is what there was less the token
 		now.Remaining = policy.SatAdd(now.Remaining, 1)

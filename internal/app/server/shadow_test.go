@@ -9,6 +9,11 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // shadowYAML has a limiter and the same limiter in shadow mode.
@@ -111,5 +116,51 @@ limiters:
 		if got, want := attempt(i%4 == 0), i <= 16; got != want {
 			t.Fatalf("attempt %d admitted %v, want %v: locked after the 5th failure, attempt 16", i, got, want)
 		}
+	}
+}
+
+// TestShadowRLQS: the quota service answers a bucket of a limiter in
+// shadow mode ALLOW_ALL, and counts what Envoy reports on it beyond the
+// limit in sluice_shadow_rejected_total.
+func TestShadowRLQS(t *testing.T) {
+	s, gaddr := serve(t, `
+limiters:
+  quota: {policy: fixed_window, limit: 10, interval: 1h, shadow: true}
+server: {auth: {open_metrics_with_request_values: true}}
+rlqs:
+  - domain: edge
+    buckets:
+      - {bucket: {name: api}, limiter: quota}
+`, true)
+	cc, err := grpc.NewClient(gaddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	st, err := rlqsv3.NewRateLimitQuotaServiceClient(cc).StreamRateLimitQuotas(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range []uint64{4, 25} {
+		report := &rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+			BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"name": "api"}}, NumRequestsAllowed: n}}}
+		if i == 0 {
+			report.Domain = "edge"
+		}
+		if err := st.Send(report); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rule := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule()
+		if rule != typev3.RateLimitStrategy_ALLOW_ALL {
+			t.Fatalf("report %d: %v, want ALLOW_ALL", i, resp)
+		}
+	}
+	// 4, then 25 of which 6 fit the limit of 10.
+	if got := scrape(t, s.Server, `sluice_shadow_rejected_total{limiter="quota"}`); got != 19 {
+		t.Errorf("sluice_shadow_rejected_total = %v, want 19", got)
 	}
 }

@@ -2,6 +2,8 @@ package sluice_test
 
 import (
 	"context"
+	"fmt"
+	"log"
 	"testing"
 	"time"
 
@@ -127,4 +129,25 @@ func TestShadowWaitsNever(t *testing.T) {
 	if !res.ShadowRejected || res.Remaining != 0 {
 		t.Errorf("Peek after = %+v, want the bucket still empty", res)
 	}
+}
+
+// A limiter in shadow mode lets every request through, and says which
+// ones its policy refused: roll a new limit out, watch what it would do,
+// then drop WithShadow.
+func ExampleWithShadow() {
+	l, err := sluice.NewLimiter(sluice.FixedWindow(2, time.Minute), sluice.WithShadow(true))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for range 3 {
+		res, err := l.Allow(context.Background(), "alice")
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("allowed %v, would have been rejected %v, remaining %d\n", res.Allowed, res.ShadowRejected, res.Remaining)
+	}
+	// Output:
+	// allowed true, would have been rejected false, remaining 1
+	// allowed true, would have been rejected false, remaining 0
+	// allowed true, would have been rejected true, remaining 0
 }

@@ -65,6 +65,11 @@
 // trades a bounded under-admission for far fewer: each process spends
 // leases of the shared tokens locally (docs/stores.md, "Quota leasing").
 //
+// [WithShadow] puts a Limiter in shadow mode: it decides and counts every
+// request as it would in force, but lets each one through, flagging in
+// [Result].ShadowRejected those its policy refused, so that a new limit
+// can be watched before it bites (docs/observability.md).
+//
 // # Observing
 //
 // [WithObserver] gives a Limiter, Bucket or KeyBucket an [Observer], told

@@ -40,6 +40,9 @@ type Limiter struct {
 	// buckets and inspect are the engine.Buckets of Bucket (see KeyBucket),
 	// nil when the policy is not a token bucket.
 	buckets, inspect engine.Buckets
+	// debts is where Charge, Hold, Settle and Debt run (debt.go), nil
+	// when the policy cannot owe tokens.
+	debts engine.Debts
 }
 
 // NewLimiter returns a limiter that applies p to each key, in memory or,
@@ -82,6 +85,8 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	}
 	local := engine.NewMem(keys, l.clock)
 	l.backend = local
+	localDebts := memDebts(p, keys, l.clock)
+	l.debts = localDebts
 	var localBuckets, localInspect engine.Buckets
 	if b := keys.Buckets(); b != nil {
 		localBuckets = engine.MemBuckets{Buckets: b, Clock: l.clock, Create: true}
@@ -106,6 +111,10 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 		stored = engine.NewLeased(exact, o.lease.config(), p.leasing() == policy.LeasesToWindowEnd)
 	}
 	l.backend = &engine.Failover{Policy: setup.fail, Store: stored, Local: local, Limit: l.limit}
+	l.debts = nil
+	if d, ok := codec.(record.Debtor); ok && localDebts != nil && record.HoldsDebt(codec) {
+		l.debts = &engine.DebtsFailover{Policy: setup.fail, Store: engine.StoredDebts{Store: exact.Store, Codec: d}, Local: localDebts, Limit: l.limit}
+	}
 	if bc, ok := codec.(*record.Bucket); ok && localBuckets != nil {
 		creating, _ := recordCodec(p, setup.inherit, setup.version, true)
 		l.buckets = &engine.BucketFailover{Policy: setup.fail, Store: engine.StoredBuckets{Store: setup.store, Codec: creating.(*record.Bucket)},

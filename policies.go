@@ -134,6 +134,14 @@ func (p machinePolicy[S, M]) erased() (policy.Erased, error) {
 // of its own, to refuse at once a limiter it could not wait on.
 func (p machinePolicy[S, M]) Reserves() bool { return p.err == nil && policy.Reserves[S](p.m) }
 
+// HoldsDebt reports whether the policy can owe tokens (Limiter.Charge,
+// Hold, Settle): every policy but SlidingWindow, SlidingLog and Shaper,
+// and a Compound of policies that can. As Reserves, it is not part of
+// Policy; the command asks it through an interface of its own, to refuse
+// at configuration time a limiter that charges after the fact on a
+// policy that cannot.
+func (p machinePolicy[S, M]) HoldsDebt() bool { return p.err == nil && policy.HoldsDebt[S](p.m) }
+
 // tokenBucket asks the machine: the token-bucket machines say what their
 // bucket is, whatever policy made them.
 func (p machinePolicy[S, M]) tokenBucket() (*tokenbucket.Config, bool, bool) {

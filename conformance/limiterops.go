@@ -28,7 +28,79 @@ var limiterOps = opTable{of: "a limiter", ops: map[string]opSpec{
 			return nil, e.limiter.Reset(ctx, limiterKey)
 		}, nil
 	}},
+	"charge": {
+		returns: []field{flag("accepted"), num("remaining"), num("retry_after"), num("debt")},
+		debts:   true,
+		bind: withTokens(func(ctx context.Context, e *env, n int64) ([]any, error) {
+			c, err := e.debts.Charge(ctx, limiterKey, n)
+			return []any{c.Allowed, c.Remaining, int64(c.RetryAfter), c.Debt}, debtError(err)
+		}),
+	},
+	"hold":   {returns: []field{flag("accepted"), num("remaining"), num("debt")}, debts: true, bind: bindHold},
+	"settle": {returns: []field{flag("settled"), num("remaining"), num("retry_after"), num("debt")}, debts: true, bind: bindSettle},
+	"debt": {
+		returns: []field{num("debt"), num("remaining"), num("retry_after")},
+		debts:   true,
+		bind: func(*stepDoc) (call, error) {
+			return func(ctx context.Context, e *env) ([]any, error) {
+				c, err := e.debts.Debt(ctx, limiterKey)
+				return []any{c.Debt, c.Remaining, int64(c.RetryAfter)}, debtError(err)
+			}, nil
+		},
+	},
 }}
+
+// debtUnsupported is the error of a debt operation on a policy that
+// cannot owe tokens: the want_error debt_not_supported.
+type debtUnsupported struct{ error }
+
+func (e debtUnsupported) Unwrap() error { return e.error }
+
+// debtError marks err, a debt operation's error, as debtUnsupported when
+// it matches errors.ErrUnsupported.
+func debtError(err error) error {
+	if errors.Is(err, errors.ErrUnsupported) {
+		return debtUnsupported{err}
+	}
+	return err
+}
+
+// bindHold binds a hold of tokens for ttl (required); an accepted hold's
+// ID is the case's next, which settle names by its index.
+func bindHold(d *stepDoc) (call, error) {
+	if d.TTL == nil {
+		return nil, errors.New("ttl is missing")
+	}
+	ttl := time.Duration(*d.TTL)
+	return withTokens(func(ctx context.Context, e *env, n int64) ([]any, error) {
+		c, err := e.debts.Hold(ctx, limiterKey, n, ttl)
+		if err == nil && c.Allowed {
+			e.holds = append(e.holds, c.ID)
+		}
+		return []any{c.Allowed, c.Remaining, c.Debt}, debtError(err)
+	})(d)
+}
+
+// bindSettle binds a settlement of the case's hold number hold (from 0,
+// counting accepted holds) at the cost tokens (0 allowed).
+func bindSettle(d *stepDoc) (call, error) {
+	switch {
+	case d.Hold == nil:
+		return nil, errors.New("hold is missing")
+	case *d.Hold < 0:
+		return nil, fmt.Errorf("hold %d is negative", *d.Hold)
+	case d.Tokens == nil:
+		return nil, errors.New("tokens is missing")
+	}
+	i, n := int(*d.Hold), int64(*d.Tokens)
+	return func(ctx context.Context, e *env) ([]any, error) {
+		if i >= len(e.holds) {
+			return nil, fmt.Errorf("conformance: settle of hold %d, but the case has %d", i, len(e.holds))
+		}
+		c, err := e.debts.Settle(ctx, e.holds[i], n)
+		return []any{c.Settled, c.Remaining, int64(c.RetryAfter), c.Debt}, debtError(err)
+	}, nil
+}
 
 // bindLimiterReserve binds a limiter's reserve: an absent max_wait is no
 // bound (sluice.Never), and a reservation that is not OK is the error

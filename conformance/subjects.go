@@ -65,6 +65,7 @@ func (l *limiterSubject) build(ctx context.Context, target Target, e *env) (stri
 	}
 	lim, err := lt.NewLimiter(ctx, l.policy, keyedClock{e.clock})
 	e.limiter = lim
+	e.debts, _ = lim.(DebtLimiter)
 	return "", err
 }
 

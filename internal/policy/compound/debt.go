@@ -39,7 +39,15 @@ func (c Config) Charge(s *State, exists bool, now, n int64) (policy.Result, bool
 	if res.Code != policy.OK {
 		return res, false
 	}
-	return res, c.commit(s, exists)
+	changed := c.commit(s, exists)
+	if !res.Allowed {
+		// The members that had the tokens answered RetryAfter 0, though
+		// the charge may have emptied them: the wait for 1 token is the
+		// compound's own answer after it.
+		p := c.Peek(s, exists || changed, now, 1)
+		res.Remaining, res.RetryAfter, res.ResetAfter = p.Remaining, p.RetryAfter, p.ResetAfter
+	}
+	return res, changed
 }
 
 // Refund refunds n tokens charged at at to every member, as each can.
@@ -74,4 +82,47 @@ func (c Config) Debt(s *State, exists bool, now int64) int64 {
 		}
 	}
 	return debt
+}
+
+// The word form holds debt as the byte form does, through its encoding,
+// which the two share: a charge is rare beside a decision, and this keeps
+// one implementation of it.
+
+var _ policy.Debtor[WordState[W4]] = Words[W4, *W4]{}
+
+// HoldsDebt reports whether every member can hold debt.
+func (c Words[A, P]) HoldsDebt() bool { return c.c.HoldsDebt() }
+
+// state is s in the byte form, and whether it holds a state.
+func (c Words[A, P]) state(s *WordState[A], exists bool) (State, bool) {
+	var st State
+	if !exists || c.c.DecodeState(c.AppendState(nil, s), &st) != nil {
+		return State{}, false
+	}
+	return st, true
+}
+
+// Charge is Config.Charge.
+func (c Words[A, P]) Charge(s *WordState[A], exists bool, now, n int64) (policy.Result, bool) {
+	st, exists := c.state(s, exists)
+	res, changed := c.c.Charge(&st, exists, now, n)
+	if changed && c.DecodeState(c.c.AppendState(nil, &st), s) != nil {
+		return policy.Result{Code: policy.ChargeOverflow}, false
+	}
+	return res, changed
+}
+
+// Refund is Config.Refund.
+func (c Words[A, P]) Refund(s *WordState[A], exists bool, now, at, n int64) bool {
+	st, exists := c.state(s, exists)
+	if !c.c.Refund(&st, exists, now, at, n) {
+		return false
+	}
+	return c.DecodeState(c.c.AppendState(nil, &st), s) == nil
+}
+
+// Debt is Config.Debt.
+func (c Words[A, P]) Debt(s *WordState[A], exists bool, now int64) int64 {
+	st, exists := c.state(s, exists)
+	return c.c.Debt(&st, exists, now)
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -81,5 +82,21 @@ func TestReserveSettleBadInput(t *testing.T) {
 		if code != tt.status || e == nil || e["code"] != tt.code {
 			t.Errorf("POST %s %s = %d %v, want %d %s", tt.path, tt.body, code, out, tt.status, tt.code)
 		}
+	}
+}
+
+// TestAlwaysCountedConfig: a config file's always_counted on a limiter
+// that cannot owe tokens is an error at its line.
+func TestAlwaysCountedConfig(t *testing.T) {
+	_, err := LoadConfig([]byte(debtYAML + `envoy:
+  - domain: d
+    descriptors:
+      - {key: k, limiter: slide, always_counted: true}
+`))
+	if err == nil || !strings.Contains(err.Error(), `limiter "slide" cannot owe tokens`) || !strings.Contains(err.Error(), "line 8") {
+		t.Errorf("LoadConfig = %v, want slide's refusal at line 8", err)
+	}
+	if _, err := LoadConfig([]byte(debtYAML + "envoy:\n  - domain: d\n    descriptors:\n      - {key: k, limiter: tokens, always_counted: true}\n")); err != nil {
+		t.Errorf("LoadConfig of tokens always counted = %v", err)
 	}
 }

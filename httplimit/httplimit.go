@@ -7,6 +7,7 @@
 package httplimit
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -35,6 +37,37 @@ type Limit struct {
 	// the Window of the limiter's policy; a negative Window leaves w
 	// out.
 	Window time.Duration
+	// Settle, when positive, makes the request's cost an estimate: it is
+	// held for Settle (sluice.Limiter.Hold) and settled when the handler
+	// returns, the response written, streamed or cut short by a client
+	// that went away, with the cost the handler reported with Charge: the
+	// difference is given back, or charged as debt. A handler that
+	// reports none is settled at the estimate. The limiter's policy must
+	// be able to owe tokens (docs/policies.md, "Debt").
+	Settle time.Duration
+}
+
+// chargeKey is the context key of a request's costReport.
+type chargeKey struct{}
+
+// costReport is what a handler reported with Charge.
+type costReport struct {
+	n        atomic.Int64
+	reported atomic.Bool
+}
+
+// Charge reports that the request's handler cost n ≥ 0 tokens more, for
+// the limits with Settle: the calls add up, so a handler that streams its
+// answer may report as it goes, and the total settles the request's hold
+// when the handler returns. Outside such a middleware it does nothing.
+// It is safe for simultaneous use by multiple goroutines.
+func Charge(r *http.Request, n int64) {
+	rep, _ := r.Context().Value(chargeKey{}).(*costReport)
+	if rep == nil || n < 0 {
+		return
+	}
+	rep.n.Add(n)
+	rep.reported.Store(true)
 }
 
 // CostFunc returns the tokens a request takes from a Limit, for requests
@@ -66,6 +99,7 @@ type Middleware struct {
 	windows []time.Duration // by limit; ≤ 0: no w
 	names   []string        // by limit: its Name as a structured-field string
 	o       options
+	settles bool // some limit has Settle
 }
 
 // New returns a middleware that lets a request through only when every
@@ -86,6 +120,14 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 	m := &Middleware{limits: append([]Limit(nil), limits...), windows: make([]time.Duration, len(limits)),
 		names: make([]string, len(limits)), o: o}
 	for i, l := range m.limits {
+		if l.Settle < 0 {
+			return nil, &ConfigError{Field: fmt.Sprintf("limits[%d].Settle", i), Value: l.Settle.String(), Want: "must not be negative"}
+		}
+		if p, ok := l.Limiter.Policy().(interface{ HoldsDebt() bool }); l.Settle > 0 && (!ok || !p.HoldsDebt()) {
+			return nil, &ConfigError{Field: fmt.Sprintf("limits[%d].Settle", i), Value: l.Settle.String(),
+				Want: fmt.Sprintf("a limiter whose policy can owe tokens, not %s", l.Limiter.Policy())}
+		}
+		m.settles = m.settles || l.Settle > 0
 		m.names[i] = sfString(l.Name)
 		m.windows[i] = l.Window
 		if l.Window == 0 {
@@ -121,7 +163,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		ds = ds[:len(m.limits)]
 		for i := range m.limits {
 			d := &ds[i]
-			d.Index, d.Limiter = i, m.limits[i].Limiter
+			d.Index, d.Limiter, d.HoldTTL = i, m.limits[i].Limiter, int64(m.limits[i].Settle)
 			var err error
 			if d.Key, d.Cost, err = keyAndCost(&m.limits[i], r); err != nil {
 				m.keyFailed(w, r, i, err)
@@ -135,9 +177,36 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			m.reject(w, r, ds, d)
 		default:
 			m.setHeaders(w.Header(), ds, -1)
-			next.ServeHTTP(w, r)
+			if !m.settles {
+				next.ServeHTTP(w, r)
+				return
+			}
+			rep := new(costReport)
+			defer m.settle(r, ds, rep)
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), chargeKey{}, rep)))
 		}
 	})
+}
+
+// settle settles the holds of ds with the cost the handler reported in
+// rep, or at their estimates when it reported none. It runs when the
+// handler has returned, even by a panic, and on a context that the
+// client's going away does not end: the cost was incurred all the same.
+func (m *Middleware) settle(r *http.Request, ds []limitcore.Decision, rep *costReport) {
+	ctx := context.WithoutCancel(r.Context())
+	for i := range ds {
+		d := &ds[i]
+		if d.HoldID == "" {
+			continue
+		}
+		n := d.Cost
+		if rep.reported.Load() {
+			n = rep.n.Load()
+		}
+		if _, err := d.Limiter.Settle(ctx, d.HoldID, n); err != nil {
+			m.o.logger.Log(ctx, slog.LevelError, "httplimit: cost not settled", "limit", m.limits[d.Index].Name, "key", d.Key, "cost", n, "err", err)
+		}
+	}
 }
 
 // keyAndCost runs l's key and cost functions, turning a panic in them into

@@ -83,6 +83,11 @@ type Decision struct {
 	Res sluice.Result
 	// Taken is true when Res is AllowN's: the request took its cost.
 	Taken bool
+	// HoldTTL, when positive, takes the cost as a hold of that many ns
+	// (sluice.Limiter.Hold) rather than with AllowN, whose ID is then
+	// HoldID, to be settled with the request's actual cost.
+	HoldTTL int64
+	HoldID  string
 }
 
 // Decide asks the limiters of ds about a request. With one limit that is
@@ -123,7 +128,15 @@ func Decide(ctx context.Context, ds []Decision) (*Decision, error) {
 	}
 	for i := range ds {
 		d := &ds[i]
-		res, err := d.Limiter.AllowN(ctx, d.Key, d.Cost)
+		var res sluice.Result
+		var err error
+		if d.HoldTTL > 0 {
+			var c sluice.Cost
+			c, err = d.Limiter.Hold(ctx, d.Key, d.Cost, time.Duration(d.HoldTTL))
+			res, d.HoldID = c.Result, c.ID
+		} else {
+			res, err = d.Limiter.AllowN(ctx, d.Key, d.Cost)
+		}
 		if d.Res, err = neverPasses(ctx, d, res, err); err != nil {
 			return d, err
 		}

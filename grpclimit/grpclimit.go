@@ -17,6 +17,7 @@ import (
 	"math"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -47,6 +48,34 @@ type Limit struct {
 	// Match reports whether the limit applies to calls of a full method
 	// name ("/package.Service/Method"); nil applies it to every call.
 	Match func(method string) bool
+	// Settle, when positive, makes the call's cost an estimate: it is
+	// held for Settle (sluice.Limiter.Hold) and settled when the handler
+	// returns, with the cost the handler reported with Charge (the
+	// estimate when it reported none), as httplimit.Limit's Settle. The
+	// limiter's policy must be able to owe tokens.
+	Settle time.Duration
+}
+
+// chargeKey is the context key of a call's costReport.
+type chargeKey struct{}
+
+// costReport is what a handler reported with Charge.
+type costReport struct {
+	n        atomic.Int64
+	reported atomic.Bool
+}
+
+// Charge reports that the call of ctx cost n ≥ 0 tokens more, for the
+// limits with Settle, as httplimit.Charge: the calls add up, and the total
+// settles the call's hold when its handler returns. Outside such an
+// interceptor it does nothing.
+func Charge(ctx context.Context, n int64) {
+	rep, _ := ctx.Value(chargeKey{}).(*costReport)
+	if rep == nil || n < 0 {
+		return
+	}
+	rep.n.Add(n)
+	rep.reported.Store(true)
 }
 
 // Call is what key and cost functions know of a call besides its
@@ -99,6 +128,15 @@ func New(limits []Limit, opts ...Option) (*Interceptor, error) {
 	}); p != nil {
 		return nil, &ConfigError{Field: p.Field, Value: p.Value, Want: p.Want}
 	}
+	for i, l := range limits {
+		if l.Settle < 0 {
+			return nil, &ConfigError{Field: fmt.Sprintf("limits[%d].Settle", i), Value: l.Settle.String(), Want: "must not be negative"}
+		}
+		if p, ok := l.Limiter.Policy().(interface{ HoldsDebt() bool }); l.Settle > 0 && (!ok || !p.HoldsDebt()) {
+			return nil, &ConfigError{Field: fmt.Sprintf("limits[%d].Settle", i), Value: l.Settle.String(),
+				Want: fmt.Sprintf("a limiter whose policy can owe tokens, not %s", l.Limiter.Policy())}
+		}
+	}
 	return &Interceptor{limits: append([]Limit(nil), limits...), o: o}, nil
 }
 
@@ -110,11 +148,42 @@ func (in *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 		// trailer to set.
 		_ = grpc.SetTrailer(ctx, md)
 	}
-	if err := in.limit(ctx, Call{Method: info.FullMethod, Request: req}, trailer); err != nil {
+	held, err := in.limit(ctx, Call{Method: info.FullMethod, Request: req}, trailer)
+	if err != nil {
 		return nil, err
 	}
-	return handler(ctx, req)
+	if held == nil {
+		return handler(ctx, req)
+	}
+	rep := new(costReport)
+	defer in.settle(ctx, held, rep)
+	return handler(context.WithValue(ctx, chargeKey{}, rep), req)
 }
+
+// settle settles the holds of held with the cost the handler reported in
+// rep, or at their estimates, on a context that the client's going away
+// does not end.
+func (in *Interceptor) settle(ctx context.Context, held []limitcore.Decision, rep *costReport) {
+	ctx = context.WithoutCancel(ctx)
+	for i := range held {
+		d := &held[i]
+		n := d.Cost
+		if rep.reported.Load() {
+			n = rep.n.Load()
+		}
+		if _, err := d.Limiter.Settle(ctx, d.HoldID, n); err != nil {
+			in.o.logger.ErrorContext(ctx, "grpclimit: cost not settled", "limit", in.limits[d.Index].Name, "key", d.Key, "cost", n, "err", err)
+		}
+	}
+}
+
+// chargedStream is a stream whose context carries its costReport.
+type chargedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s chargedStream) Context() context.Context { return s.ctx }
 
 // Stream is a grpc.StreamServerInterceptor: it calls handler only when
 // the stream passes every limit. A stream is one call, limited when it
@@ -137,15 +206,22 @@ func (in *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 // WithErrorCode's code, UNAVAILABLE by default. Those are logged, and
 // their messages do not say why. A panic in handler is not recovered.
 func (in *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := in.limit(ss.Context(), Call{Method: info.FullMethod}, ss.SetTrailer); err != nil {
+	held, err := in.limit(ss.Context(), Call{Method: info.FullMethod}, ss.SetTrailer)
+	if err != nil {
 		return err
 	}
-	return handler(srv, ss)
+	if held == nil {
+		return handler(srv, ss)
+	}
+	rep := new(costReport)
+	defer in.settle(ss.Context(), held, rep)
+	return handler(srv, chargedStream{ss, context.WithValue(ss.Context(), chargeKey{}, rep)})
 }
 
-// limit decides c: nil lets it through; otherwise it returns the status
-// error to answer, having set its trailer with setTrailer.
-func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metadata.MD)) error {
+// limit decides c: nil lets it through, with the decisions that hold its
+// cost to settle (nil for none); otherwise it returns the status error to
+// answer, having set its trailer with setTrailer.
+func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metadata.MD)) (held []limitcore.Decision, err error) {
 	var buf [4]limitcore.Decision // on the stack for up to 4 limits
 	ds := buf[:0]
 	for i := range in.limits {
@@ -156,19 +232,24 @@ func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metada
 			if errors.Is(err, ErrNoKey) {
 				code, msg = codes.InvalidArgument, "grpclimit: the call does not carry the key it is limited by"
 			}
-			return in.fail(ctx, c, code, msg, err)
+			return nil, in.fail(ctx, c, code, msg, err)
 		}
 		if match {
-			ds = append(ds, limitcore.Decision{Index: i, Limiter: l.Limiter, Key: key, Cost: cost})
+			ds = append(ds, limitcore.Decision{Index: i, Limiter: l.Limiter, Key: key, Cost: cost, HoldTTL: int64(l.Settle)})
 		}
 	}
 	switch d, err := limitcore.Decide(ctx, ds); {
 	case err != nil:
-		return in.limiterFailed(ctx, c, &in.limits[d.Index], err)
+		return nil, in.limiterFailed(ctx, c, &in.limits[d.Index], err)
 	case d != nil:
-		return in.reject(ds, d, setTrailer)
+		return nil, in.reject(ds, d, setTrailer)
 	}
-	return nil
+	for _, d := range ds {
+		if d.HoldID != "" {
+			held = append(held, d)
+		}
+	}
+	return held, nil
 }
 
 // prepare runs l's match, key and cost functions on c, turning a panic in

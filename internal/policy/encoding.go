@@ -30,6 +30,7 @@ const (
 	TagNoLimit       Tag = 8
 	TagCompound      Tag = 9
 	TagResilience4j  Tag = 10
+	TagConcurrency   Tag = 11
 )
 
 // AppendHeader appends the version and tag that start every state.

@@ -41,8 +41,8 @@ type step struct {
 }
 
 func acquire(n, ttl int64) policy.SlotOp { return policy.SlotOp{Kind: policy.Acquire, N: n, TTL: ttl} }
-func release(id int64) policy.SlotOp       { return policy.SlotOp{Kind: policy.Release, ID: id} }
-func renew(id, ttl int64) policy.SlotOp    { return policy.SlotOp{Kind: policy.Renew, ID: id, TTL: ttl} }
+func release(id int64) policy.SlotOp     { return policy.SlotOp{Kind: policy.Release, ID: id} }
+func renew(id, ttl int64) policy.SlotOp  { return policy.SlotOp{Kind: policy.Renew, ID: id, TTL: ttl} }
 
 func held3(remaining, resetAfter int64) policy.Result {
 	return policy.Result{Allowed: true, Limit: 3, Remaining: remaining, ResetAfter: resetAfter}

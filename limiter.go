@@ -80,6 +80,9 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 		}
 		return newPlanLimiter(l, &o)
 	}
+	if holdsSlots(p) {
+		return newSlotLimiter(l, &o)
+	}
 	local := engine.NewMem(keys, l.clock)
 	l.backend = local
 	var localBuckets, localInspect engine.Buckets

@@ -292,6 +292,10 @@ func Compound(members ...Policy) Policy {
 		}
 		p.name += m.String()
 		e, err := m.erased()
+		if err == nil && holdsSlots(m) {
+			err = policyError(kindCompound, ruleSlotsInCompound, fmt.Sprintf("limiters[%d]", i), m.String(),
+				"must not hold slots: a compound cannot release a member's slot")
+		}
 		if err != nil {
 			if p.err == nil {
 				p.err = err

@@ -1,0 +1,149 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/sluicetest"
+)
+
+// concurrencyLimiters are a limit of 2 slots per key with a lease of 10s,
+// in memory and on a store, on clock.
+func concurrencyLimiters(t *testing.T, clock sluice.Clock) map[string]*sluice.Limiter {
+	t.Helper()
+	out := map[string]*sluice.Limiter{}
+	for name, opts := range map[string][]sluice.Option{
+		"memory": {sluice.WithClock(clock)},
+		"store":  {sluice.WithClock(clock), sluice.WithStore(memstore.New())},
+	} {
+		l, err := sluice.NewLimiter(sluice.Concurrency(2, 10*time.Second), opts...)
+		if err != nil {
+			t.Fatalf("NewLimiter(Concurrency(2, 10s)): %v", err)
+		}
+		out[name] = l
+	}
+	return out
+}
+
+func TestConcurrencySlots(t *testing.T) {
+	ctx := context.Background()
+	for name, l := range concurrencyLimiters(t, sluicetest.NewFakeClock(1_700_000_000_000_000_000)) {
+		t.Run(name, func(t *testing.T) {
+			a, err := l.Acquire(ctx, "k", 0, 0)
+			if err != nil || !a.Allowed || a.ID == 0 || a.Remaining != 1 {
+				t.Fatalf("Acquire = %+v, %v; want a slot with 1 remaining", a, err)
+			}
+			b, _ := l.Acquire(ctx, "k", 5*time.Second, 0)
+			if !b.Allowed || b.ID <= a.ID || b.TTL != 5*time.Second {
+				t.Fatalf("second Acquire = %+v; want a slot of TTL 5s, ID above %d", b, a.ID)
+			}
+			if c, _ := l.Acquire(ctx, "k", 0, 0); c.Allowed || c.RetryAfter != 5*time.Second {
+				t.Fatalf("third Acquire = %+v; want refused, RetryAfter 5s (b lapses first)", c)
+			}
+			if other, _ := l.Acquire(ctx, "other", 0, 0); !other.Allowed {
+				t.Fatalf("Acquire on another key = %+v; want a slot", other)
+			}
+			if r, err := l.Release(ctx, a); err != nil || !r.Allowed {
+				t.Fatalf("Release(a) = %+v, %v; want held", r, err)
+			}
+			if r, _ := l.Release(ctx, a); r.Allowed {
+				t.Fatalf("second Release(a) = %+v; want not held", r)
+			}
+			c, _ := l.Acquire(ctx, "k", 0, 0)
+			if !c.Allowed {
+				t.Fatalf("Acquire after a release = %+v; want a slot", c)
+			}
+			if r, _ := l.Renew(ctx, b); !r.Allowed || !r.Expires.After(b.Expires) && !r.Expires.Equal(b.Expires) {
+				t.Fatalf("Renew(b) = %+v; want held until at least %v", r, b.Expires)
+			}
+		})
+	}
+}
+
+// TestConcurrencyLapse: a slot whose holder never comes back lapses at its
+// TTL; its renewal then finds nothing, and the slot is another's.
+func TestConcurrencyLapse(t *testing.T) {
+	ctx := context.Background()
+	clock := sluicetest.NewFakeClock(1_700_000_000_000_000_000)
+	for name, l := range concurrencyLimiters(t, clock) {
+		t.Run(name, func(t *testing.T) {
+			a, _ := l.Acquire(ctx, "k", time.Second, 0)
+			l.Acquire(ctx, "k", 0, 0)
+			if c, _ := l.Acquire(ctx, "k", 0, 0); c.Allowed {
+				t.Fatalf("Acquire on a full key = %+v", c)
+			}
+			clock.Advance(time.Second)
+			if r, _ := l.Renew(ctx, a); r.Allowed {
+				t.Fatalf("Renew of a lapsed slot = %+v; want not held", r)
+			}
+			if c, _ := l.Acquire(ctx, "k", 0, 0); !c.Allowed {
+				t.Fatalf("Acquire after a slot lapsed = %+v; want a slot", c)
+			}
+		})
+	}
+}
+
+// TestConcurrencyWait: Acquire waits, on the limiter's clock, for a slot
+// to lapse; and for a release, on a real clock.
+func TestConcurrencyWait(t *testing.T) {
+	ctx := context.Background()
+	clock := sluicetest.NewFakeClock(1_700_000_000_000_000_000)
+	for name, l := range concurrencyLimiters(t, clock) {
+		t.Run(name, func(t *testing.T) {
+			l.Acquire(ctx, "k", 2*time.Second, 0)
+			l.Acquire(ctx, "k", 3*time.Second, 0)
+			if s, err := l.Acquire(ctx, "k", 0, time.Second); err != nil || s.Allowed {
+				t.Fatalf("Acquire within 1s = %+v, %v; want refused (the first slot lapses in 2s)", s, err)
+			}
+			if s, err := l.Acquire(ctx, "k", 0, 5*time.Second); err != nil || !s.Allowed {
+				t.Fatalf("Acquire within 5s = %+v, %v; want a slot", s, err)
+			}
+		})
+	}
+	l, _ := sluice.NewLimiter(sluice.Concurrency(1, time.Minute))
+	held, _ := l.Acquire(ctx, "k", 0, 0)
+	got := make(chan sluice.Slot)
+	go func() {
+		s, _ := l.Acquire(ctx, "k", 0, time.Minute)
+		got <- s
+	}()
+	time.Sleep(10 * time.Millisecond) // let the waiter find the key full: either way it must get the slot
+	l.Release(ctx, held)
+	if s := <-got; !s.Allowed {
+		t.Fatalf("a waiter's Acquire after the holder's release = %+v; want a slot", s)
+	}
+}
+
+func TestConcurrencyErrors(t *testing.T) {
+	ctx := context.Background()
+	for _, p := range []sluice.Policy{sluice.Concurrency(0, time.Second), sluice.Concurrency(1001, time.Second), sluice.Concurrency(1, 0),
+		sluice.Compound(sluice.FixedWindow(1, time.Second), sluice.Concurrency(1, time.Second))} {
+		if _, err := sluice.NewLimiter(p); !errors.Is(err, sluice.ErrInvalidConfig) {
+			t.Errorf("NewLimiter(%v) = %v, want ErrInvalidConfig", p, err)
+		}
+	}
+	l, _ := sluice.NewLimiter(sluice.Concurrency(2, time.Second))
+	var ae *sluice.ArgumentError
+	if _, err := l.Acquire(ctx, "k", 2*time.Second, 0); !errors.As(err, &ae) || ae.Arg != "ttl" {
+		t.Errorf("Acquire with a TTL above the lease = %v, want an *ArgumentError on ttl", err)
+	}
+	if _, err := l.Acquire(ctx, "k", 0, -1); !errors.As(err, &ae) || ae.Arg != "maxWait" {
+		t.Errorf("Acquire with maxWait -1 = %v, want an *ArgumentError on maxWait", err)
+	}
+	if _, err := l.Reserve(ctx, "k", 0); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Reserve on a concurrency limit = %v, want ErrUnsupported", err)
+	}
+	fw, _ := sluice.NewLimiter(sluice.FixedWindow(1, time.Second))
+	if _, err := fw.Acquire(ctx, "k", 0, 0); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Acquire on a fixed window = %v, want ErrUnsupported", err)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := l.Acquire(done, "k", 0, 0); !errors.Is(err, context.Canceled) {
+		t.Errorf("Acquire on an ended context = %v, want context.Canceled", err)
+	}
+}

@@ -1,0 +1,73 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sluicehq/sluice/internal/keyed"
+	"github.com/sluicehq/sluice/internal/policy"
+)
+
+// Slots is a Backend whose policy holds slots (a concurrency limit):
+// Slot runs a slot operation on key. A backend of a policy without slots
+// answers the Code policy.NoSlots.
+type Slots interface {
+	Slot(ctx context.Context, key string, op policy.SlotOp) (policy.SlotResult, error)
+}
+
+var (
+	_ Slots = (*Stored)(nil)
+	_ Slots = (*MemRecords)(nil)
+	_ Slots = (*Failover)(nil)
+	_ Slots = (*Plans[int])(nil)
+)
+
+var noSlots = policy.SlotResult{Result: policy.Result{Code: policy.NoSlots}}
+
+func (s *Stored) Slot(ctx context.Context, key string, op policy.SlotOp) (policy.SlotResult, error) {
+	c, ok := s.Codec.(keyed.Slotter)
+	if !ok {
+		return noSlots, nil
+	}
+	return s.Store.Slot(ctx, key, c, op)
+}
+
+func (m *MemRecords) Slot(ctx context.Context, key string, op policy.SlotOp) (res policy.SlotResult, err error) {
+	c, ok := m.Codec.(keyed.Slotter)
+	if !ok {
+		return noSlots, nil
+	}
+	err = m.update(ctx, key, func(rec []byte, now int64) (next []byte, changed bool) {
+		res, next, changed = c.Slot(rec, now, op)
+		return next, changed
+	})
+	return res, err
+}
+
+// Slot runs op on the store, and on the local fallback under FailLocal
+// while the store fails. Under FailOpen an acquisition is granted a slot
+// of ID 0, which no store holds: a release or renewal of it finds
+// nothing.
+func (f *Failover) Slot(ctx context.Context, key string, op policy.SlotOp) (policy.SlotResult, error) {
+	return onStore(ctx, f, func(b Backend) (policy.SlotResult, error) {
+		s, ok := b.(Slots)
+		if !ok {
+			return policy.SlotResult{}, fmt.Errorf("engine: backend %T has no slots", b)
+		}
+		return s.Slot(ctx, key, op)
+	}, func() policy.SlotResult {
+		return policy.SlotResult{Result: policy.Result{Allowed: op.Kind == policy.Acquire, Limit: f.Limit}}
+	})
+}
+
+func (k *Plans[P]) Slot(ctx context.Context, key string, op policy.SlotOp) (policy.SlotResult, error) {
+	b, err := k.planOf(ctx, key)
+	if err != nil {
+		return policy.SlotResult{}, err
+	}
+	s, ok := b.Keys.(Slots)
+	if !ok {
+		return noSlots, nil
+	}
+	return s.Slot(ctx, key, op)
+}

@@ -39,9 +39,9 @@ const (
 func Concurrency(limit int64, lease time.Duration) Policy {
 	p := machinePolicy[concurrency.State, concurrency.Config]{
 		kind: kindConcurrency,
-		name: fmt.Sprintf("%s(limit=%d, lease=%v)", kindConcurrency, limit, lease),
+		name: fmt.Sprintf("%s(limit=%d, ttl=%v)", kindConcurrency, limit, lease),
 		m:    concurrency.Config{Limit: limit, Lease: int64(lease)},
-		err:  checkLimit(kindConcurrency, "lease", limit, lease),
+		err:  checkLimit(kindConcurrency, "ttl", limit, lease),
 	}
 	if p.err == nil && limit > concurrency.MaxLimit {
 		p.err = policyError(kindConcurrency, ruleLimitTooHigh, "limit", itoa(limit), fmt.Sprintf("must be at most %d", concurrency.MaxLimit))

@@ -370,3 +370,32 @@ func ExampleReservation_Cancel() {
 	// reserved: true due in 1s
 	// after Cancel, 1 more in 1s
 }
+
+// Concurrency bounds what is in flight: 2 slots per key, each held until
+// released, or for at most 30s when its holder never comes back.
+func ExampleConcurrency() {
+	clock := sluicetest.NewFakeClock(0)
+	l, err := sluice.NewLimiter(sluice.Concurrency(2, 30*time.Second), sluice.WithClock(clock))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	a, _ := l.Acquire(ctx, "provider", 0, 0)
+	b, _ := l.Acquire(ctx, "provider", 10*time.Second, 0)
+	c, _ := l.Acquire(ctx, "provider", 0, 0)
+	fmt.Println(a.Allowed, b.Allowed, c.Allowed, c.RetryAfter)
+
+	r, _ := l.Release(ctx, a) // a's call ended
+	c, _ = l.Acquire(ctx, "provider", 0, 0)
+	fmt.Println(r.Allowed, c.Allowed)
+
+	clock.Advance(10 * time.Second) // b's holder crashed: its slot lapses
+	lost, _ := l.Renew(ctx, b)
+	d, _ := l.Acquire(ctx, "provider", 0, 0)
+	fmt.Println(lost.Allowed, d.Allowed, d.Remaining)
+	// Output:
+	// true true false 10s
+	// true true
+	// false true 0
+}

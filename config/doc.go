@@ -34,6 +34,7 @@
 //	gcra            limit, rate      -         GCRA(limit, rate.amount, rate.interval); limit is the burst
 //	shaper          rate, max_queue  -         Shaper(rate.amount, rate.interval, max_queue)
 //	no_limit        -                -         NoLimit()
+//	concurrency     limit, ttl       -         Concurrency(limit, ttl): ttl is the lease; limit at most 1000
 //	compound        limiters         -         Compound(members...)
 //	bucket          limits           -         BucketPolicy(Config{Bandwidths: ...})
 //

@@ -38,6 +38,7 @@ type testCase struct {
 	wantConfig *wantConfig // building the subject must fail; nil when it must succeed
 	steps      []step
 	blocking   bool // some step needs a BlockingBucket
+	slots      bool // some step needs a SlotLimiter
 }
 
 // wantConfig is a case's want_config_error: building the bucket or limiter
@@ -200,6 +201,7 @@ func decodeCase(path string, i int, raw json.RawMessage) *testCase {
 			return c
 		}
 		c.blocking = c.blocking || s.blocking
+		c.slots = c.slots || s.slots
 		c.steps = append(c.steps, s)
 	}
 	return c

@@ -24,6 +24,7 @@ type call func(ctx context.Context, e *env) ([]any, error)
 type step struct {
 	op       string // the operation, or "advance" / "set_clock"
 	blocking bool   // run needs env.blocking
+	slots    bool   // run needs env.slots
 	run      call
 	returns  []field  // the shape of run's values
 	want     []expect // the values compared, in field order; nil when none are
@@ -37,6 +38,8 @@ type env struct {
 	bucket    Bucket
 	blocking  BlockingBucket // bucket, when it implements BlockingBucket
 	limiter   Limiter
+	slots     SlotLimiter            // limiter, when it implements SlotLimiter
+	held      map[string]sluice.Slot // the slots acquired, by the names the steps give them
 	rate      *resilience.RateLimiter
 	timeLimit *timeLimit
 	smooth    *smooth.RateLimiter
@@ -105,6 +108,8 @@ type stepDoc struct {
 	Outcome   *string         `json:"outcome"`
 	Bucket    json.RawMessage `json:"bucket"`
 	Strategy  *string         `json:"strategy"`
+	TTL       *duration       `json:"ttl"`
+	Slot      *string         `json:"slot"`
 	Want      json.RawMessage `json:"want"`
 	WantError *string         `json:"want_error"`
 }
@@ -148,7 +153,7 @@ func decodeStep(raw json.RawMessage, ops opTable) (step, error) {
 	if !ok {
 		return s, fmt.Errorf("unknown op %q for %s", s.op, ops.of)
 	}
-	s.returns, s.blocking = spec.returns, spec.blocking
+	s.returns, s.blocking, s.slots = spec.returns, spec.blocking, spec.slots
 	var err error
 	if s.run, err = spec.bind(&d); err != nil {
 		return s, err
@@ -190,6 +195,7 @@ func clockStep(d *stepDoc) step {
 type opSpec struct {
 	returns  []field // nil for an operation that returns nothing
 	blocking bool
+	slots    bool // it needs a SlotLimiter
 	// bind checks the step's arguments and returns the call.
 	bind func(d *stepDoc) (call, error)
 }

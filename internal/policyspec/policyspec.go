@@ -195,6 +195,8 @@ var table = []Spec{
 	{Name: "no_limit", Policy: func(Args) sluice.Policy { return sluice.NoLimit() }},
 	{Name: "compound", Fields: []Field{{"limiters", Members, true}},
 		Policy: func(a Args) sluice.Policy { return sluice.Compound(a.Members("limiters")...) }},
+	{Name: "concurrency", Fields: []Field{limit, {"ttl", Duration, true}},
+		Policy: func(a Args) sluice.Policy { return sluice.Concurrency(a.Int("limit"), a.Duration("ttl")) }},
 	{Name: "bucket", Fields: []Field{{"limits", Bandwidths, true}},
 		Policy: func(a Args) sluice.Policy {
 			return sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: a.Bandwidths("limits")})

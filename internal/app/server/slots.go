@@ -48,9 +48,8 @@ type SlotResult struct {
 	TTLMS int64 `json:"ttl_ms,omitempty"`
 }
 
-func newSlotResult(s sluice.Slot, waited time.Duration) SlotResult {
+func newSlotResult(s sluice.Slot) SlotResult {
 	out := SlotResult{Result: newResult(s.Result), Slot: slotToken(s)}
-	out.WaitedMS = millis(waited)
 	if out.Slot != "" {
 		out.TTLMS = millis(s.TTL)
 	}
@@ -96,13 +95,12 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) *apiError {
 	if maxWait > 0 {
 		extendDeadlines(w, snap.cfg.HTTPLimits, maxWait)
 	}
-	start := s.clock.Now()
 	slot, err := l.l.Acquire(r.Context(), q.Key, ttl, maxWait)
 	s.record(snap, l.name, q.Key, 1, slot.Allowed, err)
 	if err != nil {
 		return s.slotError(r, err)
 	}
-	writeJSON(w, http.StatusOK, newSlotResult(slot, time.Duration(s.clock.Now()-start)))
+	writeJSON(w, http.StatusOK, newSlotResult(slot))
 	return nil
 }
 
@@ -150,7 +148,7 @@ func (s *Server) slotCall(w http.ResponseWriter, r *http.Request, renew bool) *a
 	if err != nil {
 		return s.slotError(r, err)
 	}
-	writeJSON(w, http.StatusOK, newSlotResult(out, 0))
+	writeJSON(w, http.StatusOK, newSlotResult(out))
 	return nil
 }
 

@@ -111,6 +111,14 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 // of a limiter (a store that failed, with sluice.FailClosed) answers
 // WithErrorStatus's code, 503 by default. Those responses carry no
 // rate-limit headers. A panic in next is not recovered.
+//
+// A limit whose policy holds slots (sluice.Concurrency) bounds the
+// requests in flight: a request takes one slot, whatever its cost, and
+// holds it until next returns, a panic included, renewing it every third
+// of its TTL meanwhile, so that a streamed response holds its slot for as
+// long as it lasts. When the client goes away (the request's context
+// ends) the renewals stop: a handler that never returns holds its slot
+// at most one TTL more.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var space [4]limitcore.Decision // most middlewares have a limit or two
@@ -134,6 +142,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		case d != nil:
 			m.reject(w, r, ds, d)
 		default:
+			defer limitcore.Hold(r.Context(), ds)()
 			m.setHeaders(w.Header(), ds, -1)
 			next.ServeHTTP(w, r)
 		}

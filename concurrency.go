@@ -10,44 +10,9 @@ import (
 	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/internal/keyed"
 	"github.com/sluicehq/sluice/internal/policy"
-	"github.com/sluicehq/sluice/internal/policy/concurrency"
 	"github.com/sluicehq/sluice/internal/record"
 	"github.com/sluicehq/sluice/internal/sleep"
 )
-
-const kindConcurrency = "concurrency"
-
-// The rules of concurrency limits: a limit above its bound, and a
-// compound with one among its members.
-const (
-	ruleLimitTooHigh    Rule = "limit_too_high"
-	ruleSlotsInCompound Rule = "slots_in_compound"
-)
-
-// Concurrency limits what is in flight rather than what passes per
-// period: at most limit tokens held at once per key, across every
-// process that shares the limiter's store. Limiter.Acquire takes a slot
-// (one token) and Limiter.Release gives it back; a slot not released
-// lapses after lease unless renewed (Limiter.Renew), so a holder that
-// crashed keeps its slot at most one lease: a crash can make the limit
-// admit fewer, for at most a lease, never more.
-//
-// limit is at most 1000, the most slots a key's record holds, and lease
-// must be positive. AllowN takes a slot of n tokens that it never
-// releases: it lapses after the lease. It cannot reserve, be leased, or
-// be a Compound's member.
-func Concurrency(limit int64, lease time.Duration) Policy {
-	p := machinePolicy[concurrency.State, concurrency.Config]{
-		kind: kindConcurrency,
-		name: fmt.Sprintf("%s(limit=%d, ttl=%v)", kindConcurrency, limit, lease),
-		m:    concurrency.Config{Limit: limit, Lease: int64(lease)},
-		err:  checkLimit(kindConcurrency, "ttl", limit, lease),
-	}
-	if p.err == nil && limit > concurrency.MaxLimit {
-		p.err = policyError(kindConcurrency, ruleLimitTooHigh, "limit", itoa(limit), fmt.Sprintf("must be at most %d", concurrency.MaxLimit))
-	}
-	return p
-}
 
 // Slots reports whether the policy holds slots (Concurrency): whether
 // Limiter.Acquire applies. It is not part of Policy, to keep the

@@ -80,6 +80,8 @@ func (l *Limiter) slotOp(ctx context.Context, name, key string, op policy.SlotOp
 	switch r.Code {
 	case policy.OK:
 		return r, nil
+	case policy.NoSlots: // a key whose own policy (WithPolicyFor) holds none
+		return r, fmt.Errorf("sluice: Limiter.%s: the policy of key %q holds no slots: %w", name, key, errors.ErrUnsupported)
 	case policy.TTLOutOfRange:
 		return r, &ArgumentError{Op: "Limiter." + name, Arg: "ttl", Value: time.Duration(op.TTL),
 			Want: fmt.Sprintf("must be positive and at most the lease %v", time.Duration(r.Limit))}

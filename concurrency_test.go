@@ -3,10 +3,12 @@ package sluice_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/driver"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
@@ -145,5 +147,42 @@ func TestConcurrencyErrors(t *testing.T) {
 	cancel()
 	if _, err := l.Acquire(done, "k", 0, 0); !errors.Is(err, context.Canceled) {
 		t.Errorf("Acquire on an ended context = %v, want context.Canceled", err)
+	}
+}
+
+// downStore is a store that cannot be reached.
+type downStore struct{}
+
+func (downStore) Update(context.Context, string, driver.UpdateFunc) error {
+	return fmt.Errorf("down: %w", driver.ErrUnavailable)
+}
+
+// TestConcurrencyStoreFailure: under FailClosed a store failure is a
+// *StoreError; under FailOpen an acquisition passes with a slot of ID 0,
+// which nothing holds; under FailLocal the slots are held in this
+// process's memory, the limit still holding there.
+func TestConcurrencyStoreFailure(t *testing.T) {
+	ctx := context.Background()
+	p := sluice.Concurrency(1, time.Minute)
+	closed, _ := sluice.NewLimiter(p, sluice.WithStore(downStore{}))
+	var se *sluice.StoreError
+	if _, err := closed.Acquire(ctx, "k", 0, 0); !errors.As(err, &se) {
+		t.Errorf("FailClosed: Acquire = %v, want a *StoreError", err)
+	}
+	open, _ := sluice.NewLimiter(p, sluice.WithStore(downStore{}), sluice.WithStoreFailure(sluice.FailOpen))
+	s, err := open.Acquire(ctx, "k", 0, 0)
+	if err != nil || !s.Allowed || s.ID != 0 {
+		t.Errorf("FailOpen: Acquire = %+v, %v; want allowed, ID 0", s, err)
+	}
+	local, _ := sluice.NewLimiter(p, sluice.WithStore(downStore{}), sluice.WithStoreFailure(sluice.FailLocal))
+	a, err := local.Acquire(ctx, "k", 0, 0)
+	if err != nil || !a.Allowed || a.ID == 0 {
+		t.Fatalf("FailLocal: Acquire = %+v, %v; want a slot held locally", a, err)
+	}
+	if b, _ := local.Acquire(ctx, "k", 0, 0); b.Allowed {
+		t.Errorf("FailLocal: a second Acquire of a limit of 1 = %+v, want refused", b)
+	}
+	if r, err := local.Release(ctx, a); err != nil || !r.Allowed {
+		t.Errorf("FailLocal: Release = %+v, %v; want the local slot given back", r, err)
 	}
 }

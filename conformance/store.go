@@ -100,7 +100,9 @@ func (p prefixed) Release(ctx context.Context, s sluice.Slot) (sluice.Slot, erro
 	return p.l.Release(ctx, s)
 }
 
-func (p prefixed) Renew(ctx context.Context, s sluice.Slot) (sluice.Slot, error) { return p.l.Renew(ctx, s) }
+func (p prefixed) Renew(ctx context.Context, s sluice.Slot) (sluice.Slot, error) {
+	return p.l.Renew(ctx, s)
+}
 
 // storeBucket adds TryConsume to a *sluice.KeyBucket, which has every
 // other method of BlockingBucket already.

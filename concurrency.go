@@ -210,6 +210,7 @@ func newSlotLimiter(l *Limiter, o *options) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.backend = &engine.Failover{Policy: setup.fail, Store: &engine.Stored{Store: setup.store, Codec: codec, Clock: l.clock}, Local: local, Limit: l.limit}
+	l.backend = &engine.Failover{Policy: setup.fail, Store: &engine.Stored{Store: setup.store, Codec: codec, Clock: l.clock}, Local: local,
+		Fleet: setup.fleet, Limit: l.limit}
 	return l, nil
 }

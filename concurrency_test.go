@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/engine"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
@@ -184,5 +186,62 @@ func TestConcurrencyStoreFailure(t *testing.T) {
 	}
 	if r, err := local.Release(ctx, a); err != nil || !r.Allowed {
 		t.Errorf("FailLocal: Release = %+v, %v; want the local slot given back", r, err)
+	}
+}
+
+// TestConcurrencyFailShare: under FailShare, a process of a fleet of
+// three holds a third of the slots while its store fails.
+func TestConcurrencyFailShare(t *testing.T) {
+	ctx := context.Background()
+	st := &switchedStore{Store: memstore.New()}
+	var rec []byte // two other processes, beating for an hour
+	for id := uint64(1); id <= 2; id++ {
+		rec = binary.BigEndian.AppendUint64(rec, id)
+		rec = binary.BigEndian.AppendUint64(rec, uint64(time.Now().Add(time.Hour).UnixNano()))
+	}
+	if err := st.Update(ctx, engine.FleetKey, func([]byte) ([]byte, time.Duration, bool) { return rec, time.Hour, true }); err != nil {
+		t.Fatal(err)
+	}
+	l, err := sluice.NewLimiter(sluice.Concurrency(6, time.Hour), sluice.WithStore(st),
+		sluice.WithStoreFailure(sluice.FailShare), sluice.WithCircuitBreaker(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Acquire(ctx, "other", 0, 0); err != nil { // beats, in the background
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		var n int
+		_ = st.Update(ctx, engine.FleetKey, func(s []byte) ([]byte, time.Duration, bool) { n = len(s) / 16; return nil, 0, false })
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the fleet record lists %d processes 10s after this one's call, want 3", n)
+		}
+	}
+	st.down.Store(true)
+	held := 0
+	var se *sluice.StoreError
+	for deadline := time.Now().Add(10 * time.Second); held == 0; time.Sleep(time.Millisecond) {
+		s, err := l.Acquire(ctx, "k", 0, 0)
+		switch {
+		case err == nil && s.Allowed:
+			held++
+		case !errors.As(err, &se): // a *StoreError until the beat's count arrives
+			t.Fatalf("Acquire = %+v, %v; want a slot, or a *StoreError while the beat ends", s, err)
+		case time.Now().After(deadline):
+			t.Fatal("no slot on the share 10s after the beat")
+		}
+	}
+	for range 5 {
+		if s, err := l.Acquire(ctx, "k", 0, 0); err != nil {
+			t.Fatal(err)
+		} else if s.Allowed {
+			held++
+		}
+	}
+	if held != 2 {
+		t.Errorf("a process of three held %d of 6 slots while the store failed, want its share, 2", held)
 	}
 }

@@ -20,6 +20,7 @@ var (
 	_ Slots = (*MemRecords)(nil)
 	_ Slots = (*Failover)(nil)
 	_ Slots = (*Plans[int])(nil)
+	_ Slots = shared{}
 )
 
 var noSlots = policy.SlotResult{Result: policy.Result{Code: policy.NoSlots}}
@@ -70,4 +71,24 @@ func (k *Plans[P]) Slot(ctx context.Context, key string, op policy.SlotOp) (poli
 		return noSlots, nil
 	}
 	return s.Slot(ctx, key, op)
+}
+
+// Slot takes, under FailShare, a slot of n times the tokens asked for
+// from this process's memory, so that the fleet's n processes hold about
+// the limit together; a share too small for one slot is a refusal.
+// Releases and renewals name their slot as they are.
+func (s shared) Slot(ctx context.Context, key string, op policy.SlotOp) (policy.SlotResult, error) {
+	b, ok := s.b.(Slots)
+	if !ok {
+		return noSlots, nil
+	}
+	if op.Kind == policy.Acquire {
+		op.N = s.times(op.N)
+	}
+	r, err := b.Slot(ctx, key, op)
+	if r.Code == policy.TokensAboveLimit {
+		r = policy.SlotResult{Result: policy.Result{Limit: r.Limit, RetryAfter: policy.Never}}
+	}
+	r.Result = s.result(r.Result)
+	return r, err
 }

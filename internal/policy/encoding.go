@@ -30,6 +30,8 @@ const (
 	TagNoLimit       Tag = 8
 	TagCompound      Tag = 9
 	TagResilience4j  Tag = 10
+	TagCalendar      Tag = 11
+	TagPenaltyBox    Tag = 12
 )
 
 // AppendHeader appends the version and tag that start every state.

@@ -186,7 +186,7 @@ func TestNames(t *testing.T) {
 func TestCalendarAndPenaltyBox(t *testing.T) {
 	tests := []struct {
 		name, src, wantErr string // wantErr "" when it must decode
-		wantPolicy            string
+		wantPolicy         string
 	}{
 		{"a month on the 31st in Paris", `{"policy": "calendar", "limit": 5, "period": "month", "anchor_day": 31, "time_zone": "Europe/Paris"}`,
 			"", "calendar(limit=5, months=1, days=0, anchor=2000-01-31T00:00:00 Europe/Paris)"},

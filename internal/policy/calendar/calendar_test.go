@@ -212,8 +212,12 @@ func contractConfigs(t testing.TB) []policy.Machine[State] {
 // which cross the daily periods and, over a history, the weeks and
 // months, and around a month.
 func TestContract(t *testing.T) {
-	policytest.RunSpan(t, 24*hour, contractConfigs(t)...)
-	policytest.RunSpan(t, 30*24*hour, contractConfigs(t)...)
+	all := contractConfigs(t)
+	policytest.RunSpan(t, 24*hour, all...)
+	// The months and weeks of the first two zones, a month at a time: the
+	// other zones' days are covered above, and a calendar's decisions
+	// take a few conversions of time each, slow under the race detector.
+	policytest.RunSpan(t, 30*24*hour, all[1:6]...)
 	// Skipped days of Apia: 2011-12-30 does not exist there.
 	apia := zone(t, "Pacific/Apia")
 	policytest.RunSpan(t, 24*hour, New(2, time.Date(2011, 12, 29, 0, 0, 0, 0, apia), 0, 1))

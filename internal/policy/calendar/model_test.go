@@ -1,8 +1,12 @@
 package calendar
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policy/fixedwindow"
 )
 
 // reference is the start of period k of a quota anchored at anchor, by
@@ -65,6 +69,56 @@ func TestModel(t *testing.T) {
 					if i := c.index(got + d); i != wantK {
 						t.Fatalf("%s %v: index(start(%d)%+d) = %d", z, tt.anchor, k, d, i)
 					}
+				}
+			}
+		}
+	}
+}
+
+// TestSameAsAlignedWindow: in UTC, where every day is 24 hours, a daily
+// calendar anchored at midnight is the fixed window of 24 hours aligned on
+// the epoch, and a weekly one from Thursday (1970-01-01 was one) the
+// aligned window of 7 days: every answer is the same, over random
+// histories of consumes, peeks and reservations, the clock sometimes
+// going back.
+func TestSameAsAlignedWindow(t *testing.T) {
+	day := 24 * hour
+	for _, tt := range []struct {
+		cal Config
+		fw  fixedwindow.Config
+	}{
+		{New(3, time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC), 0, 1), fixedwindow.Config{Limit: 3, Interval: day, Aligned: true}},
+		{New(5, time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC), 0, 7), fixedwindow.Config{Limit: 5, Interval: 7 * day, Aligned: true}},
+	} {
+		w := tt.fw.Interval
+		for seed := range uint64(20) {
+			rng := rand.New(rand.NewPCG(seed, 11))
+			var sc State
+			var sf fixedwindow.State
+			exists := false
+			now := int64(1_700_000_000_000_000_000) + rng.Int64N(w)
+			for step := range 500 {
+				now += rng.Int64N(w/2) - w/16
+				n := 1 + rng.Int64N(tt.fw.Limit)
+				var rc, rf policy.Result
+				var cc, cf bool
+				switch op := rng.IntN(4); op {
+				case 0, 1:
+					rc, cc = tt.cal.Consume(&sc, exists, now, n)
+					rf, cf = tt.fw.Consume(&sf, exists, now, n)
+				case 2:
+					rc, rf = tt.cal.Peek(&sc, exists, now, n), tt.fw.Peek(&sf, exists, now, n)
+				default:
+					maxWait := rng.Int64N(3 * w)
+					rc, cc = tt.cal.Reserve(&sc, exists, now, n, maxWait)
+					rf, cf = tt.fw.Reserve(&sf, exists, now, n, maxWait)
+				}
+				if rc != rf || cc != cf {
+					t.Fatalf("seed %d step %d at %d, %d tokens: calendar %+v, %v; aligned window %+v, %v", seed, step, now, n, rc, cc, rf, cf)
+				}
+				exists = exists || cc
+				if exists && tt.cal.ExpiresAt(&sc) != tt.fw.ExpiresAt(&sf) {
+					t.Fatalf("seed %d step %d: ExpiresAt %d, the window's %d", seed, step, tt.cal.ExpiresAt(&sc), tt.fw.ExpiresAt(&sf))
 				}
 			}
 		}

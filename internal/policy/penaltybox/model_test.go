@@ -14,8 +14,8 @@ import (
 // each of which came less than forgive after the block before it ended.
 // The inner policy is the real machine, whose tests are its own.
 type model struct {
-	c        Config
-	inner    []byte
+	c       Config
+	inner   []byte
 	strikes []strike
 }
 

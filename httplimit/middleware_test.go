@@ -636,3 +636,36 @@ func TestLimitStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestPenaltyBoxLogin: a login endpoint behind a penalty box of 5 tries
+// per 15 minutes: the 6th try locks the user out for the penalty, 10
+// minutes, though the window ends sooner, and the answer says so; another
+// user is not locked out.
+func TestPenaltyBoxLogin(t *testing.T) {
+	clock := sluicetest.NewFakeClock(t0)
+	tries := newLimiter(t, sluice.PenaltyBox(sluice.FixedWindow(5, 15*time.Minute), []time.Duration{10 * time.Minute}, 0),
+		sluice.WithClock(clock))
+	h := newMiddleware(t, []httplimit.Limit{{Name: "login", Limiter: tries, Key: httplimit.Header("X-User")}},
+		httplimit.WithClock(clock)).Handler(ok)
+	login := func(user string) *http.Response { return serve(h, get("192.0.2.1:1234", "X-User", user)) }
+	for i := range 5 {
+		if resp := login("ann"); resp.StatusCode != 200 {
+			t.Fatalf("try %d: %d, want 200", i, resp.StatusCode)
+		}
+	}
+	clock.Advance(14 * time.Minute)
+	if resp := login("ann"); resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "600" {
+		t.Errorf("6th try: %d, Retry-After %q; want 429, 600", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	clock.Advance(2 * time.Minute) // the window is over, the block is not
+	if resp := login("ann"); resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "480" {
+		t.Errorf("during the block: %d, Retry-After %q; want 429, 480", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if resp := login("bob"); resp.StatusCode != 200 {
+		t.Errorf("another user: %d, want 200", resp.StatusCode)
+	}
+	clock.Advance(8 * time.Minute)
+	if resp := login("ann"); resp.StatusCode != 200 {
+		t.Errorf("after the block: %d, want 200", resp.StatusCode)
+	}
+}

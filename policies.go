@@ -214,7 +214,8 @@ func AlignedFixedWindow(limit int64, interval time.Duration) Policy {
 // default MonotonicClock, the system time of its first reading, on
 // WallClock the system time. Asking for more than limit at once is an
 // argument error. Reservations take tokens from later periods, as
-// FixedWindow's do. The zone's rules are those of the Location: load it
+// FixedWindow's do. It can be leased (WithLease), a lease ending with its
+// period. The zone's rules are those of the Location: load it
 // with time.LoadLocation, and import time/tzdata where the system may
 // have no zone database.
 func Calendar(limit int64, anchor time.Time, months, days int) Policy {

@@ -281,6 +281,11 @@ func (c Config) ExpiresAt(s *State) int64 {
 	return c.start(s.Period + int64(w))
 }
 
+// Leasing is policy.LeasesToWindowEnd, as for a fixed window: a lease is
+// hits taken at once, and its tokens are forgotten with the period they
+// were counted in.
+func (Config) Leasing() policy.Leasing { return policy.LeasesToWindowEnd }
+
 // Lapses is true: a state past its expiry is replaced by a fresh one in
 // the period of now (roll), as for a key with no state.
 func (Config) Lapses() bool { return true }

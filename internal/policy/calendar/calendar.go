@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/policy"
@@ -48,7 +49,17 @@ type Config struct {
 	mday              int
 	hour, minute, sec int
 	nsec              int
+
+	// memo is the period the last call found, shared by every key and
+	// every goroutine: finding a period takes a few conversions of time in
+	// the zone, a hundred times a window's decision, and nearly every call
+	// is in the period of the one before. nil (a Config not made by New)
+	// finds every period afresh.
+	memo *atomic.Pointer[span]
 }
+
+// span is period k, from start to end (start(k), start(k+1)).
+type span struct{ k, start, end int64 }
 
 // State is a key's period, its number counted from the anchor, and the
 // tokens taken in it, including reserved ones beyond Limit, which spill
@@ -68,7 +79,7 @@ func New(limit int64, anchor time.Time, months, days int64) Config {
 	h, mi, s := anchor.Clock()
 	return Config{Limit: limit, Months: months, Days: days, loc: anchor.Location(),
 		month: int64(y)*12 + int64(m) - 1, day: daysFromCivil(int64(y), int64(m), int64(d)), mday: d,
-		hour: h, minute: mi, sec: s, nsec: anchor.Nanosecond()}
+		hour: h, minute: mi, sec: s, nsec: anchor.Nanosecond(), memo: new(atomic.Pointer[span])}
 }
 
 // Location is the zone of the periods.
@@ -127,11 +138,39 @@ func saturated(k int64) int64 {
 }
 
 // index is the number of the period that holds now: the k with
-// start(k) ≤ now < start(k+1). The local date of now puts it in the
+// start(k) ≤ now < start(k+1), from the memo when it holds now.
+func (c Config) index(now int64) int64 {
+	if c.memo == nil {
+		return c.find(now)
+	}
+	if p := c.memo.Load(); p != nil && p.start <= now && now < p.end {
+		return p.k
+	}
+	k := c.find(now)
+	c.memo.Store(&span{k: k, start: c.start(k), end: c.start(k + 1)})
+	return k
+}
+
+// startOf is start(k), from the memo when it holds k's start.
+func (c Config) startOf(k int64) int64 {
+	if c.memo != nil {
+		if p := c.memo.Load(); p != nil {
+			switch k {
+			case p.k:
+				return p.start
+			case p.k + 1:
+				return p.end
+			}
+		}
+	}
+	return c.start(k)
+}
+
+// find is index without the memo. The local date of now puts it in the
 // period of that date, or the one before when now's time of day is before
 // the anchor's; the steps after it settle that, and any shift of a
 // daylight-saving change, in a step or two.
-func (c Config) index(now int64) int64 {
+func (c Config) find(now int64) int64 {
 	y, m, d := time.Unix(0, now).In(c.loc).Date()
 	var k int64
 	if c.Months > 0 {
@@ -182,7 +221,7 @@ func (c Config) until(s *State, j uint64, now int64) int64 {
 	if j > math.MaxInt64 || s.Period > math.MaxInt64-int64(j) {
 		return policy.Never
 	}
-	at := c.start(s.Period + int64(j))
+	at := c.startOf(s.Period + int64(j))
 	if at <= now {
 		return 0
 	}
@@ -278,7 +317,7 @@ func (c Config) ExpiresAt(s *State) int64 {
 	if w > math.MaxInt64 || s.Period > math.MaxInt64-int64(w) {
 		return policy.Never
 	}
-	return c.start(s.Period + int64(w))
+	return c.startOf(s.Period + int64(w))
 }
 
 // Leasing is policy.LeasesToWindowEnd, as for a fixed window: a lease is

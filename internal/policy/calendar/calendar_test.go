@@ -253,3 +253,31 @@ func FuzzDecodeState(f *testing.F) {
 	f.Add([]byte{1, 11, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 2})
 	f.Fuzz(func(t *testing.T, src []byte) { policytest.DecodeState(t, c, src) })
 }
+
+// BenchmarkConsume is a decision within a day of New York: the price of
+// the calendar is finding the day, its start and its end, in the zone.
+func BenchmarkConsume(b *testing.B) {
+	ny := zone(b, "America/New_York")
+	c := New(1<<40, time.Date(2026, 1, 1, 0, 0, 0, 0, ny), 0, 1)
+	base := at(ny, 2026, 3, 8, 1)
+	b.Run("allow", func(b *testing.B) {
+		b.ReportAllocs()
+		var s State
+		exists := false
+		now := base
+		for b.Loop() {
+			_, ch := c.Consume(&s, exists, now, 1)
+			exists = exists || ch
+			now++
+		}
+	})
+	b.Run("reject", func(b *testing.B) {
+		b.ReportAllocs()
+		s := State{Period: c.index(base), Hits: c.Limit}
+		now := base
+		for b.Loop() {
+			c.Consume(&s, true, now, 1)
+			now++
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package calendar
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -121,6 +122,34 @@ func TestSameAsAlignedWindow(t *testing.T) {
 					t.Fatalf("seed %d step %d: ExpiresAt %d, the window's %d", seed, step, tt.cal.ExpiresAt(&sc), tt.fw.ExpiresAt(&sf))
 				}
 			}
+		}
+	}
+}
+
+// TestMemoConcurrent: goroutines on either side of a boundary share the
+// memo of the period, and each gets its own period's answer.
+func TestMemoConcurrent(t *testing.T) {
+	ny := zone(t, "America/New_York")
+	c := New(1, time.Date(2026, 1, 1, 0, 0, 0, 0, ny), 0, 1)
+	boundary := time.Date(2026, 3, 9, 0, 0, 0, 0, ny).UnixNano()
+	done := make(chan error, 8)
+	for g := range 8 {
+		go func() {
+			var err error
+			for i := range 2000 {
+				now := boundary - 1 + int64((g+i)%2)
+				s := State{Period: c.index(boundary) - 1, Hits: 1}
+				res := c.Peek(&s, true, now, 1)
+				if want := now >= boundary; res.Allowed != want && err == nil {
+					err = fmt.Errorf("Peek at %d = %+v, want allowed %v", now, res, want)
+				}
+			}
+			done <- err
+		}()
+	}
+	for range 8 {
+		if err := <-done; err != nil {
+			t.Error(err)
 		}
 	}
 }

@@ -30,8 +30,8 @@ const (
 	TagNoLimit       Tag = 8
 	TagCompound      Tag = 9
 	TagResilience4j  Tag = 10
-	TagCalendar      Tag = 11
-	TagPenaltyBox    Tag = 12
+	TagCalendar      Tag = 12
+	TagPenaltyBox    Tag = 13
 )
 
 // AppendHeader appends the version and tag that start every state.

@@ -176,9 +176,9 @@ func TestArgumentErrors(t *testing.T) {
 // TestEncoding pins the encoding byte by byte.
 func TestEncoding(t *testing.T) {
 	c := New(3, time.Time{}, 0, 1)
-	// Header 1, tag 11; zig-zag 3 → 6, 300 → 600 = 0xd8 0x04.
+	// Header 1, tag 12; zig-zag 3 → 6, 300 → 600 = 0xd8 0x04.
 	s := State{Period: 3, Hits: 300}
-	want := []byte{1, 11, 6, 0xd8, 0x04}
+	want := []byte{1, 12, 6, 0xd8, 0x04}
 	if got := c.AppendState(nil, &s); string(got) != string(want) {
 		t.Fatalf("AppendState(%+v) = %x, want %x", s, got, want)
 	}
@@ -188,7 +188,7 @@ func TestEncoding(t *testing.T) {
 	}
 	sentinel := State{Period: 1, Hits: 2}
 	got = sentinel
-	if err := c.DecodeState([]byte{1, 11, 0, 1}, &got); !errors.Is(err, policy.ErrBadState) || got != sentinel {
+	if err := c.DecodeState([]byte{1, 12, 0, 1}, &got); !errors.Is(err, policy.ErrBadState) || got != sentinel {
 		t.Errorf("DecodeState(negative hits) = %+v, %v; want ErrBadState, no change", got, err)
 	}
 }
@@ -250,7 +250,7 @@ func TestTimeLineEdges(t *testing.T) {
 func FuzzDecodeState(f *testing.F) {
 	c := New(3, time.Date(2020, 1, 31, 0, 0, 0, 0, zone(f, "America/New_York")), 1, 0)
 	f.Add(c.AppendState(nil, &State{Period: 70, Hits: 2}))
-	f.Add([]byte{1, 11, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 2})
+	f.Add([]byte{1, 12, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 2})
 	f.Fuzz(func(t *testing.T, src []byte) { policytest.DecodeState(t, c, src) })
 }
 

@@ -168,8 +168,8 @@ func TestArgumentErrors(t *testing.T) {
 func TestEncoding(t *testing.T) {
 	c := box(policy.Erase[fixedwindow.State](fixedwindow.Config{Limit: 2, Interval: minute}), minute, minute, 2*minute)
 	s := State{Until: 3, Strikes: 2, Inner: []byte{1, 1, 0, 2}}
-	// Header 1, tag 12; zig-zag 3 → 6, 2 → 4, 4 → 8; the inner state.
-	want := []byte{1, 12, 6, 4, 8, 1, 1, 0, 2}
+	// Header 1, tag 13; zig-zag 3 → 6, 2 → 4, 4 → 8; the inner state.
+	want := []byte{1, 13, 6, 4, 8, 1, 1, 0, 2}
 	if got := c.AppendState(nil, &s); string(got) != string(want) {
 		t.Fatalf("AppendState = %x, want %x", got, want)
 	}
@@ -177,7 +177,7 @@ func TestEncoding(t *testing.T) {
 	if err := c.DecodeState(want, &got); err != nil || got.Until != 3 || got.Strikes != 2 || string(got.Inner) != string(s.Inner) {
 		t.Fatalf("DecodeState(%x) = %+v, %v", want, got, err)
 	}
-	for _, bad := range [][]byte{{1, 12, 6, 6, 0}, {1, 12, 6, 1, 0}, {1, 12, 6, 4, 2, 1, 2, 3}} {
+	for _, bad := range [][]byte{{1, 13, 6, 6, 0}, {1, 13, 6, 1, 0}, {1, 13, 6, 4, 2, 1, 2, 3}} {
 		if err := c.DecodeState(bad, &got); !errors.Is(err, policy.ErrBadState) {
 			t.Errorf("DecodeState(%x) = %v, want ErrBadState", bad, err)
 		}
@@ -208,6 +208,6 @@ func FuzzDecodeState(f *testing.F) {
 	c.Consume(&s, false, 7, 3)
 	c.Consume(&s, true, 8, 1)
 	f.Add(c.AppendState(nil, &s))
-	f.Add([]byte{1, 12, 0, 0, 0})
+	f.Add([]byte{1, 13, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, src []byte) { policytest.DecodeState(t, c, src) })
 }

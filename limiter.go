@@ -105,7 +105,7 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	if o.lease != nil {
 		stored = engine.NewLeased(exact, o.lease.config(), p.leasing() == policy.LeasesToWindowEnd)
 	}
-	l.backend = &engine.Failover{Policy: setup.fail, Store: stored, Local: local, Limit: l.limit}
+	l.backend = &engine.Failover{Policy: setup.fail, Store: stored, Local: local, Fleet: setup.fleet, Limit: l.limit}
 	if bc, ok := codec.(*record.Bucket); ok && localBuckets != nil {
 		creating, _ := recordCodec(p, setup.inherit, setup.version, true)
 		l.buckets = &engine.BucketFailover{Policy: setup.fail, Store: engine.StoredBuckets{Store: setup.store, Codec: creating.(*record.Bucket)},

@@ -16,10 +16,10 @@ import (
 // limiterKey.
 var limiterOps = opTable{of: "a limiter", ops: map[string]opSpec{
 	"consume": {
-		returns: []field{flag("accepted"), num("remaining"), num("retry_after"), num("limit")},
+		returns: []field{flag("accepted"), num("remaining"), num("retry_after"), num("limit"), num("reset_after")},
 		bind: withCount("tokens", 1, func(ctx context.Context, e *env, n int64) ([]any, error) {
 			r, err := e.limiter.AllowN(ctx, limiterKey, n)
-			return []any{r.Allowed, r.Remaining, int64(r.RetryAfter), r.Limit}, err
+			return []any{r.Allowed, r.Remaining, int64(r.RetryAfter), r.Limit, int64(r.ResetAfter)}, err
 		}),
 	},
 	"reserve": {returns: []field{num("wait")}, bind: bindLimiterReserve},

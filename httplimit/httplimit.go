@@ -35,6 +35,11 @@ type Limit struct {
 	// the Window of the limiter's policy; a negative Window leaves w
 	// out.
 	Window time.Duration
+	// Status is the status of the answer when this limit rejects a
+	// request, in [400, 599], so that a spent quota can answer 402
+	// Payment Required where a rate answers 429. Zero means
+	// WithLimitedStatus's. The answer names the limit either way.
+	Status int
 }
 
 // CostFunc returns the tokens a request takes from a Limit, for requests
@@ -82,6 +87,11 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 		return limits[i].Name, limits[i].Limiter, limits[i].Key != nil
 	}); p != nil {
 		return nil, &ConfigError{Field: p.Field, Value: p.Value, Want: p.Want}
+	}
+	for i, l := range limits {
+		if l.Status != 0 && (l.Status < 400 || l.Status > 599) {
+			return nil, &ConfigError{Field: fmt.Sprintf("limits[%d].Status", i), Value: strconv.Itoa(l.Status), Want: "must be 0 or in [400, 599]"}
+		}
 	}
 	m := &Middleware{limits: append([]Limit(nil), limits...), windows: make([]time.Duration, len(limits)),
 		names: make([]string, len(limits)), o: o}
@@ -215,7 +225,8 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, status int, er
 }
 
 // reject answers a request that the limit of worst rejected, the
-// rejecting limit with the longest wait (see limitcore.Decide).
+// rejecting limit with the longest wait (see limitcore.Decide), with that
+// limit's Status.
 // Retry-After is that wait in whole seconds rounded up, and is left out
 // when the limit can never pass the request.
 func (m *Middleware) reject(w http.ResponseWriter, r *http.Request, ds []limitcore.Decision, worst *limitcore.Decision) {
@@ -231,7 +242,11 @@ func (m *Middleware) reject(w http.ResponseWriter, r *http.Request, ds []limitco
 		detail = append(strconv.AppendInt(append(detail, " exceeded, retry after "...), secs, 10), " seconds"...)
 	}
 	m.setHeaders(w.Header(), ds, secs)
-	m.writeBody(w, m.o.limitedStatus, detail, m.limits[worst.Index].Name, secs)
+	status := m.limits[worst.Index].Status
+	if status == 0 {
+		status = m.o.limitedStatus
+	}
+	m.writeBody(w, status, detail, m.limits[worst.Index].Name, secs)
 }
 
 // problem is an RFC 9457 problem details object. Type is always

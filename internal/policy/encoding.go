@@ -31,6 +31,8 @@ const (
 	TagCompound      Tag = 9
 	TagResilience4j  Tag = 10
 	TagConcurrency   Tag = 11
+	TagCalendar      Tag = 12
+	TagPenaltyBox    Tag = 13
 )
 
 // AppendHeader appends the version and tag that start every state.

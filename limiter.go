@@ -83,6 +83,9 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 		}
 		return newPlanLimiter(l, &o)
 	}
+	if holdsSlots(p) {
+		return newSlotLimiter(l, &o)
+	}
 	local := engine.NewMem(keys, l.clock)
 	l.backend = local
 	localDebts := memDebts(p, keys, l.clock)
@@ -110,7 +113,7 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	if o.lease != nil {
 		stored = engine.NewLeased(exact, o.lease.config(), p.leasing() == policy.LeasesToWindowEnd)
 	}
-	l.backend = &engine.Failover{Policy: setup.fail, Store: stored, Local: local, Limit: l.limit}
+	l.backend = &engine.Failover{Policy: setup.fail, Store: stored, Local: local, Fleet: setup.fleet, Limit: l.limit}
 	l.debts = nil
 	if d, ok := codec.(record.Debtor); ok && localDebts != nil && record.HoldsDebt(codec) {
 		l.debts = &engine.DebtsFailover{Policy: setup.fail, Store: engine.StoredDebts{Store: exact.Store, Codec: d}, Local: localDebts, Limit: l.limit}

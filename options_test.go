@@ -71,7 +71,7 @@ func TestOptionScopes(t *testing.T) {
 	// option, in memory as in a store.
 	for name, opts := range map[string][]sluice.Option{
 		"WithInheritance":  {sluice.WithInheritance(sluice.InheritAdditive + 1), sluice.WithStore(newMapStore())},
-		"WithStoreFailure": {sluice.WithStoreFailure(sluice.FailLocal + 1), sluice.WithStore(newMapStore())},
+		"WithStoreFailure": {sluice.WithStoreFailure(sluice.FailShare + 1), sluice.WithStore(newMapStore())},
 	} {
 		for _, extra := range [][]sluice.Option{nil, {policyFor}} {
 			_, err := sluice.NewLimiter(p, append(opts, extra...)...)

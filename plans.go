@@ -128,7 +128,7 @@ func newPlanLimiter(l *Limiter, o *options) (*Limiter, error) {
 			}
 			m := &engine.MemRecords{Recs: mem, Codec: local, Clock: l.clock}
 			pl := &engine.Plan{Keys: &engine.Failover{Policy: setup.fail, Store: &engine.Stored{Store: setup.store, Codec: codec, Clock: l.clock},
-				Local: m, Limit: e.Quota()}}
+				Local: m, Fleet: setup.fleet, Limit: e.Quota()}}
 			if bc, ok := codec.(*record.Bucket); ok {
 				creating, _ := recordCodec(p, setup.inherit, version, true)
 				localCreating, _ := recordCodec(p, setup.inherit, memVersion, true)

@@ -32,6 +32,18 @@ const (
 	// if the key were new then. A fleet of n processes may then let n
 	// times the limit through.
 	FailLocal
+	// FailShare decides as FailLocal does, on this process's share of
+	// the limit: 1/n of it, n being the processes that shared the store
+	// at this process's last look. Each process beats into a record of
+	// the store (under a key of NUL and "sluice:fleet"), at most every
+	// second, after a store call that succeeded, and counts in the fleet
+	// until 3 s after its last beat. A fleet that stayed the same for
+	// those few seconds before the store failed then lets the limit
+	// through, as one limiter would from a fresh key, where FailLocal
+	// lets n times it. A process that has not seen its fleet yet fails
+	// closed, as do a KeyBucket's calls (a bucket's full API has no
+	// share). docs/stores.md states the bound.
+	FailShare
 )
 
 func (f StoreFailure) String() string {
@@ -42,6 +54,8 @@ func (f StoreFailure) String() string {
 		return "fail open"
 	case FailLocal:
 		return "local fallback"
+	case FailShare:
+		return "local share"
 	}
 	return fmt.Sprintf("StoreFailure(%d)", uint8(f))
 }
@@ -82,6 +96,7 @@ type storeSetup struct {
 	fail    engine.FailurePolicy
 	inherit tokenbucket.Strategy
 	version record.ConfigVersion // WithConfigVersion's
+	fleet   *engine.Fleet        // FailShare's, else nil
 }
 
 // newStoreSetup validates o's store options and builds the engine on
@@ -98,9 +113,9 @@ func newStoreSetup(o *options, clock Clock) (storeSetup, error) {
 	if err := checkInheritance("NewLimiter", "WithInheritance", inherit); err != nil {
 		return storeSetup{}, err
 	}
-	if o.storeFailure > FailLocal {
+	if o.storeFailure > FailShare {
 		return storeSetup{}, &ArgumentError{Op: "NewLimiter", Arg: "WithStoreFailure", Value: o.storeFailure,
-			Want: "must be FailClosed, FailOpen or FailLocal"}
+			Want: "must be FailClosed, FailOpen, FailLocal or FailShare"}
 	}
 	fail := engine.FailurePolicy{Failure: engine.Failure(o.storeFailure)}
 	var notify func(breaker.State)
@@ -117,7 +132,18 @@ func newStoreSetup(o *options, clock Clock) (storeSetup, error) {
 		partition = p.Partition
 	}
 	st := keyed.NewStore(observedStore(o.store, o.observer), clock, timeout, breaker.NewSet(threshold, notify, partition))
-	return storeSetup{store: st, fail: fail, inherit: tokenbucket.Strategy(inherit), version: configVersion(o.configVersion, o.observer)}, nil
+	var fleet *engine.Fleet
+	if o.storeFailure == FailShare {
+		// Other processes read the beats' times: a monotonic clock's
+		// would mean nothing to them.
+		now := clock.Now
+		if !clock.IsWallClock() {
+			now = WallClock().Now
+		}
+		fleet = engine.NewFleet(o.store, now, timeout)
+	}
+	return storeSetup{store: st, fail: fail, inherit: tokenbucket.Strategy(inherit), version: configVersion(o.configVersion, o.observer),
+		fleet: fleet}, nil
 }
 
 // failedOpen reports whether err is a store failure under FailOpen, on

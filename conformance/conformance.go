@@ -73,6 +73,16 @@ type DebtLimiter interface {
 
 var _ DebtLimiter = (*sluice.Limiter)(nil)
 
+// SlotLimiter is a Limiter whose policy may hold slots (concurrency):
+// the slot operations of *sluice.Limiter. A case with a slot step is
+// skipped, never passed, for a Limiter that does not implement it.
+type SlotLimiter interface {
+	Limiter
+	Acquire(ctx context.Context, key string, ttl, maxWait time.Duration) (sluice.Slot, error)
+	Release(ctx context.Context, s sluice.Slot) (sluice.Slot, error)
+	Renew(ctx context.Context, s sluice.Slot) (sluice.Slot, error)
+}
+
 // Target builds the buckets under test. Each case gets a new bucket.
 //
 // A Target offers more through optional interfaces: LimiterTarget for the

@@ -39,6 +39,7 @@ type testCase struct {
 	steps      []step
 	blocking   bool // some step needs a BlockingBucket
 	debts      bool // some step needs a DebtLimiter
+	slots      bool // some step needs a SlotLimiter
 }
 
 // wantConfig is a case's want_config_error: building the bucket or limiter
@@ -202,6 +203,7 @@ func decodeCase(path string, i int, raw json.RawMessage) *testCase {
 		}
 		c.blocking = c.blocking || s.blocking
 		c.debts = c.debts || s.debts
+		c.slots = c.slots || s.slots
 		c.steps = append(c.steps, s)
 	}
 	return c

@@ -16,13 +16,20 @@ import (
 // limiterKey.
 var limiterOps = opTable{of: "a limiter", ops: map[string]opSpec{
 	"consume": {
-		returns: []field{flag("accepted"), num("remaining"), num("retry_after"), num("limit")},
+		returns: []field{flag("accepted"), num("remaining"), num("retry_after"), num("limit"), num("reset_after")},
 		bind: withCount("tokens", 1, func(ctx context.Context, e *env, n int64) ([]any, error) {
 			r, err := e.limiter.AllowN(ctx, limiterKey, n)
-			return []any{r.Allowed, r.Remaining, int64(r.RetryAfter), r.Limit}, err
+			return []any{r.Allowed, r.Remaining, int64(r.RetryAfter), r.Limit, int64(r.ResetAfter)}, err
 		}),
 	},
 	"reserve": {returns: []field{num("wait")}, bind: bindLimiterReserve},
+	"acquire": {
+		returns: []field{flag("accepted"), num("remaining"), num("retry_after"), num("limit"), num("expires_in")},
+		slots:   true,
+		bind:    bindAcquire,
+	},
+	"release": {returns: []field{flag("held"), num("remaining")}, slots: true, bind: bindSlotOp(false)},
+	"renew":   {returns: []field{flag("held"), num("remaining"), num("expires_in")}, slots: true, bind: bindSlotOp(true)},
 	"reset": {bind: func(*stepDoc) (call, error) {
 		return func(ctx context.Context, e *env) ([]any, error) {
 			return nil, e.limiter.Reset(ctx, limiterKey)
@@ -120,6 +127,74 @@ func bindLimiterReserve(d *stepDoc) (call, error) {
 		}
 		return []any{int64(r.Delay())}, nil
 	})(d)
+}
+
+// bindAcquire binds a slot's acquisition: ttl absent is the lease,
+// max_wait absent is 0, and slot names the slot for the steps that
+// release or renew it. expires_in is the time from the call's end until
+// the slot lapses, 0 when none was acquired.
+func bindAcquire(d *stepDoc) (call, error) {
+	var ttl, maxWait time.Duration
+	if d.TTL != nil {
+		ttl = time.Duration(*d.TTL)
+	}
+	if d.MaxWait != nil {
+		maxWait = time.Duration(*d.MaxWait)
+	}
+	name := ""
+	if d.Slot != nil {
+		name = *d.Slot
+	}
+	return func(ctx context.Context, e *env) ([]any, error) {
+		s, err := e.slots.Acquire(ctx, limiterKey, ttl, maxWait)
+		if err == nil && s.Allowed && name != "" {
+			e.held[name] = s
+		}
+		return []any{s.Allowed, s.Remaining, int64(s.RetryAfter), s.Limit, expiresIn(e, s)}, err
+	}, nil
+}
+
+// expiresIn is the time from now on e's clock until s lapses, 0 when
+// it is not held.
+func expiresIn(e *env, s sluice.Slot) int64 {
+	if !s.Allowed || s.Expires.IsZero() {
+		return 0
+	}
+	return s.Expires.UnixNano() - e.clock.Now()
+}
+
+// bindSlotOp binds the release (renew false) or renewal of the slot a
+// step names, which an earlier acquire step must have named; a renewal's
+// ttl absent is the one the slot was acquired with.
+func bindSlotOp(renew bool) func(*stepDoc) (call, error) {
+	return func(d *stepDoc) (call, error) {
+		if d.Slot == nil {
+			return nil, errors.New("slot is missing")
+		}
+		name := *d.Slot
+		var ttl time.Duration
+		if d.TTL != nil {
+			ttl = time.Duration(*d.TTL)
+		}
+		return func(ctx context.Context, e *env) ([]any, error) {
+			s, ok := e.held[name]
+			if !ok {
+				return nil, fmt.Errorf("conformance: no slot %q was acquired before", name)
+			}
+			if !renew {
+				r, err := e.slots.Release(ctx, s)
+				return []any{r.Allowed, r.Remaining}, err
+			}
+			if ttl != 0 {
+				s.TTL = ttl
+			}
+			r, err := e.slots.Renew(ctx, s)
+			if err == nil && r.Allowed {
+				e.held[name] = r
+			}
+			return []any{r.Allowed, r.Remaining, expiresIn(e, r)}, err
+		}, nil
+	}
 }
 
 // rateLimiterOps are the operations of the resilience4j policy. acquire

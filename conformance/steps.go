@@ -25,6 +25,7 @@ type step struct {
 	op       string // the operation, or "advance" / "set_clock"
 	blocking bool   // run needs env.blocking
 	debts    bool   // run needs env.debts
+	slots    bool   // run needs env.slots
 	run      call
 	returns  []field  // the shape of run's values
 	want     []expect // the values compared, in field order; nil when none are
@@ -38,8 +39,10 @@ type env struct {
 	bucket    Bucket
 	blocking  BlockingBucket // bucket, when it implements BlockingBucket
 	limiter   Limiter
-	debts     DebtLimiter // limiter, when it implements DebtLimiter
-	holds     []string    // the IDs of the case's holds, in order
+	debts     DebtLimiter            // limiter, when it implements DebtLimiter
+	holds     []string               // the IDs of the case's holds, in order
+	slots     SlotLimiter            // limiter, when it implements SlotLimiter
+	held      map[string]sluice.Slot // the slots acquired, by the names the steps give them
 	rate      *resilience.RateLimiter
 	timeLimit *timeLimit
 	smooth    *smooth.RateLimiter
@@ -113,6 +116,7 @@ type stepDoc struct {
 	Strategy  *string         `json:"strategy"`
 	TTL       *duration       `json:"ttl"`
 	Hold      *integer        `json:"hold"`
+	Slot      *string         `json:"slot"`
 	Want      json.RawMessage `json:"want"`
 	WantError *string         `json:"want_error"`
 }
@@ -157,6 +161,7 @@ func decodeStep(raw json.RawMessage, ops opTable) (step, error) {
 		return s, fmt.Errorf("unknown op %q for %s", s.op, ops.of)
 	}
 	s.returns, s.blocking, s.debts = spec.returns, spec.blocking, spec.debts
+	s.returns, s.blocking, s.slots = spec.returns, spec.blocking, spec.slots
 	var err error
 	if s.run, err = spec.bind(&d); err != nil {
 		return s, err
@@ -199,6 +204,7 @@ type opSpec struct {
 	returns  []field // nil for an operation that returns nothing
 	blocking bool
 	debts    bool
+	slots    bool // it needs a SlotLimiter
 	// bind checks the step's arguments and returns the call.
 	bind func(d *stepDoc) (call, error)
 }

@@ -106,6 +106,23 @@ func (p prefixed) Debt(ctx context.Context, key string) (sluice.Cost, error) {
 	return p.l.Debt(ctx, p.prefix+key)
 }
 
+var _ SlotLimiter = prefixed{}
+
+// The slot operations keep the slot's key as the limiter has it, with the
+// prefix: a Slot goes back to the limiter as Acquire returned it.
+
+func (p prefixed) Acquire(ctx context.Context, key string, ttl, maxWait time.Duration) (sluice.Slot, error) {
+	return p.l.Acquire(ctx, p.prefix+key, ttl, maxWait)
+}
+
+func (p prefixed) Release(ctx context.Context, s sluice.Slot) (sluice.Slot, error) {
+	return p.l.Release(ctx, s)
+}
+
+func (p prefixed) Renew(ctx context.Context, s sluice.Slot) (sluice.Slot, error) {
+	return p.l.Renew(ctx, s)
+}
+
 // storeBucket adds TryConsume to a *sluice.KeyBucket, which has every
 // other method of BlockingBucket already.
 type storeBucket struct{ *sluice.KeyBucket }

@@ -148,10 +148,11 @@ func (in *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 		// trailer to set.
 		_ = grpc.SetTrailer(ctx, md)
 	}
-	held, err := in.limit(ctx, Call{Method: info.FullMethod, Request: req}, trailer)
+	release, held, err := in.limit(ctx, Call{Method: info.FullMethod, Request: req}, trailer)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	if held == nil {
 		return handler(ctx, req)
 	}
@@ -205,11 +206,20 @@ func (s chargedStream) Context() context.Context { return s.ctx }
 // a limiter (a store that failed, with sluice.FailClosed) answers
 // WithErrorCode's code, UNAVAILABLE by default. Those are logged, and
 // their messages do not say why. A panic in handler is not recovered.
+//
+// A limit whose policy holds slots (sluice.Concurrency) bounds the calls
+// in flight: a call takes one slot, whatever its cost, and holds it until
+// handler returns, a panic included, renewing it every third of its TTL
+// meanwhile, so that a long stream holds its slot for as long as it
+// lasts. When the call's context ends (the client went away, or its
+// deadline passed) the renewals stop: a handler that never returns holds
+// its slot at most one TTL more.
 func (in *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	held, err := in.limit(ss.Context(), Call{Method: info.FullMethod}, ss.SetTrailer)
+	release, held, err := in.limit(ss.Context(), Call{Method: info.FullMethod}, ss.SetTrailer)
 	if err != nil {
 		return err
 	}
+	defer release()
 	if held == nil {
 		return handler(srv, ss)
 	}
@@ -218,10 +228,11 @@ func (in *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	return handler(srv, chargedStream{ss, context.WithValue(ss.Context(), chargeKey{}, rep)})
 }
 
-// limit decides c: nil lets it through, with the decisions that hold its
-// cost to settle (nil for none); otherwise it returns the status error to
-// answer, having set its trailer with setTrailer.
-func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metadata.MD)) (held []limitcore.Decision, err error) {
+// limit decides c: nil lets it through, with the release of the slots it
+// holds (see Stream), to call when the call ends, and the decisions that
+// hold its cost to settle (nil for none); otherwise it returns the status
+// error to answer, having set its trailer with setTrailer.
+func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metadata.MD)) (release func(), held []limitcore.Decision, err error) {
 	var buf [4]limitcore.Decision // on the stack for up to 4 limits
 	ds := buf[:0]
 	for i := range in.limits {
@@ -232,7 +243,7 @@ func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metada
 			if errors.Is(err, ErrNoKey) {
 				code, msg = codes.InvalidArgument, "grpclimit: the call does not carry the key it is limited by"
 			}
-			return nil, in.fail(ctx, c, code, msg, err)
+			return nil, nil, in.fail(ctx, c, code, msg, err)
 		}
 		if match {
 			ds = append(ds, limitcore.Decision{Index: i, Limiter: l.Limiter, Key: key, Cost: cost, HoldTTL: int64(l.Settle)})
@@ -240,16 +251,16 @@ func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metada
 	}
 	switch d, err := limitcore.Decide(ctx, ds); {
 	case err != nil:
-		return nil, in.limiterFailed(ctx, c, &in.limits[d.Index], err)
+		return nil, nil, in.limiterFailed(ctx, c, &in.limits[d.Index], err)
 	case d != nil:
-		return nil, in.reject(ds, d, setTrailer)
+		return nil, nil, in.reject(ds, d, setTrailer)
 	}
 	for _, d := range ds {
 		if d.HoldID != "" {
 			held = append(held, d)
 		}
 	}
-	return held, nil
+	return limitcore.Hold(ctx, ds), held, nil
 }
 
 // prepare runs l's match, key and cost functions on c, turning a panic in

@@ -108,3 +108,43 @@ func ExampleTransport() {
 	// true true 30s
 	// sent: 1
 }
+
+func ExampleWithAdaptive() {
+	clock := sluicetest.NewFakeClock(1_700_000_000 * int64(time.Second))
+	store := memstore.New() // in production the fleet's shared store
+	// The provider documents 100 a second, but takes fewer when busy,
+	// and says so with a 503 (and no Retry-After).
+	busy := true
+	provider := roundTripper(func(r *http.Request) (*http.Response, error) {
+		resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("")), Request: r}
+		if busy {
+			resp.StatusCode = http.StatusServiceUnavailable
+			busy = false
+		}
+		return resp, nil
+	})
+	limiter, err := sluice.NewLimiter(sluice.GCRA(100, 100, time.Second), // the documented ceiling
+		sluice.WithStore(store), sluice.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	tr, err := httplimit.NewTransport(limiter, httplimit.WithBase(provider), httplimit.WithClock(clock),
+		httplimit.WithAdaptive(httplimit.Adaptive{Store: store, Min: 1, Max: 100}))
+	if err != nil {
+		panic(err)
+	}
+	client := &http.Client{Transport: tr}
+	for range 3 {
+		before := clock.Slept()
+		resp, err := client.Get("https://api.example/v1/things")
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		fmt.Println(resp.StatusCode, "after waiting", clock.Slept()-before)
+	}
+	// Output:
+	// 503 after waiting 0s
+	// 200 after waiting 10ms
+	// 200 after waiting 11.111111ms
+}

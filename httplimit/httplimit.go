@@ -37,6 +37,11 @@ type Limit struct {
 	// the Window of the limiter's policy; a negative Window leaves w
 	// out.
 	Window time.Duration
+	// Status is the status of the answer when this limit rejects a
+	// request, in [400, 599], so that a spent quota can answer 402
+	// Payment Required where a rate answers 429. Zero means
+	// WithLimitedStatus's. The answer names the limit either way.
+	Status int
 	// Settle, when positive, makes the request's cost an estimate: it is
 	// held for Settle (sluice.Limiter.Hold) and settled when the handler
 	// returns, the response written, streamed or cut short by a client
@@ -117,6 +122,11 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 	}); p != nil {
 		return nil, &ConfigError{Field: p.Field, Value: p.Value, Want: p.Want}
 	}
+	for i, l := range limits {
+		if l.Status != 0 && (l.Status < 400 || l.Status > 599) {
+			return nil, &ConfigError{Field: fmt.Sprintf("limits[%d].Status", i), Value: strconv.Itoa(l.Status), Want: "must be 0 or in [400, 599]"}
+		}
+	}
 	m := &Middleware{limits: append([]Limit(nil), limits...), windows: make([]time.Duration, len(limits)),
 		names: make([]string, len(limits)), o: o}
 	for i, l := range m.limits {
@@ -153,6 +163,14 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 // of a limiter (a store that failed, with sluice.FailClosed) answers
 // WithErrorStatus's code, 503 by default. Those responses carry no
 // rate-limit headers. A panic in next is not recovered.
+//
+// A limit whose policy holds slots (sluice.Concurrency) bounds the
+// requests in flight: a request takes one slot, whatever its cost, and
+// holds it until next returns, a panic included, renewing it every third
+// of its TTL meanwhile, so that a streamed response holds its slot for as
+// long as it lasts. When the client goes away (the request's context
+// ends) the renewals stop: a handler that never returns holds its slot
+// at most one TTL more.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var space [4]limitcore.Decision // most middlewares have a limit or two
@@ -176,6 +194,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		case d != nil:
 			m.reject(w, r, ds, d)
 		default:
+			defer limitcore.Hold(r.Context(), ds)()
 			m.setHeaders(w.Header(), ds, -1)
 			if !m.settles {
 				next.ServeHTTP(w, r)
@@ -275,7 +294,8 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, status int, er
 }
 
 // reject answers a request that the limit of worst rejected, the
-// rejecting limit with the longest wait (see limitcore.Decide).
+// rejecting limit with the longest wait (see limitcore.Decide), with that
+// limit's Status.
 // Retry-After is that wait in whole seconds rounded up, and is left out
 // when the limit can never pass the request.
 func (m *Middleware) reject(w http.ResponseWriter, r *http.Request, ds []limitcore.Decision, worst *limitcore.Decision) {
@@ -291,7 +311,11 @@ func (m *Middleware) reject(w http.ResponseWriter, r *http.Request, ds []limitco
 		detail = append(strconv.AppendInt(append(detail, " exceeded, retry after "...), secs, 10), " seconds"...)
 	}
 	m.setHeaders(w.Header(), ds, secs)
-	m.writeBody(w, m.o.limitedStatus, detail, m.limits[worst.Index].Name, secs)
+	status := m.limits[worst.Index].Status
+	if status == 0 {
+		status = m.o.limitedStatus
+	}
+	m.writeBody(w, status, detail, m.limits[worst.Index].Name, secs)
 }
 
 // problem is an RFC 9457 problem details object. Type is always

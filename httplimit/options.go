@@ -21,9 +21,10 @@ type options struct {
 	clock          sluice.Clock
 	logger         *slog.Logger
 
-	base    http.RoundTripper
-	key     KeyFunc
-	maxWait time.Duration
+	base     http.RoundTripper
+	key      KeyFunc
+	maxWait  time.Duration
+	adaptive *Adaptive
 }
 
 // WithHeaders sets the rate-limit header styles of New's responses, one
@@ -105,6 +106,9 @@ func newOptions(opts []Option) (options, error) {
 		return o, &ConfigError{Field: "WithClock", Value: "a clock that is not a wall clock", Want: "must be a wall clock"}
 	case o.maxWait < 0:
 		return o, &ConfigError{Field: "WithMaxWait", Value: o.maxWait.String(), Want: "must not be negative"}
+	}
+	if o.adaptive != nil {
+		return o, o.adaptive.check()
 	}
 	return o, nil
 }

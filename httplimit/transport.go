@@ -45,6 +45,10 @@ import (
 // limiter paces those requests, and the provider's next refusal says how
 // long to wait.
 //
+// With WithAdaptive, it also sends at most at a rate that the fleet
+// shares through a store and adapts to the provider's answers (see
+// Adaptive): each request first takes the next slot of that rate.
+//
 // Transport never retries: a 429 or 503 is returned to the caller as the
 // provider sent it, whether or not the request was idempotent.
 //
@@ -61,7 +65,7 @@ var _ http.RoundTripper = (*Transport)(nil)
 
 // NewTransport returns a transport that takes one token from l, under the
 // request's key, before each request. WithBase, WithKey, WithMaxWait,
-// WithClock applies. l's policy must support reservations,
+// WithClock and WithAdaptive apply. l's policy must support reservations,
 // since a request waits for its token with l.Wait: not SlidingWindow or
 // SlidingLog, nor a Compound with either among its members. It returns a
 // *ConfigError for a nil limiter, for one whose policy cannot reserve
@@ -138,6 +142,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, &WaitError{Key: key, MaxWait: bound, Err: err}
 		}
 		maxWait -= wait
+		bound -= wait
+	}
+	var epoch int64
+	if t.o.adaptive != nil {
+		e, wait, err := t.adaptiveWait(ctx, key, bound)
+		if err != nil {
+			closeBody(req)
+			if _, ok := err.(*WaitError); ok {
+				return nil, err
+			}
+			return nil, fmt.Errorf("httplimit: Transport adaptive rate: %w", err)
+		}
+		epoch = e
+		maxWait -= wait
 	}
 	if err := t.wait(ctx, key, maxWait); err != nil {
 		closeBody(req)
@@ -150,11 +168,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, fmt.Errorf("httplimit: Transport limiter: %w", err)
 	}
+	sent := t.o.clock.Now()
 	resp, err := t.o.base.RoundTrip(req)
 	if err != nil {
 		return nil, err
 	}
 	now := t.o.clock.Now()
+	if a := t.o.adaptive; a != nil && (resp.StatusCode == http.StatusTooManyRequests ||
+		resp.StatusCode == http.StatusServiceUnavailable || a.SlowAfter > 0 && time.Duration(now-sent) > a.SlowAfter) {
+		// A cut the store could not take is lost: the next refusal cuts.
+		_ = a.update(ctx, key, now, func(s aimd) (aimd, bool) { return a.cut(s, now, epoch) })
+	}
 	if d := holdBack(resp, now); d > 0 {
 		t.hold(key, policy.SatAdd(now, int64(d)))
 	}

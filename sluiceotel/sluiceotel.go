@@ -8,7 +8,7 @@
 //	sluice_tokens_consumed_total    Int64Counter     limiter
 //	sluice_store_duration_seconds   Float64Histogram op (update, delete); unit s
 //	sluice_store_errors_total       Int64Counter     op
-//	sluice_store_failures_total     Int64Counter     limiter, policy (fail_closed, fail_open, fail_local)
+//	sluice_store_failures_total     Int64Counter     limiter, policy (fail_closed, fail_open, fail_local, fail_share)
 //	sluice_store_circuit_open       Int64Gauge       limiter
 //	sluice_waiting_callers          Int64UpDownCounter  (none)
 //	resilience4j_ratelimiter_available_permissions  Int64ObservableGauge  name
@@ -126,7 +126,7 @@ func (m *Metrics) Observer(limiter string) sluice.Observer {
 		limiter:  add(lim),
 		gauge:    []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(lim))},
 	}
-	for f := sluice.FailClosed; f <= sluice.FailLocal; f++ {
+	for f := sluice.FailClosed; f <= sluice.FailShare; f++ {
 		o.failures[f] = add(lim, attribute.String(metricnames.Policy, metricnames.FailureLabel(f)))
 	}
 	return o
@@ -138,7 +138,7 @@ type observer struct {
 	allowed, rejected, errored []metric.AddOption
 	limiter                    []metric.AddOption
 	gauge                      []metric.RecordOption
-	failures                   [sluice.FailLocal + 1][]metric.AddOption
+	failures                   [sluice.FailShare + 1][]metric.AddOption
 }
 
 func (o *observer) Observe(e sluice.Event) {

@@ -65,11 +65,12 @@ sluice_decisions_total{limiter="api",outcome="rejected"} 1
 # TYPE sluice_store_errors_total counter
 sluice_store_errors_total{op="delete"} 0
 sluice_store_errors_total{op="update"} 2
-# HELP sluice_store_failures_total Decisions a store failure decided, by limiter and the failure policy applied (fail_closed, fail_open, fail_local).
+# HELP sluice_store_failures_total Decisions a store failure decided, by limiter and the failure policy applied (fail_closed, fail_open, fail_local, fail_share).
 # TYPE sluice_store_failures_total counter
 sluice_store_failures_total{limiter="api",policy="fail_closed"} 0
 sluice_store_failures_total{limiter="api",policy="fail_local"} 0
 sluice_store_failures_total{limiter="api",policy="fail_open"} 3
+sluice_store_failures_total{limiter="api",policy="fail_share"} 0
 # HELP sluice_store_circuit_open 1 while a limiter's circuit breaker keeps calls from the store (open or half-open), 0 when closed.
 # TYPE sluice_store_circuit_open gauge
 sluice_store_circuit_open{limiter="api"} 1

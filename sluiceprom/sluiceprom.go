@@ -7,7 +7,7 @@
 //	sluice_tokens_consumed_total    counter    limiter
 //	sluice_store_duration_seconds   histogram  op (update, delete)
 //	sluice_store_errors_total       counter    op
-//	sluice_store_failures_total     counter    limiter, policy (fail_closed, fail_open, fail_local)
+//	sluice_store_failures_total     counter    limiter, policy (fail_closed, fail_open, fail_local, fail_share)
 //	sluice_store_circuit_open       gauge      limiter
 //	sluice_waiting_callers          gauge      (none: blocking calls sleeping now, all limiters)
 //
@@ -128,7 +128,7 @@ func (c *Collector) Observer(limiter string) sluice.Observer {
 		tokens:   c.m.Tokens.WithLabelValues(limiter),
 		circuit:  c.m.CircuitOpen.WithLabelValues(limiter),
 	}
-	for f := sluice.FailClosed; f <= sluice.FailLocal; f++ {
+	for f := sluice.FailClosed; f <= sluice.FailShare; f++ {
 		o.failures[f] = c.m.StoreFailures.WithLabelValues(limiter, FailureLabel(f))
 	}
 	return o
@@ -155,7 +155,7 @@ type observer struct {
 	allowed, rejected, errored prometheus.Counter
 	tokens                     prometheus.Counter
 	circuit                    prometheus.Gauge
-	failures                   [sluice.FailLocal + 1]prometheus.Counter
+	failures                   [sluice.FailShare + 1]prometheus.Counter
 }
 
 func (o *observer) Observe(e sluice.Event) {

@@ -46,17 +46,20 @@ sluice_tokens_consumed_total{limiter="payments"} 2
 # TYPE sluice_store_errors_total counter
 sluice_store_errors_total{op="delete"} 0
 sluice_store_errors_total{op="update"} 1
-# HELP sluice_store_failures_total Decisions a store failure decided, by limiter and the failure policy applied (fail_closed, fail_open, fail_local).
+# HELP sluice_store_failures_total Decisions a store failure decided, by limiter and the failure policy applied (fail_closed, fail_open, fail_local, fail_share).
 # TYPE sluice_store_failures_total counter
 sluice_store_failures_total{limiter="api",policy="fail_closed"} 0
 sluice_store_failures_total{limiter="api",policy="fail_local"} 0
 sluice_store_failures_total{limiter="api",policy="fail_open"} 0
+sluice_store_failures_total{limiter="api",policy="fail_share"} 0
 sluice_store_failures_total{limiter="down",policy="fail_closed"} 1
 sluice_store_failures_total{limiter="down",policy="fail_local"} 0
 sluice_store_failures_total{limiter="down",policy="fail_open"} 0
+sluice_store_failures_total{limiter="down",policy="fail_share"} 0
 sluice_store_failures_total{limiter="payments",policy="fail_closed"} 0
 sluice_store_failures_total{limiter="payments",policy="fail_local"} 0
 sluice_store_failures_total{limiter="payments",policy="fail_open"} 0
+sluice_store_failures_total{limiter="payments",policy="fail_share"} 0
 # HELP sluice_store_circuit_open 1 while a limiter's circuit breaker keeps calls from the store (open or half-open), 0 when closed.
 # TYPE sluice_store_circuit_open gauge
 sluice_store_circuit_open{limiter="api"} 0

@@ -84,7 +84,7 @@ const kinds = 32
 // ready, and it is safe for concurrent use; one may observe many limiters.
 type Counter struct {
 	events, tokens, durations [kinds]atomic.Int64
-	failures                  [sluice.FailLocal + 1]atomic.Int64
+	failures                  [sluice.FailShare + 1]atomic.Int64
 	circuitOpened             atomic.Int64
 }
 

@@ -13,6 +13,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/sluicehq/sluice/internal/keyed"
 	"github.com/sluicehq/sluice/internal/policy"
@@ -54,6 +55,7 @@ const (
 	FailClosed Failure = iota
 	FailOpen
 	FailLocal
+	FailShare
 )
 
 // FailurePolicy is what a Limiter or KeyBucket with a store does when the
@@ -88,7 +90,7 @@ func (f FailurePolicy) failed(ctx context.Context, err error) error {
 	if f.OnFailure != nil {
 		f.OnFailure(err)
 	}
-	if f.Failure == FailLocal {
+	if f.Failure == FailLocal || f.Failure == FailShare {
 		return nil
 	}
 	return &StoreFailed{Err: err, Open: f.Failure == FailOpen}
@@ -105,24 +107,38 @@ func needsStore(ctx context.Context, err error) error {
 }
 
 // Failover is a Limiter's store behind its failure policy: Local is the
-// in-memory fallback of FailLocal, and Limit the Limit of a result under
+// in-memory fallback of FailLocal and FailShare, Fleet the processes
+// whose share FailShare takes, and Limit the Limit of a result under
 // FailOpen.
 type Failover struct {
 	Policy FailurePolicy
 	Store  Backend
 	Local  Backend
+	Fleet  *Fleet // FailShare's; nil under every other policy
 	Limit  int64
 }
 
 // onStore runs call on the store, and applies the failure policy when the
-// store fails.
+// store fails. Under FailShare a call that succeeded beats into the
+// fleet, and one that failed runs on the local fallback's share, or
+// fails closed while this process knows no fleet.
 func onStore[T any](ctx context.Context, f *Failover, call func(Backend) (T, error), open func() T) (T, error) {
 	v, err := call(f.Store)
+	storeErr := err
 	if err == nil {
+		if f.Fleet != nil {
+			f.Fleet.Beat()
+		}
 		return v, nil
 	}
 	if err = f.Policy.failed(ctx, err); err == nil {
-		return call(f.Local)
+		if f.Fleet == nil {
+			return call(f.Local)
+		}
+		if n := f.Fleet.Size(); n > 0 {
+			return call(shared{f.Local, n})
+		}
+		err = &StoreFailed{Err: fmt.Errorf("%w; no share to fall back on: this process has not seen its fleet yet", storeErr)}
 	}
 	if sf, ok := err.(*StoreFailed); ok && sf.Open {
 		return open(), nil
@@ -156,19 +172,21 @@ func (f *Failover) Reserve(ctx context.Context, key string, n, maxWait int64) (p
 	return r.res, r.at, r.undo, err
 }
 
-// Reset forgets key in the store, and in the local fallback of FailLocal.
+// Reset forgets key in the store, and in the local fallback of FailLocal
+// and FailShare.
 // A store failure is returned whatever the policy: a key that could not
 // be reset is not.
 func (f *Failover) Reset(ctx context.Context, key string) error {
 	err := f.Store.Reset(ctx, key)
-	if f.Policy.Failure == FailLocal {
+	if f.Policy.Failure == FailLocal || f.Policy.Failure == FailShare {
 		_ = f.Local.Reset(ctx, key)
 	}
 	return needsStore(ctx, err)
 }
 
 // BucketFailover is a KeyBucket's store behind its failure policy; Local
-// is the in-memory fallback of FailLocal.
+// is the in-memory fallback of FailLocal. A bucket's full API has no
+// share: under FailShare it fails closed.
 type BucketFailover struct {
 	Policy FailurePolicy
 	Store  Buckets
@@ -182,6 +200,9 @@ func (f *BucketFailover) Update(ctx context.Context, key string, fn BucketFunc) 
 	}
 	if ferr := f.Policy.failed(ctx, err); ferr != nil {
 		return nil, ferr
+	}
+	if f.Policy.Failure == FailShare {
+		return nil, &StoreFailed{Err: err}
 	}
 	return f.Local.Update(ctx, key, fn)
 }

@@ -459,3 +459,21 @@ func (s *Store) Debt(ctx context.Context, key string, c record.Debtor) (Settled,
 	})
 	return out, err
 }
+
+// Slotter is a record.Codec of a policy with slots (record.Machine).
+type Slotter interface {
+	record.Codec
+	Slot(rec []byte, now int64, op policy.SlotOp) (policy.SlotResult, []byte, bool)
+}
+
+// Slot runs the slot operation op on key's record.
+func (s *Store) Slot(ctx context.Context, key string, c Slotter, op policy.SlotOp) (policy.SlotResult, error) {
+	var res policy.SlotResult
+	err := s.submit(ctx, key, func(rec []byte, now int64) ([]byte, record.Codec) {
+		var next []byte
+		var changed bool
+		res, next, changed = c.Slot(rec, now, op)
+		return next, changedBy(c, changed)
+	})
+	return res, err
+}

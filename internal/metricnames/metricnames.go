@@ -34,7 +34,7 @@ const (
 	Limiter = "limiter" // the limiter's name
 	Outcome = "outcome" // allowed, rejected, error (and invalid, in sluice serve)
 	Op      = "op"      // the store call: update, delete (and ping, in sluice serve)
-	Policy  = "policy"  // the store failure policy: fail_closed, fail_open, fail_local
+	Policy  = "policy"  // the store failure policy: fail_closed, fail_open, fail_local, fail_share
 	Name    = "name"    // a Resilience4j limiter's name
 )
 
@@ -64,7 +64,7 @@ var (
 		[]string{Op}}
 	StoreErrorsFamily   = Family{StoreErrors, "Store calls that returned an error, by operation.", []string{Op}}
 	StoreFailuresFamily = Family{StoreFailures, "Decisions a store failure decided, by limiter and the failure policy applied " +
-		"(fail_closed, fail_open, fail_local).", []string{Limiter, Policy}}
+		"(fail_closed, fail_open, fail_local, fail_share).", []string{Limiter, Policy}}
 	CircuitOpenFamily = Family{CircuitOpen, "1 while a limiter's circuit breaker keeps calls from the store " +
 		"(open or half-open), 0 when closed.", []string{Limiter}}
 	WaitingFamily = Family{Waiting, "Callers sleeping for their tokens now: blocking calls " +
@@ -89,6 +89,8 @@ func FailureLabel(f sluice.StoreFailure) string {
 		return "fail_open"
 	case sluice.FailLocal:
 		return "fail_local"
+	case sluice.FailShare:
+		return "fail_share"
 	}
 	return "fail_closed"
 }

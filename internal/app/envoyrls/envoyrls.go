@@ -134,7 +134,8 @@ func WithStoreTimeout(d time.Duration) Option { return func(o *options) { o.time
 // WithStoreFailure says what a rate_limit descriptor gets when the store
 // fails: an error (sluice.FailClosed, the default: Envoy then applies its
 // failure_mode_deny), OK without counting (FailOpen), or a count in this
-// process's memory (FailLocal).
+// process's memory (FailLocal). FailShare is an error, as FailClosed: the
+// descriptors' windows keep no fleet to take a share of.
 func WithStoreFailure(f sluice.StoreFailure) Option { return func(o *options) { o.failure = f } }
 
 // WithLocalMaxKeys bounds the windows FailLocal counts in this process's
@@ -599,7 +600,7 @@ func (s *Service) storeError(ctx context.Context, domain string, i int, err erro
 	if ctx.Err() != nil {
 		return status.FromContextError(ctx.Err()).Err()
 	}
-	if s.opts.failure == sluice.FailClosed {
+	if s.opts.failure == sluice.FailClosed || s.opts.failure == sluice.FailShare {
 		s.opts.outage.Failure("domain "+domain, err)
 	}
 	return status.Errorf(codes.Unavailable, "envoyrls: descriptor %d: %v", i, err)

@@ -447,7 +447,8 @@ func (c *Config) serverFields() fields {
 		"start_without_store": boolean(&c.StartWithoutStore),
 		"store_timeout":       positiveDuration(&c.StoreTimeout),
 		"store_failure": enum(&c.StoreFailure, map[string]sluice.StoreFailure{
-			"fail_closed": sluice.FailClosed, "fail_open": sluice.FailOpen, "fail_local": sluice.FailLocal}),
+			"fail_closed": sluice.FailClosed, "fail_open": sluice.FailOpen, "fail_local": sluice.FailLocal,
+			"fail_share": sluice.FailShare}),
 		"inheritance": enum(&c.Inheritance, map[string]sluice.Inheritance{
 			"proportionally": sluice.InheritProportionally, "as_is": sluice.InheritAsIs, "reset": sluice.InheritReset, "additive": sluice.InheritAdditive}),
 		"auth": func(path string, n *yaml.Node) error {

@@ -140,7 +140,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"port as a number", "server: {http: 8080}\n" + limitersYAML, `config: server.http (line 1): must be a string, got integer 8080 (quote it)`},
 		{"bare duration", "server: {drain_timeout: 10}\n" + limitersYAML, `config: server.drain_timeout (line 1): must be a duration with a unit, as in 10s or 1 minute`},
 		{"zero duration", "server: {store_timeout: 0s}\n" + limitersYAML, `config: server.store_timeout (line 1): must be positive, got 0s`},
-		{"failure policy", "server: {store_failure: open}\n" + limitersYAML, `config: server.store_failure (line 1): must be one of fail_closed, fail_local, fail_open, got "open"`},
+		{"failure policy", "server: {store_failure: open}\n" + limitersYAML, `config: server.store_failure (line 1): must be one of fail_closed, fail_local, fail_open, fail_share, got "open"`},
 		{"threshold", "server:\n  health: {threshold: 1.5}\n" + limitersYAML, `config: server.health.threshold (line 2): must be a number above 0 and at most 1, got 1.5`},
 		{"min requests", "server:\n  health: {min_requests: -1}\n" + limitersYAML, `config: server.health.min_requests (line 2): must be positive, got -1`},
 		{"tokens not a list", "server:\n  auth: {tokens: abc}\n" + limitersYAML, `config: server.auth.tokens (line 2): must be a list, got string "abc"`},

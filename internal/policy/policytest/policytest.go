@@ -57,11 +57,29 @@ func Run[S any](t *testing.T, machines ...policy.Machine[S]) {
 	}
 }
 
+// RunSpan is Run with the histories' time steps drawn around span
+// rather than each machine's Window: for a machine whose periods are too
+// long for Run's steps to cross (a calendar's days and months), with a
+// span that crosses them.
+func RunSpan[S any](t *testing.T, span int64, machines ...policy.Machine[S]) {
+	t.Helper()
+	for i, m := range machines {
+		t.Run(fmt.Sprintf("%T#%d", m, i), func(t *testing.T) { runSpan(t, m, uint64(i), span) })
+	}
+}
+
 // run runs the histories of one machine, seeded by seed.
 func run[S any](t testing.TB, m policy.Machine[S], seed uint64) {
 	t.Helper()
+	runSpan(t, m, seed, 0)
+}
+
+// runSpan runs the histories of one machine, seeded by seed, with time
+// steps around span, or around its Window when span is 0.
+func runSpan[S any](t testing.TB, m policy.Machine[S], seed uint64, span int64) {
+	t.Helper()
 	for i := range uint64(10) {
-		h := &history[S]{t: t, m: m, rng: rand.New(rand.NewPCG(seed, i))}
+		h := &history[S]{t: t, m: m, rng: rand.New(rand.NewPCG(seed, i)), span: span}
 		h.run(200)
 	}
 }
@@ -74,6 +92,7 @@ type history[S any] struct {
 	s      S
 	exists bool
 	now    int64
+	span   int64 // the time steps' scale; 0: the machine's Window
 }
 
 // encode returns the encoding of *s.
@@ -107,6 +126,9 @@ func (h *history[S]) step() int64 {
 	w := h.m.Window()
 	if w <= 0 || w > 1<<40 {
 		w = 100
+	}
+	if h.span > 0 {
+		w = h.span
 	}
 	switch h.rng.IntN(8) {
 	case 0:

@@ -50,7 +50,7 @@ func costOf(s keyed.Settled) Cost {
 // configuration that cannot hold debt.
 func (l *Limiter) debtsFor(op string) (engine.Debts, error) {
 	if l.debts == nil {
-		return nil, fmt.Errorf("sluice: %s: policy %s cannot owe tokens (sliding window, sliding log and shaper cannot, nor a policy per key): %w",
+		return nil, fmt.Errorf("sluice: %s: policy %s cannot owe tokens (the Debt section of docs/policies.md lists the policies that can; a policy per key cannot): %w",
 			op, l.policy, errors.ErrUnsupported)
 	}
 	return l.debts, nil

@@ -54,7 +54,9 @@
 // The policies: [FixedWindow], [SlidingWindow], [SlidingLog], [TokenBucket]
 // (Symfony's), [LeakyBucket] (a meter), [Shaper] (a leaky bucket that
 // spaces requests), [GCRA], [BucketPolicy] (a whole Bucket4j
-// configuration), [Compound] (all must allow) and [NoLimit]. Each is a pure
+// configuration), [Compound] (all must allow), [Calendar] (a quota per
+// day, week or month of a time zone), [PenaltyBox] (a block after another
+// policy's refusal) and [NoLimit]. Each is a pure
 // state machine in exact integer arithmetic; docs/policies.md compares
 // them. For token-bucket policies, [Limiter.Bucket] hands out a key's
 // bucket as a [KeyBucket], Bucket4j's proxy: with [WithStore] it is the

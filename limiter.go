@@ -42,6 +42,9 @@ type Limiter struct {
 	buckets, inspect engine.Buckets
 	// shadow is WithShadow's: every decision lets its request through.
 	shadow bool
+	// debts is where Charge, Hold, Settle and Debt run (debt.go), nil
+	// when the policy cannot owe tokens.
+	debts engine.Debts
 }
 
 // NewLimiter returns a limiter that applies p to each key, in memory or,
@@ -82,8 +85,13 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 		}
 		return newPlanLimiter(l, &o)
 	}
+	if holdsSlots(p) {
+		return newSlotLimiter(l, &o)
+	}
 	local := engine.NewMem(keys, l.clock)
 	l.backend = local
+	localDebts := memDebts(p, keys, l.clock)
+	l.debts = localDebts
 	var localBuckets, localInspect engine.Buckets
 	if b := keys.Buckets(); b != nil {
 		localBuckets = engine.MemBuckets{Buckets: b, Clock: l.clock, Create: true}
@@ -108,6 +116,10 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 		stored = engine.NewLeased(exact, o.lease.config(), p.leasing() == policy.LeasesToWindowEnd)
 	}
 	l.backend = &engine.Failover{Policy: setup.fail, Store: stored, Local: local, Fleet: setup.fleet, Limit: l.limit}
+	l.debts = nil
+	if d, ok := codec.(record.Debtor); ok && localDebts != nil && record.HoldsDebt(codec) {
+		l.debts = &engine.DebtsFailover{Policy: setup.fail, Store: engine.StoredDebts{Store: exact.Store, Codec: d}, Local: localDebts, Limit: l.limit}
+	}
 	if bc, ok := codec.(*record.Bucket); ok && localBuckets != nil {
 		creating, _ := recordCodec(p, setup.inherit, setup.version, true)
 		l.buckets = &engine.BucketFailover{Policy: setup.fail, Store: engine.StoredBuckets{Store: setup.store, Codec: creating.(*record.Bucket)},

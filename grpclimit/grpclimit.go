@@ -17,6 +17,7 @@ import (
 	"math"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -57,6 +58,34 @@ type Limit struct {
 	// does not escape the count; a limiter's error then is logged. nil
 	// counts every call before the handler.
 	CountIf func(code codes.Code) bool
+	// Settle, when positive, makes the call's cost an estimate: it is
+	// held for Settle (sluice.Limiter.Hold) and settled when the handler
+	// returns, with the cost the handler reported with Charge (the
+	// estimate when it reported none), as httplimit.Limit's Settle. The
+	// limiter's policy must be able to owe tokens.
+	Settle time.Duration
+}
+
+// chargeKey is the context key of a call's costReport.
+type chargeKey struct{}
+
+// costReport is what a handler reported with Charge.
+type costReport struct {
+	n        atomic.Int64
+	reported atomic.Bool
+}
+
+// Charge reports that the call of ctx cost n ≥ 0 tokens more, for the
+// limits with Settle, as httplimit.Charge: the calls add up, and the total
+// settles the call's hold when its handler returns. Outside such an
+// interceptor it does nothing.
+func Charge(ctx context.Context, n int64) {
+	rep, _ := ctx.Value(chargeKey{}).(*costReport)
+	if rep == nil || n < 0 {
+		return
+	}
+	rep.n.Add(n)
+	rep.reported.Store(true)
 }
 
 // Codes returns a CountIf that counts the calls answered with one of the
@@ -123,6 +152,15 @@ func New(limits []Limit, opts ...Option) (*Interceptor, error) {
 	}); p != nil {
 		return nil, &ConfigError{Field: p.Field, Value: p.Value, Want: p.Want}
 	}
+	for i, l := range limits {
+		if l.Settle < 0 {
+			return nil, &ConfigError{Field: fmt.Sprintf("limits[%d].Settle", i), Value: l.Settle.String(), Want: "must not be negative"}
+		}
+		if p, ok := l.Limiter.Policy().(interface{ HoldsDebt() bool }); l.Settle > 0 && (!ok || !p.HoldsDebt()) {
+			return nil, &ConfigError{Field: fmt.Sprintf("limits[%d].Settle", i), Value: l.Settle.String(),
+				Want: fmt.Sprintf("a limiter whose policy can owe tokens, not %s", l.Limiter.Policy())}
+		}
+	}
 	return &Interceptor{limits: append([]Limit(nil), limits...), o: o}, nil
 }
 
@@ -140,13 +178,48 @@ func (in *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 	if err != nil {
 		return nil, err
 	}
+	release := limitcore.Hold(ctx, ds)
+	defer release()
+	if limitcore.Holding(ds) {
+		rep := new(costReport)
+		defer in.settleHolds(ctx, ds, rep)
+		ctx = context.WithValue(ctx, chargeKey{}, rep)
+	}
 	if !limitcore.Deferred(ds) {
 		return handler(ctx, req)
 	}
 	resp, err := handler(ctx, req)
-	in.settle(ctx, c, ds, status.Code(err))
+	in.countOutcome(ctx, c, ds, status.Code(err))
 	return resp, err
 }
+
+// settleHolds settles the holds of ds with the cost the handler reported
+// in rep, or at their estimates, on a context that the client's going
+// away does not end.
+func (in *Interceptor) settleHolds(ctx context.Context, ds []limitcore.Decision, rep *costReport) {
+	ctx = context.WithoutCancel(ctx)
+	for i := range ds {
+		d := &ds[i]
+		if d.HoldID == "" {
+			continue
+		}
+		n := d.Cost
+		if rep.reported.Load() {
+			n = rep.n.Load()
+		}
+		if _, err := d.Limiter.Settle(ctx, d.HoldID, n); err != nil {
+			in.o.logger.ErrorContext(ctx, "grpclimit: cost not settled", "limit", in.limits[d.Index].Name, "key", d.Key, "cost", n, "err", err)
+		}
+	}
+}
+
+// chargedStream is a stream whose context carries its costReport.
+type chargedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s chargedStream) Context() context.Context { return s.ctx }
 
 // Stream is a grpc.StreamServerInterceptor: it calls handler only when
 // the stream passes every limit. A stream is one call, limited when it
@@ -172,6 +245,14 @@ func (in *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 // a limiter (a store that failed, with sluice.FailClosed) answers
 // WithErrorCode's code, UNAVAILABLE by default. Those are logged, and
 // their messages do not say why. A panic in handler is not recovered.
+//
+// A limit whose policy holds slots (sluice.Concurrency) bounds the calls
+// in flight: a call takes one slot, whatever its cost, and holds it until
+// handler returns, a panic included, renewing it every third of its TTL
+// meanwhile, so that a long stream holds its slot for as long as it
+// lasts. When the call's context ends (the client went away, or its
+// deadline passed) the renewals stop: a handler that never returns holds
+// its slot at most one TTL more.
 func (in *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	var buf [4]limitcore.Decision // on the stack for up to 4 limits
 	c := Call{Method: info.FullMethod}
@@ -179,17 +260,24 @@ func (in *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	if err != nil {
 		return err
 	}
+	release := limitcore.Hold(ss.Context(), ds)
+	defer release()
+	if limitcore.Holding(ds) {
+		rep := new(costReport)
+		defer in.settleHolds(ss.Context(), ds, rep)
+		ss = chargedStream{ss, context.WithValue(ss.Context(), chargeKey{}, rep)}
+	}
 	if !limitcore.Deferred(ds) {
 		return handler(srv, ss)
 	}
 	err = handler(srv, ss)
-	in.settle(ss.Context(), c, ds, status.Code(err))
+	in.countOutcome(ss.Context(), c, ds, status.Code(err))
 	return err
 }
 
-// settle takes the cost of the limits with CountIf that count code, the
+// countOutcome takes the cost of the limits with CountIf that count code, the
 // code of c's answer: a limiter's error can only be logged.
-func (in *Interceptor) settle(ctx context.Context, c Call, ds []limitcore.Decision, code codes.Code) {
+func (in *Interceptor) countOutcome(ctx context.Context, c Call, ds []limitcore.Decision, code codes.Code) {
 	d, err := limitcore.Settle(ctx, ds, func(i int) bool { return in.limits[i].CountIf(code) })
 	if err != nil {
 		in.o.logger.ErrorContext(ctx, "grpclimit: call not counted", "limit", in.limits[d.Index].Name, "code", code.String(),
@@ -198,8 +286,9 @@ func (in *Interceptor) settle(ctx context.Context, c Call, ds []limitcore.Decisi
 }
 
 // limit decides c, appending its decisions to ds, which it returns: a
-// nil error lets it through; otherwise it returns the status error to
-// answer, having set its trailer with setTrailer.
+// nil error lets it through, its decisions holding the slots to release
+// (limitcore.Hold) and the costs to settle; otherwise it returns the
+// status error to answer, having set its trailer with setTrailer.
 func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metadata.MD), ds []limitcore.Decision) ([]limitcore.Decision, error) {
 	for i := range in.limits {
 		l := &in.limits[i]
@@ -212,7 +301,7 @@ func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metada
 			return nil, in.fail(ctx, c, code, msg, err)
 		}
 		if match {
-			ds = append(ds, limitcore.Decision{Index: i, Limiter: l.Limiter, Key: key, Cost: cost, Defer: l.CountIf != nil})
+			ds = append(ds, limitcore.Decision{Index: i, Limiter: l.Limiter, Key: key, Cost: cost, Defer: l.CountIf != nil, HoldTTL: int64(l.Settle)})
 		}
 	}
 	switch d, err := limitcore.Decide(ctx, ds); {

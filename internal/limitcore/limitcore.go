@@ -87,6 +87,14 @@ type Decision struct {
 	// by its outcome: Decide peeks at it and takes nothing, and Settle
 	// takes the cost once the outcome is known.
 	Defer bool
+	// HoldTTL, when positive, takes the cost as a hold of that many ns
+	// (sluice.Limiter.Hold) rather than with AllowN, whose ID is then
+	// HoldID, to be settled with the request's actual cost.
+	HoldTTL int64
+	HoldID  string
+	// Slot is the slot a limit of a concurrency policy acquired for the
+	// request (Taken then), which Hold keeps until the request ends.
+	Slot sluice.Slot
 }
 
 // Decide asks the limiters of ds about a request. With one limit that is
@@ -118,6 +126,11 @@ type Decision struct {
 // (its cost added back, as for a limit only peeked at above), until
 // Settle counts it.
 func Decide(ctx context.Context, ds []Decision) (*Decision, error) {
+	for i := range ds {
+		if HoldsSlots(ds[i].Limiter) {
+			ds[i].Cost = 1 // a request holds one slot, whatever its cost
+		}
+	}
 	if len(ds) > 1 {
 		rejected := false
 		for i := range ds {
@@ -146,11 +159,13 @@ func Decide(ctx context.Context, ds []Decision) (*Decision, error) {
 			}
 			continue
 		}
-		res, err := d.Limiter.AllowN(ctx, d.Key, d.Cost)
+		res, err := take(ctx, d)
 		if d.Res, err = neverPasses(ctx, d, res, err); err != nil {
+			releaseAll(ds)
 			return d, err
 		}
 		if !d.Res.Allowed {
+			releaseAll(ds)
 			return worst(ds), nil
 		}
 		d.Taken = true
@@ -197,6 +212,113 @@ func Deferred(ds []Decision) bool {
 		}
 	}
 	return false
+}
+
+// Holding reports whether ds has a hold, to settle with the request's
+// actual cost.
+func Holding(ds []Decision) bool {
+	for i := range ds {
+		if ds[i].HoldID != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// take takes d's cost: a slot when its limiter holds slots, else AllowN.
+func take(ctx context.Context, d *Decision) (sluice.Result, error) {
+	if d.HoldTTL > 0 {
+		c, err := d.Limiter.Hold(ctx, d.Key, d.Cost, time.Duration(d.HoldTTL))
+		d.HoldID = c.ID
+		return c.Result, err
+	}
+	if !HoldsSlots(d.Limiter) {
+		return d.Limiter.AllowN(ctx, d.Key, d.Cost)
+	}
+	s, err := d.Limiter.Acquire(ctx, d.Key, 0, 0)
+	if s.Allowed {
+		d.Slot = s
+	}
+	return s.Result, err
+}
+
+// HoldsSlots reports whether l's policy holds slots (sluice.Concurrency):
+// a request then holds one for as long as it runs.
+func HoldsSlots(l *sluice.Limiter) bool {
+	p, ok := l.Policy().(interface{ Slots() bool })
+	return ok && p.Slots()
+}
+
+// releaseTimeout bounds the release of a request's slots, which runs
+// after the request's own context may have ended.
+const releaseTimeout = 5 * time.Second
+
+// releaseAll gives back the slots the decisions of ds hold, for a request
+// refused after some were acquired, or ended.
+func releaseAll(ds []Decision) {
+	for i := range ds {
+		d := &ds[i]
+		if d.Slot.ID == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		_, _ = d.Limiter.Release(ctx, d.Slot)
+		cancel()
+		d.Slot = sluice.Slot{}
+	}
+}
+
+// Hold keeps the slots that ds acquired for a request until the release
+// it returns is called, when the request ends: it renews them every
+// third of their TTL while ctx, the request's, lasts. Once ctx ends (the
+// client went away) it stops renewing, so that a handler that never
+// returns holds its slots at most one TTL more. release must be called
+// once, deferred so that a panic calls it too; it is a no-op when ds
+// hold no slot.
+func Hold(ctx context.Context, ds []Decision) (release func()) {
+	// The held slots are copied, so that ds, on its caller's stack, does
+	// not escape to the renewing goroutine.
+	var held []Decision
+	every := time.Duration(0)
+	for i := range ds {
+		if s := ds[i].Slot; s.ID != 0 {
+			held = append(held, ds[i])
+			if every == 0 || s.TTL/3 < every {
+				every = s.TTL / 3
+			}
+		}
+	}
+	if held == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(max(every, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			for i := range held {
+				if d := &held[i]; d.Slot.ID != 0 {
+					if r, err := d.Limiter.Renew(ctx, d.Slot); err == nil && r.Allowed {
+						d.Slot = r
+					}
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+		releaseAll(held)
+	}
 }
 
 // neverPasses returns res, err of d's limiter, and for a cost above the

@@ -716,7 +716,24 @@ func (s *Service) limit(ctx context.Context, st *state, c *check) error {
 		return errorStatus("limiter "+name, fmt.Errorf("envoyrls: limiter %q not found", name))
 	}
 	hits := int64(c.hits)
-	res, err := consume(ctx, l, c.key, hits)
+	var res sluice.Result
+	var err error
+	switch {
+	case c.match.rule.counted && hits > 0:
+		var cost sluice.Cost
+		cost, err = l.Charge(ctx, c.key, hits)
+		res = cost.Result
+	case c.match.rule.counted:
+		// A check that takes nothing (hits_addend 0, as the request path
+		// of a cost charged at the stream's end sends) is over the limit
+		// while the key owes: the limit is already exceeded.
+		var cost sluice.Cost
+		cost, err = l.Debt(ctx, c.key)
+		res = cost.Result
+		res.Allowed = err == nil && cost.Debt == 0
+	default:
+		res, err = consume(ctx, l, c.key, hits)
+	}
 	if s.opts.observer != nil {
 		s.opts.observer(Decision{Limiter: name, Key: c.key, Hits: hits, Result: res, Shadow: c.match.rule.shadow, Err: err})
 	}

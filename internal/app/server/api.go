@@ -108,6 +108,11 @@ func (s *Server) routes() http.Handler {
 	api.Handle("/api/v1/consume", s.decision("/api/v1/consume", s.consume))
 	api.Handle("/api/v1/inspect", s.decision("/api/v1/inspect", s.inspect))
 	api.Handle("/api/v1/reset", s.decision("/api/v1/reset", s.reset))
+	api.Handle("/api/v1/reserve", s.decision("/api/v1/reserve", s.reserve))
+	api.Handle("/api/v1/settle", s.decision("/api/v1/settle", s.settle))
+	api.Handle("/api/v1/acquire", s.decision("/api/v1/acquire", s.acquire))
+	api.Handle("/api/v1/release", s.decision("/api/v1/release", s.release))
+	api.Handle("/api/v1/renew", s.decision("/api/v1/renew", s.renew))
 	api.Handle("/api/v1/limiters", get(s.listLimiters))
 	api.Handle("/api/v1/stats", get(s.stats))
 	api.Handle("/api/v1/simulate", get(s.simulate))
@@ -697,6 +702,8 @@ type Inspection struct {
 	Result Result `json:"result"`
 	// Bucket is the key's bucket, for token-bucket policies.
 	Bucket *BucketState `json:"bucket,omitempty"`
+	// Debt is what the key owes (debt.go), for policies that can owe.
+	Debt *int64 `json:"debt,omitempty"`
 }
 
 // BucketState is a token bucket's snapshot.
@@ -732,6 +739,11 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) *apiError {
 		return s.limiterError(r, err)
 	}
 	out := Inspection{Limiter: l.name, Key: q.Key, Policy: l.policyOf(q.Key).String(), Result: newResult(peek)}
+	if c, err := l.l.Debt(r.Context(), q.Key); err == nil {
+		out.Debt = &c.Debt
+	} else if !errors.Is(err, errors.ErrUnsupported) {
+		return s.limiterError(r, err)
+	}
 	if b, err := l.l.Bucket(q.Key); err == nil {
 		snap, err := b.Snapshot(r.Context())
 		if errors.Is(err, errors.ErrUnsupported) { // the key's own policy is not a token bucket (overrides)

@@ -54,7 +54,9 @@
 // The policies: [FixedWindow], [SlidingWindow], [SlidingLog], [TokenBucket]
 // (Symfony's), [LeakyBucket] (a meter), [Shaper] (a leaky bucket that
 // spaces requests), [GCRA], [BucketPolicy] (a whole Bucket4j
-// configuration), [Compound] (all must allow) and [NoLimit]. Each is a pure
+// configuration), [Compound] (all must allow), [Calendar] (a quota per
+// day, week or month of a time zone), [PenaltyBox] (a block after another
+// policy's refusal) and [NoLimit]. Each is a pure
 // state machine in exact integer arithmetic; docs/policies.md compares
 // them. For token-bucket policies, [Limiter.Bucket] hands out a key's
 // bucket as a [KeyBucket], Bucket4j's proxy: with [WithStore] it is the
@@ -64,6 +66,11 @@
 // store round trip per decision (per batch on a hot key). [WithLease]
 // trades a bounded under-admission for far fewer: each process spends
 // leases of the shared tokens locally (docs/stores.md, "Quota leasing").
+//
+// [WithShadow] puts a Limiter in shadow mode: it decides and counts every
+// request as it would in force, but lets each one through, flagging in
+// [Result].ShadowRejected those its policy refused, so that a new limit
+// can be watched before it bites (docs/observability.md).
 //
 // # Observing
 //

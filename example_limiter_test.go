@@ -266,6 +266,69 @@ func ExampleCompound() {
 	// at 2s, 2 false retry after 58s
 }
 
+// Calendar: 1,000 calls a month, resetting on the 31st in New York, a
+// month's last day when it is shorter, and 5 a second besides, in a
+// compound. The RetryAfter of the spent quota runs to the exact boundary.
+func ExampleCalendar() {
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		log.Fatal(err)
+	}
+	start := time.Date(2028, 2, 10, 12, 0, 0, 0, ny)
+	clock := sluicetest.NewFakeClock(start.UnixNano())
+	l, err := sluice.NewLimiter(sluice.Compound(
+		sluice.Calendar(1000, time.Date(2028, 1, 31, 0, 0, 0, 0, ny), 1, 0),
+		sluice.TokenBucket(5, 5, time.Second),
+	), sluice.WithClock(clock))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	r, _ := l.AllowN(ctx, "customer-1", 5)
+	fmt.Println(r.Allowed, "remaining", r.Remaining, "of", r.Limit)
+	for range 199 { // 995 more, 5 a second
+		clock.Advance(time.Second)
+		l.AllowN(ctx, "customer-1", 5)
+	}
+	clock.Advance(time.Second)
+	r, _ = l.Allow(ctx, "customer-1")
+	fmt.Println(r.Allowed, "until", start.Add(200*time.Second+r.RetryAfter).In(ny))
+	clock.Set(time.Date(2028, 2, 29, 0, 0, 0, 0, ny).UnixNano())
+	r, _ = l.Allow(ctx, "customer-1")
+	fmt.Println(r.Allowed, "resets in", r.ResetAfter)
+	// Output:
+	// true remaining 0 of 5
+	// false until 2028-02-29 00:00:00 -0500 EST
+	// true resets in 743h0m0s
+}
+
+// PenaltyBox: 5 logins a minute, and a client that tries a 6th is shut
+// out for a minute, then 10, then an hour, until it has been quiet for a
+// day.
+func ExamplePenaltyBox() {
+	clock := sluicetest.NewFakeClock(0)
+	l, err := sluice.NewLimiter(sluice.PenaltyBox(sluice.FixedWindow(5, time.Minute),
+		[]time.Duration{time.Minute, 10 * time.Minute, time.Hour}, 24*time.Hour), sluice.WithClock(clock))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	for range 2 {
+		l.AllowN(ctx, "203.0.113.7", 5)
+		r, _ := l.Allow(ctx, "203.0.113.7")
+		fmt.Println(r.Allowed, "retry after", r.RetryAfter)
+		clock.Advance(r.RetryAfter)
+	}
+	r, _ := l.Allow(ctx, "203.0.113.7")
+	fmt.Println(r.Allowed, "after the block")
+	// Output:
+	// false retry after 1m0s
+	// false retry after 10m0s
+	// true after the block
+}
+
 // NoLimit lets everything through and keeps no state.
 func ExampleNoLimit() {
 	l, err := sluice.NewLimiter(sluice.NoLimit())
@@ -369,4 +432,33 @@ func ExampleReservation_Cancel() {
 	// Output:
 	// reserved: true due in 1s
 	// after Cancel, 1 more in 1s
+}
+
+// Concurrency bounds what is in flight: 2 slots per key, each held until
+// released, or for at most 30s when its holder never comes back.
+func ExampleConcurrency() {
+	clock := sluicetest.NewFakeClock(0)
+	l, err := sluice.NewLimiter(sluice.Concurrency(2, 30*time.Second), sluice.WithClock(clock))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	a, _ := l.Acquire(ctx, "provider", 0, 0)
+	b, _ := l.Acquire(ctx, "provider", 10*time.Second, 0)
+	c, _ := l.Acquire(ctx, "provider", 0, 0)
+	fmt.Println(a.Allowed, b.Allowed, c.Allowed, c.RetryAfter)
+
+	r, _ := l.Release(ctx, a) // a's call ended
+	c, _ = l.Acquire(ctx, "provider", 0, 0)
+	fmt.Println(r.Allowed, c.Allowed)
+
+	clock.Advance(10 * time.Second) // b's holder crashed: its slot lapses
+	lost, _ := l.Renew(ctx, b)
+	d, _ := l.Acquire(ctx, "provider", 0, 0)
+	fmt.Println(lost.Allowed, d.Allowed, d.Remaining)
+	// Output:
+	// true true false 10s
+	// true true
+	// false true 0
 }

@@ -50,6 +50,7 @@ func TestWithLeaseArguments(t *testing.T) {
 	for _, p := range []sluice.Policy{
 		sluice.FixedWindow(10, time.Second), sluice.TokenBucket(10, 1, time.Second), sluice.LeakyBucket(10, 1, time.Second),
 		sluice.GCRA(10, 10, time.Second), sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: []sluice.Bandwidth{sluice.Simple(10, time.Second)}}),
+		sluice.Calendar(10, time.Time{}, 1, 0),
 	} {
 		if _, err := sluice.NewLimiter(p, sluice.WithLease(good), sluice.WithStore(newMapStore())); err != nil {
 			t.Errorf("NewLimiter(%s, WithLease(%v)) = %v, want a limiter", p, good, err)
@@ -65,6 +66,7 @@ func TestLeaseRoundTrips(t *testing.T) {
 		sluice.FixedWindow(1000, time.Minute),
 		sluice.TokenBucket(1000, 1, time.Hour),
 		sluice.GCRA(1000, 1, time.Hour),
+		sluice.Calendar(1000, time.Time{}, 1, 0),
 	} {
 		t.Run(p.Kind(), func(t *testing.T) {
 			clock := sluicetest.NewFakeClock(limiterStart)
@@ -173,6 +175,58 @@ func TestLeaseWindowBound(t *testing.T) {
 	}
 	if admitted != 100 {
 		t.Errorf("the second window admitted %d, want exactly its limit 100", admitted)
+	}
+}
+
+// TestLeaseCalendarBound: a calendar's lease ends with its period, at
+// midnight in its zone: two processes, one of which took a lease a second
+// before, admit exactly the limit in the new day.
+func TestLeaseCalendarBound(t *testing.T) {
+	ctx := context.Background()
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := sluicetest.NewFakeClock(time.Date(2026, 3, 7, 23, 59, 0, 0, ny).UnixNano())
+	st := newMapStore()
+	opts := []sluice.Option{sluice.WithClock(clock), sluice.WithStore(st),
+		sluice.WithLease(sluice.Lease{Min: 50, Max: 50, TTL: time.Hour})}
+	daily := sluice.Calendar(100, time.Date(2026, 1, 1, 0, 0, 0, 0, ny), 0, 1)
+	a, err := sluice.NewLimiter(daily, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sluice.NewLimiter(daily, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := b.Allow(ctx, "k"); !r.Allowed {
+		t.Fatal("first Allow refused")
+	}
+	clock.Advance(59 * time.Second)
+	if r, _ := a.Allow(ctx, "k"); !r.Allowed {
+		t.Fatal("first Allow refused")
+	}
+	clock.Advance(time.Second) // midnight: March 8, a 23-hour day
+	var admitted int
+	for range 200 {
+		if r, _ := a.Allow(ctx, "k"); r.Allowed {
+			admitted++
+		}
+		if r, _ := b.Allow(ctx, "k"); r.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 100 {
+		t.Errorf("the new day admitted %d, want exactly its limit 100", admitted)
+	}
+	clock.Advance(23*time.Hour - time.Nanosecond)
+	if r, _ := a.Allow(ctx, "k"); r.Allowed {
+		t.Errorf("1ns before the day's end: allowed %+v", r)
+	}
+	clock.Advance(time.Nanosecond)
+	if r, _ := a.Allow(ctx, "k"); !r.Allowed {
+		t.Errorf("at the next midnight: refused %+v", r)
 	}
 }
 

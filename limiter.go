@@ -40,6 +40,11 @@ type Limiter struct {
 	// buckets and inspect are the engine.Buckets of Bucket (see KeyBucket),
 	// nil when the policy is not a token bucket.
 	buckets, inspect engine.Buckets
+	// shadow is WithShadow's: every decision lets its request through.
+	shadow bool
+	// debts is where Charge, Hold, Settle and Debt run (debt.go), nil
+	// when the policy cannot owe tokens.
+	debts engine.Debts
 }
 
 // NewLimiter returns a limiter that applies p to each key, in memory or,
@@ -67,7 +72,7 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 	if err := o.lease.check(p); err != nil {
 		return nil, err
 	}
-	l := &Limiter{policy: p, clock: o.clock, observer: o.observer, keys: keys, limit: keys.Quota()}
+	l := &Limiter{policy: p, clock: o.clock, observer: o.observer, keys: keys, limit: keys.Quota(), shadow: o.shadow}
 	if l.clock == nil {
 		l.clock = MonotonicClock()
 	}
@@ -80,8 +85,13 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 		}
 		return newPlanLimiter(l, &o)
 	}
+	if holdsSlots(p) {
+		return newSlotLimiter(l, &o)
+	}
 	local := engine.NewMem(keys, l.clock)
 	l.backend = local
+	localDebts := memDebts(p, keys, l.clock)
+	l.debts = localDebts
 	var localBuckets, localInspect engine.Buckets
 	if b := keys.Buckets(); b != nil {
 		localBuckets = engine.MemBuckets{Buckets: b, Clock: l.clock, Create: true}
@@ -106,6 +116,10 @@ func NewLimiter(p Policy, opts ...Option) (*Limiter, error) {
 		stored = engine.NewLeased(exact, o.lease.config(), p.leasing() == policy.LeasesToWindowEnd)
 	}
 	l.backend = &engine.Failover{Policy: setup.fail, Store: stored, Local: local, Fleet: setup.fleet, Limit: l.limit}
+	l.debts = nil
+	if d, ok := codec.(record.Debtor); ok && localDebts != nil && record.HoldsDebt(codec) {
+		l.debts = &engine.DebtsFailover{Policy: setup.fail, Store: engine.StoredDebts{Store: exact.Store, Codec: d}, Local: localDebts, Limit: l.limit}
+	}
 	if bc, ok := codec.(*record.Bucket); ok && localBuckets != nil {
 		creating, _ := recordCodec(p, setup.inherit, setup.version, true)
 		l.buckets = &engine.BucketFailover{Policy: setup.fail, Store: engine.StoredBuckets{Store: setup.store, Codec: creating.(*record.Bucket)},
@@ -184,9 +198,13 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
 	}
 	code, allowed, remaining, retryAfter, resetAfter, limit := m.Decide(key, 1)
 	if code == policy.OK {
+		res := Result{Allowed: allowed, Remaining: remaining, RetryAfter: time.Duration(retryAfter),
+			ResetAfter: time.Duration(resetAfter), Limit: limit}
+		if l.shadow {
+			return l.shadowDecision(res, 1), nil
+		}
 		notify(l.observer, allowed, 1)
-		return Result{Allowed: allowed, Remaining: remaining, RetryAfter: time.Duration(retryAfter),
-			ResetAfter: time.Duration(resetAfter), Limit: limit}, nil
+		return res, nil
 	}
 	return Result{}, limiterError("Limiter.AllowN", policy.Result{Code: code, Limit: limit}, 1, 0, l.limit)
 }
@@ -206,9 +224,13 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 		// for speed, a third of a decision on 1k keys (see keyed.Keys.Decide).
 		code, allowed, remaining, retryAfter, resetAfter, limit := m.Decide(key, n)
 		if code == policy.OK {
+			res := Result{Allowed: allowed, Remaining: remaining, RetryAfter: time.Duration(retryAfter),
+				ResetAfter: time.Duration(resetAfter), Limit: limit}
+			if l.shadow {
+				return l.shadowDecision(res, n), nil
+			}
 			notify(l.observer, allowed, n)
-			return Result{Allowed: allowed, Remaining: remaining, RetryAfter: time.Duration(retryAfter),
-				ResetAfter: time.Duration(resetAfter), Limit: limit}, nil
+			return res, nil
 		}
 		return Result{}, limiterError("Limiter.AllowN", policy.Result{Code: code, Limit: limit}, n, 0, l.limit)
 	}
@@ -219,8 +241,19 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 	if r.Code != policy.OK {
 		return Result{}, limiterError("Limiter.AllowN", r, n, 0, l.limit)
 	}
+	if l.shadow {
+		return l.shadowDecision(resultOf(r), n), nil
+	}
 	notify(l.observer, r.Allowed, n)
 	return resultOf(r), nil
+}
+
+// shadowDecision is res, the policy's decision on n tokens, as a limiter
+// in shadow mode answers it, told to its observer.
+func (l *Limiter) shadowDecision(res Result, n int64) Result {
+	res = shadowed(res)
+	notifyShadow(l.observer, res, n)
+	return res
 }
 
 // Peek is shorthand for PeekN(ctx, key, 1).
@@ -240,6 +273,9 @@ func (l *Limiter) PeekN(ctx context.Context, key string, n int64) (Result, error
 	}
 	if r.Code != policy.OK {
 		return Result{}, limiterError("Limiter.PeekN", r, n, 0, l.limit)
+	}
+	if l.shadow {
+		return shadowed(resultOf(r)), nil
 	}
 	return resultOf(r), nil
 }
@@ -263,10 +299,25 @@ func (l *Limiter) Reserve(ctx context.Context, key string, maxWait time.Duration
 // Cancel gives the tokens back where they were taken: the store, or the
 // in-memory fallback of FailLocal. A reservation that a failing store let
 // through under FailOpen took nothing and gives nothing back.
+//
+// In shadow mode (WithShadow) a reservation is decided now, as with a
+// maxWait of 0, and is OK at once: one the policy refused took nothing
+// and gives nothing back.
 func (l *Limiter) ReserveN(ctx context.Context, key string, n int64, maxWait time.Duration) (*Reservation, error) {
+	if l.shadow && maxWait > 0 {
+		maxWait = 0
+	}
 	r, err := l.reserve(ctx, "Limiter.ReserveN", key, n, int64(maxWait))
 	if err != nil {
 		return nil, err
+	}
+	if l.shadow {
+		r.res = shadowed(r.res)
+		if !r.ok {
+			r.ok, r.delay, r.due = true, 0, l.clock.Now()
+		}
+		notifyShadow(l.observer, r.res, n)
+		return r, nil
 	}
 	notifyReserved(l.observer, r)
 	return r, nil
@@ -316,7 +367,14 @@ func (l *Limiter) Wait(ctx context.Context, key string, maxWait time.Duration) e
 // at once, where this one takes a maxWait, refuses 0 and negative ones,
 // and reports a wait too long as a *MaxWaitError. ReserveN is the
 // non-blocking form, whose maxWait may be 0.
+//
+// In shadow mode (WithShadow) it never sleeps: it is AllowN, whose
+// decision lets the tokens through.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64, maxWait time.Duration) error {
+	if l.shadow && maxWait > 0 {
+		_, err := l.AllowN(ctx, key, n)
+		return err
+	}
 	// Tokens there now need no reservation: nothing to sleep and nothing
 	// to give back, so nothing to allocate, as x/time/rate's Wait.
 	if m := l.mem; m != nil && n > 0 && maxWait > 0 && ctx.Err() == nil && m.Take(key, n) {

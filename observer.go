@@ -132,6 +132,10 @@ type Event struct {
 	Failure StoreFailure
 	// Circuit is the breaker's new state on EventCircuit.
 	Circuit CircuitState
+	// Shadow is set on the EventRejected of a limiter in shadow mode
+	// (WithShadow): the policy refused Tokens and took nothing, but the
+	// request was let through.
+	Shadow bool
 }
 
 // WithObserver sets an observer told of every decision, wait and store
@@ -152,6 +156,19 @@ func notify(obs Observer, allowed bool, n int64) {
 		kind = EventAllowed
 	}
 	obs.Observe(Event{Kind: kind, Tokens: n})
+}
+
+// notifyShadow tells obs, which may be nil, of res, a decision on n
+// tokens of a limiter in shadow mode.
+func notifyShadow(obs Observer, res Result, n int64) {
+	if obs == nil {
+		return
+	}
+	if res.ShadowRejected {
+		obs.Observe(Event{Kind: EventRejected, Tokens: n, Shadow: true})
+		return
+	}
+	obs.Observe(Event{Kind: EventAllowed, Tokens: n})
 }
 
 // tell tells obs, which may be nil, of e.

@@ -11,7 +11,7 @@ import (
 //
 //	WithClock, WithObserver          NewBucket and NewLimiter
 //	WithStore, WithMaxKeys,          NewLimiter
-//	WithPolicyFor
+//	WithPolicyFor, WithShadow
 //	WithStoreTimeout,                NewLimiter with WithStore
 //	WithStoreFailure,
 //	WithCircuitBreaker,
@@ -96,6 +96,7 @@ type options struct {
 	store   driver.Store
 	maxKeys int
 	lease   *Lease // WithLease
+	shadow  bool   // WithShadow
 
 	// for a Limiter or KeyBucket with a store
 	storeTimeout    time.Duration
@@ -183,4 +184,19 @@ func WithInheritance(t Inheritance) Option {
 // any partition's circuit is open.
 func WithCircuitBreaker(n int) Option {
 	return Option{name: "WithCircuitBreaker", scope: storeOnly, set: func(o *options) { o.circuitFailures = n }}
+}
+
+// WithShadow puts a Limiter in shadow mode when on is true: it decides
+// every request by its policy, keeping the same state as without shadow
+// mode, but lets every one through. Its Results have Shadow set, and
+// ShadowRejected on each request the policy refused, which its Observer
+// is told as EventRejected with Event.Shadow set (sluiceprom counts them
+// in sluice_shadow_rejected_total): a new limit can be rolled out and
+// watched before it refuses anyone. ReserveN and WaitN never delay in
+// shadow mode: a reservation is decided now (as with a maxWait of 0) and
+// is OK at once, having taken nothing when the policy refused; WaitN
+// never sleeps. The buckets that Bucket returns are not in shadow mode.
+// The default is false.
+func WithShadow(on bool) Option {
+	return Option{name: "WithShadow", scope: limiterOnly, set: func(o *options) { o.shadow = on }}
 }

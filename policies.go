@@ -2,15 +2,19 @@ package sluice
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/keyed"
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policy/calendar"
 	"github.com/sluicehq/sluice/internal/policy/compound"
+	"github.com/sluicehq/sluice/internal/policy/concurrency"
 	"github.com/sluicehq/sluice/internal/policy/fixedwindow"
 	"github.com/sluicehq/sluice/internal/policy/gcra"
 	"github.com/sluicehq/sluice/internal/policy/nolimit"
+	"github.com/sluicehq/sluice/internal/policy/penaltybox"
 	"github.com/sluicehq/sluice/internal/policy/shaper"
 	"github.com/sluicehq/sluice/internal/policy/slidinglog"
 	"github.com/sluicehq/sluice/internal/policy/slidingwindow"
@@ -77,6 +81,8 @@ const (
 	kindCompound      = "compound"
 	kindNoLimit       = "no_limit"
 	kindBucket        = "bucket"
+	kindCalendar      = "calendar"
+	kindPenaltyBox    = "penalty_box"
 )
 
 // machinePolicy is a Policy backed by a policy.Machine.
@@ -133,6 +139,14 @@ func (p machinePolicy[S, M]) erased() (policy.Erased, error) {
 // package's API small: httplimit.NewTransport asks it through an interface
 // of its own, to refuse at once a limiter it could not wait on.
 func (p machinePolicy[S, M]) Reserves() bool { return p.err == nil && policy.Reserves[S](p.m) }
+
+// HoldsDebt reports whether the policy can owe tokens (Limiter.Charge,
+// Hold, Settle): every policy but SlidingWindow, SlidingLog and Shaper,
+// and a Compound of policies that can. As Reserves, it is not part of
+// Policy; the command asks it through an interface of its own, to refuse
+// at configuration time a limiter that charges after the fact on a
+// policy that cannot.
+func (p machinePolicy[S, M]) HoldsDebt() bool { return p.err == nil && policy.HoldsDebt[S](p.m) }
 
 // tokenBucket asks the machine: the token-bucket machines say what their
 // bucket is, whatever policy made them.
@@ -191,6 +205,50 @@ func AlignedFixedWindow(limit int64, interval time.Duration) Policy {
 		m:    fixedwindow.Config{Limit: limit, Interval: int64(interval), Aligned: true},
 		err:  checkLimit(kindFixedWindow, "interval", limit, interval),
 	}
+}
+
+// Calendar lets limit tokens through per calendar period: months months
+// or days days, exactly one of them positive, starting at anchor's local
+// date and time of day in anchor's Location. Calendar(100, t, 0, 1) is a
+// day, (0, 7) a week from anchor's weekday, (1, 0) a month from anchor's
+// day of the month, on the month's last day when it has fewer days (an
+// anchor on the 31st: February 28 or 29, April 30), as billing cycles
+// count; (12, 0) is a year. Periods follow the zone's clock: a day across
+// a change to or from daylight saving time is 23 or 25 hours, a month
+// 28 to 31 days. Result.RetryAfter and ResetAfter end exactly at the
+// boundary; Window is the average period (a Gregorian month is
+// 30.436875 days).
+//
+// The periods are those of the limiter's clock read as Unix time: on the
+// default MonotonicClock, the system time of its first reading, on
+// WallClock the system time. Asking for more than limit at once is an
+// argument error. Reservations take tokens from later periods, as
+// FixedWindow's do. It can be leased (WithLease), a lease ending with its
+// period. The zone's rules are those of the Location: load it
+// with time.LoadLocation, and import time/tzdata where the system may
+// have no zone database.
+func Calendar(limit int64, anchor time.Time, months, days int) Policy {
+	p := machinePolicy[calendar.State, calendar.Config]{
+		kind: kindCalendar,
+		name: fmt.Sprintf("%s(limit=%d, months=%d, days=%d, anchor=%s %s)", kindCalendar, limit, months, days,
+			anchor.Format("2006-01-02T15:04:05.999999999"), anchor.Location()),
+		m: calendar.New(limit, anchor, int64(months), int64(days)),
+	}
+	// The bounds keep every period within a few centuries, so that
+	// counting them from the anchor never overflows.
+	const maxMonths, maxDays = 12 * 100, 366 * 100
+	switch {
+	case limit <= 0:
+		p.err = policyError(kindCalendar, RuleNonPositiveLimit, "limit", itoa(limit), "must be positive")
+	case months < 0 || months > maxMonths:
+		p.err = policyError(kindCalendar, RuleNonPositivePeriod, "months", strconv.Itoa(months), "must be in [0, 1200]")
+	case days < 0 || days > maxDays:
+		p.err = policyError(kindCalendar, RuleNonPositivePeriod, "days", strconv.Itoa(days), "must be in [0, 36600]")
+	case (months > 0) == (days > 0):
+		p.err = policyError(kindCalendar, RuleNonPositivePeriod, "period", fmt.Sprintf("%d months and %d days", months, days),
+			"must be months or days, exactly one of them positive")
+	}
+	return p
 }
 
 // SlidingWindow is the sliding window counter, as in Symfony: a key's
@@ -292,6 +350,10 @@ func Compound(members ...Policy) Policy {
 		}
 		p.name += m.String()
 		e, err := m.erased()
+		if err == nil && holdsSlots(m) {
+			err = policyError(kindCompound, ruleSlotsInCompound, fmt.Sprintf("limiters[%d]", i), m.String(),
+				"must not hold slots: a compound cannot release a member's slot")
+		}
 		if err != nil {
 			if p.err == nil {
 				p.err = err
@@ -350,6 +412,49 @@ func wordCompound[A any, P compound.Array[A]](p machinePolicy[compound.State, co
 		return p
 	}
 	return machinePolicy[compound.WordState[A], compound.Words[A, P]]{kind: p.kind, name: p.name, m: w, aligned: p.aligned}
+}
+
+// PenaltyBox blocks a key for a penalty when inner refuses it: until the
+// penalty is over every request of the key is refused, even one inner
+// would let through, and Result.RetryAfter runs to the block's end, or
+// later when inner still refuses then. Repeat offences escalate through
+// penalties, the last one repeating (a minute, then 10, then an hour);
+// the count starts over once forgiveAfter has passed since a block ended
+// with no offence. A single penalty needs no forgiveAfter; several need
+// a positive one. Only a refused AllowN is an offence: a request during a
+// block, a refused reservation (ReserveN, Wait) and an argument error
+// are not.
+//
+// A key's state is inner's and two integers, so it runs on every store
+// inner runs on. It reserves when inner can, but a blocked key grants no
+// reservation.
+func PenaltyBox(inner Policy, penalties []time.Duration, forgiveAfter time.Duration) Policy {
+	p := machinePolicy[penaltybox.State, penaltybox.Config]{kind: kindPenaltyBox}
+	if inner == nil {
+		p.name, p.err = kindPenaltyBox+"(nil)", nilArgument("PenaltyBox", "inner")
+		return p
+	}
+	p.name = fmt.Sprintf("%s(%v, penalties=%v, forgive_after=%v)", kindPenaltyBox, inner, penalties, forgiveAfter)
+	e, err := inner.erased()
+	p.m.Inner, p.err = e, err
+	p.aligned = inner.wallClock()
+	for i, d := range penalties {
+		if d <= 0 && p.err == nil {
+			p.err = policyError(kindPenaltyBox, RuleNonPositivePeriod, "penalties", fmt.Sprintf("%v at %d", d, i), "must each be positive")
+		}
+		p.m.Penalties = append(p.m.Penalties, int64(d))
+	}
+	p.m.Forgive = int64(forgiveAfter)
+	switch {
+	case p.err != nil:
+	case len(penalties) == 0 || len(penalties) > penaltybox.MaxPenalties:
+		p.err = policyError(kindPenaltyBox, RuleNonPositivePeriod, "penalties", fmt.Sprint(penalties),
+			fmt.Sprintf("must hold 1 to %d penalties", penaltybox.MaxPenalties))
+	case forgiveAfter < 0 || len(penalties) > 1 && forgiveAfter == 0:
+		p.err = policyError(kindPenaltyBox, RuleNonPositivePeriod, "forgive_after", forgiveAfter.String(),
+			"must be positive with several penalties, and never negative")
+	}
+	return p
 }
 
 // NoLimit lets everything through; Remaining and Limit are math.MaxInt64.
@@ -447,5 +552,39 @@ func BucketPolicy(cfg BucketConfig) Policy {
 		return p
 	}
 	p.m, p.aligned = tokenbucket.NewMulti(c), hasAligned(c)
+	return p
+}
+
+const kindConcurrency = "concurrency"
+
+// The rules of concurrency limits: a limit above its bound, and a
+// compound with one among its members.
+const (
+	ruleLimitTooHigh    Rule = "limit_too_high"
+	ruleSlotsInCompound Rule = "slots_in_compound"
+)
+
+// Concurrency limits what is in flight rather than what passes per
+// period: at most limit tokens held at once per key, across every
+// process that shares the limiter's store. Limiter.Acquire takes a slot
+// (one token) and Limiter.Release gives it back; a slot not released
+// lapses after lease unless renewed (Limiter.Renew), so a holder that
+// crashed keeps its slot at most one lease: a crash can make the limit
+// admit fewer, for at most a lease, never more.
+//
+// limit is at most 1000, the most slots a key's record holds, and lease
+// must be positive. AllowN takes a slot of n tokens that it never
+// releases: it lapses after the lease. It cannot reserve, be leased, or
+// be a Compound's member.
+func Concurrency(limit int64, lease time.Duration) Policy {
+	p := machinePolicy[concurrency.State, concurrency.Config]{
+		kind: kindConcurrency,
+		name: fmt.Sprintf("%s(limit=%d, ttl=%v)", kindConcurrency, limit, lease),
+		m:    concurrency.Config{Limit: limit, Lease: int64(lease)},
+		err:  checkLimit(kindConcurrency, "ttl", limit, lease),
+	}
+	if p.err == nil && limit > concurrency.MaxLimit {
+		p.err = policyError(kindConcurrency, ruleLimitTooHigh, "limit", itoa(limit), fmt.Sprintf("must be at most %d", concurrency.MaxLimit))
+	}
 	return p
 }

@@ -76,6 +76,9 @@ type Limiter struct {
 	// Overrides are the policies of particular keys and key prefixes
 	// (overrides:), in file order; see PolicyFor.
 	Overrides []Override
+	// Shadow is the limiter's shadow: key, for sluice.WithShadow: decide
+	// and count, but let every request through.
+	Shadow bool
 }
 
 // Load decodes and validates a limiter file. It is a pure function of

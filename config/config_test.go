@@ -140,6 +140,17 @@ func TestLoadGood(t *testing.T) {
 			},
 		},
 		{
+			file:  "quotas",
+			order: []string{"monthly", "per_second", "api", "login_tries", "login"},
+			want: map[string]string{
+				"monthly":     "calendar(limit=10000, months=1, days=0, anchor=2000-01-31T00:00:00 America/New_York)",
+				"per_second":  "token_bucket(limit=10, rate=10 per 1s)",
+				"api":         "compound(calendar(",
+				"login_tries": "fixed_window(limit=5, interval=15m0s)",
+				"login":       "penalty_box(fixed_window(limit=5, interval=15m0s), penalties=[1m0s 10m0s 1h0m0s], forgive_after=24h0m0s)",
+			},
+		},
+		{
 			file:  "aligned",
 			order: []string{"hourly"},
 			want:  map[string]string{"hourly": "bucket(capacity=3600 intervally_aligned(3600 per 1h0m0s, first 2024-01-01T00:00:00Z, adaptive) id=hour, capacity=10 greedy(10 per 1s))"},

@@ -34,8 +34,25 @@
 //	gcra            limit, rate      -         GCRA(limit, rate.amount, rate.interval); limit is the burst
 //	shaper          rate, max_queue  -         Shaper(rate.amount, rate.interval, max_queue)
 //	no_limit        -                -         NoLimit()
+//	concurrency     limit, ttl       -         Concurrency(limit, ttl): ttl is the lease; limit at most 1000
 //	compound        limiters         -         Compound(members...)
 //	bucket          limits           -         BucketPolicy(Config{Bandwidths: ...})
+//	calendar        limit, period    time_zone, first_day, anchor_day  Calendar(limit, anchor, months, days)
+//	penalty_box     limiter, penalties  forgive_after  PenaltyBox(limiter, penalties, forgive_after)
+//
+// A calendar's period is day, week or month, starting at midnight in
+// time_zone, an IANA name (default UTC); a week starts on first_day
+// (sunday to saturday, default monday), a month on anchor_day (1 to 31,
+// default 1), or on the month's last day when it has fewer days: an
+// anchor_day of 31 starts February's period on the 28th or 29th. The
+// command embeds the zone database, so a container without one reads
+// every name.
+//
+// A penalty box's limiter is the name of another limiter or a limiter
+// mapping, as a compound's members are; penalties is a list of
+// durations, the block after the first offence, the second, ..., the last
+// repeating; forgive_after, required with more than one penalty, is the
+// quiet time after a block that starts the count over.
 //
 // A rate is a mapping {interval: D, amount: N}: amount tokens per
 // interval.
@@ -78,6 +95,16 @@
 //
 //	limiters:
 //	  search: {policy: gcra, limit: 1000, rate: {amount: 1000, interval: 1s}, lease: {min: 10, max: 500, ttl: 1s}}
+//
+// # Shadow mode
+//
+// A top-level limiter may have shadow: true, which is not its policy's
+// but the limiter's, as lease is: [Limiter].Shadow, for
+// [sluice.WithShadow]. The limiter then decides and counts as without it,
+// but lets every request through, and reports those its policy refused.
+//
+//	limiters:
+//	  new_limit: {policy: fixed_window, limit: 100, interval: 1m, shadow: true}
 //
 // # Values
 //

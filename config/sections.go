@@ -128,6 +128,7 @@ func limiters(d *policyspec.Decoder, path string, v *yaml.Node) (*File, error) {
 	r := &resolver{d: d, specs: make(map[string]*policyspec.Desc, len(lims.Keys)), state: make(map[string]int, len(lims.Keys))}
 	leases := make(map[string]*leaseSpec)
 	plans := make(map[string]plan)
+	shadows := make(map[string]bool)
 	for i, k := range lims.Keys {
 		name := k.Value
 		if !validName.MatchString(name) {
@@ -136,6 +137,9 @@ func limiters(d *policyspec.Decoder, path string, v *yaml.Node) (*File, error) {
 		}
 		v, ls, err := splitLease(d, yamlnode.Join(path, name), lims.Vals[i])
 		if err != nil {
+			return nil, err
+		}
+		if v, shadows[name], err = splitShadow(d, yamlnode.Join(path, name), v); err != nil {
 			return nil, err
 		}
 		n, pl, err := splitPlan(d, yamlnode.Join(path, name), v) // version: and overrides: (plans.go)
@@ -160,7 +164,7 @@ func limiters(d *policyspec.Decoder, path string, v *yaml.Node) (*File, error) {
 			return nil, err
 		}
 		k := lims.Keys[i]
-		l := Limiter{Name: name, Policy: s.Policy, Line: k.Line, Column: k.Column}
+		l := Limiter{Name: name, Policy: s.Policy, Line: k.Line, Column: k.Column, Shadow: shadows[name]}
 		if ls := leases[name]; ls != nil {
 			if err := ls.check(s.Policy); err != nil {
 				return nil, err

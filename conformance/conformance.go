@@ -60,6 +60,29 @@ type Limiter interface {
 	Reset(ctx context.Context, key string) error
 }
 
+// DebtLimiter is a Limiter whose keys can owe tokens, as
+// sluice.Limiter's Charge, Hold, Settle and Debt: the vectors' charge,
+// hold, settle and debt operations. A case with one of them is skipped,
+// never passed, on a target whose limiters are not DebtLimiters.
+type DebtLimiter interface {
+	Charge(ctx context.Context, key string, n int64) (sluice.Cost, error)
+	Hold(ctx context.Context, key string, n int64, ttl time.Duration) (sluice.Cost, error)
+	Settle(ctx context.Context, id string, n int64) (sluice.Cost, error)
+	Debt(ctx context.Context, key string) (sluice.Cost, error)
+}
+
+var _ DebtLimiter = (*sluice.Limiter)(nil)
+
+// SlotLimiter is a Limiter whose policy may hold slots (concurrency):
+// the slot operations of *sluice.Limiter. A case with a slot step is
+// skipped, never passed, for a Limiter that does not implement it.
+type SlotLimiter interface {
+	Limiter
+	Acquire(ctx context.Context, key string, ttl, maxWait time.Duration) (sluice.Slot, error)
+	Release(ctx context.Context, s sluice.Slot) (sluice.Slot, error)
+	Renew(ctx context.Context, s sluice.Slot) (sluice.Slot, error)
+}
+
 // Target builds the buckets under test. Each case gets a new bucket.
 //
 // A Target offers more through optional interfaces: LimiterTarget for the

@@ -38,6 +38,8 @@ type testCase struct {
 	wantConfig *wantConfig // building the subject must fail; nil when it must succeed
 	steps      []step
 	blocking   bool // some step needs a BlockingBucket
+	debts      bool // some step needs a DebtLimiter
+	slots      bool // some step needs a SlotLimiter
 }
 
 // wantConfig is a case's want_config_error: building the bucket or limiter
@@ -200,6 +202,8 @@ func decodeCase(path string, i int, raw json.RawMessage) *testCase {
 			return c
 		}
 		c.blocking = c.blocking || s.blocking
+		c.debts = c.debts || s.debts
+		c.slots = c.slots || s.slots
 		c.steps = append(c.steps, s)
 	}
 	return c

@@ -16,19 +16,98 @@ import (
 // limiterKey.
 var limiterOps = opTable{of: "a limiter", ops: map[string]opSpec{
 	"consume": {
-		returns: []field{flag("accepted"), num("remaining"), num("retry_after"), num("limit")},
+		returns: []field{flag("accepted"), num("remaining"), num("retry_after"), num("limit"), num("reset_after")},
 		bind: withCount("tokens", 1, func(ctx context.Context, e *env, n int64) ([]any, error) {
 			r, err := e.limiter.AllowN(ctx, limiterKey, n)
-			return []any{r.Allowed, r.Remaining, int64(r.RetryAfter), r.Limit}, err
+			return []any{r.Allowed, r.Remaining, int64(r.RetryAfter), r.Limit, int64(r.ResetAfter)}, err
 		}),
 	},
 	"reserve": {returns: []field{num("wait")}, bind: bindLimiterReserve},
+	"acquire": {
+		returns: []field{flag("accepted"), num("remaining"), num("retry_after"), num("limit"), num("expires_in")},
+		slots:   true,
+		bind:    bindAcquire,
+	},
+	"release": {returns: []field{flag("held"), num("remaining")}, slots: true, bind: bindSlotOp(false)},
+	"renew":   {returns: []field{flag("held"), num("remaining"), num("expires_in")}, slots: true, bind: bindSlotOp(true)},
 	"reset": {bind: func(*stepDoc) (call, error) {
 		return func(ctx context.Context, e *env) ([]any, error) {
 			return nil, e.limiter.Reset(ctx, limiterKey)
 		}, nil
 	}},
+	"charge": {
+		returns: []field{flag("accepted"), num("remaining"), num("retry_after"), num("debt")},
+		debts:   true,
+		bind: withTokens(func(ctx context.Context, e *env, n int64) ([]any, error) {
+			c, err := e.debts.Charge(ctx, limiterKey, n)
+			return []any{c.Allowed, c.Remaining, int64(c.RetryAfter), c.Debt}, debtError(err)
+		}),
+	},
+	"hold":   {returns: []field{flag("accepted"), num("remaining"), num("debt")}, debts: true, bind: bindHold},
+	"settle": {returns: []field{flag("settled"), num("remaining"), num("retry_after"), num("debt")}, debts: true, bind: bindSettle},
+	"debt": {
+		returns: []field{num("debt"), num("remaining"), num("retry_after")},
+		debts:   true,
+		bind: func(*stepDoc) (call, error) {
+			return func(ctx context.Context, e *env) ([]any, error) {
+				c, err := e.debts.Debt(ctx, limiterKey)
+				return []any{c.Debt, c.Remaining, int64(c.RetryAfter)}, debtError(err)
+			}, nil
+		},
+	},
 }}
+
+// debtUnsupported is the error of a debt operation on a policy that
+// cannot owe tokens: the want_error debt_not_supported.
+type debtUnsupported struct{ error }
+
+func (e debtUnsupported) Unwrap() error { return e.error }
+
+// debtError marks err, a debt operation's error, as debtUnsupported when
+// it matches errors.ErrUnsupported.
+func debtError(err error) error {
+	if errors.Is(err, errors.ErrUnsupported) {
+		return debtUnsupported{err}
+	}
+	return err
+}
+
+// bindHold binds a hold of tokens for ttl (required); an accepted hold's
+// ID is the case's next, which settle names by its index.
+func bindHold(d *stepDoc) (call, error) {
+	if d.TTL == nil {
+		return nil, errors.New("ttl is missing")
+	}
+	ttl := time.Duration(*d.TTL)
+	return withTokens(func(ctx context.Context, e *env, n int64) ([]any, error) {
+		c, err := e.debts.Hold(ctx, limiterKey, n, ttl)
+		if err == nil && c.Allowed {
+			e.holds = append(e.holds, c.ID)
+		}
+		return []any{c.Allowed, c.Remaining, c.Debt}, debtError(err)
+	})(d)
+}
+
+// bindSettle binds a settlement of the case's hold number hold (from 0,
+// counting accepted holds) at the cost tokens (0 allowed).
+func bindSettle(d *stepDoc) (call, error) {
+	switch {
+	case d.Hold == nil:
+		return nil, errors.New("hold is missing")
+	case *d.Hold < 0:
+		return nil, fmt.Errorf("hold %d is negative", *d.Hold)
+	case d.Tokens == nil:
+		return nil, errors.New("tokens is missing")
+	}
+	i, n := int(*d.Hold), int64(*d.Tokens)
+	return func(ctx context.Context, e *env) ([]any, error) {
+		if i >= len(e.holds) {
+			return nil, fmt.Errorf("conformance: settle of hold %d, but the case has %d", i, len(e.holds))
+		}
+		c, err := e.debts.Settle(ctx, e.holds[i], n)
+		return []any{c.Settled, c.Remaining, int64(c.RetryAfter), c.Debt}, debtError(err)
+	}, nil
+}
 
 // bindLimiterReserve binds a limiter's reserve: an absent max_wait is no
 // bound (sluice.Never), and a reservation that is not OK is the error
@@ -48,6 +127,74 @@ func bindLimiterReserve(d *stepDoc) (call, error) {
 		}
 		return []any{int64(r.Delay())}, nil
 	})(d)
+}
+
+// bindAcquire binds a slot's acquisition: ttl absent is the lease,
+// max_wait absent is 0, and slot names the slot for the steps that
+// release or renew it. expires_in is the time from the call's end until
+// the slot lapses, 0 when none was acquired.
+func bindAcquire(d *stepDoc) (call, error) {
+	var ttl, maxWait time.Duration
+	if d.TTL != nil {
+		ttl = time.Duration(*d.TTL)
+	}
+	if d.MaxWait != nil {
+		maxWait = time.Duration(*d.MaxWait)
+	}
+	name := ""
+	if d.Slot != nil {
+		name = *d.Slot
+	}
+	return func(ctx context.Context, e *env) ([]any, error) {
+		s, err := e.slots.Acquire(ctx, limiterKey, ttl, maxWait)
+		if err == nil && s.Allowed && name != "" {
+			e.held[name] = s
+		}
+		return []any{s.Allowed, s.Remaining, int64(s.RetryAfter), s.Limit, expiresIn(e, s)}, err
+	}, nil
+}
+
+// expiresIn is the time from now on e's clock until s lapses, 0 when
+// it is not held.
+func expiresIn(e *env, s sluice.Slot) int64 {
+	if !s.Allowed || s.Expires.IsZero() {
+		return 0
+	}
+	return s.Expires.UnixNano() - e.clock.Now()
+}
+
+// bindSlotOp binds the release (renew false) or renewal of the slot a
+// step names, which an earlier acquire step must have named; a renewal's
+// ttl absent is the one the slot was acquired with.
+func bindSlotOp(renew bool) func(*stepDoc) (call, error) {
+	return func(d *stepDoc) (call, error) {
+		if d.Slot == nil {
+			return nil, errors.New("slot is missing")
+		}
+		name := *d.Slot
+		var ttl time.Duration
+		if d.TTL != nil {
+			ttl = time.Duration(*d.TTL)
+		}
+		return func(ctx context.Context, e *env) ([]any, error) {
+			s, ok := e.held[name]
+			if !ok {
+				return nil, fmt.Errorf("conformance: no slot %q was acquired before", name)
+			}
+			if !renew {
+				r, err := e.slots.Release(ctx, s)
+				return []any{r.Allowed, r.Remaining}, err
+			}
+			if ttl != 0 {
+				s.TTL = ttl
+			}
+			r, err := e.slots.Renew(ctx, s)
+			if err == nil && r.Allowed {
+				e.held[name] = r
+			}
+			return []any{r.Allowed, r.Remaining, expiresIn(e, r)}, err
+		}, nil
+	}
 }
 
 // rateLimiterOps are the operations of the resilience4j policy. acquire

@@ -111,6 +111,14 @@ func (c *testCase) run(ctx context.Context, target Target) (r CaseReport) {
 		r.Status, r.Reason = Skipped, fmt.Sprintf("target %s has no blocking operations", target.Name())
 		return r
 	}
+	if c.debts && e.debts == nil {
+		r.Status, r.Reason = Skipped, fmt.Sprintf("target %s has no debt operations", target.Name())
+		return r
+	}
+	if c.slots && e.slots == nil {
+		r.Status, r.Reason = Skipped, fmt.Sprintf("target %s's limiters hold no slots", target.Name())
+		return r
+	}
 	for i := range c.steps {
 		at = i
 		s := &c.steps[i]

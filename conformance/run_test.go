@@ -236,11 +236,11 @@ func TestRunLimiterReportsWrongExpectation(t *testing.T) {
 	}
 	want := conformance.Failure{File: filepath.Join(dir, "v.json"), Case: "wrong", Step: 2, Op: "consume",
 		Want: `{"accepted": false, "retry_after": 5000000000}`,
-		Got:  `{"accepted": false, "remaining": 0, "retry_after": 6000000000, "limit": 3}`}
+		Got:  `{"accepted": false, "remaining": 0, "retry_after": 6000000000, "limit": 3, "reset_after": 6000000000}`}
 	if *fs[0] != want {
 		t.Errorf("failure = %+v, want %+v", *fs[0], want)
 	}
-	if got, want := fs[0].Error(), `v.json: case "wrong": step 2 (consume): want {"accepted": false, "retry_after": 5000000000}, got {"accepted": false, "remaining": 0, "retry_after": 6000000000, "limit": 3}`; !strings.HasSuffix(got, want) {
+	if got, want := fs[0].Error(), `v.json: case "wrong": step 2 (consume): want {"accepted": false, "retry_after": 5000000000}, got {"accepted": false, "remaining": 0, "retry_after": 6000000000, "limit": 3, "reset_after": 6000000000}`; !strings.HasSuffix(got, want) {
 		t.Errorf("Error() = %q, want it to end in %q", got, want)
 	}
 }
@@ -267,7 +267,7 @@ func TestRunLimiterSteps(t *testing.T) {
 		{"invalid argument", threePer10s, `{"op": "consume", "tokens": 4, "want_error": "invalid_argument"}`, 0, "", "", ""},
 		{"invalid_interval is a deliberate difference", `{"policy": "sliding_window", "limit": 3, "interval": "500ms"}`,
 			`{"advance": "1s"}, {"op": "consume", "want_error": "invalid_interval"}`, 1,
-			"error invalid_interval", `no error, {"accepted": true, "remaining": 2, "retry_after": 0, "limit": 3}`, "does not reproduce"},
+			"error invalid_interval", `no error, {"accepted": true, "remaining": 2, "retry_after": 0, "limit": 3, "reset_after": 1000000000}`, "does not reproduce"},
 		{"reset", threePer10s, `{"op": "consume", "tokens": 3}, {"op": "reset"}, {"op": "consume", "tokens": 3, "want": {"accepted": true}}`, 0, "", "", ""},
 		{"resilience4j", r4j, `{"op": "reserve", "permits": 3, "want": {"wait": 1000000000}}, {"op": "available", "want": -1}, {"op": "nanos_to_wait", "want": 1000000000},
 			{"op": "acquire", "want": {"acquired": true, "waited": 1000000000}}, {"op": "available", "want": 0}, {"op": "drain"}, {"op": "change_timeout", "timeout": 0},

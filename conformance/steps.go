@@ -24,6 +24,8 @@ type call func(ctx context.Context, e *env) ([]any, error)
 type step struct {
 	op       string // the operation, or "advance" / "set_clock"
 	blocking bool   // run needs env.blocking
+	debts    bool   // run needs env.debts
+	slots    bool   // run needs env.slots
 	run      call
 	returns  []field  // the shape of run's values
 	want     []expect // the values compared, in field order; nil when none are
@@ -37,6 +39,10 @@ type env struct {
 	bucket    Bucket
 	blocking  BlockingBucket // bucket, when it implements BlockingBucket
 	limiter   Limiter
+	debts     DebtLimiter            // limiter, when it implements DebtLimiter
+	holds     []string               // the IDs of the case's holds, in order
+	slots     SlotLimiter            // limiter, when it implements SlotLimiter
+	held      map[string]sluice.Slot // the slots acquired, by the names the steps give them
 	rate      *resilience.RateLimiter
 	timeLimit *timeLimit
 	smooth    *smooth.RateLimiter
@@ -73,12 +79,15 @@ type expect struct {
 }
 
 // errorCodes are the want_error codes of the format.
-var errorCodes = []string{"invalid_argument", "max_wait_exceeded", "reserve_not_supported", "invalid_interval"}
+var errorCodes = []string{"invalid_argument", "max_wait_exceeded", "reserve_not_supported", "invalid_interval", "debt_not_supported"}
 
 // errorCode is the want_error code of err, or "" when it has none. sluice
 // has no error for invalid_interval: it accepts intervals under 1s.
 func errorCode(err error) string {
+	var du debtUnsupported
 	switch {
+	case errors.As(err, &du):
+		return "debt_not_supported"
 	case errors.Is(err, sluice.ErrInvalidArgument):
 		return "invalid_argument"
 	case errors.Is(err, sluice.ErrMaxWaitExceeded):
@@ -105,6 +114,9 @@ type stepDoc struct {
 	Outcome   *string         `json:"outcome"`
 	Bucket    json.RawMessage `json:"bucket"`
 	Strategy  *string         `json:"strategy"`
+	TTL       *duration       `json:"ttl"`
+	Hold      *integer        `json:"hold"`
+	Slot      *string         `json:"slot"`
 	Want      json.RawMessage `json:"want"`
 	WantError *string         `json:"want_error"`
 }
@@ -148,7 +160,8 @@ func decodeStep(raw json.RawMessage, ops opTable) (step, error) {
 	if !ok {
 		return s, fmt.Errorf("unknown op %q for %s", s.op, ops.of)
 	}
-	s.returns, s.blocking = spec.returns, spec.blocking
+	s.returns, s.blocking, s.debts = spec.returns, spec.blocking, spec.debts
+	s.returns, s.blocking, s.slots = spec.returns, spec.blocking, spec.slots
 	var err error
 	if s.run, err = spec.bind(&d); err != nil {
 		return s, err
@@ -190,6 +203,8 @@ func clockStep(d *stepDoc) step {
 type opSpec struct {
 	returns  []field // nil for an operation that returns nothing
 	blocking bool
+	debts    bool
+	slots    bool // it needs a SlotLimiter
 	// bind checks the step's arguments and returns the call.
 	bind func(d *stepDoc) (call, error)
 }

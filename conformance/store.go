@@ -87,6 +87,42 @@ func (p prefixed) ReserveN(ctx context.Context, key string, n int64, maxWait tim
 
 func (p prefixed) Reset(ctx context.Context, key string) error { return p.l.Reset(ctx, p.prefix+key) }
 
+var _ DebtLimiter = prefixed{}
+
+func (p prefixed) Charge(ctx context.Context, key string, n int64) (sluice.Cost, error) {
+	return p.l.Charge(ctx, p.prefix+key, n)
+}
+
+func (p prefixed) Hold(ctx context.Context, key string, n int64, ttl time.Duration) (sluice.Cost, error) {
+	return p.l.Hold(ctx, p.prefix+key, n, ttl)
+}
+
+// Settle takes a hold's ID, which names its prefixed key already.
+func (p prefixed) Settle(ctx context.Context, id string, n int64) (sluice.Cost, error) {
+	return p.l.Settle(ctx, id, n)
+}
+
+func (p prefixed) Debt(ctx context.Context, key string) (sluice.Cost, error) {
+	return p.l.Debt(ctx, p.prefix+key)
+}
+
+var _ SlotLimiter = prefixed{}
+
+// The slot operations keep the slot's key as the limiter has it, with the
+// prefix: a Slot goes back to the limiter as Acquire returned it.
+
+func (p prefixed) Acquire(ctx context.Context, key string, ttl, maxWait time.Duration) (sluice.Slot, error) {
+	return p.l.Acquire(ctx, p.prefix+key, ttl, maxWait)
+}
+
+func (p prefixed) Release(ctx context.Context, s sluice.Slot) (sluice.Slot, error) {
+	return p.l.Release(ctx, s)
+}
+
+func (p prefixed) Renew(ctx context.Context, s sluice.Slot) (sluice.Slot, error) {
+	return p.l.Renew(ctx, s)
+}
+
 // storeBucket adds TryConsume to a *sluice.KeyBucket, which has every
 // other method of BlockingBucket already.
 type storeBucket struct{ *sluice.KeyBucket }

@@ -65,6 +65,9 @@ func (l *limiterSubject) build(ctx context.Context, target Target, e *env) (stri
 	}
 	lim, err := lt.NewLimiter(ctx, l.policy, keyedClock{e.clock})
 	e.limiter = lim
+	e.debts, _ = lim.(DebtLimiter)
+	e.slots, _ = lim.(SlotLimiter)
+	e.held = map[string]sluice.Slot{}
 	return "", err
 }
 

@@ -41,6 +41,7 @@ func runLimiterTests(t *testing.T, h Harness) {
 		{"Migration", testMigration},
 		{"ReadsCreateNothing", testReadsCreateNothing},
 		{"Faults", testFaults},
+		{"Debt", testDebt},
 	} {
 		t.Run(tt.name, func(t *testing.T) { tt.f(t, newEnv(t, h)) })
 	}

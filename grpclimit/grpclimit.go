@@ -17,6 +17,7 @@ import (
 	"math"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -47,6 +48,58 @@ type Limit struct {
 	// Match reports whether the limit applies to calls of a full method
 	// name ("/package.Service/Method"); nil applies it to every call.
 	Match func(method string) bool
+	// CountIf, when set, makes the limit count a call only when the code
+	// of its answer satisfies it (Codes(codes.Unauthenticated) counts
+	// failed logins alone): the call is checked before the handler
+	// without taking anything (PeekN), refused if the limit would refuse
+	// it now, and its cost is taken when the handler returns, if
+	// CountIf(code) is true; the code of a handler's nil error is OK. The
+	// cost is taken even when the call was cancelled, so that hanging up
+	// does not escape the count; a limiter's error then is logged. nil
+	// counts every call before the handler.
+	CountIf func(code codes.Code) bool
+	// Settle, when positive, makes the call's cost an estimate: it is
+	// held for Settle (sluice.Limiter.Hold) and settled when the handler
+	// returns, with the cost the handler reported with Charge (the
+	// estimate when it reported none), as httplimit.Limit's Settle. The
+	// limiter's policy must be able to owe tokens.
+	Settle time.Duration
+}
+
+// chargeKey is the context key of a call's costReport.
+type chargeKey struct{}
+
+// costReport is what a handler reported with Charge.
+type costReport struct {
+	n        atomic.Int64
+	reported atomic.Bool
+}
+
+// Charge reports that the call of ctx cost n ≥ 0 tokens more, for the
+// limits with Settle, as httplimit.Charge: the calls add up, and the total
+// settles the call's hold when its handler returns. Outside such an
+// interceptor it does nothing.
+func Charge(ctx context.Context, n int64) {
+	rep, _ := ctx.Value(chargeKey{}).(*costReport)
+	if rep == nil || n < 0 {
+		return
+	}
+	rep.n.Add(n)
+	rep.reported.Store(true)
+}
+
+// Codes returns a CountIf that counts the calls answered with one of the
+// given codes.
+func Codes(cs ...codes.Code) func(code codes.Code) bool {
+	set := append([]codes.Code(nil), cs...)
+	return func(code codes.Code) bool {
+		for _, c := range set {
+			if c == code {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // Call is what key and cost functions know of a call besides its
@@ -99,6 +152,15 @@ func New(limits []Limit, opts ...Option) (*Interceptor, error) {
 	}); p != nil {
 		return nil, &ConfigError{Field: p.Field, Value: p.Value, Want: p.Want}
 	}
+	for i, l := range limits {
+		if l.Settle < 0 {
+			return nil, &ConfigError{Field: fmt.Sprintf("limits[%d].Settle", i), Value: l.Settle.String(), Want: "must not be negative"}
+		}
+		if p, ok := l.Limiter.Policy().(interface{ HoldsDebt() bool }); l.Settle > 0 && (!ok || !p.HoldsDebt()) {
+			return nil, &ConfigError{Field: fmt.Sprintf("limits[%d].Settle", i), Value: l.Settle.String(),
+				Want: fmt.Sprintf("a limiter whose policy can owe tokens, not %s", l.Limiter.Policy())}
+		}
+	}
 	return &Interceptor{limits: append([]Limit(nil), limits...), o: o}, nil
 }
 
@@ -110,11 +172,54 @@ func (in *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 		// trailer to set.
 		_ = grpc.SetTrailer(ctx, md)
 	}
-	if err := in.limit(ctx, Call{Method: info.FullMethod, Request: req}, trailer); err != nil {
+	var buf [4]limitcore.Decision // on the stack for up to 4 limits
+	c := Call{Method: info.FullMethod, Request: req}
+	ds, err := in.limit(ctx, c, trailer, buf[:0])
+	if err != nil {
 		return nil, err
 	}
-	return handler(ctx, req)
+	release := limitcore.Hold(ctx, ds)
+	defer release()
+	if limitcore.Holding(ds) {
+		rep := new(costReport)
+		defer in.settleHolds(ctx, ds, rep)
+		ctx = context.WithValue(ctx, chargeKey{}, rep)
+	}
+	if !limitcore.Deferred(ds) {
+		return handler(ctx, req)
+	}
+	resp, err := handler(ctx, req)
+	in.countOutcome(ctx, c, ds, status.Code(err))
+	return resp, err
 }
+
+// settleHolds settles the holds of ds with the cost the handler reported
+// in rep, or at their estimates, on a context that the client's going
+// away does not end.
+func (in *Interceptor) settleHolds(ctx context.Context, ds []limitcore.Decision, rep *costReport) {
+	ctx = context.WithoutCancel(ctx)
+	for i := range ds {
+		d := &ds[i]
+		if d.HoldID == "" {
+			continue
+		}
+		n := d.Cost
+		if rep.reported.Load() {
+			n = rep.n.Load()
+		}
+		if _, err := d.Limiter.Settle(ctx, d.HoldID, n); err != nil {
+			in.o.logger.ErrorContext(ctx, "grpclimit: cost not settled", "limit", in.limits[d.Index].Name, "key", d.Key, "cost", n, "err", err)
+		}
+	}
+}
+
+// chargedStream is a stream whose context carries its costReport.
+type chargedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s chargedStream) Context() context.Context { return s.ctx }
 
 // Stream is a grpc.StreamServerInterceptor: it calls handler only when
 // the stream passes every limit. A stream is one call, limited when it
@@ -129,6 +234,10 @@ func (in *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 // ones took it: limits shared by several processes cannot be taken from
 // atomically together.
 //
+// A limit with CountIf is only peeked at before handler, and takes the
+// call's cost once handler returns, by its code (see Limit.CountIf). A
+// limiter in shadow mode (sluice.WithShadow) lets every call through.
+//
 // A rejected call gets RESOURCE_EXHAUSTED (see docs/grpc.md for its
 // details and trailer). A key function's ErrNoKey answers
 // INVALID_ARGUMENT; any other error or panic of a key, cost or match
@@ -136,18 +245,51 @@ func (in *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 // a limiter (a store that failed, with sluice.FailClosed) answers
 // WithErrorCode's code, UNAVAILABLE by default. Those are logged, and
 // their messages do not say why. A panic in handler is not recovered.
+//
+// A limit whose policy holds slots (sluice.Concurrency) bounds the calls
+// in flight: a call takes one slot, whatever its cost, and holds it until
+// handler returns, a panic included, renewing it every third of its TTL
+// meanwhile, so that a long stream holds its slot for as long as it
+// lasts. When the call's context ends (the client went away, or its
+// deadline passed) the renewals stop: a handler that never returns holds
+// its slot at most one TTL more.
 func (in *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := in.limit(ss.Context(), Call{Method: info.FullMethod}, ss.SetTrailer); err != nil {
+	var buf [4]limitcore.Decision // on the stack for up to 4 limits
+	c := Call{Method: info.FullMethod}
+	ds, err := in.limit(ss.Context(), c, ss.SetTrailer, buf[:0])
+	if err != nil {
 		return err
 	}
-	return handler(srv, ss)
+	release := limitcore.Hold(ss.Context(), ds)
+	defer release()
+	if limitcore.Holding(ds) {
+		rep := new(costReport)
+		defer in.settleHolds(ss.Context(), ds, rep)
+		ss = chargedStream{ss, context.WithValue(ss.Context(), chargeKey{}, rep)}
+	}
+	if !limitcore.Deferred(ds) {
+		return handler(srv, ss)
+	}
+	err = handler(srv, ss)
+	in.countOutcome(ss.Context(), c, ds, status.Code(err))
+	return err
 }
 
-// limit decides c: nil lets it through; otherwise it returns the status
-// error to answer, having set its trailer with setTrailer.
-func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metadata.MD)) error {
-	var buf [4]limitcore.Decision // on the stack for up to 4 limits
-	ds := buf[:0]
+// countOutcome takes the cost of the limits with CountIf that count code, the
+// code of c's answer: a limiter's error can only be logged.
+func (in *Interceptor) countOutcome(ctx context.Context, c Call, ds []limitcore.Decision, code codes.Code) {
+	d, err := limitcore.Settle(ctx, ds, func(i int) bool { return in.limits[i].CountIf(code) })
+	if err != nil {
+		in.o.logger.ErrorContext(ctx, "grpclimit: call not counted", "limit", in.limits[d.Index].Name, "code", code.String(),
+			"method", c.Method, "err", err)
+	}
+}
+
+// limit decides c, appending its decisions to ds, which it returns: a
+// nil error lets it through, its decisions holding the slots to release
+// (limitcore.Hold) and the costs to settle; otherwise it returns the
+// status error to answer, having set its trailer with setTrailer.
+func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metadata.MD), ds []limitcore.Decision) ([]limitcore.Decision, error) {
 	for i := range in.limits {
 		l := &in.limits[i]
 		match, key, cost, err := l.prepare(ctx, c)
@@ -156,19 +298,19 @@ func (in *Interceptor) limit(ctx context.Context, c Call, setTrailer func(metada
 			if errors.Is(err, ErrNoKey) {
 				code, msg = codes.InvalidArgument, "grpclimit: the call does not carry the key it is limited by"
 			}
-			return in.fail(ctx, c, code, msg, err)
+			return nil, in.fail(ctx, c, code, msg, err)
 		}
 		if match {
-			ds = append(ds, limitcore.Decision{Index: i, Limiter: l.Limiter, Key: key, Cost: cost})
+			ds = append(ds, limitcore.Decision{Index: i, Limiter: l.Limiter, Key: key, Cost: cost, Defer: l.CountIf != nil, HoldTTL: int64(l.Settle)})
 		}
 	}
 	switch d, err := limitcore.Decide(ctx, ds); {
 	case err != nil:
-		return in.limiterFailed(ctx, c, &in.limits[d.Index], err)
+		return nil, in.limiterFailed(ctx, c, &in.limits[d.Index], err)
 	case d != nil:
-		return in.reject(ds, d, setTrailer)
+		return nil, in.reject(ds, d, setTrailer)
 	}
-	return nil
+	return ds, nil
 }
 
 // prepare runs l's match, key and cost functions on c, turning a panic in

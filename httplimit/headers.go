@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/limitcore"
+	"github.com/sluicehq/sluice/internal/rlheader"
 )
 
 // HeaderStyle is a set of rate-limit header fields that Middleware sends
@@ -61,18 +62,18 @@ func (m *Middleware) setHeaders(h http.Header, ds []limitcore.Decision, retryAft
 		lim, n := limSpace[:0], 0
 		for i := range ds {
 			d := &ds[i]
-			if d.Res.Limit > maxSFInteger {
+			if d.Res.Limit > maxSFInteger || d.Res.Shadow {
 				continue
 			}
 			if n++; n > 1 {
 				buf, lim = append(buf, ", "...), append(lim, ", "...)
 			}
-			buf = strconv.AppendInt(append(append(buf, m.names[d.Index]...), ";q="...), d.Res.Limit, 10)
+			var w int64
 			if window := m.windows[d.Index]; window > 0 {
-				buf = strconv.AppendInt(append(buf, ";w="...), limitcore.Seconds(window), 10)
+				w = limitcore.Seconds(window)
 			}
-			lim = strconv.AppendInt(append(append(lim, m.names[d.Index]...), ";r="...), d.Res.Remaining, 10)
-			lim = strconv.AppendInt(append(lim, ";t="...), limitcore.Seconds(d.Res.ResetAfter), 10)
+			buf = rlheader.AppendPolicy(buf, m.names[d.Index], d.Res.Limit, w)
+			lim = rlheader.AppendRateLimit(lim, m.names[d.Index], d.Res.Remaining, limitcore.Seconds(d.Res.ResetAfter))
 		}
 		if n > 0 {
 			fs.end("Ratelimit-Policy", len(buf))
@@ -148,7 +149,8 @@ func (m *Middleware) restrictive(ds []limitcore.Decision) *limitcore.Decision {
 	return mostRestrictive(ds)
 }
 
-// mostRestrictive is, of the limits of ds that state a limit, the
+// mostRestrictive is, of the limits of ds that state a limit (those in
+// force: not in shadow mode), the
 // rejecting one with the longest RetryAfter, else the one with the fewest
 // Remaining; the first on a tie, nil when none states a limit.
 func mostRestrictive(ds []limitcore.Decision) *limitcore.Decision {
@@ -156,7 +158,7 @@ func mostRestrictive(ds []limitcore.Decision) *limitcore.Decision {
 	for i := range ds {
 		d := &ds[i]
 		switch {
-		case d.Res.Limit > maxSFInteger:
+		case d.Res.Limit > maxSFInteger || d.Res.Shadow:
 		case best == nil:
 			best = d
 		case !d.Res.Allowed && (best.Res.Allowed || d.Res.RetryAfter > best.Res.RetryAfter):

@@ -7,6 +7,7 @@
 package httplimit
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -35,6 +37,63 @@ type Limit struct {
 	// the Window of the limiter's policy; a negative Window leaves w
 	// out.
 	Window time.Duration
+	// CountIf, when set, makes the limit count a request only when its
+	// response's status satisfies it (Statuses(401) counts failed logins
+	// alone): the request is checked before the handler without taking
+	// anything (PeekN), refused if the limit would refuse it now, and its
+	// cost is taken after the handler when CountIf(status) is true (see
+	// Handler). nil counts every request before the handler.
+	CountIf func(status int) bool
+	// Status is the status of the answer when this limit rejects a
+	// request, in [400, 599], so that a spent quota can answer 402
+	// Payment Required where a rate answers 429. Zero means
+	// WithLimitedStatus's. The answer names the limit either way.
+	Status int
+	// Settle, when positive, makes the request's cost an estimate: it is
+	// held for Settle (sluice.Limiter.Hold) and settled when the handler
+	// returns, the response written, streamed or cut short by a client
+	// that went away, with the cost the handler reported with Charge: the
+	// difference is given back, or charged as debt. A handler that
+	// reports none is settled at the estimate. The limiter's policy must
+	// be able to owe tokens (docs/policies.md, "Debt").
+	Settle time.Duration
+}
+
+// chargeKey is the context key of a request's costReport.
+type chargeKey struct{}
+
+// costReport is what a handler reported with Charge.
+type costReport struct {
+	n        atomic.Int64
+	reported atomic.Bool
+}
+
+// Charge reports that the request's handler cost n ≥ 0 tokens more, for
+// the limits with Settle: the calls add up, so a handler that streams its
+// answer may report as it goes, and the total settles the request's hold
+// when the handler returns. Outside such a middleware it does nothing.
+// It is safe for simultaneous use by multiple goroutines.
+func Charge(r *http.Request, n int64) {
+	rep, _ := r.Context().Value(chargeKey{}).(*costReport)
+	if rep == nil || n < 0 {
+		return
+	}
+	rep.n.Add(n)
+	rep.reported.Store(true)
+}
+
+// Statuses returns a CountIf that counts the responses of the given
+// status codes.
+func Statuses(codes ...int) func(status int) bool {
+	set := append([]int(nil), codes...)
+	return func(status int) bool {
+		for _, c := range set {
+			if c == status {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // CostFunc returns the tokens a request takes from a Limit, for requests
@@ -66,6 +125,7 @@ type Middleware struct {
 	windows []time.Duration // by limit; ≤ 0: no w
 	names   []string        // by limit: its Name as a structured-field string
 	o       options
+	settles bool // some limit has Settle
 }
 
 // New returns a middleware that lets a request through only when every
@@ -83,9 +143,22 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 	}); p != nil {
 		return nil, &ConfigError{Field: p.Field, Value: p.Value, Want: p.Want}
 	}
+	for i, l := range limits {
+		if l.Status != 0 && (l.Status < 400 || l.Status > 599) {
+			return nil, &ConfigError{Field: fmt.Sprintf("limits[%d].Status", i), Value: strconv.Itoa(l.Status), Want: "must be 0 or in [400, 599]"}
+		}
+	}
 	m := &Middleware{limits: append([]Limit(nil), limits...), windows: make([]time.Duration, len(limits)),
 		names: make([]string, len(limits)), o: o}
 	for i, l := range m.limits {
+		if l.Settle < 0 {
+			return nil, &ConfigError{Field: fmt.Sprintf("limits[%d].Settle", i), Value: l.Settle.String(), Want: "must not be negative"}
+		}
+		if p, ok := l.Limiter.Policy().(interface{ HoldsDebt() bool }); l.Settle > 0 && (!ok || !p.HoldsDebt()) {
+			return nil, &ConfigError{Field: fmt.Sprintf("limits[%d].Settle", i), Value: l.Settle.String(),
+				Want: fmt.Sprintf("a limiter whose policy can owe tokens, not %s", l.Limiter.Policy())}
+		}
+		m.settles = m.settles || l.Settle > 0
 		m.names[i] = sfString(l.Name)
 		m.windows[i] = l.Window
 		if l.Window == 0 {
@@ -105,12 +178,34 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 // be rejected by a later limit after the earlier ones took it: limits
 // shared by several processes cannot be taken from atomically together.
 //
+// A limit with CountIf is only peeked at before next, and takes the
+// request's cost after next returns when CountIf holds for the status
+// next answered (200 when it wrote nothing, or only a body); its
+// rate-limit headers, written before next, state it as it stands before
+// the request is counted. next then writes to a ResponseWriter that
+// records the status and forwards everything else, Flush included, and
+// unwraps to the original for http.ResponseController. The cost is taken
+// even when the client has gone, so that hanging up does not escape the
+// count; a limiter's error then is logged, the response being sent. A
+// panic in next counts nothing.
+//
+// A limiter in shadow mode (sluice.WithShadow) lets every request
+// through, and is left out of the rate-limit headers: it is not in force.
+//
 // A key function's ErrNoKey answers 400, which names the missing header
 // for Header's key; any other error or panic of a key
 // or cost function, or a cost that is not positive, answers 500; an error
 // of a limiter (a store that failed, with sluice.FailClosed) answers
 // WithErrorStatus's code, 503 by default. Those responses carry no
 // rate-limit headers. A panic in next is not recovered.
+//
+// A limit whose policy holds slots (sluice.Concurrency) bounds the
+// requests in flight: a request takes one slot, whatever its cost, and
+// holds it until next returns, a panic included, renewing it every third
+// of its TTL meanwhile, so that a streamed response holds its slot for as
+// long as it lasts. When the client goes away (the request's context
+// ends) the renewals stop: a handler that never returns holds its slot
+// at most one TTL more.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var space [4]limitcore.Decision // most middlewares have a limit or two
@@ -121,7 +216,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		ds = ds[:len(m.limits)]
 		for i := range m.limits {
 			d := &ds[i]
-			d.Index, d.Limiter = i, m.limits[i].Limiter
+			d.Index, d.Limiter, d.Defer, d.HoldTTL = i, m.limits[i].Limiter, m.limits[i].CountIf != nil, int64(m.limits[i].Settle)
 			var err error
 			if d.Key, d.Cost, err = keyAndCost(&m.limits[i], r); err != nil {
 				m.keyFailed(w, r, i, err)
@@ -134,10 +229,94 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		case d != nil:
 			m.reject(w, r, ds, d)
 		default:
+			defer limitcore.Hold(r.Context(), ds)()
 			m.setHeaders(w.Header(), ds, -1)
-			next.ServeHTTP(w, r)
+			if m.settles {
+				rep := new(costReport)
+				defer m.settleHolds(r, ds, rep)
+				r = r.WithContext(context.WithValue(r.Context(), chargeKey{}, rep))
+			}
+			if !limitcore.Deferred(ds) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			sw := &statusWriter{ResponseWriter: w}
+			next.ServeHTTP(sw, r)
+			m.countOutcome(r, ds, sw.statusOr200())
 		}
 	})
+}
+
+// countOutcome takes the cost of the limits with CountIf that count status, the
+// status of the response to r, which has been sent: a limiter's error
+// can only be logged.
+func (m *Middleware) countOutcome(r *http.Request, ds []limitcore.Decision, status int) {
+	d, err := limitcore.Settle(r.Context(), ds, func(i int) bool { return m.limits[i].CountIf(status) })
+	if err != nil {
+		m.o.logger.ErrorContext(r.Context(), "httplimit: response not counted", "limit", m.limits[d.Index].Name, "status", status,
+			"method", r.Method, "path", r.URL.Path, "err", err)
+	}
+}
+
+// statusWriter records the status of a response.
+type statusWriter struct {
+	http.ResponseWriter
+	status int // the final status; 0 until written
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 { // 1xx are informational: the final status follows
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush flushes the response, which sends its status.
+func (w *statusWriter) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap returns the ResponseWriter it wraps, for http.ResponseController.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// statusOr200 is the status written, or 200 when none was: what net/http
+// sends for a handler that wrote nothing.
+func (w *statusWriter) statusOr200() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}
+
+// settleHolds settles the holds of ds with the cost the handler reported in
+// rep, or at their estimates when it reported none. It runs when the
+// handler has returned, even by a panic, and on a context that the
+// client's going away does not end: the cost was incurred all the same.
+func (m *Middleware) settleHolds(r *http.Request, ds []limitcore.Decision, rep *costReport) {
+	ctx := context.WithoutCancel(r.Context())
+	for i := range ds {
+		d := &ds[i]
+		if d.HoldID == "" {
+			continue
+		}
+		n := d.Cost
+		if rep.reported.Load() {
+			n = rep.n.Load()
+		}
+		if _, err := d.Limiter.Settle(ctx, d.HoldID, n); err != nil {
+			m.o.logger.Log(ctx, slog.LevelError, "httplimit: cost not settled", "limit", m.limits[d.Index].Name, "key", d.Key, "cost", n, "err", err)
+		}
+	}
 }
 
 // keyAndCost runs l's key and cost functions, turning a panic in them into
@@ -206,7 +385,8 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, status int, er
 }
 
 // reject answers a request that the limit of worst rejected, the
-// rejecting limit with the longest wait (see limitcore.Decide).
+// rejecting limit with the longest wait (see limitcore.Decide), with that
+// limit's Status.
 // Retry-After is that wait in whole seconds rounded up, and is left out
 // when the limit can never pass the request.
 func (m *Middleware) reject(w http.ResponseWriter, r *http.Request, ds []limitcore.Decision, worst *limitcore.Decision) {
@@ -222,7 +402,11 @@ func (m *Middleware) reject(w http.ResponseWriter, r *http.Request, ds []limitco
 		detail = append(strconv.AppendInt(append(detail, " exceeded, retry after "...), secs, 10), " seconds"...)
 	}
 	m.setHeaders(w.Header(), ds, secs)
-	m.writeBody(w, m.o.limitedStatus, detail, m.limits[worst.Index].Name, secs)
+	status := m.limits[worst.Index].Status
+	if status == 0 {
+		status = m.o.limitedStatus
+	}
+	m.writeBody(w, status, detail, m.limits[worst.Index].Name, secs)
 }
 
 // problem is an RFC 9457 problem details object. Type is always

@@ -590,3 +590,82 @@ func TestNewErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestLimitStatus: a monthly quota answers 402 and a rate 429, each
+// naming itself; a Status out of range is refused.
+func TestLimitStatus(t *testing.T) {
+	clock := sluicetest.NewFakeClock(t0)
+	quota := newLimiter(t, sluice.Calendar(3, time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), 1, 0), sluice.WithClock(clock))
+	rate := newLimiter(t, sluice.FixedWindow(2, time.Second), sluice.WithClock(clock))
+	m := newMiddleware(t, []httplimit.Limit{
+		{Name: "monthly", Limiter: quota, Key: httplimit.Header("X-Customer"), Status: http.StatusPaymentRequired},
+		{Name: "rate", Limiter: rate, Key: httplimit.Header("X-Customer")},
+	}, httplimit.WithClock(clock), httplimit.WithProblemDetails(true))
+	h := m.Handler(ok)
+	// t0 is 2023-11-14T22:13:20Z: the month ends 16d 1h 46m 40s later.
+	const monthLeft = 16*24*time.Hour + time.Hour + 46*time.Minute + 40*time.Second
+	tests := []struct {
+		advance time.Duration
+		status  int
+		limit   string // the limit the problem names
+		retry   string
+	}{
+		{0, 200, "", ""},
+		{0, 200, "", ""},
+		{0, 429, "rate", "1"},
+		{time.Second, 200, "", ""},
+		{0, 402, "monthly", ceilSec(monthLeft - time.Second)},
+	}
+	for i, tt := range tests {
+		clock.Advance(tt.advance)
+		resp := serve(h, get("192.0.2.1:1234", "X-Customer", "c1"))
+		var p struct{ Limit string }
+		if resp.StatusCode != 200 {
+			json.NewDecoder(resp.Body).Decode(&p)
+		}
+		if resp.StatusCode != tt.status || p.Limit != tt.limit || resp.Header.Get("Retry-After") != tt.retry {
+			t.Errorf("step %d: %d, limit %q, Retry-After %q; want %d, %q, %q", i, resp.StatusCode, p.Limit,
+				resp.Header.Get("Retry-After"), tt.status, tt.limit, tt.retry)
+		}
+	}
+	for _, status := range []int{200, 600, -1} {
+		_, err := httplimit.New([]httplimit.Limit{{Name: "a", Limiter: rate, Key: httplimit.Header("X-Customer"), Status: status}})
+		var ce *httplimit.ConfigError
+		if !errors.As(err, &ce) || ce.Field != "limits[0].Status" {
+			t.Errorf("New with Status %d = %v, want a *ConfigError at limits[0].Status", status, err)
+		}
+	}
+}
+
+// TestPenaltyBoxLogin: a login endpoint behind a penalty box of 5 tries
+// per 15 minutes: the 6th try locks the user out for the penalty, 10
+// minutes, though the window ends sooner, and the answer says so; another
+// user is not locked out.
+func TestPenaltyBoxLogin(t *testing.T) {
+	clock := sluicetest.NewFakeClock(t0)
+	tries := newLimiter(t, sluice.PenaltyBox(sluice.FixedWindow(5, 15*time.Minute), []time.Duration{10 * time.Minute}, 0),
+		sluice.WithClock(clock))
+	h := newMiddleware(t, []httplimit.Limit{{Name: "login", Limiter: tries, Key: httplimit.Header("X-User")}},
+		httplimit.WithClock(clock)).Handler(ok)
+	login := func(user string) *http.Response { return serve(h, get("192.0.2.1:1234", "X-User", user)) }
+	for i := range 5 {
+		if resp := login("ann"); resp.StatusCode != 200 {
+			t.Fatalf("try %d: %d, want 200", i, resp.StatusCode)
+		}
+	}
+	clock.Advance(14 * time.Minute)
+	if resp := login("ann"); resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "600" {
+		t.Errorf("6th try: %d, Retry-After %q; want 429, 600", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	clock.Advance(2 * time.Minute) // the window is over, the block is not
+	if resp := login("ann"); resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "480" {
+		t.Errorf("during the block: %d, Retry-After %q; want 429, 480", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if resp := login("bob"); resp.StatusCode != 200 {
+		t.Errorf("another user: %d, want 200", resp.StatusCode)
+	}
+	clock.Advance(8 * time.Minute)
+	if resp := login("ann"); resp.StatusCode != 200 {
+		t.Errorf("after the block: %d, want 200", resp.StatusCode)
+	}
+}

@@ -36,6 +36,24 @@
 //     stored count and erases debt);
 //   - a clock that goes back refreshes nothing.
 //
+// # Bulkhead
+//
+// [Bulkhead] is Resilience4j's SemaphoreBulkhead: at most
+// BulkheadConfig.MaxConcurrentCalls calls at once (25 by default), a call
+// waiting up to MaxWaitDuration (0 by default) for room, and refused with
+// [ErrBulkheadFull] after it. With sluice.WithStore it counts across every
+// process that shares the store, which Resilience4j's cannot, on a
+// sluice.Concurrency limit: a call holds a slot, renewed while it runs, so
+// a process that crashes mid-call gives its calls' places back within
+// BulkheadConfig.Lease.
+//
+//	bh, err := resilience.NewBulkhead("payments", resilience.BulkheadConfig{
+//		MaxConcurrentCalls: 20,
+//		MaxWaitDuration:    500 * time.Millisecond,
+//	}, sluice.WithStore(store))
+//	if err != nil { ... }
+//	err = bh.Do(ctx, func(ctx context.Context) error { return callPayments(ctx) })
+//
 // # TimeLimiter
 //
 // [TimeLimiter], [Call] and [TimeLimit] run a function with a time limit,

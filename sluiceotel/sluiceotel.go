@@ -52,6 +52,7 @@ type Metrics struct {
 	storeFailures metric.Int64Counter
 	circuitOpen   metric.Int64Gauge
 	waiting       metric.Int64UpDownCounter
+	shadow        metric.Int64Counter
 
 	// store holds the attributes of each store op, built once.
 	store map[string][]metric.RecordOption
@@ -66,7 +67,7 @@ type Metrics struct {
 func New(meter metric.Meter) (*Metrics, error) {
 	m := &Metrics{store: map[string][]metric.RecordOption{}, storeAdd: map[string][]metric.AddOption{}}
 	desc := func(f metricnames.Family) metric.InstrumentOption { return metric.WithDescription(f.Help) }
-	var errs [9]error
+	var errs [10]error
 	m.decisions, errs[0] = meter.Int64Counter(metricnames.Decisions, desc(metricnames.DecisionsFamily))
 	m.tokens, errs[1] = meter.Int64Counter(metricnames.Tokens, desc(metricnames.TokensFamily))
 	m.storeSeconds, errs[2] = meter.Float64Histogram(metricnames.StoreDuration, desc(metricnames.StoreDurationFamily),
@@ -75,6 +76,7 @@ func New(meter metric.Meter) (*Metrics, error) {
 	m.storeFailures, errs[4] = meter.Int64Counter(metricnames.StoreFailures, desc(metricnames.StoreFailuresFamily))
 	m.circuitOpen, errs[5] = meter.Int64Gauge(metricnames.CircuitOpen, desc(metricnames.CircuitOpenFamily))
 	m.waiting, errs[8] = meter.Int64UpDownCounter(metricnames.Waiting, desc(metricnames.WaitingFamily))
+	m.shadow, errs[9] = meter.Int64Counter(metricnames.ShadowRejected, desc(metricnames.ShadowRejectedFamily))
 	_, errs[6] = meter.Int64ObservableGauge(metricnames.AvailablePermissions, desc(metricnames.AvailablePermissionsFamily),
 		metric.WithInt64Callback(m.observe(func(rl metricnames.RateLimiter) int64 { return rl.AvailablePermissions() })))
 	_, errs[7] = meter.Int64ObservableGauge(metricnames.WaitingThreads, desc(metricnames.WaitingThreadsFamily),
@@ -148,6 +150,11 @@ func (o *observer) Observe(e sluice.Event) {
 		o.m.decisions.Add(ctx, 1, o.allowed...)
 		o.m.tokens.Add(ctx, e.Tokens, o.limiter...)
 	case sluice.EventRejected:
+		if e.Shadow { // let through all the same
+			o.m.decisions.Add(ctx, 1, o.allowed...)
+			o.m.shadow.Add(ctx, 1, o.limiter...)
+			return
+		}
 		o.m.decisions.Add(ctx, 1, o.rejected...)
 	case sluice.EventStoreCall:
 		if opts, ok := o.m.store[e.Op]; ok {

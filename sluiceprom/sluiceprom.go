@@ -10,6 +10,7 @@
 //	sluice_store_failures_total     counter    limiter, policy (fail_closed, fail_open, fail_local, fail_share)
 //	sluice_store_circuit_open       gauge      limiter
 //	sluice_waiting_callers          gauge      (none: blocking calls sleeping now, all limiters)
+//	sluice_shadow_rejected_total    counter    limiter
 //
 // and, for the rate limiters of package resilience, Resilience4j's gauges
 // under the names its Micrometer binding gives them:
@@ -23,6 +24,11 @@
 //	c := sluiceprom.New()
 //	reg.MustRegister(c)
 //	l, err := sluice.NewLimiter(p, sluice.WithObserver(c.Observer("api")))
+//
+// A limiter in shadow mode (sluice.WithShadow) lets every request through:
+// each counts as outcome "allowed", and those its policy refused, which
+// took nothing, count in sluice_shadow_rejected_total rather than in
+// sluice_tokens_consumed_total.
 //
 // A decision that a store failure decided under FailClosed returns an
 // error to its caller: it counts as outcome "error". An argument out of
@@ -47,6 +53,9 @@ const (
 	StoreFailures = metricnames.StoreFailures
 	CircuitOpen   = metricnames.CircuitOpen
 	Waiting       = metricnames.Waiting
+	// ShadowRejected counts the requests a limiter in shadow mode let
+	// through that its policy refused.
+	ShadowRejected = metricnames.ShadowRejected
 
 	AvailablePermissions = metricnames.AvailablePermissions
 	WaitingThreads       = metricnames.WaitingThreads
@@ -127,6 +136,7 @@ func (c *Collector) Observer(limiter string) sluice.Observer {
 		errored:  c.m.Decisions.WithLabelValues(limiter, metricnames.Error),
 		tokens:   c.m.Tokens.WithLabelValues(limiter),
 		circuit:  c.m.CircuitOpen.WithLabelValues(limiter),
+		shadow:   c.m.ShadowRejected.WithLabelValues(limiter),
 	}
 	for f := sluice.FailClosed; f <= sluice.FailShare; f++ {
 		o.failures[f] = c.m.StoreFailures.WithLabelValues(limiter, FailureLabel(f))
@@ -153,7 +163,7 @@ func (c *Collector) Forget(limiter string) {
 type observer struct {
 	c                          *Collector
 	allowed, rejected, errored prometheus.Counter
-	tokens                     prometheus.Counter
+	tokens, shadow             prometheus.Counter
 	circuit                    prometheus.Gauge
 	failures                   [sluice.FailShare + 1]prometheus.Counter
 }
@@ -164,6 +174,11 @@ func (o *observer) Observe(e sluice.Event) {
 		o.allowed.Inc()
 		o.tokens.Add(float64(e.Tokens))
 	case sluice.EventRejected:
+		if e.Shadow { // let through all the same
+			o.allowed.Inc()
+			o.shadow.Inc()
+			return
+		}
 		o.rejected.Inc()
 	case sluice.EventStoreCall:
 		if s, ok := o.c.store[e.Op]; ok {

@@ -248,3 +248,45 @@ func TestWaitingCallers(t *testing.T) {
 		t.Errorf("%s after = %v, want 0", sluiceprom.Waiting, got)
 	}
 }
+
+// TestShadowRejected counts a shadow limiter's decisions as allowed, and
+// those its policy refused in sluice_shadow_rejected_total, as many as
+// the same limiter without shadow mode rejects.
+func TestShadowRejected(t *testing.T) {
+	c := sluiceprom.New()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	clock := sluicetest.NewFakeClock(t0)
+	p := sluice.FixedWindow(3, time.Second)
+	shadow, err := sluice.NewLimiter(p, sluice.WithClock(clock), sluice.WithShadow(true), sluice.WithObserver(c.Observer("new")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := sluice.NewLimiter(p, sluice.WithClock(clock), sluice.WithObserver(c.Observer("old")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 5 {
+		for _, l := range []*sluice.Limiter{shadow, plain} {
+			if _, err := l.Allow(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, s := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{sluiceprom.ShadowRejected, map[string]string{"limiter": "new"}, 2},
+		{sluiceprom.Decisions, map[string]string{"limiter": "old", "outcome": "rejected"}, 2},
+		{sluiceprom.Decisions, map[string]string{"limiter": "new", "outcome": "allowed"}, 5},
+		{sluiceprom.Decisions, map[string]string{"limiter": "new", "outcome": "rejected"}, 0},
+		{sluiceprom.Tokens, map[string]string{"limiter": "new"}, 3},
+	} {
+		if got := sample(t, reg, s.name, s.labels); got != s.want {
+			t.Errorf("%s%v = %v, want %v", s.name, s.labels, got, s.want)
+		}
+	}
+}

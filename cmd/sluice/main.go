@@ -12,6 +12,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	// The zone database, for a calendar limiter's time_zone: the image is
+	// built from scratch, with no /usr/share/zoneinfo to read.
+	_ "time/tzdata"
 
 	"github.com/sluicehq/sluice/internal/app/cli"
 )

@@ -45,7 +45,12 @@ const (
 	workerURL   = "SLUICE_CONTENTION_URL"
 	workerKey   = "SLUICE_CONTENTION_KEY"
 	workerStart = "SLUICE_CONTENTION_START" // Unix nanoseconds to start at
+	workerSlots = "SLUICE_CONTENTION_SLOTS" // "1": acquire slots of a concurrency limit of slotLimit
 )
+
+// slotLimit is the concurrency limit of TestSlotContention, whose slots
+// are never released: its workers must acquire exactly that many.
+const slotLimit = 500
 
 // report is what a worker prints on its last line of output.
 type report struct {
@@ -84,7 +89,7 @@ func TestContention(t *testing.T) {
 			var wg sync.WaitGroup
 			reports := make([]report, processes)
 			for i := range processes {
-				wg.Go(func() { reports[i] = runWorker(t, st.url, key, start) })
+				wg.Go(func() { reports[i] = runWorker(t, st.url, key, start, nil) })
 			}
 			wg.Wait()
 			var total report
@@ -120,12 +125,13 @@ func mysqlURL(t *testing.T, dsn string) string {
 }
 
 // runWorker runs this test binary as a worker and returns its report.
-func runWorker(t *testing.T, url, key string, start time.Time) report {
+func runWorker(t *testing.T, url, key string, start time.Time, env []string) report {
 	ctx, cancel := context.WithTimeout(t.Context(), runTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestContention$", "-test.v")
 	cmd.Env = append(os.Environ(), workerURL+"="+url, workerKey+"="+key,
 		workerStart+"="+strconv.FormatInt(start.UnixNano(), 10))
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Errorf("worker: %v\n%s", err, out)
@@ -158,10 +164,21 @@ func work(t *testing.T, url string) {
 	if err := store.Check(ctx); err != nil { // creates the SQL or DynamoDB table
 		t.Fatal(err)
 	}
-	l, err := sluice.NewLimiter(sluice.TokenBucket(limit, 1, 24*time.Hour),
-		sluice.WithStore(store), sluice.WithStoreTimeout(storeTimeout))
+	p := sluice.TokenBucket(limit, 1, 24*time.Hour)
+	slots := os.Getenv(workerSlots) == "1"
+	if slots {
+		p = sluice.Concurrency(slotLimit, time.Hour)
+	}
+	l, err := sluice.NewLimiter(p, sluice.WithStore(store), sluice.WithStoreTimeout(storeTimeout))
 	if err != nil {
 		t.Fatal(err)
+	}
+	allow := l.Allow
+	if slots {
+		allow = func(ctx context.Context, key string) (sluice.Result, error) {
+			s, err := l.Acquire(ctx, key, 0, 0)
+			return s.Result, err
+		}
 	}
 	key := os.Getenv(workerKey)
 	// Connect before the start, so that the workers start together.
@@ -179,7 +196,7 @@ func work(t *testing.T, url string) {
 	for range goroutines {
 		wg.Go(func() {
 			for range calls {
-				r, err := l.Allow(ctx, key)
+				r, err := allow(ctx, key)
 				switch {
 				case err != nil:
 					failed.Add(1)
@@ -203,4 +220,43 @@ func work(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	fmt.Printf("REPORT %s\n", b)
+}
+
+// TestSlotContention is TestContention for a concurrency limit, on the
+// stores of the fleet test: the workers acquire slots that they never
+// release, and together must get exactly slotLimit of them, with no
+// error.
+func TestSlotContention(t *testing.T) {
+	stores := []struct{ name, url string }{
+		{"redis", testserver.SharedRedis(t)},
+		{"postgres", testserver.SharedPostgres(t)},
+		{"mariadb", mysqlURL(t, testserver.SharedMariaDB(t))},
+	}
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			key := fmt.Sprintf("slots/%s/%016x", st.name, rand.Uint64())
+			start := time.Now().Add(3 * time.Second)
+			var wg sync.WaitGroup
+			reports := make([]report, processes)
+			for i := range processes {
+				wg.Go(func() { reports[i] = runWorker(t, st.url, key, start, []string{workerSlots + "=1"}) })
+			}
+			wg.Wait()
+			var total report
+			for _, r := range reports {
+				total.Allowed += r.Allowed
+				total.Errors += r.Errors
+				if total.FirstError == "" {
+					total.FirstError = r.FirstError
+				}
+			}
+			t.Logf("%d processes × %d goroutines × %d acquisitions: %d slots, %d errors", processes, goroutines, calls, total.Allowed, total.Errors)
+			if total.Errors != 0 {
+				t.Errorf("%d acquisitions failed under contention on a healthy store, want 0; first: %s", total.Errors, total.FirstError)
+			}
+			if total.Allowed != slotLimit {
+				t.Errorf("acquired %d slots, want exactly the limit %d", total.Allowed, slotLimit)
+			}
+		})
+	}
 }

@@ -31,6 +31,7 @@ var imports = map[string]string{
 	"sluice":      "github.com/sluicehq/sluice",
 	"config":      "github.com/sluicehq/sluice/config",
 	"grpc":        "google.golang.org/grpc",
+	"codes":       "google.golang.org/grpc/codes",
 	"grpclimit":   "github.com/sluicehq/sluice/grpclimit",
 	"driver":      "github.com/sluicehq/sluice/driver",
 	"dynamostore": "github.com/sluicehq/sluice/dynamostore",

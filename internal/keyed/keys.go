@@ -38,6 +38,10 @@ type Keys interface {
 	// Cancel gives back the reservation of receipt r at now, as
 	// policy.Undo does.
 	Cancel(key string, now int64, r *policy.Receipt)
+	// Update runs f on key's state at now, encoded, as one atomic step
+	// (see Table.Update): for the calls that work on any policy's state
+	// as bytes, a debt's charge and refund.
+	Update(key string, now int64, f func(state []byte) (next []byte, changed bool))
 	// Reset forgets key's state.
 	Reset(key string)
 	// Len is the number of keys held, expired ones not yet dropped

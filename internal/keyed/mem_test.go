@@ -166,6 +166,25 @@ func (k *Mem[S, M]) Cancel(key string, now int64, r *policy.Receipt) {
 	}
 }
 
+func (k *Mem[S, M]) Update(key string, now int64, f func(state []byte) ([]byte, bool)) {
+	sh := k.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	present, live := k.load(sh, key, now)
+	var cur []byte
+	if live {
+		cur = k.m.AppendState(nil, &sh.cur)
+	}
+	next, changed := f(cur)
+	switch {
+	case !changed:
+	case len(next) == 0:
+		delete(sh.m, key)
+	case k.m.DecodeState(next, &sh.cur) == nil:
+		k.save(sh, key, present, now)
+	}
+}
+
 func (k *Mem[S, M]) Reset(key string) {
 	sh := k.shard(key)
 	sh.mu.Lock()

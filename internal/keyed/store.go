@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/driver"
@@ -44,7 +45,7 @@ type Store struct {
 	clock    Clock
 	timeout  time.Duration
 	breakers *breaker.Set
-	batcher  *batch.Batcher[op]
+	batcher  *batch.Batcher[task]
 }
 
 // An op is one call's work on its key's record: it computes the
@@ -53,6 +54,17 @@ type Store struct {
 // decides the record's expiry (nil when unchanged). It may run more than
 // once (a store retries after a conflict); the last run counts.
 type op func(rec []byte, now int64) (next []byte, by record.Codec)
+
+// A heldOp is an op on a key's record and the holds open on it (see
+// record.SplitHolds), which it may change in place, reporting so.
+type heldOp func(rec []byte, now int64, holds *[]record.Hold) (next []byte, by record.Codec, holdsChanged bool)
+
+// A task is one call's work: an op, which sees only the policy's record,
+// or a heldOp.
+type task struct {
+	op   op
+	held heldOp
+}
 
 // changedBy is the codec of an op that changed a record, or nil.
 func changedBy(c record.Codec, changed bool) record.Codec {
@@ -90,6 +102,11 @@ func ttl(expiresAt, now int64) time.Duration {
 // submit returns ctx.Err(). While the circuit is open, submit returns
 // breaker.ErrOpen at once.
 func (s *Store) submit(ctx context.Context, key string, o op) error {
+	return s.submitTask(ctx, key, task{op: o})
+}
+
+// submitTask is submit for a task.
+func (s *Store) submitTask(ctx context.Context, key string, o task) error {
 	br := s.breakers.For(key)
 	probe, err := br.Allow()
 	if err != nil {
@@ -110,22 +127,38 @@ func (s *Store) submit(ctx context.Context, key string, o op) error {
 // run is the batcher's handler: it runs the batch in one Update of key.
 // An Update that fails with driver.ErrConflict wrote nothing and runs
 // again, after a random backoff, until the batch's deadline.
-func (s *Store) run(ctx context.Context, key string, b *batch.Batch[op]) error {
+func (s *Store) run(ctx context.Context, key string, b *batch.Batch[task]) error {
 	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), b.Deadline())
 	defer cancel()
-	fn := func(rec []byte) ([]byte, time.Duration, bool) {
+	fn := func(stored []byte) ([]byte, time.Duration, bool) {
 		ops := b.Join()
 		now := s.clock.Now()
+		// The ops see the policy's record; the holds open on the key are
+		// written back around it, less those expired.
+		holds, rec := record.SplitHolds(stored)
 		var last record.Codec // the codec of the last op that changed rec
+		holdsChanged := false
 		for _, o := range ops {
-			if next, by := o(rec, now); by != nil {
+			var next []byte
+			var by record.Codec
+			if o.held != nil {
+				var ch bool
+				next, by, ch = o.held(rec, now, &holds)
+				holdsChanged = holdsChanged || ch
+			} else {
+				next, by = o.op(rec, now)
+			}
+			if by != nil {
 				rec, last = next, by
 			}
 		}
-		if last == nil {
+		if last == nil && !holdsChanged {
 			return nil, 0, false
 		}
-		return rec, ttl(last.ExpiresAt(rec), now), true
+		// A heldOp that changed the holds names its codec, so last is
+		// set whenever there is something to write.
+		expires := max(record.HoldsExpireAt(holds), last.ExpiresAt(rec))
+		return record.JoinHolds(holds, rec, now), ttl(expires, now), true
 	}
 	err := s.store.Update(sctx, key, fn)
 	for losses := 1; errors.Is(err, driver.ErrConflict); losses++ {
@@ -299,4 +332,148 @@ func (s *Store) Configuration(ctx context.Context, key string, c *record.Bucket)
 // which is not a store failure.
 func CallerDone(ctx context.Context, err error) bool {
 	return ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+}
+
+// ErrHoldsFull is the error of a hold on a key that has record.MaxHolds
+// open already; nothing was taken.
+var ErrHoldsFull = fmt.Errorf("sluice: %d holds open on the key, the most a key's record keeps", record.MaxHolds)
+
+// Settled is what a call on a key's debt left: the decision, and the debt
+// the key owes after it.
+type Settled struct {
+	Res  policy.Result
+	Debt int64
+	// Found reports, for Settle, whether the hold was open: false when it
+	// was settled already, has expired, or never was.
+	Found bool
+}
+
+// after is what key owes and has left at now, on the record rec after a
+// call: Peek's answer for 1 token, whose Remaining is what a request could
+// take now.
+func after(c record.Debtor, rec []byte, now int64) Settled {
+	p := c.Peek(rec, now, 1)
+	p.Remaining = policy.RemainingAt(p)
+	return Settled{Res: p, Debt: c.Debt(rec, now)}
+}
+
+// Charge takes n tokens for key whatever is left; what exceeds it is
+// debt (policy.Debtor).
+func (s *Store) Charge(ctx context.Context, key string, c record.Debtor, n int64) (Settled, error) {
+	var out Settled
+	err := s.submit(ctx, key, func(rec []byte, now int64) ([]byte, record.Codec) {
+		var next []byte
+		var changed bool
+		out = Settled{}
+		out.Res, next, changed = c.Charge(rec, now, n)
+		if out.Res.Code != policy.OK {
+			return nil, nil
+		}
+		if changed {
+			rec = next
+		}
+		out.Debt = c.Debt(rec, now)
+		return next, changedBy(c, changed)
+	})
+	return out, err
+}
+
+// Hold takes n tokens for key as Consume does and, when they are allowed,
+// opens the hold id on the key for ttl ns, to be settled once (Settle).
+// It returns ErrHoldsFull, having taken nothing, when the key has
+// record.MaxHolds open.
+func (s *Store) Hold(ctx context.Context, key string, c record.Debtor, id uint64, n, ttl int64) (Settled, error) {
+	var out Settled
+	var full bool
+	err := s.submitTask(ctx, key, task{held: func(rec []byte, now int64, holds *[]record.Hold) ([]byte, record.Codec, bool) {
+		out, full = Settled{}, false
+		live := 0
+		for _, h := range *holds {
+			if h.Expires > now {
+				live++
+			}
+		}
+		if live >= record.MaxHolds {
+			full = true
+			return nil, nil, false
+		}
+		res, next, changed := c.Consume(rec, now, n)
+		out.Res = res
+		if changed {
+			rec = next
+		}
+		if res.Code != policy.OK || !res.Allowed {
+			return next, changedBy(c, changed), false
+		}
+		*holds = append(*holds, record.Hold{ID: id, Tokens: n, At: now, Expires: policy.SatAdd(now, ttl)})
+		out.Debt = c.Debt(rec, now)
+		return rec, c, true
+	}})
+	if err == nil && full {
+		err = ErrHoldsFull
+	}
+	return out, err
+}
+
+// Settle settles the hold id of key with its actual cost n ≥ 0: the
+// tokens it held beyond n are given back, and those beyond its estimate
+// charged, debt included. A hold settled already, expired (its estimate
+// stays taken) or never opened changes nothing: Found is false.
+func (s *Store) Settle(ctx context.Context, key string, c record.Debtor, id uint64, n int64) (Settled, error) {
+	var out Settled
+	err := s.submitTask(ctx, key, task{held: func(rec []byte, now int64, holds *[]record.Hold) ([]byte, record.Codec, bool) {
+		out = Settled{}
+		i := slices.IndexFunc(*holds, func(h record.Hold) bool { return h.ID == id && h.Expires > now })
+		if i < 0 {
+			out = after(c, rec, now)
+			return nil, nil, false
+		}
+		h := (*holds)[i]
+		*holds = slices.Delete(*holds, i, i+1)
+		next := rec
+		switch {
+		case n > h.Tokens:
+			// A charge refused for overflow takes nothing; the hold is
+			// settled all the same, at its estimate.
+			if _, nx, changed := c.Charge(rec, now, n-h.Tokens); changed {
+				next = nx
+			}
+		case n < h.Tokens:
+			if nx, changed := c.Refund(rec, now, h.At, h.Tokens-n); changed {
+				next = nx
+			}
+		}
+		out = after(c, next, now)
+		out.Found = true
+		return next, c, true
+	}})
+	return out, err
+}
+
+// Debt is what key owes now, with Peek's answer for 1 token.
+func (s *Store) Debt(ctx context.Context, key string, c record.Debtor) (Settled, error) {
+	var out Settled
+	err := s.submit(ctx, key, func(rec []byte, now int64) ([]byte, record.Codec) {
+		out = after(c, rec, now)
+		return nil, nil
+	})
+	return out, err
+}
+
+// Slotter is a record.Codec of a policy with slots (record.Machine).
+type Slotter interface {
+	record.Codec
+	Slot(rec []byte, now int64, op policy.SlotOp) (policy.SlotResult, []byte, bool)
+}
+
+// Slot runs the slot operation op on key's record.
+func (s *Store) Slot(ctx context.Context, key string, c Slotter, op policy.SlotOp) (policy.SlotResult, error) {
+	var res policy.SlotResult
+	err := s.submit(ctx, key, func(rec []byte, now int64) ([]byte, record.Codec) {
+		var next []byte
+		var changed bool
+		res, next, changed = c.Slot(rec, now, op)
+		return next, changedBy(c, changed)
+	})
+	return res, err
 }

@@ -481,6 +481,31 @@ func (k *Table[S, M]) Cancel(key string, now int64, r *policy.Receipt) {
 	}
 }
 
+// Update runs f on key's state at now, encoded as the machine's
+// AppendState writes it (empty for none), and keeps the state f returns
+// when it reports a change: no state when it is empty, and nothing when it
+// does not decode. f runs under the shard's lock and must not call k.
+func (k *Table[S, M]) Update(key string, now int64, f func(state []byte) (next []byte, changed bool)) {
+	sh, p := k.locate(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i := k.load(sh, key, p, now)
+	var cur []byte
+	if i >= 0 {
+		cur = k.m.AppendState(nil, &sh.cur)
+	}
+	next, changed := f(cur)
+	switch {
+	case !changed:
+	case len(next) == 0:
+		if i >= 0 {
+			sh.remove(i)
+		}
+	case k.m.DecodeState(next, &sh.cur) == nil:
+		k.store(sh, key, p, i, now)
+	}
+}
+
 func (k *Table[S, M]) Reset(key string) {
 	sh, p := k.locate(key)
 	sh.mu.Lock()

@@ -1,6 +1,7 @@
 package keyed
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"reflect"
 	"strconv"
@@ -79,7 +80,7 @@ func TestTableAgreesWithMem(t *testing.T) {
 					now += 2 * minute // everything expires
 				}
 				n := 1 + rng.Int64N(3)
-				switch op := rng.IntN(21); {
+				switch op := rng.IntN(22); {
 				case op < 14:
 					if got, want := tc.table.Consume(key, now, n), tc.model.Consume(key, now, n); got != want {
 						t.Fatalf("step %d: Consume(%.10q, %d) = %+v, want %+v", step, key, n, got, want)
@@ -111,6 +112,18 @@ func TestTableAgreesWithMem(t *testing.T) {
 						receipts = receipts[:len(receipts)-1]
 						tc.table.Cancel(r.key, now, r.rc)
 						tc.model.Cancel(r.key, now, r.rc)
+					}
+				case op < 21: // Update, seeing the same state and keeping, dropping or leaving it
+					keep := n % 3
+					var seen [2][]byte
+					for i, k := range []Keys{tc.table, tc.model} {
+						k.Update(key, now, func(st []byte) ([]byte, bool) {
+							seen[i] = bytes.Clone(st)
+							return st, keep == 0 || keep == 1 && len(st) == 0
+						})
+					}
+					if !bytes.Equal(seen[0], seen[1]) {
+						t.Fatalf("step %d: Update(%.10q) saw %x, want %x", step, key, seen[0], seen[1])
 					}
 				default:
 					tc.table.Reset(key)

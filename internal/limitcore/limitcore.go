@@ -83,6 +83,18 @@ type Decision struct {
 	Res sluice.Result
 	// Taken is true when Res is AllowN's: the request took its cost.
 	Taken bool
+	// Defer is set by the package for a limit that counts a request only
+	// by its outcome: Decide peeks at it and takes nothing, and Settle
+	// takes the cost once the outcome is known.
+	Defer bool
+	// HoldTTL, when positive, takes the cost as a hold of that many ns
+	// (sluice.Limiter.Hold) rather than with AllowN, whose ID is then
+	// HoldID, to be settled with the request's actual cost.
+	HoldTTL int64
+	HoldID  string
+	// Slot is the slot a limit of a concurrency policy acquired for the
+	// request (Taken then), which Hold keeps until the request ends.
+	Slot sluice.Slot
 }
 
 // Decide asks the limiters of ds about a request. With one limit that is
@@ -105,8 +117,20 @@ type Decision struct {
 // A cost above a policy's limit, which some policies refuse as an
 // argument (sluice.ErrTokensAboveLimit), is the rejection the others
 // give: a Result that can never pass (RetryAfter sluice.Never), so that
-// every policy answers such a request alike.
+// every policy answers such a request alike; a limiter in shadow mode
+// lets it through as any of its refusals (ShadowRejected).
+//
+// A deferred decision (Defer) is only peeked at: a request that its
+// limit would refuse now is rejected, and one it lets through takes
+// nothing yet, its Remaining being what is left before the request
+// (its cost added back, as for a limit only peeked at above), until
+// Settle counts it.
 func Decide(ctx context.Context, ds []Decision) (*Decision, error) {
+	for i := range ds {
+		if HoldsSlots(ds[i].Limiter) {
+			ds[i].Cost = 1 // a request holds one slot, whatever its cost
+		}
+	}
 	if len(ds) > 1 {
 		rejected := false
 		for i := range ds {
@@ -123,16 +147,178 @@ func Decide(ctx context.Context, ds []Decision) (*Decision, error) {
 	}
 	for i := range ds {
 		d := &ds[i]
-		res, err := d.Limiter.AllowN(ctx, d.Key, d.Cost)
+		if d.Defer {
+			if len(ds) == 1 {
+				res, err := d.Limiter.PeekN(ctx, d.Key, d.Cost)
+				if d.Res, err = neverPasses(ctx, d, res, err); err != nil {
+					return d, err
+				}
+				if !d.Res.Allowed {
+					return d, nil
+				}
+			}
+			continue
+		}
+		res, err := take(ctx, d)
 		if d.Res, err = neverPasses(ctx, d, res, err); err != nil {
+			releaseAll(ds)
 			return d, err
 		}
 		if !d.Res.Allowed {
+			releaseAll(ds)
 			return worst(ds), nil
 		}
 		d.Taken = true
 	}
+	for i := range ds {
+		if d := &ds[i]; d.Defer && !d.Res.ShadowRejected {
+			d.Res.Remaining = policy.SatAdd(d.Res.Remaining, d.Cost)
+		}
+	}
 	return nil, nil
+}
+
+// Settle takes the cost of every deferred decision of ds, of a request
+// that Decide let through, whose outcome counts says counts against its
+// limit (counts is given the decision's Index): the cost is taken even when the limit has since filled up (a
+// refusal then takes nothing, the limit being full anyway). It takes it
+// under ctx without its cancellation, since a client that hangs up must
+// not escape the count of its request. It returns the first decision
+// whose limiter failed, with the error, having tried every one.
+func Settle(ctx context.Context, ds []Decision, counts func(index int) bool) (*Decision, error) {
+	ctx = context.WithoutCancel(ctx)
+	var failed *Decision
+	var ferr error
+	for i := range ds {
+		d := &ds[i]
+		if !d.Defer || !counts(d.Index) {
+			continue
+		}
+		res, err := d.Limiter.AllowN(ctx, d.Key, d.Cost)
+		if err != nil && failed == nil {
+			failed, ferr = d, err
+			continue
+		}
+		d.Res, d.Taken = res, res.Allowed
+	}
+	return failed, ferr
+}
+
+// Deferred reports whether ds has a deferred decision, to settle.
+func Deferred(ds []Decision) bool {
+	for i := range ds {
+		if ds[i].Defer {
+			return true
+		}
+	}
+	return false
+}
+
+// Holding reports whether ds has a hold, to settle with the request's
+// actual cost.
+func Holding(ds []Decision) bool {
+	for i := range ds {
+		if ds[i].HoldID != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// take takes d's cost: a slot when its limiter holds slots, else AllowN.
+func take(ctx context.Context, d *Decision) (sluice.Result, error) {
+	if d.HoldTTL > 0 {
+		c, err := d.Limiter.Hold(ctx, d.Key, d.Cost, time.Duration(d.HoldTTL))
+		d.HoldID = c.ID
+		return c.Result, err
+	}
+	if !HoldsSlots(d.Limiter) {
+		return d.Limiter.AllowN(ctx, d.Key, d.Cost)
+	}
+	s, err := d.Limiter.Acquire(ctx, d.Key, 0, 0)
+	if s.Allowed {
+		d.Slot = s
+	}
+	return s.Result, err
+}
+
+// HoldsSlots reports whether l's policy holds slots (sluice.Concurrency):
+// a request then holds one for as long as it runs.
+func HoldsSlots(l *sluice.Limiter) bool {
+	p, ok := l.Policy().(interface{ Slots() bool })
+	return ok && p.Slots()
+}
+
+// releaseTimeout bounds the release of a request's slots, which runs
+// after the request's own context may have ended.
+const releaseTimeout = 5 * time.Second
+
+// releaseAll gives back the slots the decisions of ds hold, for a request
+// refused after some were acquired, or ended.
+func releaseAll(ds []Decision) {
+	for i := range ds {
+		d := &ds[i]
+		if d.Slot.ID == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		_, _ = d.Limiter.Release(ctx, d.Slot)
+		cancel()
+		d.Slot = sluice.Slot{}
+	}
+}
+
+// Hold keeps the slots that ds acquired for a request until the release
+// it returns is called, when the request ends: it renews them every
+// third of their TTL while ctx, the request's, lasts. Once ctx ends (the
+// client went away) it stops renewing, so that a handler that never
+// returns holds its slots at most one TTL more. release must be called
+// once, deferred so that a panic calls it too; it is a no-op when ds
+// hold no slot.
+func Hold(ctx context.Context, ds []Decision) (release func()) {
+	// The held slots are copied, so that ds, on its caller's stack, does
+	// not escape to the renewing goroutine.
+	var held []Decision
+	every := time.Duration(0)
+	for i := range ds {
+		if s := ds[i].Slot; s.ID != 0 {
+			held = append(held, ds[i])
+			if every == 0 || s.TTL/3 < every {
+				every = s.TTL / 3
+			}
+		}
+	}
+	if held == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(max(every, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			for i := range held {
+				if d := &held[i]; d.Slot.ID != 0 {
+					if r, err := d.Limiter.Renew(ctx, d.Slot); err == nil && r.Allowed {
+						d.Slot = r
+					}
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+		releaseAll(held)
+	}
 }
 
 // neverPasses returns res, err of d's limiter, and for a cost above the
@@ -149,6 +335,10 @@ func neverPasses(ctx context.Context, d *Decision, res sluice.Result, err error)
 	if perr != nil {
 		return sluice.Result{}, perr
 	}
+	if now.Shadow { // a limiter in shadow mode refuses nobody
+		now.ShadowRejected, now.RetryAfter = true, sluice.Never
+		return now, nil
+	}
 	if now.Allowed { // an allowed Remaining is what there was less the token
 		now.Remaining = policy.SatAdd(now.Remaining, 1)
 	}
@@ -163,7 +353,7 @@ func worst(ds []Decision) *Decision {
 	var w *Decision
 	for i := range ds {
 		d := &ds[i]
-		if d.Res.Allowed && !d.Taken {
+		if d.Res.Allowed && !d.Taken && !d.Res.ShadowRejected {
 			d.Res.Remaining = policy.SatAdd(d.Res.Remaining, d.Cost)
 		}
 		if !d.Res.Allowed && (w == nil || d.Res.RetryAfter > w.Res.RetryAfter) {

@@ -128,3 +128,46 @@ func TestSeconds(t *testing.T) {
 		}
 	}
 }
+
+// TestDeferred checks that Decide takes nothing of a deferred decision,
+// reports it as it stands before the request (once, whether another limit
+// rejects or not), and that Settle takes it when counts says so.
+func TestDeferred(t *testing.T) {
+	ctx := context.Background()
+	deferred := newLimiter(t, sluice.FixedWindow(5, time.Hour))
+	counted := newLimiter(t, sluice.FixedWindow(2, time.Hour))
+	decide := func() ([]Decision, *Decision) {
+		ds := []Decision{
+			{Index: 0, Limiter: deferred, Key: "k", Cost: 2, Defer: true},
+			{Index: 1, Limiter: counted, Key: "k", Cost: 1},
+		}
+		d, err := Decide(ctx, ds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds, d
+	}
+	for i := range 3 {
+		ds, d := decide()
+		wantRejected := i == 2 // the counted limit holds 2
+		if (d != nil) != wantRejected || ds[0].Taken || ds[0].Res.Remaining != int64(5-2*i) {
+			t.Fatalf("request %d: rejected by %v, deferred %+v; want rejected %v, nothing taken, %d remaining before it",
+				i, d, ds[0], wantRejected, 5-2*i)
+		}
+		if d == nil {
+			if _, err := Settle(ctx, ds, func(index int) bool { return index == 0 }); err != nil {
+				t.Fatal(err)
+			}
+			if !ds[0].Taken {
+				t.Fatalf("request %d: Settle took nothing of the deferred decision", i)
+			}
+		}
+	}
+	res, err := deferred.Peek(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Remaining != 0 {
+		t.Errorf("the deferred limit after two requests of 2 settled = %+v, want 1 left, so 0 after a peek of 1", res)
+	}
+}

@@ -22,6 +22,9 @@ const (
 	StoreFailures = "sluice_store_failures_total"
 	CircuitOpen   = "sluice_store_circuit_open"
 	Waiting       = "sluice_waiting_callers"
+	// ShadowRejected counts the requests a limiter in shadow mode let
+	// through that its policy refused.
+	ShadowRejected = "sluice_shadow_rejected_total"
 
 	// Resilience4j's rate-limiter gauges, named as its Micrometer binding
 	// names them in Prometheus.
@@ -67,6 +70,8 @@ var (
 		"(fail_closed, fail_open, fail_local, fail_share).", []string{Limiter, Policy}}
 	CircuitOpenFamily = Family{CircuitOpen, "1 while a limiter's circuit breaker keeps calls from the store " +
 		"(open or half-open), 0 when closed.", []string{Limiter}}
+	ShadowRejectedFamily = Family{ShadowRejected, "Requests a limiter in shadow mode let through that its policy refused: " +
+		"those it would have rejected without shadow mode, by limiter.", []string{Limiter}}
 	WaitingFamily = Family{Waiting, "Callers sleeping for their tokens now: blocking calls " +
 		"(WaitN, Consume, AcquirePermission), and in sluice serve consume requests with max_wait_ms.", nil}
 

@@ -30,6 +30,9 @@ const (
 	TagNoLimit       Tag = 8
 	TagCompound      Tag = 9
 	TagResilience4j  Tag = 10
+	TagConcurrency   Tag = 11
+	TagCalendar      Tag = 12
+	TagPenaltyBox    Tag = 13
 )
 
 // AppendHeader appends the version and tag that start every state.

@@ -47,7 +47,7 @@ type Erased interface {
 }
 
 // Erase returns m as an Erased, which is also a WordMachine when m is a
-// WordCodec[S].
+// WordCodec[S], and a SlotErased when m has Slots[S].
 //
 // Each call decodes the state into a value of S taken from a pool, so a
 // machine with a fixed-size state costs no allocation once dst has room for
@@ -59,6 +59,9 @@ func Erase[S any](m Machine[S]) Erased {
 	}
 	e := &erased[S]{m: m}
 	e.pool.New = func() any { return new(S) }
+	if sl, ok := m.(Slots[S]); ok {
+		return erasedSlots[S]{erased: e, slots: sl}
+	}
 	return e
 }
 

@@ -29,6 +29,8 @@ const (
 	TokensAboveLimit         // n > the limit, where the policy treats that as an error rather than a rejection; Result.Limit is that limit
 	NonPositiveMaxWait       // a reservation's maxWait < 0
 	ReserveNotSupported      // the policy cannot reserve (sliding log, sliding window, ...)
+	NoSlots                  // a slot operation on a policy without slots (see Slots)
+	TTLOutOfRange            // a slot's TTL ≤ 0 or above the policy's lease; Result.Limit is the lease in ns
 )
 
 // Result is a policy's answer to one request.

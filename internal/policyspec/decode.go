@@ -156,8 +156,14 @@ func (d *Decoder) Decode(path string, n *yaml.Node) (*Desc, error) {
 			}
 		}
 	}
+	if spec.Check != nil {
+		if field, msg := spec.Check(s.args); msg != "" {
+			path, n := m.Value(field)
+			return nil, yamlnode.Errorf(path, deref(n), "%s", msg)
+		}
+	}
 	switch {
-	case hasType(spec, Members):
+	case hasType(spec, Members) || hasType(spec, Inner):
 		s.Leaves = 0 // Resolve counts the members'
 	case spec.Compat != nil:
 		s.Compat = spec.Compat(s.args)
@@ -232,6 +238,14 @@ func (d *Decoder) field(s *Desc, f Field) error {
 		val, err = d.Float64(path, v)
 	case Members:
 		err = d.members(s, path, v)
+	case Inner:
+		err = d.member(s, path, v)
+	case String:
+		val, err = d.String(path, v)
+	case Zone:
+		val, err = d.zone(path, v)
+	case Durations:
+		val, err = d.durations(path, v)
 	case Bandwidths:
 		val, err = d.bandwidths(s, path, v)
 	default:
@@ -304,25 +318,64 @@ func (d *Decoder) members(s *Desc, path string, v *yaml.Node) error {
 		return err
 	}
 	for i, item := range items {
-		ipath := yamlnode.Index(path, i)
-		n, err := d.Deref(ipath, item)
-		if err != nil {
+		if err := d.member(s, yamlnode.Index(path, i), item); err != nil {
 			return err
-		}
-		switch {
-		case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str":
-			s.Members = append(s.Members, Member{Path: ipath, Node: n, Name: n.Value})
-		case n.Kind == yaml.MappingNode:
-			inline, err := d.Decode(ipath, item)
-			if err != nil {
-				return err
-			}
-			s.Members = append(s.Members, Member{Path: ipath, Node: n, Inline: inline})
-		default:
-			return yamlnode.Errorf(ipath, n, "must be the name of a limiter or a limiter mapping, got %s", yamlnode.Describe(n))
 		}
 	}
 	return nil
+}
+
+// member decodes one member, at path, of the compound or wrapper s.
+func (d *Decoder) member(s *Desc, path string, item *yaml.Node) error {
+	n, err := d.Deref(path, item)
+	if err != nil {
+		return err
+	}
+	switch {
+	case n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str":
+		s.Members = append(s.Members, Member{Path: path, Node: n, Name: n.Value})
+	case n.Kind == yaml.MappingNode:
+		inline, err := d.Decode(path, item)
+		if err != nil {
+			return err
+		}
+		s.Members = append(s.Members, Member{Path: path, Node: n, Inline: inline})
+	default:
+		return yamlnode.Errorf(path, n, "must be the name of a limiter or a limiter mapping, got %s", yamlnode.Describe(n))
+	}
+	return nil
+}
+
+// zone decodes an IANA time zone name ("Europe/Paris", "UTC").
+func (d *Decoder) zone(path string, n *yaml.Node) (*time.Location, error) {
+	name, err := d.String(path, n)
+	if err != nil {
+		return nil, err
+	}
+	// LoadLocation takes "" and "Local" too, which are not zones a file
+	// can mean the same by on every machine.
+	loc, err := time.LoadLocation(name)
+	if err != nil || name == "" || name == "Local" {
+		return nil, yamlnode.Errorf(path, deref(n), "unknown time zone %q: want an IANA name such as Europe/Paris or UTC", name)
+	}
+	return loc, nil
+}
+
+// durations decodes a list of durations.
+func (d *Decoder) durations(path string, v *yaml.Node) ([]time.Duration, error) {
+	items, err := d.List(path, v)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]time.Duration, 0, len(items))
+	for i, item := range items {
+		dur, err := d.duration(yamlnode.Index(path, i), item)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, dur)
+	}
+	return out, nil
 }
 
 // maxLeaves bounds the policies a compound expands to, counting a limiter
@@ -352,7 +405,7 @@ func (d *Decoder) Resolve(s *Desc, named func(m Member) (*Desc, error)) error {
 		}
 		switch {
 		case ms.Policy == nil:
-			return yamlnode.Errorf(m.Path, m.Node, "policy %s cannot be a member of a compound", ms.Spec.Name)
+			return yamlnode.Errorf(m.Path, m.Node, "policy %s cannot be a member of a %s", ms.Spec.Name, s.Spec.Name)
 		case ms.Aligned:
 			return yamlnode.Errorf(m.Path, m.Node,
 				"a bucket with intervally_aligned refill cannot be a member: keyed limiters cannot refill on a wall-clock grid")
@@ -364,8 +417,11 @@ func (d *Decoder) Resolve(s *Desc, named func(m Member) (*Desc, error)) error {
 		members = append(members, ms.Policy)
 	}
 	for _, f := range s.Spec.Fields {
-		if f.Type == Members {
+		switch f.Type {
+		case Members:
 			s.args[f.Name] = members
+		case Inner:
+			s.args[f.Name] = members[0]
 		}
 	}
 	s.Policy = s.Spec.Policy(s.args)

@@ -16,6 +16,7 @@ package policyspec
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -34,10 +35,15 @@ const (
 	Float                      // a float64: only the compatibility policies, whose originals take doubles
 	Members                    // a list of descriptions, or names of other limiters: []sluice.Policy
 	Bandwidths                 // a list of a bucket's bandwidths: []sluice.Bandwidth
+	String                     // a string
+	Zone                       // an IANA time zone name: a *time.Location
+	Durations                  // a list of durations: []time.Duration
+	Inner                      // one description, or the name of another limiter: a sluice.Policy
 )
 
 var typeNames = [...]string{Int: "int", Duration: "duration", Rate: "rate", Bool: "bool",
-	Float: "float", Members: "members", Bandwidths: "bandwidths"}
+	Float: "float", Members: "members", Bandwidths: "bandwidths", String: "string", Zone: "zone",
+	Durations: "durations", Inner: "inner"}
 
 func (t Type) String() string {
 	if int(t) < len(typeNames) && typeNames[t] != "" {
@@ -66,6 +72,11 @@ type Spec struct {
 	// Policy builds the policy from its decoded fields; nil for a
 	// compatibility policy.
 	Policy func(Args) sluice.Policy
+	// Check, when set, checks the decoded fields before Policy builds the
+	// policy, for the rules between fields that the policy's constructor
+	// cannot see (a field valid only beside another's value): it returns
+	// the field at fault and what is wrong with it, or "" and "".
+	Check func(Args) (field, msg string)
 	// Compat builds a compatibility policy, one that copies another
 	// library's limiter and that only the conformance vectors describe:
 	// its value is the configuration the limiter is made from
@@ -147,6 +158,23 @@ func (a Args) Float(name string, def float64) float64 {
 	return get[float64](a, name)
 }
 
+// String returns a String field.
+func (a Args) String(name string) string { return get[string](a, name) }
+
+// Zone returns a Zone field, or time.UTC when it is absent.
+func (a Args) Zone(name string) *time.Location {
+	if !a.Has(name) {
+		return time.UTC
+	}
+	return get[*time.Location](a, name)
+}
+
+// Durations returns a Durations field.
+func (a Args) Durations(name string) []time.Duration { return get[[]time.Duration](a, name) }
+
+// Inner returns an Inner field.
+func (a Args) Inner(name string) sluice.Policy { return get[sluice.Policy](a, name) }
+
 // Members returns a Members field.
 func (a Args) Members(name string) []sluice.Policy { return get[[]sluice.Policy](a, name) }
 
@@ -195,9 +223,19 @@ var table = []Spec{
 	{Name: "no_limit", Policy: func(Args) sluice.Policy { return sluice.NoLimit() }},
 	{Name: "compound", Fields: []Field{{"limiters", Members, true}},
 		Policy: func(a Args) sluice.Policy { return sluice.Compound(a.Members("limiters")...) }},
+	{Name: "concurrency", Fields: []Field{limit, {"ttl", Duration, true}},
+		Policy: func(a Args) sluice.Policy { return sluice.Concurrency(a.Int("limit"), a.Duration("ttl")) }},
 	{Name: "bucket", Fields: []Field{{"limits", Bandwidths, true}},
 		Policy: func(a Args) sluice.Policy {
 			return sluice.BucketPolicy(sluice.BucketConfig{Bandwidths: a.Bandwidths("limits")})
+		}},
+	{Name: "calendar", Fields: []Field{limit, {"period", String, true}, {"time_zone", Zone, false},
+		{"first_day", String, false}, {"anchor_day", Int, false}},
+		Check: checkCalendar, Policy: calendarPolicy},
+	{Name: "penalty_box", Fields: []Field{{"limiter", Inner, true}, {"penalties", Durations, true},
+		{"forgive_after", Duration, false}},
+		Policy: func(a Args) sluice.Policy {
+			return sluice.PenaltyBox(a.Inner("limiter"), a.Durations("penalties"), a.Duration("forgive_after"))
 		}},
 
 	{Name: "resilience4j", Fields: []Field{
@@ -269,4 +307,55 @@ func names(compat bool) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// The calendar's periods, and its weeks' first days, as a description
+// names them.
+var (
+	periods  = []string{"day", "week", "month"}
+	weekdays = []string{"sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday"}
+)
+
+// checkCalendar checks the rules between a calendar's fields: its period
+// is one of periods, first_day goes with a week and anchor_day with a
+// month.
+func checkCalendar(a Args) (field, msg string) {
+	period := a.String("period")
+	switch {
+	case !slices.Contains(periods, period):
+		return "period", fmt.Sprintf("must be one of %s, got %q", strings.Join(periods, ", "), period)
+	case a.Has("first_day") && period != "week":
+		return "first_day", "is only valid with period week, not " + period
+	case a.Has("first_day") && !slices.Contains(weekdays, a.String("first_day")):
+		return "first_day", fmt.Sprintf("must be one of %s, got %q", strings.Join(weekdays, ", "), a.String("first_day"))
+	case a.Has("anchor_day") && period != "month":
+		return "anchor_day", "is only valid with period month, not " + period
+	case a.Has("anchor_day") && (a.Int("anchor_day") < 1 || a.Int("anchor_day") > 31):
+		return "anchor_day", fmt.Sprintf("must be in [1, 31], got %d", a.Int("anchor_day"))
+	}
+	return "", ""
+}
+
+// calendarPolicy builds a calendar that checkCalendar passed: its periods
+// start at midnight in time_zone (UTC by default), a week on first_day
+// (Monday by default), a month on anchor_day (the 1st by default; a later
+// day than a month has is its last). The anchors are in January 2000,
+// whose 31 days hold every anchor_day; January 2, 2000 was a Sunday.
+func calendarPolicy(a Args) sluice.Policy {
+	loc := a.Zone("time_zone")
+	switch a.String("period") {
+	case "week":
+		first := 1 // Monday
+		if a.Has("first_day") {
+			first = slices.Index(weekdays, a.String("first_day"))
+		}
+		return sluice.Calendar(a.Int("limit"), time.Date(2000, 1, 2+first, 0, 0, 0, 0, loc), 0, 7)
+	case "month":
+		day := int64(1)
+		if a.Has("anchor_day") {
+			day = a.Int("anchor_day")
+		}
+		return sluice.Calendar(a.Int("limit"), time.Date(2000, 1, int(day), 0, 0, 0, 0, loc), 1, 0)
+	}
+	return sluice.Calendar(a.Int("limit"), time.Date(2000, 1, 1, 0, 0, 0, 0, loc), 0, 1)
 }

@@ -21,6 +21,10 @@ var sample = map[Type]any{
 	Float:      2.0,
 	Members:    []sluice.Policy{sluice.FixedWindow(5, time.Minute)},
 	Bandwidths: []sluice.Bandwidth{sluice.Simple(3, time.Second)},
+	String:     "day",
+	Zone:       time.UTC,
+	Durations:  []time.Duration{time.Second},
+	Inner:      sluice.FixedWindow(5, time.Minute),
 }
 
 // TestTable checks each entry: a unique name, the required fields first,
@@ -173,5 +177,62 @@ func TestNames(t *testing.T) {
 	all, files := names(true), names(false)
 	if !slices.Contains(all, "resilience4j") || slices.Contains(files, "resilience4j") || !slices.Contains(files, "bucket") {
 		t.Errorf("names(true) = %v, names(false) = %v", all, files)
+	}
+}
+
+// TestCalendarAndPenaltyBox: the calendar's fields that go with one
+// period only, its zone, and the penalty box's inner limiter and
+// penalties, each refused at its node with what is wrong.
+func TestCalendarAndPenaltyBox(t *testing.T) {
+	tests := []struct {
+		name, src, wantErr string // wantErr "" when it must decode
+		wantPolicy         string
+	}{
+		{"a month on the 31st in Paris", `{"policy": "calendar", "limit": 5, "period": "month", "anchor_day": 31, "time_zone": "Europe/Paris"}`,
+			"", "calendar(limit=5, months=1, days=0, anchor=2000-01-31T00:00:00 Europe/Paris)"},
+		{"a week from Sunday", `{"policy": "calendar", "limit": 5, "period": "week", "first_day": "sunday"}`,
+			"", "calendar(limit=5, months=0, days=7, anchor=2000-01-02T00:00:00 UTC)"},
+		{"a day", `{"policy": "calendar", "limit": 5, "period": "day"}`,
+			"", "calendar(limit=5, months=0, days=1, anchor=2000-01-01T00:00:00 UTC)"},
+		{"an unknown period", `{"policy": "calendar", "limit": 5, "period": "fortnight"}`,
+			`limiter.period: must be one of day, week, month, got "fortnight"`, ""},
+		{"first_day of a month", `{"policy": "calendar", "limit": 5, "period": "month", "first_day": "monday"}`,
+			"limiter.first_day: is only valid with period week, not month", ""},
+		{"a misspelt day", `{"policy": "calendar", "limit": 5, "period": "week", "first_day": "Monday"}`,
+			`limiter.first_day: must be one of sunday`, ""},
+		{"anchor_day of a day", `{"policy": "calendar", "limit": 5, "period": "day", "anchor_day": 3}`,
+			"limiter.anchor_day: is only valid with period month, not day", ""},
+		{"anchor_day 32", `{"policy": "calendar", "limit": 5, "period": "month", "anchor_day": 32}`,
+			"limiter.anchor_day: must be in [1, 31], got 32", ""},
+		{"an unknown zone", `{"policy": "calendar", "limit": 5, "period": "day", "time_zone": "Mars/Olympus"}`,
+			`limiter.time_zone: unknown time zone "Mars/Olympus"`, ""},
+		{"the local zone", `{"policy": "calendar", "limit": 5, "period": "day", "time_zone": "Local"}`,
+			`limiter.time_zone: unknown time zone "Local"`, ""},
+		{"a zero limit", `{"policy": "calendar", "limit": 0, "period": "day"}`, "limiter.limit: must be positive, got 0", ""},
+		{"a penalty box", `{"policy": "penalty_box", "limiter": {"policy": "fixed_window", "limit": 5, "interval": "1m"}, "penalties": ["1m", "10m"], "forgive_after": "1h"}`,
+			"", "penalty_box(fixed_window(limit=5, interval=1m0s), penalties=[1m0s 10m0s], forgive_after=1h0m0s)"},
+		{"no penalty", `{"policy": "penalty_box", "limiter": {"policy": "no_limit"}, "penalties": []}`,
+			"limiter.penalties: must hold 1 to 64 penalties, got []", ""},
+		{"a negative penalty", `{"policy": "penalty_box", "limiter": {"policy": "no_limit"}, "penalties": ["1m", "-1s"]}`,
+			"limiter.penalties: must each be positive, got -1s at 1", ""},
+		{"escalation never forgiven", `{"policy": "penalty_box", "limiter": {"policy": "no_limit"}, "penalties": ["1m", "2m"]}`,
+			"limiter: penalty_box.forgive_after must be positive with several penalties", ""},
+		{"an invalid inner limiter", `{"policy": "penalty_box", "limiter": {"policy": "gcra", "limit": 0, "rate": {"interval": "1s", "amount": 1}}, "penalties": ["1m"]}`,
+			"limiter.limiter.limit: must be positive, got 0", ""},
+		{"a list for the limiter", `{"policy": "penalty_box", "limiter": [], "penalties": ["1m"]}`,
+			"limiter.limiter: must be the name of a limiter or a limiter mapping", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			desc, err := decodeJSON(t, Options{}, tt.src)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("Decode(%s) = %v, want no error", tt.src, err)
+			case tt.wantErr == "" && desc.Policy.String() != tt.wantPolicy:
+				t.Errorf("Decode(%s) = %v, want %s", tt.src, desc.Policy, tt.wantPolicy)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("Decode(%s) = %v, want an error containing %q", tt.src, err, tt.wantErr)
+			}
+		})
 	}
 }

@@ -22,6 +22,9 @@ type Limiters struct {
 	StoreFailures *prometheus.CounterVec   // limiter, policy
 	CircuitOpen   *prometheus.GaugeVec     // limiter
 	Waiting       prometheus.Gauge
+	// ShadowRejected counts what limiters in shadow mode would have
+	// refused.
+	ShadowRejected *prometheus.CounterVec // limiter
 }
 
 // New returns the families, with no series yet.
@@ -41,6 +44,7 @@ func New() Limiters {
 		Waiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: metricnames.WaitingFamily.Name, Help: metricnames.WaitingFamily.Help,
 		}),
+		ShadowRejected: CounterVec(metricnames.ShadowRejectedFamily),
 	}
 }
 
@@ -51,7 +55,7 @@ func CounterVec(f metricnames.Family) *prometheus.CounterVec {
 
 // Collectors are the families, to register, or to describe and collect.
 func (l *Limiters) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{l.Decisions, l.Tokens, l.StoreSeconds, l.StoreErrors, l.StoreFailures, l.CircuitOpen, l.Waiting}
+	return []prometheus.Collector{l.Decisions, l.Tokens, l.StoreSeconds, l.StoreErrors, l.StoreFailures, l.CircuitOpen, l.Waiting, l.ShadowRejected}
 }
 
 // Forget drops every series of the limiter called limiter, so that a
@@ -62,6 +66,7 @@ func (l *Limiters) Forget(limiter string) {
 	l.Tokens.DeletePartialMatch(labels)
 	l.StoreFailures.DeletePartialMatch(labels)
 	l.CircuitOpen.DeletePartialMatch(labels)
+	l.ShadowRejected.DeletePartialMatch(labels)
 }
 
 // StoreOp is the series of one store operation, looked up once: a lookup

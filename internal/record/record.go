@@ -245,3 +245,18 @@ func (c *Machine) ExpiresAt(rec []byte) int64 {
 	}
 	return c.m.ExpiresAt(st)
 }
+
+// Slot runs the slot operation op on rec at now, as policy.Slots: an
+// error Code NoSlots when the policy has none.
+func (c *Machine) Slot(rec []byte, now int64, op policy.SlotOp) (policy.SlotResult, []byte, bool) {
+	sm, ok := c.m.(policy.SlotErased)
+	if !ok {
+		return policy.SlotResult{Result: policy.Result{Code: policy.NoSlots}}, nil, false
+	}
+	st, h := c.state(rec, now)
+	res, next, changed := sm.Slot(st, now, op, nil)
+	if !changed || c.version.foreign(rec, kindMachine) {
+		return res, nil, false
+	}
+	return res, c.record(next, h), true
+}

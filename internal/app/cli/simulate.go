@@ -42,6 +42,10 @@ sharing one store, the requests dealt to them in turn, each deciding from
 its own leases: compare it with the same policy without the key to see
 what leasing costs (at most processes × max fewer, never more).
 
+A limiter in shadow mode (shadow: true in the file, or -shadow for all)
+accepts every request, and its slices count those its policy would have
+rejected: replay a log against a new limit to see whom it would refuse.
+
 Durations (-duration, -slice, -window, -max-wait) are written as in config
 files: 90s, 1m30s or a count and a unit word, '3 minutes'.
 
@@ -62,6 +66,7 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 	slice := fs.duration("slice", 0, "the `duration` of a reporting slice (default: about 60 slices)")
 	window := fs.duration("window", 0, "the `duration` of the window in which to find the busiest burst (default: the policy's own)")
 	maxWait := fs.duration("max-wait", 0, "let each request wait up to this `duration` for its turn (Reserve) instead of refusing it")
+	shadow := fs.Bool("shadow", false, "run the limiters in shadow mode, as a limiter's shadow: true does: accept every request, and count those the policy would have rejected")
 	processes := fs.Int("processes", 1, "with a limiter that has a lease key, how many `processes` share it, each spending its own leases")
 	out := fs.String("out", "", "write an SVG chart to this `file`")
 	if err := fs.parse(args); err != nil {
@@ -113,7 +118,7 @@ func runSimulate(_ context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	reports, err := simulate.Limiters(cfg.Limiters, names, t, simulate.Options{
-		Duration: *duration, Slice: *slice, Window: *window, MaxWait: *maxWait, Processes: *processes,
+		Duration: *duration, Slice: *slice, Window: *window, MaxWait: *maxWait, Processes: *processes, Shadow: *shadow,
 	})
 	if err != nil {
 		return err

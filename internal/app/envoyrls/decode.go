@@ -64,8 +64,10 @@ var descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shad
 	"detailed_metric", "value_to_metric", "share_threshold", "metadata"}
 
 // sectionKeys are the keys only the envoy: section has: a sluice limiter
-// of the limiters: section, and unlimited: true.
-var sectionKeys = []string{"limiter", "unlimited", "request_limit_ceiling"}
+// of the limiters: section, unlimited: true, always_counted: true, which
+// makes a limiter's hits a charge (see rule.counted), and
+// request_limit_ceiling.
+var sectionKeys = []string{"limiter", "unlimited", "always_counted", "request_limit_ceiling"}
 
 // rateLimitKeys are the keys of a rate_limit: envoyproxy/ratelimit's, and
 // unit_multiplier, which Envoy's API is taking up (envoyproxy/envoy PR
@@ -77,6 +79,10 @@ type decoder struct {
 	file    string
 	section bool              // the envoy: section, with sectionKeys
 	known   func(string) bool // limiter names of the limiters: section
+	// owes reports whether a limiter's policy can owe tokens, which
+	// always_counted needs; nil accepts any (the limiter refuses the
+	// charge when called).
+	owes func(string) bool
 }
 
 func (d *decoder) at(path string, n *yaml.Node) place {
@@ -102,10 +108,18 @@ func (d *decoder) at(path string, n *yaml.Node) place {
 // with the path of the offending node (e.g.
 // "envoy[0].descriptors[1].limiter") and its line.
 func Decode(path string, n *yaml.Node, known func(name string) bool) (*Domains, error) {
+	return DecodeOwing(path, n, known, nil)
+}
+
+// DecodeOwing is Decode that also checks, with owes, that the limiter of
+// a descriptor with always_counted: true can owe tokens
+// (sluice.Limiter.Charge): a policy that cannot (a sliding window or log,
+// a shaper) is an error at the descriptor's always_counted.
+func DecodeOwing(path string, n *yaml.Node, known, owes func(name string) bool) (*Domains, error) {
 	if n == nil {
 		return nil, errorAt(path, nil, "must be a list of domains")
 	}
-	d := &decoder{section: true, known: known}
+	d := &decoder{section: true, known: known, owes: owes}
 	items, err := d.List(path, n)
 	if err != nil {
 		return nil, err
@@ -303,6 +317,9 @@ func (d *decoder) descriptor(path string, n *yaml.Node) (descriptorDoc, error) {
 		}
 		desc.rule.ceiling = &rule{requestsPerUnit: c.requestsPerUnit, unit: c.unit, multiplier: c.multiplier}
 	}
+	if err := d.alwaysCounted(m, desc.rule); err != nil {
+		return descriptorDoc{}, err
+	}
 	if m.Has("metadata") {
 		p, v := m.Value("metadata")
 		if desc.metadata, err = d.metadata(p, v); err != nil {
@@ -394,6 +411,28 @@ func (d *decoder) rule(path string, m *yamlnode.Mapping) (*rule, error) {
 		return nil, errorAt(path, m.Node, "has more than one of limiter, rate_limit and unlimited; give one")
 	}
 	return r, nil
+}
+
+// alwaysCounted decodes a descriptor's always_counted into r: allowed
+// only beside a limiter whose policy can owe tokens, and true when given.
+func (d *decoder) alwaysCounted(m *yamlnode.Mapping, r *rule) error {
+	if !m.Has("always_counted") {
+		return nil
+	}
+	p, v := m.Value("always_counted")
+	counted, err := d.Bool(p, v)
+	switch {
+	case err != nil:
+		return err
+	case !counted:
+		return errorAt(p, v, "must be true when given; leave it out for hits counted only when allowed")
+	case r == nil || r.limiter == "":
+		return errorAt(p, v, "needs a limiter: on the same descriptor; a rate_limit counts only the hits it allows")
+	case d.owes != nil && !d.owes(r.limiter):
+		return errorAt(p, v, "limiter %q cannot owe tokens, so its hits cannot always be counted: its policy must be a token bucket, leaky bucket, bucket, GCRA, fixed window or a compound of those", r.limiter)
+	}
+	r.counted = true
+	return nil
 }
 
 // rateLimit decodes a rate_limit: {unit, requests_per_unit,

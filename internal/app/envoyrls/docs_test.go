@@ -14,7 +14,7 @@ import (
 // and Envoy's.
 func yamlBlocks(t *testing.T) []string {
 	t.Helper()
-	return docsnippets.Blocks(t, "../../../docs/envoy.md", "yaml", 2)
+	return docsnippets.Blocks(t, "../../../docs/envoy.md", "yaml", 3)
 }
 
 // TestDocsConfig: the example config of docs/envoy.md decodes, and its
@@ -51,5 +51,17 @@ func TestDocsEnvoy(t *testing.T) {
 	if rl.GetDomain() != "edge" || rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName() != "sluice" ||
 		rl.GetRateLimitService().GetTransportApiVersion().String() != "V3" {
 		t.Errorf("ratelimit filter = %v, want domain edge on cluster sluice over V3", &rl)
+	}
+}
+
+// TestDocsStreamDone: the Envoy configuration of docs/envoy.md's model
+// tokens is a valid bootstrap whose route checks the tenant with 0 hits
+// and charges it its tokens when the stream is done.
+func TestDocsStreamDone(t *testing.T) {
+	hcm := docsnippets.EnvoyHTTP(t, yamlBlocks(t)[2])
+	limits := hcm.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetRateLimits()
+	if len(limits) != 2 || limits[0].GetHitsAddend().GetNumber().GetValue() != 0 || limits[0].GetApplyOnStreamDone() ||
+		!limits[1].GetApplyOnStreamDone() || limits[1].GetHitsAddend().GetFormat() == "" {
+		t.Errorf("rate_limits = %v, want a check of 0 hits and a charge on stream done", limits)
 	}
 }

@@ -41,6 +41,7 @@ import (
 	"github.com/sluicehq/sluice/internal/app/tracing"
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policyspec"
+	"github.com/sluicehq/sluice/internal/rlheader"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -285,6 +286,8 @@ type check struct {
 	stats     *ruleStats
 	status    *rlsv3.RateLimitResponse_DescriptorStatus
 	reset     int64 // the seconds a reset header would show
+	shadow    bool  // decided by a sluice limiter in shadow mode
+	window    int64 // the seconds of its limit's window, 0 when it has none
 }
 
 // ShouldRateLimit answers req as envoyproxy/ratelimit does; docs/envoy.md
@@ -384,6 +387,9 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			{Key: set.ResetHeader, Value: strconv.FormatInt(c.reset, 10)},
 		}
 	}
+	if set.Draft11Headers {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, draft11Headers(checks)...)
+	}
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && set.ShadowMode {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 		if s.opts.metrics != nil {
@@ -394,6 +400,41 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		resp.DynamicMetadata = dynamicMetadata(req, checks, passed)
 	}
 	return resp, nil
+}
+
+// draft11Headers returns the RateLimit-Policy and RateLimit fields of
+// draft-ietf-httpapi-ratelimit-headers-11 for checks: a member for each
+// descriptor with a limit, but those in shadow mode (shadow_mode, or a
+// sluice limiter's shadow: true), which are not in force. A member is
+// named by its limit's name, or by the descriptor's position ("0", "1",
+// ...) when the limit has none or one that is not printable ASCII; its w
+// is the window of its limit in seconds (a unit times its
+// unit_multiplier, or a sluice limiter's Window rounded up), and its t the
+// seconds until its window resets, as DurationUntilReset rounded up.
+// It returns nil when no descriptor has a member.
+func draft11Headers(checks []check) []*corev3.HeaderValue {
+	var policy, limit []byte
+	n := 0
+	for i := range checks {
+		c := &checks[i]
+		l := c.status.GetCurrentLimit()
+		if c.unlimited || l == nil || c.shadow || (c.match.rule != nil && c.match.rule.shadow) {
+			continue
+		}
+		name, ok := rlheader.Quote(l.GetName())
+		if !ok || l.GetName() == "" {
+			name = `"` + strconv.Itoa(i) + `"`
+		}
+		if n++; n > 1 {
+			policy, limit = append(policy, ", "...), append(limit, ", "...)
+		}
+		policy = rlheader.AppendPolicy(policy, name, int64(l.GetRequestsPerUnit()), c.window)
+		limit = rlheader.AppendRateLimit(limit, name, int64(c.status.GetLimitRemaining()), c.reset)
+	}
+	if n == 0 {
+		return nil
+	}
+	return []*corev3.HeaderValue{{Key: "RateLimit-Policy", Value: string(policy)}, {Key: "RateLimit", Value: string(limit)}}
 }
 
 // plan matches every descriptor of req and works out its hits, before
@@ -652,7 +693,7 @@ func (s *Service) counted(st *state, c *check, after uint64, now int64, ratio fl
 // counterStatus sets the status of a counted descriptor.
 func (c *check) counterStatus(code rlsv3.RateLimitResponse_Code, remaining uint32, now int64) {
 	r := c.match.rule
-	c.reset = untilReset(now, r.window())
+	c.reset, c.window = untilReset(now, r.window()), r.window()
 	// One allocation for the status and the two messages it points to.
 	m := &struct {
 		status rlsv3.RateLimitResponse_DescriptorStatus
@@ -679,7 +720,24 @@ func (s *Service) limit(ctx context.Context, st *state, c *check) error {
 		return errorStatus("limiter "+name, fmt.Errorf("envoyrls: limiter %q not found", name))
 	}
 	hits := int64(c.hits)
-	res, err := consume(ctx, l, c.key, hits)
+	var res sluice.Result
+	var err error
+	switch {
+	case c.match.rule.counted && hits > 0:
+		var cost sluice.Cost
+		cost, err = l.Charge(ctx, c.key, hits)
+		res = cost.Result
+	case c.match.rule.counted:
+		// A check that takes nothing (hits_addend 0, as the request path
+		// of a cost charged at the stream's end sends) is over the limit
+		// while the key owes: the limit is already exceeded.
+		var cost sluice.Cost
+		cost, err = l.Debt(ctx, c.key)
+		res = cost.Result
+		res.Allowed = err == nil && cost.Debt == 0
+	default:
+		res, err = consume(ctx, l, c.key, hits)
+	}
 	if s.opts.observer != nil {
 		s.opts.observer(Decision{Limiter: name, Key: c.key, Hits: hits, Result: res, Shadow: c.match.rule.shadow, Err: err})
 	}
@@ -694,6 +752,7 @@ func (s *Service) limit(ctx context.Context, st *state, c *check) error {
 	u := st.unit(l)
 	d := sluiceUntilReset(res)
 	c.reset = policy.CeilDiv(int64(d), int64(time.Second))
+	c.window = policy.CeilDiv(int64(l.Policy().Window()), int64(time.Second))
 	c.status = &rlsv3.RateLimitResponse_DescriptorStatus{
 		Code:               rlsv3.RateLimitResponse_OK,
 		CurrentLimit:       &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: clamp32(res.Limit), Unit: u.unit},
@@ -703,10 +762,14 @@ func (s *Service) limit(ctx context.Context, st *state, c *check) error {
 	if u.multiplier > 1 {
 		c.status.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(u.multiplier)
 	}
-	c.stats.add(withinLimit, uint64(hits)*boolToUint(res.Allowed))
+	// A limiter in shadow mode (shadow: true) lets through what its policy
+	// refused: that is a descriptor's shadow mode.
+	allowed := res.Allowed && !res.ShadowRejected
+	c.shadow = res.Shadow
+	c.stats.add(withinLimit, uint64(hits)*boolToUint(allowed))
 	switch {
-	case res.Allowed:
-	case c.match.rule.shadow:
+	case allowed:
+	case c.match.rule.shadow || res.ShadowRejected:
 		c.stats.add(overLimit, c.hits)
 		c.stats.add(shadowMode, c.hits)
 		s.opts.logger.InfoContext(ctx, "envoyrls: over limit in shadow mode", "limiter", name, "key", c.key, "hits", hits)

@@ -38,6 +38,10 @@ type Settings struct {
 	// to the responses.
 	ResponseHeaders                           bool
 	LimitHeader, RemainingHeader, ResetHeader string
+	// Draft11Headers adds the RateLimit-Policy and RateLimit fields of
+	// draft-ietf-httpapi-ratelimit-headers-11, a member per descriptor
+	// with a limit, to the responses.
+	Draft11Headers bool
 	// StopCacheKeyIncrementWhenOverlimit leaves the other windows of a
 	// request uncounted when one of them goes over its limit.
 	StopCacheKeyIncrementWhenOverlimit bool
@@ -111,6 +115,7 @@ var settings = []setting{
 	{"limit_limit_header", "LIMIT_LIMIT_HEADER", textSetting(func(s *Settings) *string { return &s.LimitHeader })},
 	{"limit_remaining_header", "LIMIT_REMAINING_HEADER", textSetting(func(s *Settings) *string { return &s.RemainingHeader })},
 	{"limit_reset_header", "LIMIT_RESET_HEADER", textSetting(func(s *Settings) *string { return &s.ResetHeader })},
+	{"draft11_response_headers", "SLUICE_DRAFT11_RESPONSE_HEADERS", boolSetting(func(s *Settings) *bool { return &s.Draft11Headers })},
 	{"stop_cache_key_increment_when_overlimit", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
 		boolSetting(func(s *Settings) *bool { return &s.StopCacheKeyIncrementWhenOverlimit })},
 	{"shadow_mode", "SHADOW_MODE", boolSetting(func(s *Settings) *bool { return &s.ShadowMode })},

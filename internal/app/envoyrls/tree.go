@@ -50,6 +50,11 @@ type rule struct {
 	// limiter is the sluice limiter that decides instead of a fixed
 	// window (a descriptor of the envoy: section with limiter:).
 	limiter string
+	// counted makes the limiter's hits a charge (always_counted): taken
+	// whatever is left, the excess owed, so that a cost Envoy reports
+	// after the fact (apply_on_stream_done, whose answer it ignores) is
+	// never dropped. The answer is the usual one.
+	counted bool
 	// statKey is the rule's stat key: the domain and the final keys down
 	// to it, joined by '.'.
 	statKey string

@@ -95,6 +95,7 @@ type options struct {
 	fleets   driver.Store
 	timeout  time.Duration
 	tracer   trace.Tracer
+	shadow   func(limiter string) bool
 }
 
 // Option configures a Service.
@@ -111,12 +112,24 @@ type Charge struct {
 	Allowed bool
 	// Err is the limiter's error, or nil.
 	Err error
+	// ShadowRejected is, for a limiter in shadow mode (WithShadow), how
+	// many of the Tokens its policy would have refused: they were let
+	// through, and took nothing.
+	ShadowRejected int64
 }
 
 // WithObserver makes the service call f with every charge of a limiter,
 // synchronously; f must be fast and safe for simultaneous use. The
 // default is no observer.
 func WithObserver(f func(Charge)) Option { return func(o *options) { o.observer = f } }
+
+// WithShadow tells the service which limiters are in shadow mode (a
+// limiter's shadow: true): a bucket whose rule names one is assigned
+// ALLOW_ALL, and the requests Envoy reports on it are counted on the
+// limiter, taken as far as it has tokens, the others reported to the
+// observer as Charge.ShadowRejected. Its buckets join no fleet. The
+// default has none; f must be safe for simultaneous use.
+func WithShadow(f func(limiter string) bool) Option { return func(o *options) { o.shadow = f } }
 
 // WithLogger makes the service log to l; the default discards.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
@@ -790,6 +803,14 @@ func (s *Service) assign(ctx context.Context, cur *state, dom *Domain, domain st
 			action = dom.Unmatched
 		}
 	}
+	if action == Limit && s.opts.shadow != nil && s.opts.shadow(rule.Limiter) {
+		s.leaveFleet(ctx, st, b)
+		b.grant, b.share, b.credit, b.limiter = nil, 0, 0, rule.Limiter
+		if err := s.shadowCount(ctx, l, b, int64(min(u.allowed+u.denied, math.MaxInt64))); err != nil && ctx.Err() == nil {
+			s.opts.logger.WarnContext(ctx, "rlqs: shadow bucket not counted", "domain", domain, "bucket", u.label, "err", err)
+		}
+		return s.blanket(b, typev3.RateLimitStrategy_ALLOW_ALL, ttl)
+	}
 	if action != Limit {
 		s.leaveFleet(ctx, st, b)
 		b.grant, b.share, b.credit = nil, 0, 0
@@ -892,6 +913,50 @@ func (s *Service) charge(ctx context.Context, l *sluice.Limiter, b *bucket, bk B
 	}
 	b.credit = credit
 	return &next, 0, nil
+}
+
+// shadowCount counts the used requests of b, which Envoy let through, on
+// l, a limiter in shadow mode: as many as it has tokens for are taken, and
+// the others, which its policy would have refused, are reported to the
+// observer as shadow rejections. A report is one call of many requests,
+// which the policy takes or refuses whole, so a refusal is followed by a
+// call for the tokens that are there.
+func (s *Service) shadowCount(ctx context.Context, l *sluice.Limiter, b *bucket, used int64) error {
+	if used == 0 {
+		return nil
+	}
+	res, err := l.AllowN(ctx, b.key, used)
+	taken := used
+	switch {
+	case err != nil && isTooMany(err): // more than the limit at once
+		if res, err = l.Peek(ctx, b.key); err != nil {
+			break
+		}
+		if !res.ShadowRejected { // a peek's Remaining is what 1 token would leave
+			res.Remaining = satAdd(res.Remaining, 1)
+		}
+		res.ShadowRejected = true
+	case err != nil:
+	}
+	if err == nil && res.ShadowRejected {
+		taken = min(res.Remaining, used)
+		if taken > 0 {
+			if again, aerr := l.AllowN(ctx, b.key, taken); aerr != nil || again.ShadowRejected {
+				taken = 0 // another client took them first
+			}
+		}
+	}
+	if s.opts.observer != nil {
+		c := Charge{Limiter: b.limiter, Key: b.key, Tokens: used, Allowed: err == nil, Err: err}
+		if err == nil {
+			c.ShadowRejected = used - taken
+		}
+		s.opts.observer(c)
+	}
+	if err == nil && taken > 0 {
+		b.stats.charge(taken)
+	}
+	return err
 }
 
 // tokenBucket returns the token-bucket assignment of b's grant.

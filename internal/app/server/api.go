@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
+	"github.com/sluicehq/sluice/internal/app/rlqs"
 	"github.com/sluicehq/sluice/internal/app/server/page"
 	"github.com/sluicehq/sluice/internal/app/simulate"
 	"github.com/sluicehq/sluice/internal/app/storeurl"
@@ -109,6 +110,11 @@ func (s *Server) routes() http.Handler {
 	api.Handle("/api/v1/consume", s.decision("/api/v1/consume", s.consume))
 	api.Handle("/api/v1/inspect", s.decision("/api/v1/inspect", s.inspect))
 	api.Handle("/api/v1/reset", s.decision("/api/v1/reset", s.reset))
+	api.Handle("/api/v1/reserve", s.decision("/api/v1/reserve", s.reserve))
+	api.Handle("/api/v1/settle", s.decision("/api/v1/settle", s.settle))
+	api.Handle("/api/v1/acquire", s.decision("/api/v1/acquire", s.acquire))
+	api.Handle("/api/v1/release", s.decision("/api/v1/release", s.release))
+	api.Handle("/api/v1/renew", s.decision("/api/v1/renew", s.renew))
 	api.Handle("/api/v1/limiters", get(s.listLimiters))
 	api.Handle("/api/v1/stats", get(s.stats))
 	api.Handle("/api/v1/simulate", get(s.simulate))
@@ -468,11 +474,16 @@ type Result struct {
 	ResetAfterMS int64 `json:"reset_after_ms"`
 	// WaitedMS is how long a consume with max_wait_ms waited.
 	WaitedMS int64 `json:"waited_ms,omitempty"`
+	// Shadow says that the limiter is in shadow mode (shadow: true), so
+	// Allowed is true whatever its policy decided; ShadowRejected that
+	// its policy refused the request, which took nothing.
+	Shadow         bool `json:"shadow,omitempty"`
+	ShadowRejected bool `json:"shadow_rejected,omitempty"`
 }
 
 func newResult(r sluice.Result) Result {
 	return Result{Allowed: r.Allowed, Remaining: r.Remaining, Limit: r.Limit,
-		RetryAfterMS: millis(r.RetryAfter), ResetAfterMS: millis(r.ResetAfter)}
+		RetryAfterMS: millis(r.RetryAfter), ResetAfterMS: millis(r.ResetAfter), Shadow: r.Shadow, ShadowRejected: r.ShadowRejected}
 }
 
 // millis is d in milliseconds rounded up, -1 for sluice.Never.
@@ -504,7 +515,7 @@ func aboveLimit(l *limiter, n int64, res Result, err error) error {
 	switch {
 	case errors.Is(err, sluice.ErrTokensAboveLimit):
 		return &tokensAboveLimit{l.name, n, l.limit}
-	case err == nil && !res.Allowed && res.RetryAfterMS == millis(sluice.Never):
+	case err == nil && (!res.Allowed || res.ShadowRejected) && res.RetryAfterMS == millis(sluice.Never):
 		return &tokensAboveLimit{l.name, n, res.Limit}
 	}
 	return err
@@ -580,7 +591,11 @@ func (s *Server) consume(w http.ResponseWriter, r *http.Request) *apiError {
 		res = newResult(sr)
 	}
 	err = aboveLimit(l, n, res, err)
-	s.record(snap, l.name, q.Key, n, res.Allowed, err)
+	if res.ShadowRejected { // let through, having taken nothing
+		s.recordShadow(snap, l.name, q.Key, 0, 1, err)
+	} else {
+		s.record(snap, l.name, q.Key, n, res.Allowed, err)
+	}
 	if s.tracer != nil {
 		trace.SpanFromContext(r.Context()).SetAttributes(tracing.LimiterKey.String(l.name), tracing.AllowedKey.Bool(res.Allowed))
 	}
@@ -623,16 +638,37 @@ func (s *Server) wait(ctx context.Context, l *limiter, key string, n int64, maxW
 // record counts a decision for the stats, the limiter's health, the hot
 // keys (when key is not "") and the metrics.
 func (s *Server) record(snap *snapshot, name, key string, n int64, allowed bool, err error) {
-	outcome := metricnames.Rejected
+	if allowed || err != nil {
+		s.recordShadow(snap, name, key, n, 0, err)
+		return
+	}
+	s.recordDecision(snap, name, key, n, metricnames.Rejected, err)
+}
+
+// recordShadow records a decision that let its request through, n the
+// tokens it took and shadowRejected the requests that a limiter in shadow
+// mode let through although its policy refused them, which took nothing.
+func (s *Server) recordShadow(snap *snapshot, name, key string, n, shadowRejected int64, err error) {
+	outcome := metricnames.Allowed
 	switch {
 	case callerError(err):
 		outcome = outcomeInvalid
 	case err != nil:
 		outcome = metricnames.Error
-	case allowed:
-		outcome = metricnames.Allowed
-		s.metrics.Tokens.WithLabelValues(name).Add(float64(n))
+	default:
+		if n > 0 {
+			s.metrics.Tokens.WithLabelValues(name).Add(float64(n))
+		}
+		if shadowRejected > 0 {
+			s.metrics.ShadowRejected.WithLabelValues(name).Add(float64(shadowRejected))
+		}
 	}
+	s.recordDecision(snap, name, key, n, outcome, err)
+}
+
+// recordDecision counts a decision of outcome for the stats, the
+// limiter's health, the hot keys and the decisions' metric.
+func (s *Server) recordDecision(snap *snapshot, name, key string, n int64, outcome string, err error) {
 	s.metrics.Decisions.WithLabelValues(name, outcome).Inc()
 	now := s.now()
 	if l, ok := snap.limiters[name]; ok {
@@ -643,8 +679,27 @@ func (s *Server) record(snap *snapshot, name, key string, n int64, allowed bool,
 	}
 }
 
+// observeCharge records a charge of the quota service.
+func (s *Server) observeCharge(c rlqs.Charge) {
+	if c.Err == nil && c.ShadowRejected > 0 {
+		s.recordShadow(s.cur.Load(), c.Limiter, c.Key, c.Tokens-c.ShadowRejected, c.ShadowRejected, nil)
+		return
+	}
+	s.record(s.cur.Load(), c.Limiter, c.Key, c.Tokens, c.Allowed, c.Err)
+}
+
+// shadow reports whether the limiter called name is in shadow mode now.
+func (s *Server) shadow(name string) bool {
+	l, ok := s.cur.Load().limiters[name]
+	return ok && l.shadow
+}
+
 // observe records a decision of the Envoy service.
 func (s *Server) observe(d envoyrls.Decision) {
+	if d.Result.ShadowRejected && d.Err == nil {
+		s.recordShadow(s.cur.Load(), d.Limiter, d.Key, 0, 1, nil)
+		return
+	}
 	s.record(s.cur.Load(), d.Limiter, d.Key, d.Hits, d.Result.Allowed, d.Err)
 }
 
@@ -662,6 +717,8 @@ type Inspection struct {
 	Result Result `json:"result"`
 	// Bucket is the key's bucket, for token-bucket policies.
 	Bucket *BucketState `json:"bucket,omitempty"`
+	// Debt is what the key owes (debt.go), for policies that can owe.
+	Debt *int64 `json:"debt,omitempty"`
 }
 
 // BucketState is a token bucket's snapshot.
@@ -697,6 +754,11 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) *apiError {
 		return s.limiterError(r, err)
 	}
 	out := Inspection{Limiter: l.name, Key: q.Key, Policy: l.policyOf(q.Key).String(), Result: newResult(peek)}
+	if c, err := l.l.Debt(r.Context(), q.Key); err == nil {
+		out.Debt = &c.Debt
+	} else if !errors.Is(err, errors.ErrUnsupported) {
+		return s.limiterError(r, err)
+	}
 	if b, err := l.l.Bucket(q.Key); err == nil {
 		snap, err := b.Snapshot(r.Context())
 		if errors.Is(err, errors.ErrUnsupported) { // the key's own policy is not a token bucket (overrides)
@@ -776,6 +838,8 @@ type LimiterInfo struct {
 	Name   string `json:"name"`
 	Policy string `json:"policy"`
 	Limit  int64  `json:"limit"`
+	// Shadow says the limiter is in shadow mode (shadow: true).
+	Shadow bool `json:"shadow,omitempty"`
 }
 
 func (s *Server) listLimiters(w http.ResponseWriter, _ *http.Request) *apiError {
@@ -783,7 +847,7 @@ func (s *Server) listLimiters(w http.ResponseWriter, _ *http.Request) *apiError 
 	out := make([]LimiterInfo, 0, len(snap.order))
 	for _, name := range snap.order {
 		l := snap.limiters[name]
-		out = append(out, LimiterInfo{Name: name, Policy: l.policy.String(), Limit: l.limit})
+		out = append(out, LimiterInfo{Name: name, Policy: l.policy.String(), Limit: l.limit, Shadow: l.shadow})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"limiters": out})
 	return nil

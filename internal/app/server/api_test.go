@@ -250,6 +250,7 @@ func TestInspectAndReset(t *testing.T) {
 		"result": map[string]any{"allowed": true, "remaining": 4.0, "limit": 10.0, "retry_after_ms": 0.0, "reset_after_ms": 2000.0},
 		"bucket": map[string]any{"available_tokens": 6.0, "time_to_full_refill_ms": 1000.0,
 			"bandwidths": []any{map[string]any{"capacity": 10.0, "tokens": 6.0}}},
+		"debt": 0.0,
 	}
 	if diff := diff(want, got); diff != "" {
 		t.Errorf("inspect after taking 4 of 10:\n%s", diff)

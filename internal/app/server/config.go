@@ -435,9 +435,12 @@ func (c *Config) sections(rateLimit *bool) map[string]config.Section {
 			return err
 		},
 		"envoy": func(path string, n *yaml.Node, f *config.File) error {
-			d, err := envoyrls.Decode(path, n, func(name string) bool {
+			d, err := envoyrls.DecodeOwing(path, n, func(name string) bool {
 				_, ok := f.Limiters[name]
 				return ok
+			}, func(name string) bool {
+				p, ok := f.Limiters[name].Policy.(interface{ HoldsDebt() bool })
+				return ok && p.HoldsDebt()
 			})
 			c.Envoy = d
 			return err

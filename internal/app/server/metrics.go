@@ -78,6 +78,9 @@ func (m *metrics) declare(snap *snapshot) {
 		m.Tokens.WithLabelValues(name)
 		m.StoreFailures.WithLabelValues(name, failureLabel(snap.cfg.StoreFailure))
 		m.CircuitOpen.WithLabelValues(name).Set(0)
+		if snap.limiters[name].shadow {
+			m.ShadowRejected.WithLabelValues(name)
+		}
 	}
 }
 

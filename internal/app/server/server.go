@@ -160,6 +160,8 @@ type limiter struct {
 	// resolve is the policy of a key with plans on (planFunc), else nil.
 	resolve sluice.PolicyFunc
 	leased  bool // a lease (lease:), which takes no plans
+	// shadow is the config's shadow: key (sluice.WithShadow).
+	shadow bool
 }
 
 // Option configures New.
@@ -323,7 +325,7 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 		envoyrls.WithLocalMaxKeys(cfg.fallbackKeys(len(cfg.Limiters.Order))),
 		envoyrls.WithClock(s.now), envoyrls.WithRegistry(s.metrics.reg))
 	rlqsOpts := []rlqs.Option{rlqs.WithLogger(s.log), rlqs.WithClock(s.now), rlqs.WithRegistry(s.metrics.reg),
-		rlqs.WithObserver(func(c rlqs.Charge) { s.record(s.cur.Load(), c.Limiter, c.Key, c.Tokens, c.Allowed, c.Err) }),
+		rlqs.WithObserver(s.observeCharge), rlqs.WithShadow(s.shadow),
 		rlqs.WithStoreTimeout(cfg.StoreTimeout), rlqs.WithLimits(cfg.RLQSLimits), rlqs.WithTracer(s.tracer)}
 	if s.rlqsKeys == nil {
 		// Fleets on the limiters' store: sluice processes on one store
@@ -478,9 +480,13 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 			resolve = s.planFunc(l)
 			opts = append(opts, sluice.WithPolicyFor(resolve), sluice.WithPolicyCache(planCacheKeys, planCacheTTL))
 		}
+		if l.Shadow {
+			opts = append(opts, sluice.WithShadow(true))
+		}
 		if err := add(name, l.Policy, l.Line, l.Column, opts...); err != nil {
 			return nil, err
 		}
+		snap.limiters[name].shadow = l.Shadow
 		snap.limiters[name].version, snap.limiters[name].plan = l.Version, planOf(l)
 		snap.limiters[name].resolve, snap.limiters[name].leased = resolve, l.Lease != nil
 		if len(l.Overrides) > 0 {

@@ -46,6 +46,10 @@ type Options struct {
 	// Lease is the limiter's quota leasing, nil for an exact limiter;
 	// Limiters takes it from the config.
 	Lease *sluice.Lease
+	// Shadow runs the limiter in shadow mode (sluice.WithShadow): every
+	// request is accepted, and those its policy refused are counted as
+	// ShadowRejected. Limiters takes it from the config's shadow: key.
+	Shadow bool
 }
 
 // Report is the outcome of one limiter under one traffic pattern.
@@ -77,6 +81,11 @@ type Report struct {
 	// shared state's, without the tokens the processes hold.
 	Processes int
 	Lease     *sluice.Lease
+	// Shadow says the limiter ran in shadow mode, and ShadowRejected how
+	// many of its Accepted requests its policy refused: those it would
+	// have rejected without shadow mode.
+	Shadow         bool
+	ShadowRejected int64
 }
 
 // Slice is what happened in [Start, Start+Report.Slice): the requests
@@ -85,6 +94,9 @@ type Report struct {
 type Slice struct {
 	Start              time.Duration
 	Accepted, Rejected int64
+	// ShadowRejected is, in shadow mode, how many of the requests that
+	// arrived in the slice the policy refused (and Accepted counts).
+	ShadowRejected int64
 	// Level is the tokens a request could still take at the end of the
 	// slice (one more than Result.Remaining of an admitted probe of 1):
 	// the bucket's level or the window's room.
@@ -152,6 +164,7 @@ func Run(name string, p sluice.Policy, rq *Requests, o Options) (*Report, error)
 	if o.Lease != nil {
 		s.r.Processes, s.r.Lease = len(procs), o.Lease
 	}
+	s.r.Shadow = o.Shadow
 	s.levelKey = s.r.countKeys(rq)
 	ctx := context.Background()
 	for i, t := range rq.Times {
@@ -176,7 +189,7 @@ func Run(name string, p sluice.Policy, rq *Requests, o Options) (*Report, error)
 // the processes on one in-memory store and an exact limiter on it.
 func limiters(p sluice.Policy, c *clock, o Options) (level *sluice.Limiter, procs []*sluice.Limiter, err error) {
 	if o.Lease == nil {
-		l, err := sluice.NewLimiter(p, sluice.WithClock(c))
+		l, err := sluice.NewLimiter(p, sluice.WithClock(c), sluice.WithShadow(o.Shadow))
 		return l, []*sluice.Limiter{l}, err
 	}
 	store := memstore.New()
@@ -185,7 +198,7 @@ func limiters(p sluice.Policy, c *clock, o Options) (level *sluice.Limiter, proc
 	}
 	procs = make([]*sluice.Limiter, max(o.Processes, 1))
 	for i := range procs {
-		if procs[i], err = sluice.NewLimiter(p, sluice.WithClock(c), sluice.WithStore(store), sluice.WithLease(*o.Lease)); err != nil {
+		if procs[i], err = sluice.NewLimiter(p, sluice.WithClock(c), sluice.WithStore(store), sluice.WithLease(*o.Lease), sluice.WithShadow(o.Shadow)); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -305,7 +318,7 @@ func (s *run) level(ctx context.Context, upto int) error {
 		// Remaining is what the probe's request would leave; the level
 		// is what there was before it took its 1.
 		sl.Level = res.Remaining
-		if res.Allowed {
+		if res.Allowed && !res.ShadowRejected {
 			sl.Level = policy.SatAdd(res.Remaining, 1) // no_limit's is MaxInt64
 		}
 		s.r.Limit = res.Limit
@@ -322,9 +335,13 @@ func (s *run) arrive(ctx context.Context, t int64, k uint32) error {
 	}
 	s.c.now = t
 	s.r.Requests++
-	ok, delay, err := s.decide(ctx, s.rq.name(k))
+	ok, delay, shadowRejected, err := s.decide(ctx, s.rq.name(k))
 	if err != nil {
 		return fmt.Errorf("simulate: %s at %v: %w", s.name, time.Duration(t), err)
+	}
+	if shadowRejected {
+		s.r.ShadowRejected++
+		s.r.Slices[slice].ShadowRejected++
 	}
 	if !ok {
 		s.r.Rejected++
@@ -346,17 +363,19 @@ func (s *run) arrive(ctx context.Context, t int64, k uint32) error {
 }
 
 // decide asks the limiter for one request on key at the clock's time:
-// with MaxWait, it may be admitted after a delay.
-func (s *run) decide(ctx context.Context, key string) (ok bool, delay time.Duration, err error) {
+// with MaxWait, it may be admitted after a delay. shadowRejected is a
+// request that a limiter in shadow mode admitted although its policy
+// refused it.
+func (s *run) decide(ctx context.Context, key string) (ok bool, delay time.Duration, shadowRejected bool, err error) {
 	if s.o.MaxWait > 0 {
 		rv, err := s.l.Reserve(ctx, key, s.o.MaxWait)
 		if err != nil {
-			return false, 0, err
+			return false, 0, false, err
 		}
-		return rv.OK(), rv.Delay(), nil
+		return rv.OK(), rv.Delay(), rv.Result().ShadowRejected, nil
 	}
 	res, err := s.l.Allow(ctx, key)
-	return res.Allowed, 0, err
+	return res.Allowed, 0, res.ShadowRejected, err
 }
 
 // worst is the window that admitted the most on any one key. Ties go to
@@ -485,7 +504,7 @@ func Limiters(f *config.File, names []string, t *Traffic, o Options) ([]*Report,
 			return nil, &UnknownLimiterError{Name: name, Known: f.Order}
 		}
 		lo := o
-		lo.Lease = l.Lease
+		lo.Lease, lo.Shadow = l.Lease, l.Shadow || o.Shadow
 		r, err := Run(name, l.Policy, rq, lo)
 		if err != nil {
 			return nil, err

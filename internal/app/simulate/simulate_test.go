@@ -60,6 +60,7 @@ func TestGolden(t *testing.T) {
 		{"replay", []string{"fixed", "bucket"}, "replay testdata/access.log", Options{Duration: 4 * time.Second, Slice: 500 * time.Millisecond}},
 		{"replay-csv", []string{"sliding", "gcra"}, "replay testdata/access.csv column time", Options{Duration: 4 * time.Second, Slice: 500 * time.Millisecond}},
 		{"replay-keys", []string{"pair", "gcra"}, "replay testdata/access.csv column time key ip", Options{Duration: 4 * time.Second, Slice: 500 * time.Millisecond}},
+		{"replay-shadow", []string{"pair", "pair_shadow"}, "replay testdata/access.log", Options{Duration: 4 * time.Second, Slice: 500 * time.Millisecond}},
 		{"shaper", []string{"shaper"}, "burst 10 at 0s; steady 20/s from 1s to 2s", Options{Duration: 3 * time.Second, Slice: 250 * time.Millisecond, MaxWait: 10 * time.Second}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -82,6 +83,27 @@ func TestGolden(t *testing.T) {
 				t.Errorf("%s differs from %s (go test -update rewrites it):\n%s", tt.name, golden, got)
 			}
 		})
+	}
+}
+
+// TestShadowReplay replays traffic against a limiter in shadow mode
+// beside the same limiter without it: the shadow one accepts everything,
+// and counts as shadow-rejected, slice by slice, what the other rejects.
+func TestShadowReplay(t *testing.T) {
+	for _, spec := range []string{"replay testdata/access.log", "steady 15/s; burst 10 at 990ms"} {
+		rs := simulate(t, []string{"pair", "pair_shadow"}, spec, Options{Duration: 4 * time.Second, Slice: 250 * time.Millisecond})
+		plain, shadow := rs[0], rs[1]
+		if plain.Rejected == 0 {
+			t.Fatalf("%s: the limiter rejected nothing: the test shows nothing", spec)
+		}
+		if !shadow.Shadow || shadow.Accepted != shadow.Requests || shadow.Rejected != 0 || shadow.ShadowRejected != plain.Rejected {
+			t.Errorf("%s: shadow %+v, want every request accepted and %d shadow-rejected", spec, shadow, plain.Rejected)
+		}
+		for i, s := range shadow.Slices {
+			if p := plain.Slices[i]; s.ShadowRejected != p.Rejected || s.Level != p.Level {
+				t.Errorf("%s: slice %d: shadow %+v, want the rejections and level of %+v", spec, i, s, p)
+			}
+		}
 	}
 }
 

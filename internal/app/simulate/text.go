@@ -59,6 +59,10 @@ func WriteText(w io.Writer, traffic string, reports []*Report) error {
 			fmt.Fprintf(w, "%s: leased by %d processes, leases of %d to %d tokens for %v: never above the exact policy, at most %d (P×max) held unspent; levels are the store's, without them\n",
 				r.Name, r.Processes, r.Lease.Min, r.Lease.Max, r.Lease.TTL, int64(r.Processes)*r.Lease.Max)
 		}
+		if r.Shadow {
+			fmt.Fprintf(w, "%s: in shadow mode: accepted every request; without it, it would have rejected %d (the slices' shadow-rejected)\n",
+				r.Name, r.ShadowRejected)
+		}
 		if r.Late > 0 {
 			fmt.Fprintf(w, "%s: %d admitted requests leave after the end, outside the slices\n", r.Name, r.Late)
 		}
@@ -68,14 +72,22 @@ func WriteText(w io.Writer, traffic string, reports []*Report) error {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := []string{"time (" + u.name + ")"}
 	for _, r := range reports {
-		head = append(head, r.Name+" accepted", "rejected", "level")
+		rejected := "rejected"
+		if r.Shadow {
+			rejected = "shadow-rejected"
+		}
+		head = append(head, r.Name+" accepted", rejected, "level")
 	}
 	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
 	for i, s := range r0.Slices {
 		row := []string{u.format(s.Start)}
 		for _, r := range reports {
 			s := r.Slices[i]
-			row = append(row, strconv.FormatInt(s.Accepted, 10), strconv.FormatInt(s.Rejected, 10), levelText(s.Level))
+			rejected := s.Rejected
+			if r.Shadow {
+				rejected = s.ShadowRejected
+			}
+			row = append(row, strconv.FormatInt(s.Accepted, 10), strconv.FormatInt(rejected, 10), levelText(s.Level))
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}

@@ -70,3 +70,17 @@ func (Config) AppendState(dst []byte, s *State) []byte {
 func (Config) DecodeState(src []byte, s *State) error {
 	return policy.DecodeInts(src, policy.TagNoLimit)
 }
+
+var _ policy.Debtor[State] = Config{}
+
+// Charge allows n tokens and changes nothing: there is no limit to owe
+// against.
+func (c Config) Charge(s *State, exists bool, now, n int64) (policy.Result, bool) {
+	return c.Consume(s, exists, now, n)
+}
+
+// Refund changes nothing: nothing was taken.
+func (Config) Refund(s *State, exists bool, now, at, n int64) bool { return false }
+
+// Debt is 0: nothing is ever owed.
+func (Config) Debt(s *State, exists bool, now int64) int64 { return 0 }

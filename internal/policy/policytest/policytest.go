@@ -25,7 +25,11 @@
 //     policy.Reserves says;
 //   - for a machine that claims policy.Lapses: past ExpiresAt, Consume,
 //     Reserve and Peek answer on the state as on no state, and so does a
-//     call after them on the states each left.
+//     call after them on the states each left;
+//   - for a policy.Debtor (policy.HoldsDebt): a charge of any size is
+//     taken, answers Allowed as Consume would have, and its RetryAfter
+//     for 1 token is exact; a key that owes debt admits nothing; a charge
+//     refunded at once leaves the key answering as before it.
 //
 // The per-policy tests keep what is particular to a policy: its worked
 // examples, its model, its encoding byte by byte. The worked examples are
@@ -53,11 +57,29 @@ func Run[S any](t *testing.T, machines ...policy.Machine[S]) {
 	}
 }
 
+// RunSpan is Run with the histories' time steps drawn around span
+// rather than each machine's Window: for a machine whose periods are too
+// long for Run's steps to cross (a calendar's days and months), with a
+// span that crosses them.
+func RunSpan[S any](t *testing.T, span int64, machines ...policy.Machine[S]) {
+	t.Helper()
+	for i, m := range machines {
+		t.Run(fmt.Sprintf("%T#%d", m, i), func(t *testing.T) { runSpan(t, m, uint64(i), span) })
+	}
+}
+
 // run runs the histories of one machine, seeded by seed.
 func run[S any](t testing.TB, m policy.Machine[S], seed uint64) {
 	t.Helper()
+	runSpan(t, m, seed, 0)
+}
+
+// runSpan runs the histories of one machine, seeded by seed, with time
+// steps around span, or around its Window when span is 0.
+func runSpan[S any](t testing.TB, m policy.Machine[S], seed uint64, span int64) {
+	t.Helper()
 	for i := range uint64(10) {
-		h := &history[S]{t: t, m: m, rng: rand.New(rand.NewPCG(seed, i))}
+		h := &history[S]{t: t, m: m, rng: rand.New(rand.NewPCG(seed, i)), span: span}
 		h.run(200)
 	}
 }
@@ -70,6 +92,7 @@ type history[S any] struct {
 	s      S
 	exists bool
 	now    int64
+	span   int64 // the time steps' scale; 0: the machine's Window
 }
 
 // encode returns the encoding of *s.
@@ -104,6 +127,9 @@ func (h *history[S]) step() int64 {
 	if w <= 0 || w > 1<<40 {
 		w = 100
 	}
+	if h.span > 0 {
+		w = h.span
+	}
 	switch h.rng.IntN(8) {
 	case 0:
 		return 0
@@ -133,6 +159,10 @@ func (h *history[S]) run(steps int) {
 			}
 		}
 		h.checkArguments()
+		if policy.HoldsDebt(h.m) && h.rng.IntN(4) == 0 {
+			h.charge(1 + h.rng.Int64N(2*h.quota()))
+			continue
+		}
 		switch h.rng.IntN(3) {
 		case 0:
 			h.consume(n)
@@ -238,6 +268,42 @@ func (h *history[S]) reserve(n int64) {
 	}
 	CheckReserveWait(t, m, old, h.exists, h.now, n, res)
 	h.exists = h.exists || changed
+}
+
+// charge checks a Debtor's charge, its debt and its refund, and keeps
+// the state the charge leaves.
+func (h *history[S]) charge(n int64) {
+	t, m := h.t, h.m
+	t.Helper()
+	d := m.(policy.Debtor[S])
+	peek := m.Peek(&h.s, h.exists, h.now, n)
+	peek1 := m.Peek(&h.s, h.exists, h.now, 1)
+	before := encode(m, &h.s)
+	s := h.state()
+	res, changed := d.Charge(s, h.exists, h.now, n)
+	if res.Code != policy.OK {
+		t.Fatalf("state %x: Charge(%d) at %d = %+v, want it taken", before, n, h.now, res)
+	}
+	if want := peek.Code == policy.OK && peek.Allowed; res.Allowed != want {
+		t.Fatalf("state %x: Charge(%d) at %d = %+v, but Consume would answer %+v", before, n, h.now, res, peek)
+	}
+	exists := h.exists || changed
+	if debt := d.Debt(s, exists, h.now); debt > 0 {
+		if r := m.Peek(s, exists, h.now, 1); r.Allowed {
+			t.Fatalf("state %x after Charge(%d) at %d owes %d, but Peek(1) = %+v", encode(m, s), n, h.now, debt, r)
+		}
+	}
+	if !res.Allowed && changed {
+		CheckRetry(t, m, clone(t, m, s), true, h.now, 1, res.RetryAfter)
+	}
+	if changed {
+		back := clone(t, m, s)
+		d.Refund(back, true, h.now, h.now, n)
+		if got := m.Peek(back, true, h.now, 1); got != peek1 {
+			t.Fatalf("state %x: Charge(%d) then Refund(%d) at %d: Peek(1) = %+v, want %+v as before", before, n, n, h.now, got, peek1)
+		}
+	}
+	h.s, h.exists = *s, exists
 }
 
 // undo reserves n and cancels the reservation with nothing in between:

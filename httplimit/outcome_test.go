@@ -156,3 +156,43 @@ func TestShadowLimitPasses(t *testing.T) {
 		}
 	}
 }
+
+// TestLoginPenaltyBox is the login of issue 33: a penalty box around a
+// window of 5 failures, counting only 401s. The attempt after the 5th
+// failure starts the block, which then holds for the whole penalty, past
+// the window's end; successful logins are never counted.
+func TestLoginPenaltyBox(t *testing.T) {
+	clock := sluicetest.NewFakeClock(t0)
+	p := sluice.PenaltyBox(sluice.FixedWindow(5, 15*time.Minute), []time.Duration{time.Hour}, 24*time.Hour)
+	l := newLimiter(t, p, sluice.WithClock(clock))
+	h := newMiddleware(t, []httplimit.Limit{{Name: "login", Limiter: l, Key: httplimit.Header("X-User"),
+		CountIf: httplimit.Statuses(http.StatusUnauthorized)}}, httplimit.WithClock(clock)).Handler(login)
+	for i, s := range []struct {
+		password string
+		status   int
+	}{
+		{"wrong", 401}, {"right", 200}, {"wrong", 401}, {"right", 200}, {"wrong", 401},
+		{"wrong", 401}, {"right", 200}, {"wrong", 401}, // 5 failures, 3 successes uncounted
+		{"right", 429}, // the window is full: this refusal starts the block
+	} {
+		if resp := serve(h, attempt("alice", s.password)); resp.StatusCode != s.status {
+			t.Fatalf("attempt %d (%s): %d, want %d", i, s.password, resp.StatusCode, s.status)
+		}
+	}
+	// Past the window's end the block still holds, until the penalty ends.
+	clock.Advance(15 * time.Minute)
+	if resp := serve(h, attempt("alice", "right")); resp.StatusCode != 429 {
+		t.Errorf("alice after the window, within the penalty: %d, want 429", resp.StatusCode)
+	}
+	if resp := serve(h, attempt("bob", "right")); resp.StatusCode != 200 {
+		t.Errorf("bob: %d, want 200", resp.StatusCode)
+	}
+	clock.Advance(45*time.Minute - time.Nanosecond)
+	if resp := serve(h, attempt("alice", "right")); resp.StatusCode != 429 {
+		t.Errorf("alice 1 ns before the penalty ends: %d, want 429", resp.StatusCode)
+	}
+	clock.Advance(time.Nanosecond)
+	if resp := serve(h, attempt("alice", "right")); resp.StatusCode != 200 {
+		t.Errorf("alice when the penalty ends: %d, want 200", resp.StatusCode)
+	}
+}

@@ -121,8 +121,9 @@ type Decision struct {
 // lets it through as any of its refusals (ShadowRejected).
 //
 // A deferred decision (Defer) is only peeked at: a request that its
-// limit would refuse now is rejected, and one it lets through takes
-// nothing yet, its Remaining being what is left before the request
+// limit would refuse now is rejected (alone, after an AllowN, which takes
+// nothing when it refuses, so that a penalty box starts its block), and
+// one it lets through takes nothing yet, its Remaining being what is left before the request
 // (its cost added back, as for a limit only peeked at above), until
 // Settle counts it.
 func Decide(ctx context.Context, ds []Decision) (*Decision, error) {
@@ -154,7 +155,18 @@ func Decide(ctx context.Context, ds []Decision) (*Decision, error) {
 					return d, err
 				}
 				if !d.Res.Allowed {
-					return d, nil
+					// Asked again with AllowN, which takes nothing when
+					// it refuses, so that a policy that acts on a
+					// refusal (a penalty box's block) sees this one.
+					res, err := d.Limiter.AllowN(ctx, d.Key, d.Cost)
+					if d.Res, err = neverPasses(ctx, d, res, err); err != nil {
+						return d, err
+					}
+					if !d.Res.Allowed {
+						return d, nil
+					}
+					// The limit freed up in between: counted now.
+					d.Defer, d.Taken = false, true
 				}
 			}
 			continue

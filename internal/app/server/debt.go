@@ -117,7 +117,7 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) *apiError {
 // policies cannot owe tokens rather than wait.
 func (s *Server) debtError(r *http.Request, l *limiter, err error) *apiError {
 	if errors.Is(err, errors.ErrUnsupported) {
-		return errorf(http.StatusBadRequest, codeUnsupported, "limiter %s's policy %s cannot owe tokens, so it cannot reserve and settle (sliding windows and logs, the shaper cannot)",
+		return errorf(http.StatusBadRequest, codeUnsupported, "limiter %s's policy %s cannot owe tokens, so it cannot reserve and settle (the Debt section of docs/policies.md lists the policies that can)",
 			short(l.name), l.policy)
 	}
 	return s.limiterError(r, err)

@@ -19,17 +19,17 @@
 // the period it counts in and the tokens taken there, including reserved
 // tokens beyond Limit, which later periods repay one Limit each, so that
 // no period serves more than Limit. Only the period boundaries need the
-// calendar; the rest is integer arithmetic.
+// calendar; the counting is package fixedwindow's (Carry, First, Admit).
 package calendar
 
 import (
 	"fmt"
 	"math"
-	"math/bits"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policy/fixedwindow"
 )
 
 // Config is a validated calendar quota: Limit > 0 tokens per period of
@@ -189,11 +189,6 @@ func (c Config) find(now int64) int64 {
 	return k
 }
 
-// windowsOf is the number of periods the hits occupy, at least one.
-func (c Config) windowsOf(hits int64) uint64 {
-	return max(ceilDiv(uint64(hits), uint64(c.Limit)), 1)
-}
-
 // roll moves s forward to the period that holds now, k. A state whose
 // tokens, debt included, are all spent by then is replaced by a fresh
 // one. A clock that went back stays in the current period.
@@ -205,14 +200,8 @@ func (c Config) roll(s *State, exists bool, k int64) {
 	if k <= s.Period {
 		return
 	}
-	d := uint64(k) - uint64(s.Period)
-	if d >= ceilDiv(uint64(s.Hits), uint64(c.Limit)) {
-		*s = State{Period: k}
-		return
-	}
-	// d < ceil(Hits/Limit), so d·Limit < Hits.
-	s.Period = k
-	s.Hits -= int64(d) * c.Limit
+	hits, _ := fixedwindow.Carry(s.Hits, c.Limit, uint64(k)-uint64(s.Period))
+	*s = State{Period: k, Hits: hits}
 }
 
 // until is the time from now to the start of period j after s's, clamped
@@ -230,19 +219,7 @@ func (c Config) until(s *State, j uint64, now int64) int64 {
 
 // result describes s at now after a decision.
 func (c Config) result(s *State, now int64, allowed bool, retryAfter int64) policy.Result {
-	return policy.Result{
-		Allowed:    allowed,
-		Remaining:  max(c.Limit-s.Hits, 0),
-		RetryAfter: retryAfter,
-		ResetAfter: c.until(s, c.windowsOf(s.Hits), now),
-		Limit:      c.Limit,
-	}
-}
-
-// window is the first period (0 = current) with room for n more tokens:
-// period j has room when Hits+n ≤ (j+1)·Limit.
-func (c Config) window(s *State, n int64) uint64 {
-	return ceilDiv(uint64(s.Hits)+uint64(n), uint64(c.Limit)) - 1
+	return fixedwindow.Result(c.Limit, s.Hits, allowed, retryAfter, c.until(s, fixedwindow.Windows(s.Hits, c.Limit), now))
 }
 
 // Consume takes n tokens if the current period still has them. More than
@@ -254,7 +231,7 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 	}
 	next := *s
 	c.roll(&next, exists, c.index(now))
-	if j := c.window(&next, n); j > 0 {
+	if j := fixedwindow.First(next.Hits, n, c.Limit); j > 0 {
 		return c.result(&next, now, false, c.until(&next, j, now)), false
 	}
 	next.Hits += n
@@ -283,23 +260,16 @@ func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Re
 	}
 	next := *s
 	c.roll(&next, exists, c.index(now))
-	j := c.window(&next, n)
+	j := fixedwindow.First(next.Hits, n, c.Limit)
 	var wait int64
 	if j > 0 {
 		wait = c.until(&next, j, now)
 	}
-	hi, base := bits.Mul64(j, uint64(c.Limit))
-	if hi != 0 || base < uint64(next.Hits) {
-		base = uint64(next.Hits)
+	hits, retryAfter, ok := fixedwindow.Admit(next.Hits, n, c.Limit, j, wait, maxWait)
+	if !ok {
+		return c.result(&next, now, false, retryAfter), false
 	}
-	hits := base + uint64(n)
-	switch {
-	case hits > policy.Never || hits < base || wait == policy.Never:
-		return c.result(&next, now, false, policy.Never), false
-	case wait > maxWait:
-		return c.result(&next, now, false, wait), false
-	}
-	next.Hits = int64(hits)
+	next.Hits = hits
 	*s = next
 	res := c.result(s, now, true, 0)
 	res.Wait = wait
@@ -313,7 +283,7 @@ func (c Config) Cancel(s *State, now int64, r *policy.Receipt) bool { return fal
 
 // ExpiresAt is the end of the last period that holds any of the hits.
 func (c Config) ExpiresAt(s *State) int64 {
-	w := c.windowsOf(s.Hits)
+	w := fixedwindow.Windows(s.Hits, c.Limit)
 	if w > math.MaxInt64 || s.Period > math.MaxInt64-int64(w) {
 		return policy.Never
 	}
@@ -379,14 +349,6 @@ func (Config) PutWords(w []int64, s *State) { w[0], w[1] = s.Period, s.Hits }
 
 // GetWords sets *s from w[:2].
 func (Config) GetWords(s *State, w []int64) { s.Period, s.Hits = w[0], w[1] }
-
-func ceilDiv(a, b uint64) uint64 {
-	q := a / b
-	if a%b != 0 {
-		q++
-	}
-	return q
-}
 
 // floorDiv is ⌊a/b⌋ for b > 0.
 func floorDiv(a, b int64) int64 {

@@ -28,7 +28,7 @@ func (c Config) Charge(s *State, exists bool, now, n int64) (policy.Result, bool
 	*s = next
 	var retryAfter int64
 	if !allowed {
-		retryAfter = c.until(s, c.window(s, 1), now)
+		retryAfter = c.until(s, First(s.Hits, 1, c.Limit), now)
 	}
 	return c.result(s, now, allowed, retryAfter), true
 }

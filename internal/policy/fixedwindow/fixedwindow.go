@@ -44,11 +44,6 @@ var _ policy.Machine[State] = Config{}
 // through 128-bit products, so nothing wraps near the ends of the time
 // line.
 
-// windowsOf is the number of windows the hits occupy, at least one.
-func (c Config) windowsOf(hits int64) uint64 {
-	return max(ceilDiv(uint64(hits), uint64(c.Limit)), 1)
-}
-
 // roll moves s forward to the window that holds now. A window whose
 // tokens, debt included, are all spent by now is replaced by a fresh one
 // anchored at now, as Symfony anchors a window at its first hit, or at the
@@ -67,13 +62,13 @@ func (c Config) roll(s *State, exists bool, now int64) {
 		return
 	}
 	k := d / uint64(c.Interval)
-	if k >= ceilDiv(uint64(s.Hits), uint64(c.Limit)) {
+	hits, ok := Carry(s.Hits, c.Limit, k)
+	if !ok {
 		*s = State{Start: c.open(now)}
 		return
 	}
-	// k < ceil(Hits/Limit), so k·Limit < Hits; and k·Interval ≤ d.
-	s.Start = int64(uint64(s.Start) + k*uint64(c.Interval))
-	s.Hits -= int64(k) * c.Limit
+	s.Start = int64(uint64(s.Start) + k*uint64(c.Interval)) // k·Interval ≤ d
+	s.Hits = hits
 }
 
 // open is the start of a fresh window that holds now: now itself, or the
@@ -116,13 +111,7 @@ func (c Config) until(s *State, j uint64, now int64) int64 {
 
 // result describes s at now after a decision.
 func (c Config) result(s *State, now int64, allowed bool, retryAfter int64) policy.Result {
-	return policy.Result{
-		Allowed:    allowed,
-		Remaining:  max(c.Limit-s.Hits, 0),
-		RetryAfter: retryAfter,
-		ResetAfter: c.until(s, c.windowsOf(s.Hits), now),
-		Limit:      c.Limit,
-	}
+	return Result(c.Limit, s.Hits, allowed, retryAfter, c.until(s, Windows(s.Hits, c.Limit), now))
 }
 
 // Consume takes n tokens if the current window still has them. More than
@@ -137,10 +126,10 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 	// Result returned through one more call is copied whole, which stalls
 	// the CPU (see keyed.Keys.Decide); kept for speed, a tenth of a
 	// decision on 1k keys.
-	if j := c.window(&next, n); j > 0 {
+	if j := First(next.Hits, n, c.Limit); j > 0 {
 		retryAfter := c.until(&next, j, now)
 		resetAfter := retryAfter // a full window's rejection: both at its end
-		if w := c.windowsOf(next.Hits); w != j {
+		if w := Windows(next.Hits, c.Limit); w != j {
 			resetAfter = c.until(&next, w, now)
 		}
 		return policy.Result{Remaining: max(c.Limit-next.Hits, 0), RetryAfter: retryAfter,
@@ -149,13 +138,7 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 	next.Hits += n
 	*s = next
 	return policy.Result{Allowed: true, Remaining: max(c.Limit-next.Hits, 0),
-		ResetAfter: c.until(&next, c.windowsOf(next.Hits), now), Limit: c.Limit}, true
-}
-
-// window is the first window (0 = current) with room for n more tokens:
-// window j has room when Hits+n ≤ (j+1)·Limit.
-func (c Config) window(s *State, n int64) uint64 {
-	return ceilDiv(uint64(s.Hits)+uint64(n), uint64(c.Limit)) - 1
+		ResetAfter: c.until(&next, Windows(next.Hits, c.Limit), now), Limit: c.Limit}, true
 }
 
 // Peek answers as Consume would, taking nothing.
@@ -181,25 +164,16 @@ func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Re
 	}
 	next := *s
 	c.roll(&next, exists, now)
-	j := c.window(&next, n)
+	j := First(next.Hits, n, c.Limit)
 	var wait int64
 	if j > 0 {
 		wait = c.until(&next, j, now)
 	}
-	hi, base := bits.Mul64(j, uint64(c.Limit))
-	if hi != 0 || base < uint64(next.Hits) {
-		base = uint64(next.Hits)
+	hits, retryAfter, ok := Admit(next.Hits, n, c.Limit, j, wait, maxWait)
+	if !ok {
+		return c.result(&next, now, false, retryAfter), false
 	}
-	hits := base + uint64(n)
-	switch {
-	case hits > policy.Never || hits < base || wait == policy.Never:
-		// The hits would not fit in an int64, or the window starts past
-		// the end of the time line.
-		return c.result(&next, now, false, policy.Never), false
-	case wait > maxWait:
-		return c.result(&next, now, false, wait), false
-	}
-	next.Hits = int64(hits)
+	next.Hits = hits
 	*s = next
 	res := c.result(s, now, true, 0)
 	res.Wait = wait
@@ -216,22 +190,11 @@ func (c Config) Cancel(s *State, now int64, r *policy.Receipt) bool { return fal
 // ExpiresAt is the end of the last window that holds any of the hits,
 // saturating at the ends of the int64 time line.
 func (c Config) ExpiresAt(s *State) int64 {
-	hi, lo := bits.Mul64(c.windowsOf(s.Hits), uint64(c.Interval))
+	hi, lo := bits.Mul64(Windows(s.Hits, c.Limit), uint64(c.Interval))
 	if hi != 0 || lo > policy.Never {
 		return policy.Never
 	}
 	return policy.SatAdd(s.Start, int64(lo))
-}
-
-func ceilDiv(a, b uint64) uint64 {
-	if a <= b { // one window or none, the common case: no division
-		return min(a, 1)
-	}
-	q := a / b
-	if a%b != 0 {
-		q++
-	}
-	return q
 }
 
 // Quota is the tokens per window.

@@ -452,6 +452,55 @@ func (q keyRequest) find(snap *snapshot) (*limiter, *apiError) {
 	return l, nil
 }
 
+// A keyCall is the body of a request for a key of a limiter: a pointer to
+// a keyRequest or to a struct that embeds one.
+type keyCall interface {
+	find(snap *snapshot) (*limiter, *apiError)
+}
+
+// decodeCall decodes r's body into q and finds the limiter it names in
+// the current snapshot: the preamble of the handlers of a key. It returns
+// the snapshot with the limiter.
+func (s *Server) decodeCall(w http.ResponseWriter, r *http.Request, q keyCall) (*snapshot, *limiter, *apiError) {
+	if e := decode(w, r, q); e != nil {
+		return nil, nil, e
+	}
+	snap := s.cur.Load()
+	l, e := q.find(snap)
+	if e != nil {
+		return nil, nil, e
+	}
+	return snap, l, nil
+}
+
+// A tokenCall is a keyCall that asks for tokens.
+type tokenCall interface {
+	keyCall
+	tokenCount() *int64
+}
+
+// decodeTokens is decodeCall for a request that asks for tokens, which it
+// validates after the limiter and key and returns with them.
+func (s *Server) decodeTokens(w http.ResponseWriter, r *http.Request, q tokenCall) (*snapshot, *limiter, int64, *apiError) {
+	snap, l, e := s.decodeCall(w, r, q)
+	if e != nil {
+		return nil, nil, 0, e
+	}
+	n, e := tokens(q.tokenCount())
+	if e != nil {
+		return nil, nil, 0, e
+	}
+	return snap, l, n, nil
+}
+
+// maxWaitOf validates max_wait_ms, 0 (not waiting) to maxWaitMax.
+func maxWaitOf(ms int64) (time.Duration, *apiError) {
+	if ms < 0 || ms > maxWaitMax {
+		return 0, errorf(http.StatusBadRequest, codeInvalidRequest, "max_wait_ms must be 0 to %d, got %d", maxWaitMax, ms)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
 // tokens validates an optional token count, 1 when absent.
 func tokens(n *int64) (int64, *apiError) {
 	switch {
@@ -560,31 +609,26 @@ type consumeRequest struct {
 	MaxWaitMS int64  `json:"max_wait_ms"`
 }
 
+func (q *consumeRequest) tokenCount() *int64 { return q.Tokens }
+
 // consume takes tokens for a key. Being limited is a 200 result with
 // allowed false: the API answers the question it was asked. Asking for
 // more than the limit is a 400, tokens_above_limit, for every policy.
 func (s *Server) consume(w http.ResponseWriter, r *http.Request) *apiError {
 	var q consumeRequest
-	if e := decode(w, r, &q); e != nil {
-		return e
-	}
-	snap := s.cur.Load()
-	l, e := q.find(snap)
+	snap, l, n, e := s.decodeTokens(w, r, &q)
 	if e != nil {
 		return e
 	}
-	n, e := tokens(q.Tokens)
+	maxWait, e := maxWaitOf(q.MaxWaitMS)
 	if e != nil {
 		return e
-	}
-	if q.MaxWaitMS < 0 || q.MaxWaitMS > maxWaitMax {
-		return errorf(http.StatusBadRequest, codeInvalidRequest, "max_wait_ms must be 0 to %d, got %d", maxWaitMax, q.MaxWaitMS)
 	}
 	var res Result
 	var err error
-	if q.MaxWaitMS > 0 {
-		extendDeadlines(w, snap.cfg.HTTPLimits, time.Duration(q.MaxWaitMS)*time.Millisecond)
-		res, err = s.wait(r.Context(), l, q.Key, n, time.Duration(q.MaxWaitMS)*time.Millisecond)
+	if maxWait > 0 {
+		extendDeadlines(w, snap.cfg.HTTPLimits, maxWait)
+		res, err = s.wait(r.Context(), l, q.Key, n, maxWait)
 	} else {
 		var sr sluice.Result
 		sr, err = l.l.AllowN(r.Context(), q.Key, n)
@@ -737,10 +781,7 @@ type Bandwidth struct {
 
 func (s *Server) inspect(w http.ResponseWriter, r *http.Request) *apiError {
 	var q inspectRequest
-	if e := decode(w, r, &q); e != nil {
-		return e
-	}
-	l, e := q.find(s.cur.Load())
+	_, l, e := s.decodeCall(w, r, &q)
 	if e != nil {
 		return e
 	}
@@ -814,10 +855,7 @@ func (s *Server) simulate(w http.ResponseWriter, r *http.Request) *apiError {
 
 func (s *Server) reset(w http.ResponseWriter, r *http.Request) *apiError {
 	var q keyRequest
-	if e := decode(w, r, &q); e != nil {
-		return e
-	}
-	l, e := q.find(s.cur.Load())
+	_, l, e := s.decodeCall(w, r, &q)
 	if e != nil {
 		return e
 	}

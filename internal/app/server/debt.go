@@ -19,6 +19,8 @@ type reserveRequest struct {
 	TTLMS  *int64 `json:"ttl_ms"`
 }
 
+func (q *reserveRequest) tokenCount() *int64 { return q.Tokens }
+
 // Reservation is what reserve answers: the decision on the estimate and,
 // when allowed, the reservation's ID to settle it with.
 type Reservation struct {
@@ -32,15 +34,7 @@ type Reservation struct {
 // cost; never settled, it stays charged its estimate.
 func (s *Server) reserve(w http.ResponseWriter, r *http.Request) *apiError {
 	var q reserveRequest
-	if e := decode(w, r, &q); e != nil {
-		return e
-	}
-	snap := s.cur.Load()
-	l, e := q.find(snap)
-	if e != nil {
-		return e
-	}
-	n, e := tokens(q.Tokens)
+	snap, l, n, e := s.decodeTokens(w, r, &q)
 	if e != nil {
 		return e
 	}

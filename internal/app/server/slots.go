@@ -75,11 +75,7 @@ func ttlOf(ms int64) (time.Duration, *apiError) {
 // max_wait_ms for one. Being refused is a 200 with allowed false.
 func (s *Server) acquire(w http.ResponseWriter, r *http.Request) *apiError {
 	var q acquireRequest
-	if e := decode(w, r, &q); e != nil {
-		return e
-	}
-	snap := s.cur.Load()
-	l, e := q.find(snap)
+	snap, l, e := s.decodeCall(w, r, &q)
 	if e != nil {
 		return e
 	}
@@ -88,10 +84,10 @@ func (s *Server) acquire(w http.ResponseWriter, r *http.Request) *apiError {
 	if e != nil {
 		return e
 	}
-	if q.MaxWaitMS < 0 || q.MaxWaitMS > maxWaitMax {
-		return errorf(http.StatusBadRequest, codeInvalidRequest, "max_wait_ms must be 0 to %d, got %d", maxWaitMax, q.MaxWaitMS)
+	maxWait, e := maxWaitOf(q.MaxWaitMS)
+	if e != nil {
+		return e
 	}
-	maxWait := time.Duration(q.MaxWaitMS) * time.Millisecond
 	if maxWait > 0 {
 		extendDeadlines(w, snap.cfg.HTTPLimits, maxWait)
 	}

@@ -17,7 +17,6 @@ import (
 	"math"
 	"runtime/debug"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -66,26 +65,17 @@ type Limit struct {
 	Settle time.Duration
 }
 
-// chargeKey is the context key of a call's costReport.
+// chargeKey is the context key of a call's limitcore.CostReport.
 type chargeKey struct{}
-
-// costReport is what a handler reported with Charge.
-type costReport struct {
-	n        atomic.Int64
-	reported atomic.Bool
-}
 
 // Charge reports that the call of ctx cost n ≥ 0 tokens more, for the
 // limits with Settle, as httplimit.Charge: the calls add up, and the total
 // settles the call's hold when its handler returns. Outside such an
 // interceptor it does nothing.
 func Charge(ctx context.Context, n int64) {
-	rep, _ := ctx.Value(chargeKey{}).(*costReport)
-	if rep == nil || n < 0 {
-		return
+	if rep, _ := ctx.Value(chargeKey{}).(*limitcore.CostReport); rep != nil {
+		rep.Add(n)
 	}
-	rep.n.Add(n)
-	rep.reported.Store(true)
 }
 
 // Codes returns a CountIf that counts the calls answered with one of the
@@ -153,12 +143,8 @@ func New(limits []Limit, opts ...Option) (*Interceptor, error) {
 		return nil, &ConfigError{Field: p.Field, Value: p.Value, Want: p.Want}
 	}
 	for i, l := range limits {
-		if l.Settle < 0 {
-			return nil, &ConfigError{Field: fmt.Sprintf("limits[%d].Settle", i), Value: l.Settle.String(), Want: "must not be negative"}
-		}
-		if p, ok := l.Limiter.Policy().(interface{ HoldsDebt() bool }); l.Settle > 0 && (!ok || !p.HoldsDebt()) {
-			return nil, &ConfigError{Field: fmt.Sprintf("limits[%d].Settle", i), Value: l.Settle.String(),
-				Want: fmt.Sprintf("a limiter whose policy can owe tokens, not %s", l.Limiter.Policy())}
+		if p := limitcore.CheckSettle(i, l.Settle, l.Limiter); p != nil {
+			return nil, &ConfigError{Field: p.Field, Value: p.Value, Want: p.Want}
 		}
 	}
 	return &Interceptor{limits: append([]Limit(nil), limits...), o: o}, nil
@@ -181,7 +167,7 @@ func (in *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 	release := limitcore.Hold(ctx, ds)
 	defer release()
 	if limitcore.Holding(ds) {
-		rep := new(costReport)
+		rep := new(limitcore.CostReport)
 		defer in.settleHolds(ctx, ds, rep)
 		ctx = context.WithValue(ctx, chargeKey{}, rep)
 	}
@@ -196,24 +182,13 @@ func (in *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 // settleHolds settles the holds of ds with the cost the handler reported
 // in rep, or at their estimates, on a context that the client's going
 // away does not end.
-func (in *Interceptor) settleHolds(ctx context.Context, ds []limitcore.Decision, rep *costReport) {
-	ctx = context.WithoutCancel(ctx)
-	for i := range ds {
-		d := &ds[i]
-		if d.HoldID == "" {
-			continue
-		}
-		n := d.Cost
-		if rep.reported.Load() {
-			n = rep.n.Load()
-		}
-		if _, err := d.Limiter.Settle(ctx, d.HoldID, n); err != nil {
-			in.o.logger.ErrorContext(ctx, "grpclimit: cost not settled", "limit", in.limits[d.Index].Name, "key", d.Key, "cost", n, "err", err)
-		}
-	}
+func (in *Interceptor) settleHolds(ctx context.Context, ds []limitcore.Decision, rep *limitcore.CostReport) {
+	limitcore.SettleHolds(ctx, ds, rep, func(ctx context.Context, i int, key string, n int64, err error) {
+		in.o.logger.ErrorContext(ctx, "grpclimit: cost not settled", "limit", in.limits[i].Name, "key", key, "cost", n, "err", err)
+	})
 }
 
-// chargedStream is a stream whose context carries its costReport.
+// chargedStream is a stream whose context carries its CostReport.
 type chargedStream struct {
 	grpc.ServerStream
 	ctx context.Context
@@ -263,7 +238,7 @@ func (in *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	release := limitcore.Hold(ss.Context(), ds)
 	defer release()
 	if limitcore.Holding(ds) {
-		rep := new(costReport)
+		rep := new(limitcore.CostReport)
 		defer in.settleHolds(ss.Context(), ds, rep)
 		ss = chargedStream{ss, context.WithValue(ss.Context(), chargeKey{}, rep)}
 	}

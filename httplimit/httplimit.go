@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -59,14 +58,8 @@ type Limit struct {
 	Settle time.Duration
 }
 
-// chargeKey is the context key of a request's costReport.
+// chargeKey is the context key of a request's limitcore.CostReport.
 type chargeKey struct{}
-
-// costReport is what a handler reported with Charge.
-type costReport struct {
-	n        atomic.Int64
-	reported atomic.Bool
-}
 
 // Charge reports that the request's handler cost n ≥ 0 tokens more, for
 // the limits with Settle: the calls add up, so a handler that streams its
@@ -74,12 +67,9 @@ type costReport struct {
 // when the handler returns. Outside such a middleware it does nothing.
 // It is safe for simultaneous use by multiple goroutines.
 func Charge(r *http.Request, n int64) {
-	rep, _ := r.Context().Value(chargeKey{}).(*costReport)
-	if rep == nil || n < 0 {
-		return
+	if rep, _ := r.Context().Value(chargeKey{}).(*limitcore.CostReport); rep != nil {
+		rep.Add(n)
 	}
-	rep.n.Add(n)
-	rep.reported.Store(true)
 }
 
 // Statuses returns a CountIf that counts the responses of the given
@@ -151,12 +141,8 @@ func New(limits []Limit, opts ...Option) (*Middleware, error) {
 	m := &Middleware{limits: append([]Limit(nil), limits...), windows: make([]time.Duration, len(limits)),
 		names: make([]string, len(limits)), o: o}
 	for i, l := range m.limits {
-		if l.Settle < 0 {
-			return nil, &ConfigError{Field: fmt.Sprintf("limits[%d].Settle", i), Value: l.Settle.String(), Want: "must not be negative"}
-		}
-		if p, ok := l.Limiter.Policy().(interface{ HoldsDebt() bool }); l.Settle > 0 && (!ok || !p.HoldsDebt()) {
-			return nil, &ConfigError{Field: fmt.Sprintf("limits[%d].Settle", i), Value: l.Settle.String(),
-				Want: fmt.Sprintf("a limiter whose policy can owe tokens, not %s", l.Limiter.Policy())}
+		if p := limitcore.CheckSettle(i, l.Settle, l.Limiter); p != nil {
+			return nil, &ConfigError{Field: p.Field, Value: p.Value, Want: p.Want}
 		}
 		m.settles = m.settles || l.Settle > 0
 		m.names[i] = sfString(l.Name)
@@ -232,7 +218,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			defer limitcore.Hold(r.Context(), ds)()
 			m.setHeaders(w.Header(), ds, -1)
 			if m.settles {
-				rep := new(costReport)
+				rep := new(limitcore.CostReport)
 				defer m.settleHolds(r, ds, rep)
 				r = r.WithContext(context.WithValue(r.Context(), chargeKey{}, rep))
 			}
@@ -302,21 +288,10 @@ func (w *statusWriter) statusOr200() int {
 // rep, or at their estimates when it reported none. It runs when the
 // handler has returned, even by a panic, and on a context that the
 // client's going away does not end: the cost was incurred all the same.
-func (m *Middleware) settleHolds(r *http.Request, ds []limitcore.Decision, rep *costReport) {
-	ctx := context.WithoutCancel(r.Context())
-	for i := range ds {
-		d := &ds[i]
-		if d.HoldID == "" {
-			continue
-		}
-		n := d.Cost
-		if rep.reported.Load() {
-			n = rep.n.Load()
-		}
-		if _, err := d.Limiter.Settle(ctx, d.HoldID, n); err != nil {
-			m.o.logger.Log(ctx, slog.LevelError, "httplimit: cost not settled", "limit", m.limits[d.Index].Name, "key", d.Key, "cost", n, "err", err)
-		}
-	}
+func (m *Middleware) settleHolds(r *http.Request, ds []limitcore.Decision, rep *limitcore.CostReport) {
+	limitcore.SettleHolds(r.Context(), ds, rep, func(ctx context.Context, i int, key string, n int64, err error) {
+		m.o.logger.Log(ctx, slog.LevelError, "httplimit: cost not settled", "limit", m.limits[i].Name, "key", key, "cost", n, "err", err)
+	})
 }
 
 // keyAndCost runs l's key and cost functions, turning a panic in them into

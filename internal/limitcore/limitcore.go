@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -45,6 +46,61 @@ func CheckLimits(n int, limit func(i int) (name string, l *sluice.Limiter, hasKe
 		seen[name] = true
 	}
 	return nil
+}
+
+// CheckSettle checks the Settle of limits[i], whose limiter is l: it is
+// not negative, and when positive the policy can owe tokens, as settling
+// a hold for more than its estimate needs. It returns the problem, or nil.
+func CheckSettle(i int, settle time.Duration, l *sluice.Limiter) *Problem {
+	field := fmt.Sprintf("limits[%d].Settle", i)
+	if settle < 0 {
+		return &Problem{Field: field, Value: settle.String(), Want: "must not be negative"}
+	}
+	if p, ok := l.Policy().(interface{ HoldsDebt() bool }); settle > 0 && (!ok || !p.HoldsDebt()) {
+		return &Problem{Field: field, Value: settle.String(), Want: fmt.Sprintf("a limiter whose policy can owe tokens, not %s", l.Policy())}
+	}
+	return nil
+}
+
+// CostReport is what a handler reported of its request's cost with its
+// package's Charge, for SettleHolds. The zero value reports nothing. It
+// is safe for simultaneous use by multiple goroutines.
+type CostReport struct {
+	n        atomic.Int64
+	reported atomic.Bool
+}
+
+// Add reports that the request cost n ≥ 0 tokens more: the reports add
+// up. A negative n changes nothing.
+func (r *CostReport) Add(n int64) {
+	if n < 0 {
+		return
+	}
+	r.n.Add(n)
+	r.reported.Store(true)
+}
+
+// SettleHolds settles the holds of ds with the cost reported in rep, or
+// at their estimates when it reported none, on a context that the
+// client's going away does not end: the cost was incurred all the same.
+// It passes a hold it could not settle to failed, by the index of its
+// limit, its key, the cost and the error, for the package to log: by
+// value, so that ds, often on the caller's stack, stays there.
+func SettleHolds(ctx context.Context, ds []Decision, rep *CostReport, failed func(ctx context.Context, index int, key string, n int64, err error)) {
+	ctx = context.WithoutCancel(ctx)
+	for i := range ds {
+		d := &ds[i]
+		if d.HoldID == "" {
+			continue
+		}
+		n := d.Cost
+		if rep.reported.Load() {
+			n = rep.n.Load()
+		}
+		if _, err := d.Limiter.Settle(ctx, d.HoldID, n); err != nil {
+			failed(ctx, d.Index, d.Key, n, err)
+		}
+	}
 }
 
 // printable reports whether s is non-empty printable ASCII, which a

@@ -131,7 +131,7 @@ var keyedPeers = []keyedPeer{
 // clock (as time.Since does) and nothing else; floor-clock-map also writes
 // the time under a sync.Mutex to the key's entry in a Go map, a store of the
 // key and one word of state, with no policy and no result.
-var keyedFloors = []keyedPeer{
+var keyedFloors = append([]keyedPeer{
 	{"floor-clock", func(testing.TB, keyedRegime) (func(string) (bool, error), func()) {
 		start := time.Now()
 		var last time.Duration
@@ -152,7 +152,7 @@ var keyedFloors = []keyedPeer{
 			return true, nil
 		}, func() {}
 	}},
-}
+}, casFloors...)
 
 // throttledRate is one token per interval/limit.
 func throttledRate(r keyedRegime) throttled.Rate {
@@ -304,7 +304,7 @@ func TestKeyedEquivalentConfigs(t *testing.T) {
 			if r.limit == 1 {
 				want = keys
 			}
-			for _, p := range keyedPeers {
+			for _, p := range append(keyedPeers, casFloors...) {
 				allow, stop := p.start(t, r)
 				got := 0
 				for k := range keys {

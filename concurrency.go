@@ -23,6 +23,15 @@ func (p machinePolicy[S, M]) Slots() bool {
 	return ok && p.err == nil
 }
 
+// TakesSlots reports whether the policy's AllowN takes slots, which
+// lapse after the lease unless Limiter.Release gives them back: the
+// policy holds slots (Slots), or wraps one that does (a PenaltyBox of a
+// Concurrency, or a Compound with such a box among its members), whose
+// slots nothing gives back. As Slots, it is not part of Policy: sluice
+// serve asks it, to refuse at configuration time a concurrency limit
+// wired to Envoy's services, which never release.
+func (p machinePolicy[S, M]) TakesSlots() bool { return p.err == nil && policy.TakesSlots[S](p.m) }
+
 // holdsSlots reports whether p holds slots.
 func holdsSlots(p Policy) bool {
 	s, ok := p.(interface{ Slots() bool })

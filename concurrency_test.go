@@ -152,6 +152,34 @@ func TestConcurrencyErrors(t *testing.T) {
 	}
 }
 
+// TestTakesSlots: a policy takes slots when it holds them or wraps one
+// that does, at any depth; sluice serve refuses such a limiter for Envoy,
+// which never releases.
+func TestTakesSlots(t *testing.T) {
+	slots := sluice.Concurrency(2, time.Second)
+	box := func(p sluice.Policy) sluice.Policy { return sluice.PenaltyBox(p, []time.Duration{time.Minute}, 0) }
+	fw := sluice.FixedWindow(1, time.Second)
+	for _, tt := range []struct {
+		p    sluice.Policy
+		want bool
+	}{
+		{slots, true},
+		{box(slots), true},
+		{box(box(slots)), true},
+		{sluice.Compound(fw, box(slots)), true},
+		{box(sluice.Compound(fw, box(slots))), true},
+		{fw, false},
+		{box(fw), false},
+		{sluice.Compound(fw, sluice.TokenBucket(1, 1, time.Second)), false},
+		{sluice.Concurrency(0, time.Second), false}, // invalid: no limiter to take anything
+	} {
+		p, ok := tt.p.(interface{ TakesSlots() bool })
+		if got := ok && p.TakesSlots(); got != tt.want {
+			t.Errorf("%v: TakesSlots() = %v, want %v", tt.p, got, tt.want)
+		}
+	}
+}
+
 // downStore is a store that cannot be reached.
 type downStore struct{}
 

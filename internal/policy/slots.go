@@ -77,3 +77,22 @@ func (e erasedSlots[S]) Slot(state []byte, now int64, op SlotOp, dst []byte) (Sl
 	e.pool.Put(s)
 	return res, next, changed
 }
+
+// TakesSlots reports whether m's Consume takes slots: m holds slots, or
+// wraps an Erased that does (a penalty box of a concurrency limit), and
+// then only the slot operations of m itself can give one back.
+func TakesSlots[S any](m Machine[S]) bool {
+	if _, ok := m.(Slots[S]); ok {
+		return true
+	}
+	w, ok := m.(interface{ TakesSlots() bool })
+	return ok && w.TakesSlots()
+}
+
+// ErasedTakesSlots is TakesSlots of the machine behind e.
+func ErasedTakesSlots(e Erased) bool {
+	w, ok := e.(interface{ takesSlots() bool })
+	return ok && w.takesSlots()
+}
+
+func (e *erased[S]) takesSlots() bool { return TakesSlots(e.m) }

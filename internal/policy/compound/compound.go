@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/sluicehq/sluice/internal/policy"
 )
@@ -41,6 +42,13 @@ import (
 // errors, ReserveNotSupported wins, and otherwise the first member's.
 type Config struct {
 	Members []policy.Erased
+}
+
+// TakesSlots reports whether a member's Consume takes slots (a penalty
+// box of a concurrency limit; a member cannot hold slots itself), which
+// a compound, having no slot operations, can never give back.
+func (c Config) TakesSlots() bool {
+	return slices.ContainsFunc(c.Members, policy.ErasedTakesSlots)
 }
 
 // State is a key's state in every member: Parts[i] is the encoding of

@@ -110,6 +110,10 @@ func until(at, now int64) int64 {
 	return int64(min(uint64(at)-uint64(now), policy.Never))
 }
 
+// TakesSlots reports whether Inner's Consume takes slots, which a
+// penalty box, having no slot operations, can never give back.
+func (c Config) TakesSlots() bool { return policy.ErasedTakesSlots(c.Inner) }
+
 // Consume takes n tokens from Inner if the key is not blocked and Inner
 // allows them. A refusal by Inner is an offence, which blocks the key:
 // the state changes although nothing was taken. Inner's argument errors

@@ -2,6 +2,7 @@ package envoyrls_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/app/envoyrls"
+	"github.com/sluicehq/sluice/internal/yamlnode"
 )
 
 // TestAlwaysCounted: a descriptor whose hits are always counted, as Envoy
@@ -73,10 +75,38 @@ func TestAlwaysCountedErrors(t *testing.T) {
 		if err := yaml.Unmarshal([]byte("envoy:\n  - domain: d\n    descriptors:\n      - "+tt.doc+"\n"), &root); err != nil {
 			t.Fatal(err)
 		}
-		_, err := envoyrls.DecodeOwing("envoy", root.Content[0].Content[1], func(n string) bool { _, ok := owes[n]; return ok },
-			func(n string) bool { return owes[n] })
+		_, err := envoyrls.DecodeWith("envoy", root.Content[0].Content[1], func(n string) (envoyrls.LimiterInfo, bool) {
+			o, ok := owes[n]
+			return envoyrls.LimiterInfo{Owes: o}, ok
+		})
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: error %v, want one containing %q", tt.doc, err, tt.want)
+		}
+	}
+}
+
+// TestSlotsRefused: a descriptor's limiter that takes slots is an error
+// at its line, wherever the descriptor is, with or without
+// always_counted: Envoy never gives a slot back.
+func TestSlotsRefused(t *testing.T) {
+	limiters := map[string]envoyrls.LimiterInfo{"calls": {Slots: "its policy is concurrency(limit=5, ttl=30s)"}, "tokens": {Owes: true}}
+	for _, tt := range []struct{ doc, want string }{
+		{"- {key: k, limiter: calls}", `envoy[0].descriptors[0].limiter (line 4): limiter "calls" takes slots (its policy is concurrency(limit=5, ttl=30s)), which Envoy's rate limit service never gives back`},
+		{"- {key: k, limiter: calls, always_counted: true}", `envoy[0].descriptors[0].limiter (line 4): limiter "calls" takes slots`},
+		{"- {key: a, limiter: tokens}\n      - key: b\n        descriptors:\n          - {key: c, limiter: calls}",
+			`envoy[0].descriptors[1].descriptors[0].limiter (line 7): limiter "calls" takes slots`},
+	} {
+		var root yaml.Node
+		if err := yaml.Unmarshal([]byte("envoy:\n  - domain: d\n    descriptors:\n      "+tt.doc+"\n"), &root); err != nil {
+			t.Fatal(err)
+		}
+		_, err := envoyrls.DecodeWith("envoy", root.Content[0].Content[1], func(n string) (envoyrls.LimiterInfo, bool) {
+			l, ok := limiters[n]
+			return l, ok
+		})
+		var ye *yamlnode.Error
+		if !errors.As(err, &ye) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: error %v, want a *yamlnode.Error containing %q", tt.doc, err, tt.want)
 		}
 	}
 }

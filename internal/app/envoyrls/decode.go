@@ -77,12 +77,22 @@ var rateLimitKeys = []string{"unit", "requests_per_unit", "unit_multiplier", "un
 type decoder struct {
 	yamlnode.Decoder
 	file    string
-	section bool              // the envoy: section, with sectionKeys
-	known   func(string) bool // limiter names of the limiters: section
-	// owes reports whether a limiter's policy can owe tokens, which
-	// always_counted needs; nil accepts any (the limiter refuses the
-	// charge when called).
-	owes func(string) bool
+	section bool // the envoy: section, with sectionKeys
+	// limiter describes the limiters of the limiters: section; nil
+	// knows none.
+	limiter func(string) (LimiterInfo, bool)
+}
+
+// LimiterInfo is what Decode needs to know of a limiter of the limiters:
+// section.
+type LimiterInfo struct {
+	// Owes reports whether its policy can owe tokens, which
+	// always_counted needs.
+	Owes bool
+	// Slots says, when not empty, what in the limiter takes slots (a
+	// concurrency policy, as in "its policy is concurrency(limit=5,
+	// ttl=30s)"): Envoy's service never gives a slot back.
+	Slots string
 }
 
 func (d *decoder) at(path string, n *yaml.Node) place {
@@ -108,18 +118,24 @@ func (d *decoder) at(path string, n *yaml.Node) place {
 // with the path of the offending node (e.g.
 // "envoy[0].descriptors[1].limiter") and its line.
 func Decode(path string, n *yaml.Node, known func(name string) bool) (*Domains, error) {
-	return DecodeOwing(path, n, known, nil)
+	return DecodeWith(path, n, func(name string) (LimiterInfo, bool) {
+		return LimiterInfo{Owes: true}, known(name) // the limiter refuses a charge it cannot owe when called
+	})
 }
 
-// DecodeOwing is Decode that also checks, with owes, that the limiter of
-// a descriptor with always_counted: true can owe tokens
-// (sluice.Limiter.Charge): a policy that cannot (a sliding window or log,
-// a shaper) is an error at the descriptor's always_counted.
-func DecodeOwing(path string, n *yaml.Node, known, owes func(name string) bool) (*Domains, error) {
+// DecodeWith is Decode that also checks, with what limiter says of a
+// descriptor's limiter, that it can owe tokens when the descriptor has
+// always_counted: true (sluice.Limiter.Charge; a sliding window or log,
+// a shaper cannot), and that it takes no slots, an error at the
+// descriptor's limiter: the slots of a concurrency limit are given back
+// by the HTTP API's release, which Envoy never calls, so each request
+// would keep its slot until the lease lapses, and the limit would be one
+// per lease instead of in flight.
+func DecodeWith(path string, n *yaml.Node, limiter func(name string) (LimiterInfo, bool)) (*Domains, error) {
 	if n == nil {
 		return nil, errorAt(path, nil, "must be a list of domains")
 	}
-	d := &decoder{section: true, known: known, owes: owes}
+	d := &decoder{section: true, limiter: limiter}
 	items, err := d.List(path, n)
 	if err != nil {
 		return nil, err
@@ -389,8 +405,18 @@ func (d *decoder) rule(path string, m *yamlnode.Mapping) (*rule, error) {
 		if err != nil {
 			return nil, err
 		}
-		if d.known == nil || !d.known(name) {
+		var info LimiterInfo
+		ok := false
+		if d.limiter != nil {
+			info, ok = d.limiter(name)
+		}
+		switch {
+		case !ok:
 			return nil, errorAt(p, v, "unknown limiter %q; it must be a limiter of the limiters: section", name)
+		case info.Slots != "":
+			return nil, errorAt(p, v, "limiter %q takes slots (%s), which Envoy's rate limit service never gives back: "+
+				"each request would hold its slot until the ttl lapses, a limit per ttl instead of in flight; "+
+				"hold slots with the HTTP API's /api/v1/acquire and /api/v1/release, or httplimit or grpclimit", name, info.Slots)
 		}
 		r = &rule{limiter: name}
 		given++
@@ -413,6 +439,13 @@ func (d *decoder) rule(path string, m *yamlnode.Mapping) (*rule, error) {
 	return r, nil
 }
 
+// owes reports whether the limiter called name, which exists, can owe
+// tokens.
+func (d *decoder) owes(name string) bool {
+	info, _ := d.limiter(name)
+	return info.Owes
+}
+
 // alwaysCounted decodes a descriptor's always_counted into r: allowed
 // only beside a limiter whose policy can owe tokens, and true when given.
 func (d *decoder) alwaysCounted(m *yamlnode.Mapping, r *rule) error {
@@ -428,7 +461,7 @@ func (d *decoder) alwaysCounted(m *yamlnode.Mapping, r *rule) error {
 		return errorAt(p, v, "must be true when given; leave it out for hits counted only when allowed")
 	case r == nil || r.limiter == "":
 		return errorAt(p, v, "needs a limiter: on the same descriptor; a rate_limit counts only the hits it allows")
-	case d.owes != nil && !d.owes(r.limiter):
+	case !d.owes(r.limiter):
 		return errorAt(p, v, "limiter %q cannot owe tokens, so its hits cannot always be counted: its policy must be a token bucket, leaky bucket, bucket, GCRA, fixed window or a compound of those", r.limiter)
 	}
 	r.counted = true

@@ -132,6 +132,10 @@ func (r *Rule) matches(id map[string]string) bool {
 type LimiterInfo struct {
 	// Window is its policy's Window: the span its limit applies to.
 	Window time.Duration
+	// Slots says, when not empty, what in the limiter takes slots (a
+	// concurrency policy, as in "its policy is concurrency(limit=5,
+	// ttl=30s)"): the quota service never gives a slot back.
+	Slots string
 }
 
 // Decode decodes the rlqs section at path: a list of domains, each with
@@ -279,6 +283,10 @@ func decodeRule(d *yamlnode.Decoder, path string, n *yaml.Node, ttl time.Duratio
 	switch {
 	case !ok:
 		return Rule{}, yamlnode.Errorf(p, v, "names no limiter of the limiters: section")
+	case info.Slots != "":
+		return Rule{}, yamlnode.Errorf(p, v, "limiter %q takes slots (%s), which Envoy's rate limit quota service never gives back: "+
+			"each assignment's tokens would be a slot held until the ttl lapses, a limit per ttl instead of in flight; "+
+			"hold slots with the HTTP API's /api/v1/acquire and /api/v1/release, or httplimit or grpclimit", r.Limiter, info.Slots)
 	case info.Window <= 0:
 		return Rule{}, yamlnode.Errorf(p, v, "limiter %q has no window (no_limit?): use action: allow_all", r.Limiter)
 	case ttl > info.Window/2:

@@ -15,6 +15,7 @@ var testLimiters = map[string]LimiterInfo{
 	"api":     {Window: time.Minute},
 	"short":   {Window: time.Second},
 	"nolimit": {},
+	"calls":   {Window: 30 * time.Second, Slots: "its policy is concurrency(limit=5, ttl=30s)"},
 }
 
 func decodeDoc(t testing.TB, doc string) (*Config, error) {
@@ -96,6 +97,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"bad action", "rlqs:\n  - domain: e\n    buckets:\n      - {bucket: {a: b}, action: maybe}\n", "must be allow_all or deny_all", 4},
 		{"unknown limiter", "rlqs:\n  - domain: e\n    buckets:\n      - {bucket: {a: b}, limiter: nope}\n", "names no limiter", 4},
 		{"no window", "rlqs:\n  - domain: e\n    buckets:\n      - {bucket: {a: b}, limiter: nolimit}\n", "has no window", 4},
+		{"limiter with slots", "rlqs:\n  - domain: e\n    buckets:\n      - {bucket: {a: b}, action: allow_all}\n      - {bucket: {a: c}, limiter: calls}\n",
+			`rlqs[0].buckets[1].limiter (line 5): limiter "calls" takes slots (its policy is concurrency(limit=5, ttl=30s)), which Envoy's rate limit quota service never gives back`, 5},
 		{"ttl over half the window", "rlqs:\n  - domain: e\n    buckets:\n      - {bucket: {a: b}, limiter: short}\n", "at most half of it", 4},
 	}
 	for _, tt := range tests {

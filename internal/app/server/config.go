@@ -3,6 +3,7 @@ package server
 import (
 	_ "embed"
 	"errors"
+	"fmt"
 	"maps"
 	"math"
 	"net"
@@ -435,12 +436,13 @@ func (c *Config) sections(rateLimit *bool) map[string]config.Section {
 			return err
 		},
 		"envoy": func(path string, n *yaml.Node, f *config.File) error {
-			d, err := envoyrls.DecodeOwing(path, n, func(name string) bool {
-				_, ok := f.Limiters[name]
-				return ok
-			}, func(name string) bool {
-				p, ok := f.Limiters[name].Policy.(interface{ HoldsDebt() bool })
-				return ok && p.HoldsDebt()
+			d, err := envoyrls.DecodeWith(path, n, func(name string) (envoyrls.LimiterInfo, bool) {
+				l, ok := f.Limiters[name]
+				if !ok {
+					return envoyrls.LimiterInfo{}, false
+				}
+				p, owes := l.Policy.(interface{ HoldsDebt() bool })
+				return envoyrls.LimiterInfo{Owes: owes && p.HoldsDebt(), Slots: slotsOf(l)}, true
 			})
 			c.Envoy = d
 			return err
@@ -452,11 +454,36 @@ func (c *Config) sections(rateLimit *bool) map[string]config.Section {
 				if !ok {
 					return rlqs.LimiterInfo{}, false
 				}
-				return rlqs.LimiterInfo{Window: l.Policy.Window()}, true
+				return rlqs.LimiterInfo{Window: l.Policy.Window(), Slots: slotsOf(l)}, true
 			})
 			return err
 		},
 	}
+}
+
+// slotsOf says what in l takes slots, which only the HTTP API's release
+// gives back (a concurrency policy, or a penalty box of one), or "" when
+// nothing does: its policy, else the first of its overrides that does.
+func slotsOf(l config.Limiter) string {
+	if takesSlots(l.Policy) {
+		return "its policy is " + l.Policy.String()
+	}
+	for _, o := range l.Overrides {
+		if !takesSlots(o.Policy) {
+			continue
+		}
+		what := "key"
+		if o.Prefix {
+			what = "prefix"
+		}
+		return fmt.Sprintf("its override for the %s %q, at line %d, is %v", what, o.Key, o.Line, o.Policy)
+	}
+	return ""
+}
+
+func takesSlots(p sluice.Policy) bool {
+	s, ok := p.(interface{ TakesSlots() bool })
+	return ok && s.TakesSlots()
 }
 
 // serverFields are the keys of the server section.

@@ -154,6 +154,27 @@ func DecodeWith(path string, n *yaml.Node, limiter func(name string) (LimiterInf
 	return ds, nil
 }
 
+// Limiters returns the names of the limiters of the limiters: section
+// that d's descriptors name, each once, in file order.
+func (d *Domains) Limiters() []string {
+	var names []string
+	var walk func([]descriptorDoc)
+	walk = func(descs []descriptorDoc) {
+		for _, desc := range descs {
+			if desc.rule != nil && desc.rule.limiter != "" && !slices.Contains(names, desc.rule.limiter) {
+				names = append(names, desc.rule.limiter)
+			}
+			walk(desc.children)
+		}
+	}
+	if d != nil {
+		for _, doc := range d.docs {
+			walk(doc.descriptors)
+		}
+	}
+	return names
+}
+
 // decodeFile decodes one envoyproxy/ratelimit config file: a domain and
 // its descriptors. name is the file's path, for errors.
 func decodeFile(name string, data []byte) (domainDoc, error) {

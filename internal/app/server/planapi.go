@@ -238,6 +238,21 @@ func (s *Server) planTarget(r *http.Request) (*limiter, string, bool, *apiError)
 	return l, key, prefix, e
 }
 
+// slotsPlan refuses a plan whose policy, spec, takes slots for a limiter
+// that an Envoy service reaches, which would never give them back: a
+// limit per ttl instead of in flight. A spec that does not compile is
+// left for the catalog to refuse.
+func slotsPlan(l *limiter, spec []byte) *apiError {
+	if l.envoy == "" {
+		return nil
+	}
+	if p, _, err := plans.Compile(spec); err == nil && takesSlots(p) {
+		return errorf(http.StatusBadRequest, codeUnsupported, "limiter %s serves %s, which never gives a slot back: its plans must not take slots, got %v",
+			short(l.name), l.envoy, p)
+	}
+	return nil
+}
+
 // ifMatch reads the If-Match header: nil without one, the version of
 // "N" (an ETag) or N.
 func ifMatch(r *http.Request) (*uint64, *apiError) {
@@ -302,6 +317,9 @@ func (s *Server) putPlan(w http.ResponseWriter, r *http.Request, who string) *ap
 	}
 	if err := checkUnicode(body); err != nil {
 		return errorf(http.StatusBadRequest, codeInvalidRequest, "body: %v", err)
+	}
+	if e := slotsPlan(l, body); e != nil {
+		return e
 	}
 	ch, err := s.plans.Put(r.Context(), plans.Plan{Limiter: l.name, Key: key, Prefix: prefix, Spec: string(body)}, match)
 	s.audit("put", who, l.name, key, prefix, ch, err)
@@ -452,6 +470,10 @@ func (s *Server) importPlans(w http.ResponseWriter, r *http.Request, who string)
 		}
 		if _, _, err := plans.Compile(it.Policy); err != nil {
 			return errorf(http.StatusBadRequest, codeInvalidRequest, "plans[%d]: %v", i, err)
+		}
+		if e := slotsPlan(l, it.Policy); e != nil {
+			e.Msg = clip("plans["+strconv.Itoa(i)+"]: "+e.Msg, maxMessage)
+			return e
 		}
 		ps = append(ps, plans.Plan{Limiter: l.name, Key: it.Key, Prefix: it.Prefix, Spec: string(it.Policy)})
 	}

@@ -134,6 +134,45 @@ func TestPlansOff(t *testing.T) {
 	}
 }
 
+// TestPlansTakeNoSlotsForEnvoy: a plan that would give a key of a
+// limiter Envoy reaches a policy that takes slots is refused, alone or
+// in an import, since Envoy never releases; other limiters take it.
+func TestPlansTakeNoSlotsForEnvoy(t *testing.T) {
+	// An rlqs: section needs /metrics behind the tokens.
+	withMetrics := strings.Replace(plansYAML, "    admin_tokens:", "    metrics: true\n    admin_tokens:", 1)
+	s, _ := testServer(t, withMetrics+`  other: {policy: fixed_window, limit: 100, interval: 1 minute}
+  quota: {policy: fixed_window, limit: 100, interval: 1 minute}
+envoy:
+  - domain: edge
+    descriptors: [{key: tenant, limiter: api}]
+rlqs:
+  - domain: edge
+    buckets: [{bucket: {name: x}, limiter: quota}]
+`)
+	const (
+		slots = `{"policy": "concurrency", "limit": 2, "ttl": "10s"}`
+		boxed = `{"policy": "penalty_box", "limiter": {"policy": "concurrency", "limit": 2, "ttl": "10s"}, "penalties": ["1m"]}`
+	)
+	for _, tt := range []struct{ path, body, want string }{
+		{"/api/v1/plans/api/tenant-7", slots, `limiter "api" serves Envoy's rate limit service, which never gives a slot back: its plans must not take slots, got concurrency(limit=2, ttl=10s)`},
+		{"/api/v1/plans/api/paid:?prefix=true", boxed, `limiter "api" serves Envoy's rate limit service, which never gives a slot back: its plans must not take slots, got penalty_box(`},
+		{"/api/v1/plans/quota/tenant-7", slots, `limiter "quota" serves Envoy's rate limit quota service`},
+	} {
+		code, got := call(t, s, "PUT", tt.path, tt.body, "Authorization", admin)
+		if e, _ := got["error"].(map[string]any); code != 400 || e["code"] != "unsupported" || !strings.HasPrefix(fmt.Sprint(e["message"]), tt.want) {
+			t.Errorf("PUT %s %s = %d %v, want 400 unsupported %q", tt.path, tt.body, code, got, tt.want)
+		}
+	}
+	code, got := call(t, s, "POST", "/api/v1/plans", `{"plans": [{"limiter": "other", "key": "a", "policy": `+slots+`}, {"limiter": "api", "key": "b", "policy": `+slots+`}]}`,
+		"Authorization", admin)
+	if e, _ := got["error"].(map[string]any); code != 400 || !strings.HasPrefix(fmt.Sprint(e["message"]), `plans[1]: limiter "api" serves Envoy's rate limit service`) {
+		t.Errorf("import with a plan of slots for api = %d %v, want 400 at plans[1]", code, got)
+	}
+	if code, got := call(t, s, "PUT", "/api/v1/plans/other/tenant-7", slots, "Authorization", admin); code != 200 {
+		t.Errorf("PUT a plan of slots for a limiter Envoy does not reach = %d %v, want 200", code, got)
+	}
+}
+
 // countingStore counts the updates of keys under a prefix.
 type countingStore struct {
 	driver.Store

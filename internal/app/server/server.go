@@ -160,6 +160,10 @@ type limiter struct {
 	// resolve is the policy of a key with plans on (planFunc), else nil.
 	resolve sluice.PolicyFunc
 	leased  bool // a lease (lease:), which takes no plans
+	// envoy names the Envoy service whose descriptors or buckets name
+	// the limiter, which never releases a slot, or is "": its plans
+	// must take no slots.
+	envoy string
 	// shadow is the config's shadow: key (sluice.WithShadow).
 	shadow bool
 }
@@ -491,6 +495,21 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 		snap.limiters[name].resolve, snap.limiters[name].leased = resolve, l.Lease != nil
 		if len(l.Overrides) > 0 {
 			snap.limiters[name].overrides = &l
+		}
+	}
+	envoy := func(name, service string) {
+		if l, ok := snap.limiters[name]; ok {
+			l.envoy = service
+		}
+	}
+	for _, name := range cfg.Envoy.Limiters() {
+		envoy(name, "Envoy's rate limit service")
+	}
+	for _, d := range cfg.RLQS.Domains() {
+		for _, r := range cfg.RLQS.Domain(d).Rules {
+			if r.Action == rlqs.Limit {
+				envoy(r.Limiter, "Envoy's rate limit quota service")
+			}
 		}
 	}
 	// The stamp comes first: files that change while they are read are

@@ -126,21 +126,27 @@ func mysqlURL(t *testing.T, dsn string) string {
 
 // runWorker runs this test binary as a worker and returns its report.
 func runWorker(t *testing.T, url, key string, start time.Time, env []string) report {
+	return runAs[report](t, "TestContention", append([]string{workerURL + "=" + url, workerKey + "=" + key,
+		workerStart + "=" + strconv.FormatInt(start.UnixNano(), 10)}, env...))
+}
+
+// runAs runs this test binary's test as a worker process, with env added
+// to its environment, and returns the report R it printed last (see
+// printReport); a worker that fails or prints none fails t.
+func runAs[R any](t *testing.T, test string, env []string) R {
+	var r R
 	ctx, cancel := context.WithTimeout(t.Context(), runTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestContention$", "-test.v")
-	cmd.Env = append(os.Environ(), workerURL+"="+url, workerKey+"="+key,
-		workerStart+"="+strconv.FormatInt(start.UnixNano(), 10))
-	cmd.Env = append(cmd.Env, env...)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+test+"$", "-test.v")
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Errorf("worker: %v\n%s", err, out)
-		return report{}
+		return r
 	}
 	lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
 	for i := len(lines) - 1; i >= 0; i-- {
 		if line, ok := bytes.CutPrefix(bytes.TrimSpace(lines[i]), []byte("REPORT ")); ok {
-			var r report
 			if err := json.Unmarshal(line, &r); err != nil {
 				t.Errorf("worker report %q: %v", line, err)
 			}
@@ -148,7 +154,16 @@ func runWorker(t *testing.T, url, key string, start time.Time, env []string) rep
 		}
 	}
 	t.Errorf("worker printed no report:\n%s", out)
-	return report{}
+	return r
+}
+
+// printReport prints a worker's report r on stdout, for runAs.
+func printReport(t *testing.T, r any) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("REPORT %s\n", b)
 }
 
 // work is a worker: goroutines callers on one key, from the start time
@@ -215,11 +230,7 @@ func work(t *testing.T, url string) {
 	if p := first.Load(); p != nil {
 		r.FirstError = *p
 	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Printf("REPORT %s\n", b)
+	printReport(t, r)
 }
 
 // TestSlotContention is TestContention for a concurrency limit, on the

@@ -1,13 +1,10 @@
 package contention
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -182,28 +179,8 @@ func checkLeaseBound(t *testing.T, policy string, reports []leaseReport) {
 // runLeaseWorker runs this test binary as a leasing worker and returns
 // its report.
 func runLeaseWorker(t *testing.T, url, key, policy string, start, stop time.Time) leaseReport {
-	ctx, cancel := context.WithTimeout(t.Context(), runTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestLeaseBound$", "-test.v")
-	cmd.Env = append(os.Environ(), leaseURL+"="+url, leaseKey+"="+key, leasePolicy+"="+policy,
-		leaseStart+"="+strconv.FormatInt(start.UnixNano(), 10), leaseStop+"="+strconv.FormatInt(stop.UnixNano(), 10))
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Errorf("worker: %v\n%s", err, out)
-		return leaseReport{}
-	}
-	lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
-	for i := len(lines) - 1; i >= 0; i-- {
-		if line, ok := bytes.CutPrefix(bytes.TrimSpace(lines[i]), []byte("REPORT ")); ok {
-			var r leaseReport
-			if err := json.Unmarshal(line, &r); err != nil {
-				t.Errorf("worker report %q: %v", line, err)
-			}
-			return r
-		}
-	}
-	t.Errorf("worker printed no report:\n%s", out)
-	return leaseReport{}
+	return runAs[leaseReport](t, "TestLeaseBound", []string{leaseURL + "=" + url, leaseKey + "=" + key, leasePolicy + "=" + policy,
+		leaseStart + "=" + strconv.FormatInt(start.UnixNano(), 10), leaseStop + "=" + strconv.FormatInt(stop.UnixNano(), 10)})
 }
 
 // leaseWork is a leasing worker: callers on one key from the start time
@@ -306,9 +283,5 @@ func leaseWork(t *testing.T, url string) {
 	}
 	wg.Wait()
 	rep.Updates = store.n.Load()
-	b, err := json.Marshal(rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Printf("REPORT %s\n", b)
+	printReport(t, rep)
 }

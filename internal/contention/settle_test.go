@@ -1,13 +1,10 @@
 package contention
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -144,28 +141,8 @@ func TestSettleContention(t *testing.T) {
 // runSettleWorker runs this test binary as a settlement worker and
 // returns its report.
 func runSettleWorker(t *testing.T, url, key string, ids []string, start time.Time) settleReport {
-	ctx, cancel := context.WithTimeout(t.Context(), runTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSettleContention$", "-test.v")
-	cmd.Env = append(os.Environ(), settleURL+"="+url, settleKey+"="+key, settleIDs+"="+strings.Join(ids, ","),
-		settleStart+"="+strconv.FormatInt(start.UnixNano(), 10))
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Errorf("worker: %v\n%s", err, out)
-		return settleReport{}
-	}
-	lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
-	for i := len(lines) - 1; i >= 0; i-- {
-		if line, ok := bytes.CutPrefix(bytes.TrimSpace(lines[i]), []byte("REPORT ")); ok {
-			var r settleReport
-			if err := json.Unmarshal(line, &r); err != nil {
-				t.Errorf("worker report %q: %v", line, err)
-			}
-			return r
-		}
-	}
-	t.Errorf("worker printed no report:\n%s", out)
-	return settleReport{}
+	return runAs[settleReport](t, "TestSettleContention", []string{settleURL + "=" + url, settleKey + "=" + key,
+		settleIDs + "=" + strings.Join(ids, ","), settleStart + "=" + strconv.FormatInt(start.UnixNano(), 10)})
 }
 
 // settleWork is a settlement worker: a goroutine per hold settles it,
@@ -218,9 +195,5 @@ func settleWork(t *testing.T, url string) {
 	if p := first.Load(); p != nil {
 		r.FirstError = *p
 	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Printf("REPORT %s\n", b)
+	printReport(t, r)
 }

@@ -238,16 +238,7 @@ func TestConcurrencyFailShare(t *testing.T) {
 	if _, err := l.Acquire(ctx, "other", 0, 0); err != nil { // beats, in the background
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		var n int
-		_ = st.Update(ctx, engine.FleetKey, func(s []byte) ([]byte, time.Duration, bool) { n = len(s) / 16; return nil, 0, false })
-		if n == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the fleet record lists %d processes 10s after this one's call, want 3", n)
-		}
-	}
+	waitFleet(ctx, t, st, 3)
 	st.down.Store(true)
 	held := 0
 	var se *sluice.StoreError

@@ -66,16 +66,7 @@ func TestFailShare(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The beat is in the background: wait until the store lists three.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		var n int
-		_ = st.Update(ctx, engine.FleetKey, func(s []byte) ([]byte, time.Duration, bool) { n = len(s) / 16; return nil, 0, false })
-		if n == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the fleet record lists %d processes 10s after this one's call, want 3", n)
-		}
-	}
+	waitFleet(ctx, t, st, 3)
 	// The beat's count reaches the limiter when the beat ends, just after
 	// its write: a call before that still finds no fleet.
 	st.down.Store(true)
@@ -129,5 +120,21 @@ func TestFailShareBucket(t *testing.T) {
 	var se *sluice.StoreError
 	if res, err := b.Allow(ctx); !errors.As(err, &se) {
 		t.Errorf("KeyBucket.Allow on a failed store under FailShare = %+v, %v, want a *StoreError", res, err)
+	}
+}
+
+// waitFleet waits until the fleet record in st lists n processes: a
+// limiter beats in the background, after its call returns.
+func waitFleet(ctx context.Context, t *testing.T, st driver.Store, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		var got int
+		_ = st.Update(ctx, engine.FleetKey, func(s []byte) ([]byte, time.Duration, bool) { got = len(s) / 16; return nil, 0, false })
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the fleet record lists %d processes 10s after this one's call, want %d", got, n)
+		}
 	}
 }

@@ -174,12 +174,7 @@ func TestConfigFileBadFiles(t *testing.T) {
 
 			good := "limiters:\n  api: {policy: fixed_window, limit: 3, interval: 1 minute}\n"
 			mustDo(t, os.WriteFile(path, []byte(good), 0o644))
-			cfg, err := LoadConfigFile(path)
-			mustDo(t, err)
-			var log testserver.Buffer
-			s, err := New(t.Context(), cfg, WithConfigFile(path, nil), WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
-			mustDo(t, err)
-			defer s.Close()
+			s, log := newFromFile(t, path)
 			mustDo(t, os.Remove(path))
 			bad.make(t, path)
 			within(t, "a reload", func() { s.reloadFile(true) })
@@ -226,4 +221,17 @@ func TestAuthAndTLSFilesBadFiles(t *testing.T) {
 			})
 		})
 	}
+}
+
+// newFromFile starts a server on the config file at path, reloading it,
+// with its log in the returned buffer; the server is closed when t ends.
+func newFromFile(t *testing.T, path string) (*Server, *testserver.Buffer) {
+	t.Helper()
+	cfg, err := LoadConfigFile(path)
+	mustDo(t, err)
+	log := new(testserver.Buffer)
+	s, err := New(t.Context(), cfg, WithConfigFile(path, nil), WithLogger(slog.New(slog.NewTextHandler(log, nil))))
+	mustDo(t, err)
+	t.Cleanup(func() { s.Close() })
+	return s, log
 }

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -46,16 +45,7 @@ func TestStoreSecretReload(t *testing.T) {
 		}
 	}
 	write(3)
-	cfg, err := LoadConfigFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var log testserver.Buffer
-	s, err := New(t.Context(), cfg, WithConfigFile(path, nil), WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, log := newFromFile(t, path)
 	limit := func() any {
 		t.Helper()
 		code, got := call(t, s, "POST", "/api/v1/consume", `{"limiter": "api", "key": "k"}`)

@@ -2,7 +2,6 @@ package server
 
 import (
 	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/internal/testserver"
 )
 
 // slotLimiters has a limiter that takes slots in each way a config can
@@ -94,16 +92,7 @@ func TestReloadSlotsForEnvoy(t *testing.T) {
 	if err := os.WriteFile(path, []byte(good), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadConfigFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var log testserver.Buffer
-	s, err := New(t.Context(), cfg, WithConfigFile(path, nil), WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, log := newFromFile(t, path)
 	bad := strings.Replace(good, "{policy: fixed_window, limit: 5, interval: 30s}", "{policy: concurrency, limit: 5, ttl: 30s}", 1)
 	if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
 		t.Fatal(err)

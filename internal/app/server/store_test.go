@@ -291,16 +291,7 @@ func TestReloadErrorOncePerChange(t *testing.T) {
 	}
 	good := "limiters:\n  api: {policy: fixed_window, limit: 3, interval: 1 minute}\n"
 	write(good)
-	cfg, err := LoadConfigFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var log testserver.Buffer
-	s, err := New(t.Context(), cfg, WithConfigFile(path, nil), WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, log := newFromFile(t, path)
 	polls := func(n int) {
 		for range n {
 			s.reloadFile(false)

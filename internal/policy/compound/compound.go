@@ -299,12 +299,19 @@ func (c Config) Cancel(s *State, now int64, r *policy.Receipt) bool {
 		if !ch {
 			continue
 		}
-		for len(s.Parts) <= i {
-			s.Parts = append(s.Parts, nil)
-		}
-		s.Parts[i], changed = next, true
+		s.setPart(i, next)
+		changed = true
 	}
 	return changed
+}
+
+// setPart makes p member i's part of s, adding the parts of the
+// members before it that s lacks as empty (none yet).
+func (s *State) setPart(i int, p []byte) {
+	for len(s.Parts) <= i {
+		s.Parts = append(s.Parts, nil)
+	}
+	s.Parts[i] = p
 }
 
 // receiptParts decodes the compound states before and after the

@@ -65,10 +65,8 @@ func (c Config) Refund(s *State, exists bool, now, at, n int64) bool {
 		if !ch {
 			continue
 		}
-		for len(s.Parts) <= i {
-			s.Parts = append(s.Parts, nil)
-		}
-		s.Parts[i], changed = next, true
+		s.setPart(i, next)
+		changed = true
 	}
 	return changed
 }

@@ -61,11 +61,13 @@ func (m *MemDebts) after(st []byte, now int64) keyed.Settled {
 	return keyed.Settled{Res: p, Debt: m.Debts.Debt(st, now)}
 }
 
-func (m *MemDebts) Charge(_ context.Context, key string, n int64) (keyed.Settled, error) {
+// take runs f, a decision on key's encoded state at now, as one update
+// of the key, keeping the state f returns when it reports a change; it
+// returns f's result and what key owes after it.
+func (m *MemDebts) take(key string, now int64, f func(st []byte) (policy.Result, []byte, bool)) keyed.Settled {
 	var out keyed.Settled
-	now := m.Clock.Now()
 	m.Keys.Update(key, now, func(st []byte) ([]byte, bool) {
-		res, next, changed := m.Debts.Charge(st, now, n, nil)
+		res, next, changed := f(st)
 		out.Res = res
 		if changed {
 			st = next
@@ -73,7 +75,12 @@ func (m *MemDebts) Charge(_ context.Context, key string, n int64) (keyed.Settled
 		out.Debt = m.Debts.Debt(st, now)
 		return next, changed
 	})
-	return out, nil
+	return out
+}
+
+func (m *MemDebts) Charge(_ context.Context, key string, n int64) (keyed.Settled, error) {
+	now := m.Clock.Now()
+	return m.take(key, now, func(st []byte) (policy.Result, []byte, bool) { return m.Debts.Charge(st, now, n, nil) }), nil
 }
 
 func (m *MemDebts) Hold(_ context.Context, key string, id uint64, n, ttl int64) (keyed.Settled, error) {
@@ -88,16 +95,7 @@ func (m *MemDebts) Hold(_ context.Context, key string, id uint64, n, ttl int64) 
 	if m.perKey[key] >= most {
 		return keyed.Settled{}, ErrHoldsFull
 	}
-	var out keyed.Settled
-	m.Keys.Update(key, now, func(st []byte) ([]byte, bool) {
-		res, next, changed := m.Erased.Consume(st, now, n, nil)
-		out.Res = res
-		if changed {
-			st = next
-		}
-		out.Debt = m.Debts.Debt(st, now)
-		return next, changed
-	})
+	out := m.take(key, now, func(st []byte) (policy.Result, []byte, bool) { return m.Erased.Consume(st, now, n, nil) })
 	if out.Res.Code == policy.OK && out.Res.Allowed {
 		if m.holds == nil {
 			m.holds, m.perKey = make(map[uint64]memHold), make(map[string]int)

@@ -28,7 +28,7 @@ import (
 // An Erased is safe for simultaneous use by multiple goroutines.
 type Erased interface {
 	// Consume decides whether n tokens may pass at now, as Machine.Consume.
-	Consume(state []byte, now, n int64, dst []byte) (res Result, next []byte, changed bool)
+	Consume(state []byte, now, n int64, dst []byte) (d Decision, next []byte, changed bool)
 	// Reserve takes n tokens within maxWait, as Machine.Reserve.
 	Reserve(state []byte, now, n, maxWait int64, dst []byte) (res Result, next []byte, changed bool)
 	// Peek answers as Consume would, changing nothing.
@@ -42,6 +42,9 @@ type Erased interface {
 	ExpiresAt(state []byte) int64
 	// Quota is the policy's limit, as Machine.Quota.
 	Quota() int64
+	// Limits is the limits a Decision's Bound indexes, as Limits does for
+	// the machine.
+	Limits() []int64
 	// Window is the time over which Quota applies, as Machine.Window.
 	Window() int64
 }
@@ -57,7 +60,7 @@ func Erase[S any](m Machine[S]) Erased {
 	if wc, ok := m.(WordCodec[S]); ok {
 		return newWordErased(m, wc)
 	}
-	e := &erased[S]{m: m}
+	e := &erased[S]{m: m, limits: Limits(m)}
 	e.pool.New = func() any { return new(S) }
 	if sl, ok := m.(Slots[S]); ok {
 		return erasedSlots[S]{erased: e, slots: sl}
@@ -69,8 +72,9 @@ func Erase[S any](m Machine[S]) Erased {
 // contents are meaningless between calls; it spares an allocation per call,
 // as a *S passed to an interface method escapes to the heap.
 type erased[S any] struct {
-	m    Machine[S]
-	pool sync.Pool
+	m      Machine[S]
+	limits []int64
+	pool   sync.Pool
 }
 
 // load takes a *S from the pool and decodes state into it. It reports
@@ -89,7 +93,7 @@ func (e *erased[S]) load(state []byte, now int64) (s *S, exists bool) {
 	return s, false
 }
 
-func (e *erased[S]) Consume(state []byte, now, n int64, dst []byte) (Result, []byte, bool) {
+func (e *erased[S]) Consume(state []byte, now, n int64, dst []byte) (Decision, []byte, bool) {
 	s, exists := e.load(state, now)
 	res, changed := e.m.Consume(s, exists, now, n)
 	next := dst[:0]
@@ -140,5 +144,7 @@ func (e *erased[S]) ExpiresAt(state []byte) int64 {
 }
 
 func (e *erased[S]) Quota() int64 { return e.m.Quota() }
+
+func (e *erased[S]) Limits() []int64 { return e.limits }
 
 func (e *erased[S]) Window() int64 { return e.m.Window() }

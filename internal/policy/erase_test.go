@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policy/fixedwindow"
+	"github.com/sluicehq/sluice/internal/policy/policytest"
 )
 
 // fw is the fixed window the tables below are worked out for: 3 tokens per
@@ -77,7 +78,7 @@ func TestErasedFixedWindow(t *testing.T) {
 		)
 		switch st.op {
 		case "consume":
-			res, next, changed = e.Consume(state, st.now, st.n, dst)
+			res, next, changed = policytest.DecideBytes(t, e, state, st.now, st.n, dst)
 		case "reserve":
 			res, next, changed = e.Reserve(state, st.now, st.n, st.maxWait, dst)
 		case "peek":
@@ -124,7 +125,7 @@ func TestErasedNoState(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// A new key at 8 opens a window at 8.
 			wantRes := policy.Result{Allowed: true, Remaining: 1, ResetAfter: 10, Limit: 3}
-			res, next, changed := e.Consume(tc.state, 8, 2, nil)
+			res, next, changed := policytest.DecideBytes(t, e, tc.state, 8, 2, nil)
 			if res != wantRes || !changed || !bytes.Equal(next, fwState(8, 2)) {
 				t.Errorf("Consume(%v, 8, 2) = %+v, %v, %v, want %+v, %v, true", tc.state, res, next, changed, wantRes, fwState(8, 2))
 			}
@@ -194,21 +195,22 @@ type probe struct{}
 
 type probeState struct{ V int64 }
 
-func (probe) Consume(s *probeState, exists bool, _, n int64) (policy.Result, bool) {
-	res := policy.Result{Allowed: exists, Remaining: s.V}
+func (probe) Consume(s *probeState, exists bool, _, n int64) (policy.Decision, bool) {
+	d := policy.Decision{Verdict: policy.Verdict{Allowed: exists}, Remaining: s.V}
 	if n != 1 {
-		return res, false
+		return d, false
 	}
 	s.V++
-	return res, true
+	return d, true
 }
 
 func (p probe) Reserve(s *probeState, exists bool, now, n, _ int64) (policy.Result, bool) {
-	return p.Consume(s, exists, now, n)
+	d, changed := p.Consume(s, exists, now, n)
+	return d.Result(p.Quota()), changed
 }
 
 func (probe) Peek(s *probeState, exists bool, _, _ int64) policy.Result {
-	return policy.Result{Allowed: exists, Remaining: s.V}
+	return policy.Result{Allowed: exists, Remaining: s.V, Limit: 7}
 }
 
 func (probe) Cancel(*probeState, int64, *policy.Receipt) bool { return false }
@@ -239,13 +241,13 @@ func TestErasedZeroState(t *testing.T) {
 		want  policy.Result
 		next  []byte
 	}{
-		{state: []byte{5}, want: policy.Result{Allowed: true, Remaining: 5}, next: []byte{6}},
-		{state: nil, want: policy.Result{Remaining: 0}, next: []byte{1}},
-		{state: []byte{9}, want: policy.Result{Allowed: true, Remaining: 9}, next: []byte{10}},
-		{state: []byte{0xff}, want: policy.Result{Remaining: 0}, next: []byte{1}},
+		{state: []byte{5}, want: policy.Result{Allowed: true, Remaining: 5, Limit: 7}, next: []byte{6}},
+		{state: nil, want: policy.Result{Remaining: 0, Limit: 7}, next: []byte{1}},
+		{state: []byte{9}, want: policy.Result{Allowed: true, Remaining: 9, Limit: 7}, next: []byte{10}},
+		{state: []byte{0xff}, want: policy.Result{Remaining: 0, Limit: 7}, next: []byte{1}},
 	}
 	for i, st := range steps {
-		res, next, changed := e.Consume(st.state, 0, 1, nil)
+		res, next, changed := policytest.DecideBytes(t, e, st.state, 0, 1, nil)
 		if res != st.want || !changed || !bytes.Equal(next, st.next) {
 			t.Errorf("step %d: Consume(%v) = %+v, %v, %v, want %+v, %v, true", i, st.state, res, next, changed, st.want, st.next)
 		}
@@ -277,7 +279,7 @@ func TestErasedConcurrent(t *testing.T) {
 				// Key g hits 4 times per 10 ns window opened at 10·w: the
 				// fourth is rejected.
 				now := int64(10*(i/4) + i%4)
-				res, next, changed := e.Consume(state, now, 1, dst)
+				res, next, changed := policytest.DecideBytes(t, e, state, now, 1, dst)
 				if want := i%4 != 3; res.Allowed != want || changed != want {
 					errs <- fmt.Errorf("goroutine %d, hit %d: Allowed %v, changed %v, want %v", g, i, res.Allowed, changed, want)
 					return
@@ -365,8 +367,8 @@ func FuzzErased(f *testing.F) {
 			}
 		}
 		cs := s
-		want, changed := fw.Consume(&cs, exists, now, n)
-		res, next, gotChanged := e.Consume(state, now, n, nil)
+		want, changed := policytest.Decide(t, fw, &cs, exists, now, n)
+		res, next, gotChanged := policytest.DecideBytes(t, e, state, now, n, nil)
 		check("Consume", res, next, gotChanged, want, cs, changed)
 
 		rs := s

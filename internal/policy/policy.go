@@ -53,6 +53,76 @@ type Result struct {
 	Wait int64
 }
 
+// Decision is Consume's answer: a Result without Wait, whose limit is
+// given as which of the machine's limits it is (Verdict.Bound), so that it
+// is four words. Go passes a struct of at most four words in registers
+// from call to call; a larger one is copied through memory at every level
+// it is returned through, with 16-byte loads that stall on the narrower
+// stores that filled it, which cost a third of a keyed decision when
+// Consume answered with a Result (docs/benchmarks.md, "What stays for
+// speed").
+type Decision struct {
+	Verdict
+	// Remaining, RetryAfter and ResetAfter are as in Result.
+	Remaining  int64
+	RetryAfter int64
+	ResetAfter int64
+}
+
+// Verdict is how a decision went: its argument error, whether it allowed
+// the request, and which limit it reports.
+type Verdict struct {
+	Code    Code
+	Allowed bool
+	// Bound indexes Limits(m) for the decision's limit, as Result.Limit:
+	// 0 for a machine with one limit.
+	Bound uint32
+}
+
+// Bounded is implemented by a machine whose decisions report one of
+// several limits, as a compound reports the limit of its most restrictive
+// member; a Decision's Bound indexes Limits. Any other machine's decisions
+// report its Quota.
+type Bounded interface {
+	Limits() []int64
+}
+
+// Limits is the limits that m's decisions report, indexed by
+// Decision.Bound: m's Limits when it is Bounded, else its Quota alone.
+func Limits(m interface{ Quota() int64 }) []int64 {
+	if b, ok := m.(Bounded); ok {
+		return b.Limits()
+	}
+	return []int64{m.Quota()}
+}
+
+// BoundOf is the index in limits of the first that is limit, 0 if none
+// is: the Bound of a decision that reports limit.
+func BoundOf(limits []int64, limit int64) uint32 {
+	for i, l := range limits {
+		if l == limit {
+			return uint32(i)
+		}
+	}
+	return 0
+}
+
+// Decision is r as Consume answers it: its limit is the one of bound.
+func (r Result) Decision(bound uint32) Decision {
+	return Decision{Verdict: Verdict{Code: r.Code, Allowed: r.Allowed, Bound: bound},
+		Remaining: r.Remaining, RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter}
+}
+
+// Result is d as a Result whose limit, that of d.Bound, is limit.
+func (d Decision) Result(limit int64) Result {
+	res := Result{Code: d.Code, Allowed: d.Allowed, Remaining: d.Remaining,
+		RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}
+	if d.Code == OK || d.Code == TokensAboveLimit {
+		res.Limit = limit
+	}
+	return res
+}
+
 // Machine is a policy as a pure state machine over the state S.
 //
 // Every method takes the state by pointer; exists reports whether it holds
@@ -60,7 +130,7 @@ type Result struct {
 // A method that returns changed=false must leave *s as it was given.
 type Machine[S any] interface {
 	// Consume decides whether n tokens may pass at now, taking them if so.
-	Consume(s *S, exists bool, now, n int64) (res Result, changed bool)
+	Consume(s *S, exists bool, now, n int64) (d Decision, changed bool)
 	// Reserve takes n tokens that will be there within maxWait (Never for
 	// no bound), possibly in the future, and returns the wait in Result.Wait.
 	// A reservation that cannot be had within maxWait is refused

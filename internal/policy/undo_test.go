@@ -60,11 +60,11 @@ func (k *key) reserve(now, n, maxWait int64) (policy.Result, *policy.Receipt) {
 }
 
 func (k *key) consume(now, n int64) policy.Result {
-	res, next, changed := k.e.Consume(k.state, now, n, nil)
+	d, next, changed := k.e.Consume(k.state, now, n, nil)
 	if changed {
 		k.state = next
 	}
-	return res
+	return d.Result(k.e.Limits()[d.Bound])
 }
 
 func (k *key) cancel(now int64, r *policy.Receipt) {

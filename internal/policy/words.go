@@ -40,7 +40,7 @@ type WordMachine interface {
 	// the ExpiresAt of the state before the call, math.MinInt64 when w
 	// held no live state at now, which the call had to read anyway and a
 	// compound's rejection reports.
-	ConsumeWords(w []int64, have bool, now, n int64) (res Result, changed bool, expiresAt int64)
+	ConsumeWords(w []int64, have bool, now, n int64) (d Decision, changed bool, expiresAt int64)
 	// ReserveWords is Reserve on a state held as words, with expiresAt as
 	// for ConsumeWords.
 	ReserveWords(w []int64, have bool, now, n, maxWait int64) (res Result, changed bool, expiresAt int64)
@@ -80,7 +80,7 @@ type wordErased[S any] struct {
 }
 
 func newWordErased[S any](m Machine[S], wc WordCodec[S]) *wordErased[S] {
-	e := &wordErased[S]{erased: erased[S]{m: m}, wc: wc, inPlace: isWords[S](wc)}
+	e := &wordErased[S]{erased: erased[S]{m: m, limits: Limits(m)}, wc: wc, inPlace: isWords[S](wc)}
 	e.pool.New = func() any { return new(S) }
 	return e
 }
@@ -145,7 +145,7 @@ func (e *wordErased[S]) loadWords(w []int64, have bool, now int64) (s *S, exists
 
 func (e *wordErased[S]) Words() int { return e.wc.Words() }
 
-func (e *wordErased[S]) ConsumeWords(w []int64, have bool, now, n int64) (Result, bool, int64) {
+func (e *wordErased[S]) ConsumeWords(w []int64, have bool, now, n int64) (Decision, bool, int64) {
 	if s, at := e.live(w, have, now); s != nil {
 		res, changed := e.m.Consume(s, true, now, n)
 		return res, changed, at

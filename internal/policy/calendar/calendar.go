@@ -225,25 +225,25 @@ func (c Config) result(s *State, now int64, allowed bool, retryAfter int64) poli
 // Consume takes n tokens if the current period still has them. More than
 // Limit is an argument error. A rejection's RetryAfter is the time until
 // the period with room starts: the exact instant of the boundary.
-func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, bool) {
+func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Decision, bool) {
 	if code := policy.CheckTokens(n, c.Limit, true); code != policy.OK {
-		return policy.Refusal(code, c.Limit), false
+		return policy.Refusal(code, c.Limit).Decision(0), false
 	}
 	next := *s
 	c.roll(&next, exists, c.index(now))
 	if j := fixedwindow.First(next.Hits, n, c.Limit); j > 0 {
-		return c.result(&next, now, false, c.until(&next, j, now)), false
+		return c.result(&next, now, false, c.until(&next, j, now)).Decision(0), false
 	}
 	next.Hits += n
 	*s = next
-	return c.result(s, now, true, 0), true
+	return c.result(s, now, true, 0).Decision(0), true
 }
 
 // Peek answers as Consume would, taking nothing.
 func (c Config) Peek(s *State, exists bool, now, n int64) policy.Result {
 	next := *s
-	res, _ := c.Consume(&next, exists, now, n)
-	return res
+	d, _ := c.Consume(&next, exists, now, n)
+	return d.Result(c.Quota())
 }
 
 // Reserve takes n tokens in the first period that has room for them, if

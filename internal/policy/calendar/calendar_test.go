@@ -161,7 +161,7 @@ func TestArgumentErrors(t *testing.T) {
 	s := State{Period: 7, Hits: 1}
 	for _, n := range []int64{0, -1, 4} {
 		want := policy.Refusal(policy.CheckTokens(n, 3, true), 3)
-		if res, changed := c.Consume(&s, true, 0, n); res != want || changed {
+		if res, changed := policytest.Decide(t, c, &s, true, 0, n); res != want || changed {
 			t.Errorf("Consume(%d) = %+v, %v; want %+v, no change", n, res, changed, want)
 		}
 		if res, changed := c.Reserve(&s, true, 0, n, never); res != want || changed {
@@ -229,7 +229,7 @@ func TestTimeLineEdges(t *testing.T) {
 	c := New(2, time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), 1200, 0)
 	for _, now := range []int64{math.MinInt64, math.MinInt64 + 1, 0, math.MaxInt64 - 1, math.MaxInt64} {
 		var s State
-		res, _ := c.Consume(&s, false, now, 1)
+		res, _ := policytest.Decide(t, c, &s, false, now, 1)
 		if !res.Allowed || res.ResetAfter < 0 {
 			t.Errorf("Consume at %d = %+v, want allowed", now, res)
 		}
@@ -239,7 +239,7 @@ func TestTimeLineEdges(t *testing.T) {
 		}
 	}
 	for _, s := range []State{{Period: math.MaxInt64, Hits: math.MaxInt64}, {Period: math.MinInt64, Hits: math.MaxInt64}} {
-		res, _ := c.Consume(&s, true, 0, 1)
+		res, _ := policytest.Decide(t, c, &s, true, 0, 1)
 		if res.Code != policy.OK {
 			t.Errorf("Consume on %+v = %+v", s, res)
 		}

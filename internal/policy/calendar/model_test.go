@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policy/fixedwindow"
+	"github.com/sluicehq/sluice/internal/policy/policytest"
 )
 
 // reference is the start of period k of a quota anchored at anchor, by
@@ -105,8 +106,8 @@ func TestSameAsAlignedWindow(t *testing.T) {
 				var cc, cf bool
 				switch op := rng.IntN(4); op {
 				case 0, 1:
-					rc, cc = tt.cal.Consume(&sc, exists, now, n)
-					rf, cf = tt.fw.Consume(&sf, exists, now, n)
+					rc, cc = policytest.Decide(t, tt.cal, &sc, exists, now, n)
+					rf, cf = policytest.Decide(t, tt.fw, &sf, exists, now, n)
 				case 2:
 					rc, rf = tt.cal.Peek(&sc, exists, now, n), tt.fw.Peek(&sf, exists, now, n)
 				default:

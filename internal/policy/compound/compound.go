@@ -113,29 +113,70 @@ type verdict struct {
 	seen     bool // a member answered with code OK
 	rejected bool
 	res      policy.Result // the member reported so far
+	// from is the member res is from, and bound the Bound of its
+	// decision, when it was one.
+	from  int
+	bound uint32
 	// resetAfter and wait are the largest over the members.
 	resetAfter, wait int64
 }
 
-func (v *verdict) add(r policy.Result) {
+// add folds in member i's result r, the decision of bound b if it was
+// one.
+func (v *verdict) add(i int, r policy.Result, b uint32) {
 	if r.Code != policy.OK {
 		if v.code == policy.OK || r.Code == policy.ReserveNotSupported {
-			v.code = r.Code
+			v.code, v.res, v.from, v.bound = r.Code, r, i, b
 		}
+		return
+	}
+	if v.code != policy.OK { // the compound's answer is the error's
 		return
 	}
 	switch {
 	case !r.Allowed:
 		if !v.rejected || r.RetryAfter > v.res.RetryAfter {
-			v.res = r
+			v.res, v.from, v.bound = r, i, b
 		}
 		v.rejected = true
 	case !v.rejected && (!v.seen || r.Remaining < v.res.Remaining):
-		v.res = r
+		v.res, v.from, v.bound = r, i, b
 	}
 	v.seen = true
 	v.resetAfter = max(v.resetAfter, r.ResetAfter)
 	v.wait = max(v.wait, r.Wait)
+}
+
+// decide folds in member i's decision d.
+func (v *verdict) decide(i int, m policy.Erased, d policy.Decision) {
+	v.add(i, d.Result(m.Limits()[d.Bound]), d.Bound)
+}
+
+// decision is res, the compound's answer for v, as Consume answers it:
+// its Bound is that of the member it reports, after the limits of the
+// members before it (see Limits).
+func (c Config) decision(v *verdict, res policy.Result) policy.Decision {
+	if !v.seen && v.code == policy.OK { // no member
+		return res.Decision(0)
+	}
+	b := v.bound
+	for _, m := range c.Members[:v.from] {
+		b += uint32(len(m.Limits()))
+	}
+	return res.Decision(b)
+}
+
+// Limits is the members' Limits, in member order, so that a decision
+// reports the limit of the member it reports; Never for no member.
+func (c Config) Limits() []int64 {
+	var limits []int64
+	for _, m := range c.Members {
+		limits = append(limits, m.Limits()...)
+	}
+	if len(limits) == 0 {
+		limits = append(limits, policy.Never)
+	}
+	return limits
 }
 
 // result is the compound's answer, for the state s had before the call.
@@ -154,7 +195,7 @@ func (c Config) result(v *verdict, s *State, exists bool, now int64) policy.Resu
 func (v *verdict) result() (res policy.Result, rejected bool) {
 	switch {
 	case v.code != policy.OK:
-		return policy.Result{Code: v.code}, false
+		return policy.Refusal(v.code, v.res.Limit), false
 	case !v.seen: // no member
 		return policy.Result{Allowed: true, Remaining: policy.Never, Limit: policy.Never}, false
 	case v.rejected:
@@ -221,13 +262,19 @@ func (c Config) commit(s *State, exists bool) bool {
 
 // Consume takes n tokens from every member if every member allows them,
 // and from none otherwise.
-func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, bool) {
+func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Decision, bool) {
 	if n <= 0 {
-		return policy.Result{Code: policy.NonPositiveTokens}, false
+		return policy.Decision{Verdict: policy.Verdict{Code: policy.NonPositiveTokens}}, false
 	}
-	return c.take(s, exists, now, func(m policy.Erased, part, buf []byte) (policy.Result, []byte, bool) {
-		return m.Consume(part, now, n, buf)
-	})
+	sp := c.spares(s)
+	var v verdict
+	for i, m := range c.Members {
+		d, next, changed := m.Consume(c.part(s, exists, i), now, n, sp[i].buf)
+		sp[i] = spare{buf: next, changed: changed}
+		v.decide(i, m, d)
+	}
+	res, changed := c.keep(&v, s, exists, now)
+	return c.decision(&v, res), changed
 }
 
 // take asks every member what it would take of its part, by ask, which
@@ -239,9 +286,15 @@ func (c Config) take(s *State, exists bool, now int64, ask func(m policy.Erased,
 	for i, m := range c.Members {
 		r, next, changed := ask(m, c.part(s, exists, i), sp[i].buf)
 		sp[i] = spare{buf: next, changed: changed}
-		v.add(r)
+		v.add(i, r, 0)
 	}
-	res := c.result(&v, s, exists, now)
+	return c.keep(&v, s, exists, now)
+}
+
+// keep ends a take: it keeps the members' next states, in s's spares, if
+// v allows the request.
+func (c Config) keep(v *verdict, s *State, exists bool, now int64) (policy.Result, bool) {
+	res := c.result(v, s, exists, now)
 	if !res.Allowed {
 		return res, false
 	}
@@ -256,7 +309,7 @@ func (c Config) Peek(s *State, exists bool, now, n int64) policy.Result {
 	}
 	var v verdict
 	for i, m := range c.Members {
-		v.add(m.Peek(c.part(s, exists, i), now, n))
+		v.add(i, m.Peek(c.part(s, exists, i), now, n), 0)
 	}
 	return c.result(&v, s, exists, now)
 }

@@ -87,7 +87,7 @@ func TestConsume(t *testing.T) {
 			wantParts: [][]byte{windowPart(0, 3), spacerPart(30)}},
 		{name: "peek", Step: peek(25, 1, policy.Result{Remaining: 0, RetryAfter: 75, ResetAfter: 75, Limit: 3}),
 			wantParts: [][]byte{windowPart(0, 3), spacerPart(30)}},
-		{name: "above the window's limit", Step: consume(200, 4, policy.Result{Code: policy.TokensAboveLimit}),
+		{name: "above the window's limit", Step: consume(200, 4, policy.Result{Code: policy.TokensAboveLimit, Limit: 3}),
 			wantParts: [][]byte{windowPart(0, 3), spacerPart(30)}},
 		{name: "zero tokens", Step: consume(200, 0, policy.Result{Code: policy.NonPositiveTokens}),
 			wantParts: [][]byte{windowPart(0, 3), spacerPart(30)}},
@@ -120,7 +120,7 @@ func TestReserve(t *testing.T) {
 			wantParts: [][]byte{windowPart(0, 5), spacerPart(40)}},
 		{name: "zero tokens", Step: reserve(15, 0, 1, policy.Result{Code: policy.NonPositiveTokens}),
 			wantParts: [][]byte{windowPart(0, 5), spacerPart(40)}},
-		{name: "above the window's limit", Step: reserve(15, 4, never, policy.Result{Code: policy.TokensAboveLimit}),
+		{name: "above the window's limit", Step: reserve(15, 4, never, policy.Result{Code: policy.TokensAboveLimit, Limit: 3}),
 			wantParts: [][]byte{windowPart(0, 5), spacerPart(40)}},
 	})
 }
@@ -133,8 +133,8 @@ type fixed struct {
 	canReserve bool
 }
 
-func (f fixed) Consume(_ []byte, _, n int64, dst []byte) (policy.Result, []byte, bool) {
-	return f.Peek(nil, 0, n), dst[:0], false
+func (f fixed) Consume(_ []byte, _, n int64, dst []byte) (policy.Decision, []byte, bool) {
+	return f.Peek(nil, 0, n).Decision(0), dst[:0], false
 }
 
 func (f fixed) Reserve(_ []byte, _, n, _ int64, dst []byte) (policy.Result, []byte, bool) {
@@ -156,6 +156,7 @@ func (f fixed) Cancel(_ []byte, _ int64, _ *policy.Receipt, dst []byte) ([]byte,
 }
 func (f fixed) ExpiresAt([]byte) int64 { return f.expiresAt }
 func (f fixed) Quota() int64           { return f.res.Limit }
+func (f fixed) Limits() []int64        { return []int64{f.res.Limit} }
 func (f fixed) Window() int64          { return 0 }
 
 var noLimit = fixed{
@@ -175,7 +176,7 @@ func TestReserveNotSupported(t *testing.T) {
 			wantParts: [][]byte{}},
 		{name: "consume", Step: consume(0, 1, policy.Result{Allowed: true, Remaining: 0, ResetAfter: 100, Limit: 1}),
 			wantParts: [][]byte{windowPart(0, 1), nil}},
-		{name: "consume above the window's limit", Step: consume(0, 2, policy.Result{Code: policy.TokensAboveLimit}),
+		{name: "consume above the window's limit", Step: consume(0, 2, policy.Result{Code: policy.TokensAboveLimit, Limit: 1}),
 			wantParts: [][]byte{windowPart(0, 1), nil}},
 	})
 }
@@ -187,7 +188,7 @@ func TestUnchanged(t *testing.T) {
 	want := policy.Result{Allowed: true, Remaining: never, Limit: never}
 	for _, exists := range []bool{false, true} {
 		s := State{Parts: [][]byte{{7}, nil}}
-		if res, changed := c.Consume(&s, exists, 5, 1); res != want || changed {
+		if res, changed := policytest.Decide(t, c, &s, exists, 5, 1); res != want || changed {
 			t.Errorf("Consume (exists %v) = %+v, %v, want %+v, false", exists, res, changed, want)
 		}
 		if res, changed := c.Reserve(&s, exists, 5, 1, 0); res != want || changed {
@@ -208,13 +209,13 @@ func TestResetAfterOnRejection(t *testing.T) {
 	c := Config{Members: []policy.Erased{policy.Erase(window), rejecting}}
 	s := State{Parts: [][]byte{nil, {1}}}
 	want := policy.Result{Remaining: 0, RetryAfter: 20, ResetAfter: 20, Limit: 5}
-	if res, changed := c.Consume(&s, true, 10, 1); res != want || changed {
+	if res, changed := policytest.Decide(t, c, &s, true, 10, 1); res != want || changed {
 		t.Errorf("Consume = %+v, %v, want %+v, false", res, changed, want)
 	}
 	// With the window's state until 100, that is the later.
 	s.Parts[0] = windowPart(0, 1)
 	want.ResetAfter = 90
-	if res, changed := c.Consume(&s, true, 10, 1); res != want || changed {
+	if res, changed := policytest.Decide(t, c, &s, true, 10, 1); res != want || changed {
 		t.Errorf("Consume = %+v, %v, want %+v, false", res, changed, want)
 	}
 	// A new key has nothing to reset.
@@ -228,7 +229,7 @@ func TestNoMember(t *testing.T) {
 	var c Config
 	var s State
 	want := policy.Result{Allowed: true, Remaining: never, Limit: never}
-	if res, changed := c.Consume(&s, false, 0, 1); res != want || changed {
+	if res, changed := policytest.Decide(t, c, &s, false, 0, 1); res != want || changed {
 		t.Errorf("Consume = %+v, %v, want %+v, false", res, changed, want)
 	}
 	if res, changed := c.Reserve(&s, false, 0, 1, 0); res != want || changed {
@@ -237,7 +238,7 @@ func TestNoMember(t *testing.T) {
 	if res := c.Peek(&s, false, 0, 1); res != want {
 		t.Errorf("Peek = %+v, want %+v", res, want)
 	}
-	if res, _ := c.Consume(&s, false, 0, 0); res.Code != policy.NonPositiveTokens {
+	if res, _ := policytest.Decide(t, c, &s, false, 0, 0); res.Code != policy.NonPositiveTokens {
 		t.Errorf("Consume(0).Code = %v, want NonPositiveTokens", res.Code)
 	}
 	if got := c.ExpiresAt(&s); got != math.MinInt64 {
@@ -282,14 +283,14 @@ func TestPartsLength(t *testing.T) {
 	c := windowAndSpacer()
 	t.Run("missing", func(t *testing.T) {
 		s := State{Parts: [][]byte{windowPart(0, 1)}}
-		res, changed := c.Consume(&s, true, 5, 1)
+		res, changed := policytest.Decide(t, c, &s, true, 5, 1)
 		if !res.Allowed || !changed || !equalParts(s.Parts, [][]byte{windowPart(0, 2), spacerPart(15)}) {
 			t.Errorf("Consume = %+v, %v, parts %v", res, changed, s.Parts)
 		}
 	})
 	t.Run("extra", func(t *testing.T) {
 		s := State{Parts: [][]byte{windowPart(0, 1), nil, {1, 2, 3}}}
-		res, changed := c.Consume(&s, true, 5, 1)
+		res, changed := policytest.Decide(t, c, &s, true, 5, 1)
 		if !res.Allowed || !changed || !equalParts(s.Parts, [][]byte{windowPart(0, 2), spacerPart(15)}) {
 			t.Errorf("Consume = %+v, %v, parts %v", res, changed, s.Parts)
 		}
@@ -297,7 +298,7 @@ func TestPartsLength(t *testing.T) {
 	t.Run("stale parts of a new key", func(t *testing.T) {
 		// exists=false: whatever Parts holds is not the key's state.
 		s := State{Parts: [][]byte{windowPart(0, 3), spacerPart(50)}}
-		res, changed := c.Consume(&s, false, 5, 1)
+		res, changed := policytest.Decide(t, c, &s, false, 5, 1)
 		want := policy.Result{Allowed: true, Remaining: 1, ResetAfter: 100, Limit: 2}
 		if res != want || !changed || !equalParts(s.Parts, [][]byte{windowPart(5, 1), spacerPart(15)}) {
 			t.Errorf("Consume = %+v, %v, parts %v; want %+v, true", res, changed, s.Parts, want)
@@ -309,7 +310,7 @@ func TestPartsLength(t *testing.T) {
 		c := Config{Members: []policy.Erased{policy.Erase(window), noLimit}}
 		backing := [][]byte{windowPart(0, 3), {9, 9}}
 		s := State{Parts: backing[:0]}
-		if _, changed := c.Consume(&s, false, 5, 1); !changed || !equalParts(s.Parts, [][]byte{windowPart(5, 1), nil}) {
+		if _, changed := policytest.Decide(t, c, &s, false, 5, 1); !changed || !equalParts(s.Parts, [][]byte{windowPart(5, 1), nil}) {
 			t.Errorf("Consume changed %v, parts %v, want [%v []]", changed, s.Parts, windowPart(5, 1))
 		}
 	})
@@ -533,7 +534,7 @@ func TestConcurrentKeys(t *testing.T) {
 			for i := range 200 {
 				// Every 10 ns the spacer lets one through, every 100 ns the
 				// window 3: of each 10 requests 10 ns apart, 3 pass.
-				res, changed := c.Consume(&s, exists, int64(10*i), 1)
+				res, changed := policytest.Decide(t, c, &s, exists, int64(10*i), 1)
 				if want := i%10 < 3; res.Allowed != want {
 					errs <- fmt.Errorf("goroutine %d, request %d: Allowed %v, want %v", g, i, res.Allowed, want)
 					return

@@ -33,7 +33,7 @@ func (c Config) Charge(s *State, exists bool, now, n int64) (policy.Result, bool
 		}
 		r, next, changed := d.Charge(c.part(s, exists, i), now, n, sp[i].buf)
 		sp[i] = spare{buf: next, changed: changed}
-		v.add(r)
+		v.add(i, r, 0)
 	}
 	res := c.result(&v, s, exists, now)
 	if res.Code != policy.OK {

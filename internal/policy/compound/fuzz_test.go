@@ -59,8 +59,10 @@ func (r *reference) apply(op int, now, n, maxWait int64) (policy.Result, bool) {
 	var changed [2]bool
 	switch op {
 	case 0:
-		res[0], changed[0] = r.fw.Consume(&fs, fLive, now, n)
-		res[1], changed[1] = r.sh.Consume(&ss, sLive, now, n)
+		d0, c0 := r.fw.Consume(&fs, fLive, now, n)
+		d1, c1 := r.sh.Consume(&ss, sLive, now, n)
+		res[0], changed[0] = d0.Result(r.fw.Quota()), c0
+		res[1], changed[1] = d1.Result(r.sh.Quota()), c1
 	case 1:
 		res[0], changed[0] = r.fw.Reserve(&fs, fLive, now, n, maxWait)
 		res[1], changed[1] = r.sh.Reserve(&ss, sLive, now, n, maxWait)
@@ -138,7 +140,7 @@ func compoundStep(t *testing.T, c Config, r *reference, s *State, exists *bool, 
 	kind := int(op % 3)
 	switch kind {
 	case 0:
-		got, changed = c.Consume(s, *exists, now, n)
+		got, changed = policytest.Decide(t, c, s, *exists, now, n)
 	case 1:
 		got, changed = c.Reserve(s, *exists, now, n, maxWait)
 	case 2:

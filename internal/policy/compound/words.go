@@ -137,23 +137,24 @@ func (c Words[A, P]) finish(v *verdict, s *WordState[A], exists bool, saved A, a
 
 // Consume takes n tokens from every member if every member allows them,
 // and from none otherwise, as Config.Consume.
-func (c Words[A, P]) Consume(s *WordState[A], exists bool, now, n int64) (policy.Result, bool) {
+func (c Words[A, P]) Consume(s *WordState[A], exists bool, now, n int64) (policy.Decision, bool) {
 	if n <= 0 {
-		return policy.Result{Code: policy.NonPositiveTokens}, false
+		return policy.Decision{Verdict: policy.Verdict{Code: policy.NonPositiveTokens}}, false
 	}
 	saved, h, w := s.W, have(s, exists), P(&s.W).words()
 	var v verdict
 	var changed uint64
 	at := int64(math.MinInt64)
 	for i, m := range c.members {
-		r, ch, mat := m.ConsumeWords(c.member(w, i), h&(1<<i) != 0, now, n)
+		d, ch, mat := m.ConsumeWords(c.member(w, i), h&(1<<i) != 0, now, n)
 		if ch {
 			changed |= 1 << i
 		}
 		at = max(at, mat)
-		v.add(r)
+		v.decide(i, m, d)
 	}
-	return c.finish(&v, s, exists, saved, at, now, changed)
+	res, ch := c.finish(&v, s, exists, saved, at, now, changed)
+	return c.c.decision(&v, res), ch
 }
 
 // Reserve reserves n tokens from every member within maxWait if every
@@ -172,7 +173,7 @@ func (c Words[A, P]) Reserve(s *WordState[A], exists bool, now, n, maxWait int64
 			changed |= 1 << i
 		}
 		at = max(at, mat)
-		v.add(r)
+		v.add(i, r, 0)
 	}
 	return c.finish(&v, s, exists, saved, at, now, changed)
 }
@@ -188,7 +189,7 @@ func (c Words[A, P]) Peek(s *WordState[A], exists bool, now, n int64) policy.Res
 	for i, m := range c.members {
 		r, mat := m.PeekWords(c.member(w, i), h&(1<<i) != 0, now, n)
 		at = max(at, mat)
-		v.add(r)
+		v.add(i, r, 0)
 	}
 	res, rejected := v.result()
 	if rejected && exists {
@@ -233,6 +234,9 @@ func (c Words[A, P]) ExpiresAt(s *WordState[A]) int64 {
 
 // Quota is the smallest of the members' Quota, as Config.Quota.
 func (c Words[A, P]) Quota() int64 { return c.c.Quota() }
+
+// Limits is the members' Limits, as Config.Limits.
+func (c Words[A, P]) Limits() []int64 { return c.c.Limits() }
 
 // Lapses is true: each member's state past its own ExpiresAt already
 // counts as none, and a rejection's ResetAfter is then 0 either way.

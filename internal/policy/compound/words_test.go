@@ -137,8 +137,8 @@ func (p *pair) step(t testing.TB, op byte, now, n, maxWait int64) {
 	)
 	switch op % 4 {
 	case 0:
-		got, changed = p.c.Consume(&p.s, p.exists, now, n)
-		wgot, wchanged = p.w.Consume(&p.ws, p.exists, now, n)
+		got, changed = policytest.Decide(t, p.c, &p.s, p.exists, now, n)
+		wgot, wchanged = policytest.Decide(t, p.w, &p.ws, p.exists, now, n)
 	case 1:
 		got, changed = p.c.Reserve(&p.s, p.exists, now, n, maxWait)
 		wgot, wchanged = p.w.Reserve(&p.ws, p.exists, now, n, maxWait)

@@ -214,9 +214,9 @@ func (c Config) after(s *State, exists bool, now int64) policy.Result {
 // Consume acquires a slot of n tokens for the lease, whose ID it does not
 // report: it lapses at the lease's end. n ≤ 0 and n > Limit are argument
 // errors.
-func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, bool) {
+func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Decision, bool) {
 	res, changed := c.acquire(s, exists, now, n, c.Lease)
-	return res.Result, changed
+	return res.Result.Decision(0), changed
 }
 
 // Peek answers as Consume would, taking nothing.

@@ -26,8 +26,8 @@ func TestContract(t *testing.T) {
 func FuzzDecodeState(f *testing.F) {
 	m := Config{Limit: 3, Lease: 10 * sec}
 	var s State
-	m.Consume(&s, false, t0, 1)
-	m.Consume(&s, true, t0+sec, 2)
+	policytest.Decide(f, m, &s, false, t0, 1)
+	policytest.Decide(f, m, &s, true, t0+sec, 2)
 	f.Add(m.AppendState(nil, &s))
 	f.Add(m.AppendState(nil, &State{Last: math.MaxInt64, Slots: []policy.Slot{{ID: math.MaxInt64, Expires: math.MinInt64, Tokens: 3}}}))
 	f.Fuzz(func(t *testing.T, src []byte) { policytest.DecodeState(t, m, src) })

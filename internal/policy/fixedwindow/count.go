@@ -60,12 +60,16 @@ func Admit(hits, n, limit int64, j uint64, wait, maxWait int64) (after, retryAft
 // Result is the Result of a decision that leaves hits counted, whose
 // windows have all passed in resetAfter.
 func Result(limit, hits int64, allowed bool, retryAfter, resetAfter int64) policy.Result {
-	return policy.Result{
-		Allowed:    allowed,
+	return Decision(limit, hits, allowed, retryAfter, resetAfter).Result(limit)
+}
+
+// Decision is Result as Consume answers it.
+func Decision(limit, hits int64, allowed bool, retryAfter, resetAfter int64) policy.Decision {
+	return policy.Decision{
+		Verdict:    policy.Verdict{Allowed: allowed},
 		Remaining:  max(limit-hits, 0),
 		RetryAfter: retryAfter,
 		ResetAfter: resetAfter,
-		Limit:      limit,
 	}
 }
 

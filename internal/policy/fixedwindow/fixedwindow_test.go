@@ -256,7 +256,7 @@ func TestArgumentErrors(t *testing.T) {
 				if tt.reserve {
 					res, changed = c.Reserve(&s, exists, t0+sec, tt.n, tt.maxWait)
 				} else {
-					res, changed = c.Consume(&s, exists, t0+sec, tt.n)
+					res, changed = policytest.Decide(t, c, &s, exists, t0+sec, tt.n)
 					if p := c.Peek(&s, exists, t0+sec, tt.n); p != want {
 						t.Errorf("Peek(%d) = %+v, want %+v", tt.n, p, want)
 					}
@@ -773,7 +773,7 @@ func checkStep(t *testing.T, c Config, m *model, s *State, exists *bool, o polic
 		}
 	case policytest.OpConsume:
 		peek := c.Peek(s, *exists, now, n)
-		res, changed = c.Consume(s, *exists, now, n)
+		res, changed = policytest.Decide(t, c, s, *exists, now, n)
 		if peek != res {
 			t.Fatalf("from %+v at %d: Peek(%d) = %+v, but Consume = %+v", before, now, n, peek, res)
 		}

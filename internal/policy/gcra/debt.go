@@ -28,7 +28,7 @@ func (c Config) Charge(s *State, exists bool, now, n int64) (policy.Result, bool
 	}
 	allowed := n <= c.Limit && c.wait(an) == 0
 	*s = next
-	res := c.granted(an, next, now, 0)
+	res := c.granted(an, next, now).Result(c.Limit)
 	res.Allowed = allowed
 	if !allowed {
 		res.RetryAfter = c.wait(an.Add(arith.U128{Lo: uint64(c.Period)}))

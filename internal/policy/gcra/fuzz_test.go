@@ -169,7 +169,7 @@ func checkStep(t *testing.T, c Config, m *model, s *State, exists *bool, now, n,
 		if *s != before {
 			t.Fatalf("Peek changed the state from %+v to %+v", before, *s)
 		}
-		res, changed = c.Consume(s, *exists, now, n)
+		res, changed = policytest.Decide(t, c, s, *exists, now, n)
 		if peek != res {
 			t.Fatalf("Peek(%d) at %d = %+v, but Consume = %+v", n, now, peek, res)
 		}

@@ -118,27 +118,24 @@ func (c Config) take(s *State, exists bool, now, n int64) (a, an arith.U128, nex
 	return a, an, next, ok
 }
 
-// refused is the result of a request that is not allowed at now on s (of
-// a key with a state if exists), whose TAT is a ticks ahead of now.
-func (c Config) refused(s *State, exists bool, now int64, a arith.U128, retryAfter int64) policy.Result {
-	return policy.Result{
+// refused is the decision on a request that is not allowed at now on s
+// (of a key with a state if exists), whose TAT is a ticks ahead of now.
+func (c Config) refused(s *State, exists bool, now int64, a arith.U128, retryAfter int64) policy.Decision {
+	return policy.Decision{
 		Remaining:  c.remaining(a),
 		RetryAfter: retryAfter,
 		ResetAfter: c.aheadNs(s, exists, now),
-		Limit:      c.Limit,
 	}
 }
 
-// granted is the result of a request that moved the TAT to next, an ticks
-// ahead of now, to be the caller's after wait. Its ResetAfter is next's
-// TAT rounded up, whose division tat made.
-func (c Config) granted(an arith.U128, next State, now, wait int64) policy.Result {
-	return policy.Result{
-		Allowed:    true,
+// granted is the decision on a request that moved the TAT to next, an
+// ticks ahead of now. Its ResetAfter is next's TAT rounded up, whose
+// division tat made.
+func (c Config) granted(an arith.U128, next State, now int64) policy.Decision {
+	return policy.Decision{
+		Verdict:    policy.Verdict{Allowed: true},
 		Remaining:  c.remaining(an),
 		ResetAfter: ceilOf(uint64(next.TAT)-uint64(now), next.Frac),
-		Limit:      c.Limit,
-		Wait:       wait,
 	}
 }
 
@@ -154,25 +151,19 @@ func (c Config) wait(an arith.U128) int64 {
 
 // Consume takes n tokens if they conform now. n ≤ 0 is an argument error;
 // n > Limit is rejected with RetryAfter Never.
-func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, bool) {
+func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Decision, bool) {
 	if n <= 0 {
-		return policy.Result{Code: policy.NonPositiveTokens}, false
+		return policy.Decision{Verdict: policy.Verdict{Code: policy.NonPositiveTokens}}, false
 	}
 	a, an, next, ok := c.take(s, exists, now, n)
 	if !ok {
 		return c.refused(s, exists, now, a, policy.Never), false
 	}
-	// The common results are built where Consume returns, not by refused
-	// and granted: a Result returned through one more call is copied
-	// whole, which stalls the CPU (see keyed.Keys.Decide); kept for speed,
-	// a tenth of a decision on 1k keys.
 	if w := c.wait(an); w > 0 {
-		return policy.Result{Remaining: c.remaining(a), RetryAfter: c.retryAt(a, now, n, w, next.TAT),
-			ResetAfter: c.aheadNs(s, exists, now), Limit: c.Limit}, false
+		return c.refused(s, exists, now, a, c.retryAt(a, now, n, w, next.TAT)), false
 	}
 	*s = next
-	return policy.Result{Allowed: true, Remaining: c.remaining(an),
-		ResetAfter: ceilOf(uint64(next.TAT)-uint64(now), next.Frac), Limit: c.Limit}, true
+	return c.granted(an, next, now), true
 }
 
 // ceilOf is q ns and r ticks rounded up to whole ns, saturating at Never:
@@ -214,8 +205,8 @@ func (c Config) retryAt(a arith.U128, now, n, w, tat int64) int64 {
 // Peek answers as Consume would, taking nothing.
 func (c Config) Peek(s *State, exists bool, now, n int64) policy.Result {
 	next := *s
-	res, _ := c.Consume(&next, exists, now, n)
-	return res
+	d, _ := c.Consume(&next, exists, now, n)
+	return d.Result(c.Limit)
 }
 
 // Reserve takes n tokens that conform within maxWait: the TAT moves on at
@@ -228,14 +219,16 @@ func (c Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Re
 	}
 	a, an, next, ok := c.take(s, exists, now, n)
 	if !ok {
-		return c.refused(s, exists, now, a, policy.Never), false
+		return c.refused(s, exists, now, a, policy.Never).Result(c.Limit), false
 	}
 	w := c.wait(an)
 	if w == policy.Never || w > maxWait {
-		return c.refused(s, exists, now, a, w), false
+		return c.refused(s, exists, now, a, w).Result(c.Limit), false
 	}
 	*s = next
-	return c.granted(an, next, now, w), true
+	res := c.granted(an, next, now).Result(c.Limit)
+	res.Wait = w
+	return res, true
 }
 
 // ExpiresAt is the TAT rounded up to whole ns: from then on the key is full

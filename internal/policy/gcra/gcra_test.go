@@ -153,7 +153,7 @@ func TestReconfiguredFraction(t *testing.T) {
 	s := State{TAT: t0 + 300*ms, Frac: 25}
 	// 300ms + 0.9ns ahead, 400ms + 0.9ns after one token: ResetAfter
 	// 400000001 ns, and ⌊(600ms − 0.9ns)/100ms⌋ = 5 remain.
-	got, _ := cfg.Consume(&s, true, t0, 1)
+	got, _ := policytest.Decide(t, cfg, &s, true, t0, 1)
 	if want := allowed(10, 5, 400*ms+1); got != want {
 		t.Errorf("Consume(1) = %+v, want %+v", got, want)
 	}
@@ -181,8 +181,8 @@ func TestExpiresAt(t *testing.T) {
 	// From ExpiresAt on, the key is as full as a new one.
 	s := State{TAT: t0, Frac: 1}
 	a, b := s, State{}
-	ra, _ := cfg.Consume(&a, true, t0+1, 3)
-	rb, _ := cfg.Consume(&b, false, t0+1, 3)
+	ra, _ := policytest.Decide(t, cfg, &a, true, t0+1, 3)
+	rb, _ := policytest.Decide(t, cfg, &b, false, t0+1, 3)
 	if ra != rb || a != b {
 		t.Errorf("Consume(3) at ExpiresAt = %+v %+v, on a new key %+v %+v", ra, a, rb, b)
 	}

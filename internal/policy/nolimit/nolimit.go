@@ -24,11 +24,11 @@ var unlimited = policy.Result{Allowed: true, Remaining: math.MaxInt64, Limit: ma
 
 // Consume allows n tokens and changes nothing. n ≤ 0 is an argument
 // error, as for every policy.
-func (Config) Consume(s *State, exists bool, now, n int64) (policy.Result, bool) {
+func (Config) Consume(s *State, exists bool, now, n int64) (policy.Decision, bool) {
 	if n <= 0 {
-		return policy.Result{Code: policy.NonPositiveTokens}, false
+		return policy.Decision{Verdict: policy.Verdict{Code: policy.NonPositiveTokens}}, false
 	}
-	return unlimited, false
+	return unlimited.Decision(0), false
 }
 
 // Reserve grants n tokens with a wait of 0 and changes nothing. n ≤ 0 and
@@ -45,8 +45,8 @@ func (Config) Reserve(s *State, exists bool, now, n, maxWait int64) (policy.Resu
 
 // Peek answers as Consume does.
 func (c Config) Peek(s *State, exists bool, now, n int64) policy.Result {
-	res, _ := c.Consume(s, exists, now, n)
-	return res
+	d, _ := c.Consume(s, exists, now, n)
+	return d.Result(c.Quota())
 }
 
 // Cancel changes nothing: nothing was taken.
@@ -76,7 +76,7 @@ var _ policy.Debtor[State] = Config{}
 // Charge allows n tokens and changes nothing: there is no limit to owe
 // against.
 func (c Config) Charge(s *State, exists bool, now, n int64) (policy.Result, bool) {
-	return c.Consume(s, exists, now, n)
+	return c.Peek(s, exists, now, n), false
 }
 
 // Refund changes nothing: nothing was taken.

@@ -42,7 +42,7 @@ func TestDecisions(t *testing.T) {
 			if tt.reserve {
 				got, changed = c.Reserve(&s, tt.exists, tt.now, tt.n, tt.maxWait)
 			} else {
-				got, changed = c.Consume(&s, tt.exists, tt.now, tt.n)
+				got, changed = policytest.Decide(t, c, &s, tt.exists, tt.now, tt.n)
 				if peek := c.Peek(&s, tt.exists, tt.now, tt.n); peek != got {
 					t.Errorf("Peek(%d) = %+v, want %+v as Consume", tt.n, peek, got)
 				}
@@ -100,7 +100,7 @@ func FuzzDecisions(f *testing.F) {
 		if n <= 0 {
 			want = policy.Result{Code: policy.NonPositiveTokens}
 		}
-		if got, changed := c.Consume(&s, exists, now, n); got != want || changed {
+		if got, changed := policytest.Decide(t, c, &s, exists, now, n); got != want || changed {
 			t.Fatalf("Consume(%d) at %d = %+v, %v, want %+v, false", n, now, got, changed, want)
 		}
 		if got := c.Peek(&s, exists, now, n); got != want {

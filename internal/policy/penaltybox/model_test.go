@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policy/fixedwindow"
+	"github.com/sluicehq/sluice/internal/policy/policytest"
 )
 
 // model is the penalty box as a history of strikes, each with its time
@@ -84,7 +85,7 @@ func TestModel(t *testing.T) {
 			for step := range 300 {
 				now += rng.Int64N(7)
 				n := 1 + rng.Int64N(2)
-				res, changed := c.Consume(&s, exists, now, n)
+				res, changed := policytest.Decide(t, c, &s, exists, now, n)
 				if want := m.consume(now, n); res.Allowed != want {
 					t.Fatalf("%v seed %d step %d: Consume(%d) at %d = %+v, the model says %v", c.Penalties, seed, step, n, now, res, want)
 				}

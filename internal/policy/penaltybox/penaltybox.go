@@ -102,6 +102,15 @@ func (c Config) refusal(s *State, exists bool, now, n int64) policy.Result {
 	return policy.Result{RetryAfter: retry, ResetAfter: until(max(s.Until, c.Inner.ExpiresAt(state)), now), Limit: c.Inner.Quota()}
 }
 
+// Limits is Inner's: a decision reports Inner's limit, and a block its
+// Quota.
+func (c Config) Limits() []int64 { return c.Inner.Limits() }
+
+// decision is res as Consume answers it.
+func (c Config) decision(res policy.Result) policy.Decision {
+	return res.Decision(policy.BoundOf(c.Inner.Limits(), res.Limit))
+}
+
 // until is the time from now to at, 0 if at is past, saturated at Never.
 func until(at, now int64) int64 {
 	if at <= now {
@@ -118,15 +127,15 @@ func (c Config) TakesSlots() bool { return policy.ErasedTakesSlots(c.Inner) }
 // allows them. A refusal by Inner is an offence, which blocks the key:
 // the state changes although nothing was taken. Inner's argument errors
 // are Consume's, and no offence.
-func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, bool) {
+func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Decision, bool) {
 	if n <= 0 {
-		return policy.Result{Code: policy.NonPositiveTokens}, false
+		return policy.Decision{Verdict: policy.Verdict{Code: policy.NonPositiveTokens}}, false
 	}
 	if c.blocked(s, exists, now) {
 		if p := c.Inner.Peek(s.Inner, now, n); p.Code != policy.OK {
-			return p, false
+			return c.decision(p), false
 		}
-		return c.refusal(s, exists, now, n), false
+		return c.decision(c.refusal(s, exists, now, n)), false
 	}
 	res, next, changed := c.Inner.Consume(inner(s, exists), now, n, s.spare[:0])
 	switch {
@@ -144,7 +153,7 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 		*s = State{spare: s.spare}
 	}
 	c.offend(s, exists, now)
-	return c.refusal(s, true, now, n), true
+	return c.decision(c.refusal(s, true, now, n)), true
 }
 
 // keep makes next, which Inner wrote in s.spare, Inner's state in s.

@@ -141,15 +141,15 @@ func TestArgumentErrors(t *testing.T) {
 	exists := false
 	for _, blocked := range []bool{false, true} {
 		if blocked {
-			c.Consume(&s, exists, t0, 2)
-			if _, changed := c.Consume(&s, true, t0, 1); !changed {
+			policytest.Decide(t, c, &s, exists, t0, 2)
+			if _, changed := policytest.Decide(t, c, &s, true, t0, 1); !changed {
 				t.Fatal("the offence changed nothing")
 			}
 			exists = true
 		}
 		before := c.AppendState(nil, &s)
 		for _, n := range []int64{0, 3} {
-			res, changed := c.Consume(&s, exists, t0+1, n)
+			res, changed := policytest.Decide(t, c, &s, exists, t0+1, n)
 			if res.Code == policy.OK || changed {
 				t.Errorf("blocked %v: Consume(%d) = %+v, %v; want an argument error", blocked, n, res, changed)
 			}
@@ -205,8 +205,8 @@ func TestContract(t *testing.T) {
 func FuzzDecodeState(f *testing.F) {
 	c := contractConfigs()[1]
 	var s State
-	c.Consume(&s, false, 7, 3)
-	c.Consume(&s, true, 8, 1)
+	policytest.Decide(f, c, &s, false, 7, 3)
+	policytest.Decide(f, c, &s, true, 8, 1)
 	f.Add(c.AppendState(nil, &s))
 	f.Add([]byte{1, 13, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, src []byte) { policytest.DecodeState(t, c, src) })

@@ -195,8 +195,8 @@ func (h *history[S]) checkLapse(n int64) {
 		var ca, cb bool
 		switch kind {
 		case 0:
-			ra, ca = m.Consume(a, true, at, n)
-			rb, cb = m.Consume(b, false, at, n)
+			ra, ca = Decide(t, m, a, true, at, n)
+			rb, cb = Decide(t, m, b, false, at, n)
 		case 1:
 			ra, ca = m.Reserve(a, true, at, n, maxWait)
 			rb, cb = m.Reserve(b, false, at, n, maxWait)
@@ -207,8 +207,8 @@ func (h *history[S]) checkLapse(n int64) {
 			t.Fatalf("lapsed state %x (ExpiresAt %d) at %d, call %d of %d tokens: %+v, %v; on no state %+v, %v",
 				encode(m, &h.s), m.ExpiresAt(&h.s), at, kind, n, ra, ca, rb, cb)
 		}
-		ra, _ = m.Consume(a, true, later, n2)
-		rb, _ = m.Consume(b, cb, later, n2)
+		ra, _ = Decide(t, m, a, true, later, n2)
+		rb, _ = Decide(t, m, b, cb, later, n2)
 		if ra != rb {
 			t.Fatalf("lapsed state %x (ExpiresAt %d) after call %d of %d tokens at %d: Consume(%d) at %d = %+v; from no state %+v",
 				encode(m, &h.s), m.ExpiresAt(&h.s), kind, n, at, n2, later, ra, rb)
@@ -227,7 +227,7 @@ func (h *history[S]) consume(n int64) {
 		t.Fatalf("Peek(%d) at %d changed the state from %x to %x", n, h.now, before, got)
 	}
 	old := h.state()
-	res, changed := m.Consume(&h.s, h.exists, h.now, n)
+	res, changed := Decide(t, m, &h.s, h.exists, h.now, n)
 	if peek != res {
 		t.Fatalf("state %x at %d: Peek(%d) = %+v, but Consume = %+v", before, h.now, n, peek, res)
 	}
@@ -340,7 +340,7 @@ func (h *history[S]) checkArguments() {
 	t.Helper()
 	before := encode(m, &h.s)
 	for _, n := range []int64{0, -1} {
-		if res, changed := m.Consume(&h.s, h.exists, h.now, n); res.Code != policy.NonPositiveTokens || changed {
+		if res, changed := Decide(t, m, &h.s, h.exists, h.now, n); res.Code != policy.NonPositiveTokens || changed {
 			t.Fatalf("Consume(%d) = %+v, %v; want NonPositiveTokens and no change", n, res, changed)
 		}
 		if res, changed := m.Reserve(&h.s, h.exists, h.now, n, policy.Never); res.Code == policy.OK || res.Allowed || changed {
@@ -410,6 +410,31 @@ func checkRefused[S any](t testing.TB, m policy.Machine[S], s *S, src []byte) {
 	}
 }
 
+// Decide is m.Consume with its Decision as a Result, its limit looked up
+// in policy.Limits(m): the form the checks and the tests compare. It fails
+// t when the Decision's Bound is outside Limits.
+func Decide[S any](t testing.TB, m policy.Machine[S], s *S, exists bool, now, n int64) (policy.Result, bool) {
+	t.Helper()
+	d, changed := m.Consume(s, exists, now, n)
+	limits := policy.Limits(m)
+	if int(d.Bound) >= len(limits) {
+		t.Fatalf("Consume(%d) at %d = %+v: Bound out of its %d limits", n, now, d, len(limits))
+	}
+	return d.Result(limits[d.Bound]), changed
+}
+
+// DecideBytes is Decide for an Erased: e.Consume with its Decision as a
+// Result.
+func DecideBytes(t testing.TB, e policy.Erased, state []byte, now, n int64, dst []byte) (policy.Result, []byte, bool) {
+	t.Helper()
+	d, next, changed := e.Consume(state, now, n, dst)
+	limits := e.Limits()
+	if int(d.Bound) >= len(limits) {
+		t.Fatalf("Consume(%d) at %d = %+v: Bound out of its %d limits", n, now, d, len(limits))
+	}
+	return d.Result(limits[d.Bound]), next, changed
+}
+
 // CheckRetry checks a rejection's RetryAfter ra of Consume(n) at now:
 // from *s (exists), the state the rejection left the key in, the same
 // request passes at now+ra and not 1ns before. A RetryAfter of
@@ -473,8 +498,8 @@ func CheckExpiry[S any](t testing.TB, m policy.Machine[S], s *S, n int64) {
 		return // saturated: the state expires after the end of the time line
 	}
 	a, b := clone(t, m, s), new(S)
-	ra, ca := m.Consume(a, true, at, n)
-	rb, cb := m.Consume(b, false, at, n)
+	ra, ca := Decide(t, m, a, true, at, n)
+	rb, cb := Decide(t, m, b, false, at, n)
 	if ra != rb || ca != cb || (ca && !bytes.Equal(encode(m, a), encode(m, b))) {
 		t.Fatalf("state %x at its ExpiresAt %d: Consume(%d) = %+v, %v, %x; but on no state %+v, %v, %x",
 			encode(m, s), at, n, ra, ca, encode(m, a), rb, cb, encode(m, b))
@@ -506,7 +531,7 @@ func checkExpiryBound[S any](t testing.TB, m policy.Machine[S], s *S, q int64) {
 func DecodeState[S any](t testing.TB, m policy.Machine[S], src []byte) *S {
 	t.Helper()
 	sentinel := new(S)
-	m.Consume(sentinel, false, 7, 1) // a state that is not the zero value
+	Decide(t, m, sentinel, false, 7, 1) // a state that is not the zero value
 	s := clone(t, m, sentinel)
 	was := encode(m, s)
 	if err := m.DecodeState(src, s); err != nil {
@@ -527,7 +552,7 @@ func DecodeState[S any](t testing.TB, m policy.Machine[S], src []byte) *S {
 	for _, n := range []int64{1, m.Quota()} {
 		c := clone(t, m, s)
 		peek := m.Peek(c, true, now, n)
-		if res, _ := m.Consume(c, true, now, n); res != peek {
+		if res, _ := Decide(t, m, c, true, now, n); res != peek {
 			t.Fatalf("decoded state %x at %d: Peek(%d) = %+v, but Consume = %+v", enc, now, n, peek, res)
 		}
 		m.Reserve(clone(t, m, s), true, now, n, policy.Never)

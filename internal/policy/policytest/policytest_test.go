@@ -68,7 +68,7 @@ func (m trailing) DecodeState(src []byte, s *fixedwindow.State) error {
 // early says to retry 1ns before the request would pass.
 type early struct{ base }
 
-func (m early) Consume(s *fixedwindow.State, exists bool, now, n int64) (policy.Result, bool) {
+func (m early) Consume(s *fixedwindow.State, exists bool, now, n int64) (policy.Decision, bool) {
 	res, changed := m.Config.Consume(s, exists, now, n)
 	if !res.Allowed && res.RetryAfter > 1 && res.RetryAfter != policy.Never {
 		res.RetryAfter--
@@ -78,16 +78,16 @@ func (m early) Consume(s *fixedwindow.State, exists bool, now, n int64) (policy.
 
 func (m early) Peek(s *fixedwindow.State, exists bool, now, n int64) policy.Result {
 	c := *s
-	res, _ := m.Consume(&c, exists, now, n)
-	return res
+	d, _ := m.Consume(&c, exists, now, n)
+	return d.Result(m.Limit)
 }
 
 // peeking takes what it peeks at.
 type peeking struct{ base }
 
 func (m peeking) Peek(s *fixedwindow.State, exists bool, now, n int64) policy.Result {
-	res, _ := m.Config.Consume(s, exists, now, n)
-	return res
+	d, _ := m.Config.Consume(s, exists, now, n)
+	return d.Result(m.Limit)
 }
 
 // forgetful expires a window 1ns early, while it still counts.
@@ -146,7 +146,7 @@ func stepsFailure[S any](m policy.Machine[S], steps []Step) string {
 // silent takes its tokens but reports no change.
 type silent struct{ base }
 
-func (m silent) Consume(s *fixedwindow.State, exists bool, now, n int64) (policy.Result, bool) {
+func (m silent) Consume(s *fixedwindow.State, exists bool, now, n int64) (policy.Decision, bool) {
 	res, _ := m.Config.Consume(s, exists, now, n)
 	return res, false
 }
@@ -154,7 +154,7 @@ func (m silent) Consume(s *fixedwindow.State, exists bool, now, n int64) (policy
 // counting counts a refused request but reports no change.
 type counting struct{ base }
 
-func (m counting) Consume(s *fixedwindow.State, exists bool, now, n int64) (policy.Result, bool) {
+func (m counting) Consume(s *fixedwindow.State, exists bool, now, n int64) (policy.Decision, bool) {
 	res, changed := m.Config.Consume(s, exists, now, n)
 	if !res.Allowed {
 		s.Hits++

@@ -34,8 +34,8 @@ func Same[S, P any](t *testing.T, a policy.Machine[S], b policy.Machine[P]) {
 			op := rng.IntN(10)
 			switch {
 			case op < 6:
-				ra, ca = a.Consume(&sa, exists, now, n)
-				rb, cb = b.Consume(&sb, exists, now, n)
+				ra, ca = Decide(t, a, &sa, exists, now, n)
+				rb, cb = Decide(t, b, &sb, exists, now, n)
 			case op < 8:
 				ra, rb = a.Peek(&sa, exists, now, n), b.Peek(&sb, exists, now, n)
 			default:

@@ -98,7 +98,7 @@ func Call[S any](t testing.TB, label string, m policy.Machine[S], s *S, exists b
 		if after := m.AppendState(nil, s); !bytes.Equal(after, before) {
 			t.Fatalf("%s: Peek(%d) at base%+d changed the state from %x to %x", label, st.N, st.At, before, after)
 		}
-		res, changed = m.Consume(s, exists, now, st.N)
+		res, changed = Decide(t, m, s, exists, now, st.N)
 		if peek != res {
 			t.Fatalf("%s: Peek(%d) at base%+d = %+v, want %+v as Consume", label, st.N, st.At, peek, res)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/policy"
+	"github.com/sluicehq/sluice/internal/policy/policytest"
 )
 
 // model is the shaper worked out in exact rationals, straight from the
@@ -158,7 +159,7 @@ func machineStep(t *testing.T, c Config, m *model, s *State, exists *bool, op by
 		if *s != before {
 			t.Fatalf("Peek(now=%d, n=%d) changed the state from %+v to %+v", now, n, before, *s)
 		}
-		got, changed = c.Consume(s, *exists, now, n)
+		got, changed = policytest.Decide(t, c, s, *exists, now, n)
 		want, mChanged = m.consume(now, n)
 		if peek != got {
 			t.Fatalf("Peek(now=%d, n=%d) = %+v, Consume %+v", now, n, peek, got)

@@ -135,24 +135,24 @@ func (c Config) result(s *State, exists bool, now int64, allowed bool, retryAfte
 // line is idle again. The queue bound plays no part: such a request waits
 // for nothing. Any n > 0 is accepted: n tokens only delay the requests
 // after them.
-func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, bool) {
+func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Decision, bool) {
 	if n <= 0 {
-		return policy.Result{Code: policy.NonPositiveTokens}, false
+		return policy.Decision{Verdict: policy.Verdict{Code: policy.NonPositiveTokens}}, false
 	}
 	if b := c.backlog(s, exists, now); !b.IsZero() {
-		return c.result(s, exists, now, false, arith.CeilDiv(b, uint64(c.Amount))), false
+		return c.result(s, exists, now, false, arith.CeilDiv(b, uint64(c.Amount))).Decision(0), false
 	}
 	next := c.after(State{Next: now}, n)
 	changed := !exists || next != *s
 	*s = next
-	return c.result(s, true, now, true, 0), changed
+	return c.result(s, true, now, true, 0).Decision(0), changed
 }
 
 // Peek answers as Consume would, taking nothing.
 func (c Config) Peek(s *State, exists bool, now, n int64) policy.Result {
 	next := *s
-	res, _ := c.Consume(&next, exists, now, n)
-	return res
+	d, _ := c.Consume(&next, exists, now, n)
+	return d.Result(c.Quota())
 }
 
 // Reserve queues n tokens for the next free slot, if the queue has room for

@@ -389,7 +389,7 @@ func TestErased(t *testing.T) {
 	if want := []byte{1, 5, 6, 2}; !bytes.Equal(state, want) {
 		t.Fatalf("state = %v, want %v", state, want)
 	}
-	res, _, changed = e.Consume(state, 3, 1, nil)
+	res, _, changed = policytest.DecideBytes(t, e, state, 3, 1, nil)
 	if want := (policy.Result{Remaining: 2, RetryAfter: 1, ResetAfter: 1, Limit: 3}); res != want || changed {
 		t.Errorf("Consume at 3 = %+v, %v, want %+v, false", res, changed, want)
 	}
@@ -445,7 +445,7 @@ func TestInvalidState(t *testing.T) {
 	} {
 		c.Peek(&s, true, math.MinInt64, 1)
 		c.Reserve(&s, true, math.MinInt64, math.MaxInt64, math.MaxInt64)
-		c.Consume(&s, true, 0, 1)
+		policytest.Decide(t, c, &s, true, 0, 1)
 		c.ExpiresAt(&s)
 	}
 }

@@ -146,7 +146,7 @@ func checkStep(t *testing.T, c Config, m *model, s *State, exists *bool, now, n 
 	t.Helper()
 	before := s.Entries()
 	peek := c.Peek(s, *exists, now, n)
-	res, changed := c.Consume(s, *exists, now, n)
+	res, changed := policytest.Decide(t, c, s, *exists, now, n)
 	if peek != res {
 		t.Fatalf("Peek(%d) at %d = %+v, but Consume = %+v", n, now, peek, res)
 	}
@@ -180,8 +180,8 @@ func checkStep(t *testing.T, c Config, m *model, s *State, exists *bool, now, n 
 func FuzzDecodeState(f *testing.F) {
 	c := Config{Limit: 10, Interval: 60 * sec}
 	var s State
-	c.Consume(&s, false, t0, 2)
-	c.Consume(&s, true, t0+sec, 3)
+	policytest.Decide(f, c, &s, false, t0, 2)
+	policytest.Decide(f, c, &s, true, t0+sec, 3)
 	f.Add(c.AppendState(nil, &s), int64(10), int64(60*sec), int64(30*sec))
 	f.Add([]byte{1, 3, 0}, int64(1), int64(1), int64(0))
 	f.Add([]byte{1, 3, 2, 0, 2, 2, 2}, int64(5), int64(3), int64(1))

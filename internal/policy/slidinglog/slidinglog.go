@@ -200,13 +200,13 @@ func (c Config) decide(s *State, exists bool, now, n int64) (res policy.Result, 
 // Consume takes n tokens if the tokens still counting leave room for them,
 // and logs them at now. n ≤ 0 is an argument error; n > Limit is rejected
 // with RetryAfter Never.
-func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, bool) {
+func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Decision, bool) {
 	if n <= 0 {
-		return policy.Result{Code: policy.NonPositiveTokens}, false
+		return policy.Decision{Verdict: policy.Verdict{Code: policy.NonPositiveTokens}}, false
 	}
 	res, k := c.decide(s, exists, now, n)
 	if !res.Allowed {
-		return res, false
+		return res.Decision(0), false
 	}
 	if !exists {
 		*s = State{log: s.log[:0]}
@@ -220,13 +220,13 @@ func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, boo
 	if len(s.log) > s.head {
 		if last := &s.log[len(s.log)-1]; last.at >= now {
 			last.cum += uint64(n)
-			return res, true
+			return res.Decision(0), true
 		}
 		s.push(mark{at: now, cum: s.log[len(s.log)-1].cum + uint64(n)})
-		return res, true
+		return res.Decision(0), true
 	}
 	s.push(mark{at: now, cum: s.base + uint64(n)})
-	return res, true
+	return res.Decision(0), true
 }
 
 // Peek answers as Consume would, taking nothing.

@@ -176,7 +176,7 @@ func TestConsume(t *testing.T) {
 func TestReserveNotSupported(t *testing.T) {
 	cfg := Config{Limit: 3, Interval: 10 * sec}
 	var s State
-	cfg.Consume(&s, false, t0, 1)
+	policytest.Decide(t, cfg, &s, false, t0, 1)
 	for _, exists := range []bool{false, true} {
 		got, changed := cfg.Reserve(&s, exists, t0, 1, never)
 		if want := (policy.Result{Code: policy.ReserveNotSupported}); got != want || changed {
@@ -238,7 +238,7 @@ func TestSteadyStateReusesMemory(t *testing.T) {
 	now := t0
 	step := sec / limit // exactly one entry stops counting per request
 	for range 10 * limit {
-		if _, changed := cfg.Consume(&s, exists, now, 1); !changed {
+		if _, changed := policytest.Decide(t, cfg, &s, exists, now, 1); !changed {
 			t.Fatalf("Consume(1) at +%d rejected", now-t0)
 		}
 		exists = true
@@ -264,11 +264,11 @@ func TestSteadyStateReusesMemory(t *testing.T) {
 func TestClone(t *testing.T) {
 	cfg := Config{Limit: 5, Interval: 10 * sec}
 	var s State
-	cfg.Consume(&s, false, t0, 1)
-	cfg.Consume(&s, true, t0+sec, 1)
+	policytest.Decide(t, cfg, &s, false, t0, 1)
+	policytest.Decide(t, cfg, &s, true, t0+sec, 1)
 	c := s.Clone()
-	cfg.Consume(&s, true, t0+10*sec, 1) // drops the first entry, appends
-	cfg.Consume(&c, true, t0+2*sec, 2)
+	policytest.Decide(t, cfg, &s, true, t0+10*sec, 1) // drops the first entry, appends
+	policytest.Decide(t, cfg, &c, true, t0+2*sec, 2)
 	if got, want := s.Entries(), entries(sec, 1, 10*sec, 1); !slices.Equal(got, want) {
 		t.Errorf("original log = %v, want %v", got, want)
 	}
@@ -281,7 +281,7 @@ func TestStateEncoding(t *testing.T) {
 	cfg := Config{Limit: 5, Interval: 10 * sec}
 	var s State
 	for _, st := range []struct{ at, n int64 }{{0, 1}, {sec, 2}, {2 * sec, 1}, {11 * sec, 1}} {
-		cfg.Consume(&s, true, t0+st.at, st.n)
+		policytest.Decide(t, cfg, &s, true, t0+st.at, st.n)
 	}
 	b := cfg.AppendState([]byte("prefix"), &s)
 	// A state with a larger backing array is decoded into in place.

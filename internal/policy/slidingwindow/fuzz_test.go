@@ -122,7 +122,7 @@ func checkStep(t *testing.T, c Config, s *State, exists *bool, now, n int64) {
 		t.Fatalf("Peek(%d) at %d changed the state from %+v to %+v", n, now, before, *s)
 	}
 	count := modelCount(c, before, *exists, now)
-	res, changed := c.Consume(s, *exists, now, n)
+	res, changed := policytest.Decide(t, c, s, *exists, now, n)
 	if peek != res {
 		t.Fatalf("Peek(%d) at %d = %+v, but Consume = %+v", n, now, peek, res)
 	}

@@ -57,36 +57,14 @@ func store(p *PackedState, s *State) {
 	*p = v
 }
 
-// Consume is Config.Consume on a packed state, written out rather than
-// calling it, which would copy its Result whole once more (see
-// keyed.Keys.Decide): kept for speed, a seventh of a decision on 1k
-// keys. TestPacked holds the two to the same answers.
-func (m Packed) Consume(p *PackedState, exists bool, now, n int64) (policy.Result, bool) {
-	c := m.c
-	if n <= 0 {
-		return policy.Result{Code: policy.NonPositiveTokens}, false
-	}
+// Consume is Config.Consume on a packed state.
+func (m Packed) Consume(p *PackedState, exists bool, now, n int64) (policy.Decision, bool) {
 	s := m.unpack(p, exists)
-	next := s
-	c.roll(&next, exists, now)
-	count := c.count(&next, now)
-	if n > c.Limit-count {
-		retryAfter, resetAfter := c.refusedTimes(&s, &next, exists, now, n)
-		return policy.Result{
-			Remaining:  max(c.Limit-count, 0),
-			RetryAfter: retryAfter,
-			ResetAfter: resetAfter,
-			Limit:      c.Limit,
-		}, false
+	d, changed := m.c.Consume(&s, exists, now, n)
+	if changed {
+		store(p, &s)
 	}
-	next.Hits += n
-	store(p, &next)
-	return policy.Result{
-		Allowed:    true,
-		Remaining:  c.Limit - count - n,
-		ResetAfter: c.resetAfter(&next, now),
-		Limit:      c.Limit,
-	}, true
+	return d, changed
 }
 
 func (m Packed) Reserve(p *PackedState, exists bool, now, n, maxWait int64) (policy.Result, bool) {

@@ -109,50 +109,39 @@ func (c Config) count(s *State, now int64) int64 {
 
 // Consume takes n tokens if count + n ≤ Limit. n ≤ 0 is an argument
 // error; n > Limit is rejected with RetryAfter Never.
-func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Result, bool) {
+func (c Config) Consume(s *State, exists bool, now, n int64) (policy.Decision, bool) {
 	if n <= 0 {
-		return policy.Result{Code: policy.NonPositiveTokens}, false
+		return policy.Decision{Verdict: policy.Verdict{Code: policy.NonPositiveTokens}}, false
 	}
 	next := *s
 	c.roll(&next, exists, now)
 	count := c.count(&next, now)
 	// Limit − count cannot overflow: both are non-negative.
-	// The results are built whole where Consume returns: a Result
-	// returned through one more call, or filled after its literal, is
-	// copied whole, which stalls the CPU (see keyed.Keys.Decide); kept
-	// for speed, a tenth of a decision on 1k keys.
 	if n > c.Limit-count {
-		retryAfter, resetAfter := c.refusedTimes(s, &next, exists, now, n)
-		return policy.Result{
-			Remaining:  max(c.Limit-count, 0),
-			RetryAfter: retryAfter,
-			ResetAfter: resetAfter,
-			Limit:      c.Limit,
-		}, false
+		return c.refused(s, &next, exists, now, n, count), false
 	}
 	// count did not saturate, so Hits ≤ count and Hits+n ≤ Limit.
 	next.Hits += n
 	*s = next
-	return policy.Result{
-		Allowed:    true,
+	return policy.Decision{
+		Verdict:    policy.Verdict{Allowed: true},
 		Remaining:  c.Limit - count - n,
 		ResetAfter: c.resetAfter(s, now),
-		Limit:      c.Limit,
 	}, true
 }
 
-// refusedTimes is a refused Consume's RetryAfter and ResetAfter, for the
-// state s it found (of a key with a state if exists) and next, s rolled to
-// now. They come back as scalars, not in a Result: see Consume.
-func (c Config) refusedTimes(s, next *State, exists bool, now, n int64) (retryAfter, resetAfter int64) {
-	retryAfter = policy.Never
+// refused is the decision on n tokens refused at now, for the state s it
+// found (of a key with a state if exists), next, s rolled to now, and the
+// count there.
+func (c Config) refused(s, next *State, exists bool, now, n, count int64) policy.Decision {
+	d := policy.Decision{Remaining: max(c.Limit-count, 0), RetryAfter: policy.Never}
 	if n <= c.Limit {
-		retryAfter = c.retryAfter(next, now, n)
+		d.RetryAfter = c.retryAfter(next, now, n)
 	}
 	if exists {
-		resetAfter = c.resetAfter(s, now)
+		d.ResetAfter = c.resetAfter(s, now)
 	}
-	return retryAfter, resetAfter
+	return d
 }
 
 // retryAfter is the exact time from now until n ≤ Limit tokens would be
@@ -196,8 +185,8 @@ func fadeSpan(r, iv, p int64) int64 {
 // Peek answers as Consume would, taking nothing.
 func (c Config) Peek(s *State, exists bool, now, n int64) policy.Result {
 	next := *s
-	res, _ := c.Consume(&next, exists, now, n)
-	return res
+	d, _ := c.Consume(&next, exists, now, n)
+	return d.Result(c.Limit)
 }
 
 // Reserve is not supported by a sliding window: it returns

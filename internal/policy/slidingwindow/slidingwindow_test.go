@@ -255,8 +255,8 @@ func TestExpiredStateIsNoState(t *testing.T) {
 	at := cfg.ExpiresAt(&s)
 	for _, n := range []int64{1, 5} {
 		a, b := s, State{}
-		ra, ca := cfg.Consume(&a, true, at, n)
-		rb, cb := cfg.Consume(&b, false, at, n)
+		ra, ca := policytest.Decide(t, cfg, &a, true, at, n)
+		rb, cb := policytest.Decide(t, cfg, &b, false, at, n)
 		if ra != rb || ca != cb || a != b {
 			t.Errorf("Consume(%d) at ExpiresAt: state gives %+v %v %+v, no state gives %+v %v %+v", n, ra, ca, a, rb, cb, b)
 		}
@@ -265,7 +265,7 @@ func TestExpiredStateIsNoState(t *testing.T) {
 	// accepted as on a new key, but the window is aligned to t0+10s and
 	// ends 1 ns later.
 	a := s
-	res, _ := cfg.Consume(&a, true, at-1, 5)
+	res, _ := policytest.Decide(t, cfg, &a, true, at-1, 5)
 	if want := allowed(5, 0, iv+1); res != want {
 		t.Errorf("Consume(5) 1 ns before ExpiresAt = %+v, want %+v", res, want)
 	}

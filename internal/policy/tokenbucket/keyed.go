@@ -26,7 +26,7 @@ func (k Keyed) single(st *State) (Single, bool) {
 }
 
 // Consume is Single.Consume or Multi.Consume.
-func (k Keyed) Consume(st *State, exists bool, now, n int64) (policy.Result, bool) {
+func (k Keyed) Consume(st *State, exists bool, now, n int64) (policy.Decision, bool) {
 	if s, ok := k.single(st); ok {
 		return s.Consume(&(*st)[0], exists, now, n)
 	}

@@ -32,10 +32,10 @@ func (m Single) load(s *BandwidthState, exists bool, now int64) State {
 }
 
 // Consume takes n tokens if they are there, as TryConsumeAndReturnRemaining.
-func (m Single) Consume(s *BandwidthState, exists bool, now, n int64) (policy.Result, bool) {
+func (m Single) Consume(s *BandwidthState, exists bool, now, n int64) (policy.Decision, bool) {
 	bw := &m.cfg.Bandwidths[0]
 	if code := policy.CheckTokens(n, bw.Capacity, m.strict); code != policy.OK {
-		return policy.Refusal(code, bw.Capacity), false
+		return policy.Decision{Verdict: policy.Verdict{Code: code}}, false
 	}
 	var b BandwidthState
 	if exists {
@@ -52,15 +52,7 @@ func (m Single) Consume(s *BandwidthState, exists bool, now, n int64) (policy.Re
 	if changed {
 		*s = b
 	}
-	// The result is built here, not by result1: a Result returned through
-	// one more call is copied whole, which stalls the CPU (see
-	// keyed.Keys.Decide); kept for speed, a tenth of a decision on 1k keys.
-	var retryAfter int64
-	if !allowed {
-		retryAfter = max(delay(bw, &b, n, now, true), 0)
-	}
-	return policy.Result{Allowed: allowed, Remaining: max(b.Size, 0), RetryAfter: retryAfter,
-		ResetAfter: max(timeToFull(bw, &b, now), 0), Limit: bw.Capacity}, changed
+	return decision1(bw, &b, now, allowed, n), changed
 }
 
 // keepNew reports whether a refused request on a new key keeps the bucket
@@ -85,8 +77,8 @@ func keepNew(cfg *Config, st State, exists bool) bool {
 // Peek answers as Consume would, taking nothing.
 func (m Single) Peek(s *BandwidthState, exists bool, now, n int64) policy.Result {
 	next := *s
-	res, _ := m.Consume(&next, exists, now, n)
-	return res
+	d, _ := m.Consume(&next, exists, now, n)
+	return d.Result(m.Quota())
 }
 
 // Reserve takes n tokens now that will be there within maxWait, overdrawing.
@@ -196,9 +188,9 @@ func store(s *State, st State) {
 }
 
 // Consume takes n tokens from every bandwidth if they all have them.
-func (m Multi) Consume(s *State, exists bool, now, n int64) (policy.Result, bool) {
+func (m Multi) Consume(s *State, exists bool, now, n int64) (policy.Decision, bool) {
 	if n <= 0 {
-		return policy.Result{Code: policy.NonPositiveTokens}, false
+		return policy.Decision{Verdict: policy.Verdict{Code: policy.NonPositiveTokens}}, false
 	}
 	var buf [4]BandwidthState
 	st := m.scratch(buf[:], s, exists, now)
@@ -208,15 +200,15 @@ func (m Multi) Consume(s *State, exists bool, now, n int64) (policy.Result, bool
 	}
 	if !TryConsume(m.cfg, st, scratch, now, n) {
 		Refill(m.cfg, st, now) // to describe the refilled state
-		res := result(m.cfg, st, now, false, n)
+		d := decision(m.cfg, st, now, false, n)
 		if keepNew(m.cfg, st, exists) {
 			store(s, st)
-			return res, true
+			return d, true
 		}
-		return res, false
+		return d, false
 	}
 	store(s, st)
-	return result(m.cfg, st, now, true, n), true
+	return decision(m.cfg, st, now, true, n), true
 }
 
 // Peek answers as Consume would, taking nothing.
@@ -267,13 +259,7 @@ func (m Multi) Config() *Config { return m.cfg }
 func (Multi) Leasing() policy.Leasing { return policy.Leases }
 
 // Quota is the smallest capacity.
-func (m Multi) Quota() int64 {
-	q := m.cfg.Bandwidths[0].Capacity
-	for _, bw := range m.cfg.Bandwidths[1:] {
-		q = min(q, bw.Capacity)
-	}
-	return q
-}
+func (m Multi) Quota() int64 { return quota(m.cfg) }
 
 // Window is the time the bandwidth of smallest capacity, the one Quota
 // reports, takes to refill from empty.
@@ -299,38 +285,46 @@ func (m Multi) DecodeState(src []byte, s *State) error {
 // result describes st, after a decision for n tokens, as a policy result:
 // the numbers of TryConsumeAndReturnRemaining.
 func result(cfg *Config, st State, now int64, allowed bool, n int64) policy.Result {
-	if len(st) == 1 {
-		return result1(&cfg.Bandwidths[0], &st[0], now, allowed, n)
-	}
-	avail := Available(st)
-	res := policy.Result{
-		Allowed:    allowed,
-		Remaining:  max(avail, 0),
-		ResetAfter: TimeToFull(cfg, st, now),
-		Limit:      policy.Never,
-	}
-	for i := range cfg.Bandwidths {
-		res.Limit = min(res.Limit, cfg.Bandwidths[i].Capacity)
-	}
-	if !allowed {
-		res.RetryAfter = Delay(cfg, st, n, now, true)
-	}
-	return res
+	return decision(cfg, st, now, allowed, n).Result(quota(cfg))
 }
 
-// result1 is result for one bandwidth, without the folds over several.
-func result1(bw *Bandwidth, s *BandwidthState, now int64, allowed bool, n int64) policy.Result {
+// decision is result as Consume answers it.
+func decision(cfg *Config, st State, now int64, allowed bool, n int64) policy.Decision {
+	if len(st) == 1 {
+		return decision1(&cfg.Bandwidths[0], &st[0], now, allowed, n)
+	}
+	d := policy.Decision{
+		Verdict:    policy.Verdict{Allowed: allowed},
+		Remaining:  max(Available(st), 0),
+		ResetAfter: TimeToFull(cfg, st, now),
+	}
+	if !allowed {
+		d.RetryAfter = Delay(cfg, st, n, now, true)
+	}
+	return d
+}
+
+// decision1 is decision for one bandwidth, without the folds over several.
+func decision1(bw *Bandwidth, s *BandwidthState, now int64, allowed bool, n int64) policy.Decision {
 	var retryAfter int64
 	if !allowed {
 		retryAfter = max(delay(bw, s, n, now, true), 0)
 	}
-	return policy.Result{
-		Allowed:    allowed,
+	return policy.Decision{
+		Verdict:    policy.Verdict{Allowed: allowed},
 		Remaining:  max(s.Size, 0),
 		RetryAfter: retryAfter,
 		ResetAfter: max(timeToFull(bw, s, now), 0),
-		Limit:      bw.Capacity,
 	}
+}
+
+// quota is the smallest capacity of cfg, the limit its results report.
+func quota(cfg *Config) int64 {
+	q := cfg.Bandwidths[0].Capacity
+	for _, bw := range cfg.Bandwidths[1:] {
+		q = min(q, bw.Capacity)
+	}
+	return q
 }
 
 // Reserve refills st in place and takes n tokens from every bandwidth if

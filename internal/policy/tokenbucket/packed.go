@@ -66,36 +66,14 @@ func (p *PackedState) Store(s *BandwidthState) {
 	*p = v
 }
 
-// Consume is Single.Consume on a packed state, written out rather than
-// calling it, which would copy its Result whole once more (see
-// keyed.Keys.Decide): kept for speed, a seventh of a decision on 1k
-// keys. TestPacked holds the two to the same answers.
-func (m Packed) Consume(p *PackedState, exists bool, now, n int64) (policy.Result, bool) {
-	bw := &m.m.cfg.Bandwidths[0]
-	if code := policy.CheckTokens(n, bw.Capacity, m.m.strict); code != policy.OK {
-		return policy.Refusal(code, bw.Capacity), false
-	}
-	var b BandwidthState
-	if exists {
-		b = p.Unpack()
-	} else {
-		b = initial(bw, now)
-	}
-	refill(m.m.cfg, 0, &b, now)
-	allowed := n <= b.Size
-	if allowed {
-		b.Size -= n
-	}
-	changed := allowed || keepNew(m.m.cfg, State{b}, exists)
+// Consume is Single.Consume on a packed state.
+func (m Packed) Consume(p *PackedState, exists bool, now, n int64) (policy.Decision, bool) {
+	s := m.unpack(p, exists)
+	d, changed := m.m.Consume(&s, exists, now, n)
 	if changed {
-		p.Store(&b)
+		p.Store(&s)
 	}
-	var retryAfter int64
-	if !allowed {
-		retryAfter = max(delay(bw, &b, n, now, true), 0)
-	}
-	return policy.Result{Allowed: allowed, Remaining: max(b.Size, 0), RetryAfter: retryAfter,
-		ResetAfter: max(timeToFull(bw, &b, now), 0), Limit: bw.Capacity}, changed
+	return d, changed
 }
 
 func (m Packed) Reserve(p *PackedState, exists bool, now, n, maxWait int64) (policy.Result, bool) {

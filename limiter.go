@@ -186,27 +186,7 @@ func limiterError(op string, r policy.Result, n, maxWait, limit int64) error {
 
 // Allow is shorthand for AllowN(ctx, key, 1).
 func (l *Limiter) Allow(ctx context.Context, key string) (Result, error) {
-	// AllowN's in-memory path is repeated here rather than called, which
-	// would copy its Result whole once more (see keyed.Keys.Decide): kept
-	// for speed, 7–12 % of a decision on 1k keys.
-	m := l.mem
-	if m == nil {
-		return l.AllowN(ctx, key, 1)
-	}
-	if err := ctx.Err(); err != nil {
-		return Result{}, err
-	}
-	code, allowed, remaining, retryAfter, resetAfter, limit := m.Decide(key, 1)
-	if code == policy.OK {
-		res := Result{Allowed: allowed, Remaining: remaining, RetryAfter: time.Duration(retryAfter),
-			ResetAfter: time.Duration(resetAfter), Limit: limit}
-		if l.shadow {
-			return l.shadowDecision(res, 1), nil
-		}
-		notify(l.observer, allowed, 1)
-		return res, nil
-	}
-	return Result{}, limiterError("Limiter.AllowN", policy.Result{Code: code, Limit: limit}, 1, 0, l.limit)
+	return l.AllowN(ctx, key, 1)
 }
 
 // AllowN decides whether n tokens may pass for key now, taking them if so.
@@ -218,34 +198,31 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
+	var d policy.Decision
+	var limit int64
 	if m := l.mem; m != nil {
-		// In memory, the result comes back as Keys.Decide's scalars rather
-		// than through the backend as a policy.Result copied whole: kept
-		// for speed, a third of a decision on 1k keys (see keyed.Keys.Decide).
-		code, allowed, remaining, retryAfter, resetAfter, limit := m.Decide(key, n)
-		if code == policy.OK {
-			res := Result{Allowed: allowed, Remaining: remaining, RetryAfter: time.Duration(retryAfter),
-				ResetAfter: time.Duration(resetAfter), Limit: limit}
-			if l.shadow {
-				return l.shadowDecision(res, n), nil
-			}
-			notify(l.observer, allowed, n)
-			return res, nil
+		// In memory, the decision comes back as four words, which stay in
+		// registers, rather than through the backend as a policy.Result,
+		// which is copied through memory (see policy.Decision).
+		d = m.Decide(key, n)
+		limit = m.Limit(d.Bound)
+	} else {
+		r, err := l.backend.Consume(ctx, key, n)
+		if err != nil {
+			return Result{}, storeError("Limiter.AllowN", key, err)
 		}
-		return Result{}, limiterError("Limiter.AllowN", policy.Result{Code: code, Limit: limit}, n, 0, l.limit)
+		d, limit = r.Decision(0), r.Limit
 	}
-	r, err := l.backend.Consume(ctx, key, n)
-	if err != nil {
-		return Result{}, storeError("Limiter.AllowN", key, err)
+	if d.Code != policy.OK {
+		return Result{}, limiterError("Limiter.AllowN", d.Result(limit), n, 0, l.limit)
 	}
-	if r.Code != policy.OK {
-		return Result{}, limiterError("Limiter.AllowN", r, n, 0, l.limit)
-	}
+	res := Result{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: time.Duration(d.RetryAfter),
+		ResetAfter: time.Duration(d.ResetAfter), Limit: limit}
 	if l.shadow {
-		return l.shadowDecision(resultOf(r), n), nil
+		return l.shadowDecision(res, n), nil
 	}
-	notify(l.observer, r.Allowed, n)
-	return resultOf(r), nil
+	notify(l.observer, d.Allowed, n)
+	return res, nil
 }
 
 // shadowDecision is res, the policy's decision on n tokens, as a limiter

@@ -95,7 +95,10 @@ func (m *MemDebts) Hold(_ context.Context, key string, id uint64, n, ttl int64) 
 	if m.perKey[key] >= most {
 		return keyed.Settled{}, ErrHoldsFull
 	}
-	out := m.take(key, now, func(st []byte) (policy.Result, []byte, bool) { return m.Erased.Consume(st, now, n, nil) })
+	out := m.take(key, now, func(st []byte) (policy.Result, []byte, bool) {
+		d, next, changed := m.Erased.Consume(st, now, n, nil)
+		return d.Result(m.Erased.Limits()[d.Bound]), next, changed
+	})
 	if out.Res.Code == policy.OK && out.Res.Allowed {
 		if m.holds == nil {
 			m.holds, m.perKey = make(map[uint64]memHold), make(map[string]int)

@@ -24,10 +24,15 @@ func NewMem(keys keyed.Keys, clock keyed.Clock) *Mem {
 	return &Mem{keys: keys, clock: clock}
 }
 
-// Decide decides on key in memory, as keyed.Keys.Decide.
-func (m *Mem) Decide(key string, n int64) (code policy.Code, allowed bool, remaining, retryAfter, resetAfter, limit int64) {
-	return m.keys.Decide(key, m.clock.Now(), n)
+// Decide decides on key in memory, as keyed.Keys.Consume: Consume
+// without the context, the error and the Result, which a Limiter in
+// memory has no use for.
+func (m *Mem) Decide(key string, n int64) policy.Decision {
+	return m.keys.Consume(key, m.clock.Now(), n)
 }
+
+// Limit is the limit of a Decision's bound b.
+func (m *Mem) Limit(b uint32) int64 { return m.keys.Limits()[b] }
 
 // Take takes n tokens for key if they are there now, as a reservation of
 // no wait; false leaves the call to Reserve.
@@ -36,7 +41,8 @@ func (m *Mem) Take(key string, n int64) bool {
 }
 
 func (m *Mem) Consume(_ context.Context, key string, n int64) (policy.Result, error) {
-	return m.keys.Consume(key, m.clock.Now(), n), nil
+	d := m.Decide(key, n)
+	return d.Result(m.Limit(d.Bound)), nil
 }
 
 func (m *Mem) Peek(_ context.Context, key string, n int64) (policy.Result, error) {

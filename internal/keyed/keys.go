@@ -20,13 +20,7 @@ import (
 type Keys interface {
 	// Consume decides whether n tokens may pass for key at now, taking
 	// them if so.
-	Consume(key string, now, n int64) policy.Result
-	// Decide is Consume with the result's fields as results. It stays for
-	// speed, worth a third of a decision on 1k keys: a policy.Result, of 48
-	// bytes, returned from call to call is copied whole, with 16-byte
-	// loads the CPU cannot forward from the narrower stores that filled
-	// it (docs/benchmarks.md, "What stays for speed").
-	Decide(key string, now, n int64) (code policy.Code, allowed bool, remaining, retryAfter, resetAfter, limit int64)
+	Consume(key string, now, n int64) policy.Decision
 	// Peek answers as Consume would, taking nothing.
 	Peek(key string, now, n int64) policy.Result
 	// Reserve takes n tokens for key within maxWait; a granted
@@ -49,6 +43,8 @@ type Keys interface {
 	Len() int
 	// Quota is the policy's limit.
 	Quota() int64
+	// Limits is the limits a Decision's Bound indexes (policy.Limits).
+	Limits() []int64
 	// Buckets returns the keys as token buckets, or nil when the policy
 	// is not a token bucket.
 	Buckets() Buckets

@@ -91,12 +91,7 @@ func (k *Mem[S, M]) save(sh *memShard[S], key string, present bool, now int64) {
 	sh.m[key] = sh.cur
 }
 
-func (k *Mem[S, M]) Decide(key string, now, n int64) (policy.Code, bool, int64, int64, int64, int64) {
-	r := k.Consume(key, now, n)
-	return r.Code, r.Allowed, r.Remaining, r.RetryAfter, r.ResetAfter, r.Limit
-}
-
-func (k *Mem[S, M]) Consume(key string, now, n int64) policy.Result {
+func (k *Mem[S, M]) Consume(key string, now, n int64) policy.Decision {
 	sh := k.shard(key)
 	sh.mu.Lock()
 	present, live := k.load(sh, key, now)
@@ -193,6 +188,8 @@ func (k *Mem[S, M]) Reset(key string) {
 }
 
 func (k *Mem[S, M]) Quota() int64 { return k.m.Quota() }
+
+func (k *Mem[S, M]) Limits() []int64 { return policy.Limits(k.m) }
 
 // bound splits n among the shards in use, the first n%nshards taking
 // one key more, so that the shards' bounds add up to n exactly.

@@ -31,8 +31,9 @@ import (
 // that walks the shard, so idle keys do not accumulate, and a shard shrinks
 // when a quarter full.
 type Table[S any, M policy.Machine[S]] struct {
-	m M
-	// lapses is policy.Lapses(m): Decide and Peek run on a state
+	m      M
+	limits []int64 // policy.Limits(m)
+	// lapses is policy.Lapses(m): Consume and Peek run on a state
 	// past its ExpiresAt as it is, without asking ExpiresAt first.
 	lapses  bool
 	seed    maphash.Seed
@@ -140,7 +141,7 @@ const (
 // NewTable returns the keys of machine m in a Table, holding at most
 // maxKeys of them (0: no bound beyond expiry).
 func NewTable[S any, M policy.Machine[S]](m M, maxKeys int) *Table[S, M] {
-	k := &Table[S, M]{m: m, lapses: policy.Lapses(m), seed: maphash.MakeSeed(), nshards: shardCount}
+	k := &Table[S, M]{m: m, limits: policy.Limits(m), lapses: policy.Lapses(m), seed: maphash.MakeSeed(), nshards: shardCount}
 	if maxKeys > 0 {
 		ns := min(max(maxKeys/minKeysPerShard, 1), shardCount)
 		k.nshards = uint64(ns)
@@ -353,7 +354,7 @@ func (k *Table[S, M]) access(sh *tableShard[S], key string, p pkey, now int64) i
 	return i
 }
 
-// decidable finds key for a Decide or Peek at now: as access,
+// decidable finds key for a Consume or Peek at now: as access,
 // but a machine that lapses decides on an expired state as it is, which
 // the sweep drops in time.
 func (k *Table[S, M]) decidable(sh *tableShard[S], key string, p pkey, now int64) int {
@@ -368,33 +369,22 @@ func (k *Table[S, M]) decidable(sh *tableShard[S], key string, p pkey, now int64
 	return i
 }
 
-// Decide decides in place on a live state: a machine leaves a state it
-// reports unchanged as it was. The machine's result is taken apart as it
-// comes back, never copied whole (see Keys.Decide).
-func (k *Table[S, M]) Decide(key string, now, n int64) (code policy.Code, allowed bool, remaining, retryAfter, resetAfter, limit int64) {
+// Consume decides in place on a live state: a machine leaves a state it
+// reports unchanged as it was.
+func (k *Table[S, M]) Consume(key string, now, n int64) policy.Decision {
 	sh, p := k.locate(key)
 	sh.mu.Lock()
+	var d policy.Decision
 	if i := k.decidable(sh, key, p, now); i >= 0 {
-		code, allowed, remaining, retryAfter, resetAfter, limit, _ = fields(k.m.Consume(&sh.slots[i].st, true, now, n))
+		d, _ = k.m.Consume(&sh.slots[i].st, true, now, n)
 	} else {
 		var changed bool
-		if code, allowed, remaining, retryAfter, resetAfter, limit, changed = fields(k.m.Consume(&sh.cur, false, now, n)); changed {
+		if d, changed = k.m.Consume(&sh.cur, false, now, n); changed {
 			k.insert(sh, key, p, now)
 		}
 	}
 	sh.mu.Unlock()
-	return
-}
-
-// fields takes a machine's result apart.
-func fields(r policy.Result, changed bool) (policy.Code, bool, int64, int64, int64, int64, bool) {
-	return r.Code, r.Allowed, r.Remaining, r.RetryAfter, r.ResetAfter, r.Limit, changed
-}
-
-// Consume is Decide's result as a policy.Result.
-func (k *Table[S, M]) Consume(key string, now, n int64) policy.Result {
-	code, allowed, remaining, retryAfter, resetAfter, limit := k.Decide(key, now, n)
-	return policy.Result{Code: code, Allowed: allowed, Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter, Limit: limit}
+	return d
 }
 
 func (k *Table[S, M]) Peek(key string, now, n int64) policy.Result {
@@ -516,6 +506,8 @@ func (k *Table[S, M]) Reset(key string) {
 }
 
 func (k *Table[S, M]) Quota() int64 { return k.m.Quota() }
+
+func (k *Table[S, M]) Limits() []int64 { return k.limits }
 
 func (k *Table[S, M]) Len() int {
 	n := 0

@@ -129,7 +129,9 @@ func none() []byte { return appendHeader(nil, kindBucket, header{}) }
 
 func (c *Bucket) Consume(rec []byte, now, n int64) (policy.Result, []byte, bool) {
 	b := c.load(rec, now, true)
-	res, changed := tokenbucket.NewKeyed(b.cfg, c.o.Strict).Consume(&b.state, b.exists, now, n)
+	k := tokenbucket.NewKeyed(b.cfg, c.o.Strict)
+	d, changed := k.Consume(&b.state, b.exists, now, n)
+	res := d.Result(k.Quota())
 	if (!changed && !b.migrated) || c.o.ConfigVersion.foreign(rec, kindBucket) {
 		return res, nil, false
 	}

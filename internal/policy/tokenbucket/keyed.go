@@ -33,6 +33,9 @@ func (k Keyed) Consume(st *State, exists bool, now, n int64) (policy.Decision, b
 	return Multi{cfg: k.cfg}.Consume(st, exists, now, n)
 }
 
+// Quota is the smallest capacity, the limit a decision reports.
+func (k Keyed) Quota() int64 { return quota(k.cfg) }
+
 // Peek is Single.Peek or Multi.Peek.
 func (k Keyed) Peek(st *State, exists bool, now, n int64) policy.Result {
 	if s, ok := k.single(st); ok {

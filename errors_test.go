@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/sluicetest"
 )
 
@@ -106,6 +107,28 @@ func TestTokensAboveLimit(t *testing.T) {
 	l, _ := sluice.NewLimiter(sluice.SlidingWindow(3, time.Second))
 	if r, err := l.AllowN(ctx, "k", 4); err != nil || r.Allowed || r.RetryAfter != sluice.Never {
 		t.Errorf("sliding window: AllowN(4) = %+v, %v, want rejected with RetryAfter Never", r, err)
+	}
+}
+
+// TestTokensAboveLimitQuotesTheMember: a compound's error names the limit
+// of the member that refused the tokens as an argument error, not the
+// smallest member's, which rejects them as a result: 200 tokens are above
+// the fixed window's 100, and 6 would be allowed by it.
+func TestTokensAboveLimitQuotesTheMember(t *testing.T) {
+	ctx := context.Background()
+	for _, store := range []struct {
+		name string
+		opts []sluice.Option
+	}{{"memory", nil}, {"store", []sluice.Option{sluice.WithStore(memstore.New())}}} {
+		l, err := sluice.NewLimiter(sluice.Compound(sluice.GCRA(5, 5, time.Second), sluice.FixedWindow(100, time.Second)), store.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = l.AllowN(ctx, "k", 200)
+		var ae *sluice.ArgumentError
+		if !errors.As(err, &ae) || !errors.Is(err, sluice.ErrTokensAboveLimit) || !strings.Contains(ae.Want, "limit 100") {
+			t.Errorf("%s: AllowN(200) = %v, want ErrTokensAboveLimit quoting the limit 100", store.name, err)
+		}
 	}
 }
 

@@ -216,13 +216,12 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Result, erro
 	if d.Code != policy.OK {
 		return Result{}, limiterError("Limiter.AllowN", d.Result(limit), n, 0, l.limit)
 	}
-	res := Result{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: time.Duration(d.RetryAfter),
-		ResetAfter: time.Duration(d.ResetAfter), Limit: limit}
 	if l.shadow {
-		return l.shadowDecision(res, n), nil
+		return l.shadowDecision(resultOf(d.Result(limit)), n), nil
 	}
 	notify(l.observer, d.Allowed, n)
-	return res, nil
+	return Result{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: time.Duration(d.RetryAfter),
+		ResetAfter: time.Duration(d.ResetAfter), Limit: limit}, nil
 }
 
 // shadowDecision is res, the policy's decision on n tokens, as a limiter

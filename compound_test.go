@@ -80,3 +80,47 @@ func reservationOf(r *sluice.Reservation, err error) string {
 	res := r.Result()
 	return fmt.Sprint(r.OK(), r.Delay(), res.Remaining, res.RetryAfter)
 }
+
+// TestNestedCompoundLimit: a compound reports the limit of the member
+// that decided, through a compound among its members too, in memory and on
+// a store, as its Peek does: AllowN's Limit comes from the decision's
+// index into the members' limits, Peek's from the members' own results.
+func TestNestedCompoundLimit(t *testing.T) {
+	ctx := context.Background()
+	p := sluice.Compound(sluice.Compound(sluice.FixedWindow(5, time.Second), sluice.FixedWindow(50, time.Minute)),
+		sluice.GCRA(3, 3, time.Second))
+	for _, where := range []string{"memory", "store"} {
+		clock := sluicetest.NewFakeClock(limiterStart)
+		opts := []sluice.Option{sluice.WithClock(clock)}
+		if where == "store" {
+			opts = append(opts, sluice.WithStore(newMapStore()))
+		}
+		l, err := sluice.NewLimiter(p, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(5, 7))
+		seen := map[int64]bool{}
+		for i := range 300 {
+			n := int64(rng.IntN(3) + 1)
+			peek, err := l.PeekN(ctx, "k", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := l.AllowN(ctx, "k", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Limit != peek.Limit || res.Allowed != peek.Allowed {
+				t.Fatalf("%s, call %d: AllowN(%d) = %+v, but PeekN said %+v", where, i, n, res, peek)
+			}
+			seen[res.Limit] = true
+			clock.Advance(time.Duration(rng.IntN(400)) * time.Millisecond)
+		}
+		for _, limit := range []int64{3, 5, 50} {
+			if !seen[limit] {
+				t.Errorf("%s: no decision reported the limit %d; seen %v", where, limit, seen)
+			}
+		}
+	}
+}

@@ -113,7 +113,7 @@ func TestExampleLoads(t *testing.T) {
 }
 
 func TestLoadConfigErrors(t *testing.T) {
-	tests := []struct{ name, yaml, want string }{
+	tests := []configErrorCase{
 		{"unknown section", "stores: mem://\n" + limitersYAML, `config: stores (line 1): unknown key "stores"; valid keys: limiters, envoy, ratelimit, rlqs, server, store`},
 		{"store not a string", "store: 5\n" + limitersYAML, `config: store (line 1): must be a string, got integer 5 (quote it)`},
 		// A typo of redis:// ran on the in-memory store, every instance with a limit of its own.
@@ -169,6 +169,18 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"bad limiter", "limiters:\n  api: {policy: fixed_window, limit: 0, interval: 1s}\n", `config: limiters.api.limit (line 2): must be positive, got 0`},
 		{"envoy unknown limiter", limitersYAML + "envoy:\n  - domain: edge\n    descriptors: [{key: k, limiter: nope}]\n", `(line 5)`},
 	}
+	checkConfigErrors(t, tests)
+}
+
+// TestDeployDocCoversKeys checks docs/deploy.md against the decoder: every
+// key that a section accepts, as its unknown-key error lists them, is in
+// the doc's reference as `section.key`.
+// configErrorCase is a config that LoadConfig must refuse with a
+// *config.Error whose message holds want.
+type configErrorCase struct{ name, yaml, want string }
+
+func checkConfigErrors(t *testing.T, tests []configErrorCase) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := LoadConfig([]byte(tt.yaml))
@@ -180,9 +192,6 @@ func TestLoadConfigErrors(t *testing.T) {
 	}
 }
 
-// TestDeployDocCoversKeys checks docs/deploy.md against the decoder: every
-// key that a section accepts, as its unknown-key error lists them, is in
-// the doc's reference as `section.key`.
 func TestDeployDocCoversKeys(t *testing.T) {
 	doc, err := os.ReadFile("../../../docs/deploy.md")
 	if err != nil {

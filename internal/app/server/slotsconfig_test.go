@@ -1,15 +1,12 @@
 package server
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/sluicehq/sluice/config"
 )
 
 // slotLimiters has a limiter that takes slots in each way a config can
@@ -37,7 +34,7 @@ func TestSlotsNotForEnvoy(t *testing.T) {
 			"a limit per ttl instead of in flight; hold slots with the HTTP API's /api/v1/acquire and /api/v1/release, or httplimit or grpclimit"
 		rlqsMsg = "which Envoy's rate limit quota service never gives back"
 	)
-	tests := []struct{ name, yaml, want string }{
+	tests := []configErrorCase{
 		{"envoy descriptor", slotLimiters + "envoy:\n  - domain: edge\n    descriptors: [{key: remote_address, limiter: calls}]\n",
 			`config: envoy[0].descriptors[0].limiter (line 12): limiter "calls" takes slots (its policy is concurrency(limit=5, ttl=30s)), ` + envoyMsg},
 		{"nested envoy descriptor", slotLimiters + `envoy:
@@ -68,15 +65,7 @@ func TestSlotsNotForEnvoy(t *testing.T) {
 		{"rlqs override", slotLimiters + "rlqs:\n  - domain: edge\n    buckets:\n      - {bucket: {name: api}, limiter: api}\n",
 			`config: rlqs[0].buckets[0].limiter (line 13): limiter "api" takes slots (its override for the prefix "slow:", at line 8`},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := LoadConfig([]byte(tt.yaml))
-			var ce *config.Error
-			if !errors.As(err, &ce) || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("LoadConfig = %v, want a *config.Error with %q", err, tt.want)
-			}
-		})
-	}
+	checkConfigErrors(t, tests)
 	// The same limiters serve the HTTP API.
 	if _, err := LoadConfig([]byte(slotLimiters)); err != nil {
 		t.Errorf("LoadConfig of the limiters alone = %v", err)

@@ -97,7 +97,7 @@ func (m *MemDebts) Hold(_ context.Context, key string, id uint64, n, ttl int64) 
 	}
 	out := m.take(key, now, func(st []byte) (policy.Result, []byte, bool) {
 		d, next, changed := m.Erased.Consume(st, now, n, nil)
-		return d.Result(m.Erased.Limits()[d.Bound]), next, changed
+		return d.ResultIn(m.Erased.Limits()), next, changed
 	})
 	if out.Res.Code == policy.OK && out.Res.Allowed {
 		if m.holds == nil {

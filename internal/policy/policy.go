@@ -113,6 +113,10 @@ func (r Result) Decision(bound uint32) Decision {
 		Remaining: r.Remaining, RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter}
 }
 
+// ResultIn is d as a Result of a machine whose limits are limits (its
+// Limits): Result with the limit of d.Bound.
+func (d Decision) ResultIn(limits []int64) Result { return d.Result(limits[d.Bound]) }
+
 // Result is d as a Result whose limit, that of d.Bound, is limit.
 func (d Decision) Result(limit int64) Result {
 	res := Result{Code: d.Code, Allowed: d.Allowed, Remaining: d.Remaining,

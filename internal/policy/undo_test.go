@@ -64,7 +64,7 @@ func (k *key) consume(now, n int64) policy.Result {
 	if changed {
 		k.state = next
 	}
-	return d.Result(k.e.Limits()[d.Bound])
+	return d.ResultIn(k.e.Limits())
 }
 
 func (k *key) cancel(now int64, r *policy.Receipt) {

@@ -185,7 +185,7 @@ func (c *Machine) record(st []byte, h header) []byte {
 func (c *Machine) Consume(rec []byte, now, n int64) (policy.Result, []byte, bool) {
 	st, h := c.state(rec, now)
 	d, next, changed := c.m.Consume(st, now, n, nil)
-	res := d.Result(c.m.Limits()[d.Bound])
+	res := d.ResultIn(c.m.Limits())
 	if !changed || c.version.foreign(rec, kindMachine) {
 		return res, nil, false
 	}

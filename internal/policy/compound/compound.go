@@ -149,7 +149,7 @@ func (v *verdict) add(i int, r policy.Result, b uint32) {
 
 // decide folds in member i's decision d.
 func (v *verdict) decide(i int, m policy.Erased, d policy.Decision) {
-	v.add(i, d.Result(m.Limits()[d.Bound]), d.Bound)
+	v.add(i, d.ResultIn(m.Limits()), d.Bound)
 }
 
 // decision is res, the compound's answer for v, as Consume answers it:

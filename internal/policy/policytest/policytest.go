@@ -416,11 +416,7 @@ func checkRefused[S any](t testing.TB, m policy.Machine[S], s *S, src []byte) {
 func Decide[S any](t testing.TB, m policy.Machine[S], s *S, exists bool, now, n int64) (policy.Result, bool) {
 	t.Helper()
 	d, changed := m.Consume(s, exists, now, n)
-	limits := policy.Limits(m)
-	if int(d.Bound) >= len(limits) {
-		t.Fatalf("Consume(%d) at %d = %+v: Bound out of its %d limits", n, now, d, len(limits))
-	}
-	return d.Result(limits[d.Bound]), changed
+	return resultIn(t, d, policy.Limits(m), now, n), changed
 }
 
 // DecideBytes is Decide for an Erased: e.Consume with its Decision as a
@@ -428,11 +424,17 @@ func Decide[S any](t testing.TB, m policy.Machine[S], s *S, exists bool, now, n 
 func DecideBytes(t testing.TB, e policy.Erased, state []byte, now, n int64, dst []byte) (policy.Result, []byte, bool) {
 	t.Helper()
 	d, next, changed := e.Consume(state, now, n, dst)
-	limits := e.Limits()
+	return resultIn(t, d, e.Limits(), now, n), next, changed
+}
+
+// resultIn is d, a Consume(n) at now, as a Result of a machine whose
+// limits are limits; it fails t when d.Bound is outside them.
+func resultIn(t testing.TB, d policy.Decision, limits []int64, now, n int64) policy.Result {
+	t.Helper()
 	if int(d.Bound) >= len(limits) {
 		t.Fatalf("Consume(%d) at %d = %+v: Bound out of its %d limits", n, now, d, len(limits))
 	}
-	return d.Result(limits[d.Bound]), next, changed
+	return d.ResultIn(limits)
 }
 
 // CheckRetry checks a rejection's RetryAfter ra of Consume(n) at now:

@@ -14,25 +14,28 @@ import (
 // one call behind an interface as a caller gets it (floor-cas-result),
 // and four of them, which Go keeps in registers (floor-cas-result4).
 // They show what the table's design saves and what a result larger than
-// four words costs at the call that returns it. casSlots holds 1M keys
-// at half full.
+// four words costs at the call that returns it. The table has twice as
+// many slots as the run has keys (see casSlots), as a table sized to its
+// keys would: 2M slots for 1k keys would spread them over 32 MB and
+// charge the floor the cache and TLB misses of a table 2,000 times too
+// large.
 var casFloors = []keyedPeer{
 	{"floor-cas", func(_ testing.TB, r keyedRegime) (func(string) (bool, error), func()) {
-		t := newCASTable(r, casSlots)
+		t := newCASTable(r)
 		return func(key string) (bool, error) {
 			allowed, _, _, _ := t.take(key)
 			return allowed, nil
 		}, func() {}
 	}},
 	{"floor-cas-result", func(_ testing.TB, r keyedRegime) (func(string) (bool, error), func()) {
-		var d casDecider = newCASTable(r, casSlots)
+		var d casDecider = newCASTable(r)
 		return func(key string) (bool, error) {
 			res := d.Decide(key)
 			return res.Allowed, nil
 		}, func() {}
 	}},
 	{"floor-cas-result4", func(_ testing.TB, r keyedRegime) (func(string) (bool, error), func()) {
-		var d casDecider = newCASTable(r, casSlots)
+		var d casDecider = newCASTable(r)
 		return func(key string) (bool, error) {
 			res := d.Decide4(key)
 			return res.Allowed, nil
@@ -40,7 +43,18 @@ var casFloors = []keyedPeer{
 	}},
 }
 
-const casSlots = 1 << 21
+// casSlots is the power of two at least twice keys, and 2M slots (room
+// for 1M keys) when the run does not say how many keys it has.
+func casSlots(keys int) int {
+	if keys == 0 {
+		keys = 1 << 20
+	}
+	n := 1 << 10
+	for n < 2*keys {
+		n <<= 1
+	}
+	return n
+}
 
 // casTable is not a limiter either but issue 34's prototype, as a floor:
 // a fixed open-addressing table whose slot holds its key, set once under
@@ -64,7 +78,8 @@ type casSlot struct {
 	tat atomic.Int64
 }
 
-func newCASTable(r keyedRegime, slots int) *casTable {
+func newCASTable(r keyedRegime) *casTable {
+	slots := casSlots(r.keys)
 	e := int64(r.interval) / r.limit
 	return &casTable{seed: maphash.MakeSeed(), slots: make([]casSlot, slots), mask: uint64(slots - 1),
 		start: time.Now(), emission: e, tolerance: r.limit * e}

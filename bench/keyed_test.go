@@ -32,11 +32,14 @@ type keyedRegime struct {
 	name     string
 	limit    int64
 	interval time.Duration // the time to earn limit tokens
+	// keys is how many keys the run decides on, for a floor that sizes a
+	// table to them; 0 when the run does not say.
+	keys int
 }
 
 var keyedRegimes = []keyedRegime{
-	{"allow", 5e8, 5e8 * 10 * time.Second},
-	{"reject", 1, time.Hour},
+	{name: "allow", limit: 5e8, interval: 5e8 * 10 * time.Second},
+	{name: "reject", limit: 1, interval: time.Hour},
 }
 
 // keyedPeer is an implementation of a keyed regime: start returns its
@@ -175,6 +178,7 @@ func BenchmarkKeyed(b *testing.B) {
 			}
 			seq := keySeq(kc.n)
 			for _, r := range keyedRegimes {
+				r.keys = kc.n
 				b.Run("regime="+r.name, func(b *testing.B) {
 					for i, p := range append(keyedPeers, keyedFloors...) {
 						floor := i >= len(keyedPeers)

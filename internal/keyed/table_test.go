@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -360,4 +361,73 @@ func FuzzTableAgreesWithMem(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestTableConcurrentChurn decides on hot keys from several goroutines,
+// mostly without the shard's lock, while others insert and remove keys of
+// every length in the same shards, so that hot keys move under the
+// decisions (runs shifted both ways, shards grown and shrunk): every hot
+// key is admitted exactly its limit.
+func TestTableConcurrentChurn(t *testing.T) {
+	const limit, hot, deciders, calls, churners, churn = 1000, 16, 4, 8000, 2, 6000
+	hour := int64(time.Hour)
+	fw := fixedwindow.Config{Limit: limit, Interval: hour}
+	gc := gcra.Config{Limit: limit, Rate: 1, Period: hour}
+	swp, _ := slidingwindow.Config{Limit: limit, Interval: hour}.Packed()
+	tb := tokenbucket.NewConfig(tokenbucket.Bandwidth{Capacity: limit, RefillTokens: 1, Period: hour})
+	both, ok := compound.NewWords[compound.W4](compound.Config{Members: []policy.Erased{
+		policy.Erase[fixedwindow.State](fw), policy.Erase[gcra.State](gcra.Config{Limit: 2 * limit, Rate: 1, Period: hour})}})
+	if !ok {
+		t.Fatal("a fixed window and GCRA do not fit in 4 words")
+	}
+	for _, tc := range []struct {
+		name string
+		keys Keys
+	}{
+		{"fixed_window", NewTable[fixedwindow.State](fw, 0)},
+		{"gcra", NewTable[gcra.State](gc, 0)},
+		{"sliding_window_packed", NewTable[slidingwindow.PackedState](swp, 0)},
+		{"token_bucket", NewTable[tokenbucket.BandwidthState](tokenbucket.NewSingle(tb.Bandwidths[0], false), 0)},
+		{"compound", NewTable[compound.WordState[compound.W4]](both, 0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var wg sync.WaitGroup
+			admitted := make([][hot]int, deciders)
+			for g := range deciders {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(g), 1))
+					for range calls {
+						k := rng.IntN(hot)
+						if tc.keys.Consume("hot"+strconv.Itoa(k), t0, 1).Allowed {
+							admitted[g][k]++
+						}
+					}
+				})
+			}
+			for g := range churners {
+				wg.Go(func() {
+					for i := range churn {
+						key := "c" + strconv.Itoa(g) + "-" + strconv.Itoa(i)
+						if i%3 == 0 {
+							key += "-longer-than-inline"
+						}
+						tc.keys.Consume(key, t0, 1)
+						if i%4 != 0 { // keep a quarter: shards grow, and shrink as the rest goes
+							tc.keys.Reset(key)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			for k := range hot {
+				got := 0
+				for g := range deciders {
+					got += admitted[g][k]
+				}
+				if got != limit {
+					t.Errorf("hot%d admitted %d times, want exactly %d", k, got, limit)
+				}
+			}
+		})
+	}
 }

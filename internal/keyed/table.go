@@ -4,9 +4,7 @@ import (
 	"encoding/binary"
 	"hash/maphash"
 	"math/bits"
-	"runtime"
 	"sync"
-	"sync/atomic"
 
 	"github.com/sluicehq/sluice/internal/policy"
 	"github.com/sluicehq/sluice/internal/policy/tokenbucket"
@@ -14,32 +12,15 @@ import (
 
 // Table keeps each key's typed state in a sharded open-addressing table:
 // the state sits in the slot beside 16 bytes that hold a key of up to 12
-// bytes, its length and 23 bits of its hash (a longer key's bytes are in
-// the shard's arena), so a decision on an existing key is one hash and,
-// for most keys, one slot read: a single cache miss in a large table,
-// with no pointer for the garbage collector to follow. Keys are compared
-// byte for byte: two keys are never merged, however their hashes collide.
-//
-// A decision on an existing key of up to 12 bytes takes no lock: it finds
-// the slot through the shard's published slots and takes the slot itself
-// by setting the held bit of its packed key with one compare-and-swap,
-// whose expected value is the key, so that the swap also proves the slot
-// still holds it. The state, in the same cache line, is then the key's
-// alone until the bit is cleared. Two cores deciding on keys of one shard
-// so share no written cache line but the keys' own, where a shard lock
-// would be a second line passed between them on every decision. Anything
-// else (a new key, an expired state, a long key, a key whose slot is held
-// or moving) takes the shard's mutex, as do inserts, removals, sweeps and
-// resizes; these hold the bit of every slot whose state they read or
-// write or whose key they move, so a lock-free decision never sees half a
-// move, and one that missed its key because it was moving decides under
-// the mutex instead. A resize copies the held slots to a new array,
-// publishes it and leaves the old array's slots held for good, so that a
-// decision still looking at the old array fails its swap and retries
-// under the mutex.
+// bytes, its length and 24 bits of its hash (a longer key's bytes are in
+// the shard's arena), so a decision on an existing key is one hash, one
+// lock and, for most keys, one slot read: a single cache miss in a large
+// table, with no pointer for the garbage collector to follow. Keys are
+// compared byte for byte: two keys are never merged, however their hashes
+// collide.
 //
 // The table is a Robin Hood linear-probing table ordered by the hash: a
-// key's home slot is its 23 hash bits scaled to the capacity,
+// key's home slot is its 24 hash bits scaled to the capacity,
 // so a lookup stops at the first slot whose key lives nearer its home than
 // the probe has come, and a deletion shifts the following run back (no
 // tombstones). Capacities are not powers of two, so the table grows by a
@@ -60,24 +41,18 @@ type Table[S any, M policy.Machine[S]] struct {
 	shards  [shardCount]tableShard[S]
 }
 
-// slot is a key's place in a shard: its state and its packed key, whose
-// k0 carries the held bit while a call works on the slot. k0 is only read
-// and written atomically; k1 and the state only while holding the bit, or
-// under the shard's mutex for a k1 that no decision without the mutex
-// reads (see Table).
+// slot is a key's place in a shard: its state and its packed key.
 type slot[S any] struct {
 	st S
-	k0 atomic.Uint64
-	k1 uint64
+	pkey
 }
 
 // pkey is a key packed in 16 bytes. The low byte of k0 is the key's
 // length plus 1 for a key of up to inlineKey bytes, whose bytes follow in
 // k0 (4) and k1 (8), little-endian and padded with zeros; it is longKey
 // for a longer key, whose first 4 bytes follow in k0 and whose bytes are
-// at the arena reference k1. Bits 8 to 30 of k0 are the tag, 23 bits of
-// the key's hash, which set its home; bit 31 is the slot's held bit, 0 in
-// a packed key. An empty slot's k0 is 0.
+// at the arena reference k1. Bits 8 to 31 of k0 are the tag, 24 bits of
+// the key's hash, which set its home. An empty slot's k0 is 0.
 //
 // Two short keys are the same key exactly when their pkeys are equal.
 type pkey struct{ k0, k1 uint64 }
@@ -85,29 +60,7 @@ type pkey struct{ k0, k1 uint64 }
 const (
 	inlineKey = 12
 	longKey   = 0xff
-	tagBits   = 23
-	held      = 1 << 31
 )
-
-// hold sets the slot's held bit, waiting while another call holds it, and
-// returns its k0 without the bit.
-func (s *slot[S]) hold() uint64 {
-	for spins := 0; ; spins++ {
-		if k0 := s.k0.Load(); k0&held == 0 && s.k0.CompareAndSwap(k0, k0|held) {
-			return k0
-		}
-		if spins >= 16 {
-			// The holder is a decision that lost its core: let it finish.
-			runtime.Gosched()
-		}
-	}
-}
-
-// release clears the held bit, leaving k0 as the slot's key.
-func (s *slot[S]) release(k0 uint64) { s.k0.Store(k0) }
-
-// key is the slot's packed key. It requires that sh.mu is held.
-func (s *slot[S]) key() pkey { return pkey{s.k0.Load() &^ held, s.k1} }
 
 // pack packs key, of hash h: the top 24 bits are the tag. It reads the
 // key's bytes as words rather than copying them to a buffer and loading
@@ -115,7 +68,7 @@ func (s *slot[S]) key() pkey { return pkey{s.k0.Load() &^ held, s.k1} }
 func pack(key string, h uint64) pkey {
 	n := len(key)
 	if n > inlineKey {
-		return pkey{k0: longKey | h>>(64-tagBits)<<8 | load4(key)<<32}
+		return pkey{k0: longKey | h>>40<<8 | load4(key)<<32}
 	}
 	var lo, hi uint64
 	switch {
@@ -126,7 +79,7 @@ func pack(key string, h uint64) pkey {
 	default:
 		lo = loadShort(key)
 	}
-	return pkey{k0: uint64(n+1) | h>>(64-tagBits)<<8 | lo<<32, k1: hi}
+	return pkey{k0: uint64(n+1) | h>>40<<8 | lo<<32, k1: hi}
 }
 
 // load4 and load8 read the first 4 or 8 bytes of s little-endian, which
@@ -154,7 +107,7 @@ func loadShort(s string) uint64 {
 	return v
 }
 
-func (p pkey) tag() uint64 { return p.k0 >> 8 & (1<<tagBits - 1) }
+func (p pkey) tag() uint64 { return p.k0 >> 8 & (1<<24 - 1) }
 func (p pkey) long() bool  { return p.k0&0xff == longKey }
 func (p pkey) ref() uint32 { return uint32(p.k1) }
 func (p pkey) empty() bool { return p.k0 == 0 }
@@ -162,13 +115,10 @@ func (p pkey) empty() bool { return p.k0 == 0 }
 type tableShard[S any] struct {
 	mu    sync.Mutex
 	slots []slot[S] // nil until the first key
-	// tab is slots, for a decision that does not hold mu: each array is
-	// published once, after it is filled.
-	tab   atomic.Pointer[[]slot[S]]
-	n     int   // occupied slots
-	max   int   // the most keys the shard holds; 0: no bound. Set by bound.
-	sweep int   // the next slot the expiry sweep looks at
-	keys  arena // the keys longer than inlineKey
+	n     int       // occupied slots
+	max   int       // the most keys the shard holds; 0: no bound. Set by bound.
+	sweep int       // the next slot the expiry sweep looks at
+	keys  arena     // the keys longer than inlineKey
 	// cur holds the state of a call under way for a key not in the
 	// table. A machine's methods take the state by pointer through the
 	// generic dictionary, which makes a local variable escape to the heap;
@@ -217,7 +167,7 @@ func (k *Table[S, M]) locate(key string) (*tableShard[S], pkey) {
 
 // home is the slot where a key of tag would be without collisions: tag
 // scaled to c slots, so that the table is sorted by tag.
-func home(tag uint64, c int) int { return int(tag * uint64(c) >> tagBits) }
+func home(tag uint64, c int) int { return int(tag * uint64(c) >> 24) }
 
 // find returns the slot of key, packed as p, or -1. find requires that
 // sh.mu is held.
@@ -228,7 +178,7 @@ func (sh *tableShard[S]) find(key string, p pkey) int {
 	}
 	i := home(p.tag(), c)
 	for d := 0; ; d++ {
-		s := sh.slots[i].key()
+		s := &sh.slots[i]
 		if s.k0 == p.k0 {
 			if s.k1 == p.k1 && !p.long() || p.long() && sh.keys.equal(s.ref(), key) {
 				return i
@@ -248,56 +198,39 @@ func (sh *tableShard[S]) find(key string, p pkey) int {
 // dist is how far slot i is from its key's home. It requires that slot i
 // is occupied and sh.mu is held.
 func (sh *tableShard[S]) dist(i int) int {
-	return distOf(sh.slots[i].k0.Load()&^held, i, len(sh.slots))
-}
-
-// distOf is how far slot i of c, holding key k0, is from the key's home.
-func distOf(k0 uint64, i, c int) int {
-	d := i - home(pkey{k0: k0}.tag(), c)
+	c := len(sh.slots)
+	d := i - home(sh.slots[i].tag(), c)
 	if d < 0 {
 		d += c
 	}
 	return d
 }
 
-// empty reports whether slot i holds no key. It requires that sh.mu is
-// held.
-func (sh *tableShard[S]) empty(i int) bool { return sh.slots[i].k0.Load()&^held == 0 }
-
-// setSlots makes s the shard's slots and publishes them.
-func (sh *tableShard[S]) setSlots(s []slot[S]) {
-	sh.slots = s
-	sh.tab.Store(&s)
-}
-
 // place puts key p with state st in the table, which has a free slot,
-// shifting the run it lands in: each key of the run moves on one slot, up
-// to the first free one. place requires that sh.mu is held.
+// shifting the run it lands in. place requires that sh.mu is held.
 func (sh *tableShard[S]) place(p pkey, st *S) {
 	c := len(sh.slots)
 	i := home(p.tag(), c)
-	for d := 0; !sh.empty(i) && sh.dist(i) >= d; d++ {
+	for d := 0; !sh.slots[i].empty() && sh.dist(i) >= d; d++ {
 		if i++; i == c {
 			i = 0
 		}
 	}
-	// The key carried is in no slot until it lands in the next: a
-	// decision that looks for it then goes to the mutex.
-	k0, k1, cur := p.k0, p.k1, *st
-	for {
-		s := &sh.slots[i]
-		was := s.hold()
-		wasK1, wasSt := s.k1, s.st
-		s.k1, s.st = k1, cur
-		s.release(k0)
-		if was == 0 {
-			break
-		}
-		k0, k1, cur = was, wasK1, wasSt
-		if i++; i == c {
-			i = 0
+	j := i // the first free slot from i
+	for !sh.slots[j].empty() {
+		if j++; j == c {
+			j = 0
 		}
 	}
+	for j != i {
+		p := j - 1
+		if p < 0 {
+			p = c - 1
+		}
+		sh.slots[j] = sh.slots[p]
+		j = p
+	}
+	sh.slots[i] = slot[S]{st: *st, pkey: p}
 	sh.n++
 }
 
@@ -305,31 +238,22 @@ func (sh *tableShard[S]) place(p pkey, st *S) {
 // keys after it that are away from their homes. remove requires that sh.mu
 // is held.
 func (sh *tableShard[S]) remove(i int) {
-	if p := sh.slots[i].key(); p.long() {
+	if p := sh.slots[i].pkey; p.long() {
 		sh.keys.free(p.ref())
 	}
-	sh.slots[i].hold()
 	c := len(sh.slots)
 	for {
 		j := i + 1
 		if j == c {
 			j = 0
 		}
-		if sh.empty(j) || sh.dist(j) == 0 {
+		if sh.slots[j].empty() || sh.dist(j) == 0 {
 			break
 		}
-		// Slot j's key shows in slot i once released there, while slot j
-		// stays held until it takes the next key or is cleared.
-		s, next := &sh.slots[i], &sh.slots[j]
-		k0 := next.hold()
-		s.st, s.k1 = next.st, next.k1
-		s.release(k0)
+		sh.slots[i] = sh.slots[j]
 		i = j
 	}
-	s := &sh.slots[i]
-	var zero S
-	s.st, s.k1 = zero, 0
-	s.release(0)
+	sh.slots[i] = slot[S]{}
 	sh.n--
 }
 
@@ -339,14 +263,10 @@ func (sh *tableShard[S]) resize(c int) {
 	old := sh.slots
 	sh.slots, sh.n, sh.sweep = make([]slot[S], c), 0, 0
 	for i := range old {
-		// The old slot stays held: a decision still on the old array
-		// fails its swap and decides under the mutex, on the new one.
-		s := &old[i]
-		if k0 := s.hold(); k0 != 0 {
-			sh.place(pkey{k0, s.k1}, &s.st)
+		if s := &old[i]; !s.empty() {
+			sh.place(s.pkey, &s.st)
 		}
 	}
-	sh.setSlots(sh.slots)
 }
 
 // capFor is the capacity of a shard to hold n keys after growing: n is
@@ -367,7 +287,7 @@ func (k *Table[S, M]) insert(sh *tableShard[S], key string, p pkey, now int64) {
 	if sh.max > 0 && sh.n >= sh.max {
 		// Full of live keys: evict the one at the sweep cursor.
 		i := sh.sweep % len(sh.slots)
-		for sh.empty(i) {
+		for sh.slots[i].empty() {
 			if i++; i == len(sh.slots) {
 				i = 0
 			}
@@ -376,7 +296,7 @@ func (k *Table[S, M]) insert(sh *tableShard[S], key string, p pkey, now int64) {
 	}
 	switch {
 	case sh.slots == nil:
-		sh.setSlots(make([]slot[S], sh.capFor(1)))
+		sh.slots = make([]slot[S], sh.capFor(1))
 	case (sh.n+1)*maxLoadDen > len(sh.slots)*maxLoadNum:
 		sh.resize(sh.capFor(sh.n + 1))
 	}
@@ -406,7 +326,7 @@ func (k *Table[S, M]) sweepSome(sh *tableShard[S], now int64) {
 		if i >= c {
 			i = 0
 		}
-		if !sh.empty(i) && k.expired(sh, i, now) {
+		if !sh.slots[i].empty() && k.m.ExpiresAt(&sh.slots[i].st) <= now {
 			sh.remove(i) // the next key may have moved into slot i: look again
 			continue
 		}
@@ -418,22 +338,12 @@ func (k *Table[S, M]) sweepSome(sh *tableShard[S], now int64) {
 	}
 }
 
-// expired reports whether the state in slot i has expired at now. It
-// requires that sh.mu is held.
-func (k *Table[S, M]) expired(sh *tableShard[S], i int, now int64) bool {
-	s := &sh.slots[i]
-	k0 := s.hold()
-	e := k.m.ExpiresAt(&s.st) <= now
-	s.release(k0)
-	return e
-}
-
 // access finds key for a call at now: the slot of its live state (i ≥ 0),
 // or -1 with sh.cur the zero state; a key whose state has expired is
 // removed. access requires that sh.mu is held.
 func (k *Table[S, M]) access(sh *tableShard[S], key string, p pkey, now int64) int {
 	i := sh.find(key, p)
-	if i >= 0 && k.expired(sh, i, now) {
+	if i >= 0 && k.m.ExpiresAt(&sh.slots[i].st) <= now {
 		sh.remove(i)
 		i = -1
 	}
@@ -463,16 +373,10 @@ func (k *Table[S, M]) decidable(sh *tableShard[S], key string, p pkey, now int64
 // reports unchanged as it was.
 func (k *Table[S, M]) Consume(key string, now, n int64) policy.Decision {
 	sh, p := k.locate(key)
-	if d, ok := k.consumeHeld(sh, p, now, n); ok {
-		return d
-	}
 	sh.mu.Lock()
 	var d policy.Decision
 	if i := k.decidable(sh, key, p, now); i >= 0 {
-		s := &sh.slots[i]
-		k0 := s.hold()
-		d, _ = k.m.Consume(&s.st, true, now, n)
-		s.release(k0)
+		d, _ = k.m.Consume(&sh.slots[i].st, true, now, n)
 	} else {
 		var changed bool
 		if d, changed = k.m.Consume(&sh.cur, false, now, n); changed {
@@ -483,52 +387,12 @@ func (k *Table[S, M]) Consume(key string, now, n int64) policy.Decision {
 	return d
 }
 
-// consumeHeld is Consume on the live state of a short key already in the
-// table, taking no lock but the slot's held bit (see Table); ok is false,
-// and nothing is decided, when the key is not found so, for the mutex to
-// decide.
-func (k *Table[S, M]) consumeHeld(sh *tableShard[S], p pkey, now, n int64) (d policy.Decision, ok bool) {
-	tab := sh.tab.Load()
-	if tab == nil || p.long() {
-		return d, false
-	}
-	slots := *tab
-	c := len(slots)
-	i := home(p.tag(), c)
-	for dist := 0; dist < c; dist++ {
-		s := &slots[i]
-		k0 := s.k0.Load()
-		if k0 == p.k0 {
-			if !s.k0.CompareAndSwap(k0, k0|held) {
-				return d, false
-			}
-			if s.k1 != p.k1 || !k.lapses && k.m.ExpiresAt(&s.st) <= now {
-				s.release(k0)
-				return d, false
-			}
-			d, _ = k.m.Consume(&s.st, true, now, n)
-			s.release(k0)
-			return d, true
-		}
-		if k0 &^= held; k0 == 0 || distOf(k0, i, c) < dist {
-			return d, false
-		}
-		if i++; i == c {
-			i = 0
-		}
-	}
-	return d, false
-}
-
 func (k *Table[S, M]) Peek(key string, now, n int64) policy.Result {
 	sh, p := k.locate(key)
 	sh.mu.Lock()
 	var res policy.Result
 	if i := k.decidable(sh, key, p, now); i >= 0 {
-		s := &sh.slots[i]
-		k0 := s.hold()
-		res = k.m.Peek(&s.st, true, now, n)
-		s.release(k0)
+		res = k.m.Peek(&sh.slots[i].st, true, now, n)
 	} else {
 		res = k.m.Peek(&sh.cur, false, now, n)
 	}
@@ -541,10 +405,7 @@ func (k *Table[S, M]) Peek(key string, now, n int64) policy.Result {
 func (k *Table[S, M]) load(sh *tableShard[S], key string, p pkey, now int64) int {
 	i := k.access(sh, key, p, now)
 	if i >= 0 {
-		s := &sh.slots[i]
-		k0 := s.hold()
-		sh.cur = s.st
-		s.release(k0)
+		sh.cur = sh.slots[i].st
 	}
 	return i
 }
@@ -553,10 +414,7 @@ func (k *Table[S, M]) load(sh *tableShard[S], key string, p pkey, now int64) int
 // that sh.mu is held.
 func (k *Table[S, M]) store(sh *tableShard[S], key string, p pkey, i int, now int64) {
 	if i >= 0 {
-		s := &sh.slots[i]
-		k0 := s.hold()
-		s.st = sh.cur
-		s.release(k0)
+		sh.slots[i].st = sh.cur
 		return
 	}
 	k.insert(sh, key, p, now)
@@ -796,17 +654,14 @@ func (sh *tableShard[S]) compact() {
 	fresh.fill = 1
 	for i := range sh.slots {
 		s := &sh.slots[i]
-		p := s.key()
-		if !p.long() {
+		if !s.long() {
 			continue
 		}
-		c, off, n := old.bytesAt(p.ref())
+		c, off, n := old.bytesAt(s.ref())
 		// There is room: the fresh arena needs fewer chunks than the old.
 		ref, dst, _ := fresh.alloc(sizeOf(n))
 		fresh.chunks[ref>>chunkBits] = append(binary.AppendUvarint(dst, uint64(n)), c[off:off+n]...)
-		k0 := s.hold()
 		s.k1 = uint64(ref)
-		s.release(k0)
 	}
 	*old = fresh
 }

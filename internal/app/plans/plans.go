@@ -252,6 +252,29 @@ func (c *Catalog) List(limiter string, after *Plan, limit int) []Plan {
 	return out
 }
 
+// First returns, from this process's view, limiter's first plan in
+// List's order whose policy f accepts (a plan whose spec this release
+// cannot compile has none, and is never accepted).
+func (c *Catalog) First(limiter string, f func(sluice.Policy) bool) (Plan, bool) {
+	var first Plan
+	found := false
+	for i := range c.shards {
+		sh := c.shards[i].Load()
+		if sh == nil {
+			continue
+		}
+		for _, p := range sh.plans {
+			if p.Limiter != limiter || found && comparePlans(p, first) >= 0 {
+				continue
+			}
+			if e := sh.byKey[p.id()]; e.c != nil && e.c.policy != nil && f(e.c.policy) {
+				first, found = p, true
+			}
+		}
+	}
+	return first, found
+}
+
 func comparePlans(a, b Plan) int {
 	if a.Prefix != b.Prefix {
 		if a.Prefix {

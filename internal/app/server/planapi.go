@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/app/plans"
+	"github.com/sluicehq/sluice/internal/app/rlqs"
 	"github.com/sluicehq/sluice/internal/metricnames"
 )
 
@@ -55,11 +57,16 @@ func newPlanMetrics(reg *prometheus.Registry) planMetrics {
 // planFunc is the policy of a key of the config's limiter l: the stored
 // plan of exactly the key, else l's override of exactly the key, else
 // the longest prefix of the stored plans' and l's overrides' (the stored
-// plan's on a tie), else l's own (nil).
-func (s *Server) planFunc(l config.Limiter) sluice.PolicyFunc {
+// plan's on a tie), else l's own (nil). For a limiter that Envoy reaches
+// (envoy), a stored plan that takes slots is passed over as if it were
+// not there: Envoy would never give a slot back. Only a process whose
+// config keeps the limiter from Envoy can have written one, and
+// checkSlotPlans and syncPlans say so.
+func (s *Server) planFunc(l config.Limiter, envoy bool) sluice.PolicyFunc {
 	name := l.Name
+	usable := func(p sluice.Policy) bool { return !envoy || !takesSlots(p) }
 	return func(_ context.Context, key string) (sluice.Policy, error) {
-		if p, ok := s.plans.Exact(name, key); ok {
+		if p, ok := s.plans.Exact(name, key); ok && usable(p) {
 			return p, nil
 		}
 		var best sluice.Policy
@@ -72,18 +79,68 @@ func (s *Server) planFunc(l config.Limiter) sluice.PolicyFunc {
 				best, bestLen = o.Policy, len(o.Key)
 			}
 		}
-		if p, n, ok := s.plans.Prefix(name, key); ok && n >= bestLen {
+		if p, n, ok := s.plans.Prefix(name, key); ok && n >= bestLen && usable(p) {
 			return p, nil
 		}
 		return best, nil
 	}
 }
 
+// envoyServices names, for each limiter of cfg that Envoy reaches, the
+// service that reaches it.
+func envoyServices(cfg *Config) map[string]string {
+	m := make(map[string]string)
+	for _, name := range cfg.Envoy.Limiters() {
+		m[name] = "Envoy's rate limit service"
+	}
+	for _, d := range cfg.RLQS.Domains() {
+		for _, r := range cfg.RLQS.Domain(d).Rules {
+			if r.Action == rlqs.Limit {
+				m[r.Limiter] = "Envoy's rate limit quota service"
+			}
+		}
+	}
+	return m
+}
+
+// checkSlotPlans refuses a reload whose limiter l is reached by an Envoy
+// service while the store keeps a plan of l that takes slots, which that
+// service would never give back (slotsPlan refuses to write one): the
+// plan must go first. It checks the plans as this process read them last.
+// A process that starts so is not refused, so that a plan written
+// elsewhere cannot keep a fleet down: planFunc passes the plan over and
+// logSlotPlans logs it.
+func (s *Server) checkSlotPlans(l config.Limiter, service string) error {
+	if service == "" {
+		return nil
+	}
+	p, ok := s.plans.First(l.Name, takesSlots)
+	if !ok {
+		return nil
+	}
+	flag := ""
+	if p.Prefix {
+		flag = "--prefix "
+	}
+	return &config.Error{Path: "limiters." + l.Name, Line: l.Line, Column: l.Column,
+		Msg: fmt.Sprintf("%s reaches it, and its stored %s takes slots, which %s never gives back: delete the plan first (sluice plans delete %s%s %q), then reload (SIGHUP)",
+			service, describePlan(p), service, flag, l.Name, p.Key)}
+}
+
+// describePlan names plan p for a message.
+func describePlan(p plans.Plan) string {
+	what := "key"
+	if p.Prefix {
+		what = "prefix"
+	}
+	return fmt.Sprintf("plan for the %s %q (version %d, %s)", what, p.Key, p.Version, p.Spec)
+}
+
 // syncPlans reads the plans' changes once, counting a failure.
 func (s *Server) syncPlans(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
-	_, err := s.plans.Sync(ctx)
+	head, err := s.plans.Sync(ctx)
 	if err != nil {
 		s.planMetrics.syncErrors.Inc()
 	}
@@ -92,8 +149,35 @@ func (s *Server) syncPlans(ctx context.Context) error {
 		for _, name := range snap.order {
 			s.planMetrics.count.WithLabelValues(name).Set(float64(counts[name]))
 		}
+		if head != s.planHead {
+			s.logSlotPlans(snap)
+		}
 	}
+	s.planHead = head
 	return err
+}
+
+// logSlotPlans logs, once each, the plans that take slots of the
+// limiters Envoy reaches: another process, whose config keeps the
+// limiter from Envoy, wrote them, and planFunc passes them over here.
+func (s *Server) logSlotPlans(snap *snapshot) {
+	for _, name := range snap.order {
+		l := snap.limiters[name]
+		if l.envoy == "" || l.resolve == nil {
+			continue
+		}
+		p, ok := s.plans.First(name, takesSlots)
+		if !ok || s.slotPlans[name] == p {
+			continue
+		}
+		if s.slotPlans == nil {
+			s.slotPlans = make(map[string]plans.Plan)
+		}
+		s.slotPlans[name] = p
+		s.log.Error("a stored plan takes slots, which Envoy never gives back: the limiter's config decides for its keys instead; "+
+			"delete the plan, or keep the limiter from Envoy in every process's config", "limiter", name, "service", l.envoy,
+			"plan", describePlan(p))
+	}
 }
 
 // pollPlans follows the plans' change log until ctx ends, every

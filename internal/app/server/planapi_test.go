@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,7 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/driver"
+	"github.com/sluicehq/sluice/internal/app/plans"
 	"github.com/sluicehq/sluice/internal/testserver"
 )
 
@@ -221,5 +225,105 @@ func TestPlansNoStoreCallPerDecision(t *testing.T) {
 	}
 	if n := calls.Load() - before; n != 0 {
 		t.Errorf("100 decisions made %d store calls on the plans' keys, want 0", n)
+	}
+}
+
+// TestSlotPlansKeepEnvoyAway: a reload cannot route a limiter to Envoy
+// while the store keeps a plan of it that takes slots (Envoy would never
+// give them back), and changes nothing; it can once the plan is gone. A
+// plan that takes slots written later by a process whose config keeps the
+// limiter from Envoy is passed over where Envoy reaches it, the config's
+// policy deciding, and logged once.
+func TestSlotPlansKeepEnvoyAway(t *testing.T) {
+	const slots = `{"policy": "concurrency", "limit": 2, "ttl": "10s"}`
+	load := func(yaml string) *Config {
+		t.Helper()
+		cfg, err := LoadConfig([]byte(yaml))
+		mustDo(t, err)
+		return cfg
+	}
+	log := new(testserver.Buffer)
+	s, err := New(t.Context(), load(plansYAML), WithLogger(slog.New(slog.NewTextHandler(log, nil))))
+	mustDo(t, err)
+	t.Cleanup(func() { s.Close() })
+	if code, got := call(t, s, "PUT", "/api/v1/plans/api/tenant-7", slots, "Authorization", admin); code != 200 {
+		t.Fatalf("PUT a plan of slots for a limiter Envoy does not reach = %d %v, want 200", code, got)
+	}
+
+	withEnvoy := plansYAML + "envoy:\n  - domain: edge\n    descriptors: [{key: tenant, limiter: api}]\n"
+	err = s.Reload(load(withEnvoy))
+	var ce *config.Error
+	if !errors.As(err, &ce) || ce.Path != "limiters.api" ||
+		!strings.Contains(ce.Msg, `Envoy's rate limit service reaches it, and its stored plan for the key "tenant-7" (version `) ||
+		!strings.Contains(ce.Msg, "delete the plan first") {
+		t.Fatalf("reload routing api to Envoy with a plan of slots = %v, want a config error at limiters.api naming the plan", err)
+	}
+	if l := s.cur.Load().limiters["api"]; l.envoy != "" {
+		t.Fatalf("after the refused reload, api is reached by %q, want the running config kept", l.envoy)
+	}
+	if code, got := call(t, s, "DELETE", "/api/v1/plans/api/tenant-7", "", "Authorization", admin); code != 200 {
+		t.Fatalf("DELETE the plan = %d %v", code, got)
+	}
+	mustDo(t, s.Reload(load(withEnvoy)))
+	if l := s.cur.Load().limiters["api"]; l.envoy == "" {
+		t.Fatal("after the reload with the plan gone, api is not reached by Envoy")
+	}
+
+	// Another process, whose config keeps api from Envoy, writes a plan of
+	// slots: the catalog takes it as it would from the store.
+	ctx := t.Context()
+	if _, err := s.plans.Put(ctx, plans.Plan{Limiter: "api", Key: "tenant-9", Spec: slots}, nil); err != nil {
+		t.Fatal(err)
+	}
+	mustDo(t, s.syncPlans(ctx))
+	if limit, _ := consumeLimit(t, s, "tenant-9"); limit != 100 {
+		t.Errorf("limit of tenant-9, whose plan takes slots, = %v, want the config's 100", limit)
+	}
+	if _, err := s.plans.Put(ctx, plans.Plan{Limiter: "api", Key: "tenant-1", Spec: three}, nil); err != nil {
+		t.Fatal(err)
+	}
+	mustDo(t, s.syncPlans(ctx))
+	if limit, _ := consumeLimit(t, s, "tenant-1"); limit != 3 {
+		t.Errorf("limit of tenant-1, whose plan is a window of 3, = %v, want 3", limit)
+	}
+	const logged = "a stored plan takes slots"
+	if n := strings.Count(log.String(), logged); n != 1 || !strings.Contains(log.String(), `plan for the key \"tenant-9\"`) {
+		t.Errorf("log has %q %d times, want once, naming tenant-9:\n%s", logged, n, log.String())
+	}
+}
+
+// TestSlotPlansAtStart: a process that starts with a limiter Envoy
+// reaches, on a store where another process, whose config keeps it from
+// Envoy, stored a plan of it that takes slots, starts (a plan must not
+// keep a fleet down), logs the plan and decides the key by its config.
+func TestSlotPlansAtStart(t *testing.T) {
+	redis := testserver.SharedRedis(t)
+	name := fmt.Sprintf("slots%d", time.Now().UnixNano()) // the shared Redis keeps plans across tests
+	yaml := fmt.Sprintf("store: %s\n", redis) + strings.Replace(plansYAML, "  api:\n", "  "+name+":\n", 1)
+	elsewhere, err := LoadConfig([]byte(yaml))
+	mustDo(t, err)
+	a, err := New(t.Context(), elsewhere)
+	mustDo(t, err)
+	t.Cleanup(func() { a.Close() })
+	const slots = `{"policy": "concurrency", "limit": 2, "ttl": "10s"}`
+	if code, got := call(t, a, "PUT", "/api/v1/plans/"+name+"/tenant-7", slots, "Authorization", admin); code != 200 {
+		t.Fatalf("PUT a plan of slots where Envoy does not reach %s = %d %v, want 200", name, code, got)
+	}
+	t.Cleanup(func() { call(t, a, "DELETE", "/api/v1/plans/"+name+"/tenant-7", "", "Authorization", admin) })
+
+	here, err := LoadConfig([]byte(yaml + "envoy:\n  - domain: edge\n    descriptors: [{key: tenant, limiter: " + name + "}]\n"))
+	mustDo(t, err)
+	log := new(testserver.Buffer)
+	b, err := New(t.Context(), here, WithLogger(slog.New(slog.NewTextHandler(log, nil))))
+	if err != nil {
+		t.Fatalf("start with a stored plan of slots for a limiter Envoy reaches = %v, want a start", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if !strings.Contains(log.String(), "a stored plan takes slots") || !strings.Contains(log.String(), `plan for the key \"tenant-7\"`) {
+		t.Errorf("log at start = %s, want the plan of tenant-7 named", log.String())
+	}
+	code, got := call(t, b, "POST", "/api/v1/consume", `{"limiter": "`+name+`", "key": "tenant-7"}`, "Authorization", decide)
+	if code != 200 || got["limit"] != float64(100) {
+		t.Errorf("consume of tenant-7 = %d %v, want the config's limit 100", code, got)
 	}
 }

@@ -69,6 +69,11 @@ type Server struct {
 	// (planapi.go); it reads nothing while server.plans is off.
 	plans       *plans.Catalog
 	planMetrics planMetrics
+	// planHead is the plans' change syncPlans read last, and slotPlans the
+	// plan that takes slots it last logged for each limiter Envoy reaches;
+	// only syncPlans touches them, from one goroutine at a time.
+	planHead  uint64
+	slotPlans map[string]plans.Plan
 	// tracing exports the spans of tracer, both nil when server.tracing
 	// is off: then nothing traces, and no wrapper of the store or
 	// interceptor is there to cost a decision anything.
@@ -317,6 +322,9 @@ func New(ctx context.Context, cfg *Config, opts ...Option) (*Server, error) {
 	}
 	s.cur.Store(snap)
 	s.metrics.declare(snap)
+	if cfg.Plans.Enabled {
+		s.logSlotPlans(snap)
+	}
 	if rl := cfg.RateLimit; rl.Files {
 		s.log.Info("serving envoyproxy/ratelimit's config files", "runtime_root", rl.RuntimeRoot,
 			"runtime_subdirectory", rl.RuntimeSubdirectory, "runtime_appdirectory", rl.RuntimeAppDirectory)
@@ -471,6 +479,7 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 		snap.order = append(snap.order, name)
 		return nil
 	}
+	envoy := envoyServices(cfg)
 	for _, name := range cfg.Limiters.Order {
 		l := cfg.Limiters.Limiters[name]
 		if err := checkReload(old, l); err != nil {
@@ -481,7 +490,12 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 		if l.Lease != nil { // the limiter's lease key
 			opts = append(opts, sluice.WithLease(*l.Lease))
 		} else if cfg.Plans.Enabled {
-			resolve = s.planFunc(l)
+			if old != nil { // a process starts whatever the store holds: logSlotPlans says
+				if err := s.checkSlotPlans(l, envoy[name]); err != nil {
+					return nil, err
+				}
+			}
+			resolve = s.planFunc(l, envoy[name] != "")
 			opts = append(opts, sluice.WithPolicyFor(resolve), sluice.WithPolicyCache(planCacheKeys, planCacheTTL))
 		}
 		if l.Shadow {
@@ -497,19 +511,9 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 			snap.limiters[name].overrides = &l
 		}
 	}
-	envoy := func(name, service string) {
+	for name, service := range envoy {
 		if l, ok := snap.limiters[name]; ok {
 			l.envoy = service
-		}
-	}
-	for _, name := range cfg.Envoy.Limiters() {
-		envoy(name, "Envoy's rate limit service")
-	}
-	for _, d := range cfg.RLQS.Domains() {
-		for _, r := range cfg.RLQS.Domain(d).Rules {
-			if r.Action == rlqs.Limit {
-				envoy(r.Limiter, "Envoy's rate limit quota service")
-			}
 		}
 	}
 	// The stamp comes first: files that change while they are read are

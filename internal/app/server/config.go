@@ -472,13 +472,17 @@ func slotsOf(l config.Limiter) string {
 		if !takesSlots(o.Policy) {
 			continue
 		}
-		what := "key"
-		if o.Prefix {
-			what = "prefix"
-		}
-		return fmt.Sprintf("its override for the %s %q, at line %d, is %v", what, o.Key, o.Line, o.Policy)
+		return fmt.Sprintf("its override for the %s %q, at line %d, is %v", keyOrPrefix(o.Prefix), o.Key, o.Line, o.Policy)
 	}
 	return ""
+}
+
+// keyOrPrefix names what an override or a plan is for.
+func keyOrPrefix(prefix bool) string {
+	if prefix {
+		return "prefix"
+	}
+	return "key"
 }
 
 func takesSlots(p sluice.Policy) bool {

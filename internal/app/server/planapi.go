@@ -17,7 +17,6 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/app/plans"
-	"github.com/sluicehq/sluice/internal/app/rlqs"
 	"github.com/sluicehq/sluice/internal/metricnames"
 )
 
@@ -86,23 +85,6 @@ func (s *Server) planFunc(l config.Limiter, envoy bool) sluice.PolicyFunc {
 	}
 }
 
-// envoyServices names, for each limiter of cfg that Envoy reaches, the
-// service that reaches it.
-func envoyServices(cfg *Config) map[string]string {
-	m := make(map[string]string)
-	for _, name := range cfg.Envoy.Limiters() {
-		m[name] = "Envoy's rate limit service"
-	}
-	for _, d := range cfg.RLQS.Domains() {
-		for _, r := range cfg.RLQS.Domain(d).Rules {
-			if r.Action == rlqs.Limit {
-				m[r.Limiter] = "Envoy's rate limit quota service"
-			}
-		}
-	}
-	return m
-}
-
 // checkSlotPlans refuses a reload whose limiter l is reached by an Envoy
 // service while the store keeps a plan of l that takes slots, which that
 // service would never give back (slotsPlan refuses to write one): the
@@ -129,11 +111,7 @@ func (s *Server) checkSlotPlans(l config.Limiter, service string) error {
 
 // describePlan names plan p for a message.
 func describePlan(p plans.Plan) string {
-	what := "key"
-	if p.Prefix {
-		what = "prefix"
-	}
-	return fmt.Sprintf("plan for the %s %q (version %d, %s)", what, p.Key, p.Version, p.Spec)
+	return fmt.Sprintf("plan for the %s %q (version %d, %s)", keyOrPrefix(p.Prefix), p.Key, p.Version, p.Spec)
 }
 
 // syncPlans reads the plans' changes once, counting a failure.

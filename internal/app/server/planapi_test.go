@@ -37,6 +37,9 @@ const (
 	decide = "Bearer decide-token"
 	admin  = "Bearer admin-token"
 	three  = `{"policy": "fixed_window", "limit": 3, "interval": "1 minute"}`
+	// slots is a plan that takes slots, which no limiter Envoy reaches may
+	// have.
+	slots = `{"policy": "concurrency", "limit": 2, "ttl": "10s"}`
 )
 
 // limitOf consumes one token of key and returns the limit it reports.
@@ -154,7 +157,6 @@ rlqs:
     buckets: [{bucket: {name: x}, limiter: quota}]
 `)
 	const (
-		slots = `{"policy": "concurrency", "limit": 2, "ttl": "10s"}`
 		boxed = `{"policy": "penalty_box", "limiter": {"policy": "concurrency", "limit": 2, "ttl": "10s"}, "penalties": ["1m"]}`
 	)
 	for _, tt := range []struct{ path, body, want string }{
@@ -235,7 +237,6 @@ func TestPlansNoStoreCallPerDecision(t *testing.T) {
 // limiter from Envoy is passed over where Envoy reaches it, the config's
 // policy deciding, and logged once.
 func TestSlotPlansKeepEnvoyAway(t *testing.T) {
-	const slots = `{"policy": "concurrency", "limit": 2, "ttl": "10s"}`
 	load := func(yaml string) *Config {
 		t.Helper()
 		cfg, err := LoadConfig([]byte(yaml))
@@ -305,7 +306,6 @@ func TestSlotPlansAtStart(t *testing.T) {
 	a, err := New(t.Context(), elsewhere)
 	mustDo(t, err)
 	t.Cleanup(func() { a.Close() })
-	const slots = `{"policy": "concurrency", "limit": 2, "ttl": "10s"}`
 	if code, got := call(t, a, "PUT", "/api/v1/plans/"+name+"/tenant-7", slots, "Authorization", admin); code != 200 {
 		t.Fatalf("PUT a plan of slots where Envoy does not reach %s = %d %v, want 200", name, code, got)
 	}

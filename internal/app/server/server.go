@@ -530,6 +530,23 @@ func (s *Server) build(cfg *Config, old *snapshot) (*snapshot, error) {
 	return snap, nil
 }
 
+// envoyServices names, for each limiter of cfg that Envoy reaches, the
+// service that reaches it.
+func envoyServices(cfg *Config) map[string]string {
+	m := make(map[string]string)
+	for _, name := range cfg.Envoy.Limiters() {
+		m[name] = "Envoy's rate limit service"
+	}
+	for _, d := range cfg.RLQS.Domains() {
+		for _, r := range cfg.RLQS.Domain(d).Rules {
+			if r.Action == rlqs.Limit {
+				m[r.Limiter] = "Envoy's rate limit quota service"
+			}
+		}
+	}
+	return m
+}
+
 // checkMetricsExposure refuses a config whose /metrics would show
 // anyone who reaches it series labelled by requests' values (a user's
 // name, a tenant, a token in a header): the envoy section's or files'
